@@ -1,0 +1,596 @@
+# cython: language_level=3
+"""JSON-RPC 2.0 envelope framing: the compiled twin of ``chaingate/_pure/jsonrpc.py``.
+
+Same contract as the pure module (which is the specification): one strict pass over the body,
+raw byte spans for ``id``/``params``/``result``/``error``, equal results for every input.  The
+difference is speed: the scan walks a C pointer and matches member names without building str
+objects, and replies are assembled with a single allocation.
+"""
+
+import json
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memcpy
+
+from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
+from chaingate._pure.jsonrpc import (
+    MSG_BAD_ID,
+    MSG_BAD_METHOD,
+    MSG_BAD_PARAMS,
+    MSG_BAD_UTF8,
+    MSG_BAD_VERSION,
+    MSG_BATCH_ITEM,
+    MSG_EMPTY_BATCH,
+    MSG_INVALID_JSON,
+    MSG_NO_METHOD,
+    MSG_NOT_CALL,
+    MSG_TOO_DEEP,
+)
+
+IMPLEMENTATION = "compiled"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+cdef int MAX_DEPTH = _MAX_DEPTH_PY
+cdef Py_ssize_t SYNTAX = -1
+cdef Py_ssize_t TOO_DEEP = -2
+
+# Member names the scanner cares about.
+cdef enum:
+    K_ID = 0
+    K_JSONRPC = 1
+    K_METHOD = 2
+    K_PARAMS = 3
+    K_RESULT = 4
+    K_ERROR = 5
+    K_COUNT = 6
+
+cdef bint IS_HEX[256]
+cdef void _init():
+    cdef int i
+    for i in range(256):
+        IS_HEX[i] = (48 <= i <= 57) or (65 <= i <= 70) or (97 <= i <= 102)
+_init()
+
+
+cdef class Call:
+    cdef public object id
+    cdef public object method
+    cdef public object params
+    cdef public int error
+    cdef public str message
+
+    def __init__(self, id, method, params, int error, str message):
+        self.id = id
+        self.method = method
+        self.params = params
+        self.error = error
+        self.message = message
+
+
+cdef class ParsedRequest:
+    cdef public bint batch
+    cdef public list calls
+    cdef public int error
+    cdef public str message
+
+    def __init__(self, bint batch, list calls, int error, str message):
+        self.batch = batch
+        self.calls = calls
+        self.error = error
+        self.message = message
+
+
+cdef class Reply:
+    cdef public object id
+    cdef public object result
+    cdef public object error
+
+    def __init__(self, id, result, error):
+        self.id = id
+        self.result = result
+        self.error = error
+
+
+cdef class ParsedResponse:
+    cdef public bint batch
+    cdef public list replies
+
+    def __init__(self, bint batch, list replies):
+        self.batch = batch
+        self.replies = replies
+
+
+cdef inline Call _new_call(object id, object method, object params, int error, str message):
+    cdef Call call = Call.__new__(Call)
+    call.id = id
+    call.method = method
+    call.params = params
+    call.error = error
+    call.message = message
+    return call
+
+
+cdef inline ParsedRequest _parsed(bint batch, list calls, int error, str message):
+    cdef ParsedRequest parsed = ParsedRequest.__new__(ParsedRequest)
+    parsed.batch = batch
+    parsed.calls = calls
+    parsed.error = error
+    parsed.message = message
+    return parsed
+
+
+cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    cdef unsigned char c
+    while i < n:
+        c = p[i]
+        if c == 32 or c == 9 or c == 10 or c == 13:
+            i += 1
+        else:
+            break
+    return i
+
+
+cdef inline Py_ssize_t _string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                   bint* escaped) noexcept:
+    """``i`` is just past the opening quote; return the offset past the closing quote."""
+    cdef unsigned char c
+    while i < n:
+        c = p[i]
+        if c == 34:
+            return i + 1
+        if c == 92:
+            escaped[0] = 1
+            if i + 1 >= n:
+                return SYNTAX
+            c = p[i + 1]
+            if c == 117:
+                if i + 6 > n:
+                    return SYNTAX
+                if not (IS_HEX[p[i + 2]] and IS_HEX[p[i + 3]] and IS_HEX[p[i + 4]] and IS_HEX[p[i + 5]]):
+                    return SYNTAX
+                i += 6
+            elif c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110 or c == 114 or c == 116:
+                i += 2
+            else:
+                return SYNTAX
+        elif c < 0x20:
+            return SYNTAX
+        else:
+            i += 1
+    return SYNTAX
+
+
+cdef inline bint _digit(unsigned char c) noexcept:
+    return 48 <= c <= 57
+
+
+cdef inline Py_ssize_t _number_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t j = i, k
+    if j < n and p[j] == 45:
+        j += 1
+    if j < n and p[j] == 48:
+        j += 1
+    elif j < n and 49 <= p[j] <= 57:
+        j += 1
+        while j < n and _digit(p[j]):
+            j += 1
+    else:
+        return SYNTAX
+    if j + 1 < n and p[j] == 46 and _digit(p[j + 1]):
+        j += 2
+        while j < n and _digit(p[j]):
+            j += 1
+    if j < n and (p[j] == 101 or p[j] == 69):
+        k = j + 1
+        if k < n and (p[k] == 43 or p[k] == 45):
+            k += 1
+        if k < n and _digit(p[k]):
+            k += 1
+            while k < n and _digit(p[k]):
+                k += 1
+            j = k
+    return j
+
+
+cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int depth) noexcept:
+    """End offset of the JSON value starting at ``i`` (no leading whitespace), or < 0."""
+    cdef unsigned char c
+    cdef bint escaped = 0
+    if i >= n:
+        return SYNTAX
+    c = p[i]
+    if c == 34:
+        return _string_end(p, i + 1, n, &escaped)
+    if c == 123:
+        if depth >= MAX_DEPTH:
+            return TOO_DEEP
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 125:
+            return i + 1
+        while True:
+            if i >= n or p[i] != 34:
+                return SYNTAX
+            i = _string_end(p, i + 1, n, &escaped)
+            if i < 0:
+                return SYNTAX
+            i = _ws(p, i, n)
+            if i >= n or p[i] != 58:
+                return SYNTAX
+            i = _skip(p, _ws(p, i + 1, n), n, depth + 1)
+            if i < 0:
+                return i
+            i = _ws(p, i, n)
+            if i >= n:
+                return SYNTAX
+            if p[i] == 125:
+                return i + 1
+            if p[i] != 44:
+                return SYNTAX
+            i = _ws(p, i + 1, n)
+    if c == 91:
+        if depth >= MAX_DEPTH:
+            return TOO_DEEP
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 93:
+            return i + 1
+        while True:
+            i = _skip(p, i, n, depth + 1)
+            if i < 0:
+                return i
+            i = _ws(p, i, n)
+            if i >= n:
+                return SYNTAX
+            if p[i] == 93:
+                return i + 1
+            if p[i] != 44:
+                return SYNTAX
+            i = _ws(p, i + 1, n)
+    if c == 116:
+        return i + 4 if i + 4 <= n and memcmp(p + i, b"true", 4) == 0 else SYNTAX
+    if c == 102:
+        return i + 5 if i + 5 <= n and memcmp(p + i, b"false", 5) == 0 else SYNTAX
+    if c == 110:
+        return i + 4 if i + 4 <= n and memcmp(p + i, b"null", 4) == 0 else SYNTAX
+    return _number_end(p, i, n)
+
+
+cdef inline bint _lit(const unsigned char* p, Py_ssize_t n, const char* lit, Py_ssize_t litn) noexcept:
+    return n == litn and memcmp(p, lit, n) == 0
+
+
+cdef int _key_index(bytes body, const unsigned char* p, Py_ssize_t ks, Py_ssize_t ke,
+                    bint escaped, bint response) except -2:
+    """Which member this key names (K_*), or -1; ks..ke is the inside of the quotes."""
+    cdef Py_ssize_t n = ke - ks
+    cdef object key
+    if escaped:
+        key = json.loads(b'"' + body[ks:ke] + b'"')
+        if key == "id":
+            return K_ID
+        if response:
+            return K_RESULT if key == "result" else (K_ERROR if key == "error" else -1)
+        if key == "jsonrpc":
+            return K_JSONRPC
+        if key == "method":
+            return K_METHOD
+        if key == "params":
+            return K_PARAMS
+        return -1
+    if _lit(p + ks, n, b"id", 2):
+        return K_ID
+    if response:
+        if _lit(p + ks, n, b"result", 6):
+            return K_RESULT
+        if _lit(p + ks, n, b"error", 5):
+            return K_ERROR
+        return -1
+    if _lit(p + ks, n, b"jsonrpc", 7):
+        return K_JSONRPC
+    if _lit(p + ks, n, b"method", 6):
+        return K_METHOD
+    if _lit(p + ks, n, b"params", 6):
+        return K_PARAMS
+    return -1
+
+
+cdef Py_ssize_t _members(bytes body, const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                         int depth, bint response, Py_ssize_t* spans) except -3:
+    """Scan the object at ``i``; record [start, end) of known members (last one wins)."""
+    cdef Py_ssize_t ks, ke, start, end
+    cdef bint escaped
+    cdef int k
+    if depth >= MAX_DEPTH:
+        return TOO_DEEP
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        return i + 1
+    while True:
+        if i >= n or p[i] != 34:
+            return SYNTAX
+        escaped = 0
+        ks = i + 1
+        ke = _string_end(p, ks, n, &escaped)
+        if ke < 0:
+            return SYNTAX
+        k = _key_index(body, p, ks, ke - 1, escaped, response)
+        i = _ws(p, ke, n)
+        if i >= n or p[i] != 58:
+            return SYNTAX
+        start = _ws(p, i + 1, n)
+        end = _skip(p, start, n, depth + 1)
+        if end < 0:
+            return end
+        if k >= 0:
+            spans[2 * k] = start
+            spans[2 * k + 1] = end
+        i = _ws(p, end, n)
+        if i >= n:
+            return SYNTAX
+        if p[i] == 125:
+            return i + 1
+        if p[i] != 44:
+            return SYNTAX
+        i = _ws(p, i + 1, n)
+
+
+cdef str _string_value(bytes body, const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """Decode the inside of a validated JSON string body[start:end]."""
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        if p[i] == 92:
+            return json.loads(b'"' + body[start:end] + b'"')
+    return PyUnicode_DecodeUTF8(<const char*>(p + start), end - start, NULL)
+
+
+cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
+    cdef object id_raw = None
+    cdef object method = None
+    cdef object params = None
+    cdef object reply_id
+    cdef Py_ssize_t s, e
+    cdef unsigned char c
+    if spans[2 * K_ID] >= 0:
+        s = spans[2 * K_ID]
+        c = p[s]
+        if c == 116 or c == 102 or c == 123 or c == 91:
+            return _new_call(b"null", None, None, INVALID_REQUEST, MSG_BAD_ID)
+        id_raw = body[s:spans[2 * K_ID + 1]]
+    reply_id = b"null" if id_raw is None else id_raw
+    s = spans[2 * K_JSONRPC]
+    if s < 0 or not _lit(p + s, spans[2 * K_JSONRPC + 1] - s, b'"2.0"', 5):
+        return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_BAD_VERSION)
+    s = spans[2 * K_METHOD]
+    if s < 0:
+        return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_NO_METHOD)
+    e = spans[2 * K_METHOD + 1]
+    if p[s] != 34:
+        return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_BAD_METHOD)
+    method = _string_value(body, p, s + 1, e - 1)
+    s = spans[2 * K_PARAMS]
+    if s >= 0:
+        if p[s] != 91 and p[s] != 123:
+            return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_BAD_PARAMS)
+        params = body[s:spans[2 * K_PARAMS + 1]]
+    return _new_call(id_raw, method, params, 0, "")
+
+
+cdef inline void _clear(Py_ssize_t* spans) noexcept:
+    cdef int k
+    for k in range(2 * K_COUNT):
+        spans[k] = -1
+
+
+cdef bint _valid_utf8(bytes body) except -1:
+    """Same rule as the pure twin: ASCII passes, anything else must decode as UTF-8."""
+    if body.isascii():
+        return 1
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return 0
+    return 1
+
+
+cdef inline str _scan_failure(Py_ssize_t code):
+    return MSG_TOO_DEEP if code == TOO_DEEP else MSG_INVALID_JSON
+
+
+def parse_request(bytes body, Py_ssize_t max_batch):
+    """Split a request body into calls.  Never raises: every failure is a JSON-RPC error."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+    cdef Py_ssize_t i, end, count
+    cdef Py_ssize_t spans[2 * K_COUNT]
+    cdef list calls
+    if not _valid_utf8(body):
+        return _parsed(0, [], PARSE_ERROR, MSG_BAD_UTF8)
+    i = _ws(p, 0, n)
+    if i >= n:
+        return _parsed(0, [], PARSE_ERROR, MSG_INVALID_JSON)
+    if p[i] == 123:
+        _clear(spans)
+        end = _members(body, p, i, n, 0, 0, spans)
+        if end < 0:
+            return _parsed(0, [], PARSE_ERROR, _scan_failure(end))
+        if _ws(p, end, n) != n:
+            return _parsed(0, [], PARSE_ERROR, MSG_INVALID_JSON)
+        return _parsed(0, [_call(body, p, spans)], 0, "")
+    if p[i] == 91:
+        calls = []
+        count = 0
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 93:
+            if _ws(p, i + 1, n) != n:
+                return _parsed(1, [], PARSE_ERROR, MSG_INVALID_JSON)
+            return _parsed(1, [], INVALID_REQUEST, MSG_EMPTY_BATCH)
+        while True:
+            if i < n and p[i] == 123:
+                _clear(spans)
+                end = _members(body, p, i, n, 1, 0, spans)
+                if end < 0:
+                    return _parsed(1, [], PARSE_ERROR, _scan_failure(end))
+                count += 1
+                if count <= max_batch:
+                    calls.append(_call(body, p, spans))
+            else:
+                end = _skip(p, i, n, 1)
+                if end < 0:
+                    return _parsed(1, [], PARSE_ERROR, _scan_failure(end))
+                count += 1
+                if count <= max_batch:
+                    calls.append(_new_call(b"null", None, None, INVALID_REQUEST, MSG_BATCH_ITEM))
+            i = _ws(p, end, n)
+            if i >= n:
+                return _parsed(1, [], PARSE_ERROR, MSG_INVALID_JSON)
+            if p[i] == 93:
+                break
+            if p[i] != 44:
+                return _parsed(1, [], PARSE_ERROR, MSG_INVALID_JSON)
+            i = _ws(p, i + 1, n)
+        if _ws(p, i + 1, n) != n:
+            return _parsed(1, [], PARSE_ERROR, MSG_INVALID_JSON)
+        if count > max_batch:
+            return _parsed(1, [], INVALID_REQUEST,
+                           f"invalid request: batch of {count} calls exceeds the limit of {max_batch}")
+        return _parsed(1, calls, 0, "")
+    end = _skip(p, i, n, 0)
+    if end < 0:
+        return _parsed(0, [], PARSE_ERROR, _scan_failure(end))
+    if _ws(p, end, n) != n:
+        return _parsed(0, [], PARSE_ERROR, MSG_INVALID_JSON)
+    return _parsed(0, [], INVALID_REQUEST, MSG_NOT_CALL)
+
+
+cdef Reply _reply(bytes body, Py_ssize_t* spans):
+    cdef Reply reply = Reply.__new__(Reply)
+    reply.id = body[spans[2 * K_ID]:spans[2 * K_ID + 1]] if spans[2 * K_ID] >= 0 else None
+    reply.result = body[spans[2 * K_RESULT]:spans[2 * K_RESULT + 1]] if spans[2 * K_RESULT] >= 0 else None
+    reply.error = body[spans[2 * K_ERROR]:spans[2 * K_ERROR + 1]] if spans[2 * K_ERROR] >= 0 else None
+    return reply
+
+
+def parse_response(bytes body):
+    """Split an upstream response into replies; None when it is not valid JSON-RPC framing."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+    cdef Py_ssize_t i, end
+    cdef Py_ssize_t spans[2 * K_COUNT]
+    cdef list replies
+    if not _valid_utf8(body):
+        return None
+    i = _ws(p, 0, n)
+    if i >= n:
+        return None
+    if p[i] == 123:
+        _clear(spans)
+        end = _members(body, p, i, n, 0, 1, spans)
+        if end < 0 or _ws(p, end, n) != n:
+            return None
+        return ParsedResponse(0, [_reply(body, spans)])
+    if p[i] != 91:
+        return None
+    replies = []
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 93:
+        return ParsedResponse(1, []) if _ws(p, i + 1, n) == n else None
+    while True:
+        if i >= n:
+            return None
+        if p[i] == 123:
+            _clear(spans)
+            end = _members(body, p, i, n, 1, 1, spans)
+            if end < 0:
+                return None
+            replies.append(_reply(body, spans))
+        else:
+            end = _skip(p, i, n, 1)
+            if end < 0:
+                return None
+            replies.append(Reply(None, None, None))
+        i = _ws(p, end, n)
+        if i >= n:
+            return None
+        if p[i] == 93:
+            break
+        if p[i] != 44:
+            return None
+        i = _ws(p, i + 1, n)
+    if _ws(p, i + 1, n) != n:
+        return None
+    return ParsedResponse(1, replies)
+
+
+def array_item(bytes raw, Py_ssize_t index):
+    """Raw JSON of element ``index`` of the (already validated) array ``raw``, if present."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
+    cdef Py_ssize_t i = _ws(p, 0, n), end, k = 0
+    if i >= n or p[i] != 91:
+        return None
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 93:
+        return None
+    while i < n:
+        end = _skip(p, i, n, 1)
+        if end < 0:
+            return None
+        if k == index:
+            return raw[i:end]
+        k += 1
+        i = _ws(p, end, n)
+        if i >= n or p[i] != 44:
+            return None
+        i = _ws(p, i + 1, n)
+    return None
+
+
+cdef bytes _join3(const char* a, Py_ssize_t an, bytes b, const char* c, Py_ssize_t cn,
+                  bytes d, const char* e, Py_ssize_t en):
+    cdef Py_ssize_t bn = PyBytes_GET_SIZE(b), dn = PyBytes_GET_SIZE(d)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, an + bn + cn + dn + en)
+    cdef char* q = PyBytes_AS_STRING(out)
+    memcpy(q, a, an)
+    q += an
+    memcpy(q, PyBytes_AS_STRING(b), bn)
+    q += bn
+    memcpy(q, c, cn)
+    q += cn
+    memcpy(q, PyBytes_AS_STRING(d), dn)
+    q += dn
+    memcpy(q, e, en)
+    return out
+
+
+def result_reply(bytes id_raw, bytes result):
+    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"result":', 10, result, b"}", 1)
+
+
+def raw_error_reply(bytes id_raw, bytes error):
+    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"error":', 9, error, b"}", 1)
+
+
+def error_reply(bytes id_raw, int code, str message):
+    return b'{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%s}}' % (
+        id_raw,
+        code,
+        json.dumps(message).encode(),
+    )
+
+
+def upstream_request(long long request_id, str method, object params):
+    """One call as sent to a node: our own id, the client's method and raw params."""
+    return b'{"jsonrpc":"2.0","id":%d,"method":%s,"params":%s}' % (
+        request_id,
+        json.dumps(method).encode(),
+        b"[]" if params is None else params,
+    )
+
+
+def join_batch(list parts):
+    return b"[" + b",".join(parts) + b"]"

@@ -1,0 +1,3 @@
+from chaingate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The REST data plane: a quart-trio app behind the edge (never on the RPC hot path).
+
+Every response body is encoded with msgspec; every error, including the framework's own 404
+and 405, is the spec's envelope ``{"error": {"code", "message", "status"}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from quart import Response
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from chaingate.edge.responses import error_body
+
+_encoder = msgspec.json.Encoder()
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(_encoder.encode(payload), status=status, mimetype="application/json")
+
+
+def error_response(status: int, message: str, code: str | None = None) -> Response:
+    return Response(error_body(status, message, code), status=status, mimetype="application/json")
+
+
+def create_app(health: Callable[[], dict[str, Any]]) -> QuartTrio:
+    app = QuartTrio("chaingate")
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+
+    @app.get("/v1/health")
+    async def get_health() -> Response:
+        report = health()
+        return json_response(report, 200 if report["status"] == "ok" else 503)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
+        return error_response(status, messages.get(status, exc.description or exc.name))
+
+    @app.errorhandler(Exception)
+    async def unexpected(exc: Exception) -> Response:
+        app.logger.exception("unhandled error")
+        return error_response(500, "internal error; retry with exponential backoff")
+
+    return app

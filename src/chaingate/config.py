@@ -1,0 +1,203 @@
+"""Typed settings: msgspec Structs loaded from a TOML file, with environment overrides.
+
+Precedence: built-in defaults < the TOML file < environment variables.  An environment
+variable ``CHAINGATE_<SECTION>__<KEY>`` overrides ``[section] key`` (for example
+``CHAINGATE_SERVER__PORT=9000``); its value is read as a TOML literal when it parses as one
+(numbers, booleans, quoted strings) and as a plain string otherwise.  Secrets such as
+``observability.admin_token`` are best given this way rather than written into the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+ENV_PREFIX = "CHAINGATE_"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says which setting and why."""
+
+
+class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    backlog: int = 1024
+    reuse_port: bool = False
+    max_connections: int = 10_000
+    max_request_line: int = 8192
+    max_header_bytes: int = 16_384
+    max_headers: int = 100
+    max_body_bytes: int = 1 << 20
+    # A keep-alive connection with no request in progress is closed after this long.
+    idle_timeout: float = 60.0
+    # Time allowed from the first byte of a request to its last (slow clients are cut off).
+    client_read_timeout: float = 20.0
+    # Time allowed to write one response to a client that stopped reading.
+    client_write_timeout: float = 20.0
+    # On shutdown, in-flight requests get this long to finish before being cancelled.
+    shutdown_grace: float = 10.0
+
+
+class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
+    url: str
+    name: str = ""
+    ws_url: str | None = None
+    # Extra request headers (for example a provider's auth header).  Never logged.
+    headers: dict[str, str] = {}
+    timeout: float = 10.0
+    connect_timeout: float = 3.0
+    max_connections: int = 8
+    # Requests in flight on one connection (HTTP/1.1 pipelining) before another is opened.
+    pipeline_depth: int = 32
+    # Largest JSON-RPC batch sent to this node; bigger client batches are split.
+    max_batch: int = 100
+    max_response_bytes: int = 64 << 20
+
+    def display_name(self) -> str:
+        """A name safe for logs and metrics: never the path or query (they often hold keys)."""
+        if self.name:
+            return self.name
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
+    upstreams: list[UpstreamSettings]
+    family: Literal["evm", "solana"] = "evm"
+    chain_id: int | None = None
+    testnet: bool = False
+    # Blocks (slots on Solana) after which a block cannot be reorganised away; responses about
+    # blocks this deep are cached.
+    finality_depth: int = 64
+    block_time: float = 12.0
+    # Forward methods missing from the method table instead of answering -32601.
+    passthrough: bool = False
+    # An upstream whose head is further behind the best one than this is used last.
+    max_head_lag: int = 5
+
+
+class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
+    methods_file: str = "methods.toml"
+    max_batch: int = 1000
+    # Whole-request deadline across every failover attempt.
+    request_timeout: float = 30.0
+    coalesce: bool = True
+    cache_max_entries: int = 100_000
+    cache_max_bytes: int = 64 << 20
+    probe_interval: float = 1.0
+    # Consecutive failures after which an upstream is taken out of rotation.
+    failure_threshold: int = 3
+
+
+class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):
+    admin_token: str = ""
+    access_log: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Settings(msgspec.Struct, forbid_unknown_fields=True):
+    server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    rpc: RpcSettings = msgspec.field(default_factory=RpcSettings)
+    observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
+    data_dir: str = "~/.local/share/chaingate"
+    chains: dict[str, dict[str, NetworkSettings]] = {}
+    # Where relative paths in this file (methods_file) are resolved; set by the loader.
+    config_dir: str = ""
+
+    def network(self, chain: str, network: str) -> NetworkSettings | None:
+        return self.chains.get(chain, {}).get(network)
+
+
+def default_config_dir() -> Path:
+    """The repository's ``config/`` in a source checkout, else the copy shipped in the package."""
+    here = Path(__file__).resolve()
+    checkout = here.parents[2] / "config"
+    if (checkout / "methods.toml").is_file():
+        return checkout
+    return here.parent / "_defaults"
+
+
+def _coerce_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Overlay ``CHAINGATE_<SECTION>__<KEY>`` variables onto a raw settings mapping."""
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if len(path) == 1 and path[0] == "data_dir":
+            data["data_dir"] = raw
+            continue
+        if len(path) != 2 or path[0] not in ("server", "rpc", "observability"):
+            continue
+        data.setdefault(path[0], {})[path[1]] = _coerce_env_value(raw)
+    return data
+
+
+def _validate(settings: Settings) -> None:
+    if not 0 <= settings.server.port <= 65535:
+        raise ConfigError("server.port must be between 0 and 65535")
+    for chain, networks in settings.chains.items():
+        for network, net in networks.items():
+            where = f"chains.{chain}.{network}"
+            if not net.upstreams:
+                raise ConfigError(f"{where}: at least one upstream is required")
+            names = set()
+            for upstream in net.upstreams:
+                parts = urlsplit(upstream.url)
+                if parts.scheme not in ("http", "https") or not parts.hostname:
+                    raise ConfigError(f"{where}: upstream url must be http:// or https://")
+                name = upstream.display_name()
+                if name in names:
+                    raise ConfigError(f"{where}: two upstreams named {name!r}; set distinct names")
+                names.add(name)
+                if upstream.pipeline_depth < 1 or upstream.max_connections < 1:
+                    raise ConfigError(f"{where}: pipeline_depth and max_connections must be >= 1")
+
+
+def from_mapping(
+    data: Mapping[str, Any], *, config_dir: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Build Settings from a parsed TOML mapping plus the environment."""
+    raw = apply_env(dict(data), os.environ if environ is None else environ)
+    raw["config_dir"] = str(config_dir or default_config_dir())
+    try:
+        settings = msgspec.convert(raw, Settings)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    _validate(settings)
+    return settings
+
+
+def load(path: str | Path, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read a TOML config file (see ``config/chaingate.example.toml``)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return from_mapping(data, config_dir=path.parent.resolve(), environ=environ)
+
+
+def methods_path(settings: Settings) -> Path:
+    path = Path(settings.rpc.methods_file)
+    if path.is_absolute():
+        return path
+    candidate = Path(settings.config_dir) / path
+    if candidate.is_file():
+        return candidate
+    return default_config_dir() / path

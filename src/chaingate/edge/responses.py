@@ -1,0 +1,57 @@
+"""Responses the edge writes itself: the spec's error envelope and the Date header."""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+
+import msgspec
+
+JSON = b"Content-Type: application/json\r\n"
+
+# The spec names codes for 400/401/403/404/429/500; other statuses get a code of their own
+# (docs/decisions.md lists them).
+ERROR_CODES: dict[int, str] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    417: "expectation_failed",
+    429: "rate_limited",
+    431: "headers_too_large",
+    500: "internal_error",
+    501: "not_implemented",
+    502: "bad_gateway",
+    503: "unavailable",
+    505: "http_version_not_supported",
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def error_body(status: int, message: str, code: str | None = None) -> bytes:
+    """``{"error": {"code", "message", "status"}}`` as the spec's Errors section defines it."""
+    return _encoder.encode(
+        {"error": {"code": code or ERROR_CODES.get(status, "error"), "message": message, "status": status}}
+    )
+
+
+class DateHeader:
+    """The ``Date:`` header line, formatted once per second."""
+
+    __slots__ = ("_line", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._line = b""
+
+    def line(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._line = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        return self._line

@@ -1,0 +1,145 @@
+"""What the edge does with each request: route, authenticate, answer, measure, log.
+
+* ``POST /v1/rpc/{chain}/{network}`` — the JSON-RPC proxy, entirely native (no ASGI);
+* ``GET /metrics`` — Prometheus text, admin token required;
+* any other ``/v1/...`` path — the quart-trio REST app, in process;
+* anything else — 404 in the spec's error envelope.
+
+Every response carries ``X-Request-Id`` (the client's own, when it sent a sane one) and the
+gate's rate-limit headers; every request produces one access-log line and one latency sample.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+from collections import defaultdict
+from typing import Any
+
+import trio
+
+from chaingate.auth.gate import Gate, NetworkInfo, Rejection
+from chaingate.edge.asgi import AsgiBridge
+from chaingate.edge.responses import JSON, error_body
+from chaingate.obs.logs import AccessLog
+from chaingate.obs.metrics import LatencyHistogram, Registry
+from chaingate.rpc.service import RpcService
+
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+_RPC_PREFIX = b"/v1/rpc/"
+_ALLOW_POST = b"Allow: POST\r\n"
+_ALLOW_GET = b"Allow: GET\r\n"
+
+
+class Routes:
+    def __init__(
+        self,
+        services: dict[str, RpcService],
+        asgi: AsgiBridge,
+        gate: Gate,
+        registry: Registry,
+        access_log: AccessLog,
+        admin_token: str,
+    ) -> None:
+        self._services = {key.encode(): service for key, service in services.items()}
+        self._networks = {
+            key.encode(): NetworkInfo(service.chain, service.network, service.settings.testnet)
+            for key, service in services.items()
+        }
+        self._asgi = asgi
+        self._gate = gate
+        self._registry = registry
+        self._access_log = access_log
+        self._admin_token = admin_token.encode()
+        self._id_prefix = os.urandom(4).hex().encode()
+        self._id_counter = 0
+        self.latency = LatencyHistogram()
+        self.requests: defaultdict[tuple[str, int], int] = defaultdict(int)
+
+    def _request_id(self, request: Any) -> bytes:
+        supplied = request.request_id
+        if supplied is not None and _REQUEST_ID.fullmatch(supplied):
+            return supplied  # type: ignore[no-any-return]
+        self._id_counter += 1
+        return b"%s-%x" % (self._id_prefix, self._id_counter)
+
+    async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
+        started = trio.current_time()
+        request_id = self._request_id(request)
+        path = request.path
+        label = ""
+        cache = b""
+        if path.startswith(_RPC_PREFIX):
+            route = "rpc"
+            status, headers, body, label, cache = await self._rpc(request, path[len(_RPC_PREFIX) :])
+        elif path == b"/metrics":
+            route = "metrics"
+            status, headers, body = self._metrics(request)
+        elif path.startswith(b"/v1/") or path == b"/v1":
+            route = "rest"
+            status, headers, body = await self._rest(request, peer)
+        else:
+            route = "other"
+            status, headers, body = 404, JSON, error_body(404, "no such endpoint")
+        elapsed = trio.current_time() - started
+        self.latency.observe(route, elapsed)
+        self.requests[(route, status)] += 1
+        if self._access_log.enabled:
+            entry: dict[str, Any] = {
+                "level": "info",
+                "msg": "request",
+                "request_id": request_id.decode(),
+                "peer": peer,
+                "method": request.method.decode("latin-1"),
+                "path": path.decode("latin-1")[:256],
+                "status": status,
+                "ms": round(elapsed * 1000, 3),
+                "bytes": len(body),
+            }
+            if label:
+                entry["rpc"] = label
+                entry["cache"] = cache.decode()
+            self._access_log.write(entry)
+        return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
+
+    async def _rpc(self, request: Any, tail: bytes) -> tuple[int, bytes, bytes, str, bytes]:
+        service = self._services.get(tail)
+        if service is None:
+            return 404, JSON, error_body(404, "unknown chain or network"), "", b""
+        if request.method != b"POST":
+            return 405, JSON + _ALLOW_POST, error_body(405, "JSON-RPC requests must be POST"), "", b""
+        gate = self._gate
+        principal = gate.authenticate(request, self._networks[tail])
+        if isinstance(principal, Rejection):
+            return _rejected(principal, gate.response_headers(None)) + ("", b"")
+        reply = await service.handle(request.body, principal)
+        rate_headers = gate.response_headers(principal)
+        if reply.rejection is not None:
+            return _rejected(reply.rejection, rate_headers) + (reply.label, b"")
+        headers = JSON + b"X-Cache: " + reply.cache + b"\r\n" + rate_headers
+        if reply.body is None:
+            return 204, headers, b"", reply.label, reply.cache
+        return 200, headers, reply.body, reply.label, reply.cache
+
+    def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
+        if request.method not in (b"GET", b"HEAD"):
+            return 405, JSON + _ALLOW_GET, error_body(405, "use GET")
+        if not self._admin_token:
+            return 403, JSON, error_body(403, "metrics are disabled: set observability.admin_token")
+        supplied = request.authorization or b""
+        if not (supplied.startswith(b"Bearer ") and hmac.compare_digest(supplied[7:], self._admin_token)):
+            return 401, JSON, error_body(401, "admin token required (Authorization: Bearer <token>)")
+        return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
+
+    async def _rest(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
+        gate = self._gate
+        principal = gate.authenticate(request, None)
+        if isinstance(principal, Rejection):
+            return _rejected(principal, gate.response_headers(None))
+        return await self._asgi.handle(request, peer, gate.response_headers(principal))
+
+
+def _rejected(rejection: Rejection, rate_headers: bytes) -> tuple[int, bytes, bytes]:
+    headers = JSON + rejection.headers + rate_headers
+    return rejection.status, headers, error_body(rejection.status, rejection.message, rejection.code)

@@ -1,0 +1,247 @@
+"""The whole chaingate process: one nursery owning every service, one port for every client.
+
+``Gateway.run`` starts, in order: each chain/network's RPC service (its upstream pool), the
+REST app's lifespan, the access-log flusher, and the edge listener; it then reports the bound
+port and waits for ``shutdown()``.  Shutdown is graceful: the edge stops accepting and drains
+(in-flight requests finish, up to ``server.shutdown_grace``), the REST app runs its shutdown
+hooks, and only then is everything else cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import IO, Any
+
+import trio
+
+from chaingate import __version__
+from chaingate.api.app import create_app
+from chaingate.auth.gate import Gate, OpenGate
+from chaingate.config import Settings, methods_path
+from chaingate.edge.asgi import AsgiBridge
+from chaingate.edge.routes import Routes
+from chaingate.edge.server import EdgeServer
+from chaingate.impl import Impl, select
+from chaingate.obs.logs import AccessLog
+from chaingate.obs.metrics import Registry, Sample
+from chaingate.rpc.methods import MethodTable
+from chaingate.rpc.service import RpcService
+
+log = logging.getLogger("chaingate")
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        impl: Impl | None = None,
+        gate: Gate | None = None,
+        access_stream: IO[bytes] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.impl = impl or select()
+        self.gate: Gate = gate or OpenGate()
+        methods = MethodTable.load(methods_path(settings))
+        self.services: dict[str, RpcService] = {}
+        for chain, networks in settings.chains.items():
+            for network, net in networks.items():
+                self.services[f"{chain}/{network}"] = RpcService(
+                    chain, network, net, settings.rpc, methods, self.impl, self.gate
+                )
+        self.registry = Registry()
+        self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
+        self.asgi = AsgiBridge(create_app(self.health), (settings.server.host, settings.server.port))
+        self.routes = Routes(
+            self.services,
+            self.asgi,
+            self.gate,
+            self.registry,
+            self.access_log,
+            settings.observability.admin_token,
+        )
+        self.edge = EdgeServer(settings.server, self.impl, self.routes)
+        self._shutdown = trio.Event()
+        self._register_metrics()
+
+    @property
+    def port(self) -> int:
+        return self.edge.port
+
+    def shutdown(self) -> None:
+        """Begin a graceful shutdown (idempotent)."""
+        self._shutdown.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for service in self.services.values():
+                await nursery.start(service.run)
+            await nursery.start(self.asgi.lifespan)
+            nursery.start_soon(self.access_log.run)
+            edge_done = trio.Event()
+
+            async def serve_edge(task_status: trio.TaskStatus[int]) -> None:
+                try:
+                    await self.edge.serve(task_status=task_status)
+                finally:
+                    edge_done.set()
+
+            port = await nursery.start(serve_edge)
+            self.asgi.server = (self.settings.server.host, port)
+            log.info(
+                "chaingate listening",
+                extra={"fields": {"host": self.settings.server.host, "port": port, "impl": self.impl.name}},
+            )
+            task_status.started(port)
+            await self._shutdown.wait()
+            log.info("shutting down: draining connections")
+            self.edge.begin_shutdown()
+            with trio.move_on_after(self.settings.server.shutdown_grace):
+                await edge_done.wait()
+            self.asgi.request_shutdown()
+            nursery.cancel_scope.cancel()
+
+    def health(self) -> dict[str, Any]:
+        networks = []
+        for service in self.services.values():
+            up = sum(1 for u in service.pool.upstreams if not u.health.state_down)
+            networks.append(
+                {
+                    "chain": service.chain,
+                    "network": service.network,
+                    "upstreams": len(service.pool.upstreams),
+                    "upstreams_up": up,
+                    "head": service.pool.head,
+                }
+            )
+        healthy = all(n["upstreams_up"] > 0 for n in networks)
+        return {"status": "ok" if healthy else "degraded", "version": __version__, "networks": networks}
+
+    def _register_metrics(self) -> None:
+        registry = self.registry
+        services = self.services
+        routes = self.routes
+        edge = self.edge
+
+        def per_service(
+            read: Any,
+        ) -> Any:
+            def collect() -> Iterable[Sample]:
+                for service in services.values():
+                    base = {"chain": service.chain, "network": service.network}
+                    yield from read(service, base)
+
+            return collect
+
+        registry.family(
+            "chaingate_http_requests_total",
+            "counter",
+            "HTTP requests answered, by route and status.",
+            lambda: (({"route": r, "status": str(s)}, n) for (r, s), n in sorted(routes.requests.items())),
+        )
+        registry.family(
+            "chaingate_http_framing_errors_total",
+            "counter",
+            "Requests refused by the HTTP parser, by status.",
+            lambda: (({"status": str(s)}, n) for s, n in sorted(edge.framing_errors.items())),
+        )
+        registry.family(
+            "chaingate_connections_open",
+            "gauge",
+            "Client connections currently open.",
+            lambda: [({}, edge.open_connections)],
+        )
+        registry.family(
+            "chaingate_rpc_calls_total",
+            "counter",
+            "JSON-RPC calls (batch items count one each), by method and outcome.",
+            per_service(
+                lambda s, base: (
+                    ({**base, "method": m, "outcome": o}, n) for (m, o), n in sorted(s.calls.items())
+                )
+            ),
+        )
+        registry.family(
+            "chaingate_rpc_cache_hits_total",
+            "counter",
+            "Calls answered from the response cache, by method.",
+            per_service(lambda s, base: (({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items()))),
+        )
+        registry.family(
+            "chaingate_rpc_cache_lookups_total",
+            "counter",
+            "Cache lookups of cacheable calls, by result.",
+            per_service(
+                lambda s, base: [({**base, "result": "hit"}, s.cache.hits), ({**base, "result": "miss"}, s.cache.misses)]
+            ),
+        )
+        registry.family(
+            "chaingate_rpc_cache_entries",
+            "gauge",
+            "Entries in the response cache.",
+            per_service(lambda s, base: [(base, len(s.cache))]),
+        )
+        registry.family(
+            "chaingate_rpc_cache_bytes",
+            "gauge",
+            "Approximate bytes held by the response cache.",
+            per_service(lambda s, base: [(base, s.cache.bytes)]),
+        )
+        registry.family(
+            "chaingate_rpc_coalesced_total",
+            "counter",
+            "Calls answered by joining an identical call already in flight.",
+            per_service(lambda s, base: [(base, s.coalesced)]),
+        )
+
+        def upstreams(read: Any) -> Any:
+            def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
+                for upstream in service.pool.upstreams:
+                    yield from read(upstream, {**base, "upstream": upstream.name})
+
+            return per_service(collect)
+
+        registry.family(
+            "chaingate_upstream_up",
+            "gauge",
+            "1 when the upstream is in rotation, 0 when it is out.",
+            upstreams(lambda u, labels: [(labels, 0 if u.health.state_down else 1)]),
+        )
+        registry.family(
+            "chaingate_upstream_latency_seconds",
+            "gauge",
+            "Moving average of the upstream's answer latency.",
+            upstreams(lambda u, labels: [(labels, round(u.health.latency, 6))]),
+        )
+        registry.family(
+            "chaingate_upstream_head_lag_blocks",
+            "gauge",
+            "How far the upstream's head is behind the best upstream's.",
+            upstreams(lambda u, labels: [(labels, u.health.lag)]),
+        )
+        registry.family(
+            "chaingate_upstream_requests_total",
+            "counter",
+            "Requests sent to the upstream (a batch counts once).",
+            upstreams(lambda u, labels: [(labels, u.health.requests)]),
+        )
+        registry.family(
+            "chaingate_upstream_errors_total",
+            "counter",
+            "Failed upstream requests, by kind.",
+            upstreams(
+                lambda u, labels: (({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items()))
+            ),
+        )
+        registry.family(
+            "chaingate_upstream_connections",
+            "gauge",
+            "Open connections to the upstream.",
+            upstreams(lambda u, labels: [(labels, len(u.connections))]),
+        )
+        registry.histogram(
+            "chaingate_request_duration_seconds",
+            "Time from a complete request to its response, by route.",
+            routes.latency,
+        )

@@ -1,0 +1,87 @@
+"""Socket I/O on the hot path: try the non-blocking call first, wait only when it would block.
+
+trio's ``SocketStream`` checkpoints on every send and receive, which costs two trips through
+the scheduler per request even when the kernel is ready.  Here a ready socket is served with a
+plain system call and the task only parks (``wait_readable``/``wait_writable``) when it must;
+loops that can run without ever parking call ``trio.lowlevel.checkpoint`` themselves.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+import trio
+from trio.lowlevel import notify_closing, wait_readable, wait_writable
+
+RECV_SIZE = 65536
+
+
+async def recv_some(sock: socket.socket, size: int = RECV_SIZE) -> bytes:
+    """Bytes from ``sock``; b"" at end of stream."""
+    while True:
+        try:
+            return sock.recv(size)
+        except BlockingIOError:
+            await wait_readable(sock)
+
+
+async def send_all(sock: socket.socket, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data``; parks only when the kernel's send buffer is full."""
+    try:
+        sent = sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    if sent == len(data):
+        return
+    view = memoryview(data)[sent:]
+    while view:
+        await wait_writable(sock)
+        try:
+            sent = sock.send(view)
+        except BlockingIOError:
+            continue
+        view = view[sent:]
+
+
+def try_send(sock: socket.socket, data: bytes) -> int:
+    """Send what the kernel takes right now without waiting; the count of bytes taken."""
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0
+
+
+def close_socket(sock: socket.socket) -> None:
+    """Close, first waking any task parked on the socket (it sees ClosedResourceError)."""
+    if sock.fileno() >= 0:
+        notify_closing(sock)
+        sock.close()
+
+
+async def connect(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket with TCP_NODELAY; tries each resolved address."""
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError | None = None
+    for family, type_, proto, _, address in infos:
+        sock = socket.socket(family, type_, proto)
+        sock.setblocking(False)
+        try:
+            try:
+                sock.connect(address)
+            except BlockingIOError:
+                await wait_writable(sock)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    raise OSError(code, os.strerror(code)) from None
+        except OSError as exc:
+            close_socket(sock)
+            last = exc
+            continue
+        except BaseException:
+            close_socket(sock)
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise last or OSError(errno.EHOSTUNREACH, f"no address for {host}")

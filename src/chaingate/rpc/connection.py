@@ -1,0 +1,217 @@
+"""One keep-alive HTTP/1.1 connection to an upstream node, shared by many client requests.
+
+Requests are pipelined: each ``submit`` writes its bytes at once (or queues them behind bytes
+the kernel has not taken yet) and returns a future; one reader task parses the responses, which
+HTTP/1.1 delivers in request order, and resolves the futures first-in first-out.
+
+The connection knows exactly which requests reached the wire: every request records the
+stream offset where its bytes start, and the connection counts the bytes handed to the kernel.
+When the connection breaks, a request whose first byte was never handed over fails with
+``sent=False`` (safe to send elsewhere, even a write); every other one fails with ``sent=True``.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import ssl
+from typing import Any, Protocol
+
+import trio
+
+from chaingate import netio
+from chaingate.rpc.errors import BAD_RESPONSE, CONNECTION_LOST, UpstreamError
+from chaingate.rpc.future import Future
+
+
+class Transport(Protocol):
+    def try_send(self, data: bytes) -> int: ...
+
+    async def send_all(self, data: bytes) -> None: ...
+
+    async def receive(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class PlainTransport:
+    """A raw non-blocking socket: writes go straight to the kernel when it has room."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def try_send(self, data: bytes) -> int:
+        return netio.try_send(self._sock, data)
+
+    async def send_all(self, data: bytes) -> None:
+        await netio.send_all(self._sock, data)
+
+    async def receive(self) -> bytes:
+        return await netio.recv_some(self._sock)
+
+    def close(self) -> None:
+        netio.close_socket(self._sock)
+
+
+class TlsTransport:
+    """TLS through ``trio.SSLStream``; every write goes through the connection's writer task."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
+        self._stream = stream
+
+    def try_send(self, data: bytes) -> int:
+        return 0
+
+    async def send_all(self, data: bytes) -> None:
+        await self._stream.send_all(data)
+
+    async def receive(self) -> bytes:
+        return await self._stream.receive_some(netio.RECV_SIZE)
+
+    def close(self) -> None:
+        self._stream.transport_stream.socket.close()
+
+
+async def open_transport(
+    host: str, port: int, tls_context: ssl.SSLContext | None
+) -> Transport:
+    sock = await netio.connect(host, port)
+    if tls_context is None:
+        return PlainTransport(sock)
+    stream = trio.SSLStream(
+        trio.SocketStream(trio.socket.from_stdlib_socket(sock)),
+        tls_context,
+        server_hostname=host,
+        https_compatible=True,
+    )
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return TlsTransport(stream)
+
+
+class Pending:
+    __slots__ = ("deadline", "future", "start")
+
+    def __init__(self, future: Future[Any], start: int, deadline: float) -> None:
+        self.future = future
+        self.start = start
+        self.deadline = deadline
+
+
+class UpstreamConnection:
+    """A pipelined connection; run ``run()`` in a nursery for as long as it lives."""
+
+    def __init__(self, name: str, transport: Transport, parser: Any, http_error: type) -> None:
+        self.name = name
+        self.pending: collections.deque[Pending] = collections.deque()
+        self.closed = False
+        self.last_active = trio.current_time()
+        self._transport = transport
+        self._parser = parser
+        self._http_error = http_error
+        self._out = bytearray()
+        self._writer_busy = False
+        self._queued = 0  # bytes submitted so far (stream offset of the next request)
+        self._sent = 0  # bytes handed to the kernel (or to the TLS layer) so far
+        self._wake_writer = trio.Event()
+        self._scope = trio.CancelScope()
+
+    def submit(self, data: bytes, deadline: float) -> Future[Any]:
+        """Queue one request; the future yields the parsed response or raises UpstreamError."""
+        future: Future[Any] = Future()
+        if self.closed:
+            future.set_exception(UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name))
+            return future
+        self.pending.append(Pending(future, self._queued, deadline))
+        self._queued += len(data)
+        if self._out or self._writer_busy:
+            self._out += data
+            return future
+        try:
+            taken = self._transport.try_send(data)
+        except OSError as exc:
+            self.abort(CONNECTION_LOST, f"send failed: {exc.__class__.__name__}")
+            return future
+        self._sent += taken
+        if taken < len(data):
+            self._out += memoryview(data)[taken:]
+            self._wake_writer.set()
+        return future
+
+    def abort(self, kind: str, message: str) -> None:
+        """Fail every queued request and close; safe to call more than once."""
+        if self.closed:
+            return
+        self.closed = True
+        pending, self.pending = self.pending, collections.deque()
+        for item in pending:
+            item.future.set_exception(
+                UpstreamError(kind, message, sent=item.start < self._sent, upstream=self.name)
+            )
+        self._scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop)
+                    await self._read_loop()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.abort(CONNECTION_LOST, "connection closed")
+            self._transport.close()
+
+    async def _read_loop(self) -> None:
+        parser = self._parser
+        http_error = self._http_error
+        try:
+            while True:
+                data = await self._transport.receive()
+                if data:
+                    parser.feed(data)
+                else:
+                    parser.feed_eof()
+                while True:
+                    event = parser.next_event()
+                    if event is None:
+                        break
+                    if isinstance(event, http_error):
+                        self.abort(BAD_RESPONSE, f"invalid HTTP from upstream: {event.message}")
+                        return
+                    if not self.pending:
+                        self.abort(BAD_RESPONSE, "upstream sent a response nobody asked for")
+                        return
+                    self.pending.popleft().future.set_result(event)
+                    self.last_active = trio.current_time()
+                    if not event.keep_alive:
+                        self.abort(CONNECTION_LOST, "upstream closed the connection")
+                        return
+                if not data:
+                    self.abort(CONNECTION_LOST, "upstream closed the connection")
+                    return
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.abort(CONNECTION_LOST, f"connection error: {exc.__class__.__name__}")
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake_writer.wait()
+                self._wake_writer = trio.Event()
+                while self._out:
+                    data = bytes(self._out)
+                    self._out.clear()
+                    # Counted as sent before the await: if the connection dies mid-write, any
+                    # of these bytes may have left, so their requests must not be resent.
+                    self._sent += len(data)
+                    self._writer_busy = True
+                    await self._transport.send_all(data)
+                    self._writer_busy = False
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.abort(CONNECTION_LOST, f"send failed: {exc.__class__.__name__}")

@@ -1,0 +1,115 @@
+"""The method table: scope, compute units, cacheability and retry safety per JSON-RPC method.
+
+Loaded once from ``config/methods.toml`` (see the comments there for each field).  Lookups on
+the hot path are one dict access; classifying a call's block tag reads a single array element
+of the raw params with the framing module's ``array_item``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+Scope = Literal["rpc:read", "rpc:write"]
+CachePolicy = Literal["none", "static", "finalized"]
+
+# Block tags that name the moving head of the chain; any other tag is historical.
+CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
+
+
+class _Entry(msgspec.Struct, forbid_unknown_fields=True):
+    cu: int
+    scope: Literal["read", "write"] = "read"
+    tcu: int | None = None
+    cu_historical: int | None = None
+    block: int | None = None
+    cache: CachePolicy = "none"
+    retry: bool | None = None
+
+
+class MethodSpec(msgspec.Struct, frozen=True):
+    name: str
+    scope: Scope
+    cu: int
+    tcu: int
+    cu_historical: int | None
+    block_param: int | None
+    cache: CachePolicy
+    retry: bool
+
+    @property
+    def is_write(self) -> bool:
+        return self.scope == "rpc:write"
+
+    @property
+    def coalescible(self) -> bool:
+        """Identical concurrent calls may share one upstream call (reads without side effects)."""
+        return self.retry and not self.is_write
+
+
+def _spec(name: str, entry: _Entry) -> MethodSpec:
+    is_write = entry.scope == "write"
+    if entry.cu < 0 or (entry.tcu is not None and entry.tcu < 0):
+        raise ValueError(f"{name}: compute units cannot be negative")
+    return MethodSpec(
+        name=name,
+        scope="rpc:write" if is_write else "rpc:read",
+        cu=entry.cu,
+        tcu=entry.cu if entry.tcu is None else entry.tcu,
+        cu_historical=entry.cu_historical,
+        block_param=entry.block,
+        cache=entry.cache,
+        retry=(not is_write) if entry.retry is None else (entry.retry and not is_write),
+    )
+
+
+class MethodTable:
+    """Method specs per chain family, plus the spec used for pass-through methods."""
+
+    def __init__(self, families: dict[str, dict[str, MethodSpec]], passthrough: MethodSpec) -> None:
+        self._families = families
+        self.passthrough = passthrough
+
+    def family(self, name: str) -> dict[str, MethodSpec]:
+        return self._families.get(name, {})
+
+    @classmethod
+    def load(cls, path: Path) -> MethodTable:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"cannot read method table {path}: {exc}") from None
+        passthrough_raw = data.pop("passthrough", {"cu": 20, "scope": "write", "retry": False})
+        try:
+            passthrough = _spec("*", msgspec.convert(passthrough_raw, _Entry))
+            families = {
+                family: {
+                    name: _spec(name, msgspec.convert(raw, _Entry)) for name, raw in methods.items()
+                }
+                for family, methods in data.items()
+            }
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        return cls(families, passthrough)
+
+
+def block_number(tag: bytes | None) -> int | None:
+    """The block number a raw JSON block tag names (``"0x1b4"`` or a bare integer), else None."""
+    if tag is None:
+        return None
+    if len(tag) > 2 and tag[0] == 0x22 and tag[1:3] == b"0x" and tag[-1] == 0x22:
+        try:
+            return int(tag[3:-1], 16)
+        except ValueError:
+            return None
+    if tag.isdigit() and len(tag) < 20:
+        return int(tag)
+    return None
+
+
+def is_historical(tag: bytes | None) -> bool:
+    """True for a block tag other than latest/pending/safe/finalized (absent means latest)."""
+    return tag is not None and tag not in CURRENT_TAGS

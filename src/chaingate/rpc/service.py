@@ -1,0 +1,407 @@
+"""The JSON-RPC proxy of one chain/network: method table, metering, cache, coalescing, batches.
+
+A request body goes through four steps:
+
+1. framing (compiled): split into calls, keeping ids and params as raw bytes;
+2. classification: each call's method spec, its compute units, whether it writes;
+3. admission: the gate (auth/limits) sees the total cost before anything is dispatched;
+4. dispatch: each call is answered from the cache, by joining an identical call already in
+   flight, or by an upstream.  A batch's upstream calls travel as one upstream batch per
+   retry class; replies go back in the order of the request.
+
+Nothing is re-encoded: a node's ``result`` or ``error`` bytes reach the client as they came.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import msgspec
+import trio
+
+from chaingate.auth.gate import Gate, Principal, Rejection
+from chaingate.config import NetworkSettings, RpcSettings
+from chaingate.impl import Impl
+from chaingate.rpc.cache import CacheKey, ResponseCache
+from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
+from chaingate.rpc.future import Future
+from chaingate.rpc.methods import MethodSpec, MethodTable, block_number, is_historical
+from chaingate.rpc.pool import UpstreamPool
+
+METHOD_NOT_FOUND = -32601
+
+# (result, error): exactly one is raw JSON bytes.
+Outcome = tuple[bytes | None, bytes | None]
+
+_CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
+
+
+class _BlockRef(msgspec.Struct):
+    number: str | None = None
+    blockNumber: str | None = None  # noqa: N815 (JSON-RPC field name)
+
+
+_block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
+
+
+def result_block_number(result: bytes) -> int | None:
+    """The block a block/transaction/receipt result belongs to, when it says."""
+    try:
+        ref = _block_ref_decoder.decode(result)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if isinstance(ref, list):
+        if not ref:
+            return None
+        ref = ref[0]
+    value = ref.number or ref.blockNumber
+    if value is None or not value.startswith("0x"):
+        return None
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None
+
+
+def parse_evm_head(body: bytes) -> int | None:
+    """Head number from an ``eth_blockNumber`` response body (probe answers)."""
+    try:
+        reply = msgspec.json.decode(body)
+        return int(reply["result"], 16)
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def parse_solana_head(body: bytes) -> int | None:
+    """Slot from a ``getSlot`` response body (probe answers)."""
+    try:
+        slot = msgspec.json.decode(body)["result"]
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return None
+    return slot if isinstance(slot, int) else None
+
+
+class RpcReply:
+    """What the edge needs to frame the HTTP response of one RPC request."""
+
+    __slots__ = ("body", "cache", "cu", "label", "rejection")
+
+    def __init__(
+        self,
+        body: bytes | None,
+        cache: bytes,
+        label: str,
+        cu: int = 0,
+        rejection: Rejection | None = None,
+    ) -> None:
+        self.body = body  # None: nothing to send (only notifications)
+        self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
+        self.label = label  # method name (or "batch") for logs
+        self.cu = cu
+        self.rejection = rejection
+
+
+class _Job:
+    __slots__ = ("call", "index", "key", "spec")
+
+    def __init__(self, index: int, call: Any, spec: MethodSpec, key: CacheKey) -> None:
+        self.index = index
+        self.call = call
+        self.spec = spec
+        self.key = key
+
+
+class RpcService:
+    def __init__(
+        self,
+        chain: str,
+        network: str,
+        settings: NetworkSettings,
+        rpc: RpcSettings,
+        methods: MethodTable,
+        impl: Impl,
+        gate: Gate,
+    ) -> None:
+        self.chain = chain
+        self.network = network
+        self.label = f"{chain}/{network}"
+        self.settings = settings
+        self._jsonrpc: Any = impl.jsonrpc
+        self._gate = gate
+        self._methods = methods.family(settings.family)
+        self._passthrough = methods.passthrough if settings.passthrough else None
+        self._max_batch = rpc.max_batch
+        self._timeout = rpc.request_timeout
+        self._coalesce = rpc.coalesce
+        self._finality_depth = settings.finality_depth
+        self._upstream_batch = min(u.max_batch for u in settings.upstreams)
+        self._next_id = 1
+        self._inflight: dict[CacheKey, Future[Outcome]] = {}
+        self.cache = ResponseCache(rpc.cache_max_entries, rpc.cache_max_bytes)
+        if settings.family == "solana":
+            probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
+            parse_head = parse_solana_head
+        else:
+            probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
+            parse_head = parse_evm_head
+        self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
+        # Per (method, outcome) call counts, and per method cache hits, read by /metrics.
+        self.calls: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.cache_hits: defaultdict[str, int] = defaultdict(int)
+        self.coalesced = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.pool.run(task_status=task_status)
+
+    # --- classification -------------------------------------------------------------------
+
+    def _spec(self, method: str) -> MethodSpec | None:
+        spec = self._methods.get(method)
+        return spec if spec is not None else self._passthrough
+
+    def _cost(self, spec: MethodSpec, params: bytes | None) -> int:
+        if spec.cu_historical is not None and spec.block_param is not None and params is not None:
+            tag = self._jsonrpc.array_item(params, spec.block_param)
+            if is_historical(tag):
+                return spec.cu_historical
+        return spec.cu
+
+    # --- entry point ------------------------------------------------------------------------
+
+    async def handle(self, body: bytes, principal: Principal) -> RpcReply:
+        jsonrpc = self._jsonrpc
+        parsed = jsonrpc.parse_request(body, self._max_batch)
+        if parsed.error:
+            self.calls[("invalid", "error")] += 1
+            return RpcReply(jsonrpc.error_reply(b"null", parsed.error, parsed.message), b"MISS", "invalid")
+        if not parsed.batch:
+            return await self._handle_single(parsed.calls[0], principal)
+        return await self._handle_batch(parsed.calls, principal)
+
+    async def _handle_single(self, call: Any, principal: Principal) -> RpcReply:
+        jsonrpc = self._jsonrpc
+        if call.error:
+            self.calls[("invalid", "error")] += 1
+            return RpcReply(jsonrpc.error_reply(call.id, call.error, call.message), b"MISS", "invalid")
+        spec = self._spec(call.method)
+        if spec is None:
+            self.calls[("unknown", "error")] += 1
+            return RpcReply(self._not_found(call), b"MISS", "unknown")
+        cu = self._cost(spec, call.params)
+        rejection = self._gate.admit(principal, spec.is_write, cu, spec.tcu)
+        if rejection is not None:
+            return RpcReply(None, b"MISS", spec.name, 0, rejection)
+        key = (call.method, call.params or b"")
+        if spec.cache != "none":
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.cache_hits[spec.name] += 1
+                self.calls[(spec.name, "ok")] += 1
+                body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
+                return RpcReply(body, b"HIT", spec.name, cu)
+        result, error = await self._call(call.method, call.params, spec, key)
+        self.calls[(spec.name, "ok" if error is None else "error")] += 1
+        if call.id is None:
+            return RpcReply(None, b"MISS", spec.name, cu)
+        if result is not None:
+            return RpcReply(jsonrpc.result_reply(call.id, result), b"MISS", spec.name, cu)
+        return RpcReply(jsonrpc.raw_error_reply(call.id, error), b"MISS", spec.name, cu)
+
+    async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
+        jsonrpc = self._jsonrpc
+        replies: list[bytes | None] = [None] * len(calls)
+        jobs: list[_Job] = []
+        cu = tcu = 0
+        writes = False
+        for index, call in enumerate(calls):
+            if call.error:
+                self.calls[("invalid", "error")] += 1
+                replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
+                continue
+            spec = self._spec(call.method)
+            if spec is None:
+                self.calls[("unknown", "error")] += 1
+                replies[index] = self._not_found(call)
+                continue
+            cu += self._cost(spec, call.params)
+            tcu += spec.tcu
+            writes = writes or spec.is_write
+            jobs.append(_Job(index, call, spec, (call.method, call.params or b"")))
+        rejection = self._gate.admit(principal, writes, cu, tcu) if jobs else None
+        if rejection is not None:
+            return RpcReply(None, b"MISS", "batch", 0, rejection)
+        hits = 0
+        safe: list[_Job] = []
+        unsafe: list[_Job] = []
+        for job in jobs:
+            if job.spec.cache != "none":
+                hit = self.cache.get(job.key)
+                if hit is not None:
+                    hits += 1
+                    self.cache_hits[job.spec.name] += 1
+                    self.calls[(job.spec.name, "ok")] += 1
+                    if job.call.id is not None:
+                        replies[job.index] = jsonrpc.result_reply(job.call.id, hit)
+                    continue
+            (safe if job.spec.retry else unsafe).append(job)
+        groups = [safe[i : i + self._upstream_batch] for i in range(0, len(safe), self._upstream_batch)]
+        groups += [unsafe[i : i + self._upstream_batch] for i in range(0, len(unsafe), self._upstream_batch)]
+        if len(groups) == 1:
+            await self._send_group(groups[0], replies)
+        elif groups:
+            async with trio.open_nursery() as nursery:
+                for group in groups:
+                    nursery.start_soon(self._send_group, group, replies)
+        parts = [reply for reply in replies if reply is not None]
+        body = jsonrpc.join_batch(parts) if parts else None
+        cache = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
+        return RpcReply(body, cache, "batch", cu)
+
+    def _not_found(self, call: Any) -> bytes:
+        message = f"method not found: {call.method[:64]}"
+        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+
+    # --- upstream calls ---------------------------------------------------------------------
+
+    async def _call(self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey) -> Outcome:
+        """One call, joined to an identical one already in flight when that is safe."""
+        if not (self._coalesce and spec.coalescible):
+            return await self._send_one(method, params, spec, key)
+        shared = self._inflight.get(key)
+        if shared is not None:
+            self.coalesced += 1
+            return await shared.wait()
+        future: Future[Outcome] = Future()
+        self._inflight[key] = future
+        outcome = _CANCELLED
+        try:
+            outcome = await self._send_one(method, params, spec, key)
+        finally:
+            del self._inflight[key]
+            # Followers get an answer even if this task is cancelled (they are not).
+            future.set_result(outcome)
+        return outcome
+
+    async def _send_one(self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey) -> Outcome:
+        jsonrpc = self._jsonrpc
+        request_id = self._next_id
+        self._next_id += 1
+        body = jsonrpc.upstream_request(request_id, method, params)
+        deadline = trio.current_time() + self._timeout
+        try:
+            upstream, response = await self.pool.request(body, retry_safe=spec.retry, deadline=deadline)
+        except UpstreamError as exc:
+            return None, client_error(exc, write=spec.is_write)
+        parsed = jsonrpc.parse_response(response.body)
+        if parsed is None or parsed.batch or len(parsed.replies) != 1:
+            return None, _bad_response(upstream.name, response.status)
+        return self._outcome(parsed.replies[0], spec, key, params, upstream.name, response.status)
+
+    async def _send_group(self, jobs: list[_Job], replies: list[bytes | None]) -> None:
+        """Send calls as one upstream batch and place each reply at its call's position."""
+        jsonrpc = self._jsonrpc
+        by_id: dict[int, _Job] = {}
+        parts = []
+        for job in jobs:
+            request_id = self._next_id
+            self._next_id += 1
+            by_id[request_id] = job
+            parts.append(jsonrpc.upstream_request(request_id, job.call.method, job.call.params))
+        retry_safe = jobs[0].spec.retry
+        deadline = trio.current_time() + self._timeout
+        outcomes: dict[int, Outcome] = {}
+        try:
+            upstream, response = await self.pool.request(
+                jsonrpc.join_batch(parts), retry_safe=retry_safe, deadline=deadline
+            )
+        except UpstreamError as exc:
+            failure = client_error(exc, write=any(job.spec.is_write for job in jobs))
+            outcomes = {id(job): (None, failure) for job in jobs}
+        else:
+            parsed = jsonrpc.parse_response(response.body)
+            if parsed is None:
+                failure = _bad_response(upstream.name, response.status)
+                outcomes = {id(job): (None, failure) for job in jobs}
+            elif not parsed.batch:
+                # The node refused the batch as a whole (for example: too large).
+                reply = parsed.replies[0]
+                failure = reply.error if _is_object(reply.error) else _bad_response(upstream.name, response.status)
+                outcomes = {id(job): (None, failure) for job in jobs}
+            else:
+                for reply in parsed.replies:
+                    job = by_id.pop(_int_id(reply.id), None) if reply.id is not None else None
+                    if job is not None:
+                        outcomes[id(job)] = self._outcome(
+                            reply, job.spec, job.key, job.call.params, upstream.name, response.status
+                        )
+                missing = error_object(INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response")
+                for job in by_id.values():
+                    outcomes[id(job)] = (None, missing)
+        for job in jobs:
+            result, error = outcomes[id(job)]
+            self.calls[(job.spec.name, "ok" if error is None else "error")] += 1
+            if job.call.id is None:
+                continue
+            if result is not None:
+                replies[job.index] = jsonrpc.result_reply(job.call.id, result)
+            else:
+                replies[job.index] = jsonrpc.raw_error_reply(job.call.id, error)
+
+    def _outcome(
+        self, reply: Any, spec: MethodSpec, key: CacheKey, params: bytes | None, upstream: str, status: int
+    ) -> Outcome:
+        if reply.error is not None:
+            if _is_object(reply.error):
+                return None, reply.error
+            return None, _bad_response(upstream, status)
+        result = reply.result
+        if result is None:
+            return None, _bad_response(upstream, status)
+        if spec.cache != "none":
+            self._maybe_cache(spec, key, params, result)
+        if spec.name == "eth_blockNumber":
+            head = block_number(result)
+            if head is not None:
+                self.pool.note_head(head)
+        return result, None
+
+    def _maybe_cache(self, spec: MethodSpec, key: CacheKey, params: bytes | None, result: bytes) -> None:
+        if result == b"null":
+            return
+        if spec.cache == "static":
+            self.cache.put(key, result)
+            return
+        head = self.pool.head
+        if head is None:
+            return
+        finalized = head - self._finality_depth
+        if spec.block_param is not None:
+            tag = None if params is None else self._jsonrpc.array_item(params, spec.block_param)
+            if not is_historical(tag):
+                return  # latest, pending...: the answer moves with the head
+            number = block_number(tag)
+            if number is not None:
+                if number <= finalized:
+                    self.cache.put(key, result)
+                return
+            # A block hash (or an EIP-1898 object): the result may say which block it is.
+        number = result_block_number(result)
+        if number is not None and number <= finalized:
+            self.cache.put(key, result)
+
+
+def _is_object(raw: bytes | None) -> bool:
+    return raw is not None and raw[:1] == b"{"
+
+
+def _int_id(raw: bytes) -> int:
+    return int(raw) if raw.isdigit() and len(raw) < 19 else -1
+
+
+def _bad_response(upstream: str, status: int) -> bytes:
+    return error_object(
+        INTERNAL_ERROR,
+        f"upstream {upstream} returned an invalid JSON-RPC response (HTTP {status})",
+        "bad_response",
+    )
