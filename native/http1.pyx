@@ -15,6 +15,17 @@ from chaingate.framing_constants import EXPECT_OTHER as _EXPECT_OTHER_PY
 from chaingate.framing_constants import REASONS as _REASONS
 from chaingate.framing_constants import TOKEN_CHARS as _TOKEN_CHARS
 
+__all__ = [
+    "IMPLEMENTATION",
+    "HttpError",
+    "Request",
+    "RequestParser",
+    "Response",
+    "ResponseParser",
+    "build_request",
+    "build_response",
+]
+
 IMPLEMENTATION = "compiled"
 
 cdef Py_ssize_t CHUNK_LINE_MAX = _CHUNK_LINE_MAX_PY
@@ -844,11 +855,14 @@ cdef inline Py_ssize_t _digits(Py_ssize_t value):
     return n
 
 
-def build_response(int status, bytes headers, bytes body, bint keep_alive, bint http10=False):
+def build_response(object status, bytes headers, bytes body, bint keep_alive, bint http10=False):
     """Assemble a response.  ``headers`` holds complete ``Name: value\\r\\n`` lines."""
+    # Range-check the Python int before converting it: an out-of-range status must be the
+    # ValueError of the pure twin, not an OverflowError from the C conversion.
     if not 100 <= status <= 999:
         raise ValueError("status must be a three-digit code")
-    cdef object reason_obj = _REASON_BY_STATUS[status] if status < 600 else None
+    cdef int code = status
+    cdef object reason_obj = _REASON_BY_STATUS[code] if code < 600 else None
     cdef bytes reason = reason_obj if reason_obj is not None else b"Unknown"
     cdef const char* connection
     cdef Py_ssize_t connection_len
@@ -861,10 +875,10 @@ def build_response(int status, bytes headers, bytes body, bint keep_alive, bint 
     else:
         connection = b""
         connection_len = 0
-    if status == 204 or status < 200:
+    if code == 204 or code < 200:
         # RFC 9110: these responses have no content and no Content-Length.
         return b"HTTP/1.1 %d %s\r\n%s%s\r\n" % (
-            status, reason, connection[:connection_len], headers)
+            code, reason, connection[:connection_len], headers)
     cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
     cdef Py_ssize_t headers_len = PyBytes_GET_SIZE(headers)
     cdef Py_ssize_t reason_len = PyBytes_GET_SIZE(reason)
@@ -874,7 +888,7 @@ def build_response(int status, bytes headers, bytes body, bint keep_alive, bint 
     cdef char* q = PyBytes_AS_STRING(out)
     cdef Py_ssize_t at = 0
     at = _put(q, at, b"HTTP/1.1 ", 9)
-    at = _put_int(q, at, status)
+    at = _put_int(q, at, code)
     q[at] = 32
     at += 1
     at = _put(q, at, PyBytes_AS_STRING(reason), reason_len)

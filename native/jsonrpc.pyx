@@ -28,6 +28,27 @@ from chaingate._pure.jsonrpc import (
     MSG_TOO_DEEP,
 )
 
+__all__ = [
+    "IMPLEMENTATION",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "Call",
+    "ParsedRequest",
+    "ParsedResponse",
+    "Reply",
+    "array_item",
+    "error_reply",
+    "join_batch",
+    "parse_request",
+    "parse_response",
+    "raw_error_reply",
+    "result_reply",
+    "upstream_request",
+]
+
 IMPLEMENTATION = "compiled"
 
 PARSE_ERROR = -32700

@@ -27,6 +27,17 @@ from chaingate.framing_constants import (
     TOKEN_CHARS,
 )
 
+__all__ = [
+    "IMPLEMENTATION",
+    "HttpError",
+    "Request",
+    "RequestParser",
+    "Response",
+    "ResponseParser",
+    "build_request",
+    "build_response",
+]
+
 IMPLEMENTATION = "pure"
 
 _VERSION_RE = re.compile(rb"HTTP/[0-9]\.[0-9]\Z")

@@ -18,6 +18,27 @@ import re
 
 from chaingate.framing_constants import MAX_JSON_DEPTH
 
+__all__ = [
+    "IMPLEMENTATION",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "Call",
+    "ParsedRequest",
+    "ParsedResponse",
+    "Reply",
+    "array_item",
+    "error_reply",
+    "join_batch",
+    "parse_request",
+    "parse_response",
+    "raw_error_reply",
+    "result_reply",
+    "upstream_request",
+]
+
 IMPLEMENTATION = "pure"
 
 PARSE_ERROR = -32700

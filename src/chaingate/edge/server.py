@@ -35,6 +35,11 @@ IDLE, READING, BUSY, WRITING = 0, 1, 2, 3
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # Requests answered back to back without the task ever parking before it yields anyway.
 FAIRNESS_BATCH = 64
+# After an error answer, how long and how much of the client's remaining input we read and
+# discard before closing: closing with unread input makes the kernel send a reset, which can
+# destroy the answer (a 413) before the client has read it.
+LINGER_SECONDS = 2.0
+LINGER_MAX_BYTES = 8 << 20
 
 
 class Handler(Protocol):
@@ -210,6 +215,7 @@ class EdgeServer:
                 body = error_body(request.status, request.message)
                 response = http1.build_response(request.status, self._date.line() + JSON, body, False)
                 await self._write(conn, response)
+                await self._linger(conn)
                 return
             conn.state = BUSY
             status, headers, body = await handler(request, peer)
@@ -232,6 +238,20 @@ class EdgeServer:
             conn.state = WRITING
             conn.since = trio.current_time()
             await netio.send_all(conn.sock, memoryview(data)[sent:])
+
+    async def _linger(self, conn: _Conn) -> None:
+        conn.state = BUSY  # bounded here, not by the sweeper
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        with trio.move_on_after(LINGER_SECONDS):
+            drained = 0
+            while drained < LINGER_MAX_BYTES:
+                data = await netio.recv_some(conn.sock)
+                if not data:
+                    return
+                drained += len(data)
 
     async def _sweeper(self) -> None:
         settings = self._settings

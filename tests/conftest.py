@@ -1,0 +1,92 @@
+"""Shared fixtures: both framing implementations, real anvil nodes, an in-process gateway.
+
+* ``impl`` is parametrized over the compiled and the pure twins, so every test that takes it
+  (directly or through ``start_gateway``) runs against both.
+* ``anvil`` is one real anvil for the whole session (installed from npm on first use);
+  ``anvil_factory`` starts fresh ones a test may kill.
+* ``start_gateway`` runs a Gateway inside the test's nursery on a free port.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from chaingate import config, impl as impl_module
+from chaingate.devnet.anvil import AnvilProcess
+from chaingate.gateway import Gateway
+
+from tests.helpers import GatewayHandle
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _compiled_or_skip() -> impl_module.Impl:
+    try:
+        return impl_module.compiled()
+    except ImportError:
+        if IN_CI:
+            raise
+        pytest.skip("compiled modules not built (run `pip install -e .`)")
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def impl(request: pytest.FixtureRequest) -> impl_module.Impl:
+    if request.param == "compiled":
+        return _compiled_or_skip()
+    return impl_module.pure()
+
+
+@pytest.fixture(scope="session")
+def anvil() -> Iterator[AnvilProcess]:
+    with AnvilProcess() as node:
+        yield node
+
+
+@pytest.fixture
+def anvil_factory() -> Iterator[Callable[..., AnvilProcess]]:
+    started: list[AnvilProcess] = []
+
+    def start(**kwargs: Any) -> AnvilProcess:
+        node = AnvilProcess(**kwargs).start()
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.stop()
+
+
+def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) -> config.Settings:
+    """Settings for one ``ethereum/devnet`` network served on a free port."""
+    ups = [u if isinstance(u, dict) else {"url": u, "name": f"up{i}"} for i, u in enumerate(upstreams)]
+    network = {"chain_id": 31337, "testnet": True, "finality_depth": 2, "upstreams": ups}
+    network.update(sections.pop("network", {}))
+    data: dict[str, Any] = {
+        "server": {"port": 0, **sections.pop("server", {})},
+        "rpc": {"probe_interval": 0.2, **sections.pop("rpc", {})},
+        "observability": {"admin_token": "test-admin-token", **sections.pop("observability", {})},
+        "chains": {"ethereum": {"devnet": network}, **sections.pop("chains", {})},
+    }
+    data.update(sections)
+    return config.from_mapping(data, environ={})
+
+
+StartGateway = Callable[..., Awaitable[GatewayHandle]]
+
+
+@pytest.fixture
+def start_gateway(nursery: trio.Nursery, impl: impl_module.Impl) -> StartGateway:
+    async def start(upstreams: list[Any], **sections: Any) -> GatewayHandle:
+        settings = make_settings(upstreams, **sections)
+        logs = io.BytesIO()
+        gateway = Gateway(settings, impl=impl, access_stream=logs)
+        await nursery.start(gateway.run)
+        return GatewayHandle(gateway, logs)
+
+    return start

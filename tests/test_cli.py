@@ -1,0 +1,102 @@
+"""The README's first command, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from chaingate.devnet.anvil import free_port
+
+
+def _pids_matching(pattern: str) -> list[int]:
+    result = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return [int(pid) for pid in result.stdout.split()]
+
+
+def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    anvil_port = free_port()
+    env = {**os.environ, "HOME": os.environ.get("HOME", str(tmp_path)), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chaingate", "dev", "--port", str(port), "--anvil-port", str(anvil_port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    output: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+            if line.startswith("Ctrl-C stops"):
+                break
+        text = "".join(output)
+        assert "chaingate dev is up." in text, text
+        assert _pids_matching(f"anvil.*--port {anvil_port}"), "anvil should be running"
+        # Paste the first curl command exactly as printed.
+        match = re.search(r"(curl -s \S+/v1/rpc/ethereum/devnet .*?\n.*?-d '[^']*')", text)
+        assert match, text
+        command = match.group(1).replace("\\\n", " ")
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=10)
+        reply = json.loads(result.stdout)
+        assert reply["jsonrpc"] == "2.0" and reply["result"].startswith("0x")
+        health = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/v1/health"], capture_output=True, text=True, timeout=10)
+        assert json.loads(health.stdout)["status"] == "ok"
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert code == 0
+    time.sleep(0.2)
+    assert not _pids_matching(f"anvil.*--port {anvil_port}"), "anvil outlived chaingate dev"
+
+
+def test_serve_reports_a_missing_config_file(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "chaingate", "serve", "--config", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "config file not found" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_serve_runs_a_config_file_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[server]\nport = {port}\n[chains.ethereum.mainnet]\nchain_id = 1\n'
+        f'[[chains.ethereum.mainnet.upstreams]]\nurl = "http://127.0.0.1:{free_port()}"\n'
+    )
+    process = subprocess.Popen([sys.executable, "-m", "chaingate", "serve", "--config", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        reply = None
+        while time.monotonic() < deadline and reply is None:
+            result = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/v1/health"], capture_output=True, text=True)
+            if result.stdout:
+                reply = json.loads(result.stdout)
+            else:
+                time.sleep(0.1)
+        # The only upstream is down: the service still answers, and says it is degraded.
+        assert reply is not None and reply["status"] == "degraded"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=15)
+    assert code == 0
