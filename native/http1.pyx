@@ -875,8 +875,9 @@ def build_response(object status, bytes headers, bytes body, bint keep_alive, bi
     else:
         connection = b""
         connection_len = 0
-    if code == 204 or code < 200:
-        # RFC 9110: these responses have no content and no Content-Length.
+    if code == 204 or code == 304 or code < 200:
+        # RFC 9110: these responses have no content and no Content-Length (a 304's body would
+        # be read as the start of the next response).
         return b"HTTP/1.1 %d %s\r\n%s%s\r\n" % (
             code, reason, connection[:connection_len], headers)
     cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import trio
 
-from chaingate import config, impl as impl_module
+from chaingate import config
+from chaingate import impl as impl_module
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
-
 from tests.helpers import GatewayHandle
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -64,7 +64,9 @@ def anvil_factory() -> Iterator[Callable[..., AnvilProcess]]:
 
 def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) -> config.Settings:
     """Settings for one ``ethereum/devnet`` network served on a free port."""
-    ups = [u if isinstance(u, dict) else {"url": u, "name": f"up{i}"} for i, u in enumerate(upstreams)]
+    ups = [
+        u if isinstance(u, dict) else {"url": u, "name": f"up{i}"} for i, u in enumerate(upstreams)
+    ]
     network = {"chain_id": 31337, "testnet": True, "finality_depth": 2, "upstreams": ups}
     network.update(sections.pop("network", {}))
     data: dict[str, Any] = {

@@ -59,19 +59,24 @@ class GatewayHandle:
 
 
 def rpc_body(method: str, params: list[Any] | None = None, id: Any = 1) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params or []}).encode()
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": id, "method": method, "params": params or []}
+    ).encode()
 
 
 def post_bytes(path: str, body: bytes, extra: bytes = b"", host: bytes = b"test") -> bytes:
     return (
-        b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
+        b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n%s\r\n%s"
         % (path.encode(), host, len(body), extra, body)
     )
 
 
-async def exchange(port: int, data: bytes, *, timeout: float = 10.0, half_close: bool = False) -> bytes:
+async def exchange(
+    port: int, data: bytes, *, limit: float = 10.0, half_close: bool = False
+) -> bytes:
     """Send raw bytes, read until the server closes the connection."""
-    with trio.fail_after(timeout):
+    with trio.fail_after(limit):
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         async with stream:
             await stream.send_all(data)
@@ -188,7 +193,9 @@ class FaultyRelay:
                     pass
                 nursery.cancel_scope.cancel()
 
-    async def _node_to_client(self, node: trio.SocketStream, client: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _node_to_client(
+        self, node: trio.SocketStream, client: trio.SocketStream, scope: trio.CancelScope
+    ) -> None:
         try:
             while True:
                 data = await node.receive_some(65536)
@@ -199,7 +206,9 @@ class FaultyRelay:
                 if self.mode == "swallow_response":
                     self.responses_swallowed += 1
                     # Reset, not FIN: the caller sees the connection die mid-exchange.
-                    client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    client.socket.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                    )
                     break
                 await client.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

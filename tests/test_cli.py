@@ -24,7 +24,16 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
     anvil_port = free_port()
     env = {**os.environ, "HOME": os.environ.get("HOME", str(tmp_path)), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "chaingate", "dev", "--port", str(port), "--anvil-port", str(anvil_port)],
+        [
+            sys.executable,
+            "-m",
+            "chaingate",
+            "dev",
+            "--port",
+            str(port),
+            "--anvil-port",
+            str(anvil_port),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -51,7 +60,12 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
         result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=10)
         reply = json.loads(result.stdout)
         assert reply["jsonrpc"] == "2.0" and reply["result"].startswith("0x")
-        health = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/v1/health"], capture_output=True, text=True, timeout=10)
+        health = subprocess.run(
+            ["curl", "-s", f"http://127.0.0.1:{port}/v1/health"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert json.loads(health.stdout)["status"] == "ok"
     finally:
         process.send_signal(signal.SIGINT)
@@ -81,15 +95,22 @@ def test_serve_runs_a_config_file_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     path = tmp_path / "c.toml"
     path.write_text(
-        f'[server]\nport = {port}\n[chains.ethereum.mainnet]\nchain_id = 1\n'
+        f"[server]\nport = {port}\n[chains.ethereum.mainnet]\nchain_id = 1\n"
         f'[[chains.ethereum.mainnet.upstreams]]\nurl = "http://127.0.0.1:{free_port()}"\n'
     )
-    process = subprocess.Popen([sys.executable, "-m", "chaingate", "serve", "--config", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chaingate", "serve", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         reply = None
         while time.monotonic() < deadline and reply is None:
-            result = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/v1/health"], capture_output=True, text=True)
+            result = subprocess.run(
+                ["curl", "-s", f"http://127.0.0.1:{port}/v1/health"], capture_output=True, text=True
+            )
             if result.stdout:
                 reply = json.loads(result.stdout)
             else:

@@ -46,8 +46,18 @@ def test_environment_overrides_file_values() -> None:
         ({"server": {"bogus": 1}}, "bogus"),
         ({"chains": {"eth": {"main": {"upstreams": []}}}}, "at least one upstream"),
         ({"chains": {"eth": {"main": {"upstreams": [{"url": "ftp://x"}]}}}}, "http:// or https://"),
-        ({"chains": {"eth": {"main": {"upstreams": [{"url": "http://a"}, {"url": "http://a"}]}}}}, "distinct names"),
-        ({"chains": {"eth": {"main": {"family": "cosmos", "upstreams": [{"url": "http://a"}]}}}}, "family"),
+        (
+            {
+                "chains": {
+                    "eth": {"main": {"upstreams": [{"url": "http://a"}, {"url": "http://a"}]}}
+                }
+            },
+            "distinct names",
+        ),
+        (
+            {"chains": {"eth": {"main": {"family": "cosmos", "upstreams": [{"url": "http://a"}]}}}},
+            "family",
+        ),
     ],
 )
 def test_invalid_settings_name_the_problem(mapping: dict, message: str) -> None:
@@ -66,7 +76,10 @@ def test_the_method_table_loads_with_sane_defaults() -> None:
     evm = table.family("evm")
     assert evm["eth_blockNumber"].cu == 1
     assert evm["eth_getStorageAt"].cu_historical == 20
-    assert evm["eth_sendRawTransaction"].scope == "rpc:write" and not evm["eth_sendRawTransaction"].retry
+    assert (
+        evm["eth_sendRawTransaction"].scope == "rpc:write"
+        and not evm["eth_sendRawTransaction"].retry
+    )
     assert evm["eth_getLogs"].retry and evm["eth_getLogs"].scope == "rpc:read"
     assert not evm["eth_getFilterChanges"].retry
     assert evm["debug_traceTransaction"].tcu > evm["debug_traceTransaction"].cu
@@ -81,5 +94,5 @@ def test_the_method_table_loads_with_sane_defaults() -> None:
 def test_a_broken_method_table_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "methods.toml"
     path.write_text('[evm]\neth_x = { cu = "many" }\n')
-    with pytest.raises(ValueError, match="methods.toml"):
+    with pytest.raises(ValueError, match=r"methods\.toml"):
         MethodTable.load(path)

@@ -8,14 +8,15 @@ from typing import Any
 import trio
 
 from chaingate.devnet.anvil import AnvilProcess
-
 from tests.conftest import StartGateway
 from tests.helpers import FaultyRelay, exchange, parse_responses, post_bytes, rpc_body
 
 RPC = "/v1/rpc/ethereum/devnet"
 
 
-async def test_keep_alive_serves_many_requests_on_one_connection(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_keep_alive_serves_many_requests_on_one_connection(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     async with stream:
@@ -28,25 +29,35 @@ async def test_keep_alive_serves_many_requests_on_one_connection(start_gateway: 
     assert gw.gateway.edge.accepted == 1
 
 
-async def test_http10_closes_unless_asked_to_keep_alive(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_http10_closes_unless_asked_to_keep_alive(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     body = rpc_body("eth_chainId")
     request = b"POST %s HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (RPC.encode(), len(body), body)
     raw = await exchange(gw.port, request)
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in raw
-    keep = b"POST %s HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (RPC.encode(), len(body), body)
+    keep = b"POST %s HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (
+        RPC.encode(),
+        len(body),
+        body,
+    )
     raw = await exchange(gw.port, keep + request)
     assert raw.count(b"HTTP/1.1 200 OK") == 2 and b"Connection: keep-alive\r\n" in raw
 
 
-async def test_body_over_the_limit_is_413_without_reading_it(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_body_over_the_limit_is_413_without_reading_it(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     body = b"[" + b" " * (2 * 1024 * 1024) + b"]"
     raw = await exchange(gw.port, post_bytes(RPC, body))
     (response,) = parse_responses(raw, ["POST"])
     assert response.status == 413
     assert response.headers["connection"] == "close"
-    assert response.json() == {"error": {"code": "payload_too_large", "message": "request body too large", "status": 413}}
+    assert response.json() == {
+        "error": {"code": "payload_too_large", "message": "request body too large", "status": 413}
+    }
     # Chunked: refused as soon as the running total passes the limit.
     chunk = b" " * 65536
     chunked = b"POST %s HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" % RPC.encode()
@@ -55,15 +66,22 @@ async def test_body_over_the_limit_is_413_without_reading_it(start_gateway: Star
     assert response.status == 413
 
 
-async def test_configured_body_limit_is_honoured(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_configured_body_limit_is_honoured(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], server={"max_body_bytes": 100})
-    (ok,) = parse_responses(await exchange(gw.port, post_bytes(RPC, rpc_body("eth_chainId"), b"Connection: close\r\n")), ["POST"])
+    (ok,) = parse_responses(
+        await exchange(gw.port, post_bytes(RPC, rpc_body("eth_chainId"), b"Connection: close\r\n")),
+        ["POST"],
+    )
     assert ok.status == 200
     (too_big,) = parse_responses(await exchange(gw.port, post_bytes(RPC, b" " * 101)), ["POST"])
     assert too_big.status == 413
 
 
-async def test_oversized_heads_are_414_and_431(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_oversized_heads_are_414_and_431(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     long_target = b"GET /v1/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"
     (response,) = parse_responses(await exchange(gw.port, long_target), ["GET"])
@@ -71,12 +89,18 @@ async def test_oversized_heads_are_414_and_431(start_gateway: StartGateway, anvi
     big_header = b"GET /v1/health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n"
     (response,) = parse_responses(await exchange(gw.port, big_header), ["GET"])
     assert response.status == 431
-    many = b"GET /v1/health HTTP/1.1\r\nHost: t\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(150)) + b"\r\n"
+    many = (
+        b"GET /v1/health HTTP/1.1\r\nHost: t\r\n"
+        + b"".join(b"X-%d: v\r\n" % i for i in range(150))
+        + b"\r\n"
+    )
     (response,) = parse_responses(await exchange(gw.port, many), ["GET"])
     assert response.status == 431
 
 
-async def test_malformed_requests_get_400_in_the_envelope(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_malformed_requests_get_400_in_the_envelope(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     for raw_request in [
         b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -87,11 +111,15 @@ async def test_malformed_requests_get_400_in_the_envelope(start_gateway: StartGa
         (response,) = parse_responses(await exchange(gw.port, raw_request), ["GET"])
         assert response.status == 400, raw_request
         assert response.json()["error"]["code"] == "invalid_request"
-    (response,) = parse_responses(await exchange(gw.port, b"GET / HTTP/2.0\r\nHost: t\r\n\r\n"), ["GET"])
+    (response,) = parse_responses(
+        await exchange(gw.port, b"GET / HTTP/2.0\r\nHost: t\r\n\r\n"), ["GET"]
+    )
     assert response.status == 505
 
 
-async def test_request_cut_in_the_middle_harms_nothing(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_request_cut_in_the_middle_harms_nothing(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     full = post_bytes(RPC, rpc_body("eth_chainId"))
     for cut in (5, len(full) // 2, len(full) - 3):
@@ -113,7 +141,11 @@ async def _settles(gw: Any) -> bool:
 async def test_expect_100_continue(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
     gw = await start_gateway([anvil.url])
     body = rpc_body("eth_chainId")
-    head = b"POST %s HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (RPC.encode(), len(body))
+    head = (
+        b"POST %s HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n"
+        % (RPC.encode(), len(body))
+    )
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     async with stream:
         await stream.send_all(head)
@@ -128,7 +160,9 @@ async def test_expect_100_continue(start_gateway: StartGateway, anvil: AnvilProc
     assert response.json()["result"] == "0x7a69"
 
 
-async def test_idle_keep_alive_connections_are_closed(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_idle_keep_alive_connections_are_closed(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], server={"idle_timeout": 0.3})
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     async with stream:
@@ -138,11 +172,15 @@ async def test_idle_keep_alive_connections_are_closed(start_gateway: StartGatewa
             assert await stream.receive_some(65536) == b""  # closed by the server
 
 
-async def test_slow_client_gets_408_and_is_cut_off(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_slow_client_gets_408_and_is_cut_off(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], server={"client_read_timeout": 0.3})
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     async with stream:
-        await stream.send_all(b"POST /v1/rpc/ethereum/devnet HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+        await stream.send_all(
+            b"POST /v1/rpc/ethereum/devnet HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{"
+        )
         data = b""
         with trio.fail_after(3):
             while chunk := await stream.receive_some(65536):
@@ -152,7 +190,9 @@ async def test_slow_client_gets_408_and_is_cut_off(start_gateway: StartGateway, 
     assert response.json()["error"]["code"] == "request_timeout"
 
 
-async def test_rest_paths_go_to_the_app_and_unknown_paths_are_404(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_rest_paths_go_to_the_app_and_unknown_paths_are_404(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     async with gw.client() as client:
         health = await client.get("/v1/health")
@@ -169,7 +209,9 @@ async def test_rest_paths_go_to_the_app_and_unknown_paths_are_404(start_gateway:
         assert set(response.json()["error"]) == {"code", "message", "status"}
 
 
-async def test_graceful_shutdown_finishes_in_flight_requests(start_gateway: StartGateway, anvil: AnvilProcess, nursery: trio.Nursery) -> None:
+async def test_graceful_shutdown_finishes_in_flight_requests(
+    start_gateway: StartGateway, anvil: AnvilProcess, nursery: trio.Nursery
+) -> None:
     relay = FaultyRelay(anvil.port)
     await nursery.start(relay.serve)
     gw = await start_gateway([f"http://127.0.0.1:{relay.port}"], rpc={"probe_interval": 60})
@@ -179,7 +221,9 @@ async def test_graceful_shutdown_finishes_in_flight_requests(start_gateway: Star
     result: dict[str, Any] = {}
 
     async def slow_call() -> None:
-        raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_getBalance", ["0x" + "11" * 20, "latest"])))
+        raw = await exchange(
+            gw.port, post_bytes(RPC, rpc_body("eth_getBalance", ["0x" + "11" * 20, "latest"]))
+        )
         result["responses"] = parse_responses(raw, ["POST"])
 
     async with trio.open_nursery() as inner:

@@ -8,7 +8,6 @@ from typing import Any
 import trio
 
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
-
 from tests.conftest import StartGateway
 from tests.helpers import FaultyRelay, GatewayHandle
 
@@ -17,7 +16,14 @@ ACCOUNT = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 
 
 def signed_transfer(node: AnvilProcess, nonce: int = 0) -> str:
-    tx = {"from": ACCOUNT, "to": "0x" + "22" * 20, "value": "0x1", "nonce": hex(nonce), "gas": "0x5208", "gasPrice": "0x3b9aca00"}
+    tx = {
+        "from": ACCOUNT,
+        "to": "0x" + "22" * 20,
+        "value": "0x1",
+        "nonce": hex(nonce),
+        "gas": "0x5208",
+        "gasPrice": "0x3b9aca00",
+    }
     raw = rpc_call(node.url, "eth_signTransaction", [tx])
     assert isinstance(raw, str)
     return raw
@@ -30,7 +36,9 @@ def nonce(node: AnvilProcess) -> int:
 class RelayedPair:
     """Two anvils, each behind its own relay, as the two upstreams of one gateway."""
 
-    def __init__(self, gw: GatewayHandle, relays: list[FaultyRelay], nodes: list[AnvilProcess]) -> None:
+    def __init__(
+        self, gw: GatewayHandle, relays: list[FaultyRelay], nodes: list[AnvilProcess]
+    ) -> None:
         self.gw = gw
         self.relays = relays
         self.nodes = nodes
@@ -41,20 +49,27 @@ class RelayedPair:
         return [(self.relays[i], self.nodes[i]) for i in order]
 
 
-async def relayed_pair(nursery: trio.Nursery, anvil_factory: Any, start_gateway: StartGateway, **upstream: Any) -> RelayedPair:
+async def relayed_pair(
+    nursery: trio.Nursery, anvil_factory: Any, start_gateway: StartGateway, **upstream: Any
+) -> RelayedPair:
     nodes = [anvil_factory(), anvil_factory()]
     relays = [FaultyRelay(node.port) for node in nodes]
     for relay in relays:
         await nursery.start(relay.serve)
     gw = await start_gateway(
-        [{"url": f"http://127.0.0.1:{r.port}", "name": f"up{i}", **upstream} for i, r in enumerate(relays)],
+        [
+            {"url": f"http://127.0.0.1:{r.port}", "name": f"up{i}", **upstream}
+            for i, r in enumerate(relays)
+        ],
         rpc={"probe_interval": 60},
     )
     await trio.sleep(0.2)  # first probe done: ranking reflects measured latency
     return RelayedPair(gw, relays, nodes)
 
 
-async def test_killing_an_upstream_during_a_read_load_costs_no_client_error(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_killing_an_upstream_during_a_read_load_costs_no_client_error(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     nodes = [anvil_factory(), anvil_factory()]
     gw = await start_gateway([node.url for node in nodes], rpc={"probe_interval": 0.2})
     pool = gw.gateway.services["ethereum/devnet"].pool
@@ -69,11 +84,24 @@ async def test_killing_an_upstream_during_a_read_load_costs_no_client_error(star
         while not stop.is_set():
             roll = rng.random()
             if roll < 0.4:
-                body: Any = {"jsonrpc": "2.0", "id": worker, "method": "eth_getBalance", "params": [f"0x{rng.getrandbits(160):040x}", "latest"]}
+                body: Any = {
+                    "jsonrpc": "2.0",
+                    "id": worker,
+                    "method": "eth_getBalance",
+                    "params": [f"0x{rng.getrandbits(160):040x}", "latest"],
+                }
             elif roll < 0.8:
                 body = {"jsonrpc": "2.0", "id": worker, "method": "eth_blockNumber"}
             else:
-                body = [{"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [f"0x{rng.getrandbits(160):040x}", "latest"]} for i in range(5)]
+                body = [
+                    {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "method": "eth_getBalance",
+                        "params": [f"0x{rng.getrandbits(160):040x}", "latest"],
+                    }
+                    for i in range(5)
+                ]
             response = await client.post(RPC, json=body)
             replies = response.json() if isinstance(response.json(), list) else [response.json()]
             if response.status_code == 200 and all("result" in r for r in replies):
@@ -144,7 +172,9 @@ async def test_timeouts_fail_reads_over_and_make_writes_outcome_unknown(
     assert (nonce(slow), nonce(other)) == (1, 0)
 
 
-async def test_a_recovered_upstream_is_probed_back_into_rotation(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_a_recovered_upstream_is_probed_back_into_rotation(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     first, second = anvil_factory(), anvil_factory()
     gw = await start_gateway([first.url, second.url], rpc={"probe_interval": 0.1})
     pool = gw.gateway.services["ethereum/devnet"].pool
@@ -161,13 +191,23 @@ async def test_a_recovered_upstream_is_probed_back_into_rotation(start_gateway: 
             await trio.sleep(0.05)
 
 
-async def test_all_upstreams_down_is_a_json_rpc_error_never_a_500(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_all_upstreams_down_is_a_json_rpc_error_never_a_500(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     node = anvil_factory()
     gw = await start_gateway([node.url], rpc={"request_timeout": 2.0})
     node.kill()
     async with gw.client() as client:
-        response = await client.post(RPC, json={"jsonrpc": "2.0", "id": 9, "method": "eth_blockNumber"})
-        batch = await client.post(RPC, json=[{"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber"}, {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"}])
+        response = await client.post(
+            RPC, json={"jsonrpc": "2.0", "id": 9, "method": "eth_blockNumber"}
+        )
+        batch = await client.post(
+            RPC,
+            json=[
+                {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber"},
+                {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"},
+            ],
+        )
         health = await client.get("/v1/health")
     assert response.status_code == 200
     reply = response.json()

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from chaingate import impl
-
 from tests.conftest import IN_CI
 
 
@@ -18,8 +17,13 @@ def _selected_in_subprocess(env_value: str | None) -> str:
     env.pop("CHAINGATE_PURE", None)
     if env_value is not None:
         env["CHAINGATE_PURE"] = env_value
-    code = "from chaingate import impl; i = impl.select(); print(i.name, i.http1.__file__, i.jsonrpc.__file__)"
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    code = (
+        "from chaingate import impl; i = impl.select(); "
+        "print(i.name, i.http1.__file__, i.jsonrpc.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     return result.stdout.strip()
 
 
@@ -56,4 +60,7 @@ def test_every_native_module_has_a_pure_twin_with_the_same_public_api() -> None:
         compiled_module = getattr(compiled, name)
         assert pure_module.__all__ == compiled_module.__all__, name
         for attribute in pure_module.__all__:
-            assert hasattr(pure_module, attribute) and hasattr(compiled_module, attribute), (name, attribute)
+            assert hasattr(pure_module, attribute) and hasattr(compiled_module, attribute), (
+                name,
+                attribute,
+            )

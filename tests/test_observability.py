@@ -9,14 +9,15 @@ import re
 
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.obs.logs import JsonFormatter
-
 from tests.conftest import StartGateway
 
 RPC = "/v1/rpc/ethereum/devnet"
 API_KEY = "svc_test_" + "Zz9" * 12  # a key-shaped secret a client sends
 
 
-async def test_metrics_require_the_admin_token(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_metrics_require_the_admin_token(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     async with gw.client() as client:
         missing = await client.get("/metrics")
@@ -28,7 +29,9 @@ async def test_metrics_require_the_admin_token(start_gateway: StartGateway, anvi
     assert right.headers["content-type"].startswith("text/plain")
 
 
-async def test_metrics_are_disabled_without_a_token(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_metrics_are_disabled_without_a_token(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], observability={"admin_token": ""})
     async with gw.client() as client:
         response = await client.get("/metrics", headers={"Authorization": "Bearer anything"})
@@ -44,13 +47,17 @@ def _sample(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"no sample {name} {labels}")
 
 
-async def test_metrics_count_requests_errors_cache_latency_and_upstreams(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_metrics_count_requests_errors_cache_latency_and_upstreams(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     for _ in range(3):
         await gw.rpc("eth_chainId")
     await gw.rpc("eth_nope")
     async with gw.client() as client:
-        text = (await client.get("/metrics", headers={"Authorization": "Bearer test-admin-token"})).text
+        text = (
+            await client.get("/metrics", headers={"Authorization": "Bearer test-admin-token"})
+        ).text
     assert _sample(text, "chaingate_http_requests_total", route="rpc", status="200") == 4
     assert _sample(text, "chaingate_rpc_calls_total", method="eth_chainId", outcome="ok") == 3
     assert _sample(text, "chaingate_rpc_calls_total", method="unknown", outcome="error") == 1
@@ -61,13 +68,21 @@ async def test_metrics_count_requests_errors_cache_latency_and_upstreams(start_g
     assert _sample(text, "chaingate_request_duration_seconds_bucket", route="rpc", le="+Inf") == 4
     # Every line is a comment or "name{labels} value".
     for line in text.strip().splitlines():
-        assert line.startswith("# ") or re.fullmatch(r'[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+', line), line
+        assert line.startswith("# ") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+", line), (
+            line
+        )
 
 
-async def test_request_id_is_returned_and_logged(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_request_id_is_returned_and_logged(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     async with gw.client() as client:
-        own = await client.post(RPC, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}, headers={"X-Request-Id": "client-abc.123"})
+        own = await client.post(
+            RPC,
+            json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
+            headers={"X-Request-Id": "client-abc.123"},
+        )
         generated = await client.get("/v1/health")
         bogus = await client.get("/v1/health", headers={"X-Request-Id": "has spaces and <tags>"})
     assert own.headers["x-request-id"] == "client-abc.123"
@@ -82,7 +97,9 @@ async def test_request_id_is_returned_and_logged(start_gateway: StartGateway, an
         assert {"ts", "level", "msg", "request_id", "status", "ms"} <= set(line)
 
 
-async def test_no_api_key_or_admin_token_reaches_the_logs(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_no_api_key_or_admin_token_reaches_the_logs(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     app_log = io.StringIO()
     handler = logging.StreamHandler(app_log)
     handler.setFormatter(JsonFormatter())
@@ -93,8 +110,16 @@ async def test_no_api_key_or_admin_token_reaches_the_logs(start_gateway: StartGa
     try:
         gw = await start_gateway([anvil.url])
         async with gw.client() as client:
-            await client.post(RPC, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}, headers={"X-API-Key": API_KEY})
-            await client.post(RPC, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}, headers={"Authorization": f"Bearer {API_KEY}"})
+            await client.post(
+                RPC,
+                json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
+                headers={"X-API-Key": API_KEY},
+            )
+            await client.post(
+                RPC,
+                json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )
             await client.get(f"/v1/health?apiKey={API_KEY}")
             await client.post(f"{RPC}?apiKey={API_KEY}", content=b"{broken")
             await client.get("/metrics", headers={"Authorization": "Bearer test-admin-token"})

@@ -8,7 +8,6 @@ from typing import Any
 import trio
 
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
-
 from tests.conftest import StartGateway
 from tests.helpers import exchange, parse_responses, post_bytes
 
@@ -18,35 +17,62 @@ ACCOUNT = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"  # anvil's first default 
 
 async def post_json(gw: Any, body: Any, path: str = RPC) -> Any:
     async with gw.client() as client:
-        return await client.post(path, content=body if isinstance(body, bytes) else json.dumps(body))
+        return await client.post(
+            path, content=body if isinstance(body, bytes) else json.dumps(body)
+        )
 
 
-async def test_single_call_is_proxied_with_its_id(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_single_call_is_proxied_with_its_id(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     head = rpc_call(anvil.url, "eth_blockNumber")
-    response = await post_json(gw, {"jsonrpc": "2.0", "id": 7, "method": "eth_blockNumber", "params": []})
+    response = await post_json(
+        gw, {"jsonrpc": "2.0", "id": 7, "method": "eth_blockNumber", "params": []}
+    )
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json() == {"jsonrpc": "2.0", "id": 7, "result": head}
 
 
-async def test_ids_are_echoed_byte_for_byte(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_ids_are_echoed_byte_for_byte(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
-    for raw_id in [b"1", b"1.0", b"-5e3", b'"abc"', b'"a\\"b\\u00e9"', b"null", b"123456789012345678901234567890"]:
+    for raw_id in [
+        b"1",
+        b"1.0",
+        b"-5e3",
+        b'"abc"',
+        b'"a\\"b\\u00e9"',
+        b"null",
+        b"123456789012345678901234567890",
+    ]:
         body = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"eth_chainId"}'
         response = await post_json(gw, body)
         assert response.content == b'{"jsonrpc":"2.0","id":' + raw_id + b',"result":"0x7a69"}'
 
 
-async def test_params_reach_the_node_as_sent(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_params_reach_the_node_as_sent(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     # Odd but valid whitespace and key order: the node must still understand the call.
-    body = b'{"params" : [ "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266" ,\n "latest" ], "id":3, "jsonrpc":"2.0", "method":"eth_getBalance"}'
+    body = (
+        b'{"params" : [ "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266" ,\n "latest" ], '
+        b'"id":3, "jsonrpc":"2.0", "method":"eth_getBalance"}'
+    )
     response = await post_json(gw, body)
-    assert response.json() == {"jsonrpc": "2.0", "id": 3, "result": rpc_call(anvil.url, "eth_getBalance", [ACCOUNT, "latest"])}
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "result": rpc_call(anvil.url, "eth_getBalance", [ACCOUNT, "latest"]),
+    }
 
 
-async def test_batch_mixing_valid_invalid_and_unknown_items(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_batch_mixing_valid_invalid_and_unknown_items(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     batch = [
         {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []},
@@ -74,19 +100,28 @@ async def test_batch_mixing_valid_invalid_and_unknown_items(start_gateway: Start
         assert ("result" in reply) != ("error" in reply)
 
 
-async def test_large_batch_keeps_order_across_upstream_chunks(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_large_batch_keeps_order_across_upstream_chunks(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([{"url": anvil.url, "max_batch": 7}])
     batch = [
         {"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [f"0x{i:040x}", "latest"]}
         for i in range(50)
     ]
-    batch[10] = {"jsonrpc": "2.0", "id": 10, "method": "eth_sendTransaction", "params": [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x0"}]}
+    batch[10] = {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "method": "eth_sendTransaction",
+        "params": [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x0"}],
+    }
     replies = (await post_json(gw, batch)).json()
     assert [r["id"] for r in replies] == list(range(50))
     assert all("result" in r for r in replies), replies
 
 
-async def test_parse_errors_and_top_level_errors(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_parse_errors_and_top_level_errors(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], rpc={"max_batch": 5})
     cases = {
         b'{"jsonrpc":"2.0",': -32700,
@@ -94,7 +129,9 @@ async def test_parse_errors_and_top_level_errors(start_gateway: StartGateway, an
         b"\xff\xfe": -32700,
         b"[]": -32600,
         b'"hello"': -32600,
-        json.dumps([{"jsonrpc": "2.0", "id": i, "method": "eth_chainId"} for i in range(6)]).encode(): -32600,
+        json.dumps(
+            [{"jsonrpc": "2.0", "id": i, "method": "eth_chainId"} for i in range(6)]
+        ).encode(): -32600,
     }
     for body, code in cases.items():
         response = await post_json(gw, body)
@@ -103,7 +140,9 @@ async def test_parse_errors_and_top_level_errors(start_gateway: StartGateway, an
         assert reply["id"] is None and reply["error"]["code"] == code, (body, reply)
 
 
-async def test_unknown_method_never_reaches_the_node(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_unknown_method_never_reaches_the_node(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     node = anvil_factory()
     gw = await start_gateway([node.url])
     before = rpc_call(node.url, "eth_blockNumber")
@@ -115,7 +154,9 @@ async def test_unknown_method_never_reaches_the_node(start_gateway: StartGateway
     assert gw.gateway.services["ethereum/devnet"].calls[("unknown", "error")] == 1
 
 
-async def test_passthrough_forwards_unknown_methods_when_enabled(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_passthrough_forwards_unknown_methods_when_enabled(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     node = anvil_factory()
     gw = await start_gateway([node.url], network={"passthrough": True})
     before = int(rpc_call(node.url, "eth_blockNumber"), 16)
@@ -124,25 +165,39 @@ async def test_passthrough_forwards_unknown_methods_when_enabled(start_gateway: 
     assert int(rpc_call(node.url, "eth_blockNumber"), 16) == before + 3
 
 
-async def test_notification_alone_gets_204(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_notification_alone_gets_204(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     response = await post_json(gw, {"jsonrpc": "2.0", "method": "eth_blockNumber"})
     assert response.status_code == 204
     assert response.content == b""
-    response = await post_json(gw, [{"jsonrpc": "2.0", "method": "eth_chainId"}, {"jsonrpc": "2.0", "method": "net_version"}])
+    response = await post_json(
+        gw,
+        [{"jsonrpc": "2.0", "method": "eth_chainId"}, {"jsonrpc": "2.0", "method": "net_version"}],
+    )
     assert response.status_code == 204
 
 
-async def test_node_errors_pass_through_as_json_rpc_errors(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_node_errors_pass_through_as_json_rpc_errors(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     # A malformed raw transaction: the node refuses it; the client sees the node's own error.
-    response = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": ["0xdeadbeef"]})
+    response = await post_json(
+        gw,
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": ["0xdeadbeef"]},
+    )
     assert response.status_code == 200
     reply = response.json()
-    assert reply["id"] == 1 and isinstance(reply["error"]["code"], int) and reply["error"]["message"]
+    assert (
+        reply["id"] == 1 and isinstance(reply["error"]["code"], int) and reply["error"]["message"]
+    )
 
 
-async def test_static_answers_are_cached_and_the_header_says_so(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_static_answers_are_cached_and_the_header_says_so(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     service = gw.gateway.services["ethereum/devnet"]
     first = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"})
@@ -155,21 +210,33 @@ async def test_static_answers_are_cached_and_the_header_says_so(start_gateway: S
     for _ in range(2):
         response = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber"})
         assert response.headers["x-cache"] == "MISS"
-    batch = await post_json(gw, [{"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}, {"jsonrpc": "2.0", "id": 2, "method": "eth_blockNumber"}])
+    batch = await post_json(
+        gw,
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
+            {"jsonrpc": "2.0", "id": 2, "method": "eth_blockNumber"},
+        ],
+    )
     assert batch.headers["x-cache"] == "PARTIAL"
 
 
-async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(start_gateway: StartGateway, anvil_factory: Any) -> None:
+async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
     node = anvil_factory()
     gw = await start_gateway([node.url])  # finality_depth = 2
-    tx = rpc_call(node.url, "eth_sendTransaction", [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x1"}])
+    tx = rpc_call(
+        node.url, "eth_sendTransaction", [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x1"}]
+    )
     receipt = rpc_call(node.url, "eth_getTransactionReceipt", [tx])
     assert isinstance(receipt, dict)
     block_hash = receipt["blockHash"]
     service = gw.gateway.services["ethereum/devnet"]
 
     async def fetch(method: str, params: list[Any]) -> tuple[str, Any]:
-        response = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        response = await post_json(
+            gw, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        )
         return response.headers["x-cache"], response.json()["result"]
 
     # The block is the head: not final, so never cached.
@@ -178,7 +245,9 @@ async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(star
     assert (await fetch("eth_getBlockByHash", [block_hash, False]))[0] == "MISS"
     rpc_call(node.url, "anvil_mine", ["0x3"])
     await trio.sleep(0.5)  # a probe sees the new head
-    assert service.pool.head is not None and service.pool.head >= int(receipt["blockNumber"], 16) + 3
+    assert (
+        service.pool.head is not None and service.pool.head >= int(receipt["blockNumber"], 16) + 3
+    )
     miss = await fetch("eth_getTransactionReceipt", [tx])
     hit = await fetch("eth_getTransactionReceipt", [tx])
     assert (miss[0], hit[0]) == ("MISS", "HIT") and miss[1] == hit[1] == receipt
@@ -186,18 +255,31 @@ async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(star
     hit = await fetch("eth_getBlockByHash", [block_hash, False])
     assert (miss[0], hit[0]) == ("MISS", "HIT") and hit[1]["hash"] == block_hash
     number = receipt["blockNumber"]
-    assert [(await fetch("eth_getBlockByNumber", [number, False]))[0] for _ in range(2)] == ["MISS", "HIT"]
-    assert [(await fetch("eth_getBlockByNumber", ["latest", False]))[0] for _ in range(2)] == ["MISS", "MISS"]
+    assert [(await fetch("eth_getBlockByNumber", [number, False]))[0] for _ in range(2)] == [
+        "MISS",
+        "HIT",
+    ]
+    assert [(await fetch("eth_getBlockByNumber", ["latest", False]))[0] for _ in range(2)] == [
+        "MISS",
+        "MISS",
+    ]
 
 
-async def test_identical_concurrent_reads_share_one_upstream_call(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_identical_concurrent_reads_share_one_upstream_call(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url], rpc={"probe_interval": 60})
     service = gw.gateway.services["ethereum/devnet"]
     results: list[Any] = []
     async with gw.client() as client:
 
         async def call(i: int) -> None:
-            body = {"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [ACCOUNT, "latest"]}
+            body = {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "eth_getBalance",
+                "params": [ACCOUNT, "latest"],
+            }
             results.append((await client.post(RPC, json=body)).json())
 
         async with trio.open_nursery() as nursery:
@@ -213,15 +295,34 @@ async def test_writes_are_never_coalesced(start_gateway: StartGateway, anvil_fac
     node = anvil_factory()
     gw = await start_gateway([node.url], network={"passthrough": True})
     signed = [
-        rpc_call(node.url, "eth_signTransaction", [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x0", "nonce": hex(n), "gas": "0x5208", "gasPrice": "0x3b9aca00"}])
+        rpc_call(
+            node.url,
+            "eth_signTransaction",
+            [
+                {
+                    "from": ACCOUNT,
+                    "to": ACCOUNT,
+                    "value": "0x0",
+                    "nonce": hex(n),
+                    "gas": "0x5208",
+                    "gasPrice": "0x3b9aca00",
+                }
+            ],
+        )
         for n in range(1)
     ]
     # The same raw transaction sent twice at once must reach the node twice (the second is
     # refused by the node, not silently merged by us).
     replies: list[Any] = []
     async with gw.client() as client:
+
         async def send() -> None:
-            body = {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [signed[0]]}
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "eth_sendRawTransaction",
+                "params": [signed[0]],
+            }
             replies.append((await client.post(RPC, json=body)).json())
 
         async with trio.open_nursery() as nursery:
@@ -229,15 +330,31 @@ async def test_writes_are_never_coalesced(start_gateway: StartGateway, anvil_fac
             nursery.start_soon(send)
     service = gw.gateway.services["ethereum/devnet"]
     assert service.coalesced == 0
-    assert service.calls[("eth_sendRawTransaction", "ok")] + service.calls[("eth_sendRawTransaction", "error")] == 2
+    assert (
+        service.calls[("eth_sendRawTransaction", "ok")]
+        + service.calls[("eth_sendRawTransaction", "error")]
+        == 2
+    )
     assert sum("result" in r for r in replies) >= 1
 
 
-async def test_pipelined_requests_on_one_connection_answer_in_order(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_pipelined_requests_on_one_connection_answer_in_order(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
     methods = ["eth_chainId", "eth_blockNumber", "net_version", "eth_getBalance", "eth_chainId"]
     data = b"".join(
-        post_bytes(RPC, json.dumps({"jsonrpc": "2.0", "id": i, "method": m, "params": [ACCOUNT, "latest"] if m == "eth_getBalance" else []}).encode())
+        post_bytes(
+            RPC,
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "method": m,
+                    "params": [ACCOUNT, "latest"] if m == "eth_getBalance" else [],
+                }
+            ).encode(),
+        )
         for i, m in enumerate(methods)
     )
     data += b"GET /v1/health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
@@ -248,12 +365,21 @@ async def test_pipelined_requests_on_one_connection_answer_in_order(start_gatewa
     assert responses[-1].json()["status"] == "ok"
 
 
-async def test_unknown_chain_or_network_is_404_not_found(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_unknown_chain_or_network_is_404_not_found(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     gw = await start_gateway([anvil.url])
-    for path in ["/v1/rpc/ethereum/mainnet", "/v1/rpc/dogechain/devnet", "/v1/rpc/ethereum", "/v1/rpc/ethereum/devnet/extra"]:
+    for path in [
+        "/v1/rpc/ethereum/mainnet",
+        "/v1/rpc/dogechain/devnet",
+        "/v1/rpc/ethereum",
+        "/v1/rpc/ethereum/devnet/extra",
+    ]:
         response = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}, path)
         assert response.status_code == 404, path
-        assert response.json() == {"error": {"code": "not_found", "message": "unknown chain or network", "status": 404}}
+        assert response.json() == {
+            "error": {"code": "not_found", "message": "unknown chain or network", "status": 404}
+        }
 
 
 async def test_rpc_path_requires_post(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
@@ -265,7 +391,9 @@ async def test_rpc_path_requires_post(start_gateway: StartGateway, anvil: AnvilP
     assert response.json()["error"]["status"] == 405
 
 
-async def test_compute_units_follow_the_method_table(start_gateway: StartGateway, anvil: AnvilProcess) -> None:
+async def test_compute_units_follow_the_method_table(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
     admitted: list[tuple[bool, int, int]] = []
 
     class RecordingGate:
@@ -290,11 +418,19 @@ async def test_compute_units_follow_the_method_table(start_gateway: StartGateway
     await gw.rpc("eth_getStorageAt", [ACCOUNT, slot, "earliest"])
     await gw.rpc("eth_sendRawTransaction", ["0xdeadbeef"])
     async with gw.client() as client:
-        await client.post(RPC, json=[
-            {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber"},
-            {"jsonrpc": "2.0", "id": 2, "method": "eth_getStorageAt", "params": [ACCOUNT, slot, "0x1"]},
-            {"jsonrpc": "2.0", "id": 3, "method": "eth_noSuch"},
-        ])
+        await client.post(
+            RPC,
+            json=[
+                {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber"},
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "eth_getStorageAt",
+                    "params": [ACCOUNT, slot, "0x1"],
+                },
+                {"jsonrpc": "2.0", "id": 3, "method": "eth_noSuch"},
+            ],
+        )
     assert admitted == [
         (False, 1, 1),
         (False, 5, 5),

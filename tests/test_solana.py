@@ -16,6 +16,10 @@ import trio
 from tests.conftest import StartGateway
 
 GENESIS = "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d"
+SIGNATURE = (
+    "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnb"
+    "JLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW"
+)
 
 
 class StubSolanaNode:
@@ -33,11 +37,15 @@ class StubSolanaNode:
             "getSlot": self.slot,
             "getBalance": {"context": {"slot": self.slot}, "value": 5000},
             "getGenesisHash": GENESIS,
-            "sendTransaction": "2id3YC2jK9G5Wo2phDx4gJVAew8DcY5NAojnVuao8rkxwPYPe8cSwE5GzhEgJA2y8fVjDEo6iR6ykBvDxrTQrtpb",
+            "sendTransaction": SIGNATURE,
         }
         if method in results:
             return {"jsonrpc": "2.0", "id": call.get("id"), "result": results[method]}
-        return {"jsonrpc": "2.0", "id": call.get("id"), "error": {"code": -32601, "message": "Method not found"}}
+        return {
+            "jsonrpc": "2.0",
+            "id": call.get("id"),
+            "error": {"code": -32601, "message": "Method not found"},
+        }
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -59,9 +67,16 @@ class StubSolanaNode:
                 body += bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 request = json.loads(body)
-                reply = [self.answer(c) for c in request] if isinstance(request, list) else self.answer(request)
+                reply = (
+                    [self.answer(c) for c in request]
+                    if isinstance(request, list)
+                    else self.answer(request)
+                )
                 payload = json.dumps(reply).encode()
-                headers = [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))]
+                headers = [
+                    ("Content-Type", "application/json"),
+                    ("Content-Length", str(len(payload))),
+                ]
                 await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
                 await stream.send_all(conn.send(h11.Data(data=payload)))
                 await stream.send_all(conn.send(h11.EndOfMessage()))
@@ -71,19 +86,44 @@ class StubSolanaNode:
                 return
 
 
-async def test_solana_network_uses_the_solana_table(start_gateway: StartGateway, nursery: trio.Nursery) -> None:
+async def test_solana_network_uses_the_solana_table(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
     node = StubSolanaNode()
     await nursery.start(node.serve)
     gw = await start_gateway(
-        [f"http://127.0.0.1:1"],  # the EVM devnet of the helper, unused here
-        chains={"solana": {"devnet": {"family": "solana", "testnet": True, "finality_depth": 32, "upstreams": [{"url": f"http://127.0.0.1:{node.port}", "name": "stub"}]}}},
+        ["http://127.0.0.1:1"],  # the EVM devnet of the helper, unused here
+        chains={
+            "solana": {
+                "devnet": {
+                    "family": "solana",
+                    "testnet": True,
+                    "finality_depth": 32,
+                    "upstreams": [{"url": f"http://127.0.0.1:{node.port}", "name": "stub"}],
+                }
+            }
+        },
     )
     url = "/v1/rpc/solana/devnet"
     async with gw.client() as client:
-        balance = (await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "getBalance", "params": ["Vote111111111111111111111111111111111111111"]})).json()
-        evm_method = (await client.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "eth_blockNumber"})).json()
+        balance = (
+            await client.post(
+                url,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "getBalance",
+                    "params": ["Vote111111111111111111111111111111111111111"],
+                },
+            )
+        ).json()
+        evm_method = (
+            await client.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "eth_blockNumber"})
+        ).json()
         first = await client.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "getGenesisHash"})
-        second = await client.post(url, json={"jsonrpc": "2.0", "id": 4, "method": "getGenesisHash"})
+        second = await client.post(
+            url, json={"jsonrpc": "2.0", "id": 4, "method": "getGenesisHash"}
+        )
     assert balance["result"]["value"] == 5000
     assert evm_method["error"]["code"] == -32601
     assert "eth_blockNumber" not in node.calls

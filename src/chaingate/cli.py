@@ -11,6 +11,7 @@ import argparse
 import os
 import secrets
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,8 @@ Try:
   curl -s {rpc} -H 'Content-Type: application/json' \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}}'
   curl -s {rpc} -H 'Content-Type: application/json' \\
-       -d '[{{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}},{{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
+       -d '[{{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}},
+            {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
   curl -s {base}/v1/health
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
@@ -72,10 +74,17 @@ Ctrl-C stops chaingate and anvil.
 """
 
 
+async def _run_anvil(argv: list[str], *, task_status: trio.TaskStatus[object]) -> None:
+    """anvil as a child of our nursery: cancelled (terminated) when chaingate stops."""
+    await trio.run_process(
+        argv, task_status=task_status, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 async def _dev(settings: config.Settings, binary: Path, anvil_port: int) -> None:
     argv = anvil.anvil_argv(binary, anvil_port)
     async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: trio.run_process(argv, task_status=task_status, stdout=-3, stderr=-3))
+        await nursery.start(_run_anvil, argv)
         anvil_url = f"http://127.0.0.1:{anvil_port}"
         await trio.to_thread.run_sync(anvil.wait_ready, anvil_url)
         gateway = Gateway(settings)
@@ -134,7 +143,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chaingate", description=__doc__.splitlines()[1] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="chaingate", description=__doc__.splitlines()[1] if __doc__ else None
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     dev = commands.add_parser("dev", help="run on embedded defaults with a local anvil devnet")
     dev.add_argument("--host", default="127.0.0.1")
@@ -142,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--anvil-port", type=int, default=0, help="default: a free port")
     dev.set_defaults(func=cmd_dev)
     serve = commands.add_parser("serve", help="run with a configuration file")
-    serve.add_argument("--config", required=True, help="path to a TOML file (see config/chaingate.example.toml)")
+    serve.add_argument(
+        "--config", required=True, help="path to a TOML file (see config/chaingate.example.toml)"
+    )
     serve.set_defaults(func=cmd_serve)
     return parser
 

@@ -168,7 +168,10 @@ def _validate(settings: Settings) -> None:
 
 
 def from_mapping(
-    data: Mapping[str, Any], *, config_dir: Path | None = None, environ: Mapping[str, str] | None = None
+    data: Mapping[str, Any],
+    *,
+    config_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build Settings from a parsed TOML mapping plus the environment."""
     raw = apply_env(dict(data), os.environ if environ is None else environ)

@@ -52,7 +52,9 @@ class Gateway:
                 )
         self.registry = Registry()
         self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
-        self.asgi = AsgiBridge(create_app(self.health), (settings.server.host, settings.server.port))
+        self.asgi = AsgiBridge(
+            create_app(self.health), (settings.server.host, settings.server.port)
+        )
         self.routes = Routes(
             self.services,
             self.asgi,
@@ -91,7 +93,13 @@ class Gateway:
             self.asgi.server = (self.settings.server.host, port)
             log.info(
                 "chaingate listening",
-                extra={"fields": {"host": self.settings.server.host, "port": port, "impl": self.impl.name}},
+                extra={
+                    "fields": {
+                        "host": self.settings.server.host,
+                        "port": port,
+                        "impl": self.impl.name,
+                    }
+                },
             )
             task_status.started(port)
             await self._shutdown.wait()
@@ -105,18 +113,21 @@ class Gateway:
     def health(self) -> dict[str, Any]:
         networks = []
         for service in self.services.values():
-            up = sum(1 for u in service.pool.upstreams if not u.health.state_down)
             networks.append(
                 {
                     "chain": service.chain,
                     "network": service.network,
                     "upstreams": len(service.pool.upstreams),
-                    "upstreams_up": up,
+                    "upstreams_up": service.pool.upstreams_up,
                     "head": service.pool.head,
                 }
             )
-        healthy = all(n["upstreams_up"] > 0 for n in networks)
-        return {"status": "ok" if healthy else "degraded", "version": __version__, "networks": networks}
+        healthy = all(service.pool.upstreams_up > 0 for service in self.services.values())
+        return {
+            "status": "ok" if healthy else "degraded",
+            "version": __version__,
+            "networks": networks,
+        }
 
     def _register_metrics(self) -> None:
         registry = self.registry
@@ -138,7 +149,9 @@ class Gateway:
             "chaingate_http_requests_total",
             "counter",
             "HTTP requests answered, by route and status.",
-            lambda: (({"route": r, "status": str(s)}, n) for (r, s), n in sorted(routes.requests.items())),
+            lambda: (
+                ({"route": r, "status": str(s)}, n) for (r, s), n in sorted(routes.requests.items())
+            ),
         )
         registry.family(
             "chaingate_http_framing_errors_total",
@@ -158,7 +171,8 @@ class Gateway:
             "JSON-RPC calls (batch items count one each), by method and outcome.",
             per_service(
                 lambda s, base: (
-                    ({**base, "method": m, "outcome": o}, n) for (m, o), n in sorted(s.calls.items())
+                    ({**base, "method": m, "outcome": o}, n)
+                    for (m, o), n in sorted(s.calls.items())
                 )
             ),
         )
@@ -166,14 +180,21 @@ class Gateway:
             "chaingate_rpc_cache_hits_total",
             "counter",
             "Calls answered from the response cache, by method.",
-            per_service(lambda s, base: (({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items()))),
+            per_service(
+                lambda s, base: (
+                    ({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items())
+                )
+            ),
         )
         registry.family(
             "chaingate_rpc_cache_lookups_total",
             "counter",
             "Cache lookups of cacheable calls, by result.",
             per_service(
-                lambda s, base: [({**base, "result": "hit"}, s.cache.hits), ({**base, "result": "miss"}, s.cache.misses)]
+                lambda s, base: [
+                    ({**base, "result": "hit"}, s.cache.hits),
+                    ({**base, "result": "miss"}, s.cache.misses),
+                ]
             ),
         )
         registry.family(
@@ -231,7 +252,9 @@ class Gateway:
             "counter",
             "Failed upstream requests, by kind.",
             upstreams(
-                lambda u, labels: (({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items()))
+                lambda u, labels: (
+                    ({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items())
+                )
             ),
         )
         registry.family(

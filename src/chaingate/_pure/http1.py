@@ -133,8 +133,8 @@ class _Head:
         "content_type",
         "expect",
         "headers",
-        "host_count",
         "host",
+        "host_count",
         "keep_alive_token",
         "request_id",
         "retry_after",
@@ -487,7 +487,9 @@ class RequestParser:
                 return None
             self._scan_from = 0
             line_end, head_end = found
-            request = self._start_request(buf[reader.pos : line_end], buf[line_end + 2 : head_end - 2])
+            request = self._start_request(
+                buf[reader.pos : line_end], buf[line_end + 2 : head_end - 2]
+            )
             reader.pos = head_end
             if isinstance(request, HttpError):
                 return request
@@ -617,7 +619,9 @@ class ResponseParser:
                 response.body = reader.finish_until_eof()
                 return response
             if self.has_partial:
-                event = self._error = HttpError(502, "connection closed in the middle of a response")
+                event = self._error = HttpError(
+                    502, "connection closed in the middle of a response"
+                )
         return event
 
     def _next(self) -> Response | HttpError | None:
@@ -634,7 +638,9 @@ class ResponseParser:
                 return None
             self._scan_from = 0
             line_end, head_end = found
-            response = self._start_response(buf[reader.pos : line_end], buf[line_end + 2 : head_end - 2])
+            response = self._start_response(
+                buf[reader.pos : line_end], buf[line_end + 2 : head_end - 2]
+            )
             reader.pos = head_end
             if isinstance(response, HttpError):
                 return response
@@ -709,8 +715,9 @@ def build_response(
         connection = b"Connection: keep-alive\r\n"
     else:
         connection = b""
-    if status == 204 or status < 200:
-        # RFC 9110: these responses have no content and no Content-Length.
+    if status == 204 or status == 304 or status < 200:
+        # RFC 9110: these responses have no content and no Content-Length (a 304's body would
+        # be read as the start of the next response).
         return b"HTTP/1.1 %d %s\r\n%s%s\r\n" % (status, reason, connection, headers)
     return b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\n%s%s\r\n%s" % (
         status,

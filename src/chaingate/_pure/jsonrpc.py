@@ -198,9 +198,7 @@ def _string_value(raw: bytes) -> str:
     return raw.decode("utf-8")
 
 
-def _members(
-    b: bytes, i: int, n: int, depth: int, out: list[tuple[str, int, int]]
-) -> int:
+def _members(b: bytes, i: int, n: int, depth: int, out: list[tuple[str, int, int]]) -> int:
     """Scan the object at ``i``; append (key, value_start, value_end) per member; end or < 0."""
     if depth >= MAX_JSON_DEPTH:
         return _TOO_DEEP
@@ -323,7 +321,10 @@ def parse_request(body: bytes, max_batch: int) -> ParsedRequest:
             return ParsedRequest(True, [], PARSE_ERROR, MSG_INVALID_JSON)
         if count > max_batch:
             return ParsedRequest(
-                True, [], INVALID_REQUEST, f"invalid request: batch of {count} calls exceeds the limit of {max_batch}"
+                True,
+                [],
+                INVALID_REQUEST,
+                f"invalid request: batch of {count} calls exceeds the limit of {max_batch}",
             )
         return ParsedRequest(True, calls, 0, "")
     end = _skip(body, i, n, 0)

@@ -71,7 +71,15 @@ def anvil_binary(*, install: bool = True, announce: Callable[[str], None] = prin
         staging = Path(tempfile.mkdtemp(dir=root, prefix=".anvil-staging-"))
         try:
             subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(staging), f"{ANVIL_PACKAGE}@{ANVIL_VERSION}"],
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                    str(staging),
+                    f"{ANVIL_PACKAGE}@{ANVIL_VERSION}",
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -102,17 +110,32 @@ def anvil_argv(
     block_time: float | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(chain_id), "--silent"]
+    argv = [
+        str(binary),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chain-id",
+        str(chain_id),
+        "--silent",
+    ]
     if block_time is not None:
         argv += ["--block-time", str(block_time)]
     return argv + list(extra)
 
 
-def rpc_call(url: str, method: str, params: list[object] | None = None, timeout: float = 5.0) -> object:
+def rpc_call(
+    url: str, method: str, params: list[object] | None = None, timeout: float = 5.0
+) -> object:
     """One JSON-RPC call with the standard library (fixtures and readiness checks)."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}).encode()
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (local node)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an HTTP URL: {url}")
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
+    ).encode()
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
         reply = json.loads(response.read())
     if "error" in reply:
         raise RuntimeError(f"{method}: {reply['error']}")
@@ -128,14 +151,18 @@ def wait_ready(url: str, timeout: float = 15.0) -> None:
             return
         except (OSError, urllib.error.URLError, RuntimeError, ValueError):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"anvil at {url} did not become ready in {timeout:.0f}s") from None
+                raise TimeoutError(
+                    f"anvil at {url} did not become ready in {timeout:.0f}s"
+                ) from None
             time.sleep(0.05)
 
 
 class AnvilProcess:
     """A running anvil for tests and benchmarks (synchronous; ``chaingate dev`` uses trio)."""
 
-    def __init__(self, port: int | None = None, *, chain_id: int = DEVNET_CHAIN_ID, extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self, port: int | None = None, *, chain_id: int = DEVNET_CHAIN_ID, extra: Sequence[str] = ()
+    ) -> None:
         self.port = port or free_port()
         self.chain_id = chain_id
         self._argv = anvil_argv(anvil_binary(), self.port, chain_id=chain_id, extra=extra)
@@ -146,7 +173,9 @@ class AnvilProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> AnvilProcess:
-        self._process = subprocess.Popen(self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._process = subprocess.Popen(
+            self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             wait_ready(self.url)
         except BaseException:

@@ -30,7 +30,9 @@ class AsgiBridge:
         self._state: dict[str, Any] = {}
         self._shutdown_requested = trio.Event()
 
-    async def lifespan(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def lifespan(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Run the app's startup, report ready, and its shutdown once ``request_shutdown``."""
         startup_done = trio.Event()
         shutdown_done = trio.Event()
@@ -69,7 +71,9 @@ class AsgiBridge:
     def request_shutdown(self) -> None:
         self._shutdown_requested.set()
 
-    async def handle(self, request: Any, peer: str, extra_headers: bytes = b"") -> tuple[int, bytes, bytes]:
+    async def handle(
+        self, request: Any, peer: str, extra_headers: bytes = b""
+    ) -> tuple[int, bytes, bytes]:
         """Run one request through the app; status, header lines and body for the edge."""
         body_sent = False
         done = trio.Event()
@@ -125,4 +129,3 @@ class AsgiBridge:
             if name.lower() not in _HOP_BY_HOP and b"\r" not in value and b"\n" not in value
         )
         return status, lines + extra_headers, b"".join(chunks)
-

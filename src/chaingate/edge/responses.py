@@ -36,7 +36,13 @@ _encoder = msgspec.json.Encoder()
 def error_body(status: int, message: str, code: str | None = None) -> bytes:
     """``{"error": {"code", "message", "status"}}`` as the spec's Errors section defines it."""
     return _encoder.encode(
-        {"error": {"code": code or ERROR_CODES.get(status, "error"), "message": message, "status": status}}
+        {
+            "error": {
+                "code": code or ERROR_CODES.get(status, "error"),
+                "message": message,
+                "status": status,
+            }
+        }
     )
 
 

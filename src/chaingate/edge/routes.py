@@ -15,21 +15,26 @@ import hmac
 import os
 import re
 from collections import defaultdict
+from time import perf_counter, time
 from typing import Any
-
-import trio
 
 from chaingate.auth.gate import Gate, NetworkInfo, Rejection
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.responses import JSON, error_body
-from chaingate.obs.logs import AccessLog
+from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
 from chaingate.rpc.service import RpcService
 
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
-_RPC_PREFIX = b"/v1/rpc/"
+_RPC_PREFIX = b"/v1/rpc/"  # 8 bytes; the chain/network tail follows
 _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
+
+
+# Response header blocks of the RPC route, built once.
+_RPC_HEADERS = {
+    cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
+}
 
 
 class Routes:
@@ -55,7 +60,18 @@ class Routes:
         self._id_prefix = os.urandom(4).hex().encode()
         self._id_counter = 0
         self.latency = LatencyHistogram()
-        self.requests: defaultdict[tuple[str, int], int] = defaultdict(int)
+        # Answered requests by route, then by status.
+        self.statuses: dict[str, defaultdict[int, int]] = {
+            route: defaultdict(int) for route in ("rpc", "rest", "metrics", "other")
+        }
+
+    @property
+    def requests(self) -> dict[tuple[str, int], int]:
+        return {
+            (route, status): n
+            for route, counts in self.statuses.items()
+            for status, n in counts.items()
+        }
 
     def _request_id(self, request: Any) -> bytes:
         supplied = request.request_id
@@ -65,14 +81,44 @@ class Routes:
         return b"%s-%x" % (self._id_prefix, self._id_counter)
 
     async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
-        started = trio.current_time()
+        started = perf_counter()
         request_id = self._request_id(request)
         path = request.path
         label = ""
         cache = b""
         if path.startswith(_RPC_PREFIX):
             route = "rpc"
-            status, headers, body, label, cache = await self._rpc(request, path[len(_RPC_PREFIX) :])
+            # The JSON-RPC route, inline: it is the hot path.
+            tail = path[8:]
+            service = self._services.get(tail)
+            if service is None:
+                status, headers, body = 404, JSON, error_body(404, "unknown chain or network")
+            elif request.method != b"POST":
+                status, headers, body = (
+                    405,
+                    JSON + _ALLOW_POST,
+                    error_body(405, "JSON-RPC requests must be POST"),
+                )
+            else:
+                gate = self._gate
+                principal = gate.authenticate(request, self._networks[tail])
+                if isinstance(principal, Rejection):
+                    status, headers, body = _rejected(principal, gate.response_headers(None))
+                else:
+                    reply = await service.handle(request.body, principal)
+                    label = reply.label
+                    rate_headers = gate.response_headers(principal)
+                    if reply.rejection is not None:
+                        status, headers, body = _rejected(reply.rejection, rate_headers)
+                    else:
+                        cache = reply.cache
+                        headers = (
+                            _RPC_HEADERS[cache] + rate_headers
+                            if rate_headers
+                            else _RPC_HEADERS[cache]
+                        )
+                        body = reply.body if reply.body is not None else b""
+                        status = 200 if reply.body is not None else 204
         elif path == b"/metrics":
             route = "metrics"
             status, headers, body = self._metrics(request)
@@ -82,45 +128,27 @@ class Routes:
         else:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
-        elapsed = trio.current_time() - started
+        elapsed = perf_counter() - started
         self.latency.observe(route, elapsed)
-        self.requests[(route, status)] += 1
+        self.statuses[route][status] += 1
         if self._access_log.enabled:
-            entry: dict[str, Any] = {
-                "level": "info",
-                "msg": "request",
-                "request_id": request_id.decode(),
-                "peer": peer,
-                "method": request.method.decode("latin-1"),
-                "path": path.decode("latin-1")[:256],
-                "status": status,
-                "ms": round(elapsed * 1000, 3),
-                "bytes": len(body),
-            }
-            if label:
-                entry["rpc"] = label
-                entry["cache"] = cache.decode()
-            self._access_log.write(entry)
+            self._access_log.write(
+                AccessEntry(
+                    time(),
+                    "info",
+                    "request",
+                    request_id.decode(),
+                    peer,
+                    request.method.decode("latin-1"),
+                    path[:256].decode("latin-1"),
+                    status,
+                    round(elapsed * 1000, 3),
+                    len(body),
+                    label,
+                    cache.decode(),
+                )
+            )
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
-
-    async def _rpc(self, request: Any, tail: bytes) -> tuple[int, bytes, bytes, str, bytes]:
-        service = self._services.get(tail)
-        if service is None:
-            return 404, JSON, error_body(404, "unknown chain or network"), "", b""
-        if request.method != b"POST":
-            return 405, JSON + _ALLOW_POST, error_body(405, "JSON-RPC requests must be POST"), "", b""
-        gate = self._gate
-        principal = gate.authenticate(request, self._networks[tail])
-        if isinstance(principal, Rejection):
-            return _rejected(principal, gate.response_headers(None)) + ("", b"")
-        reply = await service.handle(request.body, principal)
-        rate_headers = gate.response_headers(principal)
-        if reply.rejection is not None:
-            return _rejected(reply.rejection, rate_headers) + (reply.label, b"")
-        headers = JSON + b"X-Cache: " + reply.cache + b"\r\n" + rate_headers
-        if reply.body is None:
-            return 204, headers, b"", reply.label, reply.cache
-        return 200, headers, reply.body, reply.label, reply.cache
 
     def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -128,8 +156,14 @@ class Routes:
         if not self._admin_token:
             return 403, JSON, error_body(403, "metrics are disabled: set observability.admin_token")
         supplied = request.authorization or b""
-        if not (supplied.startswith(b"Bearer ") and hmac.compare_digest(supplied[7:], self._admin_token)):
-            return 401, JSON, error_body(401, "admin token required (Authorization: Bearer <token>)")
+        if not (
+            supplied.startswith(b"Bearer ") and hmac.compare_digest(supplied[7:], self._admin_token)
+        ):
+            return (
+                401,
+                JSON,
+                error_body(401, "admin token required (Authorization: Bearer <token>)"),
+            )
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
     async def _rest(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
@@ -142,4 +176,8 @@ class Routes:
 
 def _rejected(rejection: Rejection, rate_headers: bytes) -> tuple[int, bytes, bytes]:
     headers = JSON + rejection.headers + rate_headers
-    return rejection.status, headers, error_body(rejection.status, rejection.message, rejection.code)
+    return (
+        rejection.status,
+        headers,
+        error_body(rejection.status, rejection.message, rejection.code),
+    )

@@ -19,6 +19,7 @@ import errno
 import logging
 import socket
 from collections import defaultdict
+from time import monotonic
 from typing import Any, Protocol
 
 import trio
@@ -79,7 +80,9 @@ class EdgeServer:
 
     def _bind(self) -> socket.socket:
         settings = self._settings
-        infos = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         family, type_, proto, _, address = infos[0]
         listener = socket.socket(family, type_, proto)
         try:
@@ -153,7 +156,7 @@ class EdgeServer:
                 await trio.lowlevel.checkpoint()
 
     async def _connection(self, sock: socket.socket, peer: str) -> None:
-        conn = _Conn(sock, trio.current_time())
+        conn = _Conn(sock, monotonic())
         self._conns.add(conn)
         try:
             with conn.scope:
@@ -161,7 +164,9 @@ class EdgeServer:
             if conn.timed_out:
                 # Best effort: tell a client that was too slow why it is cut off.
                 body = error_body(408, "request not received in time")
-                netio.try_send(sock, self._http1.build_response(408, self._date.line() + JSON, body, False))
+                netio.try_send(
+                    sock, self._http1.build_response(408, self._date.line() + JSON, body, False)
+                )
         except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the peer went away; nothing to answer
         finally:
@@ -184,25 +189,27 @@ class EdgeServer:
         sock = conn.sock
         answered = 0
         eof = False
+        eager = False
         while True:
             request = parser.next_event()
             if request is None:
-                if parser.closed:
-                    return
-                if parser.take_continue():
-                    await netio.send_all(sock, CONTINUE)
+                if eof:
+                    return  # the client closed between requests
                 if parser.has_partial:
+                    if parser.take_continue():
+                        await netio.send_all(sock, CONTINUE)
                     if conn.state != READING:
                         conn.state = READING
-                        conn.since = trio.current_time()
+                        conn.since = monotonic()
                 else:
                     if self._closing:
                         return
                     if conn.state != IDLE:
                         conn.state = IDLE
-                        conn.since = trio.current_time()
-                data = await netio.recv_some(sock)
+                        conn.since = monotonic()
+                data = await netio.recv_next(sock, eager)
                 if data:
+                    eager = len(data) == netio.RECV_SIZE
                     parser.feed(data)
                 else:
                     eof = True
@@ -213,7 +220,9 @@ class EdgeServer:
                 if eof:
                     return  # the client hung up mid-request: nobody left to answer
                 body = error_body(request.status, request.message)
-                response = http1.build_response(request.status, self._date.line() + JSON, body, False)
+                response = http1.build_response(
+                    request.status, self._date.line() + JSON, body, False
+                )
                 await self._write(conn, response)
                 await self._linger(conn)
                 return
@@ -236,7 +245,7 @@ class EdgeServer:
         sent = netio.try_send(conn.sock, data)
         if sent < len(data):
             conn.state = WRITING
-            conn.since = trio.current_time()
+            conn.since = monotonic()
             await netio.send_all(conn.sock, memoryview(data)[sent:])
 
     async def _linger(self, conn: _Conn) -> None:
@@ -255,10 +264,19 @@ class EdgeServer:
 
     async def _sweeper(self) -> None:
         settings = self._settings
-        interval = max(0.05, min(1.0, settings.idle_timeout, settings.client_read_timeout, settings.client_write_timeout) / 4)
+        interval = max(
+            0.05,
+            min(
+                1.0,
+                settings.idle_timeout,
+                settings.client_read_timeout,
+                settings.client_write_timeout,
+            )
+            / 4,
+        )
         while True:
             await trio.sleep(interval)
-            now = trio.current_time()
+            now = monotonic()
             for conn in list(self._conns):
                 age = now - conn.since
                 if conn.state == IDLE:

@@ -54,26 +54,58 @@ def setup_logging(level: str = "info", stream: IO[str] | None = None) -> None:
     root.propagate = False
 
 
+class AccessEntry(msgspec.Struct, omit_defaults=True):
+    """One access-log line.  ``ts`` is epoch seconds until flushed, then an ISO string."""
+
+    ts: float | str
+    level: str
+    msg: str
+    request_id: str
+    peer: str
+    method: str
+    path: str
+    status: int
+    ms: float
+    bytes: int
+    rpc: str = ""
+    cache: str = ""
+
+
 class AccessLog:
-    """Buffered JSON lines, one per request; ``run()`` flushes them in the background."""
+    """Buffered JSON lines, one per request; ``run()`` flushes them in the background.
+
+    A request only appends a small Struct; timestamps are formatted and lines encoded in one
+    ``encode_lines`` call per flush, which is what keeps logging every request affordable.
+    """
 
     def __init__(self, stream: IO[bytes] | None = None, enabled: bool = True) -> None:
         self.enabled = enabled
         self._stream = stream
-        self._lines: list[bytes] = []
+        self._entries: list[AccessEntry] = []
+        self._second = -1
+        self._second_text = ""
 
-    def write(self, entry: dict[str, Any]) -> None:
+    def write(self, entry: AccessEntry) -> None:
         if self.enabled:
-            entry["ts"] = _timestamp(time.time())
-            self._lines.append(_encoder.encode(entry))
-            if len(self._lines) >= 4096:
+            self._entries.append(entry)
+            if len(self._entries) >= 8192:
                 self.flush()
 
+    def _iso(self, epoch: float) -> str:
+        second = int(epoch)
+        if second != self._second:
+            self._second = second
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._second_text}.{int((epoch - second) * 1000):03d}Z"
+
     def flush(self) -> None:
-        if not self._lines:
+        entries, self._entries = self._entries, []
+        if not entries:
             return
-        data = b"\n".join(self._lines) + b"\n"
-        self._lines.clear()
+        for entry in entries:
+            if isinstance(entry.ts, float):
+                entry.ts = self._iso(entry.ts)
+        data = _encoder.encode_lines(entries)
         stream = self._stream or sys.stderr.buffer
         try:
             stream.write(data)

@@ -15,7 +15,21 @@ Sample = tuple[dict[str, str], float]
 Kind = Literal["counter", "gauge", "histogram"]
 
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 
 
@@ -65,7 +79,9 @@ class Registry:
         self._families: list[tuple[str, Kind, str, Callable[[], Iterable[Sample]]]] = []
         self._histograms: list[tuple[str, str, LatencyHistogram]] = []
 
-    def family(self, name: str, kind: Kind, help_text: str, collect: Callable[[], Iterable[Sample]]) -> None:
+    def family(
+        self, name: str, kind: Kind, help_text: str, collect: Callable[[], Iterable[Sample]]
+    ) -> None:
         self._families.append((name, kind, help_text, collect))
 
     def histogram(self, name: str, help_text: str, histogram: LatencyHistogram) -> None:

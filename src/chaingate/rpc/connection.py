@@ -37,10 +37,11 @@ class Transport(Protocol):
 class PlainTransport:
     """A raw non-blocking socket: writes go straight to the kernel when it has room."""
 
-    __slots__ = ("_sock",)
+    __slots__ = ("_eager", "_sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._eager = False
 
     def try_send(self, data: bytes) -> int:
         return netio.try_send(self._sock, data)
@@ -49,7 +50,9 @@ class PlainTransport:
         await netio.send_all(self._sock, data)
 
     async def receive(self) -> bytes:
-        return await netio.recv_some(self._sock)
+        data = await netio.recv_next(self._sock, self._eager)
+        self._eager = len(data) == netio.RECV_SIZE
+        return data
 
     def close(self) -> None:
         netio.close_socket(self._sock)
@@ -70,15 +73,13 @@ class TlsTransport:
         await self._stream.send_all(data)
 
     async def receive(self) -> bytes:
-        return await self._stream.receive_some(netio.RECV_SIZE)
+        return bytes(await self._stream.receive_some(netio.RECV_SIZE))
 
     def close(self) -> None:
         self._stream.transport_stream.socket.close()
 
 
-async def open_transport(
-    host: str, port: int, tls_context: ssl.SSLContext | None
-) -> Transport:
+async def open_transport(host: str, port: int, tls_context: ssl.SSLContext | None) -> Transport:
     sock = await netio.connect(host, port)
     if tls_context is None:
         return PlainTransport(sock)
@@ -127,7 +128,9 @@ class UpstreamConnection:
         """Queue one request; the future yields the parsed response or raises UpstreamError."""
         future: Future[Any] = Future()
         if self.closed:
-            future.set_exception(UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name))
+            future.set_exception(
+                UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name)
+            )
             return future
         self.pending.append(Pending(future, self._queued, deadline))
         self._queued += len(data)
@@ -183,7 +186,8 @@ class UpstreamConnection:
                     if event is None:
                         break
                     if isinstance(event, http_error):
-                        self.abort(BAD_RESPONSE, f"invalid HTTP from upstream: {event.message}")
+                        message = getattr(event, "message", "")
+                        self.abort(BAD_RESPONSE, f"invalid HTTP from upstream: {message}")
                         return
                     if not self.pending:
                         self.abort(BAD_RESPONSE, "upstream sent a response nobody asked for")

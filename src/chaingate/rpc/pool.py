@@ -57,8 +57,8 @@ class Health:
         "consecutive_failures",
         "errors",
         "head",
-        "latency",
         "lag",
+        "latency",
         "requests",
         "state_down",
         "throttled_until",
@@ -163,7 +163,10 @@ class Upstream:
                     transport = await open_transport(self.host, self.port, self._tls_context)
             except (OSError, trio.TooSlowError, ssl.SSLError) as exc:
                 raise UpstreamError(
-                    CONNECT, f"cannot connect: {exc.__class__.__name__}", sent=False, upstream=self.name
+                    CONNECT,
+                    f"cannot connect: {exc.__class__.__name__}",
+                    sent=False,
+                    upstream=self.name,
                 ) from None
             http1: Any = self._impl.http1
             parser = http1.ResponseParser(max_body=self.settings.max_response_bytes)
@@ -245,6 +248,10 @@ class UpstreamPool:
     def ranked(self) -> list[Upstream]:
         return self._ranked
 
+    @property
+    def upstreams_up(self) -> int:
+        return sum(1 for upstream in self.upstreams if not upstream.health.state_down)
+
     def _rerank(self) -> None:
         now = trio.current_time()
         max_lag = self._network.max_head_lag
@@ -272,24 +279,40 @@ class UpstreamPool:
             status = response.status
             if status == 429:
                 self._throttled(upstream, response.retry_after)
-                last = UpstreamError(THROTTLED, "upstream rate limit (HTTP 429)", sent=False, upstream=upstream.name, status=429)
+                last = UpstreamError(
+                    THROTTLED,
+                    "upstream rate limit (HTTP 429)",
+                    sent=False,
+                    upstream=upstream.name,
+                    status=429,
+                )
                 continue
             if status in FAILOVER_STATUSES:
-                exc = UpstreamError(HTTP_STATUS, f"upstream answered HTTP {status}", sent=True, upstream=upstream.name, status=status)
-                self._failed(upstream, exc)
-                last = exc
+                refused = UpstreamError(
+                    HTTP_STATUS,
+                    f"upstream answered HTTP {status}",
+                    sent=True,
+                    upstream=upstream.name,
+                    status=status,
+                )
+                self._failed(upstream, refused)
+                last = refused
                 if not retry_safe:
-                    raise exc
+                    raise refused
                 continue
             upstream.health.record_success(trio.current_time() - now)
             return upstream, response
-        raise last or UpstreamError(UNAVAILABLE, "no upstream answered before the deadline", sent=False)
+        raise last or UpstreamError(
+            UNAVAILABLE, "no upstream answered before the deadline", sent=False
+        )
 
     def _failed(self, upstream: Upstream, exc: UpstreamError) -> None:
         if upstream.health.record_failure(exc.kind, self._rpc.failure_threshold):
             log.warning(
                 "upstream out of rotation",
-                extra={"fields": {"pool": self.label, "upstream": upstream.name, "reason": exc.kind}},
+                extra={
+                    "fields": {"pool": self.label, "upstream": upstream.name, "reason": exc.kind}
+                },
             )
             self._rerank()
 
@@ -345,7 +368,11 @@ class UpstreamPool:
             )
 
     def _update_lag(self) -> None:
-        heads = [u.health.head for u in self.upstreams if u.health.head is not None and not u.health.state_down]
+        heads = [
+            u.health.head
+            for u in self.upstreams
+            if u.health.head is not None and not u.health.state_down
+        ]
         if not heads:
             return
         best = max(heads)

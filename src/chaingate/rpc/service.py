@@ -39,7 +39,7 @@ _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "
 
 class _BlockRef(msgspec.Struct):
     number: str | None = None
-    blockNumber: str | None = None  # noqa: N815 (JSON-RPC field name)
+    blockNumber: str | None = None
 
 
 _block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
@@ -102,6 +102,17 @@ class RpcReply:
         self.rejection = rejection
 
 
+class MethodStats:
+    """Call counters of one method on one network (read by /metrics)."""
+
+    __slots__ = ("cache_hits", "error", "ok")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.error = 0
+        self.cache_hits = 0
+
+
 class _Job:
     __slots__ = ("call", "index", "key", "spec")
 
@@ -146,21 +157,34 @@ class RpcService:
             probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
             parse_head = parse_evm_head
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
-        # Per (method, outcome) call counts, and per method cache hits, read by /metrics.
-        self.calls: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.cache_hits: defaultdict[str, int] = defaultdict(int)
+        # Counters per method, plus the pseudo-methods "invalid" and "unknown".
+        self.stats: defaultdict[str, MethodStats] = defaultdict(MethodStats)
+        self._invalid = self.stats["invalid"]
+        self._unknown = self.stats["unknown"]
         self.coalesced = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.pool.run(task_status=task_status)
 
+    @property
+    def calls(self) -> dict[tuple[str, str], int]:
+        """Call counts by (method, outcome)."""
+        counts: dict[tuple[str, str], int] = {}
+        for name, stats in self.stats.items():
+            if stats.ok:
+                counts[(name, "ok")] = stats.ok
+            if stats.error:
+                counts[(name, "error")] = stats.error
+        return counts
+
+    @property
+    def cache_hits(self) -> dict[str, int]:
+        return {name: stats.cache_hits for name, stats in self.stats.items() if stats.cache_hits}
+
     # --- classification -------------------------------------------------------------------
 
-    def _spec(self, method: str) -> MethodSpec | None:
-        spec = self._methods.get(method)
-        return spec if spec is not None else self._passthrough
-
     def _cost(self, spec: MethodSpec, params: bytes | None) -> int:
+        """Billed units: the historical price when the block tag is historical."""
         if spec.cu_historical is not None and spec.block_param is not None and params is not None:
             tag = self._jsonrpc.array_item(params, spec.block_param)
             if is_historical(tag):
@@ -173,40 +197,50 @@ class RpcService:
         jsonrpc = self._jsonrpc
         parsed = jsonrpc.parse_request(body, self._max_batch)
         if parsed.error:
-            self.calls[("invalid", "error")] += 1
-            return RpcReply(jsonrpc.error_reply(b"null", parsed.error, parsed.message), b"MISS", "invalid")
-        if not parsed.batch:
-            return await self._handle_single(parsed.calls[0], principal)
-        return await self._handle_batch(parsed.calls, principal)
-
-    async def _handle_single(self, call: Any, principal: Principal) -> RpcReply:
-        jsonrpc = self._jsonrpc
+            self._invalid.error += 1
+            return RpcReply(
+                jsonrpc.error_reply(b"null", parsed.error, parsed.message), b"MISS", "invalid"
+            )
+        if parsed.batch:
+            return await self._handle_batch(parsed.calls, principal)
+        # A single call, inline: this is the path most requests take.
+        call = parsed.calls[0]
         if call.error:
-            self.calls[("invalid", "error")] += 1
-            return RpcReply(jsonrpc.error_reply(call.id, call.error, call.message), b"MISS", "invalid")
-        spec = self._spec(call.method)
+            self._invalid.error += 1
+            return RpcReply(
+                jsonrpc.error_reply(call.id, call.error, call.message), b"MISS", "invalid"
+            )
+        method = call.method
+        spec = self._methods.get(method) or self._passthrough
         if spec is None:
-            self.calls[("unknown", "error")] += 1
+            self._unknown.error += 1
             return RpcReply(self._not_found(call), b"MISS", "unknown")
-        cu = self._cost(spec, call.params)
+        params = call.params
+        cu = spec.cu if spec.cu_historical is None else self._cost(spec, params)
         rejection = self._gate.admit(principal, spec.is_write, cu, spec.tcu)
         if rejection is not None:
             return RpcReply(None, b"MISS", spec.name, 0, rejection)
-        key = (call.method, call.params or b"")
+        stats = self.stats[spec.name]
+        key = (method, params or b"")
         if spec.cache != "none":
             hit = self.cache.get(key)
             if hit is not None:
-                self.cache_hits[spec.name] += 1
-                self.calls[(spec.name, "ok")] += 1
-                body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
-                return RpcReply(body, b"HIT", spec.name, cu)
-        result, error = await self._call(call.method, call.params, spec, key)
-        self.calls[(spec.name, "ok" if error is None else "error")] += 1
+                stats.cache_hits += 1
+                stats.ok += 1
+                reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
+                return RpcReply(reply, b"HIT", spec.name, cu)
+        result, error = await self._call(method, params, spec, key)
         if call.id is None:
-            return RpcReply(None, b"MISS", spec.name, cu)
-        if result is not None:
-            return RpcReply(jsonrpc.result_reply(call.id, result), b"MISS", spec.name, cu)
-        return RpcReply(jsonrpc.raw_error_reply(call.id, error), b"MISS", spec.name, cu)
+            reply = None
+        elif result is not None:
+            reply = jsonrpc.result_reply(call.id, result)
+        else:
+            reply = jsonrpc.raw_error_reply(call.id, error)
+        if error is None:
+            stats.ok += 1
+        else:
+            stats.error += 1
+        return RpcReply(reply, b"MISS", spec.name, cu)
 
     async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
@@ -216,15 +250,15 @@ class RpcService:
         writes = False
         for index, call in enumerate(calls):
             if call.error:
-                self.calls[("invalid", "error")] += 1
+                self._invalid.error += 1
                 replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
                 continue
-            spec = self._spec(call.method)
+            spec = self._methods.get(call.method) or self._passthrough
             if spec is None:
-                self.calls[("unknown", "error")] += 1
+                self._unknown.error += 1
                 replies[index] = self._not_found(call)
                 continue
-            cu += self._cost(spec, call.params)
+            cu += spec.cu if spec.cu_historical is None else self._cost(spec, call.params)
             tcu += spec.tcu
             writes = writes or spec.is_write
             jobs.append(_Job(index, call, spec, (call.method, call.params or b"")))
@@ -239,14 +273,20 @@ class RpcService:
                 hit = self.cache.get(job.key)
                 if hit is not None:
                     hits += 1
-                    self.cache_hits[job.spec.name] += 1
-                    self.calls[(job.spec.name, "ok")] += 1
+                    stats = self.stats[job.spec.name]
+                    stats.cache_hits += 1
+                    stats.ok += 1
                     if job.call.id is not None:
                         replies[job.index] = jsonrpc.result_reply(job.call.id, hit)
                     continue
             (safe if job.spec.retry else unsafe).append(job)
-        groups = [safe[i : i + self._upstream_batch] for i in range(0, len(safe), self._upstream_batch)]
-        groups += [unsafe[i : i + self._upstream_batch] for i in range(0, len(unsafe), self._upstream_batch)]
+        groups = [
+            safe[i : i + self._upstream_batch] for i in range(0, len(safe), self._upstream_batch)
+        ]
+        groups += [
+            unsafe[i : i + self._upstream_batch]
+            for i in range(0, len(unsafe), self._upstream_batch)
+        ]
         if len(groups) == 1:
             await self._send_group(groups[0], replies)
         elif groups:
@@ -264,7 +304,9 @@ class RpcService:
 
     # --- upstream calls ---------------------------------------------------------------------
 
-    async def _call(self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey) -> Outcome:
+    async def _call(
+        self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey
+    ) -> Outcome:
         """One call, joined to an identical one already in flight when that is safe."""
         if not (self._coalesce and spec.coalescible):
             return await self._send_one(method, params, spec, key)
@@ -283,14 +325,18 @@ class RpcService:
             future.set_result(outcome)
         return outcome
 
-    async def _send_one(self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey) -> Outcome:
+    async def _send_one(
+        self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey
+    ) -> Outcome:
         jsonrpc = self._jsonrpc
         request_id = self._next_id
         self._next_id += 1
         body = jsonrpc.upstream_request(request_id, method, params)
         deadline = trio.current_time() + self._timeout
         try:
-            upstream, response = await self.pool.request(body, retry_safe=spec.retry, deadline=deadline)
+            upstream, response = await self.pool.request(
+                body, retry_safe=spec.retry, deadline=deadline
+            )
         except UpstreamError as exc:
             return None, client_error(exc, write=spec.is_write)
         parsed = jsonrpc.parse_response(response.body)
@@ -326,21 +372,36 @@ class RpcService:
             elif not parsed.batch:
                 # The node refused the batch as a whole (for example: too large).
                 reply = parsed.replies[0]
-                failure = reply.error if _is_object(reply.error) else _bad_response(upstream.name, response.status)
+                failure = (
+                    reply.error
+                    if _is_object(reply.error)
+                    else _bad_response(upstream.name, response.status)
+                )
                 outcomes = {id(job): (None, failure) for job in jobs}
             else:
                 for reply in parsed.replies:
-                    job = by_id.pop(_int_id(reply.id), None) if reply.id is not None else None
-                    if job is not None:
-                        outcomes[id(job)] = self._outcome(
-                            reply, job.spec, job.key, job.call.params, upstream.name, response.status
+                    matched = by_id.pop(_int_id(reply.id), None) if reply.id is not None else None
+                    if matched is not None:
+                        outcomes[id(matched)] = self._outcome(
+                            reply,
+                            matched.spec,
+                            matched.key,
+                            matched.call.params,
+                            upstream.name,
+                            response.status,
                         )
-                missing = error_object(INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response")
+                missing = error_object(
+                    INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
+                )
                 for job in by_id.values():
                     outcomes[id(job)] = (None, missing)
         for job in jobs:
             result, error = outcomes[id(job)]
-            self.calls[(job.spec.name, "ok" if error is None else "error")] += 1
+            stats = self.stats[job.spec.name]
+            if error is None:
+                stats.ok += 1
+            else:
+                stats.error += 1
             if job.call.id is None:
                 continue
             if result is not None:
@@ -349,7 +410,13 @@ class RpcService:
                 replies[job.index] = jsonrpc.raw_error_reply(job.call.id, error)
 
     def _outcome(
-        self, reply: Any, spec: MethodSpec, key: CacheKey, params: bytes | None, upstream: str, status: int
+        self,
+        reply: Any,
+        spec: MethodSpec,
+        key: CacheKey,
+        params: bytes | None,
+        upstream: str,
+        status: int,
     ) -> Outcome:
         if reply.error is not None:
             if _is_object(reply.error):
@@ -366,7 +433,9 @@ class RpcService:
                 self.pool.note_head(head)
         return result, None
 
-    def _maybe_cache(self, spec: MethodSpec, key: CacheKey, params: bytes | None, result: bytes) -> None:
+    def _maybe_cache(
+        self, spec: MethodSpec, key: CacheKey, params: bytes | None, result: bytes
+    ) -> None:
         if result == b"null":
             return
         if spec.cache == "static":
