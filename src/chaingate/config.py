@@ -51,6 +51,8 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     ws_url: str | None = None
     # Extra request headers (for example a provider's auth header).  Never logged.
     headers: dict[str, str] = {}
+    # For https:// upstreams behind a private CA: a PEM bundle to trust instead of the system's.
+    ca_file: str | None = None
     timeout: float = 10.0
     connect_timeout: float = 3.0
     max_connections: int = 8
@@ -163,6 +165,9 @@ def _validate(settings: Settings) -> None:
                 if name in names:
                     raise ConfigError(f"{where}: two upstreams named {name!r}; set distinct names")
                 names.add(name)
+                for header, value in upstream.headers.items():
+                    if any(c in header + value for c in "\r\n") or not header.strip():
+                        raise ConfigError(f"{where}: invalid upstream header {header!r}")
                 if upstream.pipeline_depth < 1 or upstream.max_connections < 1:
                     raise ConfigError(f"{where}: pipeline_depth and max_connections must be >= 1")
 

@@ -119,7 +119,9 @@ class Upstream:
         )
         self._impl = impl
         self._nursery = pipeline_nursery
-        self._tls_context = ssl.create_default_context() if self.tls else None
+        self._tls_context = (
+            ssl.create_default_context(cafile=settings.ca_file) if self.tls else None
+        )
         self.connections: list[UpstreamConnection] = []
         self._opening: Future[UpstreamConnection] | None = None
         self.health = Health()
@@ -161,7 +163,8 @@ class Upstream:
             try:
                 with trio.fail_after(self.settings.connect_timeout):
                     transport = await open_transport(self.host, self.port, self._tls_context)
-            except (OSError, trio.TooSlowError, ssl.SSLError) as exc:
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError) as exc:
+                # BrokenResourceError: trio's wrapping of a failed TLS handshake.
                 raise UpstreamError(
                     CONNECT,
                     f"cannot connect: {exc.__class__.__name__}",
