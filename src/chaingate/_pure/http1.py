@@ -49,6 +49,16 @@ _TOKEN = frozenset(TOKEN_CHARS)
 _VALUE_OK = frozenset([9, *range(0x20, 0x7F), *range(0x80, 0x100)])
 _TARGET_OK = frozenset(range(0x21, 0x7F))
 
+# Headers the parsers hand out by name; when one repeats, its first value counts.
+_FIRST_VALUE_WINS = {
+    b"content-type": "content_type",
+    b"x-api-key": "api_key",
+    b"authorization": "authorization",
+    b"x-request-id": "request_id",
+    b"upgrade": "upgrade",
+    b"retry-after": "retry_after",
+}
+
 # Parser states.
 _HEAD = 0
 _BODY_LENGTH = 1
@@ -220,24 +230,10 @@ def _parse_fields(block: bytes, max_headers: int) -> _Head | HttpError:
             head.host = value
         elif name == b"expect":
             head.expect = 1 if value.lower() == b"100-continue" else EXPECT_OTHER
-        elif name == b"content-type":
-            if head.content_type is None:
-                head.content_type = value
-        elif name == b"x-api-key":
-            if head.api_key is None:
-                head.api_key = value
-        elif name == b"authorization":
-            if head.authorization is None:
-                head.authorization = value
-        elif name == b"x-request-id":
-            if head.request_id is None:
-                head.request_id = value
-        elif name == b"upgrade":
-            if head.upgrade is None:
-                head.upgrade = value
-        elif name == b"retry-after":
-            if head.retry_after is None:
-                head.retry_after = value
+        elif name in _FIRST_VALUE_WINS:
+            attribute = _FIRST_VALUE_WINS[name]
+            if getattr(head, attribute) is None:
+                setattr(head, attribute, value)
     if te_parts:
         head.transfer_encoding = b", ".join(te_parts)
         head.chunked = head.transfer_encoding == b"chunked"

@@ -232,7 +232,9 @@ class EdgeServer:
             response = http1.build_response(
                 status, self._date.line() + headers, body, keep_alive, request.version == 10
             )
-            if request.method == b"HEAD" and body:
+            if request.method == b"HEAD" and body and status >= 200 and status not in (204, 304):
+                # HEAD: the headers of the GET answer (Content-Length included), no content.
+                # (204/304 answers never carry a body, so there is nothing to cut.)
                 response = response[: len(response) - len(body)]
             await self._write(conn, response)
             if not keep_alive:
