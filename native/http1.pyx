@@ -67,6 +67,11 @@ for _code, _reason in _REASONS.items():
     _REASON_BY_STATUS[_code] = _reason
 
 
+cdef inline bytes _sub(bytes buf, Py_ssize_t start, Py_ssize_t end):
+    """buf[start:end] without building slice objects (the hot path makes many of these)."""
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + start, end - start)
+
+
 cdef inline Py_ssize_t _find_crlf(const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
     """Offset of the first CRLF at or after ``start``, or -1."""
     cdef const unsigned char* hit
@@ -197,7 +202,7 @@ cdef list _collect_headers(bytes block):
             vs += 1
         while ve > vs and (p[ve - 1] == 32 or p[ve - 1] == 9):
             ve -= 1
-        out.append((_lower(p + start, colon - start), block[vs:ve]))
+        out.append((_lower(p + start, colon - start), _sub(block, vs, ve)))
         start = nl + 2
     return out
 
@@ -307,27 +312,27 @@ cdef object _parse_fields(bytes buf, Py_ssize_t start, Py_ssize_t end, int max_h
                 i += 1
         elif n == 4 and _ieq(p + start, n, b"host", 4):
             head.host_count += 1
-            head.host = buf[vs:ve]
+            head.host = _sub(buf, vs, ve)
         elif n == 6 and _ieq(p + start, n, b"expect", 6):
             head.expect = 1 if _ieq(p + vs, ve - vs, b"100-continue", 12) else EXPECT_OTHER
         elif n == 12 and _ieq(p + start, n, b"content-type", 12):
             if head.content_type is None:
-                head.content_type = buf[vs:ve]
+                head.content_type = _sub(buf, vs, ve)
         elif n == 9 and _ieq(p + start, n, b"x-api-key", 9):
             if head.api_key is None:
-                head.api_key = buf[vs:ve]
+                head.api_key = _sub(buf, vs, ve)
         elif n == 13 and _ieq(p + start, n, b"authorization", 13):
             if head.authorization is None:
-                head.authorization = buf[vs:ve]
+                head.authorization = _sub(buf, vs, ve)
         elif n == 12 and _ieq(p + start, n, b"x-request-id", 12):
             if head.request_id is None:
-                head.request_id = buf[vs:ve]
+                head.request_id = _sub(buf, vs, ve)
         elif n == 7 and _ieq(p + start, n, b"upgrade", 7):
             if head.upgrade is None:
-                head.upgrade = buf[vs:ve]
+                head.upgrade = _sub(buf, vs, ve)
         elif n == 11 and _ieq(p + start, n, b"retry-after", 11):
             if head.retry_after is None:
-                head.retry_after = buf[vs:ve]
+                head.retry_after = _sub(buf, vs, ve)
         start = nl + 2
     if te_parts is not None:
         head.transfer_encoding = b", ".join(te_parts)
@@ -393,7 +398,7 @@ cdef class _BodyReader:
                 if self.pos == 0 and self.remaining == n:
                     body = buf
                 else:
-                    body = buf[self.pos:self.pos + self.remaining]
+                    body = _sub(buf, self.pos, self.pos + self.remaining)
                 self.pos += self.remaining
                 self.state = S_HEAD
                 return body
@@ -445,7 +450,7 @@ cdef class _BodyReader:
                     return None
                 if p[self.pos + need] != 13 or p[self.pos + need + 1] != 10:
                     return HttpError(400, "chunk data not followed by CRLF")
-                self.parts.append(buf[self.pos:self.pos + need])
+                self.parts.append(_sub(buf, self.pos, self.pos + need))
                 self.received += need
                 self.pos += need + 2
                 self.state = S_CHUNK_SIZE
@@ -542,13 +547,16 @@ cdef class RequestParser:
     def feed_eof(self):
         self._eof = 1
 
-    @property
-    def has_partial(self):
+    cdef inline bint _partial(self):
         return self._pending is not None or PyBytes_GET_SIZE(self._reader.buf) > self._reader.pos
 
     @property
+    def has_partial(self):
+        return self._partial()
+
+    @property
     def closed(self):
-        return self._error is not None or (self._eof and not self.has_partial)
+        return self._error is not None or (self._eof and not self._partial())
 
     def take_continue(self):
         cdef bint due = self._continue_due
@@ -561,7 +569,7 @@ cdef class RequestParser:
         event = self._next()
         if isinstance(event, HttpError):
             self._error = event
-        elif event is None and self._eof and self.has_partial:
+        elif event is None and self._eof and self._partial():
             event = self._error = HttpError(400, "connection closed in the middle of a request")
         return event
 
@@ -656,8 +664,8 @@ cdef class RequestParser:
         if head.content_length > self._max_body:
             return HttpError(413, "request body too large")
         request = Request.__new__(Request)
-        request.method = buf[start:sp1]
-        request.target = buf[sp1 + 1:sp2]
+        request.method = _sub(buf, start, sp1)
+        request.target = _sub(buf, sp1 + 1, sp2)
         q = -1
         for i in range(sp1 + 1, sp2):
             if p[i] == 63:
@@ -667,15 +675,15 @@ cdef class RequestParser:
             request.path = request.target
             request.query = b""
         else:
-            request.path = buf[sp1 + 1:q]
-            request.query = buf[q + 1:sp2]
+            request.path = _sub(buf, sp1 + 1, q)
+            request.query = _sub(buf, q + 1, sp2)
         request.version = version
         if version == 11:
             request.keep_alive = not head.close
         else:
             request.keep_alive = head.keep_alive_token and not head.close
         request.body = b""
-        request._block = buf[line_end + 2:head_end - 2]
+        request._block = _sub(buf, line_end + 2, head_end - 2)
         request.host = head.host
         request.content_type = head.content_type
         request.api_key = head.api_key

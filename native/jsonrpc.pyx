@@ -127,6 +127,11 @@ cdef class ParsedResponse:
         self.replies = replies
 
 
+cdef inline bytes _sub(bytes buf, Py_ssize_t start, Py_ssize_t end):
+    """buf[start:end] without building slice objects."""
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + start, end - start)
+
+
 cdef inline Call _new_call(object id, object method, object params, int error, str message):
     cdef Call call = Call.__new__(Call)
     call.id = id
@@ -291,7 +296,7 @@ cdef int _key_index(bytes body, const unsigned char* p, Py_ssize_t ks, Py_ssize_
     cdef Py_ssize_t n = ke - ks
     cdef object key
     if escaped:
-        key = json.loads(b'"' + body[ks:ke] + b'"')
+        key = json.loads(b'"' + _sub(body, ks, ke) + b'"')
         if key == "id":
             return K_ID
         if response:
@@ -365,7 +370,7 @@ cdef str _string_value(bytes body, const unsigned char* p, Py_ssize_t start, Py_
     cdef Py_ssize_t i
     for i in range(start, end):
         if p[i] == 92:
-            return json.loads(b'"' + body[start:end] + b'"')
+            return json.loads(b'"' + _sub(body, start, end) + b'"')
     return PyUnicode_DecodeUTF8(<const char*>(p + start), end - start, NULL)
 
 
@@ -381,7 +386,7 @@ cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
         c = p[s]
         if c == 116 or c == 102 or c == 123 or c == 91:
             return _new_call(b"null", None, None, INVALID_REQUEST, MSG_BAD_ID)
-        id_raw = body[s:spans[2 * K_ID + 1]]
+        id_raw = _sub(body, s, spans[2 * K_ID + 1])
     reply_id = b"null" if id_raw is None else id_raw
     s = spans[2 * K_JSONRPC]
     if s < 0 or not _lit(p + s, spans[2 * K_JSONRPC + 1] - s, b'"2.0"', 5):
@@ -397,7 +402,7 @@ cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
     if s >= 0:
         if p[s] != 91 and p[s] != 123:
             return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_BAD_PARAMS)
-        params = body[s:spans[2 * K_PARAMS + 1]]
+        params = _sub(body, s, spans[2 * K_PARAMS + 1])
     return _new_call(id_raw, method, params, 0, "")
 
 
@@ -409,7 +414,12 @@ cdef inline void _clear(Py_ssize_t* spans) noexcept:
 
 cdef bint _valid_utf8(bytes body) except -1:
     """Same rule as the pure twin: ASCII passes, anything else must decode as UTF-8."""
-    if body.isascii():
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(body)
+    for i in range(n):
+        if p[i] >= 0x80:
+            break
+    else:
         return 1
     try:
         body.decode("utf-8")
@@ -490,9 +500,9 @@ def parse_request(bytes body, Py_ssize_t max_batch):
 
 cdef Reply _reply(bytes body, Py_ssize_t* spans):
     cdef Reply reply = Reply.__new__(Reply)
-    reply.id = body[spans[2 * K_ID]:spans[2 * K_ID + 1]] if spans[2 * K_ID] >= 0 else None
-    reply.result = body[spans[2 * K_RESULT]:spans[2 * K_RESULT + 1]] if spans[2 * K_RESULT] >= 0 else None
-    reply.error = body[spans[2 * K_ERROR]:spans[2 * K_ERROR + 1]] if spans[2 * K_ERROR] >= 0 else None
+    reply.id = _sub(body, spans[2 * K_ID], spans[2 * K_ID + 1]) if spans[2 * K_ID] >= 0 else None
+    reply.result = _sub(body, spans[2 * K_RESULT], spans[2 * K_RESULT + 1]) if spans[2 * K_RESULT] >= 0 else None
+    reply.error = _sub(body, spans[2 * K_ERROR], spans[2 * K_ERROR + 1]) if spans[2 * K_ERROR] >= 0 else None
     return reply
 
 
@@ -562,7 +572,7 @@ def array_item(bytes raw, Py_ssize_t index):
         if end < 0:
             return None
         if k == index:
-            return raw[i:end]
+            return _sub(raw, i, end)
         k += 1
         i = _ws(p, end, n)
         if i >= n or p[i] != 44:

@@ -31,6 +31,8 @@ _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
 
 
+_ROUTES = ("rpc", "rest", "metrics", "other")
+
 # Response header blocks of the RPC route, built once.
 _RPC_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
@@ -60,9 +62,10 @@ class Routes:
         self._id_prefix = os.urandom(4).hex().encode()
         self._id_counter = 0
         self.latency = LatencyHistogram()
+        self._route_latency = {route: self.latency.series(route) for route in _ROUTES}
         # Answered requests by route, then by status.
         self.statuses: dict[str, defaultdict[int, int]] = {
-            route: defaultdict(int) for route in ("rpc", "rest", "metrics", "other")
+            route: defaultdict(int) for route in _ROUTES
         }
 
     @property
@@ -129,7 +132,7 @@ class Routes:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
         elapsed = perf_counter() - started
-        self.latency.observe(route, elapsed)
+        self._route_latency[route].observe(elapsed)
         self.statuses[route][status] += 1
         if self._access_log.enabled:
             self._access_log.write(

@@ -33,31 +33,46 @@ LATENCY_BUCKETS = (
 )
 
 
+class LatencySeries:
+    """Counts and sum of one route's latencies; ``observe`` is the per-request cost."""
+
+    __slots__ = ("buckets", "counts", "sum")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
+        self.sum += seconds
+
+
 class LatencyHistogram:
     """Request latency per route; cumulative buckets are computed only when scraped."""
 
     def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
         self.buckets = buckets
-        self._counts: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
+        self._series: dict[str, LatencySeries] = {}
+
+    def series(self, route: str) -> LatencySeries:
+        series = self._series.get(route)
+        if series is None:
+            series = self._series[route] = LatencySeries(self.buckets)
+        return series
 
     def observe(self, route: str, seconds: float) -> None:
-        counts = self._counts.get(route)
-        if counts is None:
-            counts = self._counts[route] = [0] * (len(self.buckets) + 1)
-            self._sums[route] = 0.0
-        counts[bisect.bisect_left(self.buckets, seconds)] += 1
-        self._sums[route] += seconds
+        self.series(route).observe(seconds)
 
     def samples(self, name: str) -> Iterable[str]:
-        for route, counts in sorted(self._counts.items()):
+        for route, series in sorted(self._series.items()):
             running = 0
-            for bound, count in zip(self.buckets, counts, strict=False):
+            for bound, count in zip(self.buckets, series.counts, strict=False):
                 running += count
                 yield f'{name}_bucket{{route="{route}",le="{bound}"}} {running}'
-            running += counts[-1]
+            running += series.counts[-1]
             yield f'{name}_bucket{{route="{route}",le="+Inf"}} {running}'
-            yield f'{name}_sum{{route="{route}"}} {self._sums[route]:.6f}'
+            yield f'{name}_sum{{route="{route}"}} {series.sum:.6f}'
             yield f'{name}_count{{route="{route}"}} {running}'
 
 
