@@ -1,0 +1,1 @@
+"""Helpers of ``bench/run.py``: processes, wrk load, scenarios, the EVM fixture, the report."""

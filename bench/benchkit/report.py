@@ -1,0 +1,252 @@
+"""The markdown report: header, results table, ratios, the latency target, chaingate counters."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from benchkit.scenarios import CHAINGATE, DIRECT, NGINX, Scenario
+from benchkit.wrkload import WrkResult
+
+LATENCY_TARGET_MS = 1.0
+FLAG = "⚠"
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: Scenario
+    target: str
+    result: WrkResult
+    warmup_errors: int = 0
+
+    @property
+    def errors(self) -> int:
+        return self.result.errors + self.warmup_errors
+
+    def errors_cell(self) -> str:
+        if not self.errors:
+            return "0"
+        text = f"{FLAG} **{self.result.errors}** ({self.result.error_detail()})"
+        if self.warmup_errors:
+            text += f" +{self.warmup_errors} in warm-up"
+        return text
+
+
+@dataclass(frozen=True)
+class Paced:
+    target_rps: float
+    rows: dict[str, Row]  # by target: chaingate and direct
+    pace_ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What chaingate did during one measured run (deltas of its /metrics counters)."""
+
+    label: str
+    client_requests: int
+    rpc_calls: int
+    upstream_requests: int
+    coalesced: int
+    cache_hits: int
+
+
+@dataclass
+class Report:
+    header: dict[str, str]
+    rows: list[Row] = field(default_factory=list)
+    paced: Paced | None = None
+    traffic: list[Traffic] = field(default_factory=list)
+    metrics: dict[str, str] = field(default_factory=dict)  # process name -> filtered /metrics
+    notes: list[str] = field(default_factory=list)
+
+    def find(self, key: str, target: str) -> Row | None:
+        return next((r for r in self.rows if r.scenario.key == key and r.target == target), None)
+
+    @property
+    def flagged(self) -> list[Row]:
+        return [row for row in self.rows if row.errors]
+
+    def render(self) -> str:
+        parts = [
+            _header(self.header),
+            _table(self.rows),
+            _ratios(self),
+            _paced(self.paced),
+            _traffic(self.traffic),
+            _metrics(self.metrics),
+        ]
+        if self.notes:
+            parts.append("## Notes\n\n" + "\n".join(f"- {note}" for note in self.notes))
+        return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _header(header: dict[str, str]) -> str:
+    lines = [f"# chaingate benchmark, {header.get('date', '')}", "", "| | |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in header.items() if key != "date"]
+    return "\n".join(lines)
+
+
+def _table(rows: list[Row]) -> str:
+    lines = [
+        "## Results",
+        "",
+        "| scenario | target | req/s | p50 ms | p99 ms | errors |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        r = row.result
+        lines.append(
+            f"| {row.scenario.label} | {row.target} | {r.rps:.0f} | {r.p50_ms:.3f} "
+            f"| {r.p99_ms:.3f} | {row.errors_cell()} |"
+        )
+    flagged = [row for row in rows if row.errors]
+    if flagged:
+        lines += [
+            "",
+            f"{FLAG} {len(flagged)} row(s) had errors: their req/s counts failed requests too "
+            "and must not be compared.",
+        ]
+    lines += ["", "Scenario notes:", ""]
+    seen: set[str] = set()
+    for row in rows:
+        if row.scenario.key not in seen and row.scenario.note:
+            seen.add(row.scenario.key)
+            lines.append(f"- {row.scenario.label}: {row.scenario.note}")
+    return "\n".join(lines)
+
+
+def _ratio(chaingate: Row | None, other: Row | None) -> str:
+    if chaingate is None or other is None or not other.result.rps:
+        return "n/a"
+    text = f"{chaingate.result.rps / other.result.rps:.2f}"
+    return f"{FLAG} {text} (errors)" if chaingate.errors or other.errors else text
+
+
+def _ratios(report: Report) -> str:
+    lines = [
+        "## Ratios (req/s)",
+        "",
+        "| scenario | chaingate/nginx | chaingate/direct |",
+        "|---|---:|---:|",
+    ]
+    seen: list[Scenario] = []
+    for row in report.rows:
+        if row.scenario not in seen and row.scenario.key != "paced":
+            seen.append(row.scenario)
+    for scenario in seen:
+        ours = report.find(scenario.key, CHAINGATE)
+        # (a') has no nginx/direct rows of its own: it is compared with (a)'s.
+        base = "block" if scenario.key == "block-nocoalesce" else scenario.key
+        nginx, direct = report.find(base, NGINX), report.find(base, DIRECT)
+        lines.append(f"| {scenario.label} | {_ratio(ours, nginx)} | {_ratio(ours, direct)} |")
+    lines += [
+        "",
+        "Above 1: chaingate serves more requests per second than that target with the same "
+        "wrk load; below 1: fewer.  chaingate/direct above 1 is possible only where chaingate "
+        "answers without asking the node for every request (cache, coalescing).",
+    ]
+    return "\n".join(lines)
+
+
+def _paced(paced: Paced | None) -> str:
+    if paced is None:
+        return ""
+    lines = [
+        "## Latency target: p99 added latency over direct <= 1 ms at half of chaingate's peak",
+        "",
+        f"Target rate: {paced.target_rps:.0f} req/s (50% of chaingate's (a) eth_blockNumber peak).",
+        "",
+        "| target | achieved req/s | vs target | mean delay/conn ms | p50 ms | p99 ms | errors |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for target, row in paced.rows.items():
+        r = row.result
+        off = (r.rps / paced.target_rps - 1) * 100 if paced.target_rps else 0.0
+        mark = f" {FLAG}" if abs(off) > 10 else ""
+        lines.append(
+            f"| {target} | {r.rps:.0f} | {off:+.1f}%{mark} | {paced.pace_ms[target]:.2f} "
+            f"| {r.p50_ms:.3f} | {r.p99_ms:.3f} | {row.errors_cell()} |"
+        )
+    ours, direct = paced.rows.get(CHAINGATE), paced.rows.get(DIRECT)
+    if ours and direct:
+        added = ours.result.p99_ms - direct.result.p99_ms
+        added50 = ours.result.p50_ms - direct.result.p50_ms
+        verdict = (
+            "MET"
+            if added <= LATENCY_TARGET_MS and not (ours.errors or direct.errors)
+            else "NOT MET"
+        )
+        lines += [
+            "",
+            f"**p99 added latency: {added:+.3f} ms** (p50 added: {added50:+.3f} ms); "
+            f"target <= {LATENCY_TARGET_MS:.0f} ms: **{verdict}**.",
+        ]
+    return "\n".join(lines)
+
+
+def _traffic(traffic: list[Traffic]) -> str:
+    if not traffic:
+        return ""
+    lines = [
+        "## What chaingate did per measured run (/metrics deltas)",
+        "",
+        "| run | HTTP requests | JSON-RPC calls | upstream requests | coalesced | cache hits |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {t.label} | {t.client_requests} | {t.rpc_calls} | {t.upstream_requests} "
+        f"| {t.coalesced} | {t.cache_hits} |"
+        for t in traffic
+    ]
+    lines += [
+        "",
+        "Upstream requests include chaingate's own head probes (one per second); a batch sent "
+        "upstream counts once.",
+    ]
+    return "\n".join(lines)
+
+
+def _metrics(metrics: dict[str, str]) -> str:
+    if not metrics:
+        return ""
+    lines = ["## chaingate counters at the end (/metrics)"]
+    for name, text in metrics.items():
+        lines += ["", f"{name}:", "", "```", text.rstrip(), "```"]
+    return "\n".join(lines)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+RECORDED = (
+    "chaingate_rpc_cache_hits_total",
+    "chaingate_rpc_cache_lookups_total",
+    "chaingate_rpc_coalesced_total",
+    "chaingate_upstream_requests_total",
+    "chaingate_upstream_errors_total",
+    "chaingate_http_requests_total",
+)
+
+
+def samples(text: str) -> list[tuple[str, str, float]]:
+    """(name, labels, value) of every sample in a Prometheus text exposition."""
+    found = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())
+        if match and not line.startswith("#"):
+            found.append((match.group(1), match.group(2) or "", float(match.group(3))))
+    return found
+
+
+def total(text: str, name: str, label_filter: str = "") -> int:
+    return int(sum(v for n, labels, v in samples(text) if n == name and label_filter in labels))
+
+
+def recorded_metrics(text: str) -> str:
+    """The counters worth keeping in the report, plus every call that ended in an error."""
+    keep = []
+    for name, labels, value in samples(text):
+        errors = name == "chaingate_rpc_calls_total" and 'outcome="error"' in labels
+        if name in RECORDED or errors:
+            number = int(value) if value.is_integer() else value
+            keep.append(f"{name}{labels} {number}")
+    return "\n".join(keep)

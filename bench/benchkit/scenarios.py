@@ -1,0 +1,143 @@
+"""The request of each scenario, and the check that every target answers it alike."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from benchkit.evm import Contract
+
+CHAINGATE, NGINX, DIRECT = "chaingate", "nginx", "direct"
+ALL_TARGETS = (CHAINGATE, NGINX, DIRECT)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str  # the --scenarios name
+    label: str  # the table's scenario column
+    body: bytes
+    targets: tuple[str, ...]
+    note: str = ""
+
+
+class WrongAnswer(Exception):
+    """A target answered the scenario's request wrongly, or differently from the node."""
+
+
+def _call(method: str, params: list[Any], call_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": call_id, "method": method, "params": params}
+
+
+def _encode(payload: object) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def batch_calls(accounts: list[str], contract: Contract) -> list[dict[str, Any]]:
+    """20 calls: node facts, fees, balances of ten accounts, code, storage and a contract call."""
+    methods: list[tuple[str, list[Any]]] = [
+        ("eth_blockNumber", []),
+        ("eth_chainId", []),
+        ("eth_gasPrice", []),
+        ("net_version", []),
+        ("eth_getTransactionCount", [contract.deployer, "latest"]),
+        ("eth_getCode", [contract.address, "latest"]),
+        ("eth_getStorageAt", [contract.address, "0x0", "latest"]),
+        ("eth_call", [{"to": contract.address, "data": "0x"}, "latest"]),
+    ]
+    methods += [("eth_getBalance", [account, "latest"]) for account in accounts]
+    methods += [("eth_blockNumber", []), ("eth_chainId", [])]
+    methods = methods[:20]
+    if len(methods) != 20:
+        raise ValueError(f"need 10 unlocked accounts for a 20-call batch, got {len(accounts)}")
+    return [_call(method, params, index) for index, (method, params) in enumerate(methods, 1)]
+
+
+def build(accounts: list[str], contract: Contract) -> dict[str, Scenario]:
+    block = _encode(_call("eth_blockNumber", []))
+    eth_call = [{"to": contract.address, "data": "0x"}, "latest"]
+    scenarios = [
+        Scenario("block", "(a) eth_blockNumber", block, ALL_TARGETS, "proxied, coalescing on"),
+        Scenario(
+            "block-nocoalesce",
+            "(a') eth_blockNumber, coalesce off",
+            block,
+            (CHAINGATE,),
+            "second chaingate process with [rpc] coalesce = false",
+        ),
+        Scenario(
+            "chainid",
+            "(b) eth_chainId (cached)",
+            _encode(_call("eth_chainId", [])),
+            (CHAINGATE, DIRECT, NGINX),
+            "static cache in chaingate; nginx for reference",
+        ),
+        Scenario(
+            "batch",
+            "(c) batch of 20",
+            _encode(batch_calls(accounts, contract)),
+            ALL_TARGETS,
+            "eth_blockNumber, eth_chainId, eth_gasPrice, net_version, nonce, code, storage, "
+            "eth_call, 10x eth_getBalance",
+        ),
+        Scenario(
+            "call",
+            "(d) eth_call",
+            _encode(_call("eth_call", eth_call)),
+            ALL_TARGETS,
+            "hand-assembled contract returning storage slot 0",
+        ),
+        Scenario(
+            "paced",
+            "(e) eth_blockNumber paced at 50% of (a) peak",
+            block,
+            (CHAINGATE, DIRECT),
+            "latency target: p99 added <= 1 ms",
+        ),
+    ]
+    return {scenario.key: scenario for scenario in scenarios}
+
+
+def post(url: str, body: bytes, timeout: float = 10.0) -> Any:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        if response.status != 200:
+            raise WrongAnswer(f"{url}: HTTP {response.status}")
+        return json.loads(response.read())
+
+
+def _results(reply: Any, body: bytes) -> Any:
+    """The result(s) of a reply, checked for shape, ids and errors."""
+    request = json.loads(body)
+    if isinstance(request, list):
+        if not isinstance(reply, list) or len(reply) != len(request):
+            raise WrongAnswer(f"batch of {len(request)} answered by {str(reply)[:200]}")
+        if [item.get("id") for item in reply] != [item["id"] for item in request]:
+            raise WrongAnswer("batch replies are not in request order")
+        return [_single(item, call["id"]) for item, call in zip(reply, request, strict=True)]
+    return _single(reply, request["id"])
+
+
+def _single(reply: Any, call_id: Any) -> Any:
+    if not isinstance(reply, dict) or reply.get("jsonrpc") != "2.0" or reply.get("id") != call_id:
+        raise WrongAnswer(f"malformed reply: {str(reply)[:200]}")
+    if "error" in reply or "result" not in reply:
+        raise WrongAnswer(f"error reply: {str(reply)[:200]}")
+    return reply["result"]
+
+
+def check(scenario: Scenario, urls: dict[str, str], expected: Any = None) -> Any:
+    """Send the request once to each target and to the node; all must agree (and match
+    ``expected`` when given)."""
+    reference = _results(post(urls[DIRECT], scenario.body), scenario.body)
+    if expected is not None and reference != expected:
+        raise WrongAnswer(f"{scenario.label}: the node answered {reference}, expected {expected}")
+    for target in scenario.targets:
+        answer = _results(post(urls[target], scenario.body), scenario.body)
+        if answer != reference:
+            raise WrongAnswer(
+                f"{scenario.label}: {target} answered {str(answer)[:300]}, "
+                f"the node answers {str(reference)[:300]}"
+            )
+    return reference

@@ -1,0 +1,400 @@
+"""chaingate benchmark: the same wrk load against chaingate, nginx and the node itself.
+
+    python bench/run.py [--duration 10] [--connections 32] [--smoke] [--out PATH]
+                        [--scenarios block,chainid,...] [--access-log on|off]
+
+Starts on loopback free ports: anvil (the node), one ``chaingate serve`` process in front of
+it, and nginx with one worker in front of it too; then drives each scenario's request with
+wrk against every target and prints (and writes) a markdown report.  See bench/README.md.
+
+Exit status: 0 all good; 1 some run had errors (flagged in the report); 2 a server failed or
+a target answered wrongly; 3 nginx or wrk is missing; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
+
+import chaingate  # noqa: E402
+from benchkit import evm, procs, report, scenarios, tools  # noqa: E402
+from benchkit.report import Paced, Report, Row, Traffic  # noqa: E402
+from benchkit.scenarios import CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
+from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
+from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
+
+SCENARIO_ORDER = ("block", "block-nocoalesce", "chainid", "batch", "call", "paced")
+PACED_FRACTION = 0.5
+CALIBRATION_TRIALS = 3
+CALIBRATION_TOLERANCE = 0.05  # calibration stops once a trial is this close to the target
+PACED_TOLERANCE = 0.10  # a measured paced run further off than this is measured again
+BUSY_WARNING = 0.10  # share of CPU busy before start above which the report warns
+
+
+@dataclass(frozen=True)
+class Options:
+    duration: int
+    warmup: int
+    connections: int
+    access_log: bool
+    out: Path
+    scenarios: tuple[str, ...]
+    smoke: bool
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections")
+    parser.add_argument("--smoke", action="store_true", help="1 s runs, for CI")
+    parser.add_argument("--out", type=Path, help="default: bench/results/<UTC timestamp>.md")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIO_ORDER),
+        help=f"comma-separated subset of: {', '.join(SCENARIO_ORDER)}",
+    )
+    parser.add_argument(
+        "--access-log",
+        choices=("on", "off"),
+        default="on",
+        help="chaingate's observability.access_log (default on, the production default)",
+    )
+    args = parser.parse_args(argv)
+    chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in SCENARIO_ORDER]
+    if unknown or not chosen:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIO_ORDER)}")
+    if args.duration < 1 or args.connections < 1:
+        parser.error("--duration and --connections must be at least 1")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Options(
+        duration=1 if args.smoke else args.duration,
+        warmup=1 if args.smoke else 2,
+        connections=args.connections,
+        access_log=args.access_log == "on",
+        out=args.out or BENCH_DIR / "results" / f"{stamp}.md",
+        scenarios=tuple(name for name in SCENARIO_ORDER if name in chosen),
+        smoke=args.smoke,
+    )
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+class Bench:
+    """Runs the measurements; every result lands in ``self.report``."""
+
+    def __init__(
+        self,
+        opts: Options,
+        wrk: Wrk,
+        urls: dict[str, str],
+        main: procs.ChaingateServer,
+        rep: Report,
+    ) -> None:
+        self.opts = opts
+        self.wrk = wrk
+        self.urls = urls
+        self.main = main
+        self.report = rep
+
+    def run(
+        self, scenario: Scenario, target: str, url: str, gateway: procs.ChaingateServer | None
+    ) -> Row:
+        warm = self.wrk.run(url, scenario.body, self.opts.warmup)
+        before = gateway.metrics() if gateway else ""
+        result = self.wrk.run(url, scenario.body, self.opts.duration)
+        if gateway is not None:
+            self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
+        row = Row(scenario, target, result, warmup_errors=warm.errors)
+        self.report.rows.append(row)
+        _progress(scenario.key, target, result, row.errors)
+        return row
+
+    def _traffic(self, label: str, before: str, after: str) -> None:
+        def delta(name: str, label_filter: str = "") -> int:
+            return report.total(after, name, label_filter) - report.total(
+                before, name, label_filter
+            )
+
+        self.report.traffic.append(
+            Traffic(
+                label=label,
+                client_requests=delta("chaingate_http_requests_total", 'route="rpc"'),
+                rpc_calls=delta("chaingate_rpc_calls_total"),
+                upstream_requests=delta("chaingate_upstream_requests_total"),
+                coalesced=delta("chaingate_rpc_coalesced_total"),
+                cache_hits=delta("chaingate_rpc_cache_hits_total"),
+            )
+        )
+
+    def scenario(self, scenario: Scenario, expected: object = None) -> None:
+        answer = scenarios.check(scenario, self.urls, expected)
+        say(f"[{scenario.key}] every target answers alike: {str(answer)[:80]}")
+        for target in scenario.targets:
+            gateway = self.main if target == CHAINGATE else None
+            self.run(scenario, target, self.urls[target], gateway)
+
+    def no_coalesce(self, scenario: Scenario, workdir: Path, upstream: str) -> None:
+        server = procs.ChaingateServer(
+            workdir,
+            "chaingate-nocoalesce",
+            upstream,
+            access_log=self.opts.access_log,
+            coalesce=False,
+        )
+        try:
+            server.start()
+            scenarios.check(scenario, {**self.urls, CHAINGATE: server.rpc_url})
+            say(f"[{scenario.key}] second chaingate on :{server.port} with coalesce = false")
+            self.run(scenario, CHAINGATE, server.rpc_url, server)
+            self.report.metrics["chaingate (coalesce = false)"] = report.recorded_metrics(
+                server.metrics()
+            )
+        finally:
+            server.stop()
+
+    def paced(self, scenario: Scenario) -> None:
+        peak = self.report.find("block", CHAINGATE)
+        if peak is None:  # (a) was not selected: measure chaingate's peak for it now
+            peak = self.run(
+                self.scenario_block(scenario), CHAINGATE, self.urls[CHAINGATE], self.main
+            )
+        rate = peak.result.rps * PACED_FRACTION
+        scenarios.check(scenario, self.urls)
+        say(f"[paced] target {rate:.0f} req/s = {PACED_FRACTION:.0%} of {peak.result.rps:.0f}")
+        rows: dict[str, Row] = {}
+        paces: dict[str, float] = {}
+        for target in scenario.targets:
+            rows[target], paces[target] = self._paced_run(scenario, target, rate)
+        self.report.paced = Paced(rate, rows, paces)
+
+    def scenario_block(self, paced: Scenario) -> Scenario:
+        return Scenario("block", "(a) eth_blockNumber", paced.body, (CHAINGATE,), "peak for (e)")
+
+    def _calibrate(self, scenario: Scenario, url: str, rate: float) -> tuple[float, int]:
+        """Per-connection mean delay (ms) that yields ``rate``, found on short warm-up runs.
+
+        A connection's cycle is its delay plus the answer's latency and wrk's own overhead;
+        each trial measures that overhead and takes it off the delay.  Returns the delay and
+        the errors seen while calibrating.
+        """
+        ideal = self.wrk.connections / rate * 1000
+        pace, errors = ideal, 0
+        for _ in range(CALIBRATION_TRIALS):
+            trial = self.wrk.run(url, scenario.body, self.opts.warmup, pace_ms=pace)
+            errors += trial.errors
+            if not trial.rps or abs(trial.rps / rate - 1) <= CALIBRATION_TOLERANCE:
+                break
+            pace = self._corrected(pace, trial.rps, rate)
+        return pace, errors
+
+    def _corrected(self, pace: float, achieved: float, rate: float) -> float:
+        overhead = self.wrk.connections / achieved * 1000 - pace
+        return max(0.0, self.wrk.connections / rate * 1000 - overhead)
+
+    def _paced_run(self, scenario: Scenario, target: str, rate: float) -> tuple[Row, float]:
+        """Calibrate the delay, then measure; measure again once if the rate was far off."""
+        url = self.urls[target]
+        pace, errors = self._calibrate(scenario, url, rate)
+        gateway = self.main if target == CHAINGATE else None
+        for attempt in range(2):
+            before = gateway.metrics() if gateway else ""
+            result = self.wrk.run(url, scenario.body, self.opts.duration, pace_ms=pace)
+            off = abs(result.rps / rate - 1) if rate else 0.0
+            if attempt or off <= PACED_TOLERANCE or not result.rps:
+                break
+            say(
+                f"[paced] {target}: {result.rps:.0f} req/s is {off:.0%} off target; measuring again"
+            )
+            errors += result.errors
+            pace = self._corrected(pace, result.rps, rate)
+        if gateway is not None:
+            self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
+        row = Row(scenario, target, result, warmup_errors=errors)
+        self.report.rows.append(row)
+        extra = f" (target {rate:.0f}, delay {pace:.2f} ms)"
+        _progress(scenario.key, target, result, row.errors, extra)
+        return row, pace
+
+
+def _progress(key: str, target: str, r: WrkResult, errors: int, extra: str = "") -> None:
+    flag = f"  {report.FLAG} {errors} errors" if errors else ""
+    say(
+        f"[{key}] {target:<9} {r.rps:9.0f} req/s  p50 {r.p50_ms:.3f} ms  "
+        f"p99 {r.p99_ms:.3f} ms{extra}{flag}"
+    )
+
+
+def quietness(before: float | None, during: float | None = None) -> str:
+    """How much CPU other people's work took, before the bench started and while it ran."""
+    parts = [
+        "before start: " + ("unknown" if before is None else f"{before:.0%} CPU busy over 1 s"),
+        "during the run: "
+        + (
+            "not measured yet"
+            if during is None
+            else f"{during:.0%} of all CPU used by processes outside the bench"
+        ),
+        f"load average at the end {tools.load_average()}",
+    ]
+    text = "; ".join(parts)
+    if max(before or 0.0, during or 0.0) > BUSY_WARNING:
+        text = f"{report.FLAG} **{text}: other work was running, numbers are unreliable**"
+    return text
+
+
+def header(
+    opts: Options, wrk: Wrk, impl: str, versions: dict[str, str], busy: float | None
+) -> dict[str, str]:
+    pure = os.environ.get("CHAINGATE_PURE")
+    runs = f"{opts.duration} s per measurement after a {opts.warmup} s warm-up per target"
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "machine": tools.machine_summary(),
+        "background": quietness(busy),
+        "chaingate": (
+            f"{chaingate.__version__}, impl **{impl}** (CHAINGATE_PURE="
+            f"{pure if pure is not None else 'unset'}), one `chaingate serve` process"
+        ),
+        "access_log": f"**{str(opts.access_log).lower()}**"
+        + (" (production default)" if opts.access_log else " (turned off with --access-log off)"),
+        "load": f"{wrk.describe()}; {runs}" + (" (--smoke)" if opts.smoke else ""),
+        "nginx": f"{versions['nginx']}, 1 worker, upstream keepalive 64, access_log off",
+        "node": f"anvil {versions['anvil']}; target `direct` = wrk straight to anvil",
+        "versions": f"wrk {versions['wrk']}, Python {platform.python_version()}",
+        "caveat": (
+            f"wrk, chaingate, nginx and anvil all share this machine's {os.cpu_count()} cores: "
+            "every number includes contention with the load generator and the node"
+        ),
+    }
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def bench(
+    opts: Options, found: dict[str, str], stack: contextlib.ExitStack, busy: float | None
+) -> Report:
+    workdir = Path(tempfile.mkdtemp(prefix="chaingate-bench-"))
+    stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+    anvil = AnvilProcess()
+    stack.callback(anvil.stop)
+    anvil.start()
+    versions = {
+        "anvil": tools.anvil_version(anvil_binary(install=False)),
+        "nginx": tools.nginx_version(found["nginx"]),
+        "wrk": tools.wrk_version(found["wrk"]),
+    }
+    say(f"anvil {versions['anvil']} on :{anvil.port}")
+    contract = evm.deploy(anvil.url)
+    say(f"contract at {contract.address}: eth_call returns {contract.expected}")
+    accounts = rpc_call(anvil.url, "eth_accounts")
+    if not isinstance(accounts, list):
+        raise RuntimeError(f"eth_accounts answered {accounts!r}")
+
+    main = procs.ChaingateServer(
+        workdir, "chaingate", anvil.url, access_log=opts.access_log, coalesce=True
+    )
+    stack.callback(main.stop)
+    main.start()
+    nginx = procs.NginxServer(found["nginx"], workdir, anvil.port)
+    stack.callback(nginx.stop)
+    nginx.start()
+    impl = main.impl()
+    say(
+        f"chaingate on :{main.port} (impl {impl}, access_log {str(opts.access_log).lower()}), "
+        f"nginx {versions['nginx']} on :{nginx.port}"
+    )
+
+    wrk = Wrk(found["wrk"], workdir, threads=1, connections=opts.connections)
+    rep = Report(header(opts, wrk, impl, versions, busy))
+    say(f"load: {rep.header['load']}")
+    urls = {CHAINGATE: main.rpc_url, NGINX: nginx.url, DIRECT: anvil.url}
+    runner = Bench(opts, wrk, urls, main, rep)
+    catalogue = scenarios.build([str(a) for a in accounts], contract)
+    expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
+    actions: dict[str, Callable[[Scenario], None]] = {
+        "block-nocoalesce": lambda s: runner.no_coalesce(s, workdir, anvil.url),
+        "paced": runner.paced,
+    }
+    for key in opts.scenarios:
+        scenario = catalogue[key]
+        action = actions.get(key)
+        if action is not None:
+            action(scenario)
+        else:
+            runner.scenario(scenario, expected.get(key))
+    rep.metrics["chaingate"] = report.recorded_metrics(main.metrics())
+    return rep
+
+
+def write(rep: Report, out: Path) -> None:
+    text = rep.render()
+    say("\n" + text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    say(f"report written to {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    try:
+        found = tools.require_tools()
+    except tools.MissingTool as exc:
+        say(f"error: {exc}")
+        return 3
+    # Ctrl-C and SIGTERM both unwind through the ExitStack, which stops every server.  SIGINT
+    # is set explicitly: a shell without job control starts background jobs with it ignored.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    busy = tools.background_busy()
+    if busy is not None and busy > BUSY_WARNING:
+        say(f"{report.FLAG} the machine is already {busy:.0%} busy: results will be noisy")
+    started = time.monotonic()
+    others = tools.CpuAccount()
+    others.start()
+    try:
+        with contextlib.ExitStack() as stack:
+            rep = bench(opts, found, stack, busy)
+            say("stopping servers...")
+    except KeyboardInterrupt:
+        say("\ninterrupted: servers stopped")
+        return 130
+    except (procs.ServerFailed, scenarios.WrongAnswer, WrkFailed, RuntimeError, OSError) as exc:
+        say(f"error: {type(exc).__name__}: {exc}")
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+    during = others.share()  # every server is stopped and reaped by now
+    rep.header["background"] = quietness(busy, during)
+    if during is not None and during > BUSY_WARNING:
+        say(f"{report.FLAG} other processes used {during:.0%} of the CPU during the run")
+    rep.notes.append(f"whole run took {time.monotonic() - started:.0f} s")
+    write(rep, opts.out)
+    if rep.flagged:
+        say(f"{report.FLAG} {len(rep.flagged)} run(s) had errors; see the errors column")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The benchmark suite runs end to end: ``python bench/run.py --smoke`` against real servers.
+
+Needs nginx and wrk (``apt-get install -y nginx wrk``).  Without them the test is skipped
+with a loud reason, except under ``CI=true``, where a missing tool is a broken CI image and
+the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "bench" / "run.py"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+TIMEOUT = 150  # the smoke run takes ~35 s; this only catches a hang
+
+# (scenario label prefix, target) of every row the smoke report must hold.
+EXPECTED_ROWS = {
+    ("(a)", "chaingate"), ("(a)", "nginx"), ("(a)", "direct"),
+    ("(a')", "chaingate"),
+    ("(b)", "chaingate"), ("(b)", "nginx"), ("(b)", "direct"),
+    ("(c)", "chaingate"), ("(c)", "nginx"), ("(c)", "direct"),
+    ("(d)", "chaingate"), ("(d)", "nginx"), ("(d)", "direct"),
+    ("(e)", "chaingate"), ("(e)", "direct"),
+}  # fmt: skip
+
+
+def _missing_tools() -> list[str]:
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+    return [tool for tool in ("nginx", "wrk") if shutil.which(tool, path=path) is None]
+
+
+def _run_smoke(out: Path) -> tuple[int, str, float]:
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, str(RUN), "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # the bench stops its servers on SIGINT
+        try:
+            output, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+        pytest.fail(f"bench/run.py --smoke did not finish in {TIMEOUT}s:\n{output[-4000:]}")
+    return process.returncode, output, time.monotonic() - started
+
+
+def _result_rows(report: str) -> dict[tuple[str, str], tuple[float, str]]:
+    """{(scenario prefix, target): (req/s, errors cell)} from the report's Results table."""
+    section = report.split("## Results", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not cells[0].startswith("("):
+            continue
+        prefix = cells[0].split(" ", 1)[0]
+        rows[(prefix, cells[1])] = (float(cells[2]), cells[5])
+    return rows
+
+
+@pytest.mark.bench
+def test_bench_smoke_run(tmp_path: Path) -> None:
+    missing = _missing_tools()
+    if missing:
+        reason = (
+            f"!!! BENCH NOT RUN: {' and '.join(missing)} missing; "
+            "install with `apt-get install -y nginx wrk` !!!"
+        )
+        if IN_CI:
+            pytest.fail(reason + " (CI=true: a missing tool is a broken CI image)")
+        pytest.skip(reason)
+    out = tmp_path / "r.md"
+    code, output, elapsed = _run_smoke(out)
+    assert code == 0, f"bench/run.py --smoke exited {code}:\n{output[-4000:]}"
+    assert elapsed < TIMEOUT
+    rows = _result_rows(out.read_text())
+    missing_rows = EXPECTED_ROWS - rows.keys()
+    assert not missing_rows, f"rows missing from the report: {sorted(missing_rows)}"
+    for key in sorted(EXPECTED_ROWS):
+        rps, errors = rows[key]
+        assert rps > 0, f"{key}: zero req/s"
+        assert errors == "0", f"{key}: errors {errors}"
