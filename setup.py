@@ -53,4 +53,5 @@ setup(
         annotate=bool(os.environ.get("CHAINGATE_CYTHON_ANNOTATE")),
     ),
     cmdclass={"build_py": BuildPyWithDefaults},
+    package_data={"chaingate": ["py.typed"]},
 )

@@ -107,22 +107,35 @@ class Bench:
         urls: dict[str, str],
         main: procs.ChaingateServer,
         rep: Report,
+        pids: dict[str, int],
     ) -> None:
         self.opts = opts
         self.wrk = wrk
         self.urls = urls
         self.main = main
         self.report = rep
+        self.pids = pids  # target -> pid of the process answering it
+
+    def _cpu(self, target: str, pid: int | None = None) -> float:
+        root = pid if pid is not None else self.pids.get(target)
+        return tools.process_cpu_seconds(tools.process_tree(root)) if root else 0.0
+
+    @staticmethod
+    def _per_request(before: float, after: float, result: WrkResult) -> float | None:
+        return (after - before) / result.requests * 1e6 if result.requests and after else None
 
     def run(
         self, scenario: Scenario, target: str, url: str, gateway: procs.ChaingateServer | None
     ) -> Row:
         warm = self.wrk.run(url, scenario.body, self.opts.warmup)
         before = gateway.metrics() if gateway else ""
+        pid = gateway.process.pid if gateway is not None else None
+        cpu_before = self._cpu(target, pid)
         result = self.wrk.run(url, scenario.body, self.opts.duration)
+        cpu = self._per_request(cpu_before, self._cpu(target, pid), result)
         if gateway is not None:
             self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
-        row = Row(scenario, target, result, warmup_errors=warm.errors)
+        row = Row(scenario, target, result, warmup_errors=warm.errors, cpu_us=cpu)
         self.report.rows.append(row)
         _progress(scenario.key, target, result, row.errors)
         return row
@@ -216,7 +229,9 @@ class Bench:
         gateway = self.main if target == CHAINGATE else None
         for attempt in range(2):
             before = gateway.metrics() if gateway else ""
+            cpu_before = self._cpu(target)
             result = self.wrk.run(url, scenario.body, self.opts.duration, pace_ms=pace)
+            cpu = self._per_request(cpu_before, self._cpu(target), result)
             off = abs(result.rps / rate - 1) if rate else 0.0
             if attempt or off <= PACED_TOLERANCE or not result.rps:
                 break
@@ -227,7 +242,7 @@ class Bench:
             pace = self._corrected(pace, result.rps, rate)
         if gateway is not None:
             self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
-        row = Row(scenario, target, result, warmup_errors=errors)
+        row = Row(scenario, target, result, warmup_errors=errors, cpu_us=cpu)
         self.report.rows.append(row)
         extra = f" (target {rate:.0f}, delay {pace:.2f} ms)"
         _progress(scenario.key, target, result, row.errors, extra)
@@ -328,7 +343,16 @@ def bench(
     rep = Report(header(opts, wrk, impl, versions, busy))
     say(f"load: {rep.header['load']}")
     urls = {CHAINGATE: main.rpc_url, NGINX: nginx.url, DIRECT: anvil.url}
-    runner = Bench(opts, wrk, urls, main, rep)
+    pids = {
+        target: pid
+        for target, pid in (
+            (CHAINGATE, main.process.pid),
+            (NGINX, nginx.process.pid),
+            (DIRECT, anvil.pid),
+        )
+        if pid is not None
+    }
+    runner = Bench(opts, wrk, urls, main, rep, pids)
     catalogue = scenarios.build([str(a) for a in accounts], contract)
     expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
     actions: dict[str, Callable[[Scenario], None]] = {

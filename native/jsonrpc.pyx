@@ -614,13 +614,69 @@ def error_reply(bytes id_raw, int code, str message):
     )
 
 
+# JSON-encoded method names: the same few dozen names come back on every call.
+cdef dict _METHOD_JSON = {}
+cdef Py_ssize_t _METHOD_JSON_MAX = 4096
+
+
+cdef bytes _method_json(str method):
+    cdef object encoded = _METHOD_JSON.get(method)
+    if encoded is None:
+        encoded = json.dumps(method).encode()
+        if len(_METHOD_JSON) < _METHOD_JSON_MAX:
+            _METHOD_JSON[method] = encoded
+    return <bytes>encoded
+
+
+cdef inline Py_ssize_t _digits(long long value) noexcept:
+    cdef Py_ssize_t n = 1
+    if value < 0:
+        n += 1
+        value = -value
+    while value >= 10:
+        value //= 10
+        n += 1
+    return n
+
+
 def upstream_request(long long request_id, str method, object params):
     """One call as sent to a node: our own id, the client's method and raw params."""
-    return b'{"jsonrpc":"2.0","id":%d,"method":%s,"params":%s}' % (
-        request_id,
-        json.dumps(method).encode(),
-        b"[]" if params is None else params,
-    )
+    cdef bytes name = _method_json(method)
+    cdef bytes raw = b"[]" if params is None else <bytes>params
+    cdef Py_ssize_t id_len = _digits(request_id)
+    cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name)
+    cdef Py_ssize_t raw_len = PyBytes_GET_SIZE(raw)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 22 + id_len + 10 + name_len + 10 + raw_len + 1)
+    cdef char* q = PyBytes_AS_STRING(out)
+    cdef char tmp[24]
+    cdef long long value = request_id
+    cdef int k = 0
+    memcpy(q, b'{"jsonrpc":"2.0","id":', 22)
+    q += 22
+    if value < 0:
+        q[0] = 45
+        q += 1
+        value = -value
+    while True:
+        tmp[k] = 48 + value % 10
+        value //= 10
+        k += 1
+        if value == 0:
+            break
+    while k > 0:
+        k -= 1
+        q[0] = tmp[k]
+        q += 1
+    memcpy(q, b',"method":', 10)
+    q += 10
+    memcpy(q, PyBytes_AS_STRING(name), name_len)
+    q += name_len
+    memcpy(q, b',"params":', 10)
+    q += 10
+    memcpy(q, PyBytes_AS_STRING(raw), raw_len)
+    q += raw_len
+    q[0] = 125
+    return out
 
 
 def join_batch(list parts):

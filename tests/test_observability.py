@@ -94,7 +94,7 @@ async def test_request_id_is_returned_and_logged(
     assert by_id["client-abc.123"]["status"] == 200
     assert by_id[generated.headers["x-request-id"]]["path"] == "/v1/health"
     for line in lines:
-        assert {"ts", "level", "msg", "request_id", "status", "ms"} <= set(line)
+        assert {"ts", "level", "msg", "request_id", "status", "duration_us"} <= set(line)
 
 
 async def test_no_api_key_or_admin_token_reaches_the_logs(

@@ -228,7 +228,11 @@ async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(
     tx = rpc_call(
         node.url, "eth_sendTransaction", [{"from": ACCOUNT, "to": ACCOUNT, "value": "0x1"}]
     )
-    receipt = rpc_call(node.url, "eth_getTransactionReceipt", [tx])
+    receipt = None
+    with trio.fail_after(5):  # anvil may mine the transaction a moment after accepting it
+        while receipt is None:
+            receipt = rpc_call(node.url, "eth_getTransactionReceipt", [tx])
+            await trio.sleep(0.02)
     assert isinstance(receipt, dict)
     block_hash = receipt["blockHash"]
     service = gw.gateway.services["ethereum/devnet"]

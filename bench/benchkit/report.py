@@ -18,6 +18,9 @@ class Row:
     target: str
     result: WrkResult
     warmup_errors: int = 0
+    # CPU time the serving process (chaingate; nginx's master+worker; anvil for "direct")
+    # spent per request: the per-core cost, robust to what else shares the machine.
+    cpu_us: float | None = None
 
     @property
     def errors(self) -> int:
@@ -91,14 +94,15 @@ def _table(rows: list[Row]) -> str:
     lines = [
         "## Results",
         "",
-        "| scenario | target | req/s | p50 ms | p99 ms | errors |",
-        "|---|---|---:|---:|---:|---|",
+        "| scenario | target | req/s | p50 ms | p99 ms | server CPU µs/req | errors |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         r = row.result
+        cpu = "n/a" if row.cpu_us is None else f"{row.cpu_us:.1f}"
         lines.append(
             f"| {row.scenario.label} | {row.target} | {r.rps:.0f} | {r.p50_ms:.3f} "
-            f"| {r.p99_ms:.3f} | {row.errors_cell()} |"
+            f"| {r.p99_ms:.3f} | {cpu} | {row.errors_cell()} |"
         )
     flagged = [row for row in rows if row.errors]
     if flagged:
@@ -107,6 +111,11 @@ def _table(rows: list[Row]) -> str:
             f"{FLAG} {len(flagged)} row(s) had errors: their req/s counts failed requests too "
             "and must not be compared.",
         ]
+    lines += [
+        "",
+        "server CPU µs/req: CPU time of the process answering (chaingate alone; nginx alone, "
+        "not the node behind it; anvil for direct) divided by the requests answered.",
+    ]
     lines += ["", "Scenario notes:", ""]
     seen: set[str] = set()
     for row in rows:
@@ -123,12 +132,19 @@ def _ratio(chaingate: Row | None, other: Row | None) -> str:
     return f"{FLAG} {text} (errors)" if chaingate.errors or other.errors else text
 
 
+def _cpu_ratio(chaingate: Row | None, other: Row | None) -> str:
+    if chaingate is None or other is None or not chaingate.cpu_us or not other.cpu_us:
+        return "n/a"
+    return f"{chaingate.cpu_us / other.cpu_us:.2f}"
+
+
 def _ratios(report: Report) -> str:
     lines = [
-        "## Ratios (req/s)",
+        "## Ratios",
         "",
-        "| scenario | chaingate/nginx | chaingate/direct |",
-        "|---|---:|---:|",
+        "| scenario | req/s chaingate/nginx | req/s chaingate/direct "
+        "| CPU per request chaingate/nginx |",
+        "|---|---:|---:|---:|",
     ]
     seen: list[Scenario] = []
     for row in report.rows:
@@ -139,12 +155,16 @@ def _ratios(report: Report) -> str:
         # (a') has no nginx/direct rows of its own: it is compared with (a)'s.
         base = "block" if scenario.key == "block-nocoalesce" else scenario.key
         nginx, direct = report.find(base, NGINX), report.find(base, DIRECT)
-        lines.append(f"| {scenario.label} | {_ratio(ours, nginx)} | {_ratio(ours, direct)} |")
+        lines.append(
+            f"| {scenario.label} | {_ratio(ours, nginx)} | {_ratio(ours, direct)} "
+            f"| {_cpu_ratio(ours, nginx)} |"
+        )
     lines += [
         "",
         "Above 1: chaingate serves more requests per second than that target with the same "
         "wrk load; below 1: fewer.  chaingate/direct above 1 is possible only where chaingate "
-        "answers without asking the node for every request (cache, coalescing).",
+        "answers without asking the node for every request (cache, coalescing).  CPU per "
+        "request below 1: chaingate spends less CPU than nginx to answer one request.",
     ]
     return "\n".join(lines)
 

@@ -89,6 +89,28 @@ def background_busy(seconds: float = 1.0) -> float | None:
     return (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its direct children (nginx: the master and its worker)."""
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return pids
+    return pids + [int(child) for child in children]
+
+
+def process_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes (all their threads)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process is gone: it adds nothing
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])

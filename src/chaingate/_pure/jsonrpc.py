@@ -437,11 +437,25 @@ def error_reply(id_raw: bytes, code: int, message: str) -> bytes:
     )
 
 
+# JSON-encoded method names: the same few dozen names come back on every call.
+_METHOD_JSON: dict[str, bytes] = {}
+_METHOD_JSON_MAX = 4096
+
+
+def _method_json(method: str) -> bytes:
+    encoded = _METHOD_JSON.get(method)
+    if encoded is None:
+        encoded = json.dumps(method).encode()
+        if len(_METHOD_JSON) < _METHOD_JSON_MAX:
+            _METHOD_JSON[method] = encoded
+    return encoded
+
+
 def upstream_request(request_id: int, method: str, params: bytes | None) -> bytes:
     """One call as sent to a node: our own id, the client's method and raw params."""
     return b'{"jsonrpc":"2.0","id":%d,"method":%s,"params":%s}' % (
         request_id,
-        json.dumps(method).encode(),
+        _method_json(method),
         b"[]" if params is None else params,
     )
 

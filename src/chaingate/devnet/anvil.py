@@ -172,6 +172,10 @@ class AnvilProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> AnvilProcess:
         self._process = subprocess.Popen(
             self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

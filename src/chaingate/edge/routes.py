@@ -134,10 +134,11 @@ class Routes:
         elapsed = perf_counter() - started
         self._route_latency[route].observe(elapsed)
         self.statuses[route][status] += 1
-        if self._access_log.enabled:
-            self._access_log.write(
+        access_log = self._access_log
+        if access_log.enabled:
+            access_log.write(
                 AccessEntry(
-                    time(),
+                    access_log.timestamp(time()),
                     "info",
                     "request",
                     request_id.decode(),
@@ -145,7 +146,7 @@ class Routes:
                     request.method.decode("latin-1"),
                     path[:256].decode("latin-1"),
                     status,
-                    round(elapsed * 1000, 3),
+                    int(elapsed * 1_000_000),
                     len(body),
                     label,
                     cache.decode(),

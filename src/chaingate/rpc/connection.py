@@ -132,10 +132,18 @@ class UpstreamConnection:
                 UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name)
             )
             return future
+        busy = bool(self.pending)
         self.pending.append(Pending(future, self._queued, deadline))
         self._queued += len(data)
         if self._out or self._writer_busy:
             self._out += data
+            return future
+        if busy:
+            # Requests are already in flight, so this one would wait for their answers anyway:
+            # leave it to the writer task, which sends everything queued by then in one
+            # system call.  An idle connection sends at once (no added latency at low load).
+            self._out += data
+            self._wake_writer.set()
             return future
         try:
             taken = self._transport.try_send(data)

@@ -113,14 +113,8 @@ class MethodStats:
         self.cache_hits = 0
 
 
-class _Job:
-    __slots__ = ("call", "index", "key", "spec")
-
-    def __init__(self, index: int, call: Any, spec: MethodSpec, key: CacheKey) -> None:
-        self.index = index
-        self.call = call
-        self.spec = spec
-        self.key = key
+# A call of a batch on its way upstream: (position, call, spec, raw block tag).
+_Job = tuple[int, Any, MethodSpec, bytes | None]
 
 
 class RpcService:
@@ -183,13 +177,30 @@ class RpcService:
 
     # --- classification -------------------------------------------------------------------
 
-    def _cost(self, spec: MethodSpec, params: bytes | None) -> int:
+    def _tag(self, spec: MethodSpec, params: bytes | None) -> bytes | None:
+        """Raw block tag of a call when its price or cacheability depends on it."""
+        if spec.block_param is None or params is None:
+            return None
+        if spec.cu_historical is None and spec.cache != "finalized":
+            return None
+        tag: bytes | None = self._jsonrpc.array_item(params, spec.block_param)
+        return tag
+
+    @staticmethod
+    def _price(spec: MethodSpec, tag: bytes | None) -> int:
         """Billed units: the historical price when the block tag is historical."""
-        if spec.cu_historical is not None and spec.block_param is not None and params is not None:
-            tag = self._jsonrpc.array_item(params, spec.block_param)
-            if is_historical(tag):
-                return spec.cu_historical
+        if spec.cu_historical is not None and is_historical(tag):
+            return spec.cu_historical
         return spec.cu
+
+    @staticmethod
+    def _may_be_cached(spec: MethodSpec, tag: bytes | None) -> bool:
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
+        if spec.cache == "static":
+            return True
+        if spec.cache == "none":
+            return False
+        return spec.block_param is None or is_historical(tag)
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -216,20 +227,21 @@ class RpcService:
             self._unknown.error += 1
             return RpcReply(self._not_found(call), b"MISS", "unknown")
         params = call.params
-        cu = spec.cu if spec.cu_historical is None else self._cost(spec, params)
+        tag = self._tag(spec, params) if spec.block_param is not None else None
+        cu = spec.cu if spec.cu_historical is None else self._price(spec, tag)
         rejection = self._gate.admit(principal, spec.is_write, cu, spec.tcu)
         if rejection is not None:
             return RpcReply(None, b"MISS", spec.name, 0, rejection)
         stats = self.stats[spec.name]
         key = (method, params or b"")
-        if spec.cache != "none":
+        if spec.cache != "none" and self._may_be_cached(spec, tag):
             hit = self.cache.get(key)
             if hit is not None:
                 stats.cache_hits += 1
                 stats.ok += 1
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 return RpcReply(reply, b"HIT", spec.name, cu)
-        result, error = await self._call(method, params, spec, key)
+        result, error = await self._call(method, params, spec, tag, key)
         if call.id is None:
             reply = None
         elif result is not None:
@@ -244,6 +256,8 @@ class RpcService:
 
     async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
+        methods = self._methods
+        passthrough = self._passthrough
         replies: list[bytes | None] = [None] * len(calls)
         jobs: list[_Job] = []
         cu = tcu = 0
@@ -253,40 +267,39 @@ class RpcService:
                 self._invalid.error += 1
                 replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
                 continue
-            spec = self._methods.get(call.method) or self._passthrough
+            spec = methods.get(call.method) or passthrough
             if spec is None:
                 self._unknown.error += 1
                 replies[index] = self._not_found(call)
                 continue
-            cu += spec.cu if spec.cu_historical is None else self._cost(spec, call.params)
+            tag = self._tag(spec, call.params) if spec.block_param is not None else None
+            cu += spec.cu if spec.cu_historical is None else self._price(spec, tag)
             tcu += spec.tcu
             writes = writes or spec.is_write
-            jobs.append(_Job(index, call, spec, (call.method, call.params or b"")))
+            jobs.append((index, call, spec, tag))
         rejection = self._gate.admit(principal, writes, cu, tcu) if jobs else None
         if rejection is not None:
             return RpcReply(None, b"MISS", "batch", 0, rejection)
         hits = 0
         safe: list[_Job] = []
         unsafe: list[_Job] = []
+        cache = self.cache
         for job in jobs:
-            if job.spec.cache != "none":
-                hit = self.cache.get(job.key)
+            index, call, spec, tag = job
+            if spec.cache != "none" and self._may_be_cached(spec, tag):
+                hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
                     hits += 1
-                    stats = self.stats[job.spec.name]
+                    stats = self.stats[spec.name]
                     stats.cache_hits += 1
                     stats.ok += 1
-                    if job.call.id is not None:
-                        replies[job.index] = jsonrpc.result_reply(job.call.id, hit)
+                    if call.id is not None:
+                        replies[index] = jsonrpc.result_reply(call.id, hit)
                     continue
-            (safe if job.spec.retry else unsafe).append(job)
-        groups = [
-            safe[i : i + self._upstream_batch] for i in range(0, len(safe), self._upstream_batch)
-        ]
-        groups += [
-            unsafe[i : i + self._upstream_batch]
-            for i in range(0, len(unsafe), self._upstream_batch)
-        ]
+            (safe if spec.retry else unsafe).append(job)
+        size = self._upstream_batch
+        groups = [safe[i : i + size] for i in range(0, len(safe), size)]
+        groups += [unsafe[i : i + size] for i in range(0, len(unsafe), size)]
         if len(groups) == 1:
             await self._send_group(groups[0], replies)
         elif groups:
@@ -295,8 +308,8 @@ class RpcService:
                     nursery.start_soon(self._send_group, group, replies)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
-        cache = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
-        return RpcReply(body, cache, "batch", cu)
+        status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
+        return RpcReply(body, status, "batch", cu)
 
     def _not_found(self, call: Any) -> bytes:
         message = f"method not found: {call.method[:64]}"
@@ -305,11 +318,11 @@ class RpcService:
     # --- upstream calls ---------------------------------------------------------------------
 
     async def _call(
-        self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey
+        self, method: str, params: bytes | None, spec: MethodSpec, tag: bytes | None, key: CacheKey
     ) -> Outcome:
         """One call, joined to an identical one already in flight when that is safe."""
         if not (self._coalesce and spec.coalescible):
-            return await self._send_one(method, params, spec, key)
+            return await self._send_one(method, params, spec, tag, key)
         shared = self._inflight.get(key)
         if shared is not None:
             self.coalesced += 1
@@ -318,7 +331,7 @@ class RpcService:
         self._inflight[key] = future
         outcome = _CANCELLED
         try:
-            outcome = await self._send_one(method, params, spec, key)
+            outcome = await self._send_one(method, params, spec, tag, key)
         finally:
             del self._inflight[key]
             # Followers get an answer even if this task is cancelled (they are not).
@@ -326,7 +339,7 @@ class RpcService:
         return outcome
 
     async def _send_one(
-        self, method: str, params: bytes | None, spec: MethodSpec, key: CacheKey
+        self, method: str, params: bytes | None, spec: MethodSpec, tag: bytes | None, key: CacheKey
     ) -> Outcome:
         jsonrpc = self._jsonrpc
         request_id = self._next_id
@@ -342,101 +355,97 @@ class RpcService:
         parsed = jsonrpc.parse_response(response.body)
         if parsed is None or parsed.batch or len(parsed.replies) != 1:
             return None, _bad_response(upstream.name, response.status)
-        return self._outcome(parsed.replies[0], spec, key, params, upstream.name, response.status)
+        return self._outcome(parsed.replies[0], spec, tag, key, upstream.name, response.status)
 
     async def _send_group(self, jobs: list[_Job], replies: list[bytes | None]) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
         jsonrpc = self._jsonrpc
         by_id: dict[int, _Job] = {}
         parts = []
+        request_id = self._next_id
         for job in jobs:
-            request_id = self._next_id
-            self._next_id += 1
             by_id[request_id] = job
-            parts.append(jsonrpc.upstream_request(request_id, job.call.method, job.call.params))
-        retry_safe = jobs[0].spec.retry
+            call = job[1]
+            parts.append(jsonrpc.upstream_request(request_id, call.method, call.params))
+            request_id += 1
+        self._next_id = request_id
         deadline = trio.current_time() + self._timeout
-        outcomes: dict[int, Outcome] = {}
         try:
             upstream, response = await self.pool.request(
-                jsonrpc.join_batch(parts), retry_safe=retry_safe, deadline=deadline
+                jsonrpc.join_batch(parts), retry_safe=jobs[0][2].retry, deadline=deadline
             )
         except UpstreamError as exc:
-            failure = client_error(exc, write=any(job.spec.is_write for job in jobs))
-            outcomes = {id(job): (None, failure) for job in jobs}
-        else:
-            parsed = jsonrpc.parse_response(response.body)
-            if parsed is None:
-                failure = _bad_response(upstream.name, response.status)
-                outcomes = {id(job): (None, failure) for job in jobs}
-            elif not parsed.batch:
-                # The node refused the batch as a whole (for example: too large).
-                reply = parsed.replies[0]
-                failure = (
-                    reply.error
-                    if _is_object(reply.error)
-                    else _bad_response(upstream.name, response.status)
-                )
-                outcomes = {id(job): (None, failure) for job in jobs}
-            else:
-                for reply in parsed.replies:
-                    matched = by_id.pop(_int_id(reply.id), None) if reply.id is not None else None
-                    if matched is not None:
-                        outcomes[id(matched)] = self._outcome(
-                            reply,
-                            matched.spec,
-                            matched.key,
-                            matched.call.params,
-                            upstream.name,
-                            response.status,
-                        )
-                missing = error_object(
-                    INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
-                )
-                for job in by_id.values():
-                    outcomes[id(job)] = (None, missing)
-        for job in jobs:
-            result, error = outcomes[id(job)]
-            stats = self.stats[job.spec.name]
+            failure = client_error(exc, write=any(job[2].is_write for job in jobs))
+            self._fail_all(jobs, failure, replies)
+            return
+        parsed = jsonrpc.parse_response(response.body)
+        if parsed is None:
+            self._fail_all(jobs, _bad_response(upstream.name, response.status), replies)
+            return
+        if not parsed.batch:
+            # The node refused the batch as a whole (for example: too large).
+            error = parsed.replies[0].error
+            if not _is_object(error):
+                error = _bad_response(upstream.name, response.status)
+            self._fail_all(jobs, error, replies)
+            return
+        for reply in parsed.replies:
+            request_id = _int_id(reply.id)
+            if request_id not in by_id:
+                continue
+            index, call, spec, tag = by_id.pop(request_id)
+            result, error = self._outcome(
+                reply, spec, tag, (call.method, call.params or b""), upstream.name, response.status
+            )
+            stats = self.stats[spec.name]
             if error is None:
                 stats.ok += 1
             else:
                 stats.error += 1
-            if job.call.id is None:
-                continue
-            if result is not None:
-                replies[job.index] = jsonrpc.result_reply(job.call.id, result)
-            else:
-                replies[job.index] = jsonrpc.raw_error_reply(job.call.id, error)
+            if call.id is not None:
+                if result is not None:
+                    replies[index] = jsonrpc.result_reply(call.id, result)
+                else:
+                    replies[index] = jsonrpc.raw_error_reply(call.id, error)
+        if by_id:
+            missing = error_object(
+                INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
+            )
+            self._fail_all(list(by_id.values()), missing, replies)
+
+    def _fail_all(self, jobs: list[_Job], error: bytes, replies: list[bytes | None]) -> None:
+        raw_error_reply = self._jsonrpc.raw_error_reply
+        for index, call, spec, _ in jobs:
+            self.stats[spec.name].error += 1
+            if call.id is not None:
+                replies[index] = raw_error_reply(call.id, error)
 
     def _outcome(
         self,
         reply: Any,
         spec: MethodSpec,
+        tag: bytes | None,
         key: CacheKey,
-        params: bytes | None,
         upstream: str,
         status: int,
     ) -> Outcome:
-        if reply.error is not None:
+        result = reply.result
+        if reply.error is not None or result is None:
             if _is_object(reply.error):
                 return None, reply.error
             return None, _bad_response(upstream, status)
-        result = reply.result
-        if result is None:
-            return None, _bad_response(upstream, status)
         if spec.cache != "none":
-            self._maybe_cache(spec, key, params, result)
-        if spec.name == "eth_blockNumber":
+            self._maybe_cache(spec, tag, key, result)
+        elif spec.name == "eth_blockNumber":
             head = block_number(result)
             if head is not None:
                 self.pool.note_head(head)
         return result, None
 
     def _maybe_cache(
-        self, spec: MethodSpec, key: CacheKey, params: bytes | None, result: bytes
+        self, spec: MethodSpec, tag: bytes | None, key: CacheKey, result: bytes
     ) -> None:
-        if result == b"null":
+        if result == b"null" or not self._may_be_cached(spec, tag):
             return
         if spec.cache == "static":
             self.cache.put(key, result)
@@ -445,17 +454,10 @@ class RpcService:
         if head is None:
             return
         finalized = head - self._finality_depth
-        if spec.block_param is not None:
-            tag = None if params is None else self._jsonrpc.array_item(params, spec.block_param)
-            if not is_historical(tag):
-                return  # latest, pending...: the answer moves with the head
-            number = block_number(tag)
-            if number is not None:
-                if number <= finalized:
-                    self.cache.put(key, result)
-                return
-            # A block hash (or an EIP-1898 object): the result may say which block it is.
-        number = result_block_number(result)
+        number = block_number(tag) if spec.block_param is not None else None
+        if number is None:
+            # A hash (or an EIP-1898 object) or no block param: the result may say which block.
+            number = result_block_number(result)
         if number is not None and number <= finalized:
             self.cache.put(key, result)
 
@@ -464,8 +466,12 @@ def _is_object(raw: bytes | None) -> bool:
     return raw is not None and raw[:1] == b"{"
 
 
-def _int_id(raw: bytes) -> int:
-    return int(raw) if raw.isdigit() and len(raw) < 19 else -1
+def _int_id(raw: bytes | None) -> int:
+    """Our own upstream ids are integers; anything else matches no call."""
+    try:
+        return int(raw) if raw is not None else -1
+    except ValueError:
+        return -1
 
 
 def _bad_response(upstream: str, status: int) -> bytes:
