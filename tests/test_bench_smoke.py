@@ -60,16 +60,22 @@ def _run_smoke(out: Path) -> tuple[int, str, float]:
     return process.returncode, output, time.monotonic() - started
 
 
-def _result_rows(report: str) -> dict[tuple[str, str], tuple[float, str]]:
-    """{(scenario prefix, target): (req/s, errors cell)} from the report's Results table."""
+def _result_rows(report: str) -> dict[tuple[str, str], dict[str, str]]:
+    """{(scenario prefix, target): {column: cell}} from the report's Results table."""
     section = report.split("## Results", 1)[1].split("\n## ", 1)[0]
     rows = {}
+    columns: list[str] = []
     for line in section.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) != 6 or not cells[0].startswith("("):
+        if not line.startswith("|"):
             continue
-        prefix = cells[0].split(" ", 1)[0]
-        rows[(prefix, cells[1])] = (float(cells[2]), cells[5])
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not columns:
+            columns = cells  # the header row names the columns
+            continue
+        if not cells[0].startswith("("):
+            continue
+        row = dict(zip(columns, cells, strict=True))
+        rows[(row["scenario"].split(" ", 1)[0], row["target"])] = row
     return rows
 
 
@@ -92,6 +98,7 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
     missing_rows = EXPECTED_ROWS - rows.keys()
     assert not missing_rows, f"rows missing from the report: {sorted(missing_rows)}"
     for key in sorted(EXPECTED_ROWS):
-        rps, errors = rows[key]
-        assert rps > 0, f"{key}: zero req/s"
-        assert errors == "0", f"{key}: errors {errors}"
+        row = rows[key]
+        assert float(row["req/s"]) > 0, f"{key}: zero req/s"
+        assert row["errors"] == "0", f"{key}: errors {row['errors']}"
+        assert float(row["server CPU µs/req"]) > 0, f"{key}: no CPU figure"
