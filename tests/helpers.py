@@ -67,8 +67,7 @@ def rpc_body(method: str, params: list[Any] | None = None, id: Any = 1) -> bytes
 def post_bytes(path: str, body: bytes, extra: bytes = b"", host: bytes = b"test") -> bytes:
     return (
         b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n%s\r\n%s"
-        % (path.encode(), host, len(body), extra, body)
+        b"Content-Length: %d\r\n%s\r\n%s" % (path.encode(), host, len(body), extra, body)
     )
 
 

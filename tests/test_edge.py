@@ -143,8 +143,7 @@ async def test_expect_100_continue(start_gateway: StartGateway, anvil: AnvilProc
     body = rpc_body("eth_chainId")
     head = (
         b"POST %s HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
-        b"Content-Length: %d\r\nConnection: close\r\n\r\n"
-        % (RPC.encode(), len(body))
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (RPC.encode(), len(body))
     )
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     async with stream:

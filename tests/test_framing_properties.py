@@ -25,6 +25,21 @@ from hypothesis import strategies as st
 from chaingate import impl as impl_module
 from chaingate.framing_constants import MAX_JSON_DEPTH
 from chaingate.impl import Impl
+from tests.jsonrpc_contract import (
+    INVALID_REQUEST,
+    MSG_BAD_ID,
+    MSG_BAD_METHOD,
+    MSG_BAD_PARAMS,
+    MSG_BAD_UTF8,
+    MSG_BAD_VERSION,
+    MSG_BATCH_ITEM,
+    MSG_EMPTY_BATCH,
+    MSG_INVALID_JSON,
+    MSG_NO_METHOD,
+    MSG_NOT_CALL,
+    MSG_TOO_DEEP,
+    PARSE_ERROR,
+)
 
 # CHAINGATE_FUZZ_EXAMPLES raises the budget for a long local fuzzing run.
 SETTINGS = settings(
@@ -33,21 +48,8 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-JSON_CT = b"Content-Type: application/json\r\n"
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-MSG_INVALID_JSON = "parse error: invalid JSON"
-MSG_TOO_DEEP = f"parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-MSG_BAD_UTF8 = "parse error: body is not valid UTF-8"
-MSG_EMPTY_BATCH = "invalid request: empty batch"
-MSG_NOT_CALL = "invalid request: expected an object or an array of objects"
-MSG_BATCH_ITEM = "invalid request: batch item is not an object"
-MSG_BAD_ID = "invalid request: id must be a string, a number or null"
-MSG_BAD_VERSION = 'invalid request: jsonrpc must be "2.0"'
-MSG_NO_METHOD = "invalid request: method is missing"
-MSG_BAD_METHOD = "invalid request: method must be a string"
-MSG_BAD_PARAMS = "invalid request: params must be an array or an object"
+JSON_CT = b"Content-Type: application/json\r\n"
 
 
 @pytest.fixture(scope="module")
