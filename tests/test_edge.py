@@ -242,3 +242,27 @@ async def test_graceful_shutdown_finishes_in_flight_requests(
     assert response.status == 200
     assert response.headers["connection"] == "close"
     assert json.loads(response.body)["result"] == "0x0"
+
+
+async def test_a_bug_in_a_handler_is_a_500_not_a_dead_server(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    gw = await start_gateway([anvil.url])
+    service = gw.gateway.services["ethereum/devnet"]
+
+    async def broken(body: bytes, principal: Any) -> Any:
+        raise RuntimeError("simulated bug")
+
+    original = service.handle
+    service.handle = broken  # type: ignore[method-assign]
+    raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_chainId")))
+    (response,) = parse_responses(raw, ["POST"])
+    assert response.status == 500
+    assert response.json()["error"] == {
+        "code": "internal_error",
+        "message": "internal error; retry with exponential backoff",
+        "status": 500,
+    }
+    assert b"Traceback" not in raw and b"simulated" not in raw
+    service.handle = original  # type: ignore[method-assign]
+    assert (await gw.rpc("eth_chainId"))["result"] == "0x7a69"

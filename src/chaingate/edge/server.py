@@ -227,7 +227,14 @@ class EdgeServer:
                 await self._linger(conn)
                 return
             conn.state = BUSY
-            status, headers, body = await handler(request, peer)
+            try:
+                status, headers, body = await handler(request, peer)
+            except Exception:
+                # A bug of ours must cost this request a 500, never the whole listener.
+                log.exception("unhandled error while answering a request")
+                status, headers = 500, JSON
+                body = error_body(500, "internal error; retry with exponential backoff")
+                request.keep_alive = False
             keep_alive = request.keep_alive and not self._closing
             response = http1.build_response(
                 status, self._date.line() + headers, body, keep_alive, request.version == 10

@@ -84,7 +84,7 @@ class MethodTable:
             raise ValueError(f"cannot read method table {path}: {exc}") from None
         passthrough_raw = data.pop("passthrough", {"cu": 20, "scope": "write", "retry": False})
         try:
-            passthrough = _spec("*", msgspec.convert(passthrough_raw, _Entry))
+            passthrough = _spec("passthrough", msgspec.convert(passthrough_raw, _Entry))
             families = {
                 family: {
                     name: _spec(name, msgspec.convert(raw, _Entry)) for name, raw in methods.items()
