@@ -443,3 +443,49 @@ async def test_compute_units_follow_the_method_table(
         (True, 20, 40),
         (False, 21, 6),
     ]
+
+
+async def test_malformed_block_tags_are_invalid_params_without_reaching_the_node(
+    start_gateway: StartGateway, anvil_factory: Any
+) -> None:
+    node = anvil_factory()
+    gw = await start_gateway([node.url], rpc={"probe_interval": 60})
+    upstream = gw.gateway.services["ethereum/devnet"].pool.upstreams[0]
+    await trio.sleep(0.2)
+    before = upstream.health.requests
+    for tag in ["latestt", "0x", "0xZZ", 12, None, "0x" + "1" * 65, True]:
+        reply = await gw.rpc("eth_getBalance", [ACCOUNT, tag])
+        assert reply["error"]["code"] == -32602, (tag, reply)
+    async with gw.client() as client:
+        batch = await client.post(
+            RPC,
+            json=[
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "eth_getStorageAt",
+                    "params": [ACCOUNT, "0x0", "nope"],
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "method": "eth_getStorageAt",
+                    "params": [ACCOUNT, "0x0", "nope"],
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "eth_getBalance",
+                    "params": [ACCOUNT, "latest"],
+                },
+            ],
+        )
+    replies = batch.json()
+    assert [r["id"] for r in replies] == [1, 3]
+    assert replies[0]["error"]["code"] == -32602 and "result" in replies[1]
+    assert upstream.health.requests - before == 1  # only the valid batch item went upstream
+    # Well-formed references reach the node, whatever it then finds.
+    after = upstream.health.requests
+    for tag in ["latest", "earliest", "0x0", "0x" + "ab" * 32, {"blockNumber": "0x0"}]:
+        reply = await gw.rpc("eth_getBalance", [ACCOUNT, tag])
+        assert reply.get("error", {}).get("code") != -32602, (tag, reply)
+    assert upstream.health.requests - after == 5

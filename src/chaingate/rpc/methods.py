@@ -96,6 +96,26 @@ class MethodTable:
         return cls(families, passthrough)
 
 
+_NAMED_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'})
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def valid_block_tag(tag: bytes, family: str = "evm") -> bool:
+    """A block reference a node can understand.
+
+    EVM: a named tag, a hex quantity, a 32-byte hash or an EIP-1898 object.  Solana: a slot,
+    a non-negative integer.
+    """
+    if family == "solana":
+        return tag.isdigit()
+    if tag in _NAMED_TAGS or tag[:1] == b"{":
+        return True
+    if len(tag) < 5 or tag[:3] != b'"0x' or tag[-1:] != b'"':
+        return False
+    digits = tag[3:-1]
+    return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
 def block_number(tag: bytes | None) -> int | None:
     """The block number a raw JSON block tag names (``"0x1b4"`` or a bare integer), else None."""
     if tag is None:

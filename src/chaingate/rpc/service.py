@@ -26,10 +26,17 @@ from chaingate.impl import Impl
 from chaingate.rpc.cache import CacheKey, ResponseCache
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
-from chaingate.rpc.methods import MethodSpec, MethodTable, block_number, is_historical
+from chaingate.rpc.methods import (
+    MethodSpec,
+    MethodTable,
+    block_number,
+    is_historical,
+    valid_block_tag,
+)
 from chaingate.rpc.pool import UpstreamPool
 
 METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
 
 # (result, error): exactly one is raw JSON bytes.
 Outcome = tuple[bytes | None, bytes | None]
@@ -140,6 +147,7 @@ class RpcService:
         self._timeout = rpc.request_timeout
         self._coalesce = rpc.coalesce
         self._finality_depth = settings.finality_depth
+        self._family = settings.family
         self._upstream_batch = min(u.max_batch for u in settings.upstreams)
         self._next_id = 1
         self._inflight: dict[CacheKey, Future[Outcome]] = {}
@@ -178,10 +186,8 @@ class RpcService:
     # --- classification -------------------------------------------------------------------
 
     def _tag(self, spec: MethodSpec, params: bytes | None) -> bytes | None:
-        """Raw block tag of a call when its price or cacheability depends on it."""
+        """Raw block tag of a call (None when absent, which means latest)."""
         if spec.block_param is None or params is None:
-            return None
-        if spec.cu_historical is None and spec.cache != "finalized":
             return None
         tag: bytes | None = self._jsonrpc.array_item(params, spec.block_param)
         return tag
@@ -228,6 +234,9 @@ class RpcService:
             return RpcReply(self._not_found(call), b"MISS", "unknown")
         params = call.params
         tag = self._tag(spec, params) if spec.block_param is not None else None
+        if tag is not None and not valid_block_tag(tag, self._family):
+            self._invalid.error += 1
+            return RpcReply(self._bad_tag(call), b"MISS", spec.name)
         cu = spec.cu if spec.cu_historical is None else self._price(spec, tag)
         rejection = self._gate.admit(principal, spec.is_write, cu, spec.tcu)
         if rejection is not None:
@@ -273,6 +282,10 @@ class RpcService:
                 replies[index] = self._not_found(call)
                 continue
             tag = self._tag(spec, call.params) if spec.block_param is not None else None
+            if tag is not None and not valid_block_tag(tag, self._family):
+                self._invalid.error += 1
+                replies[index] = self._bad_tag(call)
+                continue
             cu += spec.cu if spec.cu_historical is None else self._price(spec, tag)
             tcu += spec.tcu
             writes = writes or spec.is_write
@@ -310,6 +323,15 @@ class RpcService:
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
         return RpcReply(body, status, "batch", cu)
+
+    def _bad_tag(self, call: Any) -> bytes | None:
+        message = (
+            "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
+            "a hex number, a block hash or an EIP-1898 object"
+        )
+        if call.id is None:
+            return None  # a notification gets no answer, not even an error
+        return self._jsonrpc.error_reply(call.id, INVALID_PARAMS, message)  # type: ignore[no-any-return]
 
     def _not_found(self, call: Any) -> bytes:
         message = f"method not found: {call.method[:64]}"
