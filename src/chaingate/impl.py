@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from types import ModuleType
 
-NATIVE_MODULES = ("http1", "jsonrpc")
+NATIVE_MODULES = ("http1", "jsonrpc", "limiter")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Impl:
     name: str
     http1: ModuleType
     jsonrpc: ModuleType
+    limiter: ModuleType
 
 
 def _load(package: str, name: str) -> Impl:

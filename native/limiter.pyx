@@ -1,0 +1,179 @@
+# cython: language_level=3
+"""Rate limiting and metering: the compiled twin of ``chaingate/_pure/limiter.py``.
+
+Same contract as the pure module (the specification): token buckets with C doubles, a day
+quota, a usage meter and the rate-limit header lines.  Every admitted request passes through
+``KeyLimiter.take`` and ``rate_headers``, so they are kept free of Python-level arithmetic.
+"""
+
+from libc.math cimport floor
+
+__all__ = [
+    "IMPLEMENTATION",
+    "DayQuota",
+    "KeyLimiter",
+    "UsageMeter",
+    "rate_headers",
+]
+
+IMPLEMENTATION = "compiled"
+
+
+cdef class KeyLimiter:
+    cdef double _rps
+    cdef double _cu_rate
+    cdef double _requests
+    cdef double _cu
+    cdef double _last
+
+    def __init__(self, double rps, double cu_rate, double now):
+        self._rps = rps
+        self._cu_rate = cu_rate
+        self._requests = rps
+        self._cu = cu_rate
+        self._last = now
+
+    @property
+    def rps(self):
+        return self._rps
+
+    @property
+    def cu_rate(self):
+        return self._cu_rate
+
+    def set_rates(self, double rps, double cu_rate):
+        self._rps = rps
+        self._cu_rate = cu_rate
+        if self._requests > rps:
+            self._requests = rps
+        if self._cu > cu_rate:
+            self._cu = cu_rate
+
+    cdef inline void _refill(self, double now) noexcept:
+        cdef double elapsed = now - self._last
+        if elapsed > 0:
+            self._requests = self._requests + elapsed * self._rps
+            if self._requests > self._rps:
+                self._requests = self._rps
+            self._cu = self._cu + elapsed * self._cu_rate
+            if self._cu > self._cu_rate:
+                self._cu = self._cu_rate
+            self._last = now
+
+    def take(self, double now, long long requests, long long cu):
+        cdef double wait = 0.0
+        cdef double need, cu_wait
+        self._refill(now)
+        if self._rps > 0:
+            need = <double>requests if <double>requests < self._rps else self._rps
+            if self._requests < need:
+                wait = (need - self._requests) / self._rps
+        if self._cu_rate > 0:
+            need = <double>cu if <double>cu < self._cu_rate else self._cu_rate
+            if self._cu < need:
+                cu_wait = (need - self._cu) / self._cu_rate
+                if cu_wait > wait:
+                    wait = cu_wait
+        if wait > 0:
+            return wait
+        if self._rps > 0:
+            self._requests -= requests
+        if self._cu_rate > 0:
+            self._cu -= cu
+        return 0.0
+
+    def absorb(self, double now, double requests, double cu):
+        self._refill(now)
+        if self._rps > 0:
+            self._requests = self._requests - requests
+            if self._requests < -self._rps:
+                self._requests = -self._rps
+        if self._cu_rate > 0:
+            self._cu = self._cu - cu
+            if self._cu < -self._cu_rate:
+                self._cu = -self._cu_rate
+
+    def remaining(self, double now):
+        self._refill(now)
+        if self._rps <= 0:
+            return 0
+        cdef double whole = floor(self._requests)
+        return <long long>whole if whole > 0 else 0
+
+    def full_in(self, double now):
+        self._refill(now)
+        if self._rps <= 0:
+            return 0.0
+        cdef double seconds = (self._rps - self._requests) / self._rps
+        return seconds if seconds > 0 else 0.0
+
+
+cdef class DayQuota:
+    cdef long long _limit
+    cdef long long _day
+    cdef long long _count
+
+    def __init__(self, long long limit, long long day, long long used=0):
+        self._limit = limit
+        self._day = day
+        self._count = used
+
+    @property
+    def used(self):
+        return self._count
+
+    @property
+    def limit(self):
+        return self._limit
+
+    def set_limit(self, long long limit):
+        self._limit = limit
+
+    def take(self, long long day, long long requests):
+        if day != self._day:
+            self._day = day
+            self._count = 0
+        if self._limit > 0 and self._count + requests > self._limit:
+            return False
+        self._count += requests
+        return True
+
+    def add(self, long long day, long long requests):
+        if day != self._day:
+            self._day = day
+            self._count = 0
+        self._count += requests
+
+
+cdef class UsageMeter:
+    cdef dict _counts
+
+    def __init__(self):
+        self._counts = {}
+
+    def __len__(self):
+        return len(self._counts)
+
+    def record(self, str key_id, str account_id, str method, long long minute,
+               long long requests, long long cu, long long errors):
+        cdef tuple slot = (key_id, account_id, method, minute)
+        cdef object counts = self._counts.get(slot)
+        if counts is None:
+            self._counts[slot] = [requests, cu, errors]
+        else:
+            counts[0] += requests
+            counts[1] += cu
+            counts[2] += errors
+
+    def drain(self):
+        cdef dict counts = self._counts
+        self._counts = {}
+        return sorted([(*slot, *values) for slot, values in counts.items()])
+
+
+def rate_headers(long long limit, long long remaining, long long reset):
+    return b"X-RateLimit-Limit: %d\r\nX-RateLimit-Remaining: %d\r\nX-RateLimit-Reset: %d\r\n" % (
+        limit,
+        remaining,
+        reset,
+    )
