@@ -129,6 +129,12 @@ cdef class DayQuota:
     def set_limit(self, long long limit):
         self._limit = limit
 
+    def room(self, long long day):
+        if self._limit <= 0:
+            return -1
+        cdef long long used = self._count if day == self._day else 0
+        return self._limit - used if self._limit > used else 0
+
     def take(self, long long day, long long requests):
         if day != self._day:
             self._day = day

@@ -7,6 +7,7 @@ from typing import Any
 
 import trio
 
+from chaingate.auth.gate import OpenGate
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from tests.conftest import StartGateway
 from tests.helpers import exchange, parse_responses, post_bytes
@@ -398,19 +399,13 @@ async def test_rpc_path_requires_post(start_gateway: StartGateway, anvil: AnvilP
 async def test_compute_units_follow_the_method_table(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
-    admitted: list[tuple[bool, int, int]] = []
+    admitted: list[tuple[bool, bool, int, int, int]] = []
 
-    class RecordingGate:
-        def authenticate(self, request: Any, network: Any) -> Any:
-            from chaingate.auth.gate import ANONYMOUS
-
-            return ANONYMOUS
-
-        def admit(self, principal: Any, write: bool, cu: int, tcu: int) -> None:
-            admitted.append((write, cu, tcu))
-
-        def response_headers(self, principal: Any) -> bytes:
-            return b""
+    class RecordingGate(OpenGate):
+        def admit(
+            self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+        ) -> None:
+            admitted.append((reads, writes, requests, cu, tcu))
 
     gw = await start_gateway([anvil.url])
     service = gw.gateway.services["ethereum/devnet"]
@@ -436,12 +431,12 @@ async def test_compute_units_follow_the_method_table(
             ],
         )
     assert admitted == [
-        (False, 1, 1),
-        (False, 5, 5),
-        (False, 20, 5),
-        (False, 20, 5),
-        (True, 20, 40),
-        (False, 21, 6),
+        (True, False, 1, 1, 1),
+        (True, False, 1, 5, 5),
+        (True, False, 1, 20, 5),
+        (True, False, 1, 20, 5),
+        (False, True, 1, 20, 40),
+        (True, False, 2, 21, 6),
     ]
 
 

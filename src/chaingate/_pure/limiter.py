@@ -130,6 +130,13 @@ class DayQuota:
     def set_limit(self, limit: int) -> None:
         self._limit = limit
 
+    def room(self, day: int) -> int:
+        """Requests still allowed on ``day``; -1 when unlimited."""
+        if self._limit <= 0:
+            return -1
+        used = self._count if day == self._day else 0
+        return max(0, self._limit - used)
+
     def take(self, day: int, requests: int) -> bool:
         """Count ``requests`` for ``day`` (UTC day index) if the quota allows them."""
         if day != self._day:

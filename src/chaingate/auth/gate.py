@@ -1,11 +1,12 @@
 """The seam where every request is authenticated and metered before it is dispatched.
 
-The edge calls ``authenticate`` once per request (before reading meaning into the body) and
-puts ``response_headers`` on every response it sends; the RPC service calls ``admit`` with the
-request's total compute units once it has classified the calls, before anything reaches a node.
-A rejected request costs nothing.
+The edge calls ``authenticate`` once per request (before reading meaning into the body); the
+RPC service calls ``admit`` with the request's calls and compute units once it has classified
+them, before anything reaches a node, and ``record`` afterwards for the usage meter.  Every
+response carries ``response_headers``.  A refused request costs nothing.
 
-``OpenGate`` admits everything: it is what runs until API keys and plans are configured.
+``OpenGate`` admits everything (auth disabled); ``chaingate.auth.keygate.KeyGate`` is the real
+one: API keys, scopes, plans and rate limits.
 """
 
 from __future__ import annotations
@@ -14,14 +15,56 @@ from typing import Any, Protocol
 
 import msgspec
 
+SCOPES = (
+    "rpc:read",
+    "rpc:write",
+    "data:read",
+    "wallets:manage",
+    "webhooks:manage",
+    "gas:manage",
+    "bundler:send",
+)
 
-class Principal(msgspec.Struct, frozen=True):
-    """Who is calling.  ``key_id`` is empty for the anonymous principal of the open gate."""
 
-    key_id: str = ""
-    account_id: str = ""
-    scopes: frozenset[str] = frozenset()
-    test_key: bool = False
+class Principal:
+    """Who is calling: one API key, kept in memory and shared by all its requests.
+
+    Mutable on purpose: the key registry flips ``revoked`` or swaps limits in place, and every
+    request holding this object sees it at once.
+    """
+
+    __slots__ = (
+        "account_id",
+        "environment",
+        "key_id",
+        "limiter",
+        "limits_rps",
+        "prefix",
+        "quota",
+        "revoked",
+        "scopes",
+    )
+
+    def __init__(
+        self,
+        key_id: str = "",
+        account_id: str = "",
+        prefix: str = "",
+        environment: str = "live",
+        scopes: frozenset[str] = frozenset(SCOPES),
+        limiter: Any = None,
+        quota: Any = None,
+        limits_rps: int = 0,
+    ) -> None:
+        self.key_id = key_id
+        self.account_id = account_id
+        self.prefix = prefix
+        self.environment = environment
+        self.scopes = scopes
+        self.limiter = limiter
+        self.quota = quota
+        self.limits_rps = limits_rps
+        self.revoked = False
 
 
 class Rejection(msgspec.Struct, frozen=True):
@@ -40,24 +83,48 @@ class NetworkInfo(msgspec.Struct, frozen=True):
 
 
 class Gate(Protocol):
-    def authenticate(self, request: Any, network: NetworkInfo | None) -> Principal | Rejection: ...
+    def authenticate(
+        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+    ) -> Principal | Rejection:
+        """The caller's principal, or why not.  ``scope`` is the REST endpoint's scope (RPC
+        scopes depend on the methods and are checked by ``admit``)."""
+        ...
 
-    def admit(self, principal: Principal, write: bool, cu: int, tcu: int) -> Rejection | None: ...
+    def admit(
+        self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
+        """Check RPC scopes and limits for ``requests`` calls costing ``cu``/``tcu`` units."""
+        ...
 
-    def response_headers(self, principal: Principal | None) -> bytes: ...
+    def record(
+        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+    ) -> None:
+        """Count answered calls in the usage meter."""
+        ...
+
+    def response_headers(self, principal: Principal) -> bytes: ...
 
 
 ANONYMOUS = Principal()
 
 
 class OpenGate:
-    """No keys, no limits."""
+    """No keys, no limits: what runs when ``[auth] enabled = false``."""
 
-    def authenticate(self, request: Any, network: NetworkInfo | None) -> Principal | Rejection:
+    def authenticate(
+        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+    ) -> Principal | Rejection:
         return ANONYMOUS
 
-    def admit(self, principal: Principal, write: bool, cu: int, tcu: int) -> Rejection | None:
+    def admit(
+        self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
         return None
 
-    def response_headers(self, principal: Principal | None) -> bytes:
+    def record(
+        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+    ) -> None:
+        return None
+
+    def response_headers(self, principal: Principal) -> bytes:
         return b""

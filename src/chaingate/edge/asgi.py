@@ -72,9 +72,12 @@ class AsgiBridge:
         self._shutdown_requested.set()
 
     async def handle(
-        self, request: Any, peer: str, extra_headers: bytes = b""
+        self, request: Any, peer: str, extra_headers: bytes = b"", principal: Any = None
     ) -> tuple[int, bytes, bytes]:
-        """Run one request through the app; status, header lines and body for the edge."""
+        """Run one request through the app; status, header lines and body for the edge.
+
+        The caller's principal (already authenticated by the edge) travels in the scope under
+        ``chaingate.principal``; REST handlers read it from there."""
         body_sent = False
         done = trio.Event()
         status = 500
@@ -115,6 +118,7 @@ class AsgiBridge:
             "client": (peer, 0),
             "server": self.server,
             "state": dict(self._state),
+            "chaingate.principal": principal,
         }
         try:
             await self._app(scope, receive, send)

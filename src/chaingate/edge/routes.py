@@ -33,6 +33,29 @@ _ALLOW_GET = b"Allow: GET\r\n"
 
 _ROUTES = ("rpc", "rest", "metrics", "other")
 
+# Answered without an API key: load balancers and orchestrators probe it.
+_PUBLIC_PATHS = frozenset({b"/v1/health"})
+
+# The scope each REST area needs (docs/decisions.md); None: any valid key.
+_REST_SCOPES = (
+    (b"/v1/tokens/", "data:read"),
+    (b"/v1/nfts/", "data:read"),
+    (b"/v1/gas/policies", "gas:manage"),
+    (b"/v1/gas/sponsor", "gas:manage"),
+    (b"/v1/gas/", "data:read"),
+    (b"/v1/wallets", "wallets:manage"),
+    (b"/v1/webhooks", "webhooks:manage"),
+    (b"/v1/bundler/", "bundler:send"),
+)
+
+
+def rest_scope(path: bytes) -> str | None:
+    for prefix, scope in _REST_SCOPES:
+        if path.startswith(prefix):
+            return scope
+    return None
+
+
 # Response header blocks of the RPC route, built once.
 _RPC_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
@@ -104,15 +127,17 @@ class Routes:
                 )
             else:
                 gate = self._gate
-                principal = gate.authenticate(request, self._networks[tail])
+                principal = gate.authenticate(request, peer, self._networks[tail], None)
                 if isinstance(principal, Rejection):
-                    status, headers, body = _rejected(principal, gate.response_headers(None))
+                    status, headers, body = _rejected(principal, b"")
                 else:
                     reply = await service.handle(request.body, principal)
                     label = reply.label
                     rate_headers = gate.response_headers(principal)
                     if reply.rejection is not None:
                         status, headers, body = _rejected(reply.rejection, rate_headers)
+                        if reply.body is not None:
+                            body = reply.body  # a JSON-RPC error body (over a limit)
                     else:
                         cache = reply.cache
                         headers = (
@@ -171,11 +196,14 @@ class Routes:
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
     async def _rest(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
+        path = request.path
+        if path in _PUBLIC_PATHS:
+            return await self._asgi.handle(request, peer)
         gate = self._gate
-        principal = gate.authenticate(request, None)
+        principal = gate.authenticate(request, peer, None, rest_scope(path))
         if isinstance(principal, Rejection):
-            return _rejected(principal, gate.response_headers(None))
-        return await self._asgi.handle(request, peer, gate.response_headers(principal))
+            return _rejected(principal, b"")
+        return await self._asgi.handle(request, peer, gate.response_headers(principal), principal)
 
 
 def _rejected(rejection: Rejection, rate_headers: bytes) -> tuple[int, bytes, bytes]:

@@ -120,8 +120,11 @@ class MethodStats:
         self.cache_hits = 0
 
 
-# A call of a batch on its way upstream: (position, call, spec, raw block tag).
-_Job = tuple[int, Any, MethodSpec, bytes | None]
+# A call of a batch on its way upstream: (position, call, spec, raw block tag, billed units).
+_Job = tuple[int, Any, MethodSpec, bytes | None, int]
+
+# JSON-RPC error code for a refused call over a limit (EIP-1474 "limit exceeded").
+LIMIT_EXCEEDED = -32005
 
 
 class RpcService:
@@ -238,9 +241,10 @@ class RpcService:
             self._invalid.error += 1
             return RpcReply(self._bad_tag(call), b"MISS", spec.name)
         cu = spec.cu if spec.cu_historical is None else self._price(spec, tag)
-        rejection = self._gate.admit(principal, spec.is_write, cu, spec.tcu)
+        writes = spec.is_write
+        rejection = self._gate.admit(principal, not writes, writes, 1, cu, spec.tcu)
         if rejection is not None:
-            return RpcReply(None, b"MISS", spec.name, 0, rejection)
+            return self._refused(rejection, call.id or b"null", spec.name)
         stats = self.stats[spec.name]
         key = (method, params or b"")
         if spec.cache != "none" and self._may_be_cached(spec, tag):
@@ -248,6 +252,7 @@ class RpcService:
             if hit is not None:
                 stats.cache_hits += 1
                 stats.ok += 1
+                self._gate.record(principal, spec.name, 1, cu, 0)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 return RpcReply(reply, b"HIT", spec.name, cu)
         result, error = await self._call(method, params, spec, tag, key)
@@ -261,6 +266,7 @@ class RpcService:
             stats.ok += 1
         else:
             stats.error += 1
+        self._gate.record(principal, spec.name, 1, cu, 0 if error is None else 1)
         return RpcReply(reply, b"MISS", spec.name, cu)
 
     async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
@@ -270,7 +276,7 @@ class RpcService:
         replies: list[bytes | None] = [None] * len(calls)
         jobs: list[_Job] = []
         cu = tcu = 0
-        writes = False
+        reads = writes = False
         for index, call in enumerate(calls):
             if call.error:
                 self._invalid.error += 1
@@ -286,19 +292,24 @@ class RpcService:
                 self._invalid.error += 1
                 replies[index] = self._bad_tag(call)
                 continue
-            cu += spec.cu if spec.cu_historical is None else self._price(spec, tag)
+            units = spec.cu if spec.cu_historical is None else self._price(spec, tag)
+            cu += units
             tcu += spec.tcu
-            writes = writes or spec.is_write
-            jobs.append((index, call, spec, tag))
-        rejection = self._gate.admit(principal, writes, cu, tcu) if jobs else None
-        if rejection is not None:
-            return RpcReply(None, b"MISS", "batch", 0, rejection)
+            if spec.is_write:
+                writes = True
+            else:
+                reads = True
+            jobs.append((index, call, spec, tag, units))
+        if jobs:
+            rejection = self._gate.admit(principal, reads, writes, len(jobs), cu, tcu)
+            if rejection is not None:
+                return self._refused(rejection, b"null", "batch")
         hits = 0
         safe: list[_Job] = []
         unsafe: list[_Job] = []
         cache = self.cache
         for job in jobs:
-            index, call, spec, tag = job
+            index, call, spec, tag, units = job
             if spec.cache != "none" and self._may_be_cached(spec, tag):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
@@ -306,6 +317,7 @@ class RpcService:
                     stats = self.stats[spec.name]
                     stats.cache_hits += 1
                     stats.ok += 1
+                    self._gate.record(principal, spec.name, 1, units, 0)
                     if call.id is not None:
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     continue
@@ -314,15 +326,24 @@ class RpcService:
         groups = [safe[i : i + size] for i in range(0, len(safe), size)]
         groups += [unsafe[i : i + size] for i in range(0, len(unsafe), size)]
         if len(groups) == 1:
-            await self._send_group(groups[0], replies)
+            await self._send_group(groups[0], replies, principal)
         elif groups:
             async with trio.open_nursery() as nursery:
                 for group in groups:
-                    nursery.start_soon(self._send_group, group, replies)
+                    nursery.start_soon(self._send_group, group, replies, principal)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
         return RpcReply(body, status, "batch", cu)
+
+    def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
+        """A call the gate refused.  Over a limit, the client still gets a JSON-RPC body
+        (error -32005, with the call's id) so its JSON-RPC library can read it; the edge sends
+        it with the gate's HTTP status (429) so HTTP-level retry logic works too."""
+        body = None
+        if rejection.status == 429:
+            body = self._jsonrpc.error_reply(id_raw, LIMIT_EXCEEDED, rejection.message)
+        return RpcReply(body, b"MISS", label, 0, rejection)
 
     def _bad_tag(self, call: Any) -> bytes | None:
         message = (
@@ -379,7 +400,9 @@ class RpcService:
             return None, _bad_response(upstream.name, response.status)
         return self._outcome(parsed.replies[0], spec, tag, key, upstream.name, response.status)
 
-    async def _send_group(self, jobs: list[_Job], replies: list[bytes | None]) -> None:
+    async def _send_group(
+        self, jobs: list[_Job], replies: list[bytes | None], principal: Principal
+    ) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
         jsonrpc = self._jsonrpc
         by_id: dict[int, _Job] = {}
@@ -398,24 +421,24 @@ class RpcService:
             )
         except UpstreamError as exc:
             failure = client_error(exc, write=any(job[2].is_write for job in jobs))
-            self._fail_all(jobs, failure, replies)
+            self._fail_all(jobs, failure, replies, principal)
             return
         parsed = jsonrpc.parse_response(response.body)
         if parsed is None:
-            self._fail_all(jobs, _bad_response(upstream.name, response.status), replies)
+            self._fail_all(jobs, _bad_response(upstream.name, response.status), replies, principal)
             return
         if not parsed.batch:
             # The node refused the batch as a whole (for example: too large).
             error = parsed.replies[0].error
             if not _is_object(error):
                 error = _bad_response(upstream.name, response.status)
-            self._fail_all(jobs, error, replies)
+            self._fail_all(jobs, error, replies, principal)
             return
         for reply in parsed.replies:
             request_id = _int_id(reply.id)
             if request_id not in by_id:
                 continue
-            index, call, spec, tag = by_id.pop(request_id)
+            index, call, spec, tag, units = by_id.pop(request_id)
             result, error = self._outcome(
                 reply, spec, tag, (call.method, call.params or b""), upstream.name, response.status
             )
@@ -424,6 +447,7 @@ class RpcService:
                 stats.ok += 1
             else:
                 stats.error += 1
+            self._gate.record(principal, spec.name, 1, units, 0 if error is None else 1)
             if call.id is not None:
                 if result is not None:
                     replies[index] = jsonrpc.result_reply(call.id, result)
@@ -433,12 +457,15 @@ class RpcService:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
             )
-            self._fail_all(list(by_id.values()), missing, replies)
+            self._fail_all(list(by_id.values()), missing, replies, principal)
 
-    def _fail_all(self, jobs: list[_Job], error: bytes, replies: list[bytes | None]) -> None:
+    def _fail_all(
+        self, jobs: list[_Job], error: bytes, replies: list[bytes | None], principal: Principal
+    ) -> None:
         raw_error_reply = self._jsonrpc.raw_error_reply
-        for index, call, spec, _ in jobs:
+        for index, call, spec, _, units in jobs:
             self.stats[spec.name].error += 1
+            self._gate.record(principal, spec.name, 1, units, 1)
             if call.id is not None:
                 replies[index] = raw_error_reply(call.id, error)
 

@@ -1,0 +1,288 @@
+"""API keys, scopes, plans and rate limits on every request — with no store call per request.
+
+``KeyRegistry`` keeps every key and account in memory (by keyed hash, and by the raw key for
+keys seen recently, so the HMAC is computed once per key, not per request) and polls the store
+for changes every ``refresh_interval``: a revoked key stops working within that interval in
+every process sharing the store.
+
+``KeyGate`` implements the gate: 401 for a missing, malformed, unknown or revoked key; 403 for
+a missing scope or a test key on a network that is not a testnet; 429 when the key's token
+buckets or its account's day quota are exhausted.  Failed authentications are limited per
+client address, so key guessing is slow and its 401s carry truthful rate-limit headers too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from typing import Any
+
+import trio
+
+from chaingate.auth import apikeys
+from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
+from chaingate.auth.plans import Limits, PlanError, Plans
+
+log = logging.getLogger("chaingate.auth")
+
+UNLIMITED_HEADER = 2**31 - 1  # X-RateLimit-* value reported for an unlimited plan
+RAW_KEY_CACHE = 100_000  # recently seen raw keys, to skip the HMAC (memory only, never logged)
+ANONYMOUS_RPS = 10  # failed authentications allowed per second per client address
+ANONYMOUS_PEERS = 10_000
+SECONDS_PER_DAY = 86_400
+
+
+def utc_day(epoch: float) -> int:
+    return int(epoch // SECONDS_PER_DAY)
+
+
+class _Account:
+    __slots__ = ("keys", "limits", "quota")
+
+    def __init__(self, limits: Limits, quota: Any) -> None:
+        self.limits = limits
+        self.quota = quota
+        self.keys: list[Principal] = []
+
+
+class KeyRegistry:
+    """Every API key, in memory, kept current by polling the store."""
+
+    def __init__(self, store: Any, plans: Plans, pepper: bytes, limiter: Any) -> None:
+        self._store = store
+        self._plans = plans
+        self._pepper = pepper
+        self._limiter = limiter  # the limiter module (compiled or pure twin)
+        self._by_hash: dict[str, Principal] = {}
+        self._by_raw: OrderedDict[bytes, Principal] = OrderedDict()
+        self._accounts: dict[str, _Account] = {}
+        self._key_cursor = 0
+        self._account_cursor = 0
+        self.used: set[str] = set()  # key ids used since the last touch of last_used_at
+
+    def lookup(self, raw: bytes) -> Principal | None:
+        principal = self._by_raw.get(raw)
+        if principal is not None:
+            return principal
+        digest = apikeys.hash_key(self._pepper, raw)
+        principal = self._by_hash.get(digest)
+        if principal is not None:
+            self._by_raw[raw] = principal
+            if len(self._by_raw) > RAW_KEY_CACHE:
+                self._by_raw.popitem(last=False)
+        return principal
+
+    def account_quota(self, account_id: str) -> Any:
+        account = self._accounts.get(account_id)
+        return None if account is None else account.quota
+
+    async def load(self) -> None:
+        """Everything, once, at start-up; then ``refresh`` keeps it current."""
+        await self.refresh()
+        now = time.time()
+        totals = await self._store.day_totals(utc_day(now) * 1440)
+        for account_id, (requests, _units) in totals.items():
+            account = self._accounts.get(account_id)
+            if account is not None:
+                account.quota.add(utc_day(now), requests)
+
+    async def run(
+        self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await self.load()
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.refresh()
+            except Exception:
+                # The previous view stays in force; say so, and try again next round.
+                log.exception("key refresh failed")
+
+    async def refresh(self) -> None:
+        # A small overlap (rows written in the same millisecond as the cursor) is re-read;
+        # applying a row twice is harmless.
+        accounts = await self._store.accounts_changed_since(self._account_cursor)
+        for row in accounts:
+            self._apply_account(row)
+            self._account_cursor = max(self._account_cursor, row.updated_at)
+        keys = await self._store.keys_changed_since(self._key_cursor)
+        for row in keys:
+            self._apply_key(row)
+            self._key_cursor = max(self._key_cursor, row.updated_at)
+
+    def _limits(self, plan: str, limits_json: str | None) -> Limits:
+        try:
+            return self._plans.limits(plan, limits_json)
+        except PlanError:
+            log.exception("account with an unusable plan: limited to nothing")
+            return Limits(requests_per_second=1, requests_per_day=1, compute_units_per_second=1)
+
+    def _apply_account(self, row: Any) -> None:
+        limits = self._limits(row.plan, row.limits)
+        account = self._accounts.get(row.id)
+        if account is None:
+            quota = self._limiter.DayQuota(limits.requests_per_day, utc_day(time.time()))
+            self._accounts[row.id] = _Account(limits, quota)
+            return
+        account.limits = limits
+        account.quota.set_limit(limits.requests_per_day)
+        for principal in account.keys:
+            principal.limiter.set_rates(limits.requests_per_second, limits.compute_units_per_second)
+            principal.limits_rps = limits.requests_per_second
+
+    def _apply_key(self, row: Any) -> None:
+        principal = self._by_hash.get(row.key_hash)
+        if principal is not None:
+            principal.revoked = row.revoked_at is not None
+            return
+        account = self._accounts.get(row.account_id)
+        if account is None:
+            return  # its account arrives with the next refresh
+        limits = account.limits
+        scopes = frozenset(row.scopes.split()) if row.scopes else frozenset(SCOPES)
+        principal = Principal(
+            key_id=row.id,
+            account_id=row.account_id,
+            prefix=row.prefix,
+            environment=row.environment,
+            scopes=scopes,
+            limiter=self._limiter.KeyLimiter(
+                limits.requests_per_second, limits.compute_units_per_second, time.monotonic()
+            ),
+            quota=account.quota,
+            limits_rps=limits.requests_per_second,
+        )
+        principal.revoked = row.revoked_at is not None
+        self._by_hash[row.key_hash] = principal
+        account.keys.append(principal)
+
+
+class KeyGate:
+    def __init__(self, registry: KeyRegistry, limiter: Any) -> None:
+        self.registry = registry
+        self._limiter = limiter
+        self._meter = limiter.UsageMeter()
+        self._anonymous: OrderedDict[str, Any] = OrderedDict()
+
+    @property
+    def meter(self) -> Any:
+        return self._meter
+
+    # --- authentication ---------------------------------------------------------------------
+
+    def _refuse(self, peer: str, status: int, message: str) -> Rejection:
+        """A failed authentication, charged to the client's address."""
+        bucket = self._anonymous.get(peer)
+        now = time.monotonic()
+        if bucket is None:
+            bucket = self._limiter.KeyLimiter(ANONYMOUS_RPS, 0, now)
+            self._anonymous[peer] = bucket
+            if len(self._anonymous) > ANONYMOUS_PEERS:
+                self._anonymous.popitem(last=False)
+        wait = bucket.take(now, 1, 0)
+        headers = self._headers(bucket, ANONYMOUS_RPS, now)
+        if wait:
+            return Rejection(
+                429,
+                "rate_limited",
+                "too many failed authentications from this address",
+                b"Retry-After: %d\r\n" % math.ceil(wait) + headers,
+            )
+        return Rejection(status, "unauthorized" if status == 401 else "forbidden", message, headers)
+
+    def authenticate(
+        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+    ) -> Principal | Rejection:
+        raw = request.api_key
+        if raw is None:
+            authorization = request.authorization
+            if authorization is None:
+                return self._refuse(
+                    peer, 401, "missing API key: send X-API-Key or Authorization: Bearer"
+                )
+            if authorization[:7].lower() != b"bearer ":
+                return self._refuse(
+                    peer, 401, "malformed Authorization header: use Bearer <API key>"
+                )
+            raw = authorization[7:].strip()
+        principal = self.registry.lookup(raw)
+        if principal is None:
+            if apikeys.environment_of(raw) is None:
+                return self._refuse(peer, 401, "malformed API key")
+            return self._refuse(peer, 401, "invalid API key")
+        if principal.revoked:
+            return self._refuse(peer, 401, "API key revoked")
+        if network is not None and principal.environment == "test" and not network.testnet:
+            return Rejection(
+                403,
+                "forbidden",
+                f"a svc_test_ key cannot be used on {network.chain}/{network.network}, "
+                "which is not a testnet",
+                self.response_headers(principal),
+            )
+        if scope is not None and scope not in principal.scopes:
+            return Rejection(
+                403,
+                "forbidden",
+                f"this API key lacks the {scope} scope",
+                self.response_headers(principal),
+            )
+        self.registry.used.add(principal.key_id)
+        return principal
+
+    # --- admission and metering -----------------------------------------------------------
+
+    def admit(
+        self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
+        scopes = principal.scopes
+        if reads and "rpc:read" not in scopes:
+            return Rejection(403, "forbidden", "this API key lacks the rpc:read scope")
+        if writes and "rpc:write" not in scopes:
+            return Rejection(403, "forbidden", "this API key lacks the rpc:write scope")
+        epoch = time.time()
+        day = utc_day(epoch)
+        room = principal.quota.room(day)
+        if 0 <= room < requests:
+            until_tomorrow = (day + 1) * SECONDS_PER_DAY - epoch
+            return Rejection(
+                429,
+                "rate_limited",
+                "daily request quota of the plan exhausted",
+                b"Retry-After: %d\r\n" % math.ceil(until_tomorrow),
+            )
+        wait = principal.limiter.take(time.monotonic(), requests, tcu)
+        if wait:
+            return Rejection(
+                429,
+                "rate_limited",
+                "rate limit exceeded (requests or compute units per second)",
+                b"Retry-After: %d\r\n" % math.ceil(wait),
+            )
+        principal.quota.take(day, requests)
+        return None
+
+    def record(
+        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+    ) -> None:
+        self._meter.record(
+            principal.key_id,
+            principal.account_id,
+            method,
+            int(time.time() // 60),
+            requests,
+            cu,
+            errors,
+        )
+
+    def _headers(self, limiter: Any, limit: int, now: float) -> bytes:
+        if limit <= 0:
+            return self._limiter.rate_headers(UNLIMITED_HEADER, UNLIMITED_HEADER, int(time.time()))  # type: ignore[no-any-return]
+        reset = math.ceil(time.time() + limiter.full_in(now))
+        return self._limiter.rate_headers(limit, limiter.remaining(now), reset)  # type: ignore[no-any-return]
+
+    def response_headers(self, principal: Principal) -> bytes:
+        return self._headers(principal.limiter, principal.limits_rps, time.monotonic())

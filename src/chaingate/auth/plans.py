@@ -1,0 +1,48 @@
+"""Plans: requests per second, requests per day and compute units per second."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+
+class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    requests_per_second: int = 0
+    requests_per_day: int = 0
+    compute_units_per_second: int = 0
+
+
+class PlanError(ValueError):
+    """An unknown plan or malformed limits; the message says which."""
+
+
+class Plans:
+    def __init__(self, plans: dict[str, Limits]) -> None:
+        self._plans = plans
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._plans)
+
+    @classmethod
+    def load(cls, path: Path) -> Plans:
+        try:
+            data = tomllib.loads(path.read_text())
+            return cls({name: msgspec.convert(raw, Limits) for name, raw in data.items()})
+        except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+            raise PlanError(f"cannot read plans from {path}: {exc}") from None
+
+    def limits(self, plan: str, overrides_json: str | None = None) -> Limits:
+        """The plan's limits, replaced by the account's own where it has any."""
+        base = self._plans.get(plan)
+        if base is None:
+            raise PlanError(f"unknown plan {plan!r} (known: {', '.join(self.names)})")
+        if not overrides_json:
+            return base
+        try:
+            overrides = msgspec.json.decode(overrides_json, type=dict[str, int])
+            return msgspec.convert({**msgspec.structs.asdict(base), **overrides}, Limits)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise PlanError(f"invalid account limits {overrides_json!r}: {exc}") from None
