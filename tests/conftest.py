@@ -9,10 +9,14 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import secrets
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import trio
@@ -24,6 +28,10 @@ from chaingate.gateway import Gateway
 from tests.helpers import GatewayHandle
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+PG_URL = os.environ.get("CHAINGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PG_UNREACHABLE = (
+    "!!! PostgreSQL not reachable at 127.0.0.1:5432 — store tests on PostgreSQL SKIPPED !!!"
+)
 
 
 def _compiled_or_skip() -> impl_module.Impl:
@@ -73,6 +81,8 @@ def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) 
         "server": {"port": 0, **sections.pop("server", {})},
         "rpc": {"probe_interval": 0.2, **sections.pop("rpc", {})},
         "observability": {"admin_token": "test-admin-token", **sections.pop("observability", {})},
+        # API keys are off unless a test turns them on (tests/test_auth.py does).
+        "auth": {"enabled": False, **sections.pop("auth", {})},
         "chains": {"ethereum": {"devnet": network}, **sections.pop("chains", {})},
     }
     data.update(sections)
@@ -92,3 +102,44 @@ def start_gateway(nursery: trio.Nursery, impl: impl_module.Impl) -> StartGateway
         return GatewayHandle(gateway, logs)
 
     return start
+
+
+@functools.cache
+def _pg_error() -> str | None:
+    import psycopg
+
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return str(exc).strip()
+    return None
+
+
+def _require_pg() -> None:
+    error = _pg_error()
+    if error is None:
+        return
+    if IN_CI:
+        pytest.fail(f"{PG_UNREACHABLE} (CI=true, so this is a failure): {error}")
+    pytest.skip(f"{PG_UNREACHABLE} ({error})")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL naming an empty database: a temp SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite://{tmp_path}/store.db"
+        return
+    _require_pg()
+    import psycopg
+    from psycopg import sql
+
+    schema = f"cg_test_{secrets.token_hex(6)}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        joiner = "&" if "?" in PG_URL else "?"
+        yield f"{PG_URL}{joiner}options={quote(f'-c search_path={schema}')}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

@@ -54,9 +54,10 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
         assert "chaingate dev is up." in text, text
         assert _pids_matching(f"anvil.*--port {anvil_port}"), "anvil should be running"
         # Paste the first curl command exactly as printed.
-        match = re.search(r"(curl -s \S+/v1/rpc/ethereum/devnet .*?\n.*?-d '[^']*')", text)
+        match = re.search(r"(curl -s \S+/v1/rpc/ethereum/devnet.*?-d '[^']*')", text, re.DOTALL)
         assert match, text
         command = match.group(1).replace("\\\n", " ")
+        assert "X-API-Key: svc_test_" in command
         result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=10)
         reply = json.loads(result.stdout)
         assert reply["jsonrpc"] == "2.0" and reply["result"].startswith("0x")
@@ -98,8 +99,11 @@ def test_serve_runs_a_config_file_and_stops_on_sigterm(tmp_path: Path) -> None:
         f"[server]\nport = {port}\n[chains.ethereum.mainnet]\nchain_id = 1\n"
         f'[[chains.ethereum.mainnet.upstreams]]\nurl = "http://127.0.0.1:{free_port()}"\n'
     )
+    env = {**os.environ, "CHAINGATE_AUTH__PEPPER": "test-pepper-" + "x" * 32}
+    env["CHAINGATE_DATA_DIR"] = str(tmp_path / "data")
     process = subprocess.Popen(
         [sys.executable, "-m", "chaingate", "serve", "--config", str(path)],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -3,6 +3,7 @@
 * ``chaingate dev`` — everything on embedded defaults: installs and starts anvil, serves
   ``ethereum/devnet`` on 127.0.0.1:8000, prints ready-to-paste curl lines.  Ctrl-C stops it all.
 * ``chaingate serve --config FILE`` — the production entry point.
+* ``chaingate migrate [--config FILE]`` — apply pending database migrations and say which.
 """
 
 from __future__ import annotations
@@ -13,15 +14,21 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from chaingate import config
+from chaingate.auth import admin
+from chaingate.auth.plans import PlanError, Plans
 from chaingate.devnet import anvil
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
+from chaingate.store import AppliedMigration, Store, StoreError, open_store
+
+DEV_EMAIL = "dev@chaingate.localhost"
 
 
 def _say(text: str) -> None:
@@ -39,8 +46,7 @@ async def _watch_signals(gateway: Gateway, cancel_scope: trio.CancelScope) -> No
             gateway.shutdown()
 
 
-async def _serve(settings: config.Settings) -> None:
-    gateway = Gateway(settings)
+async def _serve(gateway: Gateway) -> None:
     async with trio.open_nursery() as nursery:
 
         async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
@@ -53,20 +59,33 @@ async def _serve(settings: config.Settings) -> None:
         await nursery.start(run_gateway)
 
 
-def _dev_banner(port: int, host: str, anvil_url: str, admin_token: str) -> str:
+def _dev_banner(
+    port: int, host: str, anvil_url: str, admin_token: str, keys: tuple[str, str] | None
+) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
+    key_header = ""
+    key_lines = "  API keys  off ([auth] enabled = false)\n"
+    if keys is not None:
+        test_key, live_key = keys
+        key_header = f" -H 'X-API-Key: {test_key}'"
+        key_lines = (
+            f"  test key  {test_key}   (testnets only; shown once, new each run)\n"
+            f"  live key  {live_key}\n"
+        )
     return f"""
 chaingate dev is up.
   JSON-RPC  {rpc}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
-
+{key_lines}
 Try:
-  curl -s {rpc} -H 'Content-Type: application/json' \\
+  curl -s {rpc}{key_header} \\
+       -H 'Content-Type: application/json' \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}}'
-  curl -s {rpc} -H 'Content-Type: application/json' \\
+  curl -s {rpc}{key_header} \\
        -d '[{{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}},
             {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
+  curl -s {base}/v1/usage{key_header}
   curl -s {base}/v1/health
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
@@ -81,7 +100,10 @@ async def _run_anvil(argv: list[str], *, task_status: trio.TaskStatus[object]) -
     )
 
 
-async def _dev(settings: config.Settings, binary: Path, anvil_port: int) -> None:
+async def _dev(
+    settings: config.Settings, binary: Path, anvil_port: int, dev_store: Store | None
+) -> None:
+    keys = await _dev_keys(settings, dev_store) if dev_store is not None else None
     argv = anvil.anvil_argv(binary, anvil_port)
     async with trio.open_nursery() as nursery:
         await nursery.start(_run_anvil, argv)
@@ -97,7 +119,11 @@ async def _dev(settings: config.Settings, binary: Path, anvil_port: int) -> None
 
         nursery.start_soon(_watch_signals, gateway, nursery.cancel_scope)
         port = await nursery.start(run_gateway)
-        _say(_dev_banner(port, settings.server.host, anvil_url, settings.observability.admin_token))
+        _say(
+            _dev_banner(
+                port, settings.server.host, anvil_url, settings.observability.admin_token, keys
+            )
+        )
 
 
 def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
@@ -109,9 +135,29 @@ def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
     observability = data.setdefault("observability", {})
     if not os.environ.get("CHAINGATE_OBSERVABILITY__ADMIN_TOKEN"):
         observability["admin_token"] = "dev-admin-" + secrets.token_urlsafe(12)
+    if args.data_dir:
+        data["data_dir"] = args.data_dir
     settings = config.from_mapping(data, config_dir=path.parent)
-    Path(settings.data_dir).expanduser().mkdir(parents=True, exist_ok=True)
+    data_dir = Path(settings.data_dir).expanduser()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.auth.enabled and not settings.auth.pepper:
+        data.setdefault("auth", {})["pepper"] = admin.dev_pepper(data_dir)
+        settings = config.from_mapping(data, config_dir=path.parent)
     return settings
+
+
+async def _dev_keys(settings: config.Settings, store: Store) -> tuple[str, str]:
+    """Fresh dev keys for this run (test and live); the previous run's are revoked."""
+    pepper = settings.auth.pepper.encode()
+    async with store:
+        await store.migrate()
+        account = await admin.ensure_account(store, DEV_EMAIL, "growth")
+        for row in await store.list_keys(account.id):
+            if row.revoked_at is None and row.name.startswith("dev-"):
+                await store.revoke_key(row.id)
+        test_key, _ = await admin.create_key(store, pepper, account.id, "dev-test", "test")
+        live_key, _ = await admin.create_key(store, pepper, account.id, "dev-live", "live")
+    return test_key, live_key
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -124,7 +170,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     settings = _dev_settings(args, f"http://127.0.0.1:{anvil_port}")
     setup_logging(settings.observability.log_level)
     try:
-        trio.run(_dev, settings, binary, anvil_port)
+        dev_store = None
+        if settings.auth.enabled:
+            dev_store = open_store(settings.store.url, Path(settings.data_dir).expanduser())
+        trio.run(_dev, settings, binary, anvil_port, dev_store)
     except OSError as exc:
         _say(f"error: {exc}")
         return 1
@@ -138,8 +187,124 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _say(f"error: {exc}")
         return 2
     setup_logging(settings.observability.log_level)
-    trio.run(_serve, settings)
+    try:
+        gateway = Gateway(settings)
+    except (config.ConfigError, PlanError) as exc:
+        _say(f"error: {exc}")
+        return 2
+    trio.run(_serve, gateway)
     return 0
+
+
+async def _migrate(store: Store) -> tuple[list[int], list[AppliedMigration]]:
+    async with store:
+        applied_now = await store.migrate()
+        return applied_now, await store.applied_migrations()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    try:
+        # No file: built-in defaults (sqlite under data_dir) plus CHAINGATE_* overrides.
+        settings = config.load(args.config) if args.config else config.from_mapping({})
+    except config.ConfigError as exc:
+        _say(f"error: {exc}")
+        return 2
+    try:
+        store = open_store(
+            settings.store.url,
+            Path(settings.data_dir).expanduser(),
+            pool_size=settings.store.pool_size,
+        )
+        _say(f"store: {store.display_url}")
+        applied_now, recorded = trio.run(_migrate, store)
+    except StoreError as exc:
+        _say(f"error: {exc}")
+        return 1
+    for migration in recorded:
+        state = "applied now" if migration.version in applied_now else "already applied"
+        _say(f"{migration.version:04d} {migration.name}: {state}")
+    version = recorded[-1].version if recorded else 0
+    _say(f"schema at version {version} ({len(applied_now)} applied now)")
+    return 0
+
+
+def _admin_settings(args: argparse.Namespace) -> config.Settings:
+    settings = config.load(args.config) if args.config else config.from_mapping({})
+    if not settings.auth.pepper:
+        raise config.ConfigError(
+            "auth.pepper is required to hash keys: set CHAINGATE_AUTH__PEPPER as for `serve`"
+        )
+    return settings
+
+
+async def _keys(
+    args: argparse.Namespace, settings: config.Settings, store: Store, plans: Plans
+) -> int:
+    pepper = settings.auth.pepper.encode()
+    async with store:
+        await store.migrate()
+        if args.action == "create":
+            plans.limits(args.plan)  # an unknown plan is an error before anything is stored
+            account = await admin.ensure_account(store, args.email, args.plan)
+            scopes = admin.parse_scopes(args.scopes)
+            key, row = await admin.create_key(
+                store, pepper, account.id, args.name, args.env, scopes
+            )
+            _say(f"key {row.id} for {account.email} (account {account.id}, plan {account.plan})")
+            _say(f"  scopes: {row.scopes or 'all'}")
+            _say(f"  {key}")
+            _say("Store it now: it is shown only once.")
+        elif args.action == "list":
+            account_id = None
+            if args.email:
+                found = await store.find_account_by_email(args.email)
+                if found is None:
+                    _say(f"no account for {args.email}")
+                    return 1
+                account_id = found.id
+            for row in await store.list_keys(account_id):
+                state = "revoked" if row.revoked_at is not None else "active"
+                last = _iso_ms(row.last_used_at) if row.last_used_at else "never"
+                _say(
+                    f"{row.id}  {row.prefix}…  {row.name:<16} {row.environment:<4} {state:<7} "
+                    f"scopes={row.scopes or 'all'}  created={_iso_ms(row.created_at)}  "
+                    f"last_used={last}"
+                )
+        elif args.action == "revoke":
+            if not await store.revoke_key(args.key_id):
+                _say(f"no key {args.key_id}")
+                return 1
+            _say(f"revoked {args.key_id}; every process stops accepting it within a second")
+        else:  # plan
+            target = await store.find_account_by_email(args.email)
+            if target is None:
+                _say(f"no account for {args.email}")
+                return 1
+            plans.limits(args.plan, args.limits)
+            await store.set_plan(target.id, args.plan, args.limits)
+            _say(
+                f"{args.email}: plan {args.plan}" + (f" with {args.limits}" if args.limits else "")
+            )
+    return 0
+
+
+def _iso_ms(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    try:
+        settings = _admin_settings(args)
+        plans = Plans.load(config.config_file(settings, settings.auth.plans_file))
+        store = open_store(
+            settings.store.url,
+            Path(settings.data_dir).expanduser(),
+            pool_size=settings.store.pool_size,
+        )
+        return trio.run(_keys, args, settings, store, plans)
+    except (config.ConfigError, PlanError, admin.AdminError, StoreError) as exc:
+        _say(f"error: {exc}")
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +322,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", required=True, help="path to a TOML file (see config/chaingate.example.toml)"
     )
     serve.set_defaults(func=cmd_serve)
+    migrate = commands.add_parser("migrate", help="apply pending database migrations")
+    migrate.add_argument("--config", help="path to a TOML file; default: built-in defaults")
+    migrate.set_defaults(func=cmd_migrate)
+    keys = commands.add_parser("keys", help="manage accounts and API keys")
+    keys.add_argument("--config", help="path to a TOML file; default: built-in defaults")
+    actions = keys.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a key (its account too, if new)")
+    create.add_argument("--email", required=True, help="the owning account's e-mail")
+    create.add_argument("--plan", default="free", help="plan of a new account (config/plans.toml)")
+    create.add_argument("--name", default="default")
+    create.add_argument("--env", choices=("test", "live"), default="test")
+    create.add_argument("--scopes", help="e.g. 'rpc:read data:read'; default: all scopes")
+    listing = actions.add_parser("list", help="list keys (prefixes only; keys are never stored)")
+    listing.add_argument("--email")
+    revoke = actions.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    plan = actions.add_parser("plan", help="change an account's plan")
+    plan.add_argument("--email", required=True)
+    plan.add_argument("--plan", required=True)
+    plan.add_argument("--limits", help="JSON overrides, e.g. '{\"requests_per_second\": 500}'")
+    keys.set_defaults(func=cmd_keys)
+    dev.add_argument("--data-dir", help="default: ~/.local/share/chaingate/dev")
     return parser
 
 

@@ -104,10 +104,36 @@ class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class StoreSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # "" is the embedded default: sqlite file chaingate.db under data_dir.  Otherwise
+    # sqlite:///abs/path.db or postgresql://...; give a URL holding a password through
+    # CHAINGATE_STORE__URL rather than in the file.
+    url: str = ""
+    # PostgreSQL connections (and worker threads using them) at most.
+    pool_size: int = 8
+
+
+class AuthSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # API keys, scopes, plans and limits on every request.  Off only for a closed network.
+    enabled: bool = True
+    # Server-side secret of the keyed hash of API keys.  Give it through CHAINGATE_AUTH__PEPPER;
+    # changing it invalidates every key.  `chaingate dev` keeps one under its data dir.
+    pepper: str = ""
+    plans_file: str = "plans.toml"
+    # How often each process re-reads changed keys and accounts (revocation delay).
+    refresh_interval: float = 0.25
+    # How often metered usage is written to the store.
+    usage_flush_interval: float = 2.0
+    # Shared rate-limit counters across processes; "" keeps limits per process.
+    redis_url: str = ""
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     rpc: RpcSettings = msgspec.field(default_factory=RpcSettings)
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
+    store: StoreSettings = msgspec.field(default_factory=StoreSettings)
+    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.
@@ -142,7 +168,7 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         if len(path) == 1 and path[0] == "data_dir":
             data["data_dir"] = raw
             continue
-        if len(path) != 2 or path[0] not in ("server", "rpc", "observability"):
+        if len(path) != 2 or path[0] not in ("server", "rpc", "observability", "store", "auth"):
             continue
         data.setdefault(path[0], {})[path[1]] = _coerce_env_value(raw)
     return data
@@ -151,6 +177,13 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
 def _validate(settings: Settings) -> None:
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
+    if settings.store.pool_size < 1:
+        raise ConfigError("store.pool_size must be >= 1")
+    if settings.store.url and not settings.store.url.startswith(
+        ("sqlite:///", "postgresql://", "postgres://")
+    ):
+        # Never echo the URL: it may carry a password.
+        raise ConfigError("store.url must start with sqlite:///, postgresql:// or postgres://")
     for chain, networks in settings.chains.items():
         for network, net in networks.items():
             where = f"chains.{chain}.{network}"
@@ -201,11 +234,16 @@ def load(path: str | Path, *, environ: Mapping[str, str] | None = None) -> Setti
     return from_mapping(data, config_dir=path.parent.resolve(), environ=environ)
 
 
-def methods_path(settings: Settings) -> Path:
-    path = Path(settings.rpc.methods_file)
+def config_file(settings: Settings, name: str) -> Path:
+    """A file named in the settings: absolute, beside the config file, or shipped default."""
+    path = Path(name)
     if path.is_absolute():
         return path
     candidate = Path(settings.config_dir) / path
     if candidate.is_file():
         return candidate
     return default_config_dir() / path
+
+
+def methods_path(settings: Settings) -> Path:
+    return config_file(settings, settings.rpc.methods_file)

@@ -9,8 +9,10 @@ hooks, and only then is everything else cancelled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import IO, Any
 
 import trio
@@ -18,7 +20,10 @@ import trio
 from chaingate import __version__
 from chaingate.api.app import create_app
 from chaingate.auth.gate import Gate, OpenGate
-from chaingate.config import Settings, methods_path
+from chaingate.auth.keygate import KeyGate, KeyRegistry
+from chaingate.auth.plans import Plans
+from chaingate.auth.usage import UsageWriter
+from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
@@ -27,6 +32,7 @@ from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import RpcService
+from chaingate.store import Store, open_store
 
 log = logging.getLogger("chaingate")
 
@@ -42,6 +48,11 @@ class Gateway:
     ) -> None:
         self.settings = settings
         self.impl = impl or select()
+        self.store: Store | None = None
+        self.keys: KeyRegistry | None = None
+        self.usage_writer: UsageWriter | None = None
+        if gate is None and settings.auth.enabled:
+            gate = self._key_gate(settings)
         self.gate: Gate = gate or OpenGate()
         methods = MethodTable.load(methods_path(settings))
         self.services: dict[str, RpcService] = {}
@@ -53,7 +64,7 @@ class Gateway:
         self.registry = Registry()
         self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
         self.asgi = AsgiBridge(
-            create_app(self.health), (settings.server.host, settings.server.port)
+            create_app(self.health, self.store), (settings.server.host, settings.server.port)
         )
         self.routes = Routes(
             self.services,
@@ -67,6 +78,23 @@ class Gateway:
         self._shutdown = trio.Event()
         self._register_metrics()
 
+    def _key_gate(self, settings: Settings) -> KeyGate:
+        if not settings.auth.pepper:
+            raise ConfigError(
+                "auth.pepper is required when API keys are enabled: set CHAINGATE_AUTH__PEPPER "
+                "to a long random secret (it must stay the same, or every key stops working)"
+            )
+        self.store = open_store(
+            settings.store.url,
+            Path(settings.data_dir).expanduser(),
+            pool_size=settings.store.pool_size,
+        )
+        plans = Plans.load(config_file(settings, settings.auth.plans_file))
+        self.keys = KeyRegistry(self.store, plans, settings.auth.pepper.encode(), self.impl.limiter)
+        key_gate = KeyGate(self.keys, self.impl.limiter)
+        self.usage_writer = UsageWriter(self.store, key_gate.meter, self.keys)
+        return key_gate
+
     @property
     def port(self) -> int:
         return self.edge.port
@@ -76,7 +104,20 @@ class Gateway:
         self._shutdown.set()
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            if self.store is not None:
+                await stack.enter_async_context(self.store)
+                applied = await self.store.migrate()
+                if applied:
+                    log.info("store migrated", extra={"fields": {"applied": applied}})
+            await self._run(task_status)
+
+    async def _run(self, task_status: trio.TaskStatus[int]) -> None:
         async with trio.open_nursery() as nursery:
+            if self.keys is not None and self.usage_writer is not None:
+                auth = self.settings.auth
+                await nursery.start(self.keys.run, auth.refresh_interval)
+                nursery.start_soon(self.usage_writer.run, auth.usage_flush_interval)
             for service in self.services.values():
                 await nursery.start(service.run)
             await nursery.start(self.asgi.lifespan)

@@ -27,9 +27,12 @@ def error_response(status: int, message: str, code: str | None = None) -> Respon
     return Response(error_body(status, message, code), status=status, mimetype="application/json")
 
 
-def create_app(health: Callable[[], dict[str, Any]]) -> QuartTrio:
+def create_app(health: Callable[[], dict[str, Any]], store: Any = None) -> QuartTrio:
+    from chaingate.api import usage  # the resources import this module's helpers
+
     app = QuartTrio("chaingate")
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    usage.register(app, store)
 
     @app.get("/v1/health")
     async def get_health() -> Response:

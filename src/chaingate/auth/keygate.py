@@ -32,6 +32,7 @@ RAW_KEY_CACHE = 100_000  # recently seen raw keys, to skip the HMAC (memory only
 ANONYMOUS_RPS = 10  # failed authentications allowed per second per client address
 ANONYMOUS_PEERS = 10_000
 SECONDS_PER_DAY = 86_400
+CURSOR_OVERLAP_MS = 5_000
 
 
 def utc_day(epoch: float) -> int:
@@ -102,13 +103,15 @@ class KeyRegistry:
                 log.exception("key refresh failed")
 
     async def refresh(self) -> None:
-        # A small overlap (rows written in the same millisecond as the cursor) is re-read;
-        # applying a row twice is harmless.
-        accounts = await self._store.accounts_changed_since(self._account_cursor)
+        # Re-read a window behind the cursor: each process stamps rows with its own clock and a
+        # transaction may commit a little after its timestamp, so the newest rows can arrive
+        # late.  Applying a row twice is harmless.
+        since = self._account_cursor - CURSOR_OVERLAP_MS
+        accounts = await self._store.accounts_changed_since(since)
         for row in accounts:
             self._apply_account(row)
             self._account_cursor = max(self._account_cursor, row.updated_at)
-        keys = await self._store.keys_changed_since(self._key_cursor)
+        keys = await self._store.keys_changed_since(self._key_cursor - CURSOR_OVERLAP_MS)
         for row in keys:
             self._apply_key(row)
             self._key_cursor = max(self._key_cursor, row.updated_at)

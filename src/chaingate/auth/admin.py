@@ -1,0 +1,61 @@
+"""Account and key administration shared by ``chaingate keys`` and ``chaingate dev``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from chaingate.auth import apikeys
+from chaingate.auth.gate import SCOPES
+from chaingate.store import Store
+from chaingate.store.base import Account, KeyRow
+
+
+class AdminError(ValueError):
+    """A request the store cannot carry out (unknown scope, account...)."""
+
+
+def parse_scopes(text: str | None) -> str:
+    """Space- or comma-separated scopes, validated; "" (all scopes) when none are given."""
+    if not text:
+        return ""
+    scopes = [s for s in text.replace(",", " ").split() if s]
+    unknown = [s for s in scopes if s not in SCOPES]
+    if unknown:
+        raise AdminError(f"unknown scope(s) {', '.join(unknown)}; known: {', '.join(SCOPES)}")
+    return " ".join(sorted(set(scopes)))
+
+
+async def ensure_account(store: Store, email: str, plan: str) -> Account:
+    account = await store.find_account_by_email(email)
+    if account is None:
+        account = await store.create_account(email, plan)
+    return account
+
+
+async def create_key(
+    store: Store, pepper: bytes, account_id: str, name: str, environment: str, scopes: str = ""
+) -> tuple[str, KeyRow]:
+    """A new key: the full key (to show once) and what was stored (hash and prefix only)."""
+    key = apikeys.generate(environment)
+    row = KeyRow(
+        account_id=account_id,
+        name=name,
+        prefix=apikeys.display_prefix(key),
+        key_hash=apikeys.hash_key(pepper, key.encode()),
+        environment=environment,
+        scopes=scopes,
+    )
+    return key, await store.insert_key(row)
+
+
+def dev_pepper(data_dir: Path) -> str:
+    """The devnet's pepper, created once under the data dir (owner-only file)."""
+    path = data_dir / "pepper"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+    return path.read_text().strip()

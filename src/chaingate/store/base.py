@@ -1,0 +1,418 @@
+"""The store interface: row types, errors, and every operation written once in portable SQL.
+
+A backend (``sqlite.py``, ``postgres.py``) only knows how to run a synchronous function inside
+one transaction on a worker thread (``run_transaction``) and how to serialize migrations.  The
+SQL lives here, with ``?`` placeholders; the PostgreSQL backend translates them to ``%s``.
+Queries take user data as parameters only — the few SQL strings assembled below are joined
+from constants at import time.
+
+The store never sees an API key in clear: callers pass its hash and a display prefix.
+"""
+
+from __future__ import annotations
+
+import abc
+import secrets
+import string
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, Self, TypeVar
+
+import msgspec
+
+from chaingate.store import migrate as _migrate
+
+T = TypeVar("T")
+
+# Milliseconds since the epoch; injectable so tests control time.
+Clock = Callable[[], int]
+Granularity = Literal["minute", "hour", "day"]
+BUCKET_MINUTES: Mapping[str, int] = {"minute": 1, "hour": 60, "day": 1440}
+
+_BASE62 = string.digits + string.ascii_letters
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_id(prefix: str) -> str:
+    """``prefix`` + 20 random base62 characters (~119 bits): unguessable, collision-free."""
+    return prefix + "".join(secrets.choice(_BASE62) for _ in range(20))
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked; the message says why (never with secrets)."""
+
+
+class DuplicateKey(StoreError):
+    """A unique column already holds this value (for API keys: the same key_hash)."""
+
+
+class UnknownAccount(StoreError):
+    """A row refers to an account that does not exist."""
+
+
+class Account(msgspec.Struct, frozen=True):
+    id: str
+    email: str
+    plan: str
+    limits: str | None  # JSON text: per-account overrides of the plan's limits
+    created_at: int
+    updated_at: int
+
+
+class KeyRow(msgspec.Struct, frozen=True, kw_only=True):
+    account_id: str
+    name: str
+    prefix: str  # display prefix, e.g. svc_test_Ab12 — never the key
+    key_hash: str
+    environment: str  # live | test
+    scopes: str = ""  # space-separated; '' means all
+    # Left empty by callers of insert_key: the store fills them in.
+    id: str = ""
+    created_at: int = 0
+    updated_at: int = 0
+    last_used_at: int | None = None
+    revoked_at: int | None = None
+
+
+class UsageDelta(msgspec.Struct, frozen=True):
+    """Counts to ADD to one (key, method, minute) bucket."""
+
+    key_id: str
+    account_id: str
+    method: str
+    minute: int  # epoch minutes
+    requests: int = 0
+    compute_units: int = 0
+    errors: int = 0
+
+
+class UsageRow(msgspec.Struct, frozen=True):
+    period_start: int  # epoch minutes at the start of the minute/hour/UTC day
+    method: str
+    requests: int
+    compute_units: int
+    errors: int
+
+
+class Tx(Protocol):
+    """One open transaction, used from the worker thread that runs it."""
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+
+
+_ACCOUNT_COLUMNS = "id, email, plan, limits, created_at, updated_at"
+_KEY_COLUMNS = (
+    "id, account_id, name, prefix, key_hash, environment, scopes,"
+    " created_at, updated_at, last_used_at, revoked_at"
+)
+_SELECT_ACCOUNT = f"SELECT {_ACCOUNT_COLUMNS} FROM accounts"  # noqa: S608 - constants only
+_SELECT_KEY = f"SELECT {_KEY_COLUMNS} FROM api_keys"  # noqa: S608 - constants only
+
+_UPSERT_USAGE = """
+INSERT INTO usage_minutes
+    (key_id, account_id, method, minute, requests, compute_units, errors)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key_id, method, minute) DO UPDATE SET
+    requests = usage_minutes.requests + excluded.requests,
+    compute_units = usage_minutes.compute_units + excluded.compute_units,
+    errors = usage_minutes.errors + excluded.errors
+"""
+
+# Integer division then multiplication buckets portably (both engines truncate BIGINT / INT).
+_USAGE = """
+SELECT (minute / ?) * ? AS period, method,
+       SUM(requests), SUM(compute_units), SUM(errors)
+FROM usage_minutes
+WHERE account_id = ? AND minute >= ? AND minute < ?
+GROUP BY period, method
+ORDER BY period, method
+"""
+
+_DAY_TOTALS = """
+SELECT account_id, SUM(requests), SUM(compute_units)
+FROM usage_minutes
+WHERE minute >= ? AND minute < ?
+GROUP BY account_id
+"""
+
+
+def _account(row: tuple[Any, ...]) -> Account:
+    return Account(*row)
+
+
+def _key(row: tuple[Any, ...]) -> KeyRow:
+    names = ("id", "account_id", "name", "prefix", "key_hash", "environment", "scopes")
+    times = ("created_at", "updated_at", "last_used_at", "revoked_at")
+    return KeyRow(**dict(zip(names + times, row, strict=True)))
+
+
+class Store(abc.ABC):
+    """Async data access for accounts, API keys and usage; use as ``async with store:``."""
+
+    backend: str
+    # Where the data lives, safe to print (passwords removed).
+    display_url: str
+
+    def __init__(self, *, clock: Clock = now_ms) -> None:
+        self.clock = clock
+
+    # --- what a backend provides -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect.  Raises StoreError when the database cannot be reached or opened."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close connections, after operations in flight have finished."""
+
+    @abc.abstractmethod
+    async def run_transaction(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
+        """Run ``fn(tx)`` on a worker thread inside one transaction; commit if it returns.
+
+        Cancellation waits for the thread: a transaction is never abandoned half-done.
+        """
+
+    @abc.abstractmethod
+    def lock_migrations(self, tx: Tx) -> None:
+        """Hold, until ``tx`` ends, a lock that every process migrating this database takes."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- schema ----------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations in order; return the versions this call applied."""
+        return await _migrate.apply_pending(self)
+
+    async def applied_migrations(self) -> list[_migrate.AppliedMigration]:
+        return await _migrate.applied(self)
+
+    # --- accounts --------------------------------------------------------------------------
+
+    async def create_account(
+        self, email: str, plan: str, limits_json: str | None = None
+    ) -> Account:
+        now = self.clock()
+        account = Account(new_id("acct_"), email, plan, limits_json, now, now)
+
+        def insert(tx: Tx) -> None:
+            tx.execute(
+                f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",  # noqa: S608
+                msgspec.structs.astuple(account),
+            )
+
+        await self.run_transaction(insert)
+        return account
+
+    async def get_account(self, account_id: str) -> Account | None:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(f"{_SELECT_ACCOUNT} WHERE id = ?", (account_id,))
+
+        rows = await self.run_transaction(select, write=False)
+        return _account(rows[0]) if rows else None
+
+    async def find_account_by_email(self, email: str) -> Account | None:
+        """The oldest account with exactly this email (the store does not normalize it)."""
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(
+                f"{_SELECT_ACCOUNT} WHERE email = ? ORDER BY created_at, id LIMIT 1", (email,)
+            )
+
+        rows = await self.run_transaction(select, write=False)
+        return _account(rows[0]) if rows else None
+
+    async def set_plan(self, account_id: str, plan: str, limits_json: str | None) -> bool:
+        """Change an account's plan and overrides; False if there is no such account."""
+        now = self.clock()
+
+        def update(tx: Tx) -> int:
+            return tx.execute(
+                "UPDATE accounts SET plan = ?, limits = ?, updated_at = ? WHERE id = ?",
+                (plan, limits_json, now, account_id),
+            )
+
+        return await self.run_transaction(update) == 1
+
+    async def accounts_changed_since(self, updated_at_ms: int) -> list[Account]:
+        """Accounts with updated_at >= the cursor, oldest change first (for polling caches)."""
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(
+                f"{_SELECT_ACCOUNT} WHERE updated_at >= ? ORDER BY updated_at, id",
+                (updated_at_ms,),
+            )
+
+        return [_account(row) for row in await self.run_transaction(select, write=False)]
+
+    # --- API keys --------------------------------------------------------------------------
+
+    async def insert_key(self, row: KeyRow) -> KeyRow:
+        """Store a key (hash and prefix only); return it with id and timestamps filled in.
+
+        Raises DuplicateKey if the key_hash exists, UnknownAccount if the account does not.
+        """
+        now = self.clock()
+        key = msgspec.structs.replace(
+            row,
+            id=row.id or new_id("key_"),
+            created_at=row.created_at or now,
+            updated_at=row.updated_at or now,
+        )
+        values = (
+            key.id,
+            key.account_id,
+            key.name,
+            key.prefix,
+            key.key_hash,
+            key.environment,
+            key.scopes,
+            key.created_at,
+            key.updated_at,
+            key.last_used_at,
+            key.revoked_at,
+        )
+
+        def insert(tx: Tx) -> None:
+            tx.execute(
+                f"INSERT INTO api_keys ({_KEY_COLUMNS})"  # noqa: S608 - constants only
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+
+        try:
+            await self.run_transaction(insert)
+        except DuplicateKey as exc:
+            raise DuplicateKey(f"an API key with this key_hash (or id) exists: {exc}") from None
+        return key
+
+    async def list_keys(self, account_id: str | None = None) -> list[KeyRow]:
+        """Keys (revoked ones included) of one account, or of all accounts; oldest first."""
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            if account_id is None:
+                return tx.query(f"{_SELECT_KEY} ORDER BY created_at, id")
+            return tx.query(
+                f"{_SELECT_KEY} WHERE account_id = ? ORDER BY created_at, id", (account_id,)
+            )
+
+        return [_key(row) for row in await self.run_transaction(select, write=False)]
+
+    async def revoke_key(self, key_id: str, now_ms: int | None = None) -> bool:
+        """Revoke a key; False if there is no such key or it was already revoked."""
+        now = self.clock() if now_ms is None else now_ms
+
+        def update(tx: Tx) -> int:
+            return tx.execute(
+                "UPDATE api_keys SET revoked_at = ?, updated_at = ?"
+                " WHERE id = ? AND revoked_at IS NULL",
+                (now, now, key_id),
+            )
+
+        return await self.run_transaction(update) == 1
+
+    async def keys_changed_since(self, updated_at_ms: int) -> list[KeyRow]:
+        """Keys with updated_at >= the cursor, oldest change first (for polling caches)."""
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(
+                f"{_SELECT_KEY} WHERE updated_at >= ? ORDER BY updated_at, id", (updated_at_ms,)
+            )
+
+        return [_key(row) for row in await self.run_transaction(select, write=False)]
+
+    async def touch_keys_last_used(self, last_used: Mapping[str, int]) -> None:
+        """Record when keys were last used, in one transaction; times only move forward.
+
+        updated_at is left alone on purpose: use is not a change the key caches must reload.
+        """
+        # Sorted ids: concurrent batches lock rows in the same order, so they cannot deadlock.
+        rows = [(ms, key_id, ms) for key_id, ms in sorted(last_used.items())]
+        if not rows:
+            return
+
+        def update(tx: Tx) -> None:
+            tx.executemany(
+                "UPDATE api_keys SET last_used_at = ?"
+                " WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
+                rows,
+            )
+
+        await self.run_transaction(update)
+
+    # --- usage -----------------------------------------------------------------------------
+
+    async def add_usage(self, deltas: Sequence[UsageDelta]) -> None:
+        """Add the deltas to their (key, method, minute) counters, all in one transaction."""
+        merged: dict[tuple[str, str, int], list[Any]] = {}
+        for d in deltas:
+            slot = merged.get((d.key_id, d.method, d.minute))
+            if slot is None:
+                merged[(d.key_id, d.method, d.minute)] = [
+                    d.key_id,
+                    d.account_id,
+                    d.method,
+                    d.minute,
+                    d.requests,
+                    d.compute_units,
+                    d.errors,
+                ]
+            else:
+                slot[4] += d.requests
+                slot[5] += d.compute_units
+                slot[6] += d.errors
+        # Primary-key order, so concurrent flushes lock rows in one order (no deadlocks).
+        rows = [merged[k] for k in sorted(merged)]
+        if not rows:
+            return
+
+        def upsert(tx: Tx) -> None:
+            tx.executemany(_UPSERT_USAGE, rows)
+
+        await self.run_transaction(upsert)
+
+    async def usage(
+        self,
+        account_id: str,
+        from_minute: int,
+        to_minute: int,
+        granularity: Granularity = "minute",
+    ) -> list[UsageRow]:
+        """Usage of an account over minutes [from_minute, to_minute), per period and method.
+
+        Periods are aligned to the epoch, so "day" means the UTC day.
+        """
+        size = BUCKET_MINUTES[granularity]
+        params = (size, size, account_id, from_minute, to_minute)
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(_USAGE, params)
+
+        rows = await self.run_transaction(select, write=False)
+        # int(): PostgreSQL's SUM(BIGINT) is NUMERIC, which arrives as Decimal.
+        return [UsageRow(int(p), m, int(r), int(c), int(e)) for p, m, r, c, e in rows]
+
+    async def day_totals(self, day_start_minute: int) -> dict[str, tuple[int, int]]:
+        """Per account: (requests, compute units) in the UTC day starting at this minute."""
+        params = (day_start_minute, day_start_minute + 1440)
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(_DAY_TOTALS, params)
+
+        rows = await self.run_transaction(select, write=False)
+        return {account: (int(r), int(c)) for account, r, c in rows}

@@ -1,0 +1,540 @@
+"""The store layer on both backends: migrations, every operation, concurrency, no key in clear.
+
+The ``store`` fixture runs each test on SQLite (a temp file) and on PostgreSQL (a fresh schema
+per test, dropped afterwards).  Without a reachable PostgreSQL the PostgreSQL half is skipped
+loudly — and fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from chaingate import config
+from chaingate.store import (
+    DuplicateKey,
+    KeyRow,
+    Migration,
+    MigrationError,
+    Store,
+    StoreError,
+    UnknownAccount,
+    UsageDelta,
+    UsageRow,
+    open_store,
+)
+from chaingate.store.migrate import apply_pending, load_migrations, split_statements
+from chaingate.store.postgres import redact, to_pyformat
+
+T0 = 1_700_000_000_000  # ms
+DAY = 1440  # minutes
+M0 = 28_333_440  # a minute that starts a UTC day (2023-11-13T00:00Z)
+
+
+class FakeClock:
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int = 1) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def store(store_url: str, clock: FakeClock, tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_store(store_url, tmp_path, clock=clock) as opened:
+        await opened.migrate()
+        yield opened
+
+
+def _key(account_id: str, secret: str, **fields: object) -> KeyRow:
+    """What a caller hands the store: the hash and a display prefix, never ``secret``."""
+    values: dict[object, object] = {
+        "account_id": account_id,
+        "name": "default",
+        "prefix": secret[:13],
+        "key_hash": hashlib.sha256(secret.encode()).hexdigest(),
+        "environment": "test",
+        "scopes": "rpc:read rpc:write",
+    }
+    values.update(fields)
+    return KeyRow(**values)  # type: ignore[arg-type]
+
+
+# --- migrations ------------------------------------------------------------------------------
+
+
+async def test_migrations_apply_once_and_are_recorded(store_url: str, tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with open_store(store_url, tmp_path, clock=clock) as first:
+        assert await first.migrate() == [1]
+        assert await first.migrate() == []
+        recorded = await first.applied_migrations()
+    assert [(m.version, m.name, m.applied_at) for m in recorded] == [(1, "initial", T0)]
+    # A new process (store object) finds the schema current.
+    async with open_store(store_url, tmp_path, clock=clock) as second:
+        assert await second.migrate() == []
+        assert [m.version for m in await second.applied_migrations()] == [1]
+
+
+def _extra_migrations() -> list[Migration]:
+    return [
+        *load_migrations(),
+        Migration(2, "widgets", "CREATE TABLE widgets (id TEXT PRIMARY KEY, n BIGINT NOT NULL);"),
+        Migration(3, "widget_index", "CREATE INDEX widgets_n ON widgets (n);"),
+    ]
+
+
+async def test_concurrent_migrations_apply_each_version_exactly_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    migrations = _extra_migrations()
+    results: list[list[int]] = []
+    stores = [open_store(store_url, tmp_path) for _ in range(4)]
+    for s in stores:
+        await s.open()
+    try:
+
+        async def migrate(s: Store) -> None:
+            results.append(await apply_pending(s, migrations))
+
+        async with trio.open_nursery() as nursery:
+            for s in stores:
+                nursery.start_soon(migrate, s)
+        recorded = await stores[0].applied_migrations()
+    finally:
+        for s in stores:
+            await s.aclose()
+    applied = sorted(v for result in results for v in result)
+    assert applied == [1, 2, 3]
+    assert [m.version for m in recorded] == [1, 2, 3]
+
+
+async def test_failed_migration_rolls_back_whole(store_url: str, tmp_path: Path) -> None:
+    broken = Migration(
+        2, "broken", "CREATE TABLE half (x BIGINT);\nINSERT INTO no_such_table VALUES (1);"
+    )
+    async with open_store(store_url, tmp_path) as s:
+        assert await s.migrate() == [1]
+        with pytest.raises(Exception, match="no_such_table"):
+            await apply_pending(s, [*load_migrations(), broken])
+        assert [m.version for m in await s.applied_migrations()] == [1]
+        # Its first statement was undone with the rest: the migration can simply be rerun.
+        fixed = Migration(2, "fixed", "CREATE TABLE half (x BIGINT);")
+        assert await apply_pending(s, [*load_migrations(), fixed]) == [2]
+
+
+def test_split_statements_respects_quotes_and_comments() -> None:
+    script = """
+    -- a comment; with a semicolon
+    CREATE TABLE a (x TEXT DEFAULT 'it''s; fine');
+    /* block; comment */
+    INSERT INTO a VALUES ('--not a comment');
+    -- trailing comment only
+    """
+    assert split_statements(script) == [
+        "-- a comment; with a semicolon\n    CREATE TABLE a (x TEXT DEFAULT 'it''s; fine')",
+        "/* block; comment */\n    INSERT INTO a VALUES ('--not a comment')",
+    ]
+
+
+def test_migration_files_are_checked(tmp_path: Path) -> None:
+    (tmp_path / "0001_one.sql").write_text("SELECT 1;")
+    (tmp_path / "0003_three.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="without gaps"):
+        load_migrations(tmp_path)
+    (tmp_path / "0003_three.sql").unlink()
+    (tmp_path / "2_bad.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="NNNN_name"):
+        load_migrations(tmp_path)
+    (tmp_path / "2_bad.sql").unlink()
+    assert [m.name for m in load_migrations(tmp_path)] == ["one"]
+
+
+def test_migration_sql_is_portable() -> None:
+    """The shared files avoid the dialect-only spellings the two engines disagree on."""
+    for migration in load_migrations():
+        text = migration.sql.upper()
+        for banned in ("SERIAL", "AUTOINCREMENT", "NOW()", "CURRENT_TIMESTAMP", "JSONB"):
+            assert banned not in text, (migration.name, banned)
+
+
+# --- accounts --------------------------------------------------------------------------------
+
+
+async def test_accounts(store: Store, clock: FakeClock) -> None:
+    account = await store.create_account("ada@example.com", "free")
+    assert account.id.startswith("acct_") and len(account.id) == 25
+    assert account.id[5:].isalnum() and account.id[5:].isascii()
+    assert (account.created_at, account.updated_at, account.limits) == (T0, T0, None)
+    assert await store.get_account(account.id) == account
+    assert await store.get_account("acct_missing") is None
+    assert await store.find_account_by_email("ada@example.com") == account
+    assert await store.find_account_by_email("ADA@example.com") is None
+
+    clock.advance(5)
+    limits = '{"requests_per_second": 500}'
+    assert await store.set_plan(account.id, "enterprise", limits)
+    assert not await store.set_plan("acct_missing", "growth", None)
+    updated = await store.get_account(account.id)
+    assert updated is not None
+    assert (updated.plan, updated.limits, updated.updated_at) == ("enterprise", limits, T0 + 5)
+    assert updated.created_at == T0
+
+
+async def test_unicode_emails(store: Store) -> None:
+    emails = ["zoë.ünïcødé@例え.jp", "пользователь@пример.рф", "emoji🦀@example.com"]
+    created = [await store.create_account(email, "free") for email in emails]
+    for email, account in zip(emails, created, strict=True):
+        found = await store.find_account_by_email(email)
+        assert found == account and found.email == email
+
+
+async def test_accounts_changed_since(store: Store, clock: FakeClock) -> None:
+    a = await store.create_account("a@example.com", "free")
+    clock.advance(10)
+    b = await store.create_account("b@example.com", "free")
+    clock.advance(10)
+    await store.set_plan(a.id, "growth", None)
+    changed = await store.accounts_changed_since(T0 + 10)
+    assert [(x.id, x.updated_at) for x in changed] == [(b.id, T0 + 10), (a.id, T0 + 20)]
+    assert await store.accounts_changed_since(T0 + 21) == []
+
+
+# --- API keys --------------------------------------------------------------------------------
+
+
+async def test_insert_and_list_keys(store: Store, clock: FakeClock) -> None:
+    alice = await store.create_account("alice@example.com", "free")
+    bob = await store.create_account("bob@example.com", "free")
+    k1 = await store.insert_key(_key(alice.id, "svc_test_" + "a" * 32, name="first"))
+    clock.advance()
+    k2 = await store.insert_key(_key(bob.id, "svc_live_" + "b" * 32, environment="live"))
+    clock.advance()
+    k3 = await store.insert_key(_key(alice.id, "svc_test_" + "c" * 32, scopes=""))
+    assert k1.id.startswith("key_") and len(k1.id) == 24
+    assert (k1.created_at, k1.updated_at, k1.last_used_at, k1.revoked_at) == (T0, T0, None, None)
+    assert await store.list_keys() == [k1, k2, k3]
+    assert await store.list_keys(alice.id) == [k1, k3]
+    assert await store.list_keys("acct_nobody") == []
+    assert k3.scopes == "" and k2.environment == "live" and k1.name == "first"
+
+
+async def test_duplicate_key_hash_is_a_clear_error(store: Store) -> None:
+    account = await store.create_account("a@example.com", "free")
+    await store.insert_key(_key(account.id, "svc_test_" + "x" * 32))
+    with pytest.raises(DuplicateKey, match="key_hash"):
+        await store.insert_key(_key(account.id, "svc_test_" + "x" * 32, name="again"))
+    assert len(await store.list_keys()) == 1
+
+
+async def test_key_for_unknown_account(store: Store) -> None:
+    with pytest.raises(UnknownAccount):
+        await store.insert_key(_key("acct_nobody", "svc_test_" + "y" * 32))
+
+
+async def test_revocation_is_seen_by_keys_changed_since(store: Store, clock: FakeClock) -> None:
+    account = await store.create_account("a@example.com", "free")
+    kept = await store.insert_key(_key(account.id, "svc_test_" + "k" * 32))
+    doomed = await store.insert_key(_key(account.id, "svc_test_" + "d" * 32))
+    # Same updated_at: ties are ordered by id.
+    initial = await store.keys_changed_since(0)
+    assert [k.id for k in initial] == sorted([kept.id, doomed.id])
+    cursor = max(k.updated_at for k in initial) + 1
+
+    clock.advance(1000)
+    assert await store.revoke_key(doomed.id, clock.now)
+    assert not await store.revoke_key(doomed.id, clock.now + 5)  # already revoked
+    assert not await store.revoke_key("key_missing", clock.now)
+    changed = await store.keys_changed_since(cursor)
+    assert [(k.id, k.revoked_at, k.updated_at) for k in changed] == [
+        (doomed.id, T0 + 1000, T0 + 1000)
+    ]
+    # The cursor is inclusive: a poller re-reading from the last updated_at sees it again.
+    assert [k.id for k in await store.keys_changed_since(T0 + 1000)] == [doomed.id]
+    assert await store.keys_changed_since(T0 + 1001) == []
+
+
+async def test_revoke_key_uses_the_clock_by_default(store: Store, clock: FakeClock) -> None:
+    account = await store.create_account("a@example.com", "free")
+    key = await store.insert_key(_key(account.id, "svc_test_" + "r" * 32))
+    clock.advance(7)
+    assert await store.revoke_key(key.id)
+    [row] = await store.list_keys()
+    assert row.revoked_at == row.updated_at == T0 + 7
+
+
+async def test_touch_keys_last_used(store: Store, clock: FakeClock) -> None:
+    account = await store.create_account("a@example.com", "free")
+    k1 = await store.insert_key(_key(account.id, "svc_test_" + "1" * 32))
+    k2 = await store.insert_key(_key(account.id, "svc_test_" + "2" * 32))
+    await store.touch_keys_last_used({})
+    await store.touch_keys_last_used({k1.id: T0 + 50, k2.id: T0 + 60, "key_gone": T0})
+    await store.touch_keys_last_used({k1.id: T0 + 40})  # older: ignored
+    rows = {k.id: k for k in await store.list_keys()}
+    assert rows[k1.id].last_used_at == T0 + 50
+    assert rows[k2.id].last_used_at == T0 + 60
+    # Use is not a change the key caches need to reload.
+    assert rows[k1.id].updated_at == T0
+    assert await store.keys_changed_since(T0 + 1) == []
+
+
+# --- usage -----------------------------------------------------------------------------------
+
+
+async def test_add_usage_accumulates(store: Store) -> None:
+    def delta(minute: int, requests: int, cu: int, errors: int = 0) -> UsageDelta:
+        return UsageDelta("key_a", "acct_a", "eth_call", minute, requests, cu, errors)
+
+    await store.add_usage([])
+    await store.add_usage([delta(M0, 1, 10), delta(M0, 2, 20, 1), delta(M0 + 1, 5, 50)])
+    await store.add_usage([delta(M0, 3, 30, 2)])
+    assert await store.usage("acct_a", M0, M0 + 2) == [
+        UsageRow(M0, "eth_call", 6, 60, 3),
+        UsageRow(M0 + 1, "eth_call", 5, 50, 0),
+    ]
+
+
+async def test_concurrent_add_usage_loses_nothing(store_url: str, tmp_path: Path) -> None:
+    tasks, rounds = 20, 10
+    stores = [open_store(store_url, tmp_path, pool_size=4) for _ in range(2)]
+    for s in stores:
+        await s.open()
+    try:
+        await stores[0].migrate()
+
+        async def flush(s: Store, n: int) -> None:
+            for _ in range(rounds):
+                # Overlapping rows in different orders: the store must neither lose an
+                # increment nor deadlock.
+                batch = [
+                    UsageDelta(f"key_{k}", "acct_a", method, M0 + minute, 1, 3, n % 2)
+                    for k in (range(3) if n % 2 else reversed(range(3)))
+                    for method in ("eth_call", "eth_getLogs")
+                    for minute in (0, 1)
+                ]
+                await s.add_usage(batch)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(tasks):
+                nursery.start_soon(flush, stores[n % 2], n)
+        rows = await stores[1].usage("acct_a", M0, M0 + 2, "hour")
+    finally:
+        for s in stores:
+            await s.aclose()
+    per_row = tasks * rounds * 3 * 2  # keys x minutes folded into one hour, per method
+    assert rows == [
+        UsageRow(M0, "eth_call", per_row, 3 * per_row, per_row // 2),
+        UsageRow(M0, "eth_getLogs", per_row, 3 * per_row, per_row // 2),
+    ]
+
+
+async def test_usage_bucketing(store: Store) -> None:
+    rows = [
+        # (key, method, minute offset, requests, cu, errors)
+        ("key_a", "eth_call", 0, 1, 10, 0),
+        ("key_a", "eth_call", 59, 2, 20, 1),
+        ("key_b", "eth_call", 59, 4, 40, 0),
+        ("key_a", "eth_call", 60, 8, 80, 0),
+        ("key_a", "eth_getLogs", 61, 16, 320, 2),
+        ("key_a", "eth_call", DAY - 1, 32, 320, 0),
+        ("key_a", "eth_call", DAY, 64, 640, 0),
+        ("key_a", "eth_call", 2 * DAY + 5, 128, 1280, 0),
+    ]
+    await store.add_usage(
+        [UsageDelta(k, "acct_a", m, M0 + o, r, c, e) for k, m, o, r, c, e in rows]
+    )
+    await store.add_usage([UsageDelta("key_z", "acct_other", "eth_call", M0, 1000, 1000, 0)])
+
+    assert await store.usage("acct_a", M0, M0 + 61, "minute") == [
+        UsageRow(M0, "eth_call", 1, 10, 0),
+        UsageRow(M0 + 59, "eth_call", 6, 60, 1),
+        UsageRow(M0 + 60, "eth_call", 8, 80, 0),
+    ]
+    assert await store.usage("acct_a", M0, M0 + DAY + 1, "hour") == [
+        UsageRow(M0, "eth_call", 7, 70, 1),
+        UsageRow(M0 + 60, "eth_call", 8, 80, 0),
+        UsageRow(M0 + 60, "eth_getLogs", 16, 320, 2),
+        UsageRow(M0 + DAY - 60, "eth_call", 32, 320, 0),
+        UsageRow(M0 + DAY, "eth_call", 64, 640, 0),
+    ]
+    assert await store.usage("acct_a", M0, M0 + 3 * DAY, "day") == [
+        UsageRow(M0, "eth_call", 47, 470, 1),
+        UsageRow(M0, "eth_getLogs", 16, 320, 2),
+        UsageRow(M0 + DAY, "eth_call", 64, 640, 0),
+        UsageRow(M0 + 2 * DAY, "eth_call", 128, 1280, 0),
+    ]
+    # A range starting mid-period still labels rows with the period's start.
+    assert await store.usage("acct_a", M0 + 30, M0 + 60, "hour") == [
+        UsageRow(M0, "eth_call", 6, 60, 1)
+    ]
+    assert await store.usage("acct_nobody", M0, M0 + DAY, "day") == []
+
+
+async def test_day_totals(store: Store) -> None:
+    await store.add_usage(
+        [
+            UsageDelta("key_a", "acct_a", "eth_call", M0 - 1, 100, 100, 0),  # yesterday
+            UsageDelta("key_a", "acct_a", "eth_call", M0, 1, 10, 0),
+            UsageDelta("key_a", "acct_a", "eth_getLogs", M0 + 600, 2, 40, 1),
+            UsageDelta("key_b", "acct_a", "eth_call", M0 + DAY - 1, 4, 40, 0),
+            UsageDelta("key_c", "acct_b", "eth_call", M0 + 5, 8, 80, 0),
+            UsageDelta("key_c", "acct_b", "eth_call", M0 + DAY, 1000, 1000, 0),  # tomorrow
+        ]
+    )
+    assert await store.day_totals(M0) == {"acct_a": (7, 90), "acct_b": (8, 80)}
+    assert await store.day_totals(M0 + 10 * DAY) == {}
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+
+def _read_db_files(data_dir: Path) -> bytes:
+    """The database with its WAL and shared-memory files: wherever SQLite may have written."""
+    files = [p for p in data_dir.iterdir() if p.name.startswith("chaingate.db")]
+    return b"".join(p.read_bytes() for p in files)
+
+
+async def test_sqlite_file_holds_no_key_in_clear(tmp_path: Path) -> None:
+    secret = "svc_test_Ab12" + secrets.token_urlsafe(32)
+    async with open_store("", tmp_path) as s:
+        await s.migrate()
+        account = await s.create_account("a@example.com", "free")
+        await s.insert_key(_key(account.id, secret, prefix=secret[:13]))
+        await s.touch_keys_last_used({k.id: T0 for k in await s.list_keys()})
+        while_open = _read_db_files(tmp_path)  # recent writes still in the WAL file
+    after_close = _read_db_files(tmp_path)  # closing checkpointed them into chaingate.db
+    for data in (while_open, after_close):
+        assert secret[:13].encode() in data  # the display prefix is stored...
+        assert secret.encode() not in data  # ...the key never is
+        assert secret[13:].encode() not in data
+
+
+# --- opening ---------------------------------------------------------------------------------
+
+
+async def test_default_url_is_sqlite_under_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "not" / "yet"
+    store = open_store("", data_dir)
+    assert store.backend == "sqlite"
+    assert store.display_url == f"sqlite://{data_dir}/chaingate.db"
+    async with store:
+        assert await store.migrate() == [1]
+    with sqlite3.connect(data_dir / "chaingate.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+
+
+def _listdir(path: Path) -> list[Path]:
+    return list(path.iterdir())
+
+
+async def test_memory_and_four_slash_urls(tmp_path: Path) -> None:
+    async with open_store("sqlite:///:memory:", tmp_path) as memory:
+        assert await memory.migrate() == [1]
+        await memory.create_account("a@example.com", "free")
+    assert not _listdir(tmp_path)
+    four = open_store(f"sqlite:///{tmp_path}/x.db", tmp_path)
+    assert four.display_url == f"sqlite://{tmp_path}/x.db"
+
+
+def test_bad_urls() -> None:
+    with pytest.raises(StoreError, match="'mysql'") as info:
+        open_store("mysql://root:hunter2@db/x", Path())
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(StoreError, match="absolute"):
+        open_store("sqlite://relative.db", Path())
+
+
+async def test_closed_store_refuses(tmp_path: Path) -> None:
+    store = open_store("sqlite:///:memory:", tmp_path)
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_account("acct_x")
+
+
+async def test_unreachable_postgres_is_a_clear_error(tmp_path: Path) -> None:
+    store = open_store("postgresql://u:hunter2@127.0.0.1:1/db", tmp_path)
+    with pytest.raises(StoreError, match="cannot connect") as info:
+        await store.open()
+    assert "hunter2" not in str(info.value)
+
+
+def test_pg_placeholders_and_redaction() -> None:
+    assert to_pyformat("SELECT ? WHERE a LIKE 'x%?' AND b = ?") == (
+        "SELECT %s WHERE a LIKE 'x%%?' AND b = %s"
+    )
+    assert to_pyformat("SELECT 5 % ?") == "SELECT 5 %% %s"
+    assert redact("postgresql://u:pw@h:5432/db?password=pw") == "postgresql://u:***@h:5432/db"
+
+
+def test_store_settings() -> None:
+    settings = config.from_mapping({}, environ={})
+    assert (settings.store.url, settings.store.pool_size) == ("", 8)
+    env = {"CHAINGATE_STORE__URL": "postgresql://db/x", "CHAINGATE_STORE__POOL_SIZE": "3"}
+    settings = config.from_mapping({}, environ=env)
+    assert (settings.store.url, settings.store.pool_size) == ("postgresql://db/x", 3)
+    with pytest.raises(config.ConfigError, match=r"store\.url"):
+        config.from_mapping({"store": {"url": "mysql://u:pw@h/x"}}, environ={})
+    with pytest.raises(config.ConfigError, match="pool_size"):
+        config.from_mapping({"store": {"pool_size": 0}}, environ={})
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+def _chaingate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chaingate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_migrate(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CHAINGATE_")},
+        "HOME": str(tmp_path),
+        "CHAINGATE_DATA_DIR": str(data_dir),
+    }
+    first = _chaingate("migrate", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"store: sqlite://{data_dir}/chaingate.db" in first.stdout
+    assert "0001 initial: applied now" in first.stdout
+    assert "schema at version 1 (1 applied now)" in first.stdout
+    with sqlite3.connect(data_dir / "chaingate.db") as conn:
+        assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
+            (1, "initial")
+        ]
+
+    again = _chaingate("migrate", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0001 initial: already applied" in again.stdout
+
+    other = tmp_path / "other"
+    config_file = tmp_path / "chaingate.toml"
+    config_file.write_text(f'data_dir = "{other}"\n[store]\npool_size = 2\n')
+    env.pop("CHAINGATE_DATA_DIR")
+    from_file = _chaingate("migrate", "--config", str(config_file), env=env)
+    assert from_file.returncode == 0, from_file.stdout + from_file.stderr
+    assert (other / "chaingate.db").is_file()
