@@ -433,10 +433,10 @@ async def test_compute_units_follow_the_method_table(
     assert admitted == [
         (True, False, 1, 1, 1),
         (True, False, 1, 5, 5),
-        (True, False, 1, 20, 5),
-        (True, False, 1, 20, 5),
+        (True, False, 1, 20, 20),  # a historical tag scales both weights
+        (True, False, 1, 20, 20),
         (False, True, 1, 20, 40),
-        (True, False, 2, 21, 6),
+        (True, False, 2, 21, 21),
     ]
 
 

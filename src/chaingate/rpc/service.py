@@ -196,11 +196,11 @@ class RpcService:
         return tag
 
     @staticmethod
-    def _price(spec: MethodSpec, tag: bytes | None) -> int:
-        """Billed units: the historical price when the block tag is historical."""
+    def _price(spec: MethodSpec, tag: bytes | None) -> tuple[int, int]:
+        """(billed, throughput) units; a historical block tag scales both by the same factor."""
         if spec.cu_historical is not None and is_historical(tag):
-            return spec.cu_historical
-        return spec.cu
+            return spec.cu_historical, spec.tcu * spec.cu_historical // max(spec.cu, 1)
+        return spec.cu, spec.tcu
 
     @staticmethod
     def _may_be_cached(spec: MethodSpec, tag: bytes | None) -> bool:
@@ -240,9 +240,9 @@ class RpcService:
         if tag is not None and not valid_block_tag(tag, self._family):
             self._invalid.error += 1
             return RpcReply(self._bad_tag(call), b"MISS", spec.name)
-        cu = spec.cu if spec.cu_historical is None else self._price(spec, tag)
+        cu, tcu = (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
         writes = spec.is_write
-        rejection = self._gate.admit(principal, not writes, writes, 1, cu, spec.tcu)
+        rejection = self._gate.admit(principal, not writes, writes, 1, cu, tcu)
         if rejection is not None:
             return self._refused(rejection, call.id or b"null", spec.name)
         stats = self.stats[spec.name]
@@ -292,9 +292,11 @@ class RpcService:
                 self._invalid.error += 1
                 replies[index] = self._bad_tag(call)
                 continue
-            units = spec.cu if spec.cu_historical is None else self._price(spec, tag)
+            units, weight = (
+                (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
+            )
             cu += units
-            tcu += spec.tcu
+            tcu += weight
             if spec.is_write:
                 writes = True
             else:
