@@ -365,7 +365,9 @@ async def test_keys_are_never_stored_or_logged_in_clear(
     await trio.sleep(0.5)
     stack.handle.gateway.shutdown()
     await trio.sleep(0.3)
-    stored = b"".join(p.read_bytes() for p in tmp_path.glob("keys.db*"))
+    stored = await trio.to_thread.run_sync(
+        lambda: b"".join(p.read_bytes() for p in tmp_path.glob("keys.db*"))
+    )
     secret = key[len("svc_test_") :].encode()
     assert secret not in stored and secret[8:24] not in stored
     assert key[:13].encode() in stored  # the display prefix is all that is kept
