@@ -22,6 +22,7 @@ from chaingate.api.app import create_app
 from chaingate.auth.gate import Gate, OpenGate
 from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
+from chaingate.auth.shared import SharedLimits
 from chaingate.auth.usage import UsageWriter
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.edge.asgi import AsgiBridge
@@ -51,6 +52,7 @@ class Gateway:
         self.store: Store | None = None
         self.keys: KeyRegistry | None = None
         self.usage_writer: UsageWriter | None = None
+        self.shared: SharedLimits | None = None
         if gate is None and settings.auth.enabled:
             gate = self._key_gate(settings)
         self.gate: Gate = gate or OpenGate()
@@ -93,6 +95,10 @@ class Gateway:
         self.keys = KeyRegistry(self.store, plans, settings.auth.pepper.encode(), self.impl.limiter)
         key_gate = KeyGate(self.keys, self.impl.limiter)
         self.usage_writer = UsageWriter(self.store, key_gate.meter, self.keys)
+        if settings.auth.redis_url:
+            self.shared = key_gate.shared = SharedLimits(
+                settings.auth.redis_url, self.keys.account_quota
+            )
         return key_gate
 
     @property
@@ -118,6 +124,8 @@ class Gateway:
                 auth = self.settings.auth
                 await nursery.start(self.keys.run, auth.refresh_interval)
                 nursery.start_soon(self.usage_writer.run, auth.usage_flush_interval)
+            if self.shared is not None:
+                nursery.start_soon(self.shared.run)
             for service in self.services.values():
                 await nursery.start(service.run)
             await nursery.start(self.asgi.lifespan)
@@ -304,6 +312,31 @@ class Gateway:
             "Open connections to the upstream.",
             upstreams(lambda u, labels: [(labels, len(u.connections))]),
         )
+        gate = self.gate
+        if isinstance(gate, KeyGate):
+            registry.family(
+                "chaingate_auth_refusals_total",
+                "counter",
+                "Requests refused by the gate, by status and reason.",
+                lambda: (
+                    ({"status": str(status), "reason": reason}, n)
+                    for (status, reason), n in sorted(gate.refusals.items())
+                ),
+            )
+        shared = self.shared
+        if shared is not None:
+            registry.family(
+                "chaingate_shared_limits_up",
+                "gauge",
+                "1 while rate limits are shared through Redis; 0: each process alone (fail-open).",
+                lambda: [({}, 1 if shared.up else 0)],
+            )
+            registry.family(
+                "chaingate_shared_limits_sync_failures_total",
+                "counter",
+                "Failed synchronisations with Redis.",
+                lambda: [({}, shared.failures)],
+            )
         registry.histogram(
             "chaingate_request_duration_seconds",
             "Time from a complete request to its response, by route.",

@@ -39,6 +39,8 @@ class Principal:
         "key_id",
         "limiter",
         "limits_rps",
+        "pending_requests",
+        "pending_units",
         "prefix",
         "quota",
         "revoked",
@@ -65,6 +67,9 @@ class Principal:
         self.quota = quota
         self.limits_rps = limits_rps
         self.revoked = False
+        # Consumption not yet reported to the other processes (shared limits).
+        self.pending_requests = 0
+        self.pending_units = 0
 
 
 class Rejection(msgspec.Struct, frozen=True):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 import trio
@@ -169,6 +169,9 @@ class KeyGate:
         self._limiter = limiter
         self._meter = limiter.UsageMeter()
         self._anonymous: OrderedDict[str, Any] = OrderedDict()
+        self.shared: Any = None  # SharedLimits when several processes share a plan
+        # Refused requests by (status, reason), for /metrics.
+        self.refusals: defaultdict[tuple[int, str], int] = defaultdict(int)
 
     @property
     def meter(self) -> Any:
@@ -187,6 +190,7 @@ class KeyGate:
                 self._anonymous.popitem(last=False)
         wait = bucket.take(now, 1, 0)
         headers = self._headers(bucket, ANONYMOUS_RPS, now)
+        self.refusals[(429 if wait else status, "authentication")] += 1
         if wait:
             return Rejection(
                 429,
@@ -243,13 +247,16 @@ class KeyGate:
     ) -> Rejection | None:
         scopes = principal.scopes
         if reads and "rpc:read" not in scopes:
+            self.refusals[(403, "scope")] += 1
             return Rejection(403, "forbidden", "this API key lacks the rpc:read scope")
         if writes and "rpc:write" not in scopes:
+            self.refusals[(403, "scope")] += 1
             return Rejection(403, "forbidden", "this API key lacks the rpc:write scope")
         epoch = time.time()
         day = utc_day(epoch)
         room = principal.quota.room(day)
         if 0 <= room < requests:
+            self.refusals[(429, "day_quota")] += 1
             until_tomorrow = (day + 1) * SECONDS_PER_DAY - epoch
             return Rejection(
                 429,
@@ -259,6 +266,7 @@ class KeyGate:
             )
         wait = principal.limiter.take(time.monotonic(), requests, tcu)
         if wait:
+            self.refusals[(429, "rate")] += 1
             return Rejection(
                 429,
                 "rate_limited",
@@ -266,6 +274,10 @@ class KeyGate:
                 b"Retry-After: %d\r\n" % math.ceil(wait),
             )
         principal.quota.take(day, requests)
+        if self.shared is not None:
+            principal.pending_requests += requests
+            principal.pending_units += tcu
+            self.shared.note(principal)
         return None
 
     def record(

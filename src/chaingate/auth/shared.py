@@ -1,0 +1,122 @@
+"""One plan across many processes: rate-limit counters shared through Redis, off the request path.
+
+Every process keeps its own token buckets (``KeyLimiter``) and answers from them alone.  Every
+``interval`` a sync task adds this process's consumption per key to running totals in Redis
+(``HINCRBY``, which returns the new total) and charges the local buckets for whatever the other
+processes consumed since the last sync (``KeyLimiter.absorb``).  Each bucket thus pays for the
+key's consumption everywhere, one sync late at most; the debt floor of one second's worth pays
+back the extra burst that several full buckets allow at the start.  Day quotas are shared the
+same way, per account and UTC day.
+
+Redis down: each process keeps enforcing its own limits (fail-open — a Redis outage must not
+take the API down), logs it once, and reports it in ``chaingate_shared_limits_up``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import coredis
+import trio
+
+from chaingate.auth.gate import Principal
+
+log = logging.getLogger("chaingate.auth.shared")
+
+ACTIVE_SECONDS = 10.0  # keys used here this recently keep absorbing others' consumption
+KEY_TTL = 86_400 * 2
+
+
+class SharedLimits:
+    def __init__(self, url: str, quota_of: Any, interval: float = 0.05) -> None:
+        self._url = url
+        self._quota_of = quota_of  # account id -> DayQuota
+        self._interval = interval
+        self._active: dict[Principal, float] = {}
+        self._seen: dict[bytes, int] = {}  # Redis counter -> total last seen
+        self.up = False
+        self.syncs = 0
+        self.failures = 0
+
+    def note(self, principal: Principal) -> None:
+        """Called by the gate for each admitted request (a dict store, nothing more)."""
+        self._active[principal] = time.monotonic()
+
+    async def run(self) -> None:
+        client = coredis.Redis.from_url(self._url, decode_responses=False)
+        async with client:
+            while True:
+                await trio.sleep(self._interval)
+                try:
+                    await self._sync(client)
+                except (coredis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                    self.failures += 1
+                    if self.up or self.failures == 1:
+                        log.warning(
+                            "shared rate limits unavailable: each process enforces its own",
+                            extra={"fields": {"error": exc.__class__.__name__}},
+                        )
+                    self.up = False
+                    await trio.sleep(1.0)  # back off while Redis is away
+
+    async def _sync(self, client: Any) -> None:
+        now = time.monotonic()
+        day = int(time.time() // 86_400)
+        for principal, last in list(self._active.items()):
+            if now - last > ACTIVE_SECONDS and not principal.pending_requests:
+                del self._active[principal]
+        if not self._active:
+            self._mark_up()
+            return
+        work: list[tuple[Principal, int, int, Any, Any]] = []
+        per_account: dict[str, int] = {}
+        async with client.pipeline(transaction=False) as pipe:
+            for principal in self._active:
+                requests, units = principal.pending_requests, principal.pending_units
+                principal.pending_requests = principal.pending_units = 0
+                name = b"cg:rl:" + principal.key_id.encode()
+                total_requests = pipe.hincrby(name, b"r", requests)
+                total_units = pipe.hincrby(name, b"c", units)
+                pipe.expire(name, KEY_TTL)
+                work.append((principal, requests, units, total_requests, total_units))
+                per_account[principal.account_id] = (
+                    per_account.get(principal.account_id, 0) + requests
+                )
+            day_name = b"cg:day:%d" % day
+            day_totals = {
+                account: pipe.hincrby(day_name, account.encode(), count)
+                for account, count in per_account.items()
+            }
+            pipe.expire(day_name, KEY_TTL)
+        for principal, requests, units, total_requests, total_units in work:
+            others_requests = self._others(
+                b"r:" + principal.key_id.encode(), await total_requests, requests
+            )
+            others_units = self._others(b"c:" + principal.key_id.encode(), await total_units, units)
+            if others_requests or others_units:
+                principal.limiter.absorb(now, others_requests, others_units)
+        for account, total in day_totals.items():
+            others = self._others(
+                b"d:%d:" % day + account.encode(), await total, per_account[account]
+            )
+            quota = self._quota_of(account)
+            if others and quota is not None:
+                quota.add(day, others)
+        self.syncs += 1
+        self._mark_up()
+
+    def _others(self, counter: bytes, total: int, mine: int) -> int:
+        """What the other processes added to ``counter`` since this process last looked."""
+        last = self._seen.get(counter)
+        self._seen[counter] = total
+        if last is None:
+            return 0  # first look: what came before is history, not a burst to pay for
+        return max(0, total - last - mine)
+
+    def _mark_up(self) -> None:
+        if not self.up:
+            self.up = True
+            if self.failures:
+                log.info("shared rate limits restored")
