@@ -1,10 +1,11 @@
 """chaingate benchmark: the same wrk load against chaingate, nginx and the node itself.
 
     python bench/run.py [--duration 10] [--connections 32] [--smoke] [--out PATH]
-                        [--scenarios block,chainid,...] [--access-log on|off]
+                        [--scenarios block,chainid,...] [--access-log on|off] [--auth on|off]
 
 Starts on loopback free ports: anvil (the node), one ``chaingate serve`` process in front of
-it, and nginx with one worker in front of it too; then drives each scenario's request with
+it (API keys on by default: one unlimited key, sent by every request to every target), and
+nginx with one worker in front of it too; then drives each scenario's request with
 wrk against every target and prints (and writes) a markdown report.  See bench/README.md.
 
 Exit status: 0 all good; 1 some run had errors (flagged in the report); 2 a server failed or
@@ -52,6 +53,7 @@ class Options:
     warmup: int
     connections: int
     access_log: bool
+    auth: bool
     out: Path
     scenarios: tuple[str, ...]
     smoke: bool
@@ -74,6 +76,13 @@ def parse_args(argv: list[str] | None) -> Options:
         default="on",
         help="chaingate's observability.access_log (default on, the production default)",
     )
+    parser.add_argument(
+        "--auth",
+        choices=("on", "off"),
+        default="on",
+        help="chaingate's auth.enabled (default on, the production default): on, every request "
+        "to every target carries X-API-Key with one enterprise-plan (unlimited) key",
+    )
     args = parser.parse_args(argv)
     chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
     unknown = [name for name in chosen if name not in SCENARIO_ORDER]
@@ -87,6 +96,7 @@ def parse_args(argv: list[str] | None) -> Options:
         warmup=1 if args.smoke else 2,
         connections=args.connections,
         access_log=args.access_log == "on",
+        auth=args.auth == "on",
         out=args.out or BENCH_DIR / "results" / f"{stamp}.md",
         scenarios=tuple(name for name in SCENARIO_ORDER if name in chosen),
         smoke=args.smoke,
@@ -108,11 +118,14 @@ class Bench:
         main: procs.ChaingateServer,
         rep: Report,
         pids: dict[str, int],
+        auth: procs.Auth | None,
     ) -> None:
         self.opts = opts
         self.wrk = wrk
         self.urls = urls
         self.main = main
+        self.auth = auth
+        self.headers = main.headers  # the API key (auth on) on every request to every target
         self.report = rep
         self.pids = pids  # target -> pid of the process answering it
 
@@ -158,7 +171,7 @@ class Bench:
         )
 
     def scenario(self, scenario: Scenario, expected: object = None) -> None:
-        answer = scenarios.check(scenario, self.urls, expected)
+        answer = scenarios.check(scenario, self.urls, expected, self.headers)
         say(f"[{scenario.key}] every target answers alike: {str(answer)[:80]}")
         for target in scenario.targets:
             gateway = self.main if target == CHAINGATE else None
@@ -171,10 +184,13 @@ class Bench:
             upstream,
             access_log=self.opts.access_log,
             coalesce=False,
+            auth=self.auth,  # the same pepper and store as the main server: the same key
+            api_key=self.main.api_key,
         )
         try:
             server.start()
-            scenarios.check(scenario, {**self.urls, CHAINGATE: server.rpc_url})
+            urls = {**self.urls, CHAINGATE: server.rpc_url}
+            scenarios.check(scenario, urls, None, self.headers)
             say(f"[{scenario.key}] second chaingate on :{server.port} with coalesce = false")
             self.run(scenario, CHAINGATE, server.rpc_url, server)
             self.report.metrics["chaingate (coalesce = false)"] = report.recorded_metrics(
@@ -190,7 +206,7 @@ class Bench:
                 self.scenario_block(scenario), CHAINGATE, self.urls[CHAINGATE], self.main
             )
         rate = peak.result.rps * PACED_FRACTION
-        scenarios.check(scenario, self.urls)
+        scenarios.check(scenario, self.urls, None, self.headers)
         say(f"[paced] target {rate:.0f} req/s = {PACED_FRACTION:.0%} of {peak.result.rps:.0f}")
         rows: dict[str, Row] = {}
         paces: dict[str, float] = {}
@@ -290,6 +306,16 @@ def header(
         ),
         "access_log": f"**{str(opts.access_log).lower()}**"
         + (" (production default)" if opts.access_log else " (turned off with --access-log off)"),
+        "auth": (
+            f"**{'on' if opts.auth else 'off'}**"
+            + (
+                " (production default): one `chaingate keys create --plan enterprise --env test` "
+                "key, unlimited in config/plans.toml so no limit binds; every request to every "
+                "target (chaingate, nginx, direct) carries it in X-API-Key; SQLite store"
+                if opts.auth
+                else " (turned off with --auth off): no key checked, no header sent"
+            )
+        ),
         "load": f"{wrk.describe()}; {runs}" + (" (--smoke)" if opts.smoke else ""),
         "nginx": f"{versions['nginx']}, 1 worker, upstream keepalive 64, access_log off",
         "node": f"anvil {versions['anvil']}; target `direct` = wrk straight to anvil",
@@ -325,9 +351,13 @@ def bench(
     if not isinstance(accounts, list):
         raise RuntimeError(f"eth_accounts answered {accounts!r}")
 
+    auth = procs.Auth.fresh(workdir / "chaingate.db") if opts.auth else None
     main = procs.ChaingateServer(
-        workdir, "chaingate", anvil.url, access_log=opts.access_log, coalesce=True
+        workdir, "chaingate", anvil.url, access_log=opts.access_log, coalesce=True, auth=auth
     )
+    if auth is not None:
+        key = main.create_key()
+        say(f"API key {key[:13]}... ({procs.KEY_PLAN} plan: unlimited) in {auth.db_path.name}")
     stack.callback(main.stop)
     main.start()
     nginx = procs.NginxServer(found["nginx"], workdir, anvil.port)
@@ -335,11 +365,18 @@ def bench(
     nginx.start()
     impl = main.impl()
     say(
-        f"chaingate on :{main.port} (impl {impl}, access_log {str(opts.access_log).lower()}), "
+        f"chaingate on :{main.port} (impl {impl}, access_log {str(opts.access_log).lower()}, "
+        f"auth {'on' if opts.auth else 'off'}), "
         f"nginx {versions['nginx']} on :{nginx.port}"
     )
 
-    wrk = Wrk(found["wrk"], workdir, threads=1, connections=opts.connections)
+    wrk = Wrk(
+        found["wrk"],
+        workdir,
+        threads=1,
+        connections=opts.connections,
+        headers=tuple(main.headers.items()),
+    )
     rep = Report(header(opts, wrk, impl, versions, busy))
     say(f"load: {rep.header['load']}")
     urls = {CHAINGATE: main.rpc_url, NGINX: nginx.url, DIRECT: anvil.url}
@@ -352,7 +389,7 @@ def bench(
         )
         if pid is not None
     }
-    runner = Bench(opts, wrk, urls, main, rep, pids)
+    runner = Bench(opts, wrk, urls, main, rep, pids, auth)
     catalogue = scenarios.build([str(a) for a in accounts], contract)
     expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
     actions: dict[str, Callable[[Scenario], None]] = {

@@ -94,7 +94,10 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
     code, output, elapsed = _run_smoke(out)
     assert code == 0, f"bench/run.py --smoke exited {code}:\n{output[-4000:]}"
     assert elapsed < TIMEOUT
-    rows = _result_rows(out.read_text())
+    text = out.read_text()
+    # The default is chaingate's production default: API keys on, wrk sending one.
+    assert "| auth | **on**" in text, "the report does not record auth on (the default)"
+    rows = _result_rows(text)
     missing_rows = EXPECTED_ROWS - rows.keys()
     assert not missing_rows, f"rows missing from the report: {sorted(missing_rows)}"
     for key in sorted(EXPECTED_ROWS):

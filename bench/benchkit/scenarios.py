@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +100,12 @@ def build(accounts: list[str], contract: Contract) -> dict[str, Scenario]:
     return {scenario.key: scenario for scenario in scenarios}
 
 
-def post(url: str, body: bytes, timeout: float = 10.0) -> Any:
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+def post(
+    url: str, body: bytes, headers: Mapping[str, str] | None = None, timeout: float = 10.0
+) -> Any:
+    request = urllib.request.Request(
+        url, body, {"Content-Type": "application/json", **(headers or {})}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         if response.status != 200:
             raise WrongAnswer(f"{url}: HTTP {response.status}")
@@ -127,14 +132,19 @@ def _single(reply: Any, call_id: Any) -> Any:
     return reply["result"]
 
 
-def check(scenario: Scenario, urls: dict[str, str], expected: Any = None) -> Any:
-    """Send the request once to each target and to the node; all must agree (and match
-    ``expected`` when given)."""
-    reference = _results(post(urls[DIRECT], scenario.body), scenario.body)
+def check(
+    scenario: Scenario,
+    urls: dict[str, str],
+    expected: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Any:
+    """Send the request once to each target and to the node, with the same ``headers`` (the
+    API key when auth is on) as wrk's load; all must agree (and match ``expected`` when given)."""
+    reference = _results(post(urls[DIRECT], scenario.body, headers), scenario.body)
     if expected is not None and reference != expected:
         raise WrongAnswer(f"{scenario.label}: the node answered {reference}, expected {expected}")
     for target in scenario.targets:
-        answer = _results(post(urls[target], scenario.body), scenario.body)
+        answer = _results(post(urls[target], scenario.body, headers), scenario.body)
         if answer != reference:
             raise WrongAnswer(
                 f"{scenario.label}: {target} answered {str(answer)[:300]}, "
