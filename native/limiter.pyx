@@ -6,7 +6,7 @@ quota, a usage meter and the rate-limit header lines.  Every admitted request pa
 ``KeyLimiter.take`` and ``rate_headers``, so they are kept free of Python-level arithmetic.
 """
 
-from libc.math cimport floor
+from libc.math cimport ceil, floor
 
 __all__ = [
     "IMPLEMENTATION",
@@ -17,6 +17,9 @@ __all__ = [
 ]
 
 IMPLEMENTATION = "compiled"
+
+# What the rate-limit headers report for an unlimited plan.
+UNLIMITED = 2**31 - 1
 
 
 cdef class KeyLimiter:
@@ -81,6 +84,20 @@ cdef class KeyLimiter:
         if self._cu_rate > 0:
             self._cu -= cu
         return 0.0
+
+    def admit(self, double now, long long day, long long requests, long long cu, quota):
+        cdef long long room = quota.room(day)
+        if 0 <= room < requests:
+            return -1.0
+        cdef double wait = self.take(now, requests, cu)
+        if wait == 0.0:
+            quota.take(day, requests)
+        return wait
+
+    def headers(self, double now, double epoch, long long limit):
+        if limit <= 0:
+            return rate_headers(UNLIMITED, UNLIMITED, <long long>epoch)
+        return rate_headers(limit, self.remaining(now), <long long>ceil(epoch + self.full_in(now)))
 
     def absorb(self, double now, double requests, double cu):
         self._refill(now)

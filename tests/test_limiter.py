@@ -80,6 +80,14 @@ operation = st.one_of(
     st.tuples(st.just("remaining"), st.floats(0, 3)),
     st.tuples(st.just("full_in"), st.floats(0, 3)),
     st.tuples(st.just("rates"), st.integers(0, 200), st.integers(0, 5000)),
+    st.tuples(
+        st.just("admit"),
+        st.floats(0, 3),
+        st.integers(0, 2),
+        st.integers(0, 50),
+        st.integers(0, 5000),
+    ),
+    st.tuples(st.just("headers"), st.floats(0, 3), st.floats(0, 2e9), st.integers(0, 200)),
 )
 
 
@@ -92,6 +100,7 @@ operation = st.one_of(
 def test_twins_agree_on_any_sequence(rps: int, units: int, steps: list[tuple[Any, ...]]) -> None:
     pure, compiled = _pair()
     a, b = pure.KeyLimiter(rps, units, 0.0), compiled.KeyLimiter(rps, units, 0.0)
+    quota_a, quota_b = pure.DayQuota(rps * 3, 0), compiled.DayQuota(rps * 3, 0)
     now = 0.0
     for step in steps:
         kind = step[0]
@@ -105,6 +114,13 @@ def test_twins_agree_on_any_sequence(rps: int, units: int, steps: list[tuple[Any
         elif kind == "absorb":
             a.absorb(now, step[2], step[3])
             b.absorb(now, step[2], step[3])
+        elif kind == "admit":
+            assert a.admit(now, step[2], step[3], step[4], quota_a) == b.admit(
+                now, step[2], step[3], step[4], quota_b
+            )
+            assert quota_a.used == quota_b.used
+        elif kind == "headers":
+            assert a.headers(now, step[2], step[3]) == b.headers(now, step[2], step[3])
         elif kind == "remaining":
             assert a.remaining(now) == b.remaining(now)
         else:

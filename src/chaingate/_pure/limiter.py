@@ -29,6 +29,9 @@ __all__ = [
 
 IMPLEMENTATION = "pure"
 
+# What the rate-limit headers report for an unlimited plan.
+UNLIMITED = 2**31 - 1
+
 
 class KeyLimiter:
     __slots__ = ("_cu", "_cu_rate", "_last", "_requests", "_rps")
@@ -81,6 +84,24 @@ class KeyLimiter:
         if self._cu_rate > 0:
             self._cu -= cu
         return 0.0
+
+    def admit(self, now: float, day: int, requests: int, cu: int, quota: DayQuota) -> float:
+        """The whole admission of one request in one call: 0.0 when admitted (buckets and the
+        day quota paid), the seconds to wait when a bucket is short, -1.0 when the day quota
+        is spent (nothing is paid then)."""
+        room = quota.room(day)
+        if 0 <= room < requests:
+            return -1.0
+        wait = self.take(now, requests, cu)
+        if wait == 0.0:
+            quota.take(day, requests)
+        return wait
+
+    def headers(self, now: float, epoch: float, limit: int) -> bytes:
+        """The X-RateLimit-* lines for this bucket; ``limit`` 0 reports an unlimited plan."""
+        if limit <= 0:
+            return rate_headers(UNLIMITED, UNLIMITED, int(epoch))
+        return rate_headers(limit, self.remaining(now), math.ceil(epoch + self.full_in(now)))
 
     def absorb(self, now: float, requests: float, cu: float) -> None:
         """Pay for consumption that happened elsewhere (other processes, seen through Redis).

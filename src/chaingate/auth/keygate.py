@@ -27,7 +27,6 @@ from chaingate.auth.plans import Limits, PlanError, Plans
 
 log = logging.getLogger("chaingate.auth")
 
-UNLIMITED_HEADER = 2**31 - 1  # X-RateLimit-* value reported for an unlimited plan
 RAW_KEY_CACHE = 100_000  # recently seen raw keys, to skip the HMAC (memory only, never logged)
 ANONYMOUS_RPS = 10  # failed authentications allowed per second per client address
 ANONYMOUS_PEERS = 10_000
@@ -254,8 +253,8 @@ class KeyGate:
             return Rejection(403, "forbidden", "this API key lacks the rpc:write scope")
         epoch = time.time()
         day = utc_day(epoch)
-        room = principal.quota.room(day)
-        if 0 <= room < requests:
+        wait = principal.limiter.admit(time.monotonic(), day, requests, tcu, principal.quota)
+        if wait < 0:
             self.refusals[(429, "day_quota")] += 1
             until_tomorrow = (day + 1) * SECONDS_PER_DAY - epoch
             return Rejection(
@@ -264,7 +263,6 @@ class KeyGate:
                 "daily request quota of the plan exhausted",
                 b"Retry-After: %d\r\n" % math.ceil(until_tomorrow),
             )
-        wait = principal.limiter.take(time.monotonic(), requests, tcu)
         if wait:
             self.refusals[(429, "rate")] += 1
             return Rejection(
@@ -273,7 +271,6 @@ class KeyGate:
                 "rate limit exceeded (requests or compute units per second)",
                 b"Retry-After: %d\r\n" % math.ceil(wait),
             )
-        principal.quota.take(day, requests)
         if self.shared is not None:
             principal.pending_requests += requests
             principal.pending_units += tcu
@@ -294,10 +291,7 @@ class KeyGate:
         )
 
     def _headers(self, limiter: Any, limit: int, now: float) -> bytes:
-        if limit <= 0:
-            return self._limiter.rate_headers(UNLIMITED_HEADER, UNLIMITED_HEADER, int(time.time()))  # type: ignore[no-any-return]
-        reset = math.ceil(time.time() + limiter.full_in(now))
-        return self._limiter.rate_headers(limit, limiter.remaining(now), reset)  # type: ignore[no-any-return]
+        return limiter.headers(now, time.time(), limit)  # type: ignore[no-any-return]
 
     def response_headers(self, principal: Principal) -> bytes:
-        return self._headers(principal.limiter, principal.limits_rps, time.monotonic())
+        return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]
