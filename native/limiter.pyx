@@ -6,7 +6,9 @@ quota, a usage meter and the rate-limit header lines.  Every admitted request pa
 ``KeyLimiter.take`` and ``rate_headers``, so they are kept free of Python-level arithmetic.
 """
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport ceil, floor
+from libc.string cimport memcpy
 
 __all__ = [
     "IMPLEMENTATION",
@@ -20,6 +22,49 @@ IMPLEMENTATION = "compiled"
 
 # What the rate-limit headers report for an unlimited plan.
 UNLIMITED = 2**31 - 1
+
+
+cdef class DayQuota:
+    cdef long long _limit
+    cdef long long _day
+    cdef long long _count
+
+    def __init__(self, long long limit, long long day, long long used=0):
+        self._limit = limit
+        self._day = day
+        self._count = used
+
+    @property
+    def used(self):
+        return self._count
+
+    @property
+    def limit(self):
+        return self._limit
+
+    def set_limit(self, long long limit):
+        self._limit = limit
+
+    cpdef long long room(self, long long day):
+        if self._limit <= 0:
+            return -1
+        cdef long long used = self._count if day == self._day else 0
+        return self._limit - used if self._limit > used else 0
+
+    cpdef bint take(self, long long day, long long requests):
+        if day != self._day:
+            self._day = day
+            self._count = 0
+        if self._limit > 0 and self._count + requests > self._limit:
+            return False
+        self._count += requests
+        return True
+
+    def add(self, long long day, long long requests):
+        if day != self._day:
+            self._day = day
+            self._count = 0
+        self._count += requests
 
 
 cdef class KeyLimiter:
@@ -64,6 +109,9 @@ cdef class KeyLimiter:
             self._last = now
 
     def take(self, double now, long long requests, long long cu):
+        return self._take(now, requests, cu)
+
+    cdef double _take(self, double now, long long requests, long long cu) noexcept:
         cdef double wait = 0.0
         cdef double need, cu_wait
         self._refill(now)
@@ -85,19 +133,20 @@ cdef class KeyLimiter:
             self._cu -= cu
         return 0.0
 
-    def admit(self, double now, long long day, long long requests, long long cu, quota):
+    def admit(self, double now, long long day, long long requests, long long cu, DayQuota quota):
         cdef long long room = quota.room(day)
         if 0 <= room < requests:
             return -1.0
-        cdef double wait = self.take(now, requests, cu)
+        cdef double wait = self._take(now, requests, cu)
         if wait == 0.0:
             quota.take(day, requests)
         return wait
 
     def headers(self, double now, double epoch, long long limit):
         if limit <= 0:
-            return rate_headers(UNLIMITED, UNLIMITED, <long long>epoch)
-        return rate_headers(limit, self.remaining(now), <long long>ceil(epoch + self.full_in(now)))
+            return _rate_headers(2147483647, 2147483647, <long long>epoch)
+        self._refill(now)
+        return _rate_headers(limit, self._remaining(), <long long>ceil(epoch + self._full_in()))
 
     def absorb(self, double now, double requests, double cu):
         self._refill(now)
@@ -110,62 +159,25 @@ cdef class KeyLimiter:
             if self._cu < -self._cu_rate:
                 self._cu = -self._cu_rate
 
-    def remaining(self, double now):
-        self._refill(now)
+    cdef inline long long _remaining(self) noexcept:
         if self._rps <= 0:
             return 0
         cdef double whole = floor(self._requests)
         return <long long>whole if whole > 0 else 0
 
-    def full_in(self, double now):
-        self._refill(now)
+    cdef inline double _full_in(self) noexcept:
         if self._rps <= 0:
             return 0.0
         cdef double seconds = (self._rps - self._requests) / self._rps
         return seconds if seconds > 0 else 0.0
 
+    def remaining(self, double now):
+        self._refill(now)
+        return self._remaining()
 
-cdef class DayQuota:
-    cdef long long _limit
-    cdef long long _day
-    cdef long long _count
-
-    def __init__(self, long long limit, long long day, long long used=0):
-        self._limit = limit
-        self._day = day
-        self._count = used
-
-    @property
-    def used(self):
-        return self._count
-
-    @property
-    def limit(self):
-        return self._limit
-
-    def set_limit(self, long long limit):
-        self._limit = limit
-
-    def room(self, long long day):
-        if self._limit <= 0:
-            return -1
-        cdef long long used = self._count if day == self._day else 0
-        return self._limit - used if self._limit > used else 0
-
-    def take(self, long long day, long long requests):
-        if day != self._day:
-            self._day = day
-            self._count = 0
-        if self._limit > 0 and self._count + requests > self._limit:
-            return False
-        self._count += requests
-        return True
-
-    def add(self, long long day, long long requests):
-        if day != self._day:
-            self._day = day
-            self._count = 0
-        self._count += requests
+    def full_in(self, double now):
+        self._refill(now)
+        return self._full_in()
 
 
 cdef class UsageMeter:
@@ -194,9 +206,45 @@ cdef class UsageMeter:
         return sorted([(*slot, *values) for slot, values in counts.items()])
 
 
+cdef inline Py_ssize_t _put_int(char* q, long long value) noexcept:
+    cdef char tmp[24]
+    cdef int k = 0
+    cdef Py_ssize_t n = 0
+    if value < 0:
+        q[0] = 45
+        q += 1
+        n = 1
+        value = -value
+    while True:
+        tmp[k] = 48 + value % 10
+        value //= 10
+        k += 1
+        if value == 0:
+            break
+    while k > 0:
+        k -= 1
+        q[0] = tmp[k]
+        q += 1
+        n += 1
+    return n
+
+
+cdef bytes _rate_headers(long long limit, long long remaining, long long reset):
+    cdef char buffer[160]
+    cdef char* q = buffer
+    memcpy(q, b"X-RateLimit-Limit: ", 19)
+    q += 19
+    q += _put_int(q, limit)
+    memcpy(q, b"\r\nX-RateLimit-Remaining: ", 25)
+    q += 25
+    q += _put_int(q, remaining)
+    memcpy(q, b"\r\nX-RateLimit-Reset: ", 21)
+    q += 21
+    q += _put_int(q, reset)
+    memcpy(q, b"\r\n", 2)
+    q += 2
+    return PyBytes_FromStringAndSize(buffer, q - buffer)
+
+
 def rate_headers(long long limit, long long remaining, long long reset):
-    return b"X-RateLimit-Limit: %d\r\nX-RateLimit-Remaining: %d\r\nX-RateLimit-Reset: %d\r\n" % (
-        limit,
-        remaining,
-        reset,
-    )
+    return _rate_headers(limit, remaining, reset)
