@@ -10,6 +10,8 @@ request lazily, because the RPC hot path never looks at it.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memchr, memcmp, memcpy
 
+from cformat cimport int_width, write_int
+
 from chaingate.framing_constants import CHUNK_LINE_MAX as _CHUNK_LINE_MAX_PY
 from chaingate.framing_constants import EXPECT_OTHER as _EXPECT_OTHER_PY
 from chaingate.framing_constants import REASONS as _REASONS
@@ -838,31 +840,6 @@ cdef inline Py_ssize_t _put(char* q, Py_ssize_t at, const char* s, Py_ssize_t n)
     return at + n
 
 
-cdef inline Py_ssize_t _put_int(char* q, Py_ssize_t at, Py_ssize_t value):
-    cdef char tmp[24]
-    cdef int k = 0
-    if value == 0:
-        q[at] = 48
-        return at + 1
-    while value > 0:
-        tmp[k] = 48 + value % 10
-        value //= 10
-        k += 1
-    while k > 0:
-        k -= 1
-        q[at] = tmp[k]
-        at += 1
-    return at
-
-
-cdef inline Py_ssize_t _digits(Py_ssize_t value):
-    cdef Py_ssize_t n = 1
-    while value >= 10:
-        value //= 10
-        n += 1
-    return n
-
-
 def build_response(object status, bytes headers, bytes body, bint keep_alive, bint http10=False):
     """Assemble a response.  ``headers`` holds complete ``Name: value\\r\\n`` lines."""
     # Range-check the Python int before converting it: an out-of-range status must be the
@@ -891,18 +868,18 @@ def build_response(object status, bytes headers, bytes body, bint keep_alive, bi
     cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
     cdef Py_ssize_t headers_len = PyBytes_GET_SIZE(headers)
     cdef Py_ssize_t reason_len = PyBytes_GET_SIZE(reason)
-    cdef Py_ssize_t total = (9 + 3 + 1 + reason_len + 18 + _digits(body_len) + 2 + connection_len
+    cdef Py_ssize_t total = (9 + 3 + 1 + reason_len + 18 + int_width(body_len) + 2 + connection_len
                              + headers_len + 2 + body_len)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
     cdef char* q = PyBytes_AS_STRING(out)
     cdef Py_ssize_t at = 0
     at = _put(q, at, b"HTTP/1.1 ", 9)
-    at = _put_int(q, at, code)
+    at += write_int(q + at, code)
     q[at] = 32
     at += 1
     at = _put(q, at, PyBytes_AS_STRING(reason), reason_len)
     at = _put(q, at, b"\r\nContent-Length: ", 18)
-    at = _put_int(q, at, body_len)
+    at += write_int(q + at, body_len)
     at = _put(q, at, b"\r\n", 2)
     at = _put(q, at, connection, connection_len)
     at = _put(q, at, PyBytes_AS_STRING(headers), headers_len)

@@ -13,6 +13,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp, memcpy
 
+from cformat cimport int_width, write_int
+
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
 from chaingate._pure.jsonrpc import (
     MSG_BAD_ID,
@@ -628,45 +630,18 @@ cdef bytes _method_json(str method):
     return <bytes>encoded
 
 
-cdef inline Py_ssize_t _digits(long long value) noexcept:
-    cdef Py_ssize_t n = 1
-    if value < 0:
-        n += 1
-        value = -value
-    while value >= 10:
-        value //= 10
-        n += 1
-    return n
-
-
 def upstream_request(long long request_id, str method, object params):
     """One call as sent to a node: our own id, the client's method and raw params."""
     cdef bytes name = _method_json(method)
     cdef bytes raw = b"[]" if params is None else <bytes>params
-    cdef Py_ssize_t id_len = _digits(request_id)
+    cdef Py_ssize_t id_len = int_width(request_id)
     cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name)
     cdef Py_ssize_t raw_len = PyBytes_GET_SIZE(raw)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 22 + id_len + 10 + name_len + 10 + raw_len + 1)
     cdef char* q = PyBytes_AS_STRING(out)
-    cdef char tmp[24]
-    cdef long long value = request_id
-    cdef int k = 0
     memcpy(q, b'{"jsonrpc":"2.0","id":', 22)
     q += 22
-    if value < 0:
-        q[0] = 45
-        q += 1
-        value = -value
-    while True:
-        tmp[k] = 48 + value % 10
-        value //= 10
-        k += 1
-        if value == 0:
-            break
-    while k > 0:
-        k -= 1
-        q[0] = tmp[k]
-        q += 1
+    q += write_int(q, request_id)
     memcpy(q, b',"method":', 10)
     q += 10
     memcpy(q, PyBytes_AS_STRING(name), name_len)

@@ -10,6 +10,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport ceil, floor
 from libc.string cimport memcpy
 
+from cformat cimport write_int
+
 __all__ = [
     "IMPLEMENTATION",
     "DayQuota",
@@ -206,41 +208,18 @@ cdef class UsageMeter:
         return sorted([(*slot, *values) for slot, values in counts.items()])
 
 
-cdef inline Py_ssize_t _put_int(char* q, long long value) noexcept:
-    cdef char tmp[24]
-    cdef int k = 0
-    cdef Py_ssize_t n = 0
-    if value < 0:
-        q[0] = 45
-        q += 1
-        n = 1
-        value = -value
-    while True:
-        tmp[k] = 48 + value % 10
-        value //= 10
-        k += 1
-        if value == 0:
-            break
-    while k > 0:
-        k -= 1
-        q[0] = tmp[k]
-        q += 1
-        n += 1
-    return n
-
-
 cdef bytes _rate_headers(long long limit, long long remaining, long long reset):
     cdef char buffer[160]
     cdef char* q = buffer
     memcpy(q, b"X-RateLimit-Limit: ", 19)
     q += 19
-    q += _put_int(q, limit)
+    q += write_int(q, limit)
     memcpy(q, b"\r\nX-RateLimit-Remaining: ", 25)
     q += 25
-    q += _put_int(q, remaining)
+    q += write_int(q, remaining)
     memcpy(q, b"\r\nX-RateLimit-Reset: ", 21)
     q += 21
-    q += _put_int(q, reset)
+    q += write_int(q, reset)
     memcpy(q, b"\r\n", 2)
     q += 2
     return PyBytes_FromStringAndSize(buffer, q - buffer)
