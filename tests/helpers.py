@@ -213,3 +213,29 @@ class FaultyRelay:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         scope.cancel()
+
+
+def request_fields(r: Any) -> tuple[Any, ...]:
+    """Every observable field of a parsed request (either twin), for comparisons."""
+    return (
+        r.method,
+        r.target,
+        r.path,
+        r.query,
+        r.version,
+        r.keep_alive,
+        r.body,
+        list(r.headers),
+        r.host,
+        r.content_type,
+        r.api_key,
+        r.authorization,
+        r.request_id,
+        r.upgrade,
+        r.expect_continue,
+    )
+
+
+def call_fields(call: Any) -> tuple[Any, ...]:
+    """Every field of a parsed JSON-RPC call (either twin), for comparisons."""
+    return (call.id, call.method, call.params, call.error, call.message)

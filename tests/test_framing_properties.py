@@ -23,8 +23,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chaingate import impl as impl_module
+from chaingate.edge.responses import error_body
 from chaingate.framing_constants import MAX_JSON_DEPTH
 from chaingate.impl import Impl
+from tests.helpers import call_fields, request_fields
 from tests.jsonrpc_contract import (
     INVALID_REQUEST,
     MSG_BAD_ID,
@@ -260,24 +262,7 @@ request_bytes = st.one_of(
 
 
 def request_key(r: Any) -> tuple[Any, ...]:
-    return (
-        "request",
-        r.method,
-        r.target,
-        r.path,
-        r.query,
-        r.version,
-        r.keep_alive,
-        r.body,
-        list(r.headers),
-        r.host,
-        r.content_type,
-        r.api_key,
-        r.authorization,
-        r.request_id,
-        r.upgrade,
-        r.expect_continue,
-    )
+    return ("request", *request_fields(r))
 
 
 def response_key(r: Any) -> tuple[Any, ...]:
@@ -360,11 +345,6 @@ def run_response_parser(
         parser.feed_eof()
         drain()
     return log, found
-
-
-def error_body(status: int, message: str) -> bytes:
-    """The edge's error envelope (same shape as chaingate.edge.responses.error_body)."""
-    return json.dumps({"error": {"code": "error", "message": message, "status": status}}).encode()
 
 
 def h11_read_response(data: bytes, method: str = "POST") -> tuple[h11.Connection, Any, bytes]:
@@ -971,12 +951,8 @@ def check_replies(jsonrpc: Any, parsed: Any) -> None:
     assert len(joined) == len(replies)
 
 
-def call_key(c: Any) -> tuple[Any, ...]:
-    return (c.id, c.method, c.params, c.error, c.message)
-
-
 def request_result_key(p: Any) -> tuple[Any, ...]:
-    return (p.batch, p.error, p.message, [call_key(c) for c in p.calls])
+    return (p.batch, p.error, p.message, [call_fields(c) for c in p.calls])
 
 
 def response_result_key(p: Any) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from chaingate.impl import Impl
+from tests.helpers import request_fields
 
 SIMPLE = b"POST /rpc HTTP/1.1\r\nHost: example.com\r\nContent-Length: 5\r\n\r\nhello"
 CLOSED_MID_REQUEST = "connection closed in the middle of a request"
@@ -51,26 +52,6 @@ def one_request(impl: Impl, data: bytes, **limits: int) -> Any:
     request = out[0]
     assert isinstance(request, impl.http1.Request), request
     return request
-
-
-def request_fields(r: Any) -> tuple[Any, ...]:
-    return (
-        r.method,
-        r.target,
-        r.path,
-        r.query,
-        r.version,
-        r.keep_alive,
-        r.body,
-        list(r.headers),
-        r.host,
-        r.content_type,
-        r.api_key,
-        r.authorization,
-        r.request_id,
-        r.upgrade,
-        r.expect_continue,
-    )
 
 
 def response_events(impl: Impl, data: bytes, eof: bool = False, **limits: int) -> list[Any]:

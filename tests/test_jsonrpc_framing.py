@@ -13,6 +13,7 @@ import pytest
 
 from chaingate.framing_constants import MAX_JSON_DEPTH
 from chaingate.impl import Impl
+from tests.helpers import call_fields
 from tests.jsonrpc_contract import (
     INVALID_REQUEST,
     MSG_BAD_ID,
@@ -28,10 +29,6 @@ from tests.jsonrpc_contract import (
     MSG_TOO_DEEP,
     PARSE_ERROR,
 )
-
-
-def call_fields(call: Any) -> tuple[Any, ...]:
-    return (call.id, call.method, call.params, call.error, call.message)
 
 
 def parse(impl: Impl, body: bytes, max_batch: int = 100) -> Any:

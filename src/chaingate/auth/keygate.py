@@ -188,7 +188,7 @@ class KeyGate:
             if len(self._anonymous) > ANONYMOUS_PEERS:
                 self._anonymous.popitem(last=False)
         wait = bucket.take(now, 1, 0)
-        headers = self._headers(bucket, ANONYMOUS_RPS, now)
+        headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
         self.refusals[(429 if wait else status, "authentication")] += 1
         if wait:
             return Rejection(
@@ -289,9 +289,6 @@ class KeyGate:
             cu,
             errors,
         )
-
-    def _headers(self, limiter: Any, limit: int, now: float) -> bytes:
-        return limiter.headers(now, time.time(), limit)  # type: ignore[no-any-return]
 
     def response_headers(self, principal: Principal) -> bytes:
         return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]

@@ -135,9 +135,7 @@ class Routes:
                     label = reply.label
                     rate_headers = gate.response_headers(principal)
                     if reply.rejection is not None:
-                        status, headers, body = _rejected(reply.rejection, rate_headers)
-                        if reply.body is not None:
-                            body = reply.body  # a JSON-RPC error body (over a limit)
+                        status, headers, body = _rejected(reply.rejection, rate_headers, reply.body)
                     else:
                         cache = reply.cache
                         headers = (
@@ -206,10 +204,11 @@ class Routes:
         return await self._asgi.handle(request, peer, gate.response_headers(principal), principal)
 
 
-def _rejected(rejection: Rejection, rate_headers: bytes) -> tuple[int, bytes, bytes]:
+def _rejected(
+    rejection: Rejection, rate_headers: bytes, body: bytes | None = None
+) -> tuple[int, bytes, bytes]:
+    """A refusal: the spec's error envelope, unless a body is given (JSON-RPC, over a limit)."""
     headers = JSON + rejection.headers + rate_headers
-    return (
-        rejection.status,
-        headers,
-        error_body(rejection.status, rejection.message, rejection.code),
-    )
+    if body is None:
+        body = error_body(rejection.status, rejection.message, rejection.code)
+    return rejection.status, headers, body

@@ -61,9 +61,6 @@ class LatencyHistogram:
             series = self._series[route] = LatencySeries(self.buckets)
         return series
 
-    def observe(self, route: str, seconds: float) -> None:
-        self.series(route).observe(seconds)
-
     def samples(self, name: str) -> Iterable[str]:
         for route, series in sorted(self._series.items()):
             running = 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 import outcome
-import trio
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
 
 T = TypeVar("T")
@@ -62,9 +61,3 @@ class Future(Generic[T]):
 
         result: T = await wait_task_rescheduled(abort)
         return result
-
-
-async def checkpoint_if_many(counter: int, every: int = 64) -> None:
-    """Yield to the scheduler every ``every`` iterations of a loop that may never block."""
-    if counter % every == 0:
-        await trio.lowlevel.checkpoint()

@@ -92,20 +92,18 @@ def parse_solana_head(body: bytes) -> int | None:
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
-    __slots__ = ("body", "cache", "cu", "label", "rejection")
+    __slots__ = ("body", "cache", "label", "rejection")
 
     def __init__(
         self,
         body: bytes | None,
         cache: bytes,
         label: str,
-        cu: int = 0,
         rejection: Rejection | None = None,
     ) -> None:
         self.body = body  # None: nothing to send (only notifications)
         self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
         self.label = label  # method name (or "batch") for logs
-        self.cu = cu
         self.rejection = rejection
 
 
@@ -254,7 +252,7 @@ class RpcService:
                 stats.ok += 1
                 self._gate.record(principal, spec.name, 1, cu, 0)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
-                return RpcReply(reply, b"HIT", spec.name, cu)
+                return RpcReply(reply, b"HIT", spec.name)
         result, error = await self._call(method, params, spec, tag, key)
         if call.id is None:
             reply = None
@@ -267,7 +265,7 @@ class RpcService:
         else:
             stats.error += 1
         self._gate.record(principal, spec.name, 1, cu, 0 if error is None else 1)
-        return RpcReply(reply, b"MISS", spec.name, cu)
+        return RpcReply(reply, b"MISS", spec.name)
 
     async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
@@ -336,7 +334,7 @@ class RpcService:
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
-        return RpcReply(body, status, "batch", cu)
+        return RpcReply(body, status, "batch")
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
         """A call the gate refused.  Over a limit, the client still gets a JSON-RPC body
@@ -345,7 +343,7 @@ class RpcService:
         body = None
         if rejection.status == 429:
             body = self._jsonrpc.error_reply(id_raw, LIMIT_EXCEEDED, rejection.message)
-        return RpcReply(body, b"MISS", label, 0, rejection)
+        return RpcReply(body, b"MISS", label, rejection)
 
     def _bad_tag(self, call: Any) -> bytes | None:
         message = (
