@@ -70,6 +70,34 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
         return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
+class FollowerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The chain follower of one EVM network (see ``chaingate.chain.follower``)."""
+
+    enabled: bool = True
+    # First block to backfill from on the very first start; None starts at the current head.
+    # Later starts resume from the stored cursor whatever this says.
+    start_block: int | None = None
+    # Recent block hashes (and their logs) kept to detect and undo reorgs; at least the
+    # network's finality_depth (0 means exactly finality_depth).
+    keep_blocks: int = 0
+    # Head polling period in seconds; 0 means a quarter of block_time (at least 50 ms).
+    poll_interval: float = 0.0
+    # Largest eth_getLogs block range tried while backfilling; halved when a node refuses a
+    # range, grown back after successes.
+    max_log_range: int = 2000
+    # Events buffered per consumer before the follower waits for it (backpressure).
+    consumer_buffer: int = 256
+
+
+class GasSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Gas price estimates (``GET /v1/gas/{chain}/prices``), recomputed on every new head."""
+
+    # Blocks of eth_feeHistory the estimates look at.
+    history_blocks: int = 20
+    # Reward percentiles of those blocks for slow / standard / fast.
+    percentiles: tuple[float, float, float] = (10.0, 50.0, 90.0)
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     upstreams: list[UpstreamSettings]
     family: Literal["evm", "solana"] = "evm"
@@ -83,6 +111,11 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     passthrough: bool = False
     # An upstream whose head is further behind the best one than this is used last.
     max_head_lag: int = 5
+    # A devnet manifest (JSON written by ``chaingate.devnet``): contract addresses by name,
+    # for the components that need them (wallets, bundler, data).  Nothing hard-codes one.
+    manifest: str = ""
+    follower: FollowerSettings = msgspec.field(default_factory=lambda: FollowerSettings())
+    gas: GasSettings = msgspec.field(default_factory=lambda: GasSettings())
 
 
 class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
