@@ -6,7 +6,7 @@ and 405, is the spec's envelope ``{"error": {"code", "message", "status"}}``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -15,6 +15,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from chaingate.edge.responses import error_body
+from chaingate.gas.oracle import GasOracle
 
 _encoder = msgspec.json.Encoder()
 
@@ -27,12 +28,18 @@ def error_response(status: int, message: str, code: str | None = None) -> Respon
     return Response(error_body(status, message, code), status=status, mimetype="application/json")
 
 
-def create_app(health: Callable[[], dict[str, Any]], store: Any = None) -> QuartTrio:
-    from chaingate.api import usage  # the resources import this module's helpers
+def create_app(
+    health: Callable[[], dict[str, Any]],
+    store: Any = None,
+    gas: Mapping[str, GasOracle] | None = None,
+) -> QuartTrio:
+    from chaingate.api import gas as gas_api  # the resources import this module's helpers
+    from chaingate.api import usage
 
     app = QuartTrio("chaingate")
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     usage.register(app, store)
+    gas_api.register(app, gas or {})
 
     @app.get("/v1/health")
     async def get_health() -> Response:

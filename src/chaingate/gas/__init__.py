@@ -1,0 +1,1 @@
+"""Gas price estimates: pure fee arithmetic (``prices``) and the per-head oracle (``oracle``)."""
