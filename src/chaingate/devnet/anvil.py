@@ -3,47 +3,39 @@
 Used by ``chaingate dev``, by the test fixtures and by the bench — one code path for all three.
 The binary lands in ``~/.cache/chaingate/anvil-<version>`` (``CHAINGATE_CACHE_DIR`` moves it;
 ``CHAINGATE_ANVIL`` points at an existing binary instead).  Installing announces itself: the
-first run downloads ~45 MB from the npm registry.
+first run downloads ~45 MB from the npm registry (``chaingate.devnet.npm`` does the installing).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from chaingate.devnet.npm import cache_root, npm_install
 
 ANVIL_PACKAGE = "@foundry-rs/anvil-linux-amd64"
 ANVIL_VERSION = "1.7.1"
 DEVNET_CHAIN_ID = 31337
 
-
-def cache_root() -> Path:
-    override = os.environ.get("CHAINGATE_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "chaingate"
-
-
-@contextlib.contextmanager
-def _install_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".anvil-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+__all__ = [
+    "ANVIL_PACKAGE",
+    "ANVIL_VERSION",
+    "DEVNET_CHAIN_ID",
+    "AnvilProcess",
+    "anvil_argv",
+    "anvil_binary",
+    "cache_root",
+    "free_port",
+    "rpc_call",
+    "wait_ready",
+]
 
 
 def anvil_binary(*, install: bool = True, announce: Callable[[str], None] = print) -> Path:
@@ -51,49 +43,16 @@ def anvil_binary(*, install: bool = True, announce: Callable[[str], None] = prin
     override = os.environ.get("CHAINGATE_ANVIL")
     if override:
         return Path(override)
-    root = cache_root()
-    target = root / f"anvil-{ANVIL_VERSION}"
-    binary = target / "node_modules" / ANVIL_PACKAGE / "bin" / "anvil"
-    if binary.is_file():
-        return binary
-    if not install:
-        raise FileNotFoundError(f"anvil {ANVIL_VERSION} is not installed at {binary}")
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError("npm is needed to install anvil: install Node.js 20+ (it brings npm)")
-    with _install_lock(root):
-        if binary.is_file():  # another process installed it while we waited
-            return binary
-        announce(
-            f"Installing anvil {ANVIL_VERSION} from npm ({ANVIL_PACKAGE}) into {target} "
-            "(first run only, ~45 MB)..."
-        )
-        staging = Path(tempfile.mkdtemp(dir=root, prefix=".anvil-staging-"))
-        try:
-            subprocess.run(
-                [
-                    npm,
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "--prefix",
-                    str(staging),
-                    f"{ANVIL_PACKAGE}@{ANVIL_VERSION}",
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            staged = staging / "node_modules" / ANVIL_PACKAGE / "bin" / "anvil"
-            if not staged.is_file():
-                raise RuntimeError(f"npm installed {ANVIL_PACKAGE} but {staged} is missing")
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        announce(f"anvil {ANVIL_VERSION} installed.")
-    return binary
+    marker = Path("node_modules") / ANVIL_PACKAGE / "bin" / "anvil"
+    target = npm_install(
+        f"anvil-{ANVIL_VERSION}",
+        [f"{ANVIL_PACKAGE}@{ANVIL_VERSION}"],
+        str(marker),
+        what=f"anvil {ANVIL_VERSION} ({ANVIL_PACKAGE}, ~45 MB)",
+        install=install,
+        announce=announce,
+    )
+    return target / marker
 
 
 def free_port(host: str = "127.0.0.1") -> int:

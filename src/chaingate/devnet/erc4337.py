@@ -1,0 +1,167 @@
+"""ERC-4337 on the devnet: EntryPoint v0.6 and v0.7 at their mainnet addresses, their
+SimpleAccountFactory, v0.7's EntryPointSimulations and a funded, staked VerifyingPaymaster each.
+
+The EntryPoints and factories go through the deterministic deployment proxy with the salts
+their mainnet deployments used, so the npm bytecode lands at the canonical addresses; each is
+checked against the address below before anything is sent (a mismatch is an error, never a
+silent deployment elsewhere).  The paymasters carry chaingate's signer, so they cannot be
+canonical: they are deployed by the devnet deployer (plain CREATE), which makes it their owner
+(``addStake``/``withdrawTo`` are owner-only) — through the proxy nobody could own them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from chaingate.devnet.artifacts import Artifact
+from chaingate.devnet.deploy import Planned, Tx, create2_tx
+from chaingate.devnet.manifest import Contract, Kind
+from chaingate.evm import abi
+from chaingate.evm.addresses import same_address
+
+ZERO_SALT = bytes(32)
+# The salt eth-infinitism deployed EntryPoint v0.7 with (its deployment info in the repo).
+V07_ENTRY_POINT_SALT = bytes.fromhex(
+    "90d8084deab30c2a37c45e8d47f49f2f7965183cb6990a98943ef94940681de3"
+)
+
+CANONICAL = {
+    "entry_point_v06": "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789",
+    "entry_point_v07": "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
+    "simple_account_factory_v06": "0x9406Cc6185a346906296840746125a0E44976454",
+    "simple_account_factory_v07": "0x91E60e0613810449d098b0b5Ec8b51A0FE8c8985",
+}
+
+# Manifest name -> (package alias tag, artifact name).
+ARTIFACTS = {
+    "entry_point_v06": ("v06", "EntryPoint"),
+    "entry_point_v07": ("v07", "EntryPoint"),
+    "entry_point_simulations_v07": ("v07", "EntryPointSimulations"),
+    "simple_account_factory_v06": ("v06", "SimpleAccountFactory"),
+    "simple_account_factory_v07": ("v07", "SimpleAccountFactory"),
+    "verifying_paymaster_v06": ("v06", "VerifyingPaymaster"),
+    "verifying_paymaster_v07": ("v07", "VerifyingPaymaster"),
+}
+
+VERSIONS = {"v06": "0.6", "v07": "0.7"}
+PAYMASTER_DEPOSIT = 10 * 10**18  # wei in EntryPoint.depositTo: pays for sponsored operations
+PAYMASTER_STAKE = 1 * 10**18  # bundlers require paymasters that use storage to be staked
+PAYMASTER_UNSTAKE_DELAY = 86_400  # seconds; the common bundler minimum
+
+
+def deployments(
+    artifacts: Mapping[str, Artifact], deployer: str, paymaster_signer: str
+) -> list[Planned]:
+    planned: list[Planned] = []
+    for tag, version in VERSIONS.items():
+        entry_point = f"entry_point_{tag}"
+        salt = V07_ENTRY_POINT_SALT if tag == "v07" else ZERO_SALT
+        planned.append(_create2(entry_point, artifacts, deployer, salt, b"", version, None))
+        if tag == "v07":
+            # Not deployed on mainnet (bundlers use it as a state override): ours, zero salt.
+            planned.append(
+                _create2(
+                    "entry_point_simulations_v07",
+                    artifacts,
+                    deployer,
+                    ZERO_SALT,
+                    b"",
+                    version,
+                    entry_point,
+                    kind="entry_point_simulations",
+                )
+            )
+        factory_args = abi.encode(["address"], [CANONICAL[entry_point]])
+        planned.append(
+            _create2(
+                f"simple_account_factory_{tag}",
+                artifacts,
+                deployer,
+                ZERO_SALT,
+                factory_args,
+                version,
+                entry_point,
+                kind="account_factory",
+            )
+        )
+        name = f"verifying_paymaster_{tag}"
+        artifact = artifacts[name]
+        init_code = artifact.bytecode + abi.encode(
+            ["address", "address"], [CANONICAL[entry_point], paymaster_signer]
+        )
+        planned.append(
+            Planned(
+                name,
+                Tx(name, deployer, None, init_code, gas=3_000_000),
+                None,
+                Contract(
+                    address="",
+                    kind="paymaster",
+                    canonical=False,
+                    source=artifact.source,
+                    block=0,
+                    version=version,
+                    entry_point=entry_point,
+                ),
+            )
+        )
+    return planned
+
+
+def _create2(
+    name: str,
+    artifacts: Mapping[str, Artifact],
+    deployer: str,
+    salt: bytes,
+    args: bytes,
+    version: str,
+    entry_point: str | None,
+    *,
+    kind: Kind = "entry_point",
+) -> Planned:
+    artifact = artifacts[name]
+    tx, address = create2_tx(name, deployer, salt, artifact.bytecode + args, gas=8_000_000)
+    canonical = CANONICAL.get(name)
+    if canonical is not None and not same_address(address, canonical):
+        raise RuntimeError(
+            f"{name}: {artifact.source} bytecode would land at {address}, not at the canonical "
+            f"{canonical}; refusing to deploy it elsewhere"
+        )
+    contract = Contract(
+        address="",
+        kind=kind,
+        canonical=canonical is not None,
+        source=artifact.source,
+        block=0,
+        version=version,
+        entry_point=entry_point,
+    )
+    return Planned(name, tx, address, contract)
+
+
+def funding(addresses: Mapping[str, str], deployer: str) -> list[Tx]:
+    """Deposit and stake for each paymaster (the deployer owns them)."""
+    txs = []
+    for tag in VERSIONS:
+        paymaster = addresses[f"verifying_paymaster_{tag}"]
+        txs.append(
+            Tx(
+                f"depositTo(verifying_paymaster_{tag})",
+                deployer,
+                addresses[f"entry_point_{tag}"],
+                abi.encode_call("depositTo(address)", paymaster),
+                value=PAYMASTER_DEPOSIT,
+                gas=100_000,
+            )
+        )
+        txs.append(
+            Tx(
+                f"addStake(verifying_paymaster_{tag})",
+                deployer,
+                paymaster,
+                abi.encode_call("addStake(uint32)", PAYMASTER_UNSTAKE_DELAY),
+                value=PAYMASTER_STAKE,
+                gas=150_000,
+            )
+        )
+    return txs
