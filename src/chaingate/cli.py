@@ -24,11 +24,18 @@ from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.devnet import anvil
+from chaingate.devnet.bootstrap import bootstrap_devnet
+from chaingate.devnet.manifest import Manifest, save_manifest
+from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
 from chaingate.store import AppliedMigration, Store, StoreError, open_store
 
 DEV_EMAIL = "dev@chaingate.localhost"
+# Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it) and the
+# dev-only paymaster signer key (generated on first run, mode 0600).
+DEVNET_MANIFEST = "devnet-manifest.json"
+PAYMASTER_KEY_FILE = "paymaster-signer.key"
 
 
 def _say(text: str) -> None:
@@ -60,7 +67,13 @@ async def _serve(gateway: Gateway) -> None:
 
 
 def _dev_banner(
-    port: int, host: str, anvil_url: str, admin_token: str, keys: tuple[str, str] | None
+    port: int,
+    host: str,
+    anvil_url: str,
+    admin_token: str,
+    keys: tuple[str, str] | None,
+    manifest_path: str,
+    manifest: Manifest,
 ) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
@@ -77,6 +90,9 @@ def _dev_banner(
 chaingate dev is up.
   JSON-RPC  {rpc}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
+  manifest  {manifest_path}
+            {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
+  paymaster signer {manifest.paymaster_signer}
 {key_lines}
 Try:
   curl -s {rpc}{key_header} \\
@@ -100,15 +116,35 @@ async def _run_anvil(argv: list[str], *, task_status: trio.TaskStatus[object]) -
     )
 
 
+def _bootstrap_devnet(anvil_url: str, paymaster_signer: str, manifest_path: str) -> Manifest:
+    """Deploy (or load from cache) the devnet's contracts and write the manifest."""
+    manifest = bootstrap_devnet(anvil_url, paymaster_signer=paymaster_signer, announce=_say)
+    save_manifest(manifest, manifest_path)
+    return manifest
+
+
 async def _dev(
-    settings: config.Settings, binary: Path, anvil_port: int, dev_store: Store | None
-) -> None:
+    settings: config.Settings,
+    binary: Path,
+    anvil_port: int,
+    dev_store: Store | None,
+    paymaster_signer: str,
+) -> int:
     keys = await _dev_keys(settings, dev_store) if dev_store is not None else None
     argv = anvil.anvil_argv(binary, anvil_port)
+    manifest_path = settings.chains["ethereum"]["devnet"].manifest
     async with trio.open_nursery() as nursery:
         await nursery.start(_run_anvil, argv)
         anvil_url = f"http://127.0.0.1:{anvil_port}"
         await trio.to_thread.run_sync(anvil.wait_ready, anvil_url)
+        try:
+            manifest = await trio.to_thread.run_sync(
+                _bootstrap_devnet, anvil_url, paymaster_signer, manifest_path
+            )
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+            _say(f"error: devnet bootstrap failed: {exc}")
+            nursery.cancel_scope.cancel()  # takes anvil down
+            return 1
         gateway = Gateway(settings)
 
         async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
@@ -121,9 +157,16 @@ async def _dev(
         port = await nursery.start(run_gateway)
         _say(
             _dev_banner(
-                port, settings.server.host, anvil_url, settings.observability.admin_token, keys
+                port,
+                settings.server.host,
+                anvil_url,
+                settings.observability.admin_token,
+                keys,
+                manifest_path,
+                manifest,
             )
         )
+    return 0
 
 
 def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
@@ -140,10 +183,19 @@ def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
     settings = config.from_mapping(data, config_dir=path.parent)
     data_dir = Path(settings.data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
+    devnet = data["chains"]["ethereum"]["devnet"]
+    if not devnet.get("manifest"):
+        devnet["manifest"] = str(data_dir / DEVNET_MANIFEST)
     if settings.auth.enabled and not settings.auth.pepper:
         data.setdefault("auth", {})["pepper"] = admin.dev_pepper(data_dir)
-        settings = config.from_mapping(data, config_dir=path.parent)
-    return settings
+    return config.from_mapping(data, config_dir=path.parent)
+
+
+def _paymaster_key(args: argparse.Namespace, settings: config.Settings) -> PrivateKey:
+    """The key given with --paymaster-key, else the dev one kept under the data dir."""
+    if args.paymaster_key:
+        return PrivateKey.from_hex(Path(args.paymaster_key).expanduser().read_text())
+    return load_or_create_key(Path(settings.data_dir).expanduser() / PAYMASTER_KEY_FILE)
 
 
 async def _dev_keys(settings: config.Settings, store: Store) -> tuple[str, str]:
@@ -170,14 +222,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
     settings = _dev_settings(args, f"http://127.0.0.1:{anvil_port}")
     setup_logging(settings.observability.log_level)
     try:
+        signer = _paymaster_key(args, settings)
+    except (OSError, ValueError) as exc:
+        _say(f"error: cannot read the paymaster signer key: {exc}")
+        return 1
+    try:
         dev_store = None
         if settings.auth.enabled:
             dev_store = open_store(settings.store.url, Path(settings.data_dir).expanduser())
-        trio.run(_dev, settings, binary, anvil_port, dev_store)
+        code: int = trio.run(_dev, settings, binary, anvil_port, dev_store, signer.address)
     except OSError as exc:
         _say(f"error: {exc}")
         return 1
-    return 0
+    return code
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -316,6 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--anvil-port", type=int, default=0, help="default: a free port")
+    dev.add_argument(
+        "--paymaster-key",
+        help="file holding the devnet paymaster signer's private key (0x-hex); "
+        f"default: <data dir>/{PAYMASTER_KEY_FILE}, generated on first run",
+    )
     dev.set_defaults(func=cmd_dev)
     serve = commands.add_parser("serve", help="run with a configuration file")
     serve.add_argument(
