@@ -3,7 +3,8 @@
 * ``impl`` is parametrized over the compiled and the pure twins, so every test that takes it
   (directly or through ``start_gateway``) runs against both.
 * ``anvil`` is one real anvil for the whole session (installed from npm on first use);
-  ``anvil_factory`` starts fresh ones a test may kill.
+  ``anvil_factory`` starts fresh ones a test may kill; ``devnet`` is one more, bootstrapped
+  with every devnet contract, yielding ``(node, manifest)``.
 * ``start_gateway`` runs a Gateway inside the test's nursery on a free port.
 """
 
@@ -24,6 +25,10 @@ import trio
 from chaingate import config
 from chaingate import impl as impl_module
 from chaingate.devnet.anvil import AnvilProcess
+from chaingate.devnet.bootstrap import bootstrap_devnet
+from chaingate.devnet.manifest import Manifest
+from chaingate.evm.keccak import keccak256
+from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
 from tests.helpers import GatewayHandle
 
@@ -68,6 +73,18 @@ def anvil_factory() -> Iterator[Callable[..., AnvilProcess]]:
     yield start
     for node in started:
         node.stop()
+
+
+# The devnet paymaster's signer in tests: a fixed, test-only key, so the devnet state cached
+# under it (the cache is keyed by the signer address) is reused from one session to the next.
+DEVNET_SIGNER = PrivateKey(keccak256(b"chaingate tests: devnet paymaster signer"))
+
+
+@pytest.fixture(scope="session")
+def devnet() -> Iterator[tuple[AnvilProcess, Manifest]]:
+    """An anvil of its own bootstrapped like ``chaingate dev`` does, with its manifest."""
+    with AnvilProcess() as node:
+        yield node, bootstrap_devnet(node.url, paymaster_signer=DEVNET_SIGNER.address)
 
 
 def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) -> config.Settings:

@@ -106,12 +106,20 @@ def _deploy(
     planned = erc4337.deployments(artifacts, deployer, paymaster_signer)
     planned += demo.deployments(artifacts, deployer)
     runner = TxRunner(rpc)
-    contracts = _deploy_contracts(rpc, runner, planned)
+    contracts, kept = _deploy_contracts(rpc, runner, planned)
     addresses = {name: c.address for name, c in contracts.items()}
+    demo_names = {p.name for p in planned} - erc4337.ARTIFACTS.keys()
+    if kept & demo_names and demo_names - kept:
+        raise BootstrapError(
+            "this node holds some of the demo contracts but not all: start from a fresh node"
+        )
+    with_history = not kept & demo_names  # the history refers to token ids: only once
     # Stage 2: one sender (the deployer), so its transactions run in order.
-    runner.run(erc4337.funding(addresses, deployer) + demo.seed(addresses, deployer, accounts))
+    stage = erc4337.funding(addresses, deployer)
+    runner.run(stage + demo.seed(addresses, deployer, accounts) if with_history else stage)
     # Stage 3: the other accounts, each acting only on what stage 2 gave it.
-    runner.run(demo.history(addresses, accounts))
+    if with_history:
+        runner.run(demo.history(addresses, accounts))
     return Manifest(
         schema=SCHEMA,
         chain_id=chain_id,
@@ -127,8 +135,9 @@ def _deploy(
 
 def _deploy_contracts(
     rpc: DevnetRpc, runner: TxRunner, planned: list[Planned]
-) -> dict[str, Contract]:
-    """Stage 1.  CREATE2 targets that already hold code are kept, not redeployed."""
+) -> tuple[dict[str, Contract], set[str]]:
+    """Stage 1.  CREATE2 targets that already hold code are kept (and named), not redeployed;
+    their ``block`` is 0, as their deployment is not ours to know."""
     targets = [p for p in planned if p.address is not None]
     codes = rpc.batch([("eth_getCode", [p.address, "latest"]) for p in targets])
     present = {p.name for p, code in zip(targets, codes, strict=True) if code not in ("0x", "")}
@@ -146,7 +155,7 @@ def _deploy_contracts(
         contracts[p.name] = msgspec.structs.replace(
             p.contract, address=checksum_address(address), block=block
         )
-    return contracts
+    return contracts, present
 
 
 def _verify(rpc: DevnetRpc, manifest: Manifest, cache_dir: Path | None) -> None:
