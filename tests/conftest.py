@@ -93,6 +93,8 @@ def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) 
         u if isinstance(u, dict) else {"url": u, "name": f"up{i}"} for i, u in enumerate(upstreams)
     ]
     network = {"chain_id": 31337, "testnet": True, "finality_depth": 2, "upstreams": ups}
+    # The chain follower is off unless a test turns it on (tests/test_follower.py does).
+    network["follower"] = {"enabled": False}
     network.update(sections.pop("network", {}))
     data: dict[str, Any] = {
         "server": {"port": 0, **sections.pop("server", {})},
@@ -110,8 +112,14 @@ StartGateway = Callable[..., Awaitable[GatewayHandle]]
 
 
 @pytest.fixture
-def start_gateway(nursery: trio.Nursery, impl: impl_module.Impl) -> StartGateway:
+def start_gateway(nursery: trio.Nursery, impl: impl_module.Impl, tmp_path: Path) -> StartGateway:
+    started = 0
+
     async def start(upstreams: list[Any], **sections: Any) -> GatewayHandle:
+        nonlocal started
+        started += 1
+        # Never the user's real data directory: each gateway gets its own unless told.
+        sections.setdefault("data_dir", str(tmp_path / f"gateway-{started}"))
         settings = make_settings(upstreams, **sections)
         logs = io.BytesIO()
         gateway = Gateway(settings, impl=impl, access_stream=logs)

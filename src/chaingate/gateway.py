@@ -24,6 +24,8 @@ from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
 from chaingate.auth.usage import UsageWriter
+from chaingate.chain.client import ChainClient
+from chaingate.chain.follower import Follower
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.routes import Routes
@@ -53,6 +55,12 @@ class Gateway:
         self.keys: KeyRegistry | None = None
         self.usage_writer: UsageWriter | None = None
         self.shared: SharedLimits | None = None
+        if settings.auth.enabled or _follows_any(settings):
+            self.store = open_store(
+                settings.store.url,
+                Path(settings.data_dir).expanduser(),
+                pool_size=settings.store.pool_size,
+            )
         if gate is None and settings.auth.enabled:
             gate = self._key_gate(settings)
         self.gate: Gate = gate or OpenGate()
@@ -62,6 +70,29 @@ class Gateway:
             for network, net in networks.items():
                 self.services[f"{chain}/{network}"] = RpcService(
                     chain, network, net, settings.rpc, methods, self.impl, self.gate
+                )
+        # Chaingate's own calls to each EVM network, and its chain follower.
+        self.clients: dict[str, ChainClient] = {}
+        self.followers: dict[str, Follower] = {}
+        for key, service in self.services.items():
+            net = service.settings
+            if net.family != "evm":
+                continue
+            client = ChainClient(
+                service.pool,
+                timeout=settings.rpc.request_timeout,
+                max_batch=min(u.max_batch for u in net.upstreams),
+            )
+            self.clients[key] = client
+            if net.follower.enabled and self.store is not None:
+                self.followers[key] = Follower(
+                    service.chain,
+                    service.network,
+                    client,
+                    self.store,
+                    net.follower,
+                    finality_depth=net.finality_depth,
+                    block_time=net.block_time,
                 )
         self.registry = Registry()
         self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
@@ -76,6 +107,7 @@ class Gateway:
             self.access_log,
             settings.observability.admin_token,
         )
+        # WebSocket subscriptions: upgraded by the edge, fed by each network's follower.
         self.edge = EdgeServer(settings.server, self.impl, self.routes)
         self._shutdown = trio.Event()
         self._register_metrics()
@@ -86,11 +118,7 @@ class Gateway:
                 "auth.pepper is required when API keys are enabled: set CHAINGATE_AUTH__PEPPER "
                 "to a long random secret (it must stay the same, or every key stops working)"
             )
-        self.store = open_store(
-            settings.store.url,
-            Path(settings.data_dir).expanduser(),
-            pool_size=settings.store.pool_size,
-        )
+        assert self.store is not None
         plans = Plans.load(config_file(settings, settings.auth.plans_file))
         self.keys = KeyRegistry(self.store, plans, settings.auth.pepper.encode(), self.impl.limiter)
         key_gate = KeyGate(self.keys, self.impl.limiter)
@@ -128,6 +156,8 @@ class Gateway:
                 nursery.start_soon(self.shared.run)
             for service in self.services.values():
                 await nursery.start(service.run)
+            for follower in self.followers.values():
+                await nursery.start(follower.run)
             await nursery.start(self.asgi.lifespan)
             nursery.start_soon(self.access_log.run)
             edge_done = trio.Event()
@@ -161,16 +191,23 @@ class Gateway:
 
     def health(self) -> dict[str, Any]:
         networks = []
-        for service in self.services.values():
-            networks.append(
-                {
-                    "chain": service.chain,
-                    "network": service.network,
-                    "upstreams": len(service.pool.upstreams),
-                    "upstreams_up": service.pool.upstreams_up,
-                    "head": service.pool.head,
+        for key, service in self.services.items():
+            entry: dict[str, Any] = {
+                "chain": service.chain,
+                "network": service.network,
+                "upstreams": len(service.pool.upstreams),
+                "upstreams_up": service.pool.upstreams_up,
+                "head": service.pool.head,
+            }
+            follower = self.followers.get(key)
+            if follower is not None:
+                head = follower.head
+                entry["follower"] = {
+                    "block": head.number if head is not None else None,
+                    "finalized": follower.finalized,
+                    "live": follower.live,
                 }
-            )
+            networks.append(entry)
         healthy = all(service.pool.upstreams_up > 0 for service in self.services.values())
         return {
             "status": "ok" if healthy else "degraded",
@@ -312,6 +349,36 @@ class Gateway:
             "Open connections to the upstream.",
             upstreams(lambda u, labels: [(labels, len(u.connections))]),
         )
+        followers = self.followers
+
+        def per_follower(read: Any) -> Any:
+            def collect() -> Iterable[Sample]:
+                for follower in followers.values():
+                    base = {"chain": follower.chain, "network": follower.network}
+                    yield from read(follower, base)
+
+            return collect
+
+        registry.family(
+            "chaingate_follower_block",
+            "gauge",
+            "Number of the newest block the chain follower has applied.",
+            per_follower(lambda f, base: [(base, f.head.number if f.head else -1)]),
+        )
+        registry.family(
+            "chaingate_follower_finalized_block",
+            "gauge",
+            "Newest block the chain follower has announced as finalized.",
+            per_follower(lambda f, base: [(base, f.finalized)]),
+        )
+        registry.family(
+            "chaingate_follower_events_total",
+            "counter",
+            "Chain follower activity: blocks applied/reverted, logs, reorgs, errors, range splits.",
+            per_follower(
+                lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items()))
+            ),
+        )
         gate = self.gate
         if isinstance(gate, KeyGate):
             registry.family(
@@ -342,3 +409,11 @@ class Gateway:
             "Time from a complete request to its response, by route.",
             routes.latency,
         )
+
+
+def _follows_any(settings: Settings) -> bool:
+    return any(
+        net.family == "evm" and net.follower.enabled
+        for networks in settings.chains.values()
+        for net in networks.values()
+    )

@@ -68,7 +68,9 @@ class ChainClient:
         upstream, response = await self.pool.request(body, retry_safe=retry_safe, deadline=deadline)
         return upstream.name, bytes(response.body)
 
-    async def call(self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True) -> Any:
+    async def call(
+        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    ) -> Any:
         """One call's result; raises RpcCallError or UpstreamError."""
         call_id = self._ids(1)
         name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
@@ -80,9 +82,7 @@ class ChainClient:
             ) from None
         return _unwrap(method, reply)
 
-    async def batch(
-        self, calls: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[Any | RpcCallError]:
+    async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any | RpcCallError]:
         """Results in call order (an item that failed is its RpcCallError, not raised).
 
         Read-only calls only: a batch is retried on another upstream as a whole.

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, Self, TypeVar
 import msgspec
 
 from chaingate.store import migrate as _migrate
+from chaingate.store.chainrows import ChainRows
 
 T = TypeVar("T")
 
@@ -155,8 +156,11 @@ def _key(row: tuple[Any, ...]) -> KeyRow:
     return KeyRow(**dict(zip(names + times, row, strict=True)))
 
 
-class Store(abc.ABC):
-    """Async data access for accounts, API keys and usage; use as ``async with store:``."""
+class Store(ChainRows, abc.ABC):
+    """Async data access for accounts, keys, usage and the chain follower's state.
+
+    Use as ``async with store:``.
+    """
 
     backend: str
     # Where the data lives, safe to print (passwords removed).

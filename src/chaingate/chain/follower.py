@@ -1,0 +1,460 @@
+"""The chain follower: one per EVM chain/network, turning the node's head into ordered events.
+
+How it works (every step restartable, state in the store):
+
+1. **Start**: load the cursor and the window of recent blocks from the store.  On a first
+   start, begin at ``follower.start_block`` (backfill) or at the current head.
+2. **Backfill** while the head is far ahead: ``eth_getLogs`` over block ranges (split in half
+   whenever a node refuses a range, grown again after successes) plus the ranges' headers in
+   JSON-RPC batches.  Only blocks already ``finality_depth`` deep are backfilled this way.
+3. **Live**: poll ``eth_getBlockByNumber("latest")``; walk from the new head down its parents
+   to a block the window holds (``window.find_fork``); emit ``Revert`` for every held block
+   above that ancestor (newest first), then fetch the new branch's logs by block hash and emit
+   ``Apply`` for each new block (oldest first); emit ``Finalized`` as blocks pass the depth.
+4. After every consumer has taken a block's events, the cursor and window are saved in one
+   transaction (per block when live, per range when backfilling).
+
+Consumers call ``subscribe()`` and read an async stream of ``ChainEvent`` (see
+``chaingate.chain.events`` for the ordering guarantees).  Each stream has a bounded buffer:
+when a consumer falls behind, the follower waits for it (backpressure) rather than dropping
+events — a consumer that must never slow the chain down (the WebSocket hub) drains its
+stream into its own per-client queues.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from chaingate.chain.client import ChainClient, RpcCallError
+from chaingate.chain.events import (
+    Apply,
+    Block,
+    BlockHeader,
+    ChainEvent,
+    Finalized,
+    Log,
+    Revert,
+    header_from_rpc,
+    transaction_hashes,
+)
+from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
+from chaingate.config import FollowerSettings
+from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
+from chaingate.store.chainrows import ChainCursor, StoredBlock
+
+log = logging.getLogger("chaingate.follower")
+
+_encode_block = msgspec.json.Encoder().encode
+_decode_block = msgspec.json.Decoder(Block).decode
+_decode_logs = msgspec.convert
+
+MAX_BACKOFF = 5.0
+# Finality depth's default for the window when none is configured bigger.
+MIN_KEEP = 8
+
+
+class Inconsistent(Exception):
+    """The node's answers disagree with each other (a reorg while we were reading): retry."""
+
+
+class ChainStore(Protocol):
+    """What the follower needs from the store (``chaingate.store.Store`` provides it)."""
+
+    async def load_chain(
+        self, chain: str, network: str
+    ) -> tuple[ChainCursor | None, list[StoredBlock]]: ...
+
+    async def save_chain(
+        self,
+        chain: str,
+        network: str,
+        cursor: ChainCursor,
+        added: Sequence[StoredBlock],
+        *,
+        keep_from: int,
+    ) -> None: ...
+
+
+class Follower:
+    def __init__(
+        self,
+        chain: str,
+        network: str,
+        client: ChainClient,
+        store: ChainStore,
+        settings: FollowerSettings,
+        *,
+        finality_depth: int,
+        block_time: float,
+    ) -> None:
+        self.chain = chain
+        self.network = network
+        self.label = f"{chain}/{network}"
+        self._client = client
+        self._store = store
+        self._settings = settings
+        self.finality_depth = max(0, finality_depth)
+        self.window = Window(max(settings.keep_blocks, self.finality_depth + 1, MIN_KEEP))
+        self.poll_interval = settings.poll_interval or max(0.05, block_time / 4)
+        self._log_range = max(1, settings.max_log_range)
+        self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
+        self._finalized = -1
+        # Set when the stored window could not be used: where to resume instead.
+        self._resume_at: int | None = None
+        # Transaction hashes of fetched headers, until their block is built.
+        self._txs: dict[str, list[str]] = {}
+        # Blocks applied since the last save, and whether a save is owed (reverts too).
+        self._unsaved: list[Block] = []
+        self._dirty = False
+        self.live = False
+        self.started = trio.Event()
+        self.stats: Counter[str] = Counter()
+
+    # --- the consumer interface ----------------------------------------------------------
+
+    def subscribe(
+        self, name: str, buffer: int | None = None
+    ) -> trio.MemoryReceiveChannel[ChainEvent]:
+        """A new ordered stream of every event from now on.  Close it to unsubscribe."""
+        size = self._settings.consumer_buffer if buffer is None else buffer
+        send, receive = trio.open_memory_channel[ChainEvent](size)
+        self._consumers.append((name, send))
+        return receive
+
+    @property
+    def head(self) -> BlockHeader | None:
+        tip = self.window.tip
+        return tip.header if tip is not None else None
+
+    @property
+    def finalized(self) -> int:
+        return self._finalized
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow until cancelled.  ``started`` once the stored state is loaded."""
+        await self._load()
+        task_status.started()
+        self.started.set()
+        try:
+            await self._loop()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await self._save()
+            for _, send in self._consumers:
+                send.close()
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                progressed = await self._step()
+                failures = 0
+            except (UpstreamError, RpcCallError, Inconsistent, BrokenLink) as exc:
+                failures += 1
+                self.stats["errors"] += 1
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning(
+                        "follower step failed; retrying",
+                        extra={"fields": {"network": self.label, "error": str(exc), "n": failures}},
+                    )
+                await trio.sleep(min(MAX_BACKOFF, self.poll_interval * 2**failures))
+                continue
+            if not progressed:
+                await trio.sleep(self.poll_interval)
+
+    async def _load(self) -> None:
+        cursor, stored = await self._store.load_chain(self.chain, self.network)
+        if cursor is None:
+            return
+        for row in stored:
+            if row.number <= cursor.number:
+                self.window.push(_decode_block(row.body))
+        tip = self.window.tip
+        if tip is None or tip.header.hash != cursor.hash:
+            # The window is saved with the cursor in one transaction, so this means the rows
+            # were edited by hand: start over from the cursor rather than trust them.
+            log.error("stored chain window disagrees with its cursor; resuming without it")
+            self.window.clear()
+            self._resume_at = cursor.number + 1
+        self._finalized = cursor.finalized
+
+    # --- one step --------------------------------------------------------------------------
+
+    async def _step(self) -> bool:
+        """Catch up once; False when there was nothing new."""
+        head = self._header(await self._client.call("eth_getBlockByNumber", ["latest", False]))
+        tip = self.window.tip
+        if tip is None:
+            return await self._first_block(head)
+        if head.hash == tip.header.hash:
+            self.live = True
+            return False
+        if head.number < tip.header.number and self.window.holds(head):
+            # An upstream behind the one we last read (or a rewind with nothing mined since):
+            # nothing to do until a block we do not hold appears.
+            return False
+        safe = head.number - self.finality_depth
+        if safe - tip.header.number > self.window.keep:
+            await self._check_tip_canonical()
+            await self._backfill(tip.header.number + 1, safe)
+            return True
+        await self._follow_to(head)
+        self.live = True
+        return True
+
+    async def _first_block(self, head: BlockHeader) -> bool:
+        start = self._resume_at
+        if start is None:
+            start = self._settings.start_block
+        if start is None or start > head.number:
+            # "From the head" starts with the blocks that may still be reorganised, so a reorg
+            # of the head finds its ancestor in the window.
+            start = max(0, head.number - self.finality_depth)
+        # Backfill from ``start``: the first block's parent is not checked (nothing before it).
+        self._resume_at = None
+        self._finalized = max(self._finalized, start - 1)
+        end = max(start, head.number - self.finality_depth)
+        await self._backfill(start, end)
+        return True
+
+    async def _check_tip_canonical(self) -> None:
+        """Before backfilling past our tip, make sure the tip itself was not reorganised away."""
+        tip = self.window.tip
+        assert tip is not None
+        canonical = self._header(
+            await self._client.call("eth_getBlockByNumber", [hex(tip.header.number), False])
+        )
+        if canonical.hash != tip.header.hash:
+            await self._follow_to(canonical)
+
+    async def _follow_to(self, head: BlockHeader) -> None:
+        """Make ``head`` the tip: revert what it orphans, apply its new branch."""
+        tip = self.window.tip
+        assert tip is not None
+        known: dict[str, BlockHeader] = {}
+        gap = head.number - tip.header.number - 1
+        if 0 < gap <= self.window.keep:
+            # Usually the head just extends us by a few blocks: fetch them in one batch.
+            numbers = range(tip.header.number + 1, head.number)
+            for header in await self._headers(numbers):
+                known[header.hash] = header
+        while True:
+            try:
+                fork = find_fork(self.window, head, known)
+            except DeepReorg as exc:
+                await self._deep_reorg(head, str(exc))
+                return
+            if fork.missing is None:
+                break
+            parent = await self._client.call("eth_getBlockByHash", [fork.missing, False])
+            if parent is None:
+                raise Inconsistent(f"parent {fork.missing} is unknown to the node")
+            header = self._header(parent)
+            known[header.hash] = header
+        assert fork.ancestor is not None
+        branch = list(reversed(fork.branch))
+        blocks = await self._blocks_with_logs(branch)
+        if self.window.tip is not None and self.window.tip.header.number > fork.ancestor:
+            self.stats["reorgs"] += 1
+            log.info(
+                "reorg",
+                extra={
+                    "fields": {
+                        "network": self.label,
+                        "ancestor": fork.ancestor,
+                        "reverted": self.window.tip.header.number - fork.ancestor,
+                        "applied": len(blocks),
+                    }
+                },
+            )
+        while self.window.tip is not None and self.window.tip.header.number > fork.ancestor:
+            block = self.window.tip
+            await self._emit(Revert(block))
+            self.window.pop()
+            self._unsaved = [b for b in self._unsaved if b.header.number < block.header.number]
+            self._dirty = True
+            self.stats["reverted"] += 1
+        for block in blocks:
+            await self._apply(block, live=True)
+        await self._save()
+
+    async def _deep_reorg(self, head: BlockHeader, why: str) -> None:
+        """The chain changed below our window: revert all of it, then refill from its base."""
+        self.stats["deep_reorgs"] += 1
+        base = self.window.base
+        assert base is not None
+        log.error(
+            "reorg deeper than the window", extra={"fields": {"network": self.label, "why": why}}
+        )
+        for block in self.window.clear():
+            self.stats["reverted"] += 1
+            await self._emit(Revert(block))
+        self._unsaved = []
+        self._dirty = True
+        numbers = range(base, head.number + 1)
+        headers = await self._headers(numbers)
+        await self._apply_branch(headers, live=True)
+
+    async def _apply_branch(self, headers: list[BlockHeader], *, live: bool) -> None:
+        for block in await self._blocks_with_logs(headers):
+            await self._apply(block, live=live)
+        await self._save()
+
+    # --- backfill ----------------------------------------------------------------------------
+
+    async def _backfill(self, first: int, last: int) -> None:
+        """Apply blocks ``first..last`` from ranged eth_getLogs plus batched headers."""
+        number = first
+        while number <= last:
+            span = min(self._log_range, last - number + 1)
+            to = number + span - 1
+            try:
+                logs = await self._client.call(
+                    "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}]
+                )
+            except RpcCallError as exc:
+                if span == 1:
+                    raise
+                self._shrink(span, exc)
+                continue
+            except UpstreamError as exc:
+                if span == 1 or exc.kind not in (TIMEOUT, BAD_RESPONSE):
+                    raise
+                self._shrink(span, exc)
+                continue
+            self._grow(span)
+            headers = await self._headers(range(number, to + 1))
+            by_number: dict[int, list[Log]] = {}
+            for entry in _decode_logs(logs, list[Log]):
+                by_number.setdefault(int(entry.block_number, 16), []).append(entry)
+            for header in headers:
+                block_logs = by_number.pop(header.number, [])
+                if any(entry.block_hash != header.hash for entry in block_logs):
+                    raise Inconsistent(f"logs of block {header.number} name another block")
+                block = Block(header, block_logs, self._txs.pop(header.hash, []))
+                await self._apply(block, live=False)
+            if by_number:
+                raise Inconsistent("eth_getLogs returned logs outside the range asked")
+            self.stats["log_ranges"] += 1
+            await self._save()
+            number = to + 1
+
+    def _shrink(self, span: int, exc: Exception) -> None:
+        self._log_range = max(1, span // 2)
+        self.stats["log_range_splits"] += 1
+        log.info(
+            "eth_getLogs range refused; splitting",
+            extra={"fields": {"network": self.label, "span": span, "error": str(exc)[:200]}},
+        )
+
+    def _grow(self, span: int) -> None:
+        if span == self._log_range:
+            self._log_range = min(self._settings.max_log_range, math.ceil(span * 1.25))
+
+    # --- fetching ------------------------------------------------------------------------
+
+    def _header(self, result: Any) -> BlockHeader:
+        if not isinstance(result, dict):
+            raise Inconsistent(f"expected a block object, got {type(result).__name__}")
+        try:
+            header = header_from_rpc(result)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Inconsistent(f"malformed block object: {exc!r}") from None
+        if len(self._txs) > 4 * self.window.keep + 10_000:
+            self._txs.clear()  # headers fetched for walks that were abandoned
+        self._txs[header.hash] = transaction_hashes(result)
+        return header
+
+    async def _headers(self, numbers: range) -> list[BlockHeader]:
+        results = await self._client.batch(
+            [("eth_getBlockByNumber", [hex(n), False]) for n in numbers]
+        )
+        headers = []
+        for number, result in zip(numbers, results, strict=True):
+            if isinstance(result, RpcCallError):
+                raise result
+            if result is None:
+                raise Inconsistent(f"block {number} is not known to the node yet")
+            headers.append(self._header(result))
+        for previous, header in itertools.pairwise(headers):
+            if header.parent_hash != previous.hash:
+                raise Inconsistent(f"block {header.number} does not extend {previous.number}")
+        return headers
+
+    async def _blocks_with_logs(self, headers: list[BlockHeader]) -> list[Block]:
+        """Each header's logs, fetched by block hash (EIP-234) so a reorg cannot mix blocks."""
+        if not headers:
+            return []
+        results = await self._client.batch(
+            [("eth_getLogs", [{"blockHash": header.hash}]) for header in headers]
+        )
+        blocks = []
+        for header, result in zip(headers, results, strict=True):
+            if isinstance(result, RpcCallError):
+                # Most often "unknown block": it was reorganised away while we read.
+                raise Inconsistent(f"logs of block {header.number}: {result}")
+            logs = _decode_logs(result, list[Log])
+            if any(entry.block_hash != header.hash for entry in logs):
+                raise Inconsistent(f"logs of block {header.number} name another block")
+            blocks.append(Block(header, logs, self._txs.pop(header.hash, [])))
+        return blocks
+
+    # --- emitting and saving -------------------------------------------------------------
+
+    async def _apply(self, block: Block, *, live: bool) -> None:
+        self.window.push(block)
+        try:
+            await self._emit(Apply(block, live))
+        except BaseException:
+            # Cancelled before every consumer had it: not applied, so not saved; the next
+            # run applies it again (consumers that did get it see it twice: at least once).
+            self.window.pop()
+            raise
+        self._unsaved.append(block)
+        self._dirty = True
+        self.stats["applied"] += 1
+        self.stats["logs"] += len(block.logs)
+        ready = block.header.number - self.finality_depth
+        while self._finalized < ready:
+            final = self.window.get(self._finalized + 1)
+            if final is not None:
+                await self._emit(Finalized(final.header))
+            self._finalized += 1
+
+    async def _emit(self, event: ChainEvent) -> None:
+        for consumer in list(self._consumers):
+            name, send = consumer
+            try:
+                await send.send(event)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.info(
+                    "consumer left", extra={"fields": {"network": self.label, "consumer": name}}
+                )
+                self._consumers.remove(consumer)
+
+    async def _save(self) -> None:
+        tip = self.window.tip
+        if not self._dirty or tip is None:
+            return
+        added = [
+            StoredBlock(
+                b.header.number, b.header.hash, b.header.parent_hash, _encode_block(b).decode()
+            )
+            for b in self._unsaved
+            if self.window.holds(b.header)
+        ]
+        cursor = ChainCursor(tip.header.number, tip.header.hash, self._finalized)
+        keep_from = tip.header.number - self.window.keep + 1
+        await self._store.save_chain(self.chain, self.network, cursor, added, keep_from=keep_from)
+        self._unsaved = []
+        self._dirty = False
