@@ -43,7 +43,8 @@ def _aa_install(announce: Callable[[str], None]) -> Path:
     return npm_install(
         f"aa-contracts-{versions}",
         [f"aa-{tag}@npm:{AA_PACKAGE}@{version}" for tag, version in AA_VERSIONS.items()],
-        f"node_modules/aa-{next(reversed(AA_VERSIONS))}/artifacts/EntryPoint.json",
+        # One npm run installs both; the rename into place makes either file proof of both.
+        "node_modules/aa-v07/artifacts/EntryPoint.json",
         what=f"{AA_PACKAGE} {' and '.join(AA_VERSIONS.values())} (~12 MB)",
         announce=announce,
     )

@@ -75,7 +75,14 @@ def discard(cache_dir: Path, key: str) -> None:
         path.unlink(missing_ok=True)
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # another process pruned it meanwhile
+        return 0.0
+
+
 def _prune(cache_dir: Path) -> None:
-    states = sorted(cache_dir.glob("state-*.hex"), key=lambda p: p.stat().st_mtime, reverse=True)
+    states = sorted(cache_dir.glob("state-*.hex"), key=_mtime, reverse=True)
     for old in states[KEEP:]:
         discard(cache_dir, old.name.removeprefix("state-").removesuffix(".hex"))
