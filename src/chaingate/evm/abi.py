@@ -3,8 +3,8 @@
 Types: ``uint<N>``/``int<N>`` (``uint``/``int`` mean 256), ``address``, ``bool``,
 ``bytes<N>``, ``bytes``, ``string``, arrays ``T[]``/``T[k]`` and tuples ``(T1,T2,...)``.
 Python values: ``int``, ``str`` addresses (0x-hex in, EIP-55 out), ``bool``, ``bytes``, ``str``,
-``list`` for arrays and ``tuple`` for tuples.  Written here rather than taking ``eth-abi``: that
-brings five more packages (eth-utils, eth-typing, eth-hash, parsimonious, toolz) for ~250 lines.
+``list`` for arrays and ``tuple`` for tuples.  Written here rather than taking ``eth-abi``, which
+brings eth-utils, eth-typing, eth-hash, parsimonious, cytoolz and pydantic for ~250 lines.
 """
 
 from __future__ import annotations
