@@ -424,6 +424,21 @@ def test_a_cache_entry_that_does_not_hold_up_is_discarded(tmp_path: Path) -> Non
     assert state_cache.load(cache, manifest.cache_key) is None
 
 
+def test_a_node_without_the_deployment_proxy_is_refused(tmp_path: Path) -> None:
+    from chaingate.devnet.deploy import DETERMINISTIC_DEPLOYER
+
+    with AnvilProcess() as node:
+        with DevnetRpc(node.url) as rpc:
+            rpc.call("anvil_setCode", DETERMINISTIC_DEPLOYER, "0x")
+        with pytest.raises(RuntimeError, match="no deterministic deployment proxy"):
+            bootstrap_devnet(
+                node.url,
+                paymaster_signer=DEVNET_SIGNER.address,
+                cache_dir=tmp_path,
+                announce=print,
+            )
+
+
 def test_dev_settings_name_the_manifest_under_the_data_dir(tmp_path: Path) -> None:
     args = argparse.Namespace(port=0, host="127.0.0.1", data_dir=str(tmp_path), anvil_port=0)
     settings = cli._dev_settings(args, "http://127.0.0.1:8545")

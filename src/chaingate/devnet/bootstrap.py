@@ -17,7 +17,13 @@ import msgspec
 
 from chaingate.devnet import demo, erc4337, state_cache
 from chaingate.devnet.artifacts import Artifact, aa_artifacts, fingerprint
-from chaingate.devnet.deploy import BootstrapError, Planned, TxRunner, manual_mining
+from chaingate.devnet.deploy import (
+    DETERMINISTIC_DEPLOYER,
+    BootstrapError,
+    Planned,
+    TxRunner,
+    manual_mining,
+)
 from chaingate.devnet.manifest import SCHEMA, Contract, Manifest
 from chaingate.devnet.npm import cache_root
 from chaingate.devnet.rpc import DevnetRpc
@@ -49,19 +55,22 @@ def bootstrap_devnet(
     started = time.monotonic()
     cache_dir = cache_dir or default_cache_dir()
     paymaster_signer = checksum_address(paymaster_signer)
-    artifacts = load_artifacts(cache_dir, announce)
     with DevnetRpc(url) as rpc:
-        chain_id, client, head, accounts = rpc.batch(
+        chain_id, client, head, accounts, proxy_code = rpc.batch(
             [
                 ("eth_chainId", []),
                 ("web3_clientVersion", []),
                 ("eth_blockNumber", []),
                 ("eth_accounts", []),
+                ("eth_getCode", [DETERMINISTIC_DEPLOYER, "latest"]),
             ]
         )
+        if proxy_code in ("0x", ""):  # a call to an empty address "succeeds" and deploys nothing
+            raise BootstrapError(f"no deterministic deployment proxy at {DETERMINISTIC_DEPLOYER}")
         if len(accounts) < HISTORY_ACCOUNTS:
             raise BootstrapError(f"the devnet needs {HISTORY_ACCOUNTS} unlocked accounts")
         accounts = [checksum_address(a) for a in accounts[:HISTORY_ACCOUNTS]]
+        artifacts = load_artifacts(cache_dir, announce)
         key = state_cache.cache_key(
             [
                 str(int(chain_id, 16)),
@@ -87,8 +96,7 @@ def bootstrap_devnet(
         if fresh:  # a node with history of its own would leak that history into the cache
             state_cache.save(cache_dir, key, rpc.call("anvil_dumpState"), manifest)
     announce(
-        f"devnet: {len(manifest.contracts)} contracts deployed with their history in "
-        f"{time.monotonic() - started:.2f}s"
+        f"devnet: {len(manifest.contracts)} contracts ready in {time.monotonic() - started:.2f}s"
         + (" (state cached for the next start)" if fresh else "")
     )
     return manifest
@@ -167,7 +175,7 @@ def _verify(rpc: DevnetRpc, manifest: Manifest, cache_dir: Path | None) -> None:
         n
         for n in names
         if manifest.contracts[n].canonical
-        and not same_address(manifest.address(n), erc4337.CANONICAL[n])
+        and not same_address(manifest.address(n), erc4337.CANONICAL.get(n, bytes(20)))
     ]
     if missing or misplaced:
         if cache_dir is not None:  # a cached state that does not hold up is thrown away
