@@ -257,7 +257,10 @@ def parse_type(text: str) -> _Type:
 
 def _parse_types(types: str | Sequence[str]) -> _Tuple:
     if isinstance(types, str):
-        types = _split_top_level(types.strip().removeprefix("(").removesuffix(")"))
+        parsed = parse_type(types)
+        if not isinstance(parsed, _Tuple):
+            raise AbiError(f"give a sequence of types as a list or as '(t1,t2)', not {types!r}")
+        return parsed
     return _Tuple([parse_type(t) for t in types])
 
 
