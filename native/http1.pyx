@@ -565,6 +565,15 @@ cdef class RequestParser:
         self._continue_due = 0
         return due
 
+    def take_buffered(self):
+        """Bytes received after the last complete request, handed over and forgotten (the
+        edge calls it when a request upgrades the connection to another protocol)."""
+        cdef _BodyReader reader = self._reader
+        cdef bytes rest = reader.buf[reader.pos:]
+        reader.buf = b""
+        reader.pos = 0
+        return rest
+
     def next_event(self):
         if self._error is not None:
             return self._error

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 ENV_PREFIX = "CHAINGATE_"
+ENV_SECTIONS = ("server", "rpc", "observability", "store", "auth", "ws")
 
 
 class ConfigError(Exception):
@@ -98,6 +99,30 @@ class GasSettings(msgspec.Struct, forbid_unknown_fields=True):
     percentiles: tuple[float, float, float] = (10.0, 50.0, 90.0)
 
 
+class WebSocketSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """``/v1/ws/{chain}/{network}`` (see ``chaingate.ws``); per-plan caps are in plans.toml."""
+
+    # Largest message a client may send (bigger: closed with 1009).
+    max_message_bytes: int = 1 << 20
+    # Bytes queued for one client beyond what its socket took; a push that does not fit
+    # closes the connection with 1008 (a slow reader never grows memory).
+    send_queue_bytes: int = 1 << 20
+    # JSON-RPC calls of one connection answered concurrently (the rest wait: backpressure).
+    max_inflight: int = 16
+    # Ceiling on subscriptions per connection whatever the plan says (0 in a plan: this).
+    max_subscriptions: int = 10_000
+    # A ping when the client was silent this long; closed when no pong within pong_timeout.
+    ping_interval: float = 30.0
+    pong_timeout: float = 20.0
+    # How long a closing handshake (or flushing a queue that stopped moving) may take.
+    close_timeout: float = 2.0
+    write_timeout: float = 20.0
+    # newPendingTransactions: each upstream's pending filter is polled this often.
+    pending_poll_interval: float = 0.5
+    # syncing: eth_syncing is polled this often while someone subscribes.
+    syncing_poll_interval: float = 2.0
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     upstreams: list[UpstreamSettings]
     family: Literal["evm", "solana"] = "evm"
@@ -167,6 +192,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
     auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
+    ws: WebSocketSettings = msgspec.field(default_factory=WebSocketSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.
@@ -201,7 +227,7 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         if len(path) == 1 and path[0] == "data_dir":
             data["data_dir"] = raw
             continue
-        if len(path) != 2 or path[0] not in ("server", "rpc", "observability", "store", "auth"):
+        if len(path) != 2 or path[0] not in ENV_SECTIONS:
             continue
         data.setdefault(path[0], {})[path[1]] = _coerce_env_value(raw)
     return data
@@ -227,6 +253,10 @@ def _validate(settings: Settings) -> None:
                 parts = urlsplit(upstream.url)
                 if parts.scheme not in ("http", "https") or not parts.hostname:
                     raise ConfigError(f"{where}: upstream url must be http:// or https://")
+                if upstream.ws_url is not None:
+                    ws = urlsplit(upstream.ws_url)
+                    if ws.scheme not in ("ws", "wss") or not ws.hostname:
+                        raise ConfigError(f"{where}: upstream ws_url must be ws:// or wss://")
                 name = upstream.display_name()
                 if name in names:
                     raise ConfigError(f"{where}: two upstreams named {name!r}; set distinct names")

@@ -455,6 +455,15 @@ class RequestParser:
         self._continue_due = False
         return due
 
+    def take_buffered(self) -> bytes:
+        """Bytes received after the last complete request, handed over and forgotten (the
+        edge calls it when a request upgrades the connection to another protocol)."""
+        reader = self._reader
+        rest = reader.buf[reader.pos :]
+        reader.buf = b""
+        reader.pos = 0
+        return rest
+
     def next_event(self) -> Request | HttpError | None:
         """The next complete request, an error (final), or None when more bytes are needed."""
         if self._error is not None:

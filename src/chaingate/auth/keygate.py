@@ -78,6 +78,11 @@ class KeyRegistry:
         account = self._accounts.get(account_id)
         return None if account is None else account.quota
 
+    def limits_of(self, principal: Principal) -> Limits | None:
+        """The current limits of the key's account (WebSocket caps are read from here)."""
+        account = self._accounts.get(principal.account_id)
+        return None if account is None else account.limits
+
     async def load(self) -> None:
         """Everything, once, at start-up; then ``refresh`` keeps it current."""
         await self.refresh()
@@ -120,7 +125,13 @@ class KeyRegistry:
             return self._plans.limits(plan, limits_json)
         except PlanError:
             log.exception("account with an unusable plan: limited to nothing")
-            return Limits(requests_per_second=1, requests_per_day=1, compute_units_per_second=1)
+            return Limits(
+                requests_per_second=1,
+                requests_per_day=1,
+                compute_units_per_second=1,
+                ws_connections=1,
+                ws_subscriptions=1,
+            )
 
     def _apply_account(self, row: Any) -> None:
         limits = self._limits(row.plan, row.limits)

@@ -1,4 +1,4 @@
-"""Plans: requests per second, requests per day and compute units per second."""
+"""Plans: requests per second, requests per day, compute units per second, WebSocket caps."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     requests_per_second: int = 0
     requests_per_day: int = 0
     compute_units_per_second: int = 0
+    # WebSocket: open connections per API key, subscriptions per connection (0: only the
+    # server's own ceilings in [ws] apply).
+    ws_connections: int = 0
+    ws_subscriptions: int = 0
 
 
 class PlanError(ValueError):

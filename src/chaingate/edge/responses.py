@@ -21,6 +21,7 @@ ERROR_CODES: dict[int, str] = {
     413: "payload_too_large",
     414: "uri_too_long",
     417: "expectation_failed",
+    426: "upgrade_required",
     429: "rate_limited",
     431: "headers_too_large",
     500: "internal_error",

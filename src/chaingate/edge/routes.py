@@ -2,6 +2,8 @@
 
 * ``POST /v1/rpc/{chain}/{network}`` — the JSON-RPC proxy, entirely native (no ASGI);
 * ``GET /metrics`` — Prometheus text, admin token required;
+* ``GET /v1/ws/{chain}/{network}`` — WebSocket: the upgrade itself is taken by the edge before
+  this handler (``chaingate.ws.endpoint``); a request without ``Upgrade`` gets 426 here;
 * any other ``/v1/...`` path — the quart-trio REST app, in process;
 * anything else — 404 in the spec's error envelope.
 
@@ -31,7 +33,8 @@ _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
 
 
-_ROUTES = ("rpc", "rest", "metrics", "other")
+_ROUTES = ("rpc", "rest", "metrics", "ws", "other")
+_WS_PREFIX = b"/v1/ws/"
 
 # Answered without an API key: load balancers and orchestrators probe it.
 _PUBLIC_PATHS = frozenset({b"/v1/health"})
@@ -148,6 +151,13 @@ class Routes:
         elif path == b"/metrics":
             route = "metrics"
             status, headers, body = self._metrics(request)
+        elif path.startswith(_WS_PREFIX):
+            route = "ws"
+            status, headers, body = (
+                426,
+                JSON + b"Upgrade: websocket\r\nConnection: Upgrade\r\n",
+                error_body(426, "this endpoint speaks WebSocket: send an Upgrade request"),
+            )
         elif path.startswith(b"/v1/") or path == b"/v1":
             route = "rest"
             status, headers, body = await self._rest(request, peer)

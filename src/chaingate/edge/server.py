@@ -11,6 +11,12 @@ too slow to finish sending a request (answered 408), or too slow to read a respo
 
 Shutdown: ``begin_shutdown`` closes the listener and every idle connection at once; a busy
 connection finishes its request, answers with ``Connection: close`` and closes.
+
+Upgrades: a request carrying ``Upgrade:`` is first offered to ``upgrades`` (the WebSocket
+endpoint).  When it accepts, the edge writes its ``101``, hands it the socket and every byte
+already read past the request, and steps aside: the connection leaves the HTTP states (the
+sweeper's timeouts no longer apply; the upgraded protocol keeps its own) but stays counted,
+so shutdown waits for it like for any other connection.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from chaingate.impl import Impl
 
 log = logging.getLogger("chaingate.edge")
 
-IDLE, READING, BUSY, WRITING = 0, 1, 2, 3
+IDLE, READING, BUSY, WRITING, UPGRADED = 0, 1, 2, 3, 4
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # Requests answered back to back without the task ever parking before it yields anyway.
 FAIRNESS_BATCH = 64
@@ -49,6 +55,23 @@ class Handler(Protocol):
         ...
 
 
+class Upgrades(Protocol):
+    """Takes over connections that ask for another protocol (see ``chaingate.ws``)."""
+
+    def handshake(self, request: Any, peer: str) -> tuple[int, bytes, bytes] | Any:
+        """None: not ours, answer as usual; (status, headers, body): refuse; else a ticket
+        whose ``response`` (the 101) is written before ``serve`` takes the socket."""
+        ...
+
+    async def serve(self, sock: socket.socket, peer: str, leftover: bytes, ticket: Any) -> None: ...
+
+    def release_unused(self, ticket: Any) -> None:
+        """The 101 of ``ticket`` could not be written."""
+        ...
+
+    def begin_shutdown(self) -> None: ...
+
+
 class _Conn:
     __slots__ = ("scope", "since", "sock", "state", "timed_out")
 
@@ -61,10 +84,17 @@ class _Conn:
 
 
 class EdgeServer:
-    def __init__(self, settings: ServerSettings, impl: Impl, handler: Handler) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        impl: Impl,
+        handler: Handler,
+        upgrades: Upgrades | None = None,
+    ) -> None:
         self._settings = settings
         self._http1: Any = impl.http1
         self._handler = handler
+        self._upgrades = upgrades
         self._conns: set[_Conn] = set()
         self._closing = False
         self._listener: socket.socket | None = None
@@ -116,6 +146,8 @@ class EdgeServer:
         self._closing = True
         if self._listener is not None:
             netio.close_socket(self._listener)
+        if self._upgrades is not None:
+            self._upgrades.begin_shutdown()
         for conn in list(self._conns):
             if conn.state == IDLE:
                 conn.scope.cancel()
@@ -227,14 +259,27 @@ class EdgeServer:
                 await self._linger(conn)
                 return
             conn.state = BUSY
+            ticket = None
             try:
-                status, headers, body = await handler(request, peer)
+                if request.upgrade is not None and self._upgrades is not None:
+                    taken = self._upgrades.handshake(request, peer)
+                    if taken is None:
+                        taken = await handler(request, peer)
+                    elif not isinstance(taken, tuple):
+                        ticket = taken
+                    if ticket is None:
+                        status, headers, body = taken
+                else:
+                    status, headers, body = await handler(request, peer)
             except Exception:
                 # A bug of ours must cost this request a 500, never the whole listener.
                 log.exception("unhandled error while answering a request")
                 status, headers = 500, JSON
                 body = error_body(500, "internal error; retry with exponential backoff")
                 request.keep_alive = False
+            if ticket is not None:
+                await self._upgrade(conn, peer, parser, ticket)
+                return
             keep_alive = request.keep_alive and not self._closing
             response = http1.build_response(
                 status, self._date.line() + headers, body, keep_alive, request.version == 10
@@ -249,6 +294,21 @@ class EdgeServer:
             answered += 1
             if answered % FAIRNESS_BATCH == 0:
                 await trio.lowlevel.checkpoint()
+
+    async def _upgrade(self, conn: _Conn, peer: str, parser: Any, ticket: Any) -> None:
+        upgrades = self._upgrades
+        assert upgrades is not None
+        try:
+            await self._write(conn, ticket.response)
+        except BaseException:
+            upgrades.release_unused(ticket)
+            raise
+        conn.state = UPGRADED
+        try:
+            await upgrades.serve(conn.sock, peer, parser.take_buffered(), ticket)
+        except Exception:
+            # A bug of ours must cost this connection, never the listener.
+            log.exception("unhandled error on an upgraded connection")
 
     async def _write(self, conn: _Conn, data: bytes) -> None:
         sent = netio.try_send(conn.sock, data)

@@ -1,0 +1,1 @@
+"""WebSocket subscriptions (eth_subscribe) on the edge: hubs, sessions, filters."""

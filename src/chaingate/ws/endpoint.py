@@ -1,0 +1,405 @@
+"""``GET /v1/ws/{chain}/{network}?apiKey=…``: the upgrade, the sessions, the hubs, the sweeper.
+
+The edge hands every request carrying ``Upgrade:`` to ``handshake``; for a WebSocket path it
+answers with a refusal (the spec's error envelope: 401 bad or missing key, 403 test key on a
+mainnet or no ``rpc:read`` scope, 429 too many connections for the key's plan, 404/405/400/
+426 for the HTTP-level problems) or with the ``101`` and a ticket, and the edge then runs
+``serve`` on the socket, outside its HTTP timeouts.
+
+One sweeper task looks at every session a few times a second: a revoked key's socket is
+closed (1008), silent clients are pinged and dropped when no pong comes, stuck writers and
+closing handshakes that overstay are aborted, and pushed compute units are charged.
+``begin_shutdown`` closes every session with 1001.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections import Counter
+from collections.abc import Callable, Iterable
+from time import monotonic, perf_counter, time
+from typing import Any
+
+import trio
+
+from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection
+from chaingate.auth.plans import Limits
+from chaingate.chain.client import ChainClient
+from chaingate.chain.events import ChainEvent
+from chaingate.config import WebSocketSettings
+from chaingate.edge.responses import JSON, error_body
+from chaingate.obs.logs import AccessEntry, AccessLog
+from chaingate.obs.metrics import Registry, Sample
+from chaingate.rpc.service import RpcService
+from chaingate.ws.handshake import (
+    Credentials,
+    HandshakeError,
+    query_api_key,
+    switching_protocols,
+    websocket_key,
+)
+from chaingate.ws.hub import Hub
+from chaingate.ws.registry import KINDS
+from chaingate.ws.session import Session
+
+log = logging.getLogger("chaingate.ws")
+
+WS_PREFIX = b"/v1/ws/"
+SWEEP_INTERVAL = 0.25
+# The scope a WebSocket needs: subscriptions are reads (writes over it still need rpc:write).
+WS_SCOPE = "rpc:read"
+
+
+class Ticket:
+    """An accepted upgrade: the 101 to write, and what the session needs."""
+
+    __slots__ = ("hub", "max_subscriptions", "principal", "request_id", "response", "service")
+
+    def __init__(
+        self,
+        response: bytes,
+        request_id: str,
+        principal: Principal,
+        hub: Hub,
+        service: RpcService,
+        max_subscriptions: int,
+    ) -> None:
+        self.response = response
+        self.request_id = request_id
+        self.principal = principal
+        self.hub = hub
+        self.service = service
+        self.max_subscriptions = max_subscriptions
+
+
+class WsEndpoint:
+    def __init__(
+        self,
+        services: dict[str, RpcService],
+        gate: Gate,
+        access_log: AccessLog,
+        settings: WebSocketSettings,
+        limits_of: Callable[[Principal], Limits | None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.gate = gate
+        self._access_log = access_log
+        # The key's plan (WebSocket caps); None without API keys: only [ws]'s ceilings.
+        self._limits_of = limits_of or (lambda principal: None)
+        self._services = {key.encode(): service for key, service in services.items()}
+        self.hubs: dict[str, Hub] = {
+            key: Hub(
+                key,
+                service.pool,
+                settings.pending_poll_interval,
+                settings.syncing_poll_interval,
+            )
+            for key, service in services.items()
+            if service.settings.family == "evm"
+        }
+        self._hubs = {key.encode(): hub for key, hub in self.hubs.items()}
+        self._networks = {
+            key.encode(): NetworkInfo(service.chain, service.network, service.settings.testnet)
+            for key, service in services.items()
+        }
+        self.sessions: set[Session] = set()
+        self._per_key: Counter[str] = Counter()
+        self._closing = False
+        self._id_prefix = "ws-" + os.urandom(4).hex()
+        self._id_counter = 0
+        # Observability.
+        self.upgrades: Counter[int] = Counter()
+        self.disconnects: Counter[str] = Counter()
+
+    # --- wiring ----------------------------------------------------------------------------
+
+    def attach(self, followers: dict[str, Any], clients: dict[str, ChainClient]) -> None:
+        """Give each hub its follower's stream (when the network has a follower: else no
+        newHeads/logs there) and its network's client.  Call once, before ``run``."""
+        for key, hub in self.hubs.items():
+            follower = followers.get(key)
+            events: trio.MemoryReceiveChannel[ChainEvent] | None = None
+            if follower is not None:
+                events = follower.subscribe("ws")
+            hub.attach(events, clients.get(key) or ChainClient(hub.pool))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The hubs and the sweeper, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            for hub in self.hubs.values():
+                await nursery.start(hub.run)
+            nursery.start_soon(self._sweeper)
+            task_status.started()
+
+    def begin_shutdown(self) -> None:
+        self._closing = True
+        for session in list(self.sessions):
+            session.close(1001, "server shutting down")
+
+    # --- the upgrade ---------------------------------------------------------------------
+
+    def _request_id(self) -> str:
+        self._id_counter += 1
+        return f"{self._id_prefix}-{self._id_counter:x}"
+
+    def handshake(self, request: Any, peer: str) -> tuple[int, bytes, bytes] | Ticket | None:
+        """None when the path is not ours (the request is then answered as usual)."""
+        path = request.path
+        if not path.startswith(WS_PREFIX):
+            return None
+        started = perf_counter()
+        request_id = self._request_id()
+        outcome = self._accept(request, peer, path[len(WS_PREFIX) :], request_id)
+        status = 101 if isinstance(outcome, Ticket) else outcome[0]
+        self.upgrades[status] += 1
+        access_log = self._access_log
+        if access_log.enabled:
+            # The path only: the query string carries the API key and is never logged.
+            access_log.write(
+                AccessEntry(
+                    access_log.timestamp(time()),
+                    "info",
+                    "websocket upgrade",
+                    request_id,
+                    peer,
+                    request.method.decode("latin-1"),
+                    path[:256].decode("latin-1"),
+                    status,
+                    int((perf_counter() - started) * 1_000_000),
+                    0 if isinstance(outcome, Ticket) else len(outcome[2]),
+                )
+            )
+        if isinstance(outcome, Ticket):
+            return outcome
+        status, headers, body = outcome
+        return status, b"X-Request-Id: " + request_id.encode() + b"\r\n" + headers, body
+
+    def _accept(
+        self, request: Any, peer: str, tail: bytes, request_id: str
+    ) -> tuple[int, bytes, bytes] | Ticket:
+        service = self._services.get(tail)
+        if service is None:
+            return 404, JSON, error_body(404, "unknown chain or network")
+        hub = self._hubs.get(tail)
+        if hub is None:
+            return 404, JSON, error_body(404, "WebSocket subscriptions are offered on EVM networks")
+        if request.method != b"GET":
+            return 405, JSON + b"Allow: GET\r\n", error_body(405, "a WebSocket upgrade is a GET")
+        if self._closing:
+            return 503, JSON, error_body(503, "shutting down")
+        gate = self.gate
+        credentials = Credentials(
+            query_api_key(request.query) or request.api_key, request.authorization
+        )
+        principal = gate.authenticate(credentials, peer, self._networks[tail], WS_SCOPE)
+        if isinstance(principal, Rejection):
+            return _refused(principal)
+        rate_headers = gate.response_headers(principal)
+        try:
+            key = websocket_key(request)
+        except HandshakeError as exc:
+            headers = JSON + exc.headers + rate_headers
+            return exc.status, headers, error_body(exc.status, exc.message)
+        limits = self._limits_of(principal)
+        allowed = limits.ws_connections if limits is not None else 0
+        if allowed and self._per_key[principal.key_id] >= allowed:
+            message = f"too many WebSocket connections for this API key (the plan allows {allowed})"
+            return 429, JSON + b"Retry-After: 1\r\n" + rate_headers, error_body(429, message)
+        ceiling = self.settings.max_subscriptions
+        plan_subscriptions = limits.ws_subscriptions if limits is not None else 0
+        max_subscriptions = min(plan_subscriptions, ceiling) if plan_subscriptions else ceiling
+        extra = b"X-Request-Id: " + request_id.encode() + b"\r\n" + rate_headers
+        # Counted now, not when the session starts: the cap holds between 101 and serve.
+        self._per_key[principal.key_id] += 1
+        return Ticket(
+            switching_protocols(key, extra), request_id, principal, hub, service, max_subscriptions
+        )
+
+    async def serve(self, sock: socket.socket, peer: str, leftover: bytes, ticket: Ticket) -> None:
+        """Run one upgraded connection to its end (the edge closes the socket after)."""
+        session = Session(
+            self,
+            sock,
+            peer,
+            ticket.request_id,
+            ticket.principal,
+            ticket.hub,
+            ticket.service,
+            ticket.max_subscriptions,
+        )
+        self.sessions.add(session)
+        try:
+            if self._closing:
+                session.close(1001, "server shutting down")
+            await session.run(leftover)
+        finally:
+            self.sessions.discard(session)
+            self._release(ticket.principal)
+            for subscription in session.subscriptions.values():
+                session.hub.remove(subscription)
+            session.subscriptions.clear()
+            self._charge(session)
+            reason = "slow_consumer" if session.dropped else _reason_label(session)
+            self.disconnects[reason] += 1
+            log.info(
+                "websocket closed",
+                extra={
+                    "fields": {
+                        "request_id": session.request_id,
+                        "key": session.principal.prefix,
+                        "code": session.close_code,
+                        "reason": session.close_reason,
+                        "seconds": round(monotonic() - session.opened, 3),
+                        "pushes": session.pushes,
+                    }
+                },
+            )
+
+    def release_unused(self, ticket: Ticket) -> None:
+        """The 101 could not be written: give the connection slot back."""
+        self._release(ticket.principal)
+
+    def _release(self, principal: Principal) -> None:
+        self._per_key[principal.key_id] -= 1
+        if self._per_key[principal.key_id] <= 0:
+            del self._per_key[principal.key_id]
+
+    # --- the sweeper -----------------------------------------------------------------------
+
+    async def _sweeper(self) -> None:
+        settings = self.settings
+        while True:
+            await trio.sleep(SWEEP_INTERVAL)
+            now = monotonic()
+            for session in list(self.sessions):
+                self._charge(session)
+                if session.closing:
+                    if now > session.close_deadline:
+                        session.abort(session.close_reason or "close timeout")
+                    continue
+                if session.principal.revoked:
+                    session.close(1008, "API key revoked")
+                elif session.stalled_since and now - session.stalled_since > (
+                    settings.write_timeout
+                ):
+                    session.abort("write timeout")
+                elif session.ping_sent is not None:
+                    if now - session.ping_sent > settings.pong_timeout:
+                        session.abort("keepalive timeout")
+                elif now - session.last_seen > settings.ping_interval:
+                    session.ping()
+
+    def _charge(self, session: Session) -> None:
+        """Bill pushed compute units: usage meter, and the key's CU/s bucket (never refused:
+        the bucket may go into debt, which then slows the key's own calls)."""
+        cu = session.pending_cu
+        if not cu:
+            return
+        session.pending_cu = 0
+        principal = session.principal
+        self.gate.record(principal, "eth_subscription", 0, cu, 0)
+        limiter = principal.limiter
+        if limiter is not None:
+            limiter.absorb(monotonic(), 0, cu)
+            shared = getattr(self.gate, "shared", None)
+            if shared is not None:
+                principal.pending_units += cu
+                shared.note(principal)
+
+    # --- metrics ---------------------------------------------------------------------------
+
+    def register_metrics(self, registry: Registry) -> None:
+        hubs = self.hubs
+
+        def per_hub(read: Callable[[Hub, dict[str, str]], Iterable[Sample]]) -> Any:
+            def collect() -> Iterable[Sample]:
+                for key, hub in hubs.items():
+                    chain, _, network = key.partition("/")
+                    yield from read(hub, {"chain": chain, "network": network})
+
+            return collect
+
+        registry.family(
+            "chaingate_ws_connections_open",
+            "gauge",
+            "Open WebSocket connections.",
+            lambda: [({}, len(self.sessions))],
+        )
+        registry.family(
+            "chaingate_ws_upgrades_total",
+            "counter",
+            "WebSocket upgrade requests, by HTTP status answered (101: accepted).",
+            lambda: (({"status": str(s)}, n) for s, n in sorted(self.upgrades.items())),
+        )
+        registry.family(
+            "chaingate_ws_disconnects_total",
+            "counter",
+            "Closed WebSocket connections, by reason.",
+            lambda: (({"reason": r}, n) for r, n in sorted(self.disconnects.items())),
+        )
+        registry.family(
+            "chaingate_ws_subscriptions",
+            "gauge",
+            "Live subscriptions, by kind.",
+            per_hub(
+                lambda hub, base: (
+                    ({**base, "kind": kind}, hub.registry.count(kind)) for kind in KINDS
+                )
+            ),
+        )
+        registry.family(
+            "chaingate_ws_pushes_total",
+            "counter",
+            "Subscription messages pushed, by kind.",
+            per_hub(
+                lambda hub, base: (
+                    ({**base, "kind": kind}, n) for kind, n in sorted(hub.pushes.items())
+                )
+            ),
+        )
+        registry.family(
+            "chaingate_ws_head_arrival_seconds",
+            "gauge",
+            "Wall-clock time the newest head reached the WebSocket hub (bench: delivery delay).",
+            per_hub(lambda hub, base: [(base, round(hub.head_arrival, 6))]),
+        )
+        registry.family(
+            "chaingate_ws_head_number",
+            "gauge",
+            "Number of the newest head the WebSocket hub pushed.",
+            per_hub(lambda hub, base: [(base, hub.head_number)]),
+        )
+        registry.family(
+            "chaingate_ws_fanout_seconds_sum",
+            "counter",
+            "Time spent handing heads and their logs to every subscriber's connection.",
+            per_hub(lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
+        )
+        registry.family(
+            "chaingate_ws_fanout_total",
+            "counter",
+            "Blocks fanned out.",
+            per_hub(lambda hub, base: [(base, sum(hub.fanout.counts))]),
+        )
+
+
+def _refused(rejection: Rejection) -> tuple[int, bytes, bytes]:
+    body = error_body(rejection.status, rejection.message, rejection.code)
+    return rejection.status, JSON + rejection.headers, body
+
+
+def _reason_label(session: Session) -> str:
+    reason = session.close_reason
+    if reason in ("client closed", "protocol error", "send failed", "write timeout"):
+        return reason.replace(" ", "_")
+    if reason == "keepalive timeout":
+        return "keepalive_timeout"
+    if reason == "API key revoked":
+        return "revoked"
+    if session.close_code == 1001:
+        return "shutdown"
+    if session.close_code == 1009:
+        return "message_too_big"
+    return "closed" if session.close_code != 1006 else "abnormal"

@@ -1,0 +1,99 @@
+"""The server side of RFC 6455's opening handshake, on a request the edge already parsed.
+
+Pure functions: check the upgrade request, find the API key in the query string, build the
+``101 Switching Protocols`` answer.  No extension (permessage-deflate) and no subprotocol is
+negotiated: JSON-RPC messages are small and compression would cost CPU on every push.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from typing import Any
+from urllib.parse import parse_qsl
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+MAX_QUERY_FIELDS = 20
+
+
+class HandshakeError(Exception):
+    """Not a valid WebSocket upgrade: HTTP status, message, extra header lines."""
+
+    def __init__(self, status: int, message: str, headers: bytes = b"") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def _tokens(value: bytes) -> set[bytes]:
+    return {token.strip(b" \t").lower() for token in value.split(b",")}
+
+
+def websocket_key(request: Any) -> bytes:
+    """The client's ``Sec-WebSocket-Key`` after checking the upgrade; or HandshakeError."""
+    if request.version != 11:
+        raise HandshakeError(400, "a WebSocket upgrade needs HTTP/1.1")
+    connection: set[bytes] = set()
+    version = key = None
+    for name, value in request.headers:
+        if name == b"connection":
+            connection |= _tokens(value)
+        elif name == b"sec-websocket-version":
+            version = value
+        elif name == b"sec-websocket-key":
+            key = value
+    if b"websocket" not in _tokens(request.upgrade or b"") or b"upgrade" not in connection:
+        raise HandshakeError(400, "expected Upgrade: websocket and Connection: Upgrade")
+    if version != b"13":
+        raise HandshakeError(
+            426, "unsupported WebSocket version: use 13", b"Sec-WebSocket-Version: 13\r\n"
+        )
+    if key is None:
+        raise HandshakeError(400, "missing Sec-WebSocket-Key")
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 16:
+        raise HandshakeError(400, "invalid Sec-WebSocket-Key")
+    return bytes(key)
+
+
+def accept_value(key: bytes) -> bytes:
+    return base64.b64encode(hashlib.sha1(key + GUID).digest())  # noqa: S324 (RFC 6455 says SHA-1)
+
+
+def switching_protocols(key: bytes, extra: bytes = b"") -> bytes:
+    """The whole 101 answer (no Content-Length: a 1xx never has one)."""
+    return (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + accept_value(key) + b"\r\n" + extra + b"\r\n"
+    )
+
+
+def query_api_key(query: bytes) -> bytes | None:
+    """``apiKey`` from the query string, as the spec's WebSocket section passes it."""
+    if not query:
+        return None
+    try:
+        pairs = parse_qsl(
+            query.decode("latin-1"), keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS
+        )
+    except ValueError:
+        return None
+    for name, value in pairs:
+        if name == "apiKey":
+            return value.encode("latin-1", "replace")
+    return None
+
+
+class Credentials:
+    """What the gate reads from a request, with the query's key in the header's place."""
+
+    __slots__ = ("api_key", "authorization")
+
+    def __init__(self, api_key: bytes | None, authorization: bytes | None) -> None:
+        self.api_key = api_key
+        self.authorization = authorization

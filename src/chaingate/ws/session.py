@@ -1,0 +1,426 @@
+"""One client connection after the upgrade: read calls, answer them, carry pushes, close well.
+
+One task reads (wsproto decodes frames; messages are bounded by ``max_message_bytes``).
+``eth_subscribe``/``eth_unsubscribe`` are answered inline, so an acknowledgement is always
+queued before the subscription's first push; every other call goes to the network's
+``RpcService`` exactly as an HTTP request would, up to ``max_inflight`` at a time (then the
+reader stops reading: TCP backpressure).
+
+Writing never waits in the caller: a frame goes straight to the socket when nothing is queued
+(the usual case), and only what the kernel did not take is queued, for a flusher task that
+exists only while there is something to flush.  The queue is bounded in bytes: a push that
+does not fit drops the connection with close code 1008 (a slow reader cannot grow memory or
+delay anyone else); a reply waits for room instead (it is the client's own request).
+
+Closing: ``close(code, reason)`` sends the close frame and gives the client
+``close_timeout`` to answer; the endpoint's sweeper aborts it after that.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import deque
+from time import monotonic
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+from trio.lowlevel import ParkingLot, wait_writable
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import (
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    TextMessage,
+)
+
+from chaingate import netio
+from chaingate.auth.gate import Gate, Principal, Rejection
+from chaingate.config import WebSocketSettings
+from chaingate.rpc.service import RpcService
+from chaingate.ws.hub import Hub, SubscribeError
+from chaingate.ws.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LIMIT_EXCEEDED,
+    RESOURCE_UNAVAILABLE,
+    Call,
+    error_reply,
+    id_bytes,
+    peek_call,
+    result_reply,
+    text_frame,
+)
+from chaingate.ws.registry import Subscription
+
+if TYPE_CHECKING:
+    from chaingate.ws.endpoint import WsEndpoint
+
+log = logging.getLogger("chaingate.ws")
+
+# What eth_subscribe costs (Alchemy's price); eth_unsubscribe is free so that a client over
+# its limits can always stop its own pushes.
+SUBSCRIBE_CU = 10
+SEND_BATCH = 64  # frames handed to one sendmsg
+_SUBSCRIPTION_METHODS = ("eth_subscribe", "eth_unsubscribe")
+_decode = msgspec.json.decode
+
+
+class Session:
+    def __init__(
+        self,
+        endpoint: WsEndpoint,
+        sock: socket.socket,
+        peer: str,
+        request_id: str,
+        principal: Principal,
+        hub: Hub,
+        service: RpcService,
+        max_subscriptions: int,
+    ) -> None:
+        self._endpoint = endpoint
+        self.settings: WebSocketSettings = endpoint.settings
+        self._gate: Gate = endpoint.gate
+        self.sock = sock
+        self.peer = peer
+        self.request_id = request_id
+        self.principal = principal
+        self.hub = hub
+        self.service = service
+        self.max_subscriptions = max_subscriptions
+        self.subscriptions: dict[str, Subscription] = {}
+        self._ws = Connection(ConnectionType.SERVER)
+        self._queue: deque[bytes] = deque()
+        self._queued = 0
+        self._head_partial = False  # the first queued frame is partly on the wire already
+        self._flushing = False
+        self._room = ParkingLot()  # replies waiting for queue room; the flusher's progress
+        self._inflight = trio.Semaphore(self.settings.max_inflight)
+        self._scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        self._parts: list[bytes] = []
+        self._parts_size = 0
+        self._discarding = False
+        self.opened = monotonic()
+        self.last_seen = self.opened
+        self.ping_sent: float | None = None
+        self.stalled_since = 0.0
+        self.closing = False
+        self.close_deadline = float("inf")
+        self.close_code = 1006
+        self.close_reason = ""
+        self.pending_cu = 0  # pushed compute units not yet charged (the sweeper charges them)
+        self.pushes = 0
+        self.dropped = False  # cut off as a slow consumer
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, leftover: bytes) -> None:
+        with self._scope:
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    if leftover:
+                        self._ws.receive_data(leftover)
+                        await self._process()
+                    if self._ws.state is not ConnectionState.CLOSED:
+                        await self._read_loop()
+                    self.closing = True  # no more pushes: what is queued is the last of it
+                    await self._drain()
+                    nursery.cancel_scope.cancel()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the peer went away
+        self._nursery = None
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection now, without a closing handshake."""
+        if not self.closing:
+            self.closing = True
+            self.close_reason = reason
+        self._room.unpark_all()
+        self._scope.cancel()
+
+    def close(self, code: int, reason: str) -> None:
+        """Start the closing handshake (idempotent); nothing but the close frame is sent."""
+        if self.closing:
+            return
+        self.closing = True
+        self.close_code = code
+        self.close_reason = reason
+        self.close_deadline = monotonic() + self.settings.close_timeout
+        if self._ws.state is ConnectionState.OPEN:
+            self._write(self._ws.send(CloseConnection(code, reason)))
+        self._room.unpark_all()
+
+    async def _read_loop(self) -> None:
+        sock = self.sock
+        while True:
+            data = await netio.recv_some(sock)
+            self.last_seen = monotonic()
+            self.ping_sent = None
+            if not data:
+                self._ws.receive_data(None)
+            else:
+                self._ws.receive_data(data)
+            await self._process()
+            if self._ws.state is ConnectionState.CLOSED or not data:
+                return
+
+    async def _process(self) -> None:
+        for event in self._ws.events():
+            if isinstance(event, TextMessage | BytesMessage):
+                data = event.data
+                chunk = data.encode() if isinstance(data, str) else bytes(data)
+                message = self._assemble(chunk, event.message_finished)
+                if message is not None and not self.closing:
+                    await self._dispatch(message)
+            elif isinstance(event, Ping):
+                if self._ws.state is ConnectionState.OPEN:
+                    self._send_bounded(self._ws.send(event.response()))
+            elif isinstance(event, Pong):
+                pass  # any inbound byte already counted as a sign of life
+            elif isinstance(event, CloseConnection):
+                if self._ws.state is ConnectionState.REMOTE_CLOSING:
+                    self._write(self._ws.send(event.response()))
+                    if not self.closing:
+                        self.closing = True
+                        self.close_code = event.code
+                        self.close_reason = "client closed"
+                elif self._ws.state is ConnectionState.OPEN:
+                    # A protocol error while parsing: wsproto tells us what to answer.
+                    self.close(event.code, event.reason or "protocol error")
+                    self.close_reason = "protocol error"
+                return
+
+    def _assemble(self, chunk: bytes, finished: bool) -> bytes | None:
+        """Frames into messages, bounded: a message over the cap closes with 1009."""
+        if self._discarding:
+            if finished:
+                self._discarding = False
+            return None
+        self._parts_size += len(chunk)
+        if self._parts_size > self.settings.max_message_bytes:
+            self._parts = []
+            self._parts_size = 0
+            self._discarding = not finished
+            self.close(1009, f"message too big (limit {self.settings.max_message_bytes} bytes)")
+            return None
+        if not finished:
+            self._parts.append(chunk)
+            return None
+        if self._parts:
+            self._parts.append(chunk)
+            chunk = b"".join(self._parts)
+            self._parts = []
+        self._parts_size = 0
+        return chunk
+
+    # --- calls ---------------------------------------------------------------------------
+
+    async def _dispatch(self, message: bytes) -> None:
+        if self.principal.revoked:
+            self.close(1008, "API key revoked")
+            return
+        call = peek_call(message)
+        if call is not None and call.method in _SUBSCRIPTION_METHODS:
+            self._subscription_call(call)
+            return
+        await self._inflight.acquire()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._proxy, message, call)
+
+    async def _proxy(self, message: bytes, call: Call | None) -> None:
+        try:
+            try:
+                reply = await self.service.handle(message, self.principal)
+            except Exception:
+                # A bug of ours costs this call an error, never the connection.
+                log.exception("unhandled error while answering a WebSocket call")
+                body: bytes | None = error_reply(
+                    id_bytes(call) if call else b"null", INTERNAL_ERROR, "internal error"
+                )
+            else:
+                body = reply.body
+                if body is None and reply.rejection is not None:
+                    body = _refusal(id_bytes(call) if call else b"null", reply.rejection)
+            if body is not None:
+                await self._reply(text_frame(body))
+        finally:
+            self._inflight.release()
+
+    def _subscription_call(self, call: Call) -> None:
+        notification = not bytes(call.id)
+        id_raw = id_bytes(call)
+        if not notification and id_raw == b"null" and bytes(call.id) != b"null":
+            self._answer(error_reply(b"null", INVALID_REQUEST, "invalid request: bad id"))
+            return
+        try:
+            params = _decode(bytes(call.params)) if bytes(call.params) else []
+        except msgspec.DecodeError:
+            params = None
+        if not isinstance(params, list):
+            if not notification:
+                self._answer(error_reply(id_raw, INVALID_PARAMS, "params must be an array"))
+            return
+        if call.method == "eth_unsubscribe":
+            found = False
+            if params and isinstance(params[0], str):
+                subscription = self.subscriptions.pop(params[0], None)
+                found = subscription is not None and self.hub.remove(subscription)
+            self._gate.record(self.principal, "eth_unsubscribe", 1, 0, 0)
+            if not notification:
+                self._answer(result_reply(id_raw, b"true" if found else b"false"))
+            return
+        if notification:
+            return  # nobody would learn the subscription id
+        outcome = self._subscribe(params)
+        if isinstance(outcome, tuple):
+            self._answer(error_reply(id_raw, *outcome))
+            return
+        subscription = outcome
+        self.subscriptions[subscription.id] = subscription
+        self.hub.add(subscription)
+        self._answer(result_reply(id_raw, b'"' + subscription.id.encode() + b'"'))
+        self.hub.welcome(subscription)
+
+    def _subscribe(self, params: list[Any]) -> Subscription | tuple[int, str]:
+        """A new subscription (admitted and billed, not yet live), or (code, message)."""
+        if not params:
+            return INVALID_PARAMS, "missing subscription kind"
+        if len(self.subscriptions) >= self.max_subscriptions:
+            return (
+                LIMIT_EXCEEDED,
+                f"subscription limit reached ({self.max_subscriptions} per connection)",
+            )
+        try:
+            subscription = self.hub.prepare(params[0], params[1:], self)
+        except SubscribeError as exc:
+            return exc.code, exc.message
+        rejection = self._gate.admit(self.principal, True, False, 1, SUBSCRIBE_CU, SUBSCRIBE_CU)
+        if rejection is not None:
+            code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
+            return code, rejection.message
+        self._gate.record(self.principal, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
+        return subscription
+
+    # --- writing -------------------------------------------------------------------------
+
+    def push(self, frame: bytes, cu: int) -> None:
+        """A subscription message (from the hub): queued now, or the connection is dropped."""
+        if self.closing:
+            return
+        if self._queue and self._queued + len(frame) > self.settings.send_queue_bytes:
+            self._overflow()
+            return
+        self.pending_cu += cu
+        self.pushes += 1
+        self._write(frame)
+
+    def _answer(self, body: bytes) -> None:
+        self._send_bounded(text_frame(body))
+
+    def _send_bounded(self, frame: bytes) -> None:
+        """A small frame produced while reading (acks, pongs): bounded like a push."""
+        if self.closing:
+            return
+        if self._queue and self._queued + len(frame) > self.settings.send_queue_bytes:
+            self._overflow()
+            return
+        self._write(frame)
+
+    async def _reply(self, frame: bytes) -> None:
+        """An answer to a call: waits for queue room (the client's own backpressure)."""
+        limit = self.settings.send_queue_bytes
+        while not self.closing and self._queue and self._queued + len(frame) > limit:
+            await self._room.park()
+        if not self.closing:
+            self._write(frame)
+
+    def _overflow(self) -> None:
+        self.dropped = True
+        # Frames not yet started are dropped; one partly written must be finished first,
+        # or the close frame would land in the middle of it.
+        keep = self._queue[0] if self._queue and self._head_partial else None
+        self._queue.clear()
+        self._queued = 0
+        if keep is not None:
+            self._queue.append(keep)
+            self._queued = len(keep)
+        self.close(1008, "send queue full: the client does not read fast enough")
+
+    def _write(self, frame: bytes) -> None:
+        if self._queue:
+            self._queue.append(frame)
+            self._queued += len(frame)
+            return
+        try:
+            sent = self.sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.abort("send failed")
+            return
+        if sent == len(frame):
+            return
+        rest = frame[sent:]
+        self._queue.append(rest)
+        self._queued += len(rest)
+        self._head_partial = sent > 0
+        if not self._flushing and self._nursery is not None:
+            self._flushing = True
+            self.stalled_since = monotonic()
+            self._nursery.start_soon(self._flush)
+
+    async def _flush(self) -> None:
+        queue = self._queue
+        sock = self.sock
+        try:
+            while queue:
+                await wait_writable(sock)
+                batch = [queue[i] for i in range(min(len(queue), SEND_BATCH))]
+                try:
+                    sent = sock.sendmsg(batch)
+                except BlockingIOError:
+                    continue
+                if sent:
+                    self.stalled_since = monotonic()
+                    self._queued -= sent
+                    while sent:
+                        head = queue[0]
+                        if sent >= len(head):
+                            queue.popleft()
+                            sent -= len(head)
+                            self._head_partial = False
+                        else:
+                            queue[0] = head[sent:]
+                            self._head_partial = True
+                            sent = 0
+                    self._room.unpark_all()
+        except OSError:
+            self.abort("send failed")
+        finally:
+            self._flushing = False
+            self.stalled_since = 0.0
+            self._room.unpark_all()
+
+    async def _drain(self) -> None:
+        """Give what is queued (a close frame, last answers) a bounded chance to go out."""
+        with trio.move_on_after(self.settings.close_timeout):
+            while self._queue:
+                await self._room.park()
+
+    def ping(self) -> None:
+        if self._ws.state is ConnectionState.OPEN and not self.closing:
+            self.ping_sent = monotonic()
+            self._send_bounded(self._ws.send(Ping(b"chaingate")))
+
+
+def _refusal(id_raw: bytes, rejection: Rejection) -> bytes:
+    """A call the gate refused without a JSON-RPC body (403: a scope the key lacks)."""
+    code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
+    return error_reply(
+        id_raw, code, rejection.message, {"status": rejection.status, "code": rejection.code}
+    )
