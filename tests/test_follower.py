@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from chaingate.chain.events import Apply, ChainEvent, Finalized, Revert
 from chaingate.chain.follower import Follower
@@ -80,10 +81,12 @@ class Run:
         with trio.fail_after(limit):
             while True:
                 head = await node_call(url, "eth_getBlockByNumber", ["latest", False])
-                tip = self.follower.head
-                if tip is not None and tip.hash == head["hash"]:
-                    return
+                applied = self.applied()
+                if applied and applied[-1][1] == head["hash"]:
+                    break
                 await trio.sleep(0.02)
+        # Until the follower has emitted what follows that Apply (Finalized) and gone idle.
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
 
 
 Starter = Callable[..., Any]
@@ -91,9 +94,10 @@ Starter = Callable[..., Any]
 
 @pytest.fixture
 def follow(nursery: trio.Nursery, tmp_path: Path) -> Starter:
-    async def start(url: str, *, store_url: str = "", **follower: Any) -> Run:
+    async def start(url: str | dict[str, Any], *, store_url: str = "", **follower: Any) -> Run:
+        upstream = url if isinstance(url, dict) else {"url": url, "name": "anvil"}
         settings = make_settings(
-            [url],
+            [upstream],
             network={
                 "finality_depth": follower.pop("finality_depth", 2),
                 "follower": {"enabled": True, "poll_interval": 0.02, **follower},
@@ -343,3 +347,23 @@ async def test_backfill_5000_blocks_through_a_range_limit(
     assert len(backfilled) >= head - 2 - 8  # all but the last few came from ranged getLogs
     check_order(run.events)
     await assert_stored_chain_is_canonical(run, node.url)
+
+
+async def test_upstream_websocket_new_heads_wake_the_follower(
+    follow: Starter, node: AnvilProcess
+) -> None:
+    """With the upstream's ws_url, a new block is followed at once although polling is slow."""
+    upstream = {"url": node.url, "name": "anvil", "ws_url": f"ws://127.0.0.1:{node.port}"}
+    run = await follow(upstream, poll_interval=30)
+    notifier = run.follower.notifier
+    assert notifier is not None
+    with trio.fail_after(10):
+        while notifier.connected == 0:
+            await trio.sleep(0.01)
+    await run.wait_for_head(node.url)
+    for _ in range(3):
+        await emit_logs(node.url, 1)
+        with trio.fail_after(2):  # far below the 30 s poll interval
+            await run.wait_for_head(node.url)
+    assert notifier.notifications >= 3
+    check_order(run.events)

@@ -93,6 +93,7 @@ class Gateway:
                     net.follower,
                     finality_depth=net.finality_depth,
                     block_time=net.block_time,
+                    ws_urls=[u.ws_url for u in net.upstreams if u.ws_url],
                 )
         self.registry = Registry()
         self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)

@@ -45,6 +45,7 @@ from chaingate.chain.events import (
     header_from_rpc,
     transaction_hashes,
 )
+from chaingate.chain.heads import HeadNotifier
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
 from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
@@ -94,6 +95,7 @@ class Follower:
         *,
         finality_depth: int,
         block_time: float,
+        ws_urls: Sequence[str] = (),
     ) -> None:
         self.chain = chain
         self.network = network
@@ -104,6 +106,9 @@ class Follower:
         self.finality_depth = max(0, finality_depth)
         self.window = Window(max(settings.keep_blocks, self.finality_depth + 1, MIN_KEEP))
         self.poll_interval = settings.poll_interval or max(0.05, block_time / 4)
+        # While an upstream pushes new heads, polling is only a safety net.
+        self.safety_poll_interval = max(self.poll_interval, block_time, 1.0)
+        self.notifier = HeadNotifier(list(ws_urls), self.label) if ws_urls else None
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
         self._finalized = -1
@@ -146,7 +151,10 @@ class Follower:
         task_status.started()
         self.started.set()
         try:
-            await self._loop()
+            async with trio.open_nursery() as nursery:
+                if self.notifier is not None:
+                    nursery.start_soon(self.notifier.run)
+                await self._loop()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self._save()
@@ -170,7 +178,19 @@ class Follower:
                 await trio.sleep(min(MAX_BACKOFF, self.poll_interval * 2**failures))
                 continue
             if not progressed:
-                await trio.sleep(self.poll_interval)
+                await self._wait_for_head()
+
+    async def _wait_for_head(self) -> None:
+        notifier = self.notifier
+        if notifier is None:
+            await trio.sleep(self.poll_interval)
+            return
+        if notifier.take():
+            return
+        interval = self.safety_poll_interval if notifier.connected else self.poll_interval
+        with trio.move_on_after(interval):
+            await notifier.wake.wait()
+        notifier.take()
 
     async def _load(self) -> None:
         cursor, stored = await self._store.load_chain(self.chain, self.network)
