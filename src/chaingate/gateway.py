@@ -25,11 +25,13 @@ from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
 from chaingate.auth.usage import UsageWriter
 from chaingate.chain.client import ChainClient
+from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
+from chaingate.gas.oracle import GasOracle
 from chaingate.impl import Impl, select
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
@@ -95,10 +97,20 @@ class Gateway:
                     block_time=net.block_time,
                     ws_urls=[u.ws_url for u in net.upstreams if u.ws_url],
                 )
+        # Gas prices, recomputed by each followed network's oracle on every new head.
+        self.gas_oracles: dict[str, GasOracle] = {}
+        self._gas_streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        for key, follower in self.followers.items():
+            service = self.services[key]
+            self.gas_oracles[key] = GasOracle(
+                service.chain, service.network, service.settings, self.clients[key]
+            )
+            self._gas_streams[key] = follower.subscribe("gas")
         self.registry = Registry()
         self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
         self.asgi = AsgiBridge(
-            create_app(self.health, self.store), (settings.server.host, settings.server.port)
+            create_app(self.health, self.store, self.gas_oracles),
+            (settings.server.host, settings.server.port),
         )
         self.routes = Routes(
             self.services,
@@ -157,6 +169,8 @@ class Gateway:
                 nursery.start_soon(self.shared.run)
             for service in self.services.values():
                 await nursery.start(service.run)
+            for key, oracle in self.gas_oracles.items():
+                await nursery.start(oracle.run, self._gas_streams[key])
             for follower in self.followers.values():
                 await nursery.start(follower.run)
             await nursery.start(self.asgi.lifespan)
