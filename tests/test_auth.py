@@ -192,7 +192,7 @@ async def test_rpc_scopes_read_versus_write(stack: AuthStack) -> None:
     [
         ("/v1/tokens/ethereum/balances/0x0", "data:read"),
         ("/v1/nfts/ethereum/owned/0x0", "data:read"),
-        ("/v1/gas/ethereum/prices", "data:read"),
+        ("/v1/gas/ethereum-devnet/prices", "data:read"),
         ("/v1/gas/policies", "gas:manage"),
         ("/v1/gas/sponsor", "gas:manage"),
         ("/v1/wallets", "wallets:manage"),

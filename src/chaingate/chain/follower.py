@@ -55,7 +55,6 @@ log = logging.getLogger("chaingate.follower")
 
 _encode_block = msgspec.json.Encoder().encode
 _decode_block = msgspec.json.Decoder(Block).decode
-_decode_logs = msgspec.convert
 
 MAX_BACKOFF = 5.0
 # Finality depth's default for the window when none is configured bigger.
@@ -175,10 +174,21 @@ class Follower:
                         "follower step failed; retrying",
                         extra={"fields": {"network": self.label, "error": str(exc), "n": failures}},
                     )
-                await trio.sleep(min(MAX_BACKOFF, self.poll_interval * 2**failures))
+                await trio.sleep(self._backoff(failures))
+                continue
+            except Exception:
+                # A bug must not take the whole gateway down with this network's follower:
+                # log it loudly and retry, as for any other failed step.
+                failures += 1
+                self.stats["bugs"] += 1
+                log.exception("follower step crashed", extra={"fields": {"network": self.label}})
+                await trio.sleep(self._backoff(failures))
                 continue
             if not progressed:
                 await self._wait_for_head()
+
+    def _backoff(self, failures: int) -> float:
+        return min(MAX_BACKOFF, self.poll_interval * float(2 ** min(failures, 16)))
 
     async def _wait_for_head(self) -> None:
         notifier = self.notifier
@@ -196,9 +206,12 @@ class Follower:
         cursor, stored = await self._store.load_chain(self.chain, self.network)
         if cursor is None:
             return
-        for row in stored:
-            if row.number <= cursor.number:
-                self.window.push(_decode_block(row.body))
+        try:
+            for row in stored:
+                if row.number <= cursor.number:
+                    self.window.push(_decode_block(row.body))
+        except (BrokenLink, msgspec.DecodeError):
+            self.window.clear()
         tip = self.window.tip
         if tip is None or tip.header.hash != cursor.hash:
             # The window is saved with the cursor in one transaction, so this means the rows
@@ -355,7 +368,7 @@ class Follower:
             self._grow(span)
             headers = await self._headers(range(number, to + 1))
             by_number: dict[int, list[Log]] = {}
-            for entry in _decode_logs(logs, list[Log]):
+            for entry in _logs(logs):
                 by_number.setdefault(int(entry.block_number, 16), []).append(entry)
             for header in headers:
                 block_logs = by_number.pop(header.number, [])
@@ -423,7 +436,7 @@ class Follower:
             if isinstance(result, RpcCallError):
                 # Most often "unknown block": it was reorganised away while we read.
                 raise Inconsistent(f"logs of block {header.number}: {result}")
-            logs = _decode_logs(result, list[Log])
+            logs = _logs(result)
             if any(entry.block_hash != header.hash for entry in logs):
                 raise Inconsistent(f"logs of block {header.number} name another block")
             blocks.append(Block(header, logs, self._txs.pop(header.hash, [])))
@@ -478,3 +491,10 @@ class Follower:
         await self._store.save_chain(self.chain, self.network, cursor, added, keep_from=keep_from)
         self._unsaved = []
         self._dirty = False
+
+
+def _logs(result: Any) -> list[Log]:
+    try:
+        return msgspec.convert(result, list[Log])
+    except msgspec.ValidationError as exc:
+        raise Inconsistent(f"malformed logs from the node: {exc}") from None
