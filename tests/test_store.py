@@ -32,10 +32,14 @@ from chaingate.store import (
     UsageRow,
     open_store,
 )
+from chaingate.store.chainrows import ChainCursor, StoredBlock
 from chaingate.store.migrate import apply_pending, load_migrations, split_statements
 from chaingate.store.postgres import redact, to_pyformat
 
 T0 = 1_700_000_000_000  # ms
+# Every shipped migration's version, and the next free one (for test-only migrations).
+VERSIONS = [m.version for m in load_migrations()]
+NEXT = VERSIONS[-1] + 1
 DAY = 1440  # minutes
 M0 = 28_333_440  # a minute that starts a UTC day (2023-11-13T00:00Z)
 
@@ -84,21 +88,26 @@ def _key(account_id: str, secret: str, **fields: object) -> KeyRow:
 async def test_migrations_apply_once_and_are_recorded(store_url: str, tmp_path: Path) -> None:
     clock = FakeClock()
     async with open_store(store_url, tmp_path, clock=clock) as first:
-        assert await first.migrate() == [1]
+        assert await first.migrate() == VERSIONS
         assert await first.migrate() == []
         recorded = await first.applied_migrations()
-    assert [(m.version, m.name, m.applied_at) for m in recorded] == [(1, "initial", T0)]
+    assert [(m.version, m.name, m.applied_at) for m in recorded] == [
+        (1, "initial", T0),
+        (2, "chain_follower", T0),
+    ]
     # A new process (store object) finds the schema current.
     async with open_store(store_url, tmp_path, clock=clock) as second:
         assert await second.migrate() == []
-        assert [m.version for m in await second.applied_migrations()] == [1]
+        assert [m.version for m in await second.applied_migrations()] == VERSIONS
 
 
 def _extra_migrations() -> list[Migration]:
     return [
         *load_migrations(),
-        Migration(2, "widgets", "CREATE TABLE widgets (id TEXT PRIMARY KEY, n BIGINT NOT NULL);"),
-        Migration(3, "widget_index", "CREATE INDEX widgets_n ON widgets (n);"),
+        Migration(
+            NEXT, "widgets", "CREATE TABLE widgets (id TEXT PRIMARY KEY, n BIGINT NOT NULL);"
+        ),
+        Migration(NEXT + 1, "widget_index", "CREATE INDEX widgets_n ON widgets (n);"),
     ]
 
 
@@ -123,22 +132,22 @@ async def test_concurrent_migrations_apply_each_version_exactly_once(
         for s in stores:
             await s.aclose()
     applied = sorted(v for result in results for v in result)
-    assert applied == [1, 2, 3]
-    assert [m.version for m in recorded] == [1, 2, 3]
+    assert applied == [*VERSIONS, NEXT, NEXT + 1]
+    assert [m.version for m in recorded] == [*VERSIONS, NEXT, NEXT + 1]
 
 
 async def test_failed_migration_rolls_back_whole(store_url: str, tmp_path: Path) -> None:
     broken = Migration(
-        2, "broken", "CREATE TABLE half (x BIGINT);\nINSERT INTO no_such_table VALUES (1);"
+        NEXT, "broken", "CREATE TABLE half (x BIGINT);\nINSERT INTO no_such_table VALUES (1);"
     )
     async with open_store(store_url, tmp_path) as s:
-        assert await s.migrate() == [1]
+        assert await s.migrate() == VERSIONS
         with pytest.raises(Exception, match="no_such_table"):
             await apply_pending(s, [*load_migrations(), broken])
-        assert [m.version for m in await s.applied_migrations()] == [1]
+        assert [m.version for m in await s.applied_migrations()] == VERSIONS
         # Its first statement was undone with the rest: the migration can simply be rerun.
-        fixed = Migration(2, "fixed", "CREATE TABLE half (x BIGINT);")
-        assert await apply_pending(s, [*load_migrations(), fixed]) == [2]
+        fixed = Migration(NEXT, "fixed", "CREATE TABLE half (x BIGINT);")
+        assert await apply_pending(s, [*load_migrations(), fixed]) == [NEXT]
 
 
 def test_split_statements_respects_quotes_and_comments() -> None:
@@ -436,10 +445,12 @@ async def test_default_url_is_sqlite_under_data_dir(tmp_path: Path) -> None:
     assert store.backend == "sqlite"
     assert store.display_url == f"sqlite://{data_dir}/chaingate.db"
     async with store:
-        assert await store.migrate() == [1]
+        assert await store.migrate() == VERSIONS
     with sqlite3.connect(data_dir / "chaingate.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [
+            (v,) for v in VERSIONS
+        ]
 
 
 def _listdir(path: Path) -> list[Path]:
@@ -448,7 +459,7 @@ def _listdir(path: Path) -> list[Path]:
 
 async def test_memory_and_four_slash_urls(tmp_path: Path) -> None:
     async with open_store("sqlite:///:memory:", tmp_path) as memory:
-        assert await memory.migrate() == [1]
+        assert await memory.migrate() == VERSIONS
         await memory.create_account("a@example.com", "free")
     assert not _listdir(tmp_path)
     four = open_store(f"sqlite:///{tmp_path}/x.db", tmp_path)
@@ -521,10 +532,10 @@ def test_cli_migrate(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"store: sqlite://{data_dir}/chaingate.db" in first.stdout
     assert "0001 initial: applied now" in first.stdout
-    assert "schema at version 1 (1 applied now)" in first.stdout
+    assert f"schema at version {NEXT - 1} ({len(VERSIONS)} applied now)" in first.stdout
     with sqlite3.connect(data_dir / "chaingate.db") as conn:
         assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
-            (1, "initial")
+            (m.version, m.name) for m in load_migrations()
         ]
 
     again = _chaingate("migrate", env=env)
@@ -538,3 +549,32 @@ def test_cli_migrate(tmp_path: Path) -> None:
     from_file = _chaingate("migrate", "--config", str(config_file), env=env)
     assert from_file.returncode == 0, from_file.stdout + from_file.stderr
     assert (other / "chaingate.db").is_file()
+
+
+# --- chain follower state --------------------------------------------------------------------
+
+
+async def test_chain_window_saves_prunes_and_rewinds(store_url: str, tmp_path: Path) -> None:
+    def block(n: int, tag: str = "a") -> StoredBlock:
+        return StoredBlock(n, f"0x{tag}{n}", f"0x{tag}{n - 1}", f'{{"n":{n}}}')
+
+    async with open_store(store_url, tmp_path) as s:
+        await s.migrate()
+        assert await s.load_chain("ethereum", "mainnet") == (None, [])
+        await s.save_chain(
+            "ethereum", "mainnet", ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
+            keep_from=2,
+        )  # fmt: skip
+        cursor, rows = await s.load_chain("ethereum", "mainnet")
+        assert cursor == ChainCursor(5, "0xa5", 3)
+        assert [r.number for r in rows] == [2, 3, 4, 5]  # block 1 fell out of the window
+        assert rows[-1] == block(5)
+        # A reorg to a shorter branch: 4' replaces 4, 5 goes, in one save.
+        await s.save_chain(
+            "ethereum", "mainnet", ChainCursor(4, "0xb4", 3), [block(4, "b")], keep_from=2
+        )
+        cursor, rows = await s.load_chain("ethereum", "mainnet")
+        assert cursor == ChainCursor(4, "0xb4", 3)
+        assert [(r.number, r.hash) for r in rows] == [(2, "0xa2"), (3, "0xa3"), (4, "0xb4")]
+        # Another network's state is its own.
+        assert await s.load_chain("ethereum", "sepolia") == (None, [])
