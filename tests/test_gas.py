@@ -39,6 +39,7 @@ from chaingate.gas.oracle import GasOracle
 from chaingate.impl import Impl
 from chaingate.rpc.pool import UpstreamPool
 from chaingate.rpc.service import parse_evm_head
+from tests.conftest import StartGateway
 from tests.test_auth import AuthStack, assert_rate_headers, auth_settings, start_auth
 
 GWEI = 10**9
@@ -815,18 +816,67 @@ async def keyed(
 
 
 async def test_gateway_refusals_use_the_envelope_with_rate_headers(keyed: AuthStack) -> None:
+    # auth_settings: ethereum/devnet (testnet) and ethereum/mainnet, both followed.
+    assert set(keyed.handle.gateway.gas_oracles) == {"ethereum/devnet", "ethereum/mainnet"}
     no_data, _ = await keyed.key(env="live", scopes="rpc:read")
     live, _ = await keyed.key(env="live", scopes="data:read")
+    test, _ = await keyed.key(env="test", scopes="data:read")
     cases = [
         (None, "/v1/gas/ethereum/prices", 401, "unauthorized"),
         (no_data, "/v1/gas/ethereum/prices", 403, "forbidden"),
+        (test, "/v1/gas/ethereum/prices", 403, "forbidden"),  # "ethereum" is its mainnet
+        (test, "/v1/gas/ethereum-mainnet/prices", 403, "forbidden"),
         (live, "/v1/gas/bitcoin/prices", 404, "not_found"),
+        (test, "/v1/gas/bitcoin/prices", 404, "not_found"),
     ]
     for key, path, status, code in cases:
         async with keyed.client(key) as client:
             response = await client.get(path)
-        assert response.status_code == status, response.text
+        assert response.status_code == status, (key, path, response.text)
         error = response.json()["error"]
         assert error["code"] == code and error["status"] == status
         assert_rate_headers(response)
         assert "retry-after" not in response.headers
+    answered = [
+        (test, "/v1/gas/ethereum-devnet/prices", "devnet"),
+        (live, "/v1/gas/ethereum-devnet/prices", "devnet"),
+        (live, "/v1/gas/ethereum/prices", "mainnet"),
+    ]
+    for key, path, network in answered:
+        async with keyed.client(key, bearer=True) as client:
+            response = await client.get(path)
+        assert response.status_code == 200, (path, response.text)
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["network"] == network
+        assert_rate_headers(response)
+
+
+async def test_end_to_end_a_mined_block_reaches_the_endpoint(
+    start_gateway: StartGateway, anvil_factory: Callable[..., AnvilProcess]
+) -> None:
+    url = anvil_factory().url
+    await busy_history(url)
+    gw = await start_gateway([url], network={"follower": {"enabled": True, "poll_interval": 0.02}})
+    oracle = gw.gateway.gas_oracles["ethereum/devnet"]
+    async with gw.client() as client:
+        # Served from start-up on, before any new head.
+        first = await client.get("/v1/gas/ethereum/prices")
+        assert first.status_code == 200 and first.content == oracle.body
+        head = await send_block(url, tips(11, 12, 13, 30))
+        with trio.fail_after(10):
+            while True:
+                response = await client.get("/v1/gas/ethereum/prices")
+                assert response.status_code == 200
+                if response.json()["block_number"] == head:
+                    break
+                await trio.sleep(0.02)
+        body = response.json()
+        assert body["chain"] == "ethereum" and body["network"] == "devnet"
+        assert without_time(body) == reference_body(await independent_history(url, head))
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", body["updated_at"])
+        # Many requests, one computation per head: the body is the oracle's own bytes.
+        updates = oracle.updates
+        for _ in range(30):
+            again = await client.get("/v1/gas/ethereum-devnet/prices")
+            assert again.content == oracle.body
+        assert oracle.updates == updates and not oracle.failures
