@@ -186,6 +186,16 @@ async def test_follows_new_blocks_with_their_logs(follow: Starter, node: AnvilPr
     assert finalized == list(range(finalized[0], start.number + 5 - 2 + 1))
     check_order(run.events)
     await assert_stored_chain_is_canonical(run, node.url)
+    # The follower and the gas oracle it feeds are visible in /metrics.
+    metrics = run.gateway.registry.render().decode()
+    labels = '{chain="ethereum",network="devnet"}'
+    assert f"chaingate_follower_block{labels} {start.number + 5}" in metrics
+    assert f"chaingate_follower_finalized_block{labels} {start.number + 3}" in metrics
+    assert (
+        'chaingate_follower_events_total{chain="ethereum",network="devnet",kind="applied"}'
+        in metrics
+    )
+    assert "chaingate_gas_updates_total" + labels in metrics
 
 
 @pytest.mark.parametrize("depth", [1, 3])

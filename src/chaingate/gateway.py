@@ -394,6 +394,25 @@ class Gateway:
                 lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items()))
             ),
         )
+        oracles = self.gas_oracles
+        registry.family(
+            "chaingate_gas_updates_total",
+            "counter",
+            "Gas price estimates recomputed (one per new head at most).",
+            lambda: (
+                ({"chain": o.chain, "network": o.network}, o.updates) for o in oracles.values()
+            ),
+        )
+        registry.family(
+            "chaingate_gas_failures_total",
+            "counter",
+            "Gas price refreshes that failed (the previous estimate stays served), by reason.",
+            lambda: (
+                ({"chain": o.chain, "network": o.network, "reason": reason}, n)
+                for o in oracles.values()
+                for reason, n in sorted(o.failures.items())
+            ),
+        )
         gate = self.gate
         if isinstance(gate, KeyGate):
             registry.family(
