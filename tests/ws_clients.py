@@ -25,14 +25,14 @@ from chaingate.devnet.anvil import rpc_call
 LOGGER_RUNTIME = bytes.fromhex(
     "602035"  # PUSH1 32 CALLDATALOAD            -> topic1
     "600035"  # PUSH1 0 CALLDATALOAD             -> topic0
-    "36604090" "03"  # CALLDATASIZE PUSH1 64 SWAP1 SUB -> size = calldatasize - 64
+    "3660409003"  # CALLDATASIZE PUSH1 64 SWAP1 SUB -> size = calldatasize - 64
     "80"  # DUP1
     "6040600037"  # PUSH1 64 PUSH1 0 CALLDATACOPY  memory[0:size] = calldata[64:]
     "6000a200"  # PUSH1 0 LOG2 STOP
 )
 LOGGER_INIT = (
-    bytes.fromhex("60%02x600c600039" % len(LOGGER_RUNTIME))  # CODECOPY(0, 12, size)
-    + bytes.fromhex("60%02x6000f3" % len(LOGGER_RUNTIME))  # RETURN(0, size)
+    bytes.fromhex(f"60{len(LOGGER_RUNTIME):02x}600c600039")  # CODECOPY(0, 12, size)
+    + bytes.fromhex(f"60{len(LOGGER_RUNTIME):02x}6000f3")  # RETURN(0, size)
     + LOGGER_RUNTIME
 )
 
@@ -92,8 +92,9 @@ class Client:
         text = message if isinstance(message, str | bytes) else json.dumps(message)
         await trio.to_thread.run_sync(self.conn.send, text)
 
-    async def recv(self, timeout: float = 10.0) -> Any:
-        raw = await trio.to_thread.run_sync(lambda: self.conn.recv(timeout=timeout))
+    async def recv(self, seconds: float = 10.0) -> Any:
+        """The next message (JSON); TimeoutError when none comes within ``seconds``."""
+        raw = await trio.to_thread.run_sync(lambda: self.conn.recv(timeout=seconds))
         return json.loads(raw)
 
     async def call(self, method: str, params: list[Any] | None = None) -> Any:
@@ -112,6 +113,26 @@ class Client:
         assert "result" in reply, reply
         return str(reply["result"])
 
+    async def subscribe_many(self, params: list[list[Any]]) -> list[str]:
+        """Pipelined subscriptions: every request sent, then every acknowledgement read."""
+
+        def run() -> list[str]:
+            first = self._next_id
+            self._next_id += len(params)
+            for i, p in enumerate(params):
+                call = {"jsonrpc": "2.0", "id": first + i, "method": "eth_subscribe", "params": p}
+                self.conn.send(json.dumps(call))
+            ids: dict[int, str] = {}
+            while len(ids) < len(params):
+                message = json.loads(self.conn.recv(timeout=10))
+                if "id" in message:
+                    ids[message["id"]] = message["result"]
+                else:
+                    self.early.append(message)
+            return [ids[first + i] for i in range(len(params))]
+
+        return await trio.to_thread.run_sync(run)
+
     async def close(self) -> None:
         await trio.to_thread.run_sync(self._manager.__exit__, None, None, None)
 
@@ -119,9 +140,9 @@ class Client:
     def close_code(self) -> int | None:
         return self.conn.close_code
 
-    async def closed(self, timeout: float = 10.0) -> int | None:
+    async def closed(self, seconds: float = 10.0) -> int | None:
         """Wait until the server closes the connection; its close code."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
                 await trio.to_thread.run_sync(lambda: self.conn.recv(timeout=0.2))

@@ -107,6 +107,10 @@ class WebSocketSettings(msgspec.Struct, forbid_unknown_fields=True):
     # Bytes queued for one client beyond what its socket took; a push that does not fit
     # closes the connection with 1008 (a slow reader never grows memory).
     send_queue_bytes: int = 1 << 20
+    # SO_SNDBUF of an upgraded socket (0: the kernel's autotuning, up to tcp_wmem's 4 MiB on
+    # Linux).  Bounds kernel memory per slow client, and how far behind it can fall before
+    # the send queue notices.
+    socket_send_buffer: int = 256 << 10
     # JSON-RPC calls of one connection answered concurrently (the rest wait: backpressure).
     max_inflight: int = 16
     # Ceiling on subscriptions per connection whatever the plan says (0 in a plan: this).

@@ -230,6 +230,13 @@ class WsEndpoint:
             ticket.max_subscriptions,
         )
         self.sessions.add(session)
+        if self.settings.socket_send_buffer:
+            try:
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, self.settings.socket_send_buffer
+                )
+            except OSError:
+                pass  # not a TCP socket (tests with socketpairs): nothing to bound
         try:
             if self._closing:
                 session.close(1001, "server shutting down")
