@@ -38,6 +38,7 @@ from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import RpcService
 from chaingate.store import Store, open_store
+from chaingate.ws.endpoint import WsEndpoint
 
 log = logging.getLogger("chaingate")
 
@@ -121,9 +122,18 @@ class Gateway:
             settings.observability.admin_token,
         )
         # WebSocket subscriptions: upgraded by the edge, fed by each network's follower.
-        self.edge = EdgeServer(settings.server, self.impl, self.routes)
+        self.ws = WsEndpoint(
+            self.services,
+            self.gate,
+            self.access_log,
+            settings.ws,
+            self.keys.limits_of if self.keys is not None else None,
+        )
+        self.ws.attach(self.followers, self.clients)
+        self.edge = EdgeServer(settings.server, self.impl, self.routes, self.ws)
         self._shutdown = trio.Event()
         self._register_metrics()
+        self.ws.register_metrics(self.registry)
 
     def _key_gate(self, settings: Settings) -> KeyGate:
         if not settings.auth.pepper:
@@ -173,6 +183,7 @@ class Gateway:
                 await nursery.start(oracle.run, self._gas_streams[key])
             for follower in self.followers.values():
                 await nursery.start(follower.run)
+            await nursery.start(self.ws.run)
             await nursery.start(self.asgi.lifespan)
             nursery.start_soon(self.access_log.run)
             edge_done = trio.Event()
