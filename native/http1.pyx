@@ -14,6 +14,7 @@ from cformat cimport int_width, write_int
 
 from chaingate.framing_constants import CHUNK_LINE_MAX as _CHUNK_LINE_MAX_PY
 from chaingate.framing_constants import EXPECT_OTHER as _EXPECT_OTHER_PY
+from chaingate.framing_constants import PARTIAL_BODY_MIN as _PARTIAL_BODY_MIN_PY
 from chaingate.framing_constants import REASONS as _REASONS
 from chaingate.framing_constants import TOKEN_CHARS as _TOKEN_CHARS
 
@@ -32,6 +33,7 @@ IMPLEMENTATION = "compiled"
 
 cdef Py_ssize_t CHUNK_LINE_MAX = _CHUNK_LINE_MAX_PY
 cdef int EXPECT_OTHER = _EXPECT_OTHER_PY
+cdef Py_ssize_t PARTIAL_BODY_MIN = _PARTIAL_BODY_MIN_PY
 
 cdef enum:
     S_HEAD = 0
@@ -365,7 +367,10 @@ cdef class _BodyReader:
         self.parts = []
 
     cdef void append(self, bytes data):
-        if self.pos:
+        if self.pos >= PyBytes_GET_SIZE(self.buf):
+            self.buf = data
+            self.pos = 0
+        elif self.pos:
             self.buf = self.buf[self.pos:] + data
             self.pos = 0
         elif PyBytes_GET_SIZE(self.buf):
@@ -395,7 +400,14 @@ cdef class _BodyReader:
         cdef Py_ssize_t colon = 0, vs = 0, ve = 0
         while True:
             if self.state == S_BODY_LENGTH:
-                if n - self.pos < self.remaining:
+                available = n - self.pos
+                if available < self.remaining:
+                    if available >= PARTIAL_BODY_MIN:
+                        # Set a big body's bytes aside as they come: appending every read to
+                        # one bytes object would copy the body over and over (quadratic).
+                        self.parts.append(_sub(buf, self.pos, n))
+                        self.remaining -= available
+                        self.pos = n
                     return None
                 if self.pos == 0 and self.remaining == n:
                     body = buf
@@ -403,6 +415,10 @@ cdef class _BodyReader:
                     body = _sub(buf, self.pos, self.pos + self.remaining)
                 self.pos += self.remaining
                 self.state = S_HEAD
+                if self.parts:
+                    self.parts.append(body)
+                    body = b"".join(self.parts)
+                    self.parts = []
                 return body
             if self.state == S_BODY_UNTIL_EOF:
                 available = n - self.pos

@@ -971,3 +971,21 @@ def test_response_eof_with_nothing_buffered_is_quiet(impl: Impl) -> None:
     parser.feed_eof()
     assert parser.next_event() is None
     assert not parser.has_partial
+
+
+@pytest.mark.parametrize("piece", [1000, 7000, 65536, 200_000])
+def test_large_response_body_fed_in_pieces_then_a_pipelined_one(impl: Impl, piece: int) -> None:
+    """A multi-megabyte body (eth_getLogs) arrives in many reads: same bytes, any piece size."""
+    body = bytes(range(256)) * 8000  # ~2 MB
+    stream = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
+    parser = impl.http1.ResponseParser()
+    seen = []
+    for start in range(0, len(stream), piece):
+        parser.feed(stream[start : start + piece])
+        while (event := parser.next_event()) is not None:
+            seen.append(event.body)
+    assert seen == [body, b"ok"]
+    assert not parser.has_partial

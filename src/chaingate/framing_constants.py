@@ -8,6 +8,10 @@ TOKEN_CHARS = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklm
 # A chunk-size line (size plus extensions) longer than this is refused.
 CHUNK_LINE_MAX = 1024
 
+# A Content-Length body still incomplete with at least this many bytes buffered has them set
+# aside, so a large body is copied once, not once per read.
+PARTIAL_BODY_MIN = 16384
+
 # Marker for an Expect header other than 100-continue (answered with 417).
 EXPECT_OTHER = 2
 

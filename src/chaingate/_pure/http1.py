@@ -23,6 +23,7 @@ import re
 from chaingate.framing_constants import (
     CHUNK_LINE_MAX,
     EXPECT_OTHER,
+    PARTIAL_BODY_MIN,
     REASONS,
     TOKEN_CHARS,
 )
@@ -278,7 +279,10 @@ class _BodyReader:
         self.trailer_bytes = 0
 
     def append(self, data: bytes) -> None:
-        if self.pos:
+        if self.pos >= len(self.buf):
+            self.buf = data
+            self.pos = 0
+        elif self.pos:
             self.buf = self.buf[self.pos :] + data
             self.pos = 0
         elif self.buf:
@@ -303,11 +307,22 @@ class _BodyReader:
         while True:
             state = self.state
             if state == _BODY_LENGTH:
-                if len(buf) - self.pos < self.remaining:
+                available = len(buf) - self.pos
+                if available < self.remaining:
+                    if available >= PARTIAL_BODY_MIN:
+                        # Set a big body's bytes aside as they come: appending every read to
+                        # one bytes object would copy the body over and over (quadratic).
+                        self.parts.append(buf[self.pos :])
+                        self.remaining -= available
+                        self.pos = len(buf)
                     return None
                 body = buf[self.pos : self.pos + self.remaining]
                 self.pos += self.remaining
                 self.state = _HEAD
+                if self.parts:
+                    self.parts.append(body)
+                    body = b"".join(self.parts)
+                    self.parts = []
                 return body
             if state == _BODY_UNTIL_EOF:
                 available = len(buf) - self.pos
