@@ -36,6 +36,9 @@ from chaingate.ws.sources import PendingSource, SyncingSource
 # only got shorter), the removed logs go out anyway.
 REVERT_HOLD = 0.05
 ANNOUNCED_BLOCKS = 1024  # hashes of blocks pushed live, remembered for reorgs
+# Pushes between two checkpoints: a fan-out to many thousands of sockets must not stall the
+# edge's HTTP traffic for its whole length (each push is one send system call).
+FANOUT_SLICE = 64
 FANOUT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -169,15 +172,17 @@ class Hub:
 
     # --- fan-out -------------------------------------------------------------------------
 
-    def _fan(self, kind: str, subscriptions: list[Subscription], push: Push) -> None:
-        for subscription in subscriptions:
+    async def _fan(self, kind: str, subscriptions: list[Subscription], push: Push) -> None:
+        for n, subscription in enumerate(subscriptions, 1):
             subscription.sink.push(push.frame(subscription.prefix), push.cu)
+            if n % FANOUT_SLICE == 0:
+                await trio.lowlevel.checkpoint()
         self.pushes[kind] += len(subscriptions)
 
-    def push_heads(self, block: Block) -> None:
+    async def push_heads(self, block: Block) -> None:
         subscribers = list(self.registry.of_kind("newHeads").values())
         if subscribers:
-            self._fan("newHeads", subscribers, Push(encode(block.header.fields)))
+            await self._fan("newHeads", subscribers, Push(encode(block.header.fields)))
 
     def _logs_index(self) -> tuple[dict[str, list[Subscription]], list[Subscription]]:
         """Logs subscriptions by address (plus those for any address), rebuilt on change."""
@@ -195,7 +200,7 @@ class Hub:
             index = self._log_index = (by_address, anywhere)
         return index
 
-    def push_logs(self, logs: list[Log]) -> None:
+    async def push_logs(self, logs: list[Log]) -> None:
         if not logs or not self.registry.count("logs"):
             return
         by_address, anywhere = self._logs_index()
@@ -215,9 +220,11 @@ class Hub:
                     push = Push(encode(entry))
                 subscription.sink.push(push.frame(subscription.prefix), push.cu)
                 count += 1
+                if count % FANOUT_SLICE == 0:
+                    await trio.lowlevel.checkpoint()
         self.pushes["logs"] += count
 
-    def push_pending(self, tx_hash: str, tx: Any) -> None:
+    async def push_pending(self, tx_hash: str, tx: Any) -> None:
         subscribers = self.registry.of_kind("newPendingTransactions")
         if not subscribers:
             return
@@ -235,12 +242,14 @@ class Hub:
                 push = by_hash
             subscription.sink.push(push.frame(subscription.prefix), push.cu)
             count += 1
+            if count % FANOUT_SLICE == 0:
+                await trio.lowlevel.checkpoint()
         self.pushes["newPendingTransactions"] += count
 
-    def push_syncing(self, state: Any) -> None:
+    async def push_syncing(self, state: Any) -> None:
         subscribers = list(self.registry.of_kind("syncing").values())
         if subscribers:
-            self._fan("syncing", subscribers, Push(encode(state)))
+            await self._fan("syncing", subscribers, Push(encode(state)))
 
     # --- the follower's stream -------------------------------------------------------------
 
@@ -254,27 +263,27 @@ class Hub:
                         with trio.move_on_after(REVERT_HOLD) as hold:
                             event = await events.receive()
                         if hold.cancelled_caught:
-                            self._retract(reverted)
+                            await self._retract(reverted)
                             reverted = []
                             continue
                     else:
                         event = await events.receive()
                 except trio.EndOfChannel:
-                    self._retract(reverted)
+                    await self._retract(reverted)
                     return
                 if isinstance(event, Revert):
                     reverted.append(event.block)
                     continue
                 if reverted:
-                    self._retract(reverted)
+                    await self._retract(reverted)
                     reverted = []
                 if isinstance(event, Apply):
                     if event.live:
-                        self._announce(event.block)
+                        await self._announce(event.block)
                 elif isinstance(event, Finalized):
                     pass  # nothing to tell subscribers: finality is not part of eth_subscribe
 
-    def _announce(self, block: Block) -> None:
+    async def _announce(self, block: Block) -> None:
         started = time.perf_counter()
         self.head_arrival = time.time()
         self.head_number = block.header.number
@@ -282,16 +291,16 @@ class Hub:
         announced[block.header.hash] = None
         if len(announced) > ANNOUNCED_BLOCKS:
             announced.popitem(last=False)
-        self.push_heads(block)
-        self.push_logs(block.logs)
+        await self.push_heads(block)
+        await self.push_logs(block.logs)
         self.fanout.observe(time.perf_counter() - started)
 
-    def _retract(self, reverted: list[Block]) -> None:
+    async def _retract(self, reverted: list[Block]) -> None:
         """Removed logs of orphaned blocks, oldest block first (geth's order)."""
         announced = self._announced
         for block in reversed(reverted):
             if block.header.hash in announced:
                 del announced[block.header.hash]
-                self.push_logs(
+                await self.push_logs(
                     [msgspec.structs.replace(entry, removed=True) for entry in block.logs]
                 )

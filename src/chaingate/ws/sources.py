@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -130,7 +130,7 @@ class PendingSource(Gated):
         interval: float,
         active: Callable[[], bool],
         wants_full: Callable[[], bool],
-        deliver: Callable[[str, Any], None],
+        deliver: Callable[[str, Any], Awaitable[None]],
     ) -> None:
         super().__init__(active)
         self._pool = pool
@@ -210,7 +210,7 @@ class PendingSource(Gated):
                     if isinstance(tx, dict):
                         full[tx_hash] = tx
         for tx_hash in fresh:
-            self._deliver(tx_hash, full.get(tx_hash))
+            await self._deliver(tx_hash, full.get(tx_hash))
 
     def stopped(self) -> None:
         self._seen.clear()
@@ -224,7 +224,7 @@ class SyncingSource(Gated):
         client: ChainClient,
         interval: float,
         active: Callable[[], bool],
-        deliver: Callable[[Any], None],
+        deliver: Callable[[Any], Awaitable[None]],
     ) -> None:
         super().__init__(active)
         self._client = client
@@ -243,7 +243,7 @@ class SyncingSource(Gated):
                 state = False if result is False else {"syncing": True, "status": result}
                 if state != self.current:
                     self.current = state
-                    self._deliver(state)
+                    await self._deliver(state)
             await trio.sleep(self._interval)
 
     def stopped(self) -> None:
