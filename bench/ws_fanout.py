@@ -133,6 +133,21 @@ def subscribe(client: WsClient) -> None:
         client.buffer += chunk
 
 
+NUMBER_KEY = b'"number":"0x'
+
+
+def head_number(payload: bytes) -> int | None:
+    """The block number of a newHeads push, without decoding the JSON: this loop reads N
+    sockets one after the other, so its own cost per message delays the last ones."""
+    if not payload.startswith(b'{"jsonrpc":"2.0","method":"eth_subscription"'):
+        return None
+    start = payload.find(NUMBER_KEY)
+    if start < 0:
+        return None
+    start += len(NUMBER_KEY)
+    return int(payload[start : payload.index(b'"', start)], 16)
+
+
 def drain(selector: selectors.BaseSelector, until: float) -> None:
     """Read every ready socket until ``until`` (monotonic); record each head's arrival."""
     while True:
@@ -155,9 +170,8 @@ def drain(selector: selectors.BaseSelector, until: float) -> None:
                 if opcode == 0x9:  # ping: answer it, or chaingate drops us
                     client.sock.sendall(masked_frame(payload, 0xA))
                 elif opcode == 0x1:
-                    message = json.loads(payload)
-                    if message.get("method") == "eth_subscription":
-                        number = int(message["params"]["result"]["number"], 16)
+                    number = head_number(payload)
+                    if number is not None:
                         client.heads.setdefault(number, received)
 
 

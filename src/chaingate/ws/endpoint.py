@@ -255,7 +255,7 @@ class WsEndpoint:
                 extra={
                     "fields": {
                         "request_id": session.request_id,
-                        "key": session.principal.prefix,
+                        "key_id": session.principal.key_id,
                         "code": session.close_code,
                         "reason": session.close_reason,
                         "seconds": round(monotonic() - session.opened, 3),
