@@ -669,3 +669,20 @@ async def test_raw_socket_close_is_clean(start_gateway: StartGateway, anvil: Anv
     with trio.fail_after(5):
         while handle.gateway.ws.sessions:
             await trio.sleep(0.02)
+
+
+async def test_rate_limits_over_the_socket_are_json_rpc_errors(stack: AuthStack) -> None:
+    key, _ = await stack.key(plan="free", email="rate@t")
+    account = await stack.store.find_account_by_email("rate@t")
+    await stack.store.set_plan(account.id, "free", json.dumps({"requests_per_second": 3}))
+    await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
+    client = await Client.open(ws_url(stack.handle, query=f"?apiKey={key}"))
+    calls = [{"jsonrpc": "2.0", "id": i, "method": "eth_chainId", "params": []} for i in range(10)]
+    for call in calls:
+        await client.send(call)
+    replies = {reply["id"]: reply for reply in await collect(client, 10)}
+    limited = [r for r in replies.values() if "error" in r]
+    assert 0 < len(limited) <= 7
+    assert all(r["error"]["code"] == -32005 for r in limited)
+    assert sorted(replies) == list(range(10))  # each refusal carries its call's id
+    await client.close()
