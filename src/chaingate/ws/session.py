@@ -346,6 +346,7 @@ class Session:
         keep = self._queue[0] if self._queue and self._head_partial else None
         self._queue.clear()
         self._queued = 0
+        self._head_partial = keep is not None
         if keep is not None:
             self._queue.append(keep)
             self._queued = len(keep)
