@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import time
 from typing import Any
 
 import h11
@@ -239,3 +240,18 @@ def request_fields(r: Any) -> tuple[Any, ...]:
 def call_fields(call: Any) -> tuple[Any, ...]:
     """Every field of a parsed JSON-RPC call (either twin), for comparisons."""
     return (call.id, call.method, call.params, call.error, call.message)
+
+
+def read_dev_banner(process: Any, limit: float = 60.0) -> str:
+    """What a running ``chaingate dev`` printed, up to the end of its banner (or ``limit`` s)."""
+    assert process.stdout is not None
+    output: list[str] = []
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        output.append(line)
+        if line.startswith("Ctrl-C stops"):
+            break
+    return "".join(output)

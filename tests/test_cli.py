@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from chaingate.devnet.anvil import free_port
+from tests.helpers import read_dev_banner
 
 
 def _pids_matching(pattern: str) -> list[int]:
@@ -39,18 +40,8 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
         text=True,
         env=env,
     )
-    output: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            output.append(line)
-            if line.startswith("Ctrl-C stops"):
-                break
-        text = "".join(output)
+        text = read_dev_banner(process)
         assert "chaingate dev is up." in text, text
         assert _pids_matching(f"anvil.*--port {anvil_port}"), "anvil should be running"
         # Paste the first curl command exactly as printed.

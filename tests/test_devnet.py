@@ -35,6 +35,7 @@ from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address, create2_address, create_address
 from chaingate.evm.keys import PrivateKey, load_or_create_key, recover_address
 from tests.conftest import DEVNET_SIGNER
+from tests.helpers import read_dev_banner
 
 Devnet = tuple[AnvilProcess, Manifest]
 TRANSFER = abi.event_topic("Transfer(address,address,uint256)")
@@ -462,18 +463,8 @@ def test_chaingate_dev_writes_the_manifest_its_settings_name(tmp_path: Path) -> 
         stderr=subprocess.STDOUT,
         text=True,
     )
-    output: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            output.append(line)
-            if line.startswith("Ctrl-C stops"):
-                break
-        text = "".join(output)
+        text = read_dev_banner(process)
         assert "chaingate dev is up." in text, text
         path = data_dir / cli.DEVNET_MANIFEST
         assert f"manifest  {path}" in text
