@@ -119,7 +119,6 @@ class Follower:
         self._unsaved: list[Block] = []
         self._dirty = False
         self.live = False
-        self.started = trio.Event()
         self.stats: Counter[str] = Counter()
 
     # --- the consumer interface ----------------------------------------------------------
@@ -145,10 +144,9 @@ class Follower:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Follow until cancelled.  ``started`` once the stored state is loaded."""
+        """Follow until cancelled; started once the stored state is loaded."""
         await self._load()
         task_status.started()
-        self.started.set()
         try:
             async with trio.open_nursery() as nursery:
                 if self.notifier is not None:

@@ -24,9 +24,6 @@ class Window:
         self._blocks: dict[int, Block] = {}
         self._tip: Block | None = None
 
-    def __len__(self) -> int:
-        return len(self._blocks)
-
     def __iter__(self) -> Iterator[Block]:
         """Oldest first."""
         return (self._blocks[n] for n in sorted(self._blocks))
