@@ -27,6 +27,7 @@ __all__ = [
     "ResponseParser",
     "build_request",
     "build_response",
+    "build_response_head",
 ]
 
 IMPLEMENTATION = "compiled"
@@ -323,11 +324,14 @@ cdef object _parse_fields(bytes buf, Py_ssize_t start, Py_ssize_t end, int max_h
             if head.content_type is None:
                 head.content_type = _sub(buf, vs, ve)
         elif n == 9 and _ieq(p + start, n, b"x-api-key", 9):
-            if head.api_key is None:
-                head.api_key = _sub(buf, vs, ve)
+            # Credentials are never ambiguous: which of two keys would be the caller's?
+            if head.api_key is not None:
+                return HttpError(400, "more than one X-API-Key header")
+            head.api_key = _sub(buf, vs, ve)
         elif n == 13 and _ieq(p + start, n, b"authorization", 13):
-            if head.authorization is None:
-                head.authorization = _sub(buf, vs, ve)
+            if head.authorization is not None:
+                return HttpError(400, "more than one Authorization header")
+            head.authorization = _sub(buf, vs, ve)
         elif n == 12 and _ieq(p + start, n, b"x-request-id", 12):
             if head.request_id is None:
                 head.request_id = _sub(buf, vs, ve)
@@ -502,27 +506,51 @@ cdef class _BodyReader:
         return body
 
 
+cdef bint _bare_line_break(const unsigned char* p, Py_ssize_t start, Py_ssize_t end,
+                           Py_ssize_t first):
+    """A CR not followed by LF, or an LF not preceded by CR, in p[start:end] (``first`` is
+    where the message starts: an LF there has no CR before it)."""
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        if p[i] == 10:
+            if i == first or p[i - 1] != 13:
+                return 1
+        elif p[i] == 13:
+            if i + 1 < end and p[i + 1] != 10:
+                return 1
+    return 0
+
+
+cdef str _BARE_LINE_BREAK = "bare CR or LF in the message head"
+
+
 cdef object _find_head(_BodyReader reader, Py_ssize_t max_line, Py_ssize_t max_header_bytes,
                        int line_error, Py_ssize_t scan_from,
                        Py_ssize_t* line_end_out, Py_ssize_t* head_end_out):
     """Return None when the head is complete (offsets written out), an HttpError, or the int
-    offset, relative to reader.pos, from which the next search for the terminator may start."""
+    offset, relative to reader.pos, from which the next search may start.  An incomplete head
+    is checked for bare CR/LF as it arrives (see the pure twin)."""
     cdef bytes buf = reader.buf
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(buf)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
     cdef Py_ssize_t pos = reader.pos
     cdef Py_ssize_t line_end = _find_crlf(p, pos, n)
-    cdef Py_ssize_t term
+    cdef Py_ssize_t term, start
     if line_end < 0:
         if n - pos > max_line + 1:
             return HttpError(line_error, "start line too long")
-        return scan_from
+        if _bare_line_break(p, pos + scan_from, n, pos):
+            return HttpError(400, _BARE_LINE_BREAK)
+        return scan_from if scan_from > n - pos - 1 else n - pos - 1
     if line_end - pos > max_line:
         return HttpError(line_error, "start line too long")
-    term = _find_blank(p, line_end if line_end > pos + scan_from else pos + scan_from, n)
+    start = line_end if line_end > pos + scan_from else pos + scan_from
+    term = _find_blank(p, start, n)
     if term < 0:
         if n - (line_end + 2) > max_header_bytes:
             return HttpError(431, "header section too large")
+        if _bare_line_break(p, start, n, pos):
+            return HttpError(400, _BARE_LINE_BREAK)
         return (line_end if line_end > n - 3 else n - 3) - pos
     if term + 4 - (line_end + 2) > max_header_bytes:
         return HttpError(431, "header section too large")
@@ -911,6 +939,26 @@ def build_response(object status, bytes headers, bytes body, bint keep_alive, bi
     at = _put(q, at, b"\r\n", 2)
     _put(q, at, PyBytes_AS_STRING(body), body_len)
     return out
+
+
+def build_response_head(object status, bytes headers, Py_ssize_t body_length, bint keep_alive,
+                        bint http10=False):
+    """The status line and header section of a response whose body is sent separately (a
+    large body is written after it as it is, rather than copied into one message)."""
+    if not 200 <= status <= 999 or status in (204, 304):
+        raise ValueError("only a response with content has a separate body")
+    cdef int code = status
+    cdef object reason_obj = _REASON_BY_STATUS[code] if code < 600 else None
+    cdef bytes reason = reason_obj if reason_obj is not None else b"Unknown"
+    cdef bytes connection
+    if not keep_alive:
+        connection = b"Connection: close\r\n"
+    elif http10:
+        connection = b"Connection: keep-alive\r\n"
+    else:
+        connection = b""
+    return b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+        code, reason, body_length, connection, headers)
 
 
 def build_request(bytes path, bytes host, bytes headers, bytes body):

@@ -31,7 +31,22 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     port: int = 8000
     backlog: int = 1024
     reuse_port: bool = False
-    max_connections: int = 10_000
+    # Client connections at most; 0 derives it from the process's file-descriptor limit (the
+    # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
+    # store and logs.  A value above what the descriptors allow is lowered to fit.
+    max_connections: int = 0
+    # Client connections per address (an IPv6 client is its /64); 0 means half of
+    # max_connections.  At either cap the longest-idle connection makes room, else the new
+    # one is refused with 503.
+    max_connections_per_ip: int = 0
+    # Under pressure (more than 3/4 of max_connections open) idle keep-alive connections are
+    # closed after this long instead of idle_timeout.
+    pressure_idle_timeout: float = 5.0
+    # Bytes of answers written but not yet taken by slow clients, all connections together;
+    # beyond it new requests get 503 (overload) until the backlog drains.
+    max_unsent_bytes: int = 256 << 20
+    # Failed authentications (401) after which a connection is closed.
+    max_auth_failures: int = 10
     max_request_line: int = 8192
     max_header_bytes: int = 16_384
     max_headers: int = 100
@@ -115,6 +130,12 @@ class WebSocketSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_inflight: int = 16
     # Ceiling on subscriptions per connection whatever the plan says (0 in a plan: this).
     max_subscriptions: int = 10_000
+    # Ceilings on logs filters whatever the plan says (0 in a plan: these): addresses, and
+    # topic alternatives over all positions, in one filter (over: -32602); filter bytes (20
+    # per address, 32 per topic) held by one connection (over: -32005; 0: no ceiling).
+    max_filter_addresses: int = 1000
+    max_filter_topics: int = 4000
+    max_filter_bytes_per_connection: int = 8 << 20
     # A ping when the client was silent this long; closed when no pong within pong_timeout.
     ping_interval: float = 30.0
     pong_timeout: float = 20.0
@@ -163,6 +184,9 @@ class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
 class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):
     admin_token: str = ""
     access_log: bool = True
+    # Log bytes held while the log stream is slow (a pipe nobody reads); beyond it lines are
+    # dropped and counted, never the server stalled.
+    log_buffer_bytes: int = 4 << 20
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

@@ -35,6 +35,7 @@ from chaingate.gas.oracle import GasOracle
 from chaingate.impl import Impl, select
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
+from chaingate.obs.sink import LogSink, stderr_sink
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import RpcService
 from chaingate.store import Store, open_store
@@ -108,9 +109,17 @@ class Gateway:
             )
             self._gas_streams[key] = follower.subscribe("gas")
         self.registry = Registry()
-        self.access_log = AccessLog(access_stream, enabled=settings.observability.access_log)
+        self.access_log = AccessLog(
+            enabled=settings.observability.access_log,
+            sink=_log_sink(access_stream, settings.observability.log_buffer_bytes),
+        )
+        evm_networks = {
+            key: service.settings
+            for key, service in self.services.items()
+            if service.settings.family == "evm"
+        }
         self.asgi = AsgiBridge(
-            create_app(self.health, self.store, self.gas_oracles),
+            create_app(self.health, self.store, self.gas_oracles, evm_networks),
             (settings.server.host, settings.server.port),
         )
         self.routes = Routes(
@@ -130,9 +139,12 @@ class Gateway:
             self.keys.limits_of if self.keys is not None else None,
         )
         self.ws.attach(self.followers, self.clients)
-        self.edge = EdgeServer(settings.server, self.impl, self.routes, self.ws)
+        self.edge = EdgeServer(
+            settings.server, self.impl, self.routes, self.ws, _reserved_fds(settings)
+        )
         self._shutdown = trio.Event()
         self._register_metrics()
+        self._register_edge_metrics()
         self.ws.register_metrics(self.registry)
 
     def _key_gate(self, settings: Settings) -> KeyGate:
@@ -240,6 +252,70 @@ class Gateway:
             "version": __version__,
             "networks": networks,
         }
+
+    def _register_edge_metrics(self) -> None:
+        registry = self.registry
+        edge = self.edge
+        sink = self.access_log.sink
+        registry.family(
+            "chaingate_connections_max",
+            "gauge",
+            "Client connections allowed (derived from the file-descriptor limit), in all and "
+            "per client address.",
+            lambda: [
+                ({"scope": "total"}, edge.limits.max_connections),
+                ({"scope": "per_ip"}, edge.limits.max_per_ip),
+            ],
+        )
+        registry.family(
+            "chaingate_connections_refused_total",
+            "counter",
+            "New connections refused with 503 at a connection cap, by cap.",
+            lambda: (({"cap": cap}, n) for cap, n in sorted(edge.refused.items())),
+        )
+        registry.family(
+            "chaingate_connections_evicted_total",
+            "counter",
+            "Idle connections closed to make room for a new one at a cap.",
+            lambda: [({}, edge.evicted)],
+        )
+        registry.family(
+            "chaingate_accept_errors_total",
+            "counter",
+            "Failed accept() calls (out of file descriptors, ...).",
+            lambda: [({}, edge.accept_errors)],
+        )
+        registry.family(
+            "chaingate_unsent_bytes",
+            "gauge",
+            "Answer bytes waiting for slow clients to read them, all connections together.",
+            lambda: [({}, edge.unsent_bytes)],
+        )
+        registry.family(
+            "chaingate_overload_refusals_total",
+            "counter",
+            "Requests answered 503 because too many answer bytes were waiting for clients.",
+            lambda: [({}, edge.overloaded)],
+        )
+
+        def log_sinks() -> list[LogSink]:
+            sinks = [sink]
+            if stderr_sink() is not sink:
+                sinks.append(stderr_sink())
+            return sinks
+
+        registry.family(
+            "chaingate_log_dropped_lines_total",
+            "counter",
+            "Log lines dropped because the log stream did not keep up (its buffer was full).",
+            lambda: [({}, sum(s.dropped_lines for s in log_sinks()))],
+        )
+        registry.family(
+            "chaingate_log_buffered_bytes",
+            "gauge",
+            "Log bytes waiting to be written.",
+            lambda: [({}, sum(s.held for s in log_sinks()))],
+        )
 
     def _register_metrics(self) -> None:
         registry = self.registry
@@ -454,6 +530,26 @@ class Gateway:
             "Time from a complete request to its response, by route.",
             routes.latency,
         )
+
+
+def _log_sink(stream: IO[bytes] | None, max_bytes: int) -> LogSink:
+    """The access log's sink: its own on a given stream, else the process's stderr sink."""
+    if stream is not None:
+        return LogSink(stream, max_bytes)
+    sink = stderr_sink()
+    sink.max_bytes = max_bytes
+    return sink
+
+
+def _reserved_fds(settings: Settings) -> int:
+    """Descriptors the edge must leave for chaingate's own connections."""
+    upstream = sum(
+        u.max_connections + (1 if u.ws_url else 0)
+        for networks in settings.chains.values()
+        for net in networks.values()
+        for u in net.upstreams
+    )
+    return upstream + settings.store.pool_size + 8  # + Redis and the store's files
 
 
 def _follows_any(settings: Settings) -> bool:

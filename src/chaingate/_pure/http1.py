@@ -37,6 +37,7 @@ __all__ = [
     "ResponseParser",
     "build_request",
     "build_response",
+    "build_response_head",
 ]
 
 IMPLEMENTATION = "pure"
@@ -53,8 +54,6 @@ _TARGET_OK = frozenset(range(0x21, 0x7F))
 # Headers the parsers hand out by name; when one repeats, its first value counts.
 _FIRST_VALUE_WINS = {
     b"content-type": "content_type",
-    b"x-api-key": "api_key",
-    b"authorization": "authorization",
     b"x-request-id": "request_id",
     b"upgrade": "upgrade",
     b"retry-after": "retry_after",
@@ -231,6 +230,15 @@ def _parse_fields(block: bytes, max_headers: int) -> _Head | HttpError:
             head.host = value
         elif name == b"expect":
             head.expect = 1 if value.lower() == b"100-continue" else EXPECT_OTHER
+        elif name == b"x-api-key":
+            # Credentials are never ambiguous: which of two keys would be the caller's?
+            if head.api_key is not None:
+                return HttpError(400, "more than one X-API-Key header")
+            head.api_key = value
+        elif name == b"authorization":
+            if head.authorization is not None:
+                return HttpError(400, "more than one Authorization header")
+            head.authorization = value
         elif name in _FIRST_VALUE_WINS:
             attribute = _FIRST_VALUE_WINS[name]
             if getattr(head, attribute) is None:
@@ -397,29 +405,57 @@ class _BodyReader:
         return body
 
 
+def _bare_line_break(buf: bytes, start: int, end: int, first: int) -> bool:
+    """A CR not followed by LF, or an LF not preceded by CR, in ``buf[start:end]`` (``first``
+    is where the message starts: an LF there has no CR before it)."""
+    at = buf.find(b"\n", start, end)
+    while at >= 0:
+        if at == first or buf[at - 1] != 13:
+            return True
+        at = buf.find(b"\n", at + 1, end)
+    at = buf.find(b"\r", start, end)
+    while at >= 0:
+        if at + 1 < end and buf[at + 1] != 10:
+            return True
+        at = buf.find(b"\r", at + 1, end)
+    return False
+
+
+_BARE_LINE_BREAK = "bare CR or LF in the message head"
+
+
 def _find_head(
     reader: _BodyReader, max_line: int, max_header_bytes: int, line_error: int, scan_from: int
 ) -> tuple[int, int] | HttpError | int:
     """Locate the start line and the blank line ending the header section.
 
-    Returns ``(line_end, head_end)`` when complete, an ``HttpError`` when a bound is exceeded,
-    or an int: where the next search for the terminator may start, relative to ``reader.pos``
-    (the buffer is compacted between feeds, so absolute offsets would go stale).
+    Returns ``(line_end, head_end)`` when complete, an ``HttpError`` when a bound is exceeded
+    or a line ends in a bare CR or LF, or an int: where the next search may start, relative to
+    ``reader.pos`` (the buffer is compacted between feeds, so absolute offsets would go stale).
+    An incomplete head is checked for bare line breaks as it arrives: a client that ends its
+    lines with LF alone would otherwise wait for a CRLF that never comes (and get a 408).
+    A complete head needs no such check here: its start line and fields are validated whole.
     """
     buf = reader.buf
     pos = reader.pos
+    end = len(buf)
     line_end = buf.find(b"\r\n", pos)
     if line_end < 0:
-        if len(buf) - pos > max_line + 1:
+        if end - pos > max_line + 1:
             return HttpError(line_error, "start line too long")
-        return scan_from
+        if _bare_line_break(buf, pos + scan_from, end, pos):
+            return HttpError(400, _BARE_LINE_BREAK)
+        # The last byte may be a CR whose LF has not arrived: look at it again next time.
+        return max(scan_from, end - pos - 1)
     if line_end - pos > max_line:
         return HttpError(line_error, "start line too long")
     term = buf.find(b"\r\n\r\n", max(line_end, pos + scan_from))
     if term < 0:
-        if len(buf) - (line_end + 2) > max_header_bytes:
+        if end - (line_end + 2) > max_header_bytes:
             return HttpError(431, "header section too large")
-        return max(line_end, len(buf) - 3) - pos
+        if _bare_line_break(buf, max(line_end, pos + scan_from), end, pos):
+            return HttpError(400, _BARE_LINE_BREAK)
+        return max(line_end, end - 3) - pos
     if term + 4 - (line_end + 2) > max_header_bytes:
         return HttpError(431, "header section too large")
     return line_end, term + 4
@@ -746,6 +782,29 @@ def build_response(
         connection,
         headers,
         body,
+    )
+
+
+def build_response_head(
+    status: int, headers: bytes, body_length: int, keep_alive: bool, http10: bool = False
+) -> bytes:
+    """The status line and header section of a response whose body is sent separately (a
+    large body is written after it as it is, rather than copied into one message)."""
+    if not 200 <= status <= 999 or status in (204, 304):
+        raise ValueError("only a response with content has a separate body")
+    reason = REASONS.get(status, b"Unknown")
+    if not keep_alive:
+        connection = b"Connection: close\r\n"
+    elif http10:
+        connection = b"Connection: keep-alive\r\n"
+    else:
+        connection = b""
+    return b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+        status,
+        reason,
+        body_length,
+        connection,
+        headers,
     )
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 from quart import Response
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from chaingate.config import NetworkSettings
 from chaingate.edge.responses import error_body
 from chaingate.gas.oracle import GasOracle
 
@@ -32,14 +33,19 @@ def create_app(
     health: Callable[[], dict[str, Any]],
     store: Any = None,
     gas: Mapping[str, GasOracle] | None = None,
+    evm_networks: Mapping[str, NetworkSettings] | None = None,
 ) -> QuartTrio:
     from chaingate.api import gas as gas_api  # the resources import this module's helpers
     from chaingate.api import usage
 
     app = QuartTrio("chaingate")
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    # Never redirect: werkzeug builds a redirect from the client's Host header (an open
+    # redirect).  The edge already refused the paths it would "fix" ('//', dot segments), no
+    # rule ends in '/', and any redirect routing still raises is answered 404 below.
+    app.url_map.redirect_defaults = False
     usage.register(app, store)
-    gas_api.register(app, gas or {})
+    gas_api.register(app, gas or {}, evm_networks)
 
     @app.get("/v1/health")
     async def get_health() -> Response:
@@ -49,8 +55,13 @@ def create_app(
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
+        if 300 <= status < 400:
+            status = 404  # a routing redirect would name the client's Host: never sent
         messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
-        return error_response(status, messages.get(status, exc.description or exc.name))
+        response = error_response(status, messages.get(status, exc.description or exc.name))
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return response
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:

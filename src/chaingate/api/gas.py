@@ -6,6 +6,10 @@ The path names a chain but not a network (docs/decisions.md, "Gas prices"):
   with several networks and no mainnet must be named in full;
 * ``ethereum-sepolia`` — chain and network, explicitly (any configured network).
 
+Names resolve over every configured EVM network, followed or not: ``ethereum`` means the
+mainnet whenever one is configured, so a deployment that does not follow its mainnet answers
+404 for it — never another network's prices.
+
 The scope (``data:read``) is the edge's check; test keys are refused on networks that are
 not testnets, like on the RPC route.  The body was encoded by the network's oracle when the
 head arrived: a request costs a dictionary lookup, never an upstream call.
@@ -21,6 +25,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from chaingate.api.app import error_response
+from chaingate.config import NetworkSettings
 from chaingate.gas.oracle import GasOracle
 
 
@@ -73,11 +78,19 @@ class ChainNames:
         return f"unknown chain {shown!r}: gas prices are served for {', '.join(sorted(self.names))}"
 
 
-def register(app: QuartTrio, oracles: Mapping[str, GasOracle]) -> None:
-    names = ChainNames(oracles)
+def register(
+    app: QuartTrio,
+    oracles: Mapping[str, GasOracle],
+    networks: Mapping[str, NetworkSettings] | None = None,
+) -> None:
+    """``networks``: every configured EVM network (``chain/network`` keys); names resolve
+    over all of them, and a network without an oracle (not followed) answers 404."""
+    if networks is None:
+        networks = {key: oracle.settings for key, oracle in oracles.items()}
+    names = ChainNames(networks)
 
     def testnets_of(chain: str) -> str:
-        keys = [k for k, o in oracles.items() if o.chain == chain and o.settings.testnet]
+        keys = [k for k, net in networks.items() if k.split("/", 1)[0] == chain and net.testnet]
         if not keys:
             return ""
         return f" (testnets of {chain}: {', '.join(names.name_of(k) for k in sorted(keys))})"
@@ -87,14 +100,20 @@ def register(app: QuartTrio, oracles: Mapping[str, GasOracle]) -> None:
         key = names.resolve(chain)
         if key is None:
             return error_response(404, names.not_found(chain))
-        oracle = oracles[key]
         principal: Any = request.scope.get("chaingate.principal")
         test_key = principal is not None and principal.environment == "test"
-        if test_key and not oracle.settings.testnet:
+        if test_key and not networks[key].testnet:
             return error_response(
                 403,
-                f"test keys may only reach testnets; {oracle.label} is not one"
-                + testnets_of(oracle.chain),
+                f"test keys may only reach testnets; {key} is not one"
+                + testnets_of(key.split("/", 1)[0]),
+            )
+        oracle = oracles.get(key)
+        if oracle is None:
+            return error_response(
+                404,
+                f"gas prices are not computed for {key}: its chain follower is off "
+                "([chains.<chain>.<network>.follower] enabled = false)",
             )
         body = oracle.body
         if body is None:

@@ -7,6 +7,7 @@ Query: ``from`` and ``to`` (ISO 8601 UTC or Unix seconds; default: the last 24 h
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -24,19 +25,36 @@ class QueryError(ValueError):
     pass
 
 
+# Accepted times: from the Unix epoch to the end of year 9999 (what ISO 8601 can name).
+MAX_SECONDS = 253_402_300_799
+
+
 def parse_time(value: str, name: str) -> int:
-    """Unix seconds from an ISO 8601 timestamp or a number of seconds."""
+    """Unix seconds from an ISO 8601 timestamp or a number of seconds (finite, in range)."""
+    problem = f"{name} must be an ISO 8601 timestamp or Unix seconds between 0 and {MAX_SECONDS}"
+    if len(value) > 64:
+        raise QueryError(problem)
     try:
-        return int(float(value))
+        number = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(number) or not 0 <= number <= MAX_SECONDS:
+            raise QueryError(problem)
+        return int(number)
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise QueryError(f"{name} must be an ISO 8601 timestamp or Unix seconds") from None
+        raise QueryError(problem) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp())
+    try:
+        seconds = int(parsed.timestamp())
+    except (OverflowError, ValueError):  # year 1 shifted by its offset, and the like
+        raise QueryError(problem) from None
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise QueryError(problem)
+    return seconds
 
 
 def iso_minute(minute: int) -> str:

@@ -73,12 +73,14 @@ class Principal:
 
 
 class Rejection(msgspec.Struct, frozen=True):
-    """Why a request is refused: HTTP status, spec error code, message, extra header lines."""
+    """Why a request is refused: HTTP status, spec error code, message, extra header lines,
+    and whether the connection is closed after the answer (a client guessing keys)."""
 
     status: int
     code: str
     message: str
     headers: bytes = b""
+    close: bool = False
 
 
 class NetworkInfo(msgspec.Struct, frozen=True):

@@ -7,8 +7,14 @@ every process sharing the store.
 
 ``KeyGate`` implements the gate: 401 for a missing, malformed, unknown or revoked key; 403 for
 a missing scope or a test key on a network that is not a testnet; 429 when the key's token
-buckets or its account's day quota are exhausted.  Failed authentications are limited per
-client address, so key guessing is slow and its 401s carry truthful rate-limit headers too.
+buckets or its account's day quota are exhausted.
+
+Failed authentications are limited per client address (an IPv6 client is its /64, see
+``chaingate.peers``), and that limit is checked *before* the key is looked at: an address
+over it gets 429 whatever key it sends — the right key included — so a guesser learns nothing
+from the answers while it is limited.  Such a 429 also closes the connection, and the edge
+closes any connection after ``server.max_auth_failures`` 401s: each further guess costs a new
+handshake.  Its 401s and 429s carry truthful rate-limit headers.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import trio
 from chaingate.auth import apikeys
 from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
+from chaingate.peers import peer_group
 
 log = logging.getLogger("chaingate.auth")
 
@@ -191,28 +198,53 @@ class KeyGate:
 
     def _refuse(self, peer: str, status: int, message: str) -> Rejection:
         """A failed authentication, charged to the client's address."""
-        bucket = self._anonymous.get(peer)
+        group = peer_group(peer)
+        bucket = self._anonymous.get(group)
         now = time.monotonic()
         if bucket is None:
             bucket = self._limiter.KeyLimiter(ANONYMOUS_RPS, 0, now)
-            self._anonymous[peer] = bucket
+            self._anonymous[group] = bucket
             if len(self._anonymous) > ANONYMOUS_PEERS:
                 self._anonymous.popitem(last=False)
+        else:
+            self._anonymous.move_to_end(group)  # an active guesser is not the one forgotten
         wait = bucket.take(now, 1, 0)
-        headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
-        self.refusals[(429 if wait else status, "authentication")] += 1
         if wait:
-            return Rejection(
-                429,
-                "rate_limited",
-                "too many failed authentications from this address",
-                b"Retry-After: %d\r\n" % math.ceil(wait) + headers,
-            )
+            return self._limited(bucket, now, wait)
+        self.refusals[(status, "authentication")] += 1
+        headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
         return Rejection(status, "unauthorized" if status == 401 else "forbidden", message, headers)
+
+    def _limited(self, bucket: Any, now: float, wait: float) -> Rejection:
+        self.refusals[(429, "authentication")] += 1
+        headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
+        return Rejection(
+            429,
+            "rate_limited",
+            "too many failed authentications from this address",
+            b"Retry-After: %d\r\n" % max(1, math.ceil(wait)) + headers,
+            close=True,
+        )
+
+    def _over_failure_limit(self, peer: str) -> Rejection | None:
+        """429 for an address that spent its failed-authentication allowance, before its key
+        is even looked at (so the right key, guessed late, is refused like the wrong ones)."""
+        bucket = self._anonymous.get(peer_group(peer))
+        if bucket is None:
+            return None
+        now = time.monotonic()
+        if bucket.remaining(now) >= 1:
+            return None
+        return self._limited(bucket, now, 1.0 / ANONYMOUS_RPS)
 
     def authenticate(
         self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
     ) -> Principal | Rejection:
+        if self._anonymous:
+            # Only addresses that failed recently are in the table: an empty one costs nothing.
+            limited = self._over_failure_limit(peer)
+            if limited is not None:
+                return limited
         raw = request.api_key
         if raw is None:
             authorization = request.authorization

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import trio
 
@@ -72,12 +71,18 @@ class AsgiBridge:
         self._shutdown_requested.set()
 
     async def handle(
-        self, request: Any, peer: str, extra_headers: bytes = b"", principal: Any = None
+        self,
+        request: Any,
+        path: bytes,
+        peer: str,
+        extra_headers: bytes = b"",
+        principal: Any = None,
     ) -> tuple[int, bytes, bytes]:
         """Run one request through the app; status, header lines and body for the edge.
 
-        The caller's principal (already authenticated by the edge) travels in the scope under
-        ``chaingate.principal``; REST handlers read it from there."""
+        ``path`` is the edge's normalised (decoded) path — the one it authorised — and the
+        app routes on exactly that.  The caller's principal (already authenticated by the
+        edge) travels in the scope under ``chaingate.principal``; REST handlers read it."""
         body_sent = False
         done = trio.Event()
         status = 500
@@ -103,15 +108,14 @@ class AsgiBridge:
                 if not message.get("more_body", False):
                     done.set()
 
-        raw_path = request.path
         scope = {
             "type": "http",
             "asgi": ASGI_VERSION,
             "http_version": "1.1" if request.version == 11 else "1.0",
             "method": request.method.decode("ascii"),
             "scheme": "http",
-            "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
-            "raw_path": raw_path,
+            "path": path.decode("utf-8"),
+            "raw_path": request.path,
             "query_string": request.query,
             "root_path": "",
             "headers": request.headers,

@@ -9,6 +9,9 @@
 
 Every response carries ``X-Request-Id`` (the client's own, when it sent a sane one) and the
 gate's rate-limit headers; every request produces one access-log line and one latency sample.
+
+The path is normalised once (``chaingate.edge.paths``) and that one path is authorised,
+routed, handed to the REST app and logged.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from chaingate.auth.gate import Gate, NetworkInfo, Rejection
 from chaingate.edge.asgi import AsgiBridge
+from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
 from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
@@ -112,7 +116,43 @@ class Routes:
     async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
         started = perf_counter()
         request_id = self._request_id(request)
-        path = request.path
+        label = ""
+        cache = b""
+        try:
+            path = normalize_path(request.path)
+        except PathError as exc:
+            path = request.path
+            route = "other"
+            status, headers, body = 400, JSON, error_body(400, str(exc))
+        else:
+            route, status, headers, body, label, cache = await self._route(request, path, peer)
+        elapsed = perf_counter() - started
+        self._route_latency[route].observe(elapsed)
+        self.statuses[route][status] += 1
+        access_log = self._access_log
+        if access_log.enabled:
+            access_log.write(
+                AccessEntry(
+                    access_log.timestamp(time()),
+                    "info",
+                    "request",
+                    request_id.decode(),
+                    peer,
+                    request.method.decode("latin-1"),
+                    loggable_path(path),
+                    status,
+                    int(elapsed * 1_000_000),
+                    len(body),
+                    label,
+                    cache.decode(),
+                )
+            )
+        return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
+
+    async def _route(
+        self, request: Any, path: bytes, peer: str
+    ) -> tuple[str, int, bytes, bytes, str, bytes]:
+        """Route, status, header lines, body, RPC label and cache status of one request."""
         label = ""
         cache = b""
         if path.startswith(_RPC_PREFIX):
@@ -132,13 +172,15 @@ class Routes:
                 gate = self._gate
                 principal = gate.authenticate(request, peer, self._networks[tail], None)
                 if isinstance(principal, Rejection):
-                    status, headers, body = _rejected(principal, b"")
+                    status, headers, body = _rejected(principal, b"", request)
                 else:
                     reply = await service.handle(request.body, principal)
                     label = reply.label
                     rate_headers = gate.response_headers(principal)
                     if reply.rejection is not None:
-                        status, headers, body = _rejected(reply.rejection, rate_headers, reply.body)
+                        status, headers, body = _rejected(
+                            reply.rejection, rate_headers, request, reply.body
+                        )
                     else:
                         cache = reply.cache
                         headers = (
@@ -160,32 +202,11 @@ class Routes:
             )
         elif path.startswith(b"/v1/") or path == b"/v1":
             route = "rest"
-            status, headers, body = await self._rest(request, peer)
+            status, headers, body = await self._rest(request, path, peer)
         else:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
-        elapsed = perf_counter() - started
-        self._route_latency[route].observe(elapsed)
-        self.statuses[route][status] += 1
-        access_log = self._access_log
-        if access_log.enabled:
-            access_log.write(
-                AccessEntry(
-                    access_log.timestamp(time()),
-                    "info",
-                    "request",
-                    request_id.decode(),
-                    peer,
-                    request.method.decode("latin-1"),
-                    path[:256].decode("latin-1"),
-                    status,
-                    int(elapsed * 1_000_000),
-                    len(body),
-                    label,
-                    cache.decode(),
-                )
-            )
-        return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
+        return route, status, headers, body, label, cache
 
     def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -203,21 +224,25 @@ class Routes:
             )
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
-    async def _rest(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
-        path = request.path
+    async def _rest(self, request: Any, path: bytes, peer: str) -> tuple[int, bytes, bytes]:
         if path in _PUBLIC_PATHS:
-            return await self._asgi.handle(request, peer)
+            return await self._asgi.handle(request, path, peer)
         gate = self._gate
         principal = gate.authenticate(request, peer, None, rest_scope(path))
         if isinstance(principal, Rejection):
-            return _rejected(principal, b"")
-        return await self._asgi.handle(request, peer, gate.response_headers(principal), principal)
+            return _rejected(principal, b"", request)
+        return await self._asgi.handle(
+            request, path, peer, gate.response_headers(principal), principal
+        )
 
 
 def _rejected(
-    rejection: Rejection, rate_headers: bytes, body: bytes | None = None
+    rejection: Rejection, rate_headers: bytes, request: Any = None, body: bytes | None = None
 ) -> tuple[int, bytes, bytes]:
-    """A refusal: the spec's error envelope, unless a body is given (JSON-RPC, over a limit)."""
+    """A refusal: the spec's error envelope, unless a body is given (JSON-RPC, over a limit).
+    A rejection that asks for it closes the connection after the answer."""
+    if rejection.close and request is not None:
+        request.keep_alive = False
     headers = JSON + rejection.headers + rate_headers
     if body is None:
         body = error_body(rejection.status, rejection.message, rejection.code)

@@ -17,6 +17,13 @@ endpoint).  When it accepts, the edge writes its ``101``, hands it the socket an
 already read past the request, and steps aside: the connection leaves the HTTP states (the
 sweeper's timeouts no longer apply; the upgraded protocol keeps its own) but stays counted,
 so shutdown waits for it like for any other connection.
+
+Bounds (docs/decisions.md, "Edge"): connections at most what the file descriptors allow
+(``edge.limits``), per client address too; at a cap the longest-idle connection makes room,
+else the newcomer gets a 503 at once — never a hang in the backlog.  Idle connections are
+closed sooner under pressure.  Answer bytes that slow clients have not taken are counted over
+all connections; past ``max_unsent_bytes`` new requests get 503 until the backlog drains.  A
+connection that fails authentication ``max_auth_failures`` times is closed.
 """
 
 from __future__ import annotations
@@ -33,13 +40,20 @@ from trio.lowlevel import wait_readable
 
 from chaingate import netio
 from chaingate.config import ServerSettings
+from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_limit
 from chaingate.edge.responses import JSON, DateHeader, error_body
 from chaingate.impl import Impl
+from chaingate.peers import peer_group
 
 log = logging.getLogger("chaingate.edge")
 
-IDLE, READING, BUSY, WRITING, UPGRADED = 0, 1, 2, 3, 4
+IDLE, READING, BUSY, WRITING, UPGRADED, EVICTED = 0, 1, 2, 3, 4, 5
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# A body at least this large is written after its header section as it is (one sendmsg),
+# not copied into one message with it.
+LARGE_BODY = 64 << 10
+# "accept failed" is logged at most this often (with the count since the last line).
+ACCEPT_ERROR_LOG_SECONDS = 10.0
 # Requests answered back to back without the task ever parking before it yields anyway.
 FAIRNESS_BATCH = 64
 # After an error answer, how long and how much of the client's remaining input we read and
@@ -73,10 +87,11 @@ class Upgrades(Protocol):
 
 
 class _Conn:
-    __slots__ = ("scope", "since", "sock", "state", "timed_out")
+    __slots__ = ("group", "scope", "since", "sock", "state", "timed_out")
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    def __init__(self, sock: socket.socket, group: str, now: float) -> None:
         self.sock = sock
+        self.group = group  # the client address (an IPv6 /64) for per-address caps
         self.scope = trio.CancelScope()
         self.state = IDLE
         self.since = now
@@ -90,18 +105,31 @@ class EdgeServer:
         impl: Impl,
         handler: Handler,
         upgrades: Upgrades | None = None,
+        reserved_fds: int = 0,
     ) -> None:
         self._settings = settings
         self._http1: Any = impl.http1
         self._handler = handler
         self._upgrades = upgrades
+        self._reserved_fds = reserved_fds
         self._conns: set[_Conn] = set()
+        self._by_group: dict[str, set[_Conn]] = {}
         self._closing = False
         self._listener: socket.socket | None = None
         self._drained = trio.Event()
         self._date = DateHeader()
         self.port = 0
+        self.limits: ConnectionLimits = connection_limits(settings, 0, reserved_fds)
         self.accepted = 0
+        # Connections refused at a cap (by which cap), and idle ones closed to make room.
+        self.refused: defaultdict[str, int] = defaultdict(int)
+        self.evicted = 0
+        self.accept_errors = 0
+        self._accept_errors_logged = 0
+        self._accept_error_logged_at = -ACCEPT_ERROR_LOG_SECONDS
+        # Bytes of answers handed to the kernel's care but not yet taken by their clients.
+        self.unsent_bytes = 0
+        self.overloaded = 0  # requests answered 503 because of unsent_bytes
         self.framing_errors: defaultdict[int, int] = defaultdict(int)
 
     @property
@@ -129,6 +157,18 @@ class EdgeServer:
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until ``begin_shutdown``, then until the last connection has closed."""
+        self.limits = connection_limits(self._settings, raise_fd_limit(), self._reserved_fds)
+        if self.limits.lowered:
+            log.warning(
+                "server.max_connections lowered to fit the file-descriptor limit",
+                extra={
+                    "fields": {
+                        "max_connections": self.limits.max_connections,
+                        "fd_limit": self.limits.fd_limit,
+                        "reserved": self.limits.reserved,
+                    }
+                },
+            )
         listener = self._listener = self._bind()
         self.port = listener.getsockname()[1]
         async with trio.open_nursery() as nursery:
@@ -172,24 +212,73 @@ class EdgeServer:
                 if self._closing or exc.errno == errno.EBADF:
                     return
                 # Out of file descriptors or similar: back off instead of spinning.
-                log.warning("accept failed", extra={"fields": {"error": exc.__class__.__name__}})
+                self._accept_failed(exc)
                 await trio.sleep(0.1)
                 continue
-            if len(self._conns) >= self._settings.max_connections:
-                sock.close()
-                continue
             sock.setblocking(False)
+            peer = _peer(address)
+            group = peer_group(peer)
+            if not self._make_room(group):
+                _refuse_connection(sock, self._http1, self._date)
+                continue
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.accepted += 1
-            nursery.start_soon(self._connection, sock, _peer(address))
+            conn = _Conn(sock, group, monotonic())
+            self._conns.add(conn)
+            self._by_group.setdefault(group, set()).add(conn)
+            nursery.start_soon(self._connection, conn, peer)
             accepted += 1
             if accepted % FAIRNESS_BATCH == 0:
                 await trio.lowlevel.checkpoint()
 
-    async def _connection(self, sock: socket.socket, peer: str) -> None:
-        conn = _Conn(sock, monotonic())
-        self._conns.add(conn)
+    def _make_room(self, group: str) -> bool:
+        """Whether a new connection from ``group`` may be served, closing the longest-idle
+        connection (of that address, or of anyone at the global cap) to make room."""
+        members = self._by_group.get(group)
+        if (
+            members is not None
+            and len(members) >= self.limits.max_per_ip
+            and not self._evict_idle(members)
+        ):
+            self.refused["per_ip"] += 1
+            return False
+        if len(self._conns) >= self.limits.max_connections and not self._evict_idle(self._conns):
+            self.refused["total"] += 1
+            return False
+        return True
+
+    def _evict_idle(self, conns: set[_Conn]) -> bool:
+        oldest: _Conn | None = None
+        for conn in conns:
+            if conn.state == IDLE and (oldest is None or conn.since < oldest.since):
+                oldest = conn
+        if oldest is None:
+            return False
+        oldest.state = EVICTED  # not idle any more: the next newcomer evicts another
+        oldest.scope.cancel()
+        self.evicted += 1
+        return True
+
+    def _accept_failed(self, exc: OSError) -> None:
+        self.accept_errors += 1
+        now = monotonic()
+        if now - self._accept_error_logged_at >= ACCEPT_ERROR_LOG_SECONDS:
+            log.warning(
+                "accept failed",
+                extra={
+                    "fields": {
+                        "error": exc.__class__.__name__,
+                        "errno": exc.errno,
+                        "since_last_line": self.accept_errors - self._accept_errors_logged,
+                    }
+                },
+            )
+            self._accept_error_logged_at = now
+            self._accept_errors_logged = self.accept_errors
+
+    async def _connection(self, conn: _Conn, peer: str) -> None:
+        sock = conn.sock
         try:
             with conn.scope:
                 await self._serve(conn, peer)
@@ -203,6 +292,11 @@ class EdgeServer:
             pass  # the peer went away; nothing to answer
         finally:
             self._conns.discard(conn)
+            members = self._by_group.get(conn.group)
+            if members is not None:
+                members.discard(conn)
+                if not members:
+                    del self._by_group[conn.group]
             netio.close_socket(sock)
             if self._closing and not self._conns:
                 self._drained.set()
@@ -220,6 +314,7 @@ class EdgeServer:
         handler = self._handler
         sock = conn.sock
         answered = 0
+        auth_failures = 0
         eof = False
         eager = False
         while True:
@@ -260,8 +355,15 @@ class EdgeServer:
                 return
             conn.state = BUSY
             ticket = None
+            asked_keep_alive = request.keep_alive
             try:
-                if request.upgrade is not None and self._upgrades is not None:
+                if self.unsent_bytes > settings.max_unsent_bytes:
+                    # Memory held for clients that do not read is at its bound: shed new work
+                    # before it grows (the backlog drains or times out within seconds).
+                    self.overloaded += 1
+                    status, headers = 503, JSON + b"Retry-After: 1\r\n"
+                    body = error_body(503, "server overloaded: retry shortly")
+                elif request.upgrade is not None and self._upgrades is not None:
                     taken = self._upgrades.handshake(request, peer)
                     if taken is None:
                         taken = await handler(request, peer)
@@ -280,16 +382,33 @@ class EdgeServer:
             if ticket is not None:
                 await self._upgrade(conn, peer, parser, ticket)
                 return
+            if status == 401:
+                auth_failures += 1
+                if auth_failures >= settings.max_auth_failures:
+                    request.keep_alive = False  # a key guesser gets a new handshake per try
             keep_alive = request.keep_alive and not self._closing
-            response = http1.build_response(
-                status, self._date.line() + headers, body, keep_alive, request.version == 10
-            )
-            if request.method == b"HEAD" and body and status >= 200 and status not in (204, 304):
-                # HEAD: the headers of the GET answer (Content-Length included), no content.
-                # (204/304 answers never carry a body, so there is nothing to cut.)
-                response = response[: len(response) - len(body)]
-            await self._write(conn, response)
+            http10 = request.version == 10
+            has_content = body and status >= 200 and status not in (204, 304)
+            if has_content and len(body) >= LARGE_BODY:
+                head = http1.build_response_head(
+                    status, self._date.line() + headers, len(body), keep_alive, http10
+                )
+                await self._write(conn, head, b"" if request.method == b"HEAD" else body)
+            else:
+                response = http1.build_response(
+                    status, self._date.line() + headers, body, keep_alive, http10
+                )
+                if request.method == b"HEAD" and has_content:
+                    # HEAD: the headers of the GET answer (Content-Length included), no content.
+                    # (204/304 answers never carry a body, so there is nothing to cut.)
+                    response = response[: len(response) - len(body)]
+                await self._write(conn, response)
             if not keep_alive:
+                if asked_keep_alive and not self._closing:
+                    # We close a connection the client meant to keep (its key guesses, a bug
+                    # of ours): pipelined requests may be on their way, and closing on unread
+                    # input resets the connection, which can destroy this answer.
+                    await self._linger(conn)
                 return
             answered += 1
             if answered % FAIRNESS_BATCH == 0:
@@ -310,12 +429,26 @@ class EdgeServer:
             # A bug of ours must cost this connection, never the listener.
             log.exception("unhandled error on an upgraded connection")
 
-    async def _write(self, conn: _Conn, data: bytes) -> None:
-        sent = netio.try_send(conn.sock, data)
-        if sent < len(data):
-            conn.state = WRITING
-            conn.since = monotonic()
-            await netio.send_all(conn.sock, memoryview(data)[sent:])
+    async def _write(self, conn: _Conn, data: bytes, tail: bytes = b"") -> None:
+        """Write ``data`` then ``tail``; what the kernel does not take at once is waited for
+        (bounded by the sweeper) and counted in ``unsent_bytes`` meanwhile."""
+        sock = conn.sock
+        sent = netio.try_send_parts(sock, data, tail) if tail else netio.try_send(sock, data)
+        total = len(data) + len(tail)
+        if sent == total:
+            return
+        conn.state = WRITING
+        conn.since = monotonic()
+        left = total - sent
+        self.unsent_bytes += left
+        try:
+            if sent < len(data):
+                await netio.send_all(sock, memoryview(data)[sent:])
+                sent = len(data)
+            if tail:
+                await netio.send_all(sock, memoryview(tail)[sent - len(data) :])
+        finally:
+            self.unsent_bytes -= left
 
     async def _linger(self, conn: _Conn) -> None:
         conn.state = BUSY  # bounded here, not by the sweeper
@@ -346,10 +479,13 @@ class EdgeServer:
         while True:
             await trio.sleep(interval)
             now = monotonic()
+            idle_timeout = settings.idle_timeout
+            if len(self._conns) * 4 > self.limits.max_connections * 3:
+                idle_timeout = min(idle_timeout, settings.pressure_idle_timeout)
             for conn in list(self._conns):
                 age = now - conn.since
                 if conn.state == IDLE:
-                    if age > settings.idle_timeout or self._closing:
+                    if age > idle_timeout or self._closing:
                         conn.scope.cancel()
                 elif conn.state == READING:
                     if age > settings.client_read_timeout:
@@ -357,6 +493,15 @@ class EdgeServer:
                         conn.scope.cancel()
                 elif conn.state == WRITING and age > settings.client_write_timeout:
                     conn.scope.cancel()
+
+
+def _refuse_connection(sock: socket.socket, http1: Any, date: DateHeader) -> None:
+    """Tell a connection over a cap why it is closed (best effort, never waiting)."""
+    body = error_body(503, "too many connections: retry shortly")
+    netio.try_send(
+        sock, http1.build_response(503, date.line() + JSON + b"Retry-After: 1\r\n", body, False)
+    )
+    sock.close()
 
 
 def _peer(address: Any) -> str:

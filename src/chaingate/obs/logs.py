@@ -8,6 +8,10 @@ Two writers share the format:
   requests a second its per-record cost matters — and is buffered by ``AccessLog``, flushed a
   few times a second and at shutdown.
 
+Both end in a ``LogSink`` (``chaingate.obs.sink``): bytes are written by a thread of their
+own, so a log stream that stops taking them never stops the event loop; when its bounded
+buffer is full, lines are dropped and counted (``chaingate_log_dropped_lines_total``).
+
 Neither ever receives headers, query strings or bodies: API keys travel in those, and nothing
 that could hold a secret is passed to a log call in the first place.
 """
@@ -15,12 +19,13 @@ that could hold a secret is passed to a log call in the first place.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import IO, Any
 
 import msgspec
 import trio
+
+from chaingate.obs.sink import LogSink, stderr_sink
 
 _encoder = msgspec.json.Encoder()
 # ".000Z" ... ".999Z": the millisecond tails of access-log timestamps, formatted once.
@@ -47,8 +52,27 @@ class JsonFormatter(logging.Formatter):
         return _encoder.encode(entry).decode()
 
 
+class SinkHandler(logging.Handler):
+    """Formats on the caller's thread, writes through a LogSink (never blocks on the stream)."""
+
+    def __init__(self, sink: LogSink) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record).encode("utf-8", "replace") + b"\n"
+        except Exception:
+            self.handleError(record)
+            return
+        self.sink.write(line)
+
+
 def setup_logging(level: str = "info", stream: IO[str] | None = None) -> None:
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """JSON lines on ``stream`` (a text stream, written directly: tests and tools), else on
+    stderr through the process's log sink."""
+    handler: logging.Handler
+    handler = logging.StreamHandler(stream) if stream is not None else SinkHandler(stderr_sink())
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("chaingate")
     root.handlers[:] = [handler]
@@ -84,10 +108,16 @@ class AccessLog:
 
     FLUSH_BYTES = 16 * 1024
 
-    def __init__(self, stream: IO[bytes] | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self, stream: IO[bytes] | None = None, enabled: bool = True, sink: LogSink | None = None
+    ) -> None:
         self.enabled = enabled
-        self._stream = stream
+        # Lines go to ``sink``, else a sink of their own on ``stream``, else stderr's.
+        if sink is None:
+            sink = LogSink(stream) if stream is not None else stderr_sink()
+        self.sink = sink
         self._buffer = bytearray()
+        self._lines = 0
         self._second = -1
         self._second_text = ""
 
@@ -104,20 +134,23 @@ class AccessLog:
             buffer = self._buffer
             _encoder.encode_into(entry, buffer, -1)
             buffer.extend(b"\n")
+            self._lines += 1
             if len(buffer) >= self.FLUSH_BYTES:
                 self.flush()
 
     def flush(self) -> None:
+        """Hand the buffered lines to the sink (which writes them off the event loop)."""
         if not self._buffer:
             return
         data = bytes(self._buffer)
         self._buffer.clear()
-        stream = self._stream or sys.stderr.buffer
-        try:
-            stream.write(data)
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed or broken log stream must not take requests down
+        lines, self._lines = self._lines, 0
+        self.sink.write(data, lines)
+
+    def sync(self, timeout: float = 5.0) -> bool:
+        """Flush and wait until the lines reached the stream (tests read it back)."""
+        self.flush()
+        return self.sink.wait_written(timeout)
 
     async def run(self, interval: float = 0.1) -> None:
         try:
