@@ -23,6 +23,7 @@ import httpx
 import trio
 
 from chaingate.gateway import Gateway
+from tests.openapi_check import check_response
 
 
 class GatewayHandle:
@@ -42,7 +43,10 @@ class GatewayHandle:
         return f"{self.base}/v1/rpc/{chain}/{network}"
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base, timeout=10, **kwargs)
+        """An HTTP client whose every REST answer is checked against the OpenAPI document."""
+        hooks = kwargs.pop("event_hooks", {})
+        hooks.setdefault("response", []).append(check_response)
+        return httpx.AsyncClient(base_url=self.base, timeout=10, event_hooks=hooks, **kwargs)
 
     async def rpc(self, method: str, params: list[Any] | None = None, id: Any = 1) -> Any:
         body = {"jsonrpc": "2.0", "id": id, "method": method, "params": params or []}

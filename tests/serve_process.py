@@ -21,19 +21,30 @@ ADMIN_TOKEN = "serve-process-admin-token"
 
 class ServeProcess:
     def __init__(
-        self, tmp: Path, upstream_url: str, *, server: str = "", observability: str = ""
+        self,
+        tmp: Path,
+        upstream_url: str,
+        *,
+        server: str = "",
+        observability: str = "",
+        keys: bool = False,
+        follow: bool = False,
     ) -> None:
-        """``server`` and ``observability``: extra TOML lines for those sections."""
+        """``server`` and ``observability``: extra TOML lines for those sections; ``keys``:
+        API keys on (``create_key`` makes one); ``follow``: the devnet's chain follower on."""
         self.tmp = tmp
         self.port = free_port()
         self.config = tmp / "chaingate.toml"
+        self.env = {"CHAINGATE_AUTH__PEPPER": "serve-process-pepper-" + "p" * 32}
+        auth = "[auth]\nrefresh_interval = 0.1\n" if keys else "[auth]\nenabled = false\n"
+        follower = "poll_interval = 0.05\n" if follow else "enabled = false\n"
         self.config.write_text(
             f'data_dir = "{tmp}"\n'
             f"[server]\nport = {self.port}\n{server}"
-            "[auth]\nenabled = false\n"
+            f"{auth}"
             f'[observability]\nadmin_token = "{ADMIN_TOKEN}"\n{observability}'
-            "[chains.ethereum.devnet]\nchain_id = 31337\ntestnet = true\n"
-            "[chains.ethereum.devnet.follower]\nenabled = false\n"
+            "[chains.ethereum.devnet]\nchain_id = 31337\ntestnet = true\nblock_time = 1.0\n"
+            f"[chains.ethereum.devnet.follower]\n{follower}"
             f'[[chains.ethereum.devnet.upstreams]]\nurl = "{upstream_url}"\nname = "anvil"\n'
         )
         self.process: subprocess.Popen[bytes] | None = None
@@ -58,7 +69,7 @@ class ServeProcess:
 
         self.process = subprocess.Popen(
             [sys.executable, "-m", "chaingate", "serve", "--config", str(self.config)],
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **self.env, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             preexec_fn=preexec,
@@ -74,6 +85,26 @@ class ServeProcess:
                 raise AssertionError(f"chaingate serve exited with {self.process.returncode}")
             assert time.monotonic() < deadline, "chaingate serve did not start"
             time.sleep(0.1)
+
+    def create_key(self, plan: str = "growth", env: str = "test", scopes: str = "") -> str:
+        """A new API key (``chaingate keys create``), visible to the server within 0.1 s."""
+        args = ["--email", f"{plan}-{time.monotonic_ns()}@t", "--plan", plan, "--env", env]
+        if scopes:
+            args += ["--scopes", scopes]
+        command = [sys.executable, "-m", "chaingate", "keys", "--config", str(self.config)]
+        result = subprocess.run(
+            [*command, "create", *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        key = next(
+            line.strip() for line in result.stdout.splitlines() if line.strip().startswith("svc_")
+        )
+        time.sleep(0.3)
+        return key
 
     def metrics(self) -> str:
         response = httpx.get(

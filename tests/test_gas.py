@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from chaingate import impl as impl_module
 from chaingate.api.app import create_app
-from chaingate.api.gas import ChainNames
+from chaingate.api.build import build_api
+from chaingate.api.chains import ChainNames
+from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Principal
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import (
@@ -679,10 +681,10 @@ def test_chain_names() -> None:
     assert names.resolve("Ethereum") is None and names.resolve("solana") is None
     assert names.name_of("ethereum/mainnet") == "ethereum"
     assert names.name_of("ethereum/sepolia") == "ethereum-sepolia"
-    assert "polygon-amoy, polygon-zkevm" in names.not_found("polygon")
-    message = names.not_found("bitcoin")
+    assert "polygon-amoy, polygon-zkevm" in names.not_found("polygon", "gas prices")
+    message = names.not_found("bitcoin", "gas prices")
     assert "'bitcoin'" in message and "ethereum, ethereum-mainnet, ethereum-sepolia" in message
-    assert len(names.not_found("x" * 5000)) < 500
+    assert len(names.not_found("x" * 5000, "gas prices")) < 500
 
 
 def test_chain_names_ambiguities() -> None:
@@ -692,14 +694,17 @@ def test_chain_names_ambiguities() -> None:
     assert names.resolve("a-b") == "a-b/mainnet"
     assert names.resolve("a-b-c") is None
     assert names.resolve("a") is None  # two networks, no mainnet
-    assert ChainNames([]).not_found("ethereum").startswith("gas prices are not served")
+    assert (
+        ChainNames([]).not_found("ethereum", "gas prices").startswith("gas prices are not served")
+    )
 
 
 # --- the endpoint (REST app) ------------------------------------------------------------------
 
 
 def app_with(oracles: dict[str, GasOracle]) -> Any:
-    return create_app(lambda: {"status": "ok"}, None, oracles)
+    networks = {key: oracle.settings for key, oracle in oracles.items()}
+    return create_app(build_api(ApiDeps(evm_networks=networks, gas_oracles=oracles)))
 
 
 def idle_oracle(chain: str, network: str, testnet: bool, block_time: float = 12.0) -> GasOracle:
@@ -799,7 +804,7 @@ async def test_endpoint_resolution_and_errors() -> None:
 
 
 async def test_without_oracles_every_chain_is_404() -> None:
-    response = await get(create_app(lambda: {"status": "ok"}), "/v1/gas/ethereum/prices")
+    response = await get(create_app(build_api()), "/v1/gas/ethereum/prices")
     assert response.status_code == 404
     assert json.loads(await response.get_data())["error"]["code"] == "not_found"
 

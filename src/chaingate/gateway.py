@@ -19,6 +19,8 @@ import trio
 
 from chaingate import __version__
 from chaingate.api.app import create_app
+from chaingate.api.build import build_api, load_costs
+from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Gate, OpenGate
 from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
@@ -113,18 +115,13 @@ class Gateway:
             enabled=settings.observability.access_log,
             sink=_log_sink(access_stream, settings.observability.log_buffer_bytes),
         )
-        evm_networks = {
-            key: service.settings
-            for key, service in self.services.items()
-            if service.settings.family == "evm"
-        }
-        self.asgi = AsgiBridge(
-            create_app(self.health, self.store, self.gas_oracles, evm_networks),
-            (settings.server.host, settings.server.port),
-        )
+        # The REST plane: routes priced from config/rest.toml, served by the ASGI app.
+        self.rest = build_api(self._api_deps(), load_costs(config_file(settings, "rest.toml")))
+        self.asgi = AsgiBridge(create_app(self.rest), (settings.server.host, settings.server.port))
         self.routes = Routes(
             self.services,
             self.asgi,
+            self.rest,
             self.gate,
             self.registry,
             self.access_log,
@@ -146,6 +143,18 @@ class Gateway:
         self._register_metrics()
         self._register_edge_metrics()
         self.ws.register_metrics(self.registry)
+
+    def _api_deps(self) -> ApiDeps:
+        return ApiDeps(
+            health=self.health,
+            store=self.store,
+            evm_networks={
+                key: service.settings
+                for key, service in self.services.items()
+                if service.settings.family == "evm"
+            },
+            gas_oracles=self.gas_oracles,
+        )
 
     def _key_gate(self, settings: Settings) -> KeyGate:
         if not settings.auth.pepper:

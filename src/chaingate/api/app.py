@@ -1,56 +1,47 @@
 """The REST data plane: a quart-trio app behind the edge (never on the RPC hot path).
 
-Every response body is encoded with msgspec; every error, including the framework's own 404
-and 405, is the spec's envelope ``{"error": {"code", "message", "status"}}``.
+Each route of the ``RestApi`` becomes one Quart rule whose view decodes the typed inputs
+(``chaingate.api.inputs``), calls the handler and encodes its answer with msgspec.  Every
+error, including the framework's own 404 and 405, is the spec's envelope
+``{"error": {"code", "message", "status"}}``; nothing a client sends can produce a 500 or a
+traceback in a response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
 from typing import Any
 
 import msgspec
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from chaingate.config import NetworkSettings
-from chaingate.edge.responses import error_body
-from chaingate.gas.oracle import GasOracle
+from chaingate.api.errors import ApiError, error_response
+from chaingate.api.inputs import decode_body, decode_path, decode_query
+from chaingate.api.routing import Call, RestApi, Route
+from chaingate.api.types import enc_hook
 
-_encoder = msgspec.json.Encoder()
+log = logging.getLogger("chaingate.api")
+
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
     return Response(_encoder.encode(payload), status=status, mimetype="application/json")
 
 
-def error_response(status: int, message: str, code: str | None = None) -> Response:
-    return Response(error_body(status, message, code), status=status, mimetype="application/json")
-
-
-def create_app(
-    health: Callable[[], dict[str, Any]],
-    store: Any = None,
-    gas: Mapping[str, GasOracle] | None = None,
-    evm_networks: Mapping[str, NetworkSettings] | None = None,
-) -> QuartTrio:
-    from chaingate.api import gas as gas_api  # the resources import this module's helpers
-    from chaingate.api import usage
-
+def create_app(api: RestApi) -> QuartTrio:
     app = QuartTrio("chaingate")
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     # Never redirect: werkzeug builds a redirect from the client's Host header (an open
     # redirect).  The edge already refused the paths it would "fix" ('//', dot segments), no
     # rule ends in '/', and any redirect routing still raises is answered 404 below.
     app.url_map.redirect_defaults = False
-    usage.register(app, store)
-    gas_api.register(app, gas or {}, evm_networks)
-
-    @app.get("/v1/health")
-    async def get_health() -> Response:
-        report = health()
-        return json_response(report, 200 if report["status"] == "ok" else 503)
+    for route in api.routes:
+        app.add_url_rule(
+            route.quart_rule, endpoint=route.name, view_func=_view(route), methods=[route.method]
+        )
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -65,7 +56,31 @@ def create_app(
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:
-        app.logger.exception("unhandled error")
+        log.error("unhandled error in a REST handler", exc_info=exc)
         return error_response(500, "internal error; retry with exponential backoff")
 
     return app
+
+
+def _view(route: Route) -> Any:
+    async def view(**params: str) -> Response:
+        try:
+            body = None
+            if route.body_type is not None:
+                data = await request.get_data(as_text=False)
+                body = decode_body(route.body_type, data if isinstance(data, bytes) else b"")
+            call: Call[Any, Any, Any] = Call(
+                path=decode_path(route.path_type, params),
+                query=decode_query(route.query_type, request.args.lists()),
+                body=body,
+                principal=request.scope.get("chaingate.principal"),
+            )
+            result = await route.handler(call)
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, exc.code, exc.headers)
+        if isinstance(result, Response):
+            return result
+        return json_response(result, route.status)
+
+    view.__name__ = route.name
+    return view

@@ -23,6 +23,7 @@ from collections import defaultdict
 from time import perf_counter, time
 from typing import Any
 
+from chaingate.api.routing import RestApi
 from chaingate.auth.gate import Gate, NetworkInfo, Rejection
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
@@ -40,10 +41,9 @@ _ALLOW_GET = b"Allow: GET\r\n"
 _ROUTES = ("rpc", "rest", "metrics", "ws", "other")
 _WS_PREFIX = b"/v1/ws/"
 
-# Answered without an API key: load balancers and orchestrators probe it.
-_PUBLIC_PATHS = frozenset({b"/v1/health"})
-
-# The scope each REST area needs (docs/decisions.md); None: any valid key.
+# The scope each REST area needs (docs/decisions.md), for paths no route matches (so a key
+# without the area's scope learns nothing about what exists there); a matched route carries
+# its own scope.  None: any valid key.
 _REST_SCOPES = (
     (b"/v1/tokens/", "data:read"),
     (b"/v1/nfts/", "data:read"),
@@ -63,6 +63,9 @@ def rest_scope(path: bytes) -> str | None:
     return None
 
 
+# Compute units of a REST request no route matches (it is answered 404 or 405).
+UNMATCHED_CU = 1
+
 # Response header blocks of the RPC route, built once.
 _RPC_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
@@ -74,6 +77,7 @@ class Routes:
         self,
         services: dict[str, RpcService],
         asgi: AsgiBridge,
+        rest: RestApi,
         gate: Gate,
         registry: Registry,
         access_log: AccessLog,
@@ -85,6 +89,7 @@ class Routes:
             for key, service in services.items()
         }
         self._asgi = asgi
+        self._rest_api = rest
         self._gate = gate
         self._registry = registry
         self._access_log = access_log
@@ -225,15 +230,27 @@ class Routes:
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
     async def _rest(self, request: Any, path: bytes, peer: str) -> tuple[int, bytes, bytes]:
-        if path in _PUBLIC_PATHS:
+        """A REST request: its route's scope, then admission like a JSON-RPC call (request and
+        compute-unit buckets, day quota, usage), then the app."""
+        match = self._rest_api.match(request.method, path)
+        route = match.route if match is not None else None
+        if route is not None and route.public:
             return await self._asgi.handle(request, path, peer)
         gate = self._gate
-        principal = gate.authenticate(request, peer, None, rest_scope(path))
+        scope = route.scope if route is not None else rest_scope(path)
+        principal = gate.authenticate(request, peer, None, scope)
         if isinstance(principal, Rejection):
             return _rejected(principal, b"", request)
-        return await self._asgi.handle(
+        units = route.cu if route is not None else UNMATCHED_CU
+        name = route.key if route is not None else "rest:unmatched"
+        rejection = gate.admit(principal, False, False, 1, units, units)
+        if rejection is not None:
+            return _rejected(rejection, gate.response_headers(principal), request)
+        status, headers, body = await self._asgi.handle(
             request, path, peer, gate.response_headers(principal), principal
         )
+        gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
+        return status, headers, body
 
 
 def _rejected(

@@ -1,0 +1,25 @@
+"""What the REST resources read from: the services the gateway built, handed over in one
+object.  Every field may be empty (a deployment without keys has no store; OpenAPI generation
+has nothing at all): the routes are the same, and a resource without its service answers with
+a clear error instead of a different API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaingate.config import NetworkSettings
+from chaingate.gas.oracle import GasOracle
+
+
+@dataclass
+class ApiDeps:
+    # The gateway's health report (``GET /v1/health``).
+    health: Callable[[], dict[str, Any]] = lambda: {"status": "ok", "networks": []}
+    # The store (None when API keys are off and nothing is followed).
+    store: Any = None
+    # Every configured EVM network by "chain/network" key, followed or not.
+    evm_networks: Mapping[str, NetworkSettings] = field(default_factory=dict)
+    # Gas oracles of the followed networks.
+    gas_oracles: Mapping[str, GasOracle] = field(default_factory=dict)
