@@ -91,18 +91,6 @@ cdef inline Py_ssize_t _find_crlf(const unsigned char* p, Py_ssize_t start, Py_s
     return -1
 
 
-cdef inline Py_ssize_t _find_blank(const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
-    """Offset of the first CRLFCRLF at or after ``start``, or -1."""
-    cdef Py_ssize_t at
-    while True:
-        at = _find_crlf(p, start, end)
-        if at < 0 or at + 3 >= end:
-            return -1
-        if p[at + 2] == 13 and p[at + 3] == 10:
-            return at
-        start = at + 1
-
-
 cdef inline bint _ieq(const unsigned char* p, Py_ssize_t n, const char* lit, Py_ssize_t litn):
     """Case-insensitive compare of p[0:n] with a lower-case ASCII literal."""
     cdef Py_ssize_t i
@@ -506,56 +494,72 @@ cdef class _BodyReader:
         return body
 
 
-cdef bint _bare_line_break(const unsigned char* p, Py_ssize_t start, Py_ssize_t end,
-                           Py_ssize_t first):
-    """A CR not followed by LF, or an LF not preceded by CR, in p[start:end] (``first`` is
-    where the message starts: an LF there has no CR before it)."""
-    cdef Py_ssize_t i
-    for i in range(start, end):
-        if p[i] == 10:
-            if i == first or p[i - 1] != 13:
-                return 1
-        elif p[i] == 13:
-            if i + 1 < end and p[i + 1] != 10:
-                return 1
+cdef inline Py_ssize_t _blank_line(const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """Offset of the LF that starts the first empty line (LF LF or LF CR LF) at or after
+    ``start``, or -1."""
+    cdef const unsigned char* hit
+    while start < end - 1:
+        hit = <const unsigned char*>memchr(p + start, 10, end - 1 - start)
+        if hit == NULL:
+            return -1
+        start = hit - p
+        if p[start + 1] == 10:
+            return start
+        if p[start + 1] == 13 and start + 2 < end and p[start + 2] == 10:
+            return start
+        start += 1
+    return -1
+
+
+cdef inline bint _has_bare_lf(const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    cdef const unsigned char* hit
+    while start < end:
+        hit = <const unsigned char*>memchr(p + start, 10, end - start)
+        if hit == NULL:
+            return 0
+        if hit == p + start or hit[-1] != 13:
+            return 1
+        start = hit - p + 1
     return 0
 
 
-cdef str _BARE_LINE_BREAK = "bare CR or LF in the message head"
+cdef str _BARE_LF = "bare CR or LF in the message head"
 
 
 cdef object _find_head(_BodyReader reader, Py_ssize_t max_line, Py_ssize_t max_header_bytes,
                        int line_error, Py_ssize_t scan_from,
                        Py_ssize_t* line_end_out, Py_ssize_t* head_end_out):
     """Return None when the head is complete (offsets written out), an HttpError, or the int
-    offset, relative to reader.pos, from which the next search may start.  An incomplete head
-    is checked for bare CR/LF as it arrives (see the pure twin)."""
+    offset, relative to reader.pos, from which the next search may start.  Lines are found by
+    their LF; a complete head with a bare LF is refused (see the pure twin)."""
     cdef bytes buf = reader.buf
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(buf)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
     cdef Py_ssize_t pos = reader.pos
-    cdef Py_ssize_t line_end = _find_crlf(p, pos, n)
-    cdef Py_ssize_t term, start
-    if line_end < 0:
+    cdef const unsigned char* hit = NULL
+    cdef Py_ssize_t first_lf = -1, line_end, blank, head_end
+    if n > pos:
+        hit = <const unsigned char*>memchr(p + pos, 10, n - pos)
+    if hit == NULL:
         if n - pos > max_line + 1:
             return HttpError(line_error, "start line too long")
-        if _bare_line_break(p, pos + scan_from, n, pos):
-            return HttpError(400, _BARE_LINE_BREAK)
-        return scan_from if scan_from > n - pos - 1 else n - pos - 1
+        return scan_from
+    first_lf = hit - p
+    line_end = first_lf - 1 if first_lf > pos and p[first_lf - 1] == 13 else first_lf
     if line_end - pos > max_line:
         return HttpError(line_error, "start line too long")
-    start = line_end if line_end > pos + scan_from else pos + scan_from
-    term = _find_blank(p, start, n)
-    if term < 0:
+    blank = _blank_line(p, first_lf if first_lf > pos + scan_from else pos + scan_from, n)
+    if blank < 0:
         if n - (line_end + 2) > max_header_bytes:
             return HttpError(431, "header section too large")
-        if _bare_line_break(p, start, n, pos):
-            return HttpError(400, _BARE_LINE_BREAK)
-        return (line_end if line_end > n - 3 else n - 3) - pos
-    if term + 4 - (line_end + 2) > max_header_bytes:
+        return (first_lf if first_lf > n - 2 else n - 2) - pos
+    head_end = blank + 2 if p[blank + 1] == 10 else blank + 3
+    if head_end - (line_end + 2) > max_header_bytes:
         return HttpError(431, "header section too large")
+    if _has_bare_lf(p, pos, head_end):
+        return HttpError(400, _BARE_LF)
     line_end_out[0] = line_end
-    head_end_out[0] = term + 4
+    head_end_out[0] = head_end
     return None
 
 

@@ -405,60 +405,58 @@ class _BodyReader:
         return body
 
 
-def _bare_line_break(buf: bytes, start: int, end: int, first: int) -> bool:
-    """A CR not followed by LF, or an LF not preceded by CR, in ``buf[start:end]`` (``first``
-    is where the message starts: an LF there has no CR before it)."""
-    at = buf.find(b"\n", start, end)
-    while at >= 0:
-        if at == first or buf[at - 1] != 13:
-            return True
-        at = buf.find(b"\n", at + 1, end)
-    at = buf.find(b"\r", start, end)
-    while at >= 0:
-        if at + 1 < end and buf[at + 1] != 10:
-            return True
-        at = buf.find(b"\r", at + 1, end)
-    return False
+def _blank_line(buf: bytes, start: int, end: int) -> int:
+    """Index of the LF that starts the first empty line (LF LF or LF CR LF) at or after
+    ``start``, or -1."""
+    lf_lf = buf.find(b"\n\n", start, end)
+    lf_crlf = buf.find(b"\n\r\n", start, end)
+    if lf_lf < 0:
+        return lf_crlf
+    if lf_crlf < 0:
+        return lf_lf
+    return min(lf_lf, lf_crlf)
 
 
-_BARE_LINE_BREAK = "bare CR or LF in the message head"
+_BARE_LF = "bare CR or LF in the message head"
 
 
 def _find_head(
     reader: _BodyReader, max_line: int, max_header_bytes: int, line_error: int, scan_from: int
 ) -> tuple[int, int] | HttpError | int:
-    """Locate the start line and the blank line ending the header section.
+    """Locate the start line and the empty line ending the header section.
 
-    Returns ``(line_end, head_end)`` when complete, an ``HttpError`` when a bound is exceeded
-    or a line ends in a bare CR or LF, or an int: where the next search may start, relative to
-    ``reader.pos`` (the buffer is compacted between feeds, so absolute offsets would go stale).
-    An incomplete head is checked for bare line breaks as it arrives: a client that ends its
-    lines with LF alone would otherwise wait for a CRLF that never comes (and get a 408).
-    A complete head needs no such check here: its start line and fields are validated whole.
+    Returns ``(line_end, head_end)`` when complete, an ``HttpError`` when a bound is exceeded,
+    or an int: where the next search for the end may start, relative to ``reader.pos`` (the
+    buffer is compacted between feeds, so absolute offsets would go stale).
+
+    Lines are found by their LF, so a head whose lines end in a bare LF is recognised when
+    its empty line arrives — and refused then (400), at once: waiting for a CRLF that never
+    comes would cost the client the read timeout and a 408.  Everything is decided on the
+    complete head, so the answer does not depend on how the bytes were split into reads.
     """
     buf = reader.buf
     pos = reader.pos
     end = len(buf)
-    line_end = buf.find(b"\r\n", pos)
-    if line_end < 0:
+    first_lf = buf.find(b"\n", pos)
+    if first_lf < 0:
         if end - pos > max_line + 1:
             return HttpError(line_error, "start line too long")
-        if _bare_line_break(buf, pos + scan_from, end, pos):
-            return HttpError(400, _BARE_LINE_BREAK)
-        # The last byte may be a CR whose LF has not arrived: look at it again next time.
-        return max(scan_from, end - pos - 1)
+        return scan_from
+    line_end = first_lf - 1 if first_lf > pos and buf[first_lf - 1] == 13 else first_lf
     if line_end - pos > max_line:
         return HttpError(line_error, "start line too long")
-    term = buf.find(b"\r\n\r\n", max(line_end, pos + scan_from))
-    if term < 0:
+    blank = _blank_line(buf, max(first_lf, pos + scan_from), end)
+    if blank < 0:
         if end - (line_end + 2) > max_header_bytes:
             return HttpError(431, "header section too large")
-        if _bare_line_break(buf, max(line_end, pos + scan_from), end, pos):
-            return HttpError(400, _BARE_LINE_BREAK)
-        return max(line_end, end - 3) - pos
-    if term + 4 - (line_end + 2) > max_header_bytes:
+        # An empty line starting at end - 2 or later may still be completing.
+        return max(first_lf, end - 2) - pos
+    head_end = blank + 2 if buf[blank + 1] == 10 else blank + 3
+    if head_end - (line_end + 2) > max_header_bytes:
         return HttpError(431, "header section too large")
-    return line_end, term + 4
+    if buf.count(b"\n", pos, head_end) != buf.count(b"\r\n", pos, head_end):
+        return HttpError(400, _BARE_LF)
+    return line_end, head_end
 
 
 class RequestParser:
