@@ -655,4 +655,28 @@ def upstream_request(long long request_id, str method, object params):
 
 
 def join_batch(list parts):
-    return b"[" + b",".join(parts) + b"]"
+    """``[part,part,...]`` in one allocation, each part copied once."""
+    cdef Py_ssize_t n = len(parts), total = 1, size, i
+    cdef object part
+    cdef bytes out
+    cdef char* q
+    if n == 0:
+        return b"[]"
+    for i in range(n):
+        part = parts[i]
+        if type(part) is not bytes:
+            raise TypeError(f"sequence item {i}: expected bytes, {type(part).__name__} found")
+        total += PyBytes_GET_SIZE(part) + 1
+    out = PyBytes_FromStringAndSize(NULL, total)
+    q = PyBytes_AS_STRING(out)
+    q[0] = 91
+    q += 1
+    for i in range(n):
+        part = parts[i]
+        size = PyBytes_GET_SIZE(part)
+        memcpy(q, PyBytes_AS_STRING(part), size)
+        q += size
+        q[0] = 44
+        q += 1
+    (q - 1)[0] = 93
+    return out

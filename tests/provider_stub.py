@@ -1,4 +1,7 @@
-"""A stub of a hosted provider's ``eth_getLogs`` policy, in front of a real anvil.
+"""Stubs of node behaviour that cannot run here, each in front of a real anvil.
+
+``RangeLimitedRelay`` is a stub of a hosted provider's ``eth_getLogs`` policy;
+``FaultyNodeStub`` is a stub of a misbehaving node (HTML answers, a lying head).
 
 anvil answers any block range; hosted providers refuse wide ones (Alchemy, Infura and
 QuickNode each cap the range or the result count, with differing messages).  That policy
@@ -11,6 +14,7 @@ Everything else — blocks, logs, hashes — is the real node's.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
@@ -98,3 +102,93 @@ def _span(query: dict[str, Any]) -> tuple[int, int] | None:
     if not (start.startswith("0x") and end.startswith("0x")):
         return None
     return int(start, 16), int(end, 16)
+
+
+class FaultyNodeStub:
+    """A stub of a misbehaving node, in front of a real anvil.  Modes (switchable live):
+
+    * ``pass`` — every request is forwarded to anvil unchanged;
+    * ``html`` — every request is answered ``200`` with an HTML page (a provider's proxy or
+      captive portal that lost its backend), nothing is forwarded;
+    * ``head`` — a single ``eth_blockNumber`` call is answered with ``head`` (any string: a
+      liar's ``0xffffffff``, a 5,000-digit value), everything else is forwarded to anvil.
+
+    Such nodes cannot run here, so this is a stub; every other answer is the real node's.
+    ``forwarded`` counts requests that reached anvil; ``faked`` those answered by the stub.
+    """
+
+    HTML = b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>"
+
+    def __init__(self, target_url: str, mode: str = "pass", head: str = "0x0") -> None:
+        self.target_url = target_url
+        self.mode = mode
+        self.head = head
+        self.port = 0
+        self.forwarded = 0
+        self.faked = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with httpx.AsyncClient(timeout=30) as client, trio.open_nursery() as nursery:
+            task_status.started(self.port)
+
+            async def handle(stream: trio.SocketStream) -> None:
+                await serve_h11(stream, lambda body: self._answer(body, client))
+
+            await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+    async def _answer(self, body: bytes, client: httpx.AsyncClient) -> tuple[bytes, bytes]:
+        if self.mode == "html":
+            self.faked += 1
+            return b"text/html", self.HTML
+        if self.mode == "head":
+            call: Any = json.loads(body)
+            if isinstance(call, dict) and call.get("method") == "eth_blockNumber":
+                self.faked += 1
+                reply = {"jsonrpc": "2.0", "id": call.get("id"), "result": self.head}
+                return b"application/json", json.dumps(reply).encode()
+        self.forwarded += 1
+        response = await client.post(
+            self.target_url, content=body, headers={"Content-Type": "application/json"}
+        )
+        return b"application/json", response.content
+
+
+async def serve_h11(
+    stream: trio.SocketStream, answer: Callable[[bytes], Awaitable[tuple[bytes, bytes]]]
+) -> None:
+    """Serve keep-alive HTTP/1.1 requests on ``stream``, each answered 200 by ``answer``."""
+    conn = h11.Connection(h11.SERVER)
+    body = b""
+    async with stream:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = await stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return
+                if not data:
+                    return
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                content_type, content = await answer(body)
+                body = b""
+                headers = [("Content-Type", content_type), ("Content-Length", str(len(content)))]
+                try:
+                    await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
+                    await stream.send_all(conn.send(h11.Data(data=content)))
+                    await stream.send_all(conn.send(h11.EndOfMessage()))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                conn.start_next_cycle()
+            elif isinstance(event, h11.ConnectionClosed):
+                return

@@ -7,6 +7,7 @@ module.  The pure module's docstrings are the specification.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -523,6 +524,24 @@ def test_join_batch(impl: Impl) -> None:
     assert out == b"[" + parts[0] + b"," + parts[1] + b"]"
     assert [assert_response_object(json.dumps(o).encode()) for o in json.loads(out)]
     assert m.join_batch([]) == b"[]"
+    assert m.join_batch([b"1"]) == b"[1]"
+    with pytest.raises(TypeError):
+        m.join_batch([b"1", "2"])
+
+
+def test_join_batch_copies_each_part_once(impl: Impl) -> None:
+    # A batch answer may be tens of megabytes: joining it must not build it more than once.
+    parts = [b"7" * (4 << 20) for _ in range(8)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = impl.jsonrpc.join_batch(parts)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert len(out) == 8 * (4 << 20) + 9
+    assert peak < len(out) + (64 << 10), f"joining allocated {peak} bytes for {len(out)}"
 
 
 def test_replies_for_every_parsed_call_are_valid_json(impl: Impl) -> None:

@@ -16,10 +16,11 @@ import pytest
 import trio
 from websockets.exceptions import InvalidStatus
 
+from chaingate.config import FollowerSettings
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.impl import Impl
 from tests.conftest import StartGateway
-from tests.helpers import GatewayHandle, exchange, parse_responses
+from tests.helpers import GatewayHandle, exchange, parse_responses, post_bytes
 from tests.test_auth import AuthStack, auth_settings, start_auth
 from tests.ws_clients import (
     Client,
@@ -469,6 +470,135 @@ async def test_message_size_cap_closes_with_1009(
     assert (await client.call("eth_chainId"))["result"] == "0x7a69"
     await client.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "x" * 2000}))
     assert await client.closed() == 1009
+
+
+async def test_deeply_nested_messages_are_parse_errors_and_the_socket_stays(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    handle = await start_gateway([anvil.url], network=FOLLOW)
+    client = await Client.open(ws_url(handle))
+
+    def call(method: str, params: str) -> str:
+        return f'{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}'
+
+    deep = "[" * 5000 + "]" * 5000
+    messages = [
+        call("eth_chainId", deep),
+        call("eth_subscribe", deep),
+        call("eth_subscribe", '["logs",' + deep + "]"),
+        call("eth_unsubscribe", "[" + deep + "]"),
+        # Deep enough for the framing (128 levels), not for the decoder: the same answer.
+        call("eth_subscribe", '["logs",{"topics":' + "[" * 200 + "]" * 200 + "}]"),
+        call("eth_chainId", "[" * 200 + "]" * 200),
+    ]
+    for message in messages:
+        await client.send(message)
+        reply = await client.recv()
+        assert reply["id"] is None and reply["error"]["code"] == -32700, (message[:60], reply)
+        assert "nested deeper than 128 levels" in reply["error"]["message"]
+        # The HTTP proxy answers the same body the same way.
+        (http,) = parse_responses(
+            await exchange(
+                handle.port,
+                post_bytes("/v1/rpc/ethereum/devnet", message.encode()),
+                half_close=True,
+            ),
+            ["POST"],
+        )
+        assert http.json()["error"] == reply["error"]
+    # 128 levels are still a call like any other (here: a filter that is not one).
+    await client.send(call("eth_subscribe", '["logs",{"topics":' + "[" * 125 + "]" * 125 + "}]"))
+    shallow = await client.recv()
+    assert shallow["id"] == 7 and shallow["error"]["code"] == -32602, shallow
+    # The socket is open and serves calls and subscriptions as before.
+    assert (await client.call("eth_chainId"))["result"] == "0x7a69"
+    sub = await client.subscribe("newHeads")
+    await mine(anvil.url)
+    (head,) = await collect(client, 1)
+    assert head["params"]["subscription"] == sub
+    await client.close()
+
+
+async def test_logs_filter_caps_over_the_socket(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    handle = await start_gateway(
+        [anvil.url],
+        network=FOLLOW,
+        ws={
+            "max_filter_addresses": 3,
+            "max_filter_topics": 2,
+            "max_filter_bytes_per_connection": 100,
+        },
+    )
+    client = await Client.open(ws_url(handle))
+    addresses = ["0x" + f"{n:040x}" for n in range(1, 5)]
+    too_many = await client.call("eth_subscribe", ["logs", {"address": addresses}])
+    assert too_many["error"]["code"] == -32602
+    assert "limit [ws] max_filter_addresses = 3" in too_many["error"]["message"]
+    assert too_many["error"]["data"] == {"limit": "[ws] max_filter_addresses", "value": 3}
+    topics = await client.call(
+        "eth_subscribe", ["logs", {"topics": [[topic(1), topic(2)], topic(3)]}]
+    )
+    assert topics["error"]["code"] == -32602
+    assert "limit [ws] max_filter_topics = 2" in topics["error"]["message"]
+    # 3 addresses: 60 filter bytes of the connection's 100.
+    first = await client.subscribe("logs", {"address": addresses[:3]})
+    over = await client.call(
+        "eth_subscribe", ["logs", {"address": addresses[0], "topics": [topic(1)]}]
+    )
+    assert over["error"]["code"] == -32005
+    assert over["error"]["data"] == {"limit": "[ws] max_filter_bytes_per_connection", "value": 100}
+    assert "52 filter bytes" in over["error"]["message"]
+    await client.subscribe("logs")  # a filter of no values costs nothing
+    await client.subscribe("newHeads")
+    # Another connection has its own budget; unsubscribing gives the bytes back.
+    other = await Client.open(ws_url(handle))
+    await other.subscribe("logs", {"address": addresses[:3]})
+    assert (await client.call("eth_unsubscribe", [first]))["result"] is True
+    await client.subscribe("logs", {"address": addresses[0], "topics": [topic(1)]})
+    await other.close()
+    await client.close()
+
+
+async def test_plan_logs_filter_caps_per_connection_and_per_key(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, tmp_path: Path
+) -> None:
+    settings = auth_settings(anvil, f"sqlite://{tmp_path}/store.db", tmp_path)
+    settings.chains["ethereum"]["devnet"].follower = FollowerSettings(poll_interval=0.05)
+    stack = await start_auth(nursery, impl, settings)
+    key, _ = await stack.key(plan="free", email="filters@t")
+    account = await stack.store.find_account_by_email("filters@t")
+    limits = {
+        "ws_filter_addresses": 2,
+        "ws_filter_topics": 1,
+        "ws_filter_bytes_per_connection": 80,
+        "ws_filter_bytes_per_key": 100,
+    }
+    await stack.store.set_plan(account.id, "free", json.dumps(limits))
+    await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
+    url = ws_url(stack.handle, query=f"?apiKey={key}")
+    first, second = await Client.open(url), await Client.open(url)
+    a, b, c = ("0x" + f"{n:040x}" for n in range(1, 4))
+
+    async def refused(client: Client, criteria: Any, code: int, limit: str) -> None:
+        reply = await client.call("eth_subscribe", ["logs", criteria])
+        assert reply["error"]["code"] == code, reply
+        assert reply["error"]["data"] == {"limit": limit, "value": limits[limit]}
+        assert f"limit {limit} = {limits[limit]}" in reply["error"]["message"]
+
+    await refused(first, {"address": [a, b, c]}, -32602, "ws_filter_addresses")
+    await refused(first, {"topics": [[topic(1), topic(2)]]}, -32602, "ws_filter_topics")
+    await first.subscribe("logs", {"address": [a, b], "topics": [topic(1)]})  # 72 bytes
+    await refused(first, {"address": c}, -32005, "ws_filter_bytes_per_connection")
+    await refused(second, {"address": [a, b]}, -32005, "ws_filter_bytes_per_key")
+    await second.subscribe("logs", {"address": c})  # 92 of the key's 100
+    await first.close()  # its 72 bytes come back to the key
+    with trio.fail_after(5):
+        while len(stack.handle.gateway.ws.sessions) > 1:
+            await trio.sleep(0.02)
+    await second.subscribe("logs", {"address": [a, b]})
+    await second.close()
 
 
 async def test_fragmented_message_and_bytes_read_with_the_upgrade(

@@ -24,6 +24,7 @@ from wsproto.events import CloseConnection, TextMessage
 from chaingate.auth.gate import ANONYMOUS, OpenGate
 from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, Log, Revert
 from chaingate.config import WebSocketSettings
+from chaingate.ws.caps import KeyBudgets, caps_for
 from chaingate.ws.filters import FilterError, parse_log_filter
 from chaingate.ws.handshake import accept_value, query_api_key
 from chaingate.ws.hub import Hub, SubscribeError
@@ -273,6 +274,7 @@ class _Endpoint:
     def __init__(self, settings: WebSocketSettings) -> None:
         self.settings = settings
         self.gate = OpenGate()
+        self.filter_budgets = KeyBudgets()
 
 
 async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:
@@ -290,7 +292,7 @@ async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:
         ANONYMOUS,
         hub,
         None,  # type: ignore[arg-type]
-        10,
+        caps_for(None, settings),
     )
     push = Push(b'"' + b"z" * 5000 + b'"')
     prefix = push_prefix("0x" + "cd" * 16)

@@ -179,6 +179,16 @@ class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
     probe_interval: float = 1.0
     # Consecutive failures after which an upstream is taken out of rotation.
     failure_threshold: int = 3
+    # How far ahead of the agreed head an upstream's head may be, in seconds of blocks
+    # (block_time), on top of max_head_lag and the blocks the clock allows since the agreed
+    # head was reached; beyond it the head is a fault and the upstream goes out of rotation.
+    max_head_lead: float = 600.0
+    # Bytes of one request's answer (a batch: all its replies together); past it the
+    # remaining calls get JSON-RPC error -32005 "answer too large" (docs/decisions.md).
+    max_answer_bytes: int = 64 << 20
+    # Reply bytes of batches being assembled, all requests of the process together; past it
+    # further replies get -32005 "server busy" until assembled answers are handed on.
+    max_assembling_bytes: int = 256 << 20
 
 
 class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):

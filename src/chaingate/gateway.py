@@ -137,12 +137,25 @@ class Gateway:
         )
         self.ws.attach(self.followers, self.clients)
         self.edge = EdgeServer(
-            settings.server, self.impl, self.routes, self.ws, _reserved_fds(settings)
+            settings.server,
+            self.impl,
+            self.routes,
+            self.ws,
+            _reserved_fds(settings),
+            # Batches being assembled hold their whole budget: shed new work at the door.
+            overloaded=lambda: self.answers.exhausted,
         )
         self._shutdown = trio.Event()
         self._register_metrics()
         self._register_edge_metrics()
         self.ws.register_metrics(self.registry)
+        # One budget of answer bytes for every RPC service; each follower witnesses its pool's
+        # heads (rpc/answers.py, rpc/heads.py).
+        self.answers = RpcService.share_answers(
+            self.services.values(), settings.rpc.max_assembling_bytes
+        )
+        for key, follower in self.followers.items():
+            self.services[key].pool.witness = follower
 
     def _api_deps(self) -> ApiDeps:
         return ApiDeps(
@@ -237,25 +250,36 @@ class Gateway:
             nursery.cancel_scope.cancel()
 
     def health(self) -> dict[str, Any]:
+        # Never raises, whatever a component holds: one odd value (say a head of 5,000 hex
+        # digits) must not turn the health of every network into a 500.
+        def number(value: Any) -> int | None:
+            return value if type(value) is int and -(1 << 63) <= value < 1 << 64 else None
+
         networks = []
+        healthy = True
         for key, service in self.services.items():
-            entry: dict[str, Any] = {
-                "chain": service.chain,
-                "network": service.network,
-                "upstreams": len(service.pool.upstreams),
-                "upstreams_up": service.pool.upstreams_up,
-                "head": service.pool.head,
-            }
-            follower = self.followers.get(key)
-            if follower is not None:
-                head = follower.head
-                entry["follower"] = {
-                    "block": head.number if head is not None else None,
-                    "finalized": follower.finalized,
-                    "live": follower.live,
-                }
+            entry: dict[str, Any] = {"chain": service.chain, "network": service.network}
+            try:
+                up = service.pool.upstreams_up
+                entry["upstreams"] = len(service.pool.upstreams)
+                entry["upstreams_up"] = up
+                entry["head"] = number(service.pool.head)
+                follower = self.followers.get(key)
+                if follower is not None:
+                    head = follower.head
+                    entry["follower"] = {
+                        "block": number(head.number) if head is not None else None,
+                        "finalized": number(follower.finalized),
+                        "live": bool(follower.live),
+                    }
+            except Exception:
+                log.exception(
+                    "health: network state unreadable", extra={"fields": {"network": key}}
+                )
+                entry["error"] = "state unreadable"
+                up = 0
+            healthy = healthy and up > 0
             networks.append(entry)
-        healthy = all(service.pool.upstreams_up > 0 for service in self.services.values())
         return {
             "status": "ok" if healthy else "degraded",
             "version": __version__,
@@ -435,7 +459,7 @@ class Gateway:
         registry.family(
             "chaingate_upstream_head_lag_blocks",
             "gauge",
-            "How far the upstream's head is behind the best upstream's.",
+            "How far the upstream's head is behind the agreed head (outliers excluded).",
             upstreams(lambda u, labels: [(labels, u.health.lag)]),
         )
         registry.family(
@@ -459,6 +483,36 @@ class Gateway:
             "gauge",
             "Open connections to the upstream.",
             upstreams(lambda u, labels: [(labels, len(u.connections))]),
+        )
+        registry.family(
+            "chaingate_upstream_head_block",
+            "gauge",
+            "The head the upstream last reported to a probe (even when judged an outlier).",
+            upstreams(lambda u, labels: [] if u.health.head is None else [(labels, u.health.head)]),
+        )
+        registry.family(
+            "chaingate_rpc_head_block",
+            "gauge",
+            "The agreed head of the network (reached by two sources, or plausible in time); "
+            "finality is decided from it.",
+            per_service(lambda s, base: [] if s.pool.head is None else [(base, s.pool.head)]),
+        )
+        registry.family(
+            "chaingate_rpc_answer_refusals_total",
+            "counter",
+            "Calls answered -32005 by an answer limit: answer_too_large (rpc.max_answer_bytes) "
+            "or overloaded (rpc.max_assembling_bytes).",
+            per_service(
+                lambda s, base: (
+                    ({**base, "reason": reason}, n) for reason, n in sorted(s.refused.items())
+                )
+            ),
+        )
+        registry.family(
+            "chaingate_rpc_assembling_bytes",
+            "gauge",
+            "Reply bytes of batch answers being assembled, all networks together.",
+            lambda: [({}, self.answers.held)],
         )
         followers = self.followers
 

@@ -461,4 +461,14 @@ def upstream_request(request_id: int, method: str, params: bytes | None) -> byte
 
 
 def join_batch(parts: list[bytes]) -> bytes:
-    return b"[" + b",".join(parts) + b"]"
+    """``[part,part,...]`` with each part copied once (an answer may be many megabytes)."""
+    if not parts:
+        return b"[]"
+    pieces = [b"["]
+    for i, part in enumerate(parts):
+        if type(part) is not bytes:
+            raise TypeError(f"sequence item {i}: expected bytes, {type(part).__name__} found")
+        pieces.append(part)
+        pieces.append(b",")
+    pieces[-1] = b"]"
+    return b"".join(pieces)

@@ -138,6 +138,10 @@ class KeyRegistry:
                 compute_units_per_second=1,
                 ws_connections=1,
                 ws_subscriptions=1,
+                ws_filter_addresses=1,
+                ws_filter_topics=1,
+                ws_filter_bytes_per_connection=1,
+                ws_filter_bytes_per_key=1,
             )
 
     def _apply_account(self, row: Any) -> None:

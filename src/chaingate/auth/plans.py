@@ -16,6 +16,13 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # server's own ceilings in [ws] apply).
     ws_connections: int = 0
     ws_subscriptions: int = 0
+    # WebSocket logs filters: addresses and topic alternatives (all positions together) in
+    # one filter, and filter bytes (20 per address, 32 per topic) held per connection and
+    # per key (0: only [ws]'s ceilings apply; there is none per key).
+    ws_filter_addresses: int = 0
+    ws_filter_topics: int = 0
+    ws_filter_bytes_per_connection: int = 0
+    ws_filter_bytes_per_key: int = 0
 
 
 class PlanError(ValueError):

@@ -32,6 +32,7 @@ import errno
 import logging
 import socket
 from collections import defaultdict
+from collections.abc import Callable
 from time import monotonic
 from typing import Any, Protocol
 
@@ -106,12 +107,15 @@ class EdgeServer:
         handler: Handler,
         upgrades: Upgrades | None = None,
         reserved_fds: int = 0,
+        overloaded: Callable[[], bool] | None = None,
     ) -> None:
         self._settings = settings
         self._http1: Any = impl.http1
         self._handler = handler
         self._upgrades = upgrades
         self._reserved_fds = reserved_fds
+        # Another reason to shed new work: memory held elsewhere (answers being assembled).
+        self._overloaded = overloaded
         self._conns: set[_Conn] = set()
         self._by_group: dict[str, set[_Conn]] = {}
         self._closing = False
@@ -357,7 +361,9 @@ class EdgeServer:
             ticket = None
             asked_keep_alive = request.keep_alive
             try:
-                if self.unsent_bytes > settings.max_unsent_bytes:
+                if self.unsent_bytes > settings.max_unsent_bytes or (
+                    self._overloaded is not None and self._overloaded()
+                ):
                     # Memory held for clients that do not read is at its bound: shed new work
                     # before it grows (the backlog drains or times out within seconds).
                     self.overloaded += 1

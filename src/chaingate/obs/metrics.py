@@ -8,8 +8,12 @@ per request, with one bisect.
 from __future__ import annotations
 
 import bisect
+import logging
+import math
 from collections.abc import Callable, Iterable
 from typing import Literal
+
+log = logging.getLogger("chaingate.metrics")
 
 Sample = tuple[dict[str, str], float]
 Kind = Literal["counter", "gauge", "histogram"]
@@ -73,6 +77,27 @@ class LatencyHistogram:
             yield f'{name}_count{{route="{route}"}} {running}'
 
 
+def _samples(name: str, collect: Callable[[], Iterable[Sample]]) -> list[str]:
+    """One family's sample lines.  A scrape never fails on one value: a sample that is not a
+    finite number of float range (a head of 5,000 hex digits) is skipped, and a collector
+    that raises loses its own family only."""
+    lines: list[str] = []
+    try:
+        for labels, value in collect():
+            try:
+                number = float(value)
+            except (OverflowError, TypeError, ValueError):
+                continue
+            if not math.isfinite(number):
+                continue
+            shown = int(value) if number.is_integer() else value
+            lines.append(f"{name}{_labels(labels)} {shown}")
+    except Exception:
+        log.exception("metrics: collector failed", extra={"fields": {"family": name}})
+        return []
+    return lines
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -104,9 +129,7 @@ class Registry:
         for name, kind, help_text, collect in self._families:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} {kind}")
-            for labels, value in collect():
-                number = int(value) if float(value).is_integer() else value
-                lines.append(f"{name}{_labels(labels)} {number}")
+            lines.extend(_samples(name, collect))
         for name, help_text, histogram in self._histograms:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} histogram")

@@ -11,6 +11,7 @@ HTTP_STATUS = "http_status"  # the node answered with an HTTP error status
 THROTTLED = "throttled"  # the node answered 429
 BAD_RESPONSE = "bad_response"  # the answer was not valid HTTP or JSON-RPC
 UNAVAILABLE = "unavailable"  # no upstream was left to try before the deadline
+HEAD_OUTLIER = "head_outlier"  # the upstream's head is beyond any plausible lead (probes)
 
 INTERNAL_ERROR = -32603
 

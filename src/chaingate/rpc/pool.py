@@ -12,14 +12,19 @@ Retry rules (see docs/decisions.md):
 * anything else (timeout, connection lost after sending, 5xx) is retried only for calls the
   method table marks retry-safe.  A write gets an "outcome unknown" error instead.
 
-Health: a connect failure takes an upstream out at once; other failures after
-``failure_threshold`` in a row.  A probe task asks every upstream for its head each
-``probe_interval`` — that measures head lag and is how a failed upstream is probed back in.
+Health: a connect failure or an implausible head takes an upstream out at once; other failures
+(an answer that is not JSON-RPC among them) after ``failure_threshold`` in a row.  A probe task
+asks every upstream for its head each ``probe_interval``; ``HeadJudge`` (heads.py) weighs the
+heads against each other and the follower — that measures head lag, decides the head finality
+is judged from, and is how a failed upstream is probed back in.  Every move in or out of
+rotation is logged once, with the pool, the upstream's name and the reason.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,7 +35,9 @@ from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
 from chaingate.impl import Impl
 from chaingate.rpc.connection import UpstreamConnection, open_transport
 from chaingate.rpc.errors import (
+    BAD_RESPONSE,
     CONNECT,
+    HEAD_OUTLIER,
     HTTP_STATUS,
     THROTTLED,
     TIMEOUT,
@@ -38,6 +45,7 @@ from chaingate.rpc.errors import (
     UpstreamError,
 )
 from chaingate.rpc.future import Future
+from chaingate.rpc.heads import HeadJudge, Witness, witness_head
 
 log = logging.getLogger("chaingate.upstream")
 
@@ -48,6 +56,11 @@ IDLE_CONNECTION_SECONDS = 60.0
 WATCHDOG_INTERVAL = 0.1
 
 UP, LAGGING, DOWN = 0, 1, 2
+
+_JSON_START = re.compile(rb"[ \t\r\n]*[\[{]")
+
+# Failures that take an upstream out at once rather than after ``failure_threshold``.
+_IMMEDIATE = frozenset({CONNECT, HEAD_OUTLIER})
 
 
 class Health:
@@ -61,6 +74,7 @@ class Health:
         "latency",
         "requests",
         "state_down",
+        "throttle_noted",
         "throttled_until",
     )
 
@@ -71,6 +85,7 @@ class Health:
         self.head: int | None = None
         self.lag = 0
         self.throttled_until = 0.0
+        self.throttle_noted = False  # a throttle was logged and its end is not yet
         self.requests = 0
         self.errors: dict[str, int] = {}
 
@@ -86,10 +101,18 @@ class Health:
         self.consecutive_failures += 1
         if self.state_down:
             return False
-        if kind == CONNECT or self.consecutive_failures >= threshold:
+        if kind in _IMMEDIATE or self.consecutive_failures >= threshold:
             self.state_down = True
             return True
         return False
+
+    def bring_back(self) -> bool:
+        """A good probe: True when this puts the upstream back in rotation."""
+        if not self.state_down:
+            return False
+        self.state_down = False
+        self.consecutive_failures = 0
+        return True
 
     def rank(self, now: float, max_lag: int) -> tuple[int, float]:
         if self.state_down:
@@ -227,12 +250,23 @@ class UpstreamPool:
         self._network = network
         self._rpc = rpc
         self._impl = impl
+        self._parse_response: Any = impl.jsonrpc.parse_response
         self._probe_body = probe_body
         self._parse_head = parse_head
         self.upstreams: list[Upstream] = []
         self._ranked: list[Upstream] = []
-        self.head: int | None = None
+        block_time = max(network.block_time, 0.001)
+        slack = network.max_head_lag + math.ceil(max(rpc.max_head_lead, 0.0) / block_time)
+        self.judge = HeadJudge(block_time, slack)
+        # A source of heads that does not come from probes (the chain follower), set by the
+        # gateway once both exist; consulted on every probe round.
+        self.witness: Witness | None = None
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def head(self) -> int | None:
+        """The agreed head (see heads.py): the one finality is decided from."""
+        return self.judge.head
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -263,7 +297,26 @@ class UpstreamPool:
     async def request(
         self, body: bytes, *, retry_safe: bool, deadline: float
     ) -> tuple[Upstream, Any]:
-        """Send one JSON-RPC body; the answering upstream and its HTTP response."""
+        """Send one JSON-RPC body; the answering upstream and its HTTP response.
+
+        For chaingate's own callers, which decode the body themselves: an answer is only
+        checked to be JSON at all (an HTML page fails over and counts against health)."""
+        upstream, response, _ = await self._exchange(body, retry_safe, deadline, False)
+        return upstream, response
+
+    async def request_parsed(
+        self, body: bytes, *, retry_safe: bool, deadline: float
+    ) -> tuple[Upstream, Any, Any]:
+        """Send one JSON-RPC body; the answering upstream, its response and the response's
+        JSON-RPC framing (``parse_response``), which is checked here: an answer that is not
+        JSON-RPC is a failure of the upstream, like a 5xx, not a success to pass on."""
+        return await self._exchange(body, retry_safe, deadline, True)
+
+    async def _exchange(
+        self, body: bytes, retry_safe: bool, deadline: float, parse: bool
+    ) -> tuple[Upstream, Any, Any]:
+        batch = body[0] == 0x5B  # "["
+        parsed: Any = None
         last: UpstreamError | None = None
         for upstream in self._ranked:
             now = trio.current_time()
@@ -303,34 +356,69 @@ class UpstreamPool:
                 if not retry_safe:
                     raise refused
                 continue
+            if parse:
+                parsed = self._parse_response(response.body)
+                # The usual case inline (the proxy's hot path); the rest in _is_answer.
+                if parsed is not None and (
+                    parsed.batch if batch else not parsed.batch and parsed.replies[0].result
+                ):
+                    answer = True
+                else:
+                    answer = _is_answer(parsed, batch)
+            else:
+                answer = _looks_like_json(response.body)
+            if not answer:
+                bad = UpstreamError(
+                    BAD_RESPONSE,
+                    f"upstream {upstream.name} answered HTTP {status} with no valid JSON-RPC",
+                    sent=True,
+                    upstream=upstream.name,
+                    status=status,
+                )
+                self._failed(upstream, bad)
+                last = bad
+                if not retry_safe:
+                    raise bad
+                continue
             upstream.health.record_success(trio.current_time() - now)
-            return upstream, response
+            return upstream, response, parsed
         raise last or UpstreamError(
             UNAVAILABLE, "no upstream answered before the deadline", sent=False
         )
 
     def _failed(self, upstream: Upstream, exc: UpstreamError) -> None:
-        if upstream.health.record_failure(exc.kind, self._rpc.failure_threshold):
-            log.warning(
-                "upstream out of rotation",
-                extra={
-                    "fields": {"pool": self.label, "upstream": upstream.name, "reason": exc.kind}
-                },
-            )
+        self._failure(upstream, exc.kind)
+
+    def _failure(self, upstream: Upstream, kind: str) -> None:
+        if upstream.health.record_failure(kind, self._rpc.failure_threshold):
+            self._log_rotation(upstream, "upstream out of rotation", kind)
             self._rerank()
+
+    def _log_rotation(
+        self, upstream: Upstream, message: str, reason: str, level: int = logging.WARNING
+    ) -> None:
+        # The upstream's configured name only: its URL may carry a provider key.
+        log.log(
+            level,
+            message,
+            extra={"fields": {"pool": self.label, "upstream": upstream.name, "reason": reason}},
+        )
 
     def _throttled(self, upstream: Upstream, retry_after: bytes | None) -> None:
         seconds = 1.0
-        if retry_after is not None and retry_after.isdigit():
+        if retry_after is not None and retry_after.isdigit() and len(retry_after) < 6:
             seconds = min(float(retry_after), MAX_THROTTLE_SECONDS)
-        upstream.health.throttled_until = trio.current_time() + seconds
-        upstream.health.errors[THROTTLED] = upstream.health.errors.get(THROTTLED, 0) + 1
+        health = upstream.health
+        if not health.throttle_noted:
+            health.throttle_noted = True
+            self._log_rotation(upstream, "upstream throttled", THROTTLED)
+        health.throttled_until = trio.current_time() + seconds
+        health.errors[THROTTLED] = health.errors.get(THROTTLED, 0) + 1
         self._rerank()
 
     def note_head(self, head: int) -> None:
-        """A head seen in a client's answer (eth_blockNumber) keeps finality checks current."""
-        if self.head is None or head > self.head:
-            self.head = head
+        """A head seen in a client's answer (eth_blockNumber): believed as far as time allows."""
+        self.judge.note(head, trio.current_time())
 
     async def _watchdog(self) -> None:
         while True:
@@ -341,47 +429,78 @@ class UpstreamPool:
 
     async def _prober(self) -> None:
         while True:
+            results: dict[str, tuple[int | None, str, float]] = {}
             async with trio.open_nursery() as nursery:
                 for upstream in self.upstreams:
-                    nursery.start_soon(self._probe, upstream)
-            self._update_lag()
-            self._rerank()
+                    nursery.start_soon(self._probe, upstream, results)
+            self._judge_round(results)
             await trio.sleep(self._rpc.probe_interval)
 
-    async def _probe(self, upstream: Upstream) -> None:
+    async def _probe(
+        self, upstream: Upstream, results: dict[str, tuple[int | None, str, float]]
+    ) -> None:
+        """Ask one upstream for its head: (head, "", latency) or (None, failure kind, 0)."""
         now = trio.current_time()
         deadline = now + min(upstream.settings.timeout, max(self._rpc.probe_interval * 2, 1.0))
         try:
             conn = await upstream.acquire()
             response = await conn.submit(upstream.frame(self._probe_body), deadline).wait()
         except UpstreamError as exc:
-            upstream.health.record_failure(exc.kind, self._rpc.failure_threshold)
+            results[upstream.name] = (None, exc.kind, 0.0)
             return
-        head = self._parse_head(response.body) if response.status == 200 else None
+        if response.status == 429:
+            self._throttled(upstream, response.retry_after)
+            return
+        if response.status != 200:
+            results[upstream.name] = (None, HTTP_STATUS, 0.0)
+            return
+        head = self._parse_head(response.body)
         if head is None:
-            upstream.health.record_failure(HTTP_STATUS, self._rpc.failure_threshold)
+            # Not a head, or one of more than 64 bits: the answer is malformed.
+            results[upstream.name] = (None, BAD_RESPONSE, 0.0)
             return
-        upstream.health.head = head
-        upstream.health.record_success(trio.current_time() - now)
-        if upstream.health.state_down:
-            upstream.health.state_down = False
-            log.info(
-                "upstream back in rotation",
-                extra={"fields": {"pool": self.label, "upstream": upstream.name}},
-            )
+        results[upstream.name] = (head, "", trio.current_time() - now)
 
-    def _update_lag(self) -> None:
-        heads = [
-            u.health.head
-            for u in self.upstreams
-            if u.health.head is not None and not u.health.state_down
-        ]
-        if not heads:
-            return
-        best = max(heads)
-        # Probes are authoritative and may move the head back (a devnet revert); answers
-        # seen between probes only move it forward (note_head).
-        self.head = best
+    def _judge_round(self, results: dict[str, tuple[int | None, str, float]]) -> None:
+        now = trio.current_time()
+        heads = {name: head for name, (head, _, _) in results.items() if head is not None}
+        verdict = self.judge.judge(heads, witness_head(self.witness), now)
         for upstream in self.upstreams:
-            head = upstream.health.head
-            upstream.health.lag = 0 if head is None else max(0, best - head)
+            health = upstream.health
+            if health.throttle_noted and health.throttled_until <= now:
+                health.throttle_noted = False
+                self._log_rotation(upstream, "upstream throttle over", THROTTLED, logging.INFO)
+            result = results.get(upstream.name)
+            if result is None:
+                continue
+            head, kind, latency = result
+            if head is None:
+                self._failure(upstream, kind)
+                continue
+            health.head = head
+            if upstream.name in verdict.outliers:
+                self._failure(upstream, HEAD_OUTLIER)
+                continue
+            health.lag = verdict.lags.get(upstream.name, 0)
+            health.record_success(latency)
+            if health.bring_back():
+                self._log_rotation(upstream, "upstream back in rotation", "probe_ok", logging.INFO)
+        self._rerank()
+
+
+def _looks_like_json(body: bytes) -> bool:
+    """A cheap check for callers that decode the body themselves: an object or an array."""
+    return _JSON_START.match(body) is not None
+
+
+def _is_answer(parsed: Any, batch: bool) -> bool:
+    """Is a parsed response a JSON-RPC answer to what was sent (one call, or a batch)?"""
+    if parsed is None:
+        return False
+    if parsed.batch:
+        return batch
+    reply = parsed.replies[0]
+    error = reply.error
+    if error is not None and error[:1] == b"{":
+        return True  # an error object; for a batch, the node refusing it as a whole
+    return not batch and reply.result is not None

@@ -10,11 +10,14 @@ A request body goes through four steps:
    retry class; replies go back in the order of the request.
 
 Nothing is re-encoded: a node's ``result`` or ``error`` bytes reach the client as they came.
+An answer is bounded (``rpc.max_answer_bytes``, answers.py): a reply that would pass the bound
+becomes error -32005, and a batch over it stops waiting for the reads still in flight.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -23,9 +26,11 @@ import trio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.impl import Impl
+from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, AnswerBudget, Assembly
 from chaingate.rpc.cache import CacheKey, ResponseCache
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
+from chaingate.rpc.heads import parse_evm_head, parse_solana_head
 from chaingate.rpc.methods import (
     MethodSpec,
     MethodTable,
@@ -34,6 +39,8 @@ from chaingate.rpc.methods import (
     valid_block_tag,
 )
 from chaingate.rpc.pool import UpstreamPool
+
+__all__ = ["RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
 
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -71,24 +78,6 @@ def result_block_number(result: bytes) -> int | None:
         return None
 
 
-def parse_evm_head(body: bytes) -> int | None:
-    """Head number from an ``eth_blockNumber`` response body (probe answers)."""
-    try:
-        reply = msgspec.json.decode(body)
-        return int(reply["result"], 16)
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
-        return None
-
-
-def parse_solana_head(body: bytes) -> int | None:
-    """Slot from a ``getSlot`` response body (probe answers)."""
-    try:
-        slot = msgspec.json.decode(body)["result"]
-    except (msgspec.DecodeError, KeyError, TypeError):
-        return None
-    return slot if isinstance(slot, int) else None
-
-
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
@@ -124,6 +113,20 @@ _Job = tuple[int, Any, MethodSpec, bytes | None, int]
 # JSON-RPC error code for a refused call over a limit (EIP-1474 "limit exceeded").
 LIMIT_EXCEEDED = -32005
 
+ANSWER_TOO_LARGE = "answer_too_large"
+OVERLOADED = "overloaded"
+_MAY_HAVE_RUN = (
+    "; the call reached the node and may have been executed, so check its effect (for a "
+    "transaction: look it up by hash) before sending it again"
+)
+
+
+def _limit_error(message: str, reason: str, limit: int | None = None) -> bytes:
+    data: dict[str, object] = {"reason": reason}
+    if limit is not None:
+        data["limit"] = limit
+    return msgspec.json.encode({"code": LIMIT_EXCEEDED, "message": message, "data": data})
+
 
 class RpcService:
     def __init__(
@@ -153,6 +156,24 @@ class RpcService:
         self._next_id = 1
         self._inflight: dict[CacheKey, Future[Outcome]] = {}
         self.cache = ResponseCache(rpc.cache_max_entries, rpc.cache_max_bytes)
+        # The answer bound: a single call's payload plus its id may take this many bytes.
+        self._max_answer = rpc.max_answer_bytes
+        self._max_single = rpc.max_answer_bytes - REPLY_OVERHEAD
+        # Reply bytes of batches being assembled; the gateway shares one budget among every
+        # service (share_answers), and the edge may read it to refuse new work early.
+        self.answers = AnswerBudget(rpc.max_assembling_bytes)
+        too_large = (
+            f"answer too large: the replies to this request passed the limit of "
+            f"{rpc.max_answer_bytes} bytes (rpc.max_answer_bytes); send fewer calls per batch "
+            "or narrow the query"
+        )
+        busy = "server busy: too many answer bytes are being assembled; retry shortly"
+        limit = rpc.max_answer_bytes
+        self._too_large = _limit_error(too_large, ANSWER_TOO_LARGE, limit)
+        self._too_large_write = _limit_error(too_large + _MAY_HAVE_RUN, ANSWER_TOO_LARGE, limit)
+        self._busy = _limit_error(busy, OVERLOADED)
+        self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
+        self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         if settings.family == "solana":
             probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
             parse_head = parse_solana_head
@@ -168,6 +189,14 @@ class RpcService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.pool.run(task_status=task_status)
+
+    @staticmethod
+    def share_answers(services: Iterable[RpcService], max_bytes: int) -> AnswerBudget:
+        """Make every service count its batches' replies in one process-wide budget."""
+        budget = AnswerBudget(max_bytes)
+        for service in services:
+            service.answers = budget
+        return budget
 
     @property
     def calls(self) -> dict[tuple[str, str], int]:
@@ -248,6 +277,11 @@ class RpcService:
         if spec.cache != "none" and self._may_be_cached(spec, tag):
             hit = self.cache.get(key)
             if hit is not None:
+                if call.id is not None and len(hit) + len(call.id) > self._max_single:
+                    stats.error += 1
+                    self._gate.record(principal, spec.name, 1, cu, 1)
+                    refusal = self._refuse(ANSWER_TOO_LARGE, False)
+                    return RpcReply(jsonrpc.raw_error_reply(call.id, refusal), b"MISS", spec.name)
                 stats.cache_hits += 1
                 stats.ok += 1
                 self._gate.record(principal, spec.name, 1, cu, 0)
@@ -256,10 +290,14 @@ class RpcService:
         result, error = await self._call(method, params, spec, tag, key)
         if call.id is None:
             reply = None
-        elif result is not None:
-            reply = jsonrpc.result_reply(call.id, result)
         else:
-            reply = jsonrpc.raw_error_reply(call.id, error)
+            size = len(result) if result is not None else len(error or b"")
+            if size + len(call.id) > self._max_single:
+                result, error = None, self._refuse(ANSWER_TOO_LARGE, spec.is_write)
+            if result is not None:
+                reply = jsonrpc.result_reply(call.id, result)
+            else:
+                reply = jsonrpc.raw_error_reply(call.id, error)
         if error is None:
             stats.ok += 1
         else:
@@ -304,6 +342,21 @@ class RpcService:
             rejection = self._gate.admit(principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
                 return self._refused(rejection, b"null", "batch")
+        assembly = Assembly(self._max_answer, self.answers)
+        try:
+            return await self._dispatch_batch(calls, jobs, replies, principal, assembly)
+        finally:
+            assembly.release()
+
+    async def _dispatch_batch(
+        self,
+        calls: list[Any],
+        jobs: list[_Job],
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
+    ) -> RpcReply:
+        jsonrpc = self._jsonrpc
         hits = 0
         safe: list[_Job] = []
         unsafe: list[_Job] = []
@@ -313,24 +366,28 @@ class RpcService:
             if spec.cache != "none" and self._may_be_cached(spec, tag):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
-                    hits += 1
                     stats = self.stats[spec.name]
+                    if call.id is not None:
+                        fits = assembly.admit(len(hit) + len(call.id) + REPLY_OVERHEAD)
+                        if fits != FITS:
+                            self._fail_all([job], self._refusal(fits, job), replies, principal)
+                            continue
+                        replies[index] = jsonrpc.result_reply(call.id, hit)
+                    hits += 1
                     stats.cache_hits += 1
                     stats.ok += 1
                     self._gate.record(principal, spec.name, 1, units, 0)
-                    if call.id is not None:
-                        replies[index] = jsonrpc.result_reply(call.id, hit)
                     continue
             (safe if spec.retry else unsafe).append(job)
         size = self._upstream_batch
         groups = [safe[i : i + size] for i in range(0, len(safe), size)]
         groups += [unsafe[i : i + size] for i in range(0, len(unsafe), size)]
         if len(groups) == 1:
-            await self._send_group(groups[0], replies, principal)
+            await self._send_group(groups[0], replies, principal, assembly)
         elif groups:
             async with trio.open_nursery() as nursery:
                 for group in groups:
-                    nursery.start_soon(self._send_group, group, replies, principal)
+                    nursery.start_soon(self._send_group, group, replies, principal, assembly)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
@@ -390,20 +447,28 @@ class RpcService:
         body = jsonrpc.upstream_request(request_id, method, params)
         deadline = trio.current_time() + self._timeout
         try:
-            upstream, response = await self.pool.request(
+            upstream, response, parsed = await self.pool.request_parsed(
                 body, retry_safe=spec.retry, deadline=deadline
             )
         except UpstreamError as exc:
             return None, client_error(exc, write=spec.is_write)
-        parsed = jsonrpc.parse_response(response.body)
-        if parsed is None or parsed.batch or len(parsed.replies) != 1:
-            return None, _bad_response(upstream.name, response.status)
+        # The pool checked the framing: one reply, with a result or an error object.
         return self._outcome(parsed.replies[0], spec, tag, key, upstream.name, response.status)
 
     async def _send_group(
-        self, jobs: list[_Job], replies: list[bytes | None], principal: Principal
+        self,
+        jobs: list[_Job],
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
     ) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
+        if assembly.over:
+            # The answer is already over its bound: these calls would only be refused.
+            self._fail_all(
+                jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
+            )
+            return
         jsonrpc = self._jsonrpc
         by_id: dict[int, _Job] = {}
         parts = []
@@ -414,50 +479,72 @@ class RpcService:
             parts.append(jsonrpc.upstream_request(request_id, call.method, call.params))
             request_id += 1
         self._next_id = request_id
+        retry_safe = jobs[0][2].retry
         deadline = trio.current_time() + self._timeout
-        try:
-            upstream, response = await self.pool.request(
-                jsonrpc.join_batch(parts), retry_safe=jobs[0][2].retry, deadline=deadline
+        # Reads are abandoned once the answer passes its bound; writes in flight never are.
+        scope = trio.CancelScope()
+        if retry_safe:
+            assembly.watch(scope)
+        with scope:
+            try:
+                upstream, response, parsed = await self.pool.request_parsed(
+                    jsonrpc.join_batch(parts), retry_safe=retry_safe, deadline=deadline
+                )
+            except UpstreamError as exc:
+                failure = client_error(exc, write=any(job[2].is_write for job in jobs))
+                self._fail_all(jobs, failure, replies, principal)
+                return
+        if scope.cancelled_caught:
+            self._fail_all(
+                jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
             )
-        except UpstreamError as exc:
-            failure = client_error(exc, write=any(job[2].is_write for job in jobs))
-            self._fail_all(jobs, failure, replies, principal)
-            return
-        parsed = jsonrpc.parse_response(response.body)
-        if parsed is None:
-            self._fail_all(jobs, _bad_response(upstream.name, response.status), replies, principal)
             return
         if not parsed.batch:
-            # The node refused the batch as a whole (for example: too large).
-            error = parsed.replies[0].error
-            if not _is_object(error):
-                error = _bad_response(upstream.name, response.status)
-            self._fail_all(jobs, error, replies, principal)
+            # The node refused the batch as a whole (for example: too large); the pool saw
+            # to it that this is an error object.
+            self._fail_all(jobs, parsed.replies[0].error, replies, principal)
             return
         for reply in parsed.replies:
             request_id = _int_id(reply.id)
             if request_id not in by_id:
                 continue
-            index, call, spec, tag, units = by_id.pop(request_id)
+            job = by_id.pop(request_id)
+            index, call, spec, tag, units = job
             result, error = self._outcome(
                 reply, spec, tag, (call.method, call.params or b""), upstream.name, response.status
             )
+            if call.id is not None:
+                size = len(result) if result is not None else len(error or b"")
+                fits = assembly.admit(size + len(call.id) + REPLY_OVERHEAD)
+                if fits != FITS:
+                    result, error = None, self._refusal(fits, job, sent=True)
+                if result is not None:
+                    replies[index] = jsonrpc.result_reply(call.id, result)
+                else:
+                    replies[index] = jsonrpc.raw_error_reply(call.id, error)
             stats = self.stats[spec.name]
             if error is None:
                 stats.ok += 1
             else:
                 stats.error += 1
             self._gate.record(principal, spec.name, 1, units, 0 if error is None else 1)
-            if call.id is not None:
-                if result is not None:
-                    replies[index] = jsonrpc.result_reply(call.id, result)
-                else:
-                    replies[index] = jsonrpc.raw_error_reply(call.id, error)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
             )
             self._fail_all(list(by_id.values()), missing, replies, principal)
+
+    def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
+        """The error of a call whose reply did not fit (answer bound, or process budget)."""
+        reason = OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE
+        return self._refuse(reason, sent and job[2].is_write)
+
+    def _refuse(self, reason: str, executed: bool, calls: int = 1) -> bytes:
+        """The error object for calls refused by an answer limit (counted for /metrics)."""
+        self.refused[reason] += calls
+        if reason == OVERLOADED:
+            return self._busy_write if executed else self._busy
+        return self._too_large_write if executed else self._too_large
 
     def _fail_all(
         self, jobs: list[_Job], error: bytes, replies: list[bytes | None], principal: Principal

@@ -33,6 +33,7 @@ from chaingate.edge.responses import JSON, error_body
 from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.service import RpcService
+from chaingate.ws.caps import KeyBudgets, WsCaps, caps_for
 from chaingate.ws.handshake import (
     Credentials,
     HandshakeError,
@@ -55,7 +56,7 @@ WS_SCOPE = "rpc:read"
 class Ticket:
     """An accepted upgrade: the 101 to write, and what the session needs."""
 
-    __slots__ = ("hub", "max_subscriptions", "principal", "request_id", "response", "service")
+    __slots__ = ("caps", "hub", "principal", "request_id", "response", "service")
 
     def __init__(
         self,
@@ -64,14 +65,14 @@ class Ticket:
         principal: Principal,
         hub: Hub,
         service: RpcService,
-        max_subscriptions: int,
+        caps: WsCaps,
     ) -> None:
         self.response = response
         self.request_id = request_id
         self.principal = principal
         self.hub = hub
         self.service = service
-        self.max_subscriptions = max_subscriptions
+        self.caps = caps
 
 
 class WsEndpoint:
@@ -106,6 +107,7 @@ class WsEndpoint:
         }
         self.sessions: set[Session] = set()
         self._per_key: Counter[str] = Counter()
+        self.filter_budgets = KeyBudgets()  # logs filter bytes held per key
         self._closing = False
         self._id_prefix = "ws-" + os.urandom(4).hex()
         self._id_counter = 0
@@ -207,14 +209,16 @@ class WsEndpoint:
         if allowed and self._per_key[principal.key_id] >= allowed:
             message = f"too many WebSocket connections for this API key (the plan allows {allowed})"
             return 429, JSON + b"Retry-After: 1\r\n" + rate_headers, error_body(429, message)
-        ceiling = self.settings.max_subscriptions
-        plan_subscriptions = limits.ws_subscriptions if limits is not None else 0
-        max_subscriptions = min(plan_subscriptions, ceiling) if plan_subscriptions else ceiling
         extra = b"X-Request-Id: " + request_id.encode() + b"\r\n" + rate_headers
         # Counted now, not when the session starts: the cap holds between 101 and serve.
         self._per_key[principal.key_id] += 1
         return Ticket(
-            switching_protocols(key, extra), request_id, principal, hub, service, max_subscriptions
+            switching_protocols(key, extra),
+            request_id,
+            principal,
+            hub,
+            service,
+            caps_for(limits, self.settings),
         )
 
     async def serve(self, sock: socket.socket, peer: str, leftover: bytes, ticket: Ticket) -> None:
@@ -227,7 +231,7 @@ class WsEndpoint:
             ticket.principal,
             ticket.hub,
             ticket.service,
-            ticket.max_subscriptions,
+            ticket.caps,
         )
         self.sessions.add(session)
         if self.settings.socket_send_buffer:
@@ -244,9 +248,7 @@ class WsEndpoint:
         finally:
             self.sessions.discard(session)
             self._release(ticket.principal)
-            for subscription in session.subscriptions.values():
-                session.hub.remove(subscription)
-            session.subscriptions.clear()
+            session.end_all()
             self._charge(session)
             reason = "slow_consumer" if session.dropped else _reason_label(session)
             self.disconnects[reason] += 1

@@ -12,6 +12,12 @@ starts, then every log of the orphaned blocks is pushed again with ``"removed": 
 oldest block first, before the ``Apply`` of the new branch brings its heads and logs.  Only
 blocks that were pushed live are ever "removed" (history the follower backfilled was never
 announced, so it is not retracted either).
+
+``logs`` subscriptions are matched through ``LogIndex``: a log meets only the filters filed
+under its address or one of its topics (and the few all-wildcard ones), so the cost of a
+block grows with the logs and the subscriptions that could match them, not with their
+product.  Every fan-out yields to the loop by work done — candidates examined and pushes
+made — so neither a block of many logs nor a crowd of subscribers stalls HTTP traffic.
 """
 
 from __future__ import annotations
@@ -27,7 +33,15 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import Apply, Block, ChainEvent, Finalized, Log, Revert
 from chaingate.obs.metrics import LatencySeries
 from chaingate.rpc.pool import UpstreamPool
-from chaingate.ws.filters import FilterError, parse_log_filter
+from chaingate.ws.caps import WsCaps
+from chaingate.ws.filters import (
+    DEFAULT_ADDRESSES,
+    DEFAULT_TOPICS,
+    FilterError,
+    log_key,
+    parse_log_filter,
+)
+from chaingate.ws.logindex import LogIndex
 from chaingate.ws.protocol import Push, encode
 from chaingate.ws.registry import KINDS, Registry, Sink, Subscription
 from chaingate.ws.sources import PendingSource, SyncingSource
@@ -39,16 +53,22 @@ ANNOUNCED_BLOCKS = 1024  # hashes of blocks pushed live, remembered for reorgs
 # Pushes between two checkpoints: a fan-out to many thousands of sockets must not stall the
 # edge's HTTP traffic for its whole length (each push is one send system call).
 FANOUT_SLICE = 64
+# The logs fan-out counts its work instead: a log looked up or a candidate filter checked is
+# one unit, a push PUSH_WORK units (a send system call); it yields every WORK_SLICE units
+# (~0.2 ms), pushes or not.
+WORK_SLICE = 512
+PUSH_WORK = WORK_SLICE // FANOUT_SLICE
 FANOUT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class SubscribeError(Exception):
     """An ``eth_subscribe`` the hub cannot serve: JSON-RPC code and message for the client."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.data = data
 
 
 class Hub:
@@ -66,7 +86,7 @@ class Hub:
         self._events: trio.MemoryReceiveChannel[ChainEvent] | None = None
         self._client: ChainClient | None = None
         self._announced: OrderedDict[str, None] = OrderedDict()
-        self._log_index: tuple[dict[str, list[Subscription]], list[Subscription]] | None = None
+        self.logs = LogIndex()
         self._full_pending = 0
         self.pending = PendingSource(
             pool,
@@ -113,8 +133,11 @@ class Hub:
 
     # --- subscriptions ---------------------------------------------------------------------
 
-    def prepare(self, kind: Any, args: list[Any], sink: Sink) -> Subscription:
-        """A subscription for ``eth_subscribe(kind, *args)``, not yet live; or SubscribeError."""
+    def prepare(
+        self, kind: Any, args: list[Any], sink: Sink, caps: WsCaps | None = None
+    ) -> Subscription:
+        """A subscription for ``eth_subscribe(kind, *args)``, not yet live; or SubscribeError.
+        A logs filter over ``caps`` (per filter: addresses, topics) is -32602."""
         if kind == "newHeads" or kind == "logs":
             if self._events is None:
                 raise SubscribeError(
@@ -122,10 +145,15 @@ class Hub:
                 )
             if kind == "newHeads":
                 return Subscription(kind, sink)
+            addresses = caps.filter_addresses if caps is not None else DEFAULT_ADDRESSES
+            topics = caps.filter_topics if caps is not None else DEFAULT_TOPICS
             try:
-                log_filter = parse_log_filter(args[0] if args else None)
+                log_filter = parse_log_filter(args[0] if args else None, addresses, topics)
             except FilterError as exc:
-                raise SubscribeError(-32602, str(exc)) from None
+                data = None
+                if exc.limit is not None:
+                    data = {"limit": exc.limit.name, "value": exc.limit.value}
+                raise SubscribeError(-32602, str(exc), data) from None
             return Subscription(kind, sink, log_filter=log_filter)
         if kind == "newPendingTransactions":
             full = args[0] if args else False
@@ -141,7 +169,7 @@ class Hub:
 
     def add(self, subscription: Subscription) -> None:
         if subscription.kind == "logs":
-            self._log_index = None
+            self.logs.add(subscription)
         elif subscription.full:
             self._full_pending += 1
         self.registry.add(subscription)
@@ -150,7 +178,7 @@ class Hub:
         removed = self.registry.remove(subscription)
         if removed:
             if subscription.kind == "logs":
-                self._log_index = None
+                self.logs.remove(subscription)
             elif subscription.full:
                 self._full_pending -= 1
         return removed
@@ -184,44 +212,37 @@ class Hub:
         if subscribers:
             await self._fan("newHeads", subscribers, Push(encode(block.header.fields)))
 
-    def _logs_index(self) -> tuple[dict[str, list[Subscription]], list[Subscription]]:
-        """Logs subscriptions by address (plus those for any address), rebuilt on change."""
-        index = self._log_index
-        if index is None:
-            by_address: dict[str, list[Subscription]] = {}
-            anywhere: list[Subscription] = []
-            for subscription in self.registry.of_kind("logs").values():
-                log_filter = subscription.log_filter
-                if log_filter is None or log_filter.addresses is None:
-                    anywhere.append(subscription)
-                else:
-                    for address in log_filter.addresses:
-                        by_address.setdefault(address, []).append(subscription)
-            index = self._log_index = (by_address, anywhere)
-        return index
-
     async def push_logs(self, logs: list[Log]) -> None:
-        if not logs or not self.registry.count("logs"):
+        index = self.logs
+        if not logs or not index.subscriptions:
             return
-        by_address, anywhere = self._logs_index()
-        count = 0
+        checkpoint = trio.lowlevel.checkpoint
+        work = count = 0
         for entry in logs:
-            candidates = by_address.get(entry.address.lower())
-            if candidates is not None:
-                candidates = candidates + anywhere if anywhere else candidates
-            else:
-                candidates = anywhere
+            work += 1
+            key = log_key(entry)
+            if key is None:
+                continue
+            address, topics = key
             push: Push | None = None
-            for subscription in candidates:
-                log_filter = subscription.log_filter
-                if log_filter is not None and not log_filter.matches(entry):
-                    continue
-                if push is None:
-                    push = Push(encode(entry))
-                subscription.sink.push(push.frame(subscription.prefix), push.cu)
-                count += 1
-                if count % FANOUT_SLICE == 0:
-                    await trio.lowlevel.checkpoint()
+            for group in index.candidates(address, topics):
+                work += 1
+                if group.filter.accepts(address, topics):
+                    if push is None:
+                        push = Push(encode(entry))
+                    for subscription in tuple(group.members):
+                        subscription.sink.push(push.frame(subscription.prefix), push.cu)
+                        count += 1
+                        work += PUSH_WORK
+                        if work >= WORK_SLICE:
+                            await checkpoint()
+                            work = 0
+                elif work >= WORK_SLICE:
+                    await checkpoint()
+                    work = 0
+            if work >= WORK_SLICE:
+                await checkpoint()
+                work = 0
         self.pushes["logs"] += count
 
     async def push_pending(self, tx_hash: str, tx: Any) -> None:

@@ -42,6 +42,11 @@ class Subscription:
         self.full = full  # newPendingTransactions: whole transaction objects, not hashes
         self.prefix = push_prefix(self.id)
 
+    @property
+    def cost(self) -> int:
+        """Filter bytes this subscription holds (see ``chaingate.ws.caps``)."""
+        return self.log_filter.cost if self.log_filter is not None else 0
+
 
 class Registry:
     def __init__(self) -> None:

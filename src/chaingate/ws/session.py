@@ -6,6 +6,9 @@ queued before the subscription's first push; every other call goes to the networ
 ``RpcService`` exactly as an HTTP request would, up to ``max_inflight`` at a time (then the
 reader stops reading: TCP backpressure).
 
+A ``logs`` filter is charged in filter bytes against the connection's and the key's budgets
+(``chaingate.ws.caps``), given back when the subscription ends.
+
 Writing never waits in the caller: a frame goes straight to the socket when nothing is queued
 (the usual case), and only what the kernel did not take is queued, for a flusher task that
 exists only while there is something to flush.  The queue is bounded in bytes: a push that
@@ -40,12 +43,15 @@ from chaingate import netio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import WebSocketSettings
 from chaingate.rpc.service import RpcService
+from chaingate.ws.caps import WsCaps, over_budget
 from chaingate.ws.hub import Hub, SubscribeError
 from chaingate.ws.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     LIMIT_EXCEEDED,
+    MSG_TOO_DEEP,
+    PARSE_ERROR,
     RESOURCE_UNAVAILABLE,
     Call,
     error_reply,
@@ -53,6 +59,7 @@ from chaingate.ws.protocol import (
     peek_call,
     result_reply,
     text_frame,
+    too_deep,
 )
 from chaingate.ws.registry import Subscription
 
@@ -79,7 +86,7 @@ class Session:
         principal: Principal,
         hub: Hub,
         service: RpcService,
-        max_subscriptions: int,
+        caps: WsCaps,
     ) -> None:
         self._endpoint = endpoint
         self.settings: WebSocketSettings = endpoint.settings
@@ -90,8 +97,9 @@ class Session:
         self.principal = principal
         self.hub = hub
         self.service = service
-        self.max_subscriptions = max_subscriptions
+        self.caps = caps
         self.subscriptions: dict[str, Subscription] = {}
+        self.filter_bytes = 0  # held by this connection's logs filters (see caps)
         self._ws = Connection(ConnectionType.SERVER)
         self._queue: deque[bytes] = deque()
         self._queued = 0
@@ -226,7 +234,9 @@ class Session:
             return
         call = peek_call(message)
         if call is not None and call.method in _SUBSCRIPTION_METHODS:
-            self._subscription_call(call)
+            self._subscription_call(call, message)
+            # A burst of them in one read takes turns with everyone else on the loop.
+            await trio.lowlevel.checkpoint()
             return
         await self._inflight.acquire()
         assert self._nursery is not None
@@ -251,7 +261,12 @@ class Session:
         finally:
             self._inflight.release()
 
-    def _subscription_call(self, call: Call) -> None:
+    def _subscription_call(self, call: Call, message: bytes) -> None:
+        if too_deep(message):
+            # What the HTTP proxy answers (deeper still, peek_call gives up and the RPC
+            # service's framing answers the same).
+            self._answer(error_reply(b"null", PARSE_ERROR, MSG_TOO_DEEP))
+            return
         notification = not bytes(call.id)
         id_raw = id_bytes(call)
         if not notification and id_raw == b"null" and bytes(call.id) != b"null":
@@ -269,7 +284,7 @@ class Session:
             found = False
             if params and isinstance(params[0], str):
                 subscription = self.subscriptions.pop(params[0], None)
-                found = subscription is not None and self.hub.remove(subscription)
+                found = subscription is not None and self._end(subscription)
             self._gate.record(self.principal, "eth_unsubscribe", 1, 0, 0)
             if not notification:
                 self._answer(result_reply(id_raw, b"true" if found else b"false"))
@@ -277,34 +292,66 @@ class Session:
         if notification:
             return  # nobody would learn the subscription id
         outcome = self._subscribe(params)
-        if isinstance(outcome, tuple):
-            self._answer(error_reply(id_raw, *outcome))
+        if isinstance(outcome, SubscribeError):
+            self._answer(error_reply(id_raw, outcome.code, outcome.message, outcome.data))
             return
         subscription = outcome
         self.subscriptions[subscription.id] = subscription
+        cost = subscription.cost
+        if cost:
+            self.filter_bytes += cost
+            self._endpoint.filter_budgets.take(self.principal.key_id, cost)
         self.hub.add(subscription)
         self._answer(result_reply(id_raw, b'"' + subscription.id.encode() + b'"'))
         self.hub.welcome(subscription)
 
-    def _subscribe(self, params: list[Any]) -> Subscription | tuple[int, str]:
-        """A new subscription (admitted and billed, not yet live), or (code, message)."""
+    def _subscribe(self, params: list[Any]) -> Subscription | SubscribeError:
+        """A new subscription (admitted and billed, not yet live), or why not."""
         if not params:
-            return INVALID_PARAMS, "missing subscription kind"
-        if len(self.subscriptions) >= self.max_subscriptions:
-            return (
-                LIMIT_EXCEEDED,
-                f"subscription limit reached ({self.max_subscriptions} per connection)",
+            return SubscribeError(INVALID_PARAMS, "missing subscription kind")
+        caps = self.caps
+        if len(self.subscriptions) >= caps.subscriptions:
+            return SubscribeError(
+                LIMIT_EXCEEDED, f"subscription limit reached ({caps.subscriptions} per connection)"
             )
         try:
-            subscription = self.hub.prepare(params[0], params[1:], self)
+            subscription = self.hub.prepare(params[0], params[1:], self, caps)
         except SubscribeError as exc:
-            return exc.code, exc.message
+            return exc
+        cost = subscription.cost
+        held_by_key = self._endpoint.filter_budgets.held(self.principal.key_id)
+        over = over_budget(cost, self.filter_bytes, held_by_key, caps)
+        if over is not None:
+            held = self.filter_bytes if over is caps.filter_bytes_connection else held_by_key
+            return SubscribeError(
+                LIMIT_EXCEEDED,
+                f"logs filter budget exceeded: this filter takes {cost} filter bytes (20 per "
+                f"address, 32 per topic), {held} of {over.value} are in use "
+                f"(limit {over.name} = {over.value})",
+                {"limit": over.name, "value": over.value},
+            )
         rejection = self._gate.admit(self.principal, True, False, 1, SUBSCRIBE_CU, SUBSCRIBE_CU)
         if rejection is not None:
             code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
-            return code, rejection.message
+            return SubscribeError(code, rejection.message)
         self._gate.record(self.principal, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
         return subscription
+
+    def _end(self, subscription: Subscription) -> bool:
+        """Take a subscription out of the hub and give its filter bytes back."""
+        if not self.hub.remove(subscription):
+            return False
+        cost = subscription.cost
+        if cost:
+            self.filter_bytes -= cost
+            self._endpoint.filter_budgets.give(self.principal.key_id, cost)
+        return True
+
+    def end_all(self) -> None:
+        """The connection is over: every subscription ends."""
+        for subscription in self.subscriptions.values():
+            self._end(subscription)
+        self.subscriptions.clear()
 
     # --- writing -------------------------------------------------------------------------
 

@@ -1,0 +1,91 @@
+"""Bounds on answer bytes: per request (``rpc.max_answer_bytes``) and per process.  Sans-IO.
+
+A batch's answer is assembled from replies that arrive group by group.  ``Assembly`` counts
+one request's reply bytes against the per-request bound and, for batches, against the
+process-wide ``AnswerBudget`` of bytes being assembled (``rpc.max_assembling_bytes``).  A
+reply that does not fit is not built: its call gets a JSON-RPC error instead (see
+docs/decisions.md, "The answer bound").  Once a request is over its bound, reads still in
+flight are abandoned — they could only be refused — through the cancel scopes registered here.
+
+The edge reads ``AnswerBudget.held`` / ``exhausted`` (all services share one budget) to refuse
+new work with 503 before memory grows.
+"""
+
+from __future__ import annotations
+
+import trio
+
+# Bytes a reply adds beyond its id and payload: '{"jsonrpc":"2.0","id":' ',"result":' '}' and
+# the comma that separates it from the next reply of a batch.
+REPLY_OVERHEAD = 34
+
+
+class AnswerBudget:
+    """Reply bytes held by batches being assembled, all requests of the process together."""
+
+    __slots__ = ("held", "limit", "refused")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0  # replies refused because the budget was spent
+
+    @property
+    def exhausted(self) -> bool:
+        return self.held >= self.limit
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            self.refused += 1
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.held = max(0, self.held - size)
+
+
+# Outcomes of ``Assembly.admit``.
+FITS, TOO_LARGE, BUSY = 0, 1, 2
+
+
+class Assembly:
+    """One batch's answer while it is being assembled."""
+
+    __slots__ = ("_budget", "_scopes", "limit", "over", "taken", "used")
+
+    def __init__(self, limit: int, budget: AnswerBudget) -> None:
+        self.limit = limit
+        self.used = 0  # reply bytes placed in the answer so far
+        self.taken = 0  # of which taken from the process budget
+        self.over = False  # the answer passed its bound: every later reply is refused
+        self._budget = budget
+        self._scopes: list[trio.CancelScope] = []
+
+    def admit(self, size: int) -> int:
+        """May a reply of ``size`` bytes join the answer?  FITS, TOO_LARGE or BUSY."""
+        if self.over or self.used + size > self.limit:
+            self.stop()
+            return TOO_LARGE
+        if not self._budget.take(size):
+            return BUSY
+        self.used += size
+        self.taken += size
+        return FITS
+
+    def watch(self, scope: trio.CancelScope) -> None:
+        """Abandon the work under ``scope`` (reads in flight) once the answer is over."""
+        if self.over:
+            scope.cancel()
+        self._scopes.append(scope)
+
+    def stop(self) -> None:
+        self.over = True
+        for scope in self._scopes:
+            scope.cancel()
+        self._scopes.clear()
+
+    def release(self) -> None:
+        """The answer is handed on (or dropped): its bytes leave the process budget."""
+        self._budget.give_back(self.taken)
+        self.taken = 0
