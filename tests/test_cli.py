@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from chaingate.devnet.anvil import free_port
+from chaingate.devnet.npm import cache_root
 from tests.helpers import read_dev_banner
 
 
@@ -20,10 +21,24 @@ def _pids_matching(pattern: str) -> list[int]:
     return [int(pid) for pid in result.stdout.split()]
 
 
+def dev_env(tmp_path: Path) -> dict[str, str]:
+    """A home of its own: a run must never touch the user's data dir (it would revoke the keys
+    of their running ``chaingate dev`` and rewrite its manifest).  The cache stays the real one
+    (anvil, solc and the contracts come from npm, once)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINGATE_")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        XDG_DATA_HOME=str(tmp_path / "home" / ".local" / "share"),
+        CHAINGATE_CACHE_DIR=str(cache_root()),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
 def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
     anvil_port = free_port()
-    env = {**os.environ, "HOME": os.environ.get("HOME", str(tmp_path)), "PYTHONUNBUFFERED": "1"}
+    env = dev_env(tmp_path)
     process = subprocess.Popen(
         [
             sys.executable,
@@ -69,6 +84,17 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
     assert code == 0
     time.sleep(0.2)
     assert not _pids_matching(f"anvil.*--port {anvil_port}"), "anvil outlived chaingate dev"
+    # Everything it keeps went under the temporary home, named in the banner.
+    data_dir = tmp_path / "home" / ".local" / "share" / "chaingate" / "dev"
+    assert f"manifest  {data_dir}/devnet-manifest.json" in text
+    assert {p.name for p in data_dir.iterdir()} >= {
+        "chaingate.db",
+        "dev-keys.json",
+        "devnet-chain.json",
+        "devnet-manifest.json",
+        "paymaster-signer.key",
+        "pepper",
+    }
 
 
 def test_serve_reports_a_missing_config_file(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import re
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from chaingate.devnet.manifest import (
     loads,
     save_manifest,
 )
+from chaingate.devnet.npm import cache_root
 from chaingate.devnet.rpc import DevnetRpc, RpcError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address, create2_address, create_address
@@ -462,6 +464,13 @@ def test_chaingate_dev_writes_the_manifest_its_settings_name(tmp_path: Path) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # A home of its own too: nothing of this run may reach the user's.
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("CHAINGATE_")},
+            "HOME": str(tmp_path / "home"),
+            "XDG_DATA_HOME": str(tmp_path / "home" / "share"),
+            "CHAINGATE_CACHE_DIR": str(cache_root()),
+        },
     )
     try:
         text = read_dev_banner(process)
@@ -489,7 +498,9 @@ def test_chaingate_dev_writes_the_manifest_its_settings_name(tmp_path: Path) -> 
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            assert process.wait(timeout=15) == 0
+            code = process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+    assert process.stdout is not None
+    assert code == 0, process.stdout.read()

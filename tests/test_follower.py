@@ -377,3 +377,59 @@ async def test_upstream_websocket_new_heads_wake_the_follower(
             await run.wait_for_head(node.url)
     assert notifier.notifications >= 3
     check_order(run.events)
+
+
+@pytest.mark.parametrize("start_block", [None, 0])
+@pytest.mark.parametrize("new_head", [30, 116])
+async def test_resume_on_a_chain_restarted_fresh_never_finalizes_above_the_head(
+    follow: Starter,
+    anvil_factory: Callable[..., AnvilProcess],
+    store_url: str,
+    start_block: int | None,
+    new_head: int,
+) -> None:
+    """The stored cursor names a chain that is gone: the node was restarted from scratch and
+    is now shorter than the old chain — below the window's base (30) or inside its heights
+    (116).  The follower reverts what it held, follows the new chain, and its finalized block
+    follows the new chain instead of staying where the old one was (it said 118 with head 30)."""
+    old = anvil_factory()
+    await node_call(old.url, "anvil_mine", [hex(110)])
+    first = await follow(old.url, store_url=store_url, start_block=start_block)
+    await first.wait_for_head(old.url)
+    await node_call(old.url, "anvil_mine", [hex(10)])  # followed live: a full window
+    await first.wait_for_head(old.url)
+    assert first.follower.finalized == 118
+    base = first.follower.window.base
+    assert base == 113
+    first.scope.cancel()
+    await trio.sleep(0.1)  # the first run's shielded save
+    old.stop()
+    # Another genesis time: two nodes started in the same second would mine identical blocks.
+    new = anvil_factory(extra=["--timestamp", "1700000000"])
+    await node_call(new.url, "anvil_mine", [hex(new_head)])
+    second = await follow(new.url, store_url=store_url, start_block=start_block)
+    await second.wait_for_head(new.url)
+    head = second.follower.head
+    assert head is not None and head.number == new_head
+    assert second.follower.finalized == new_head - 2
+    health = second.gateway.health()["networks"][0]["follower"]
+    assert (health["block"], health["finalized"]) == (new_head, new_head - 2)
+    # What it held of the old chain is reverted, newest first, before anything new.
+    reverts = [e for e in second.events if isinstance(e, Revert)]
+    assert [e.block.header.number for e in reverts] == list(range(120, base - 1, -1))
+    assert second.events[: len(reverts)] == reverts
+    rest = second.events[len(reverts) :]
+    check_order(rest)
+    # Below the base there is nothing to refill from: a first start on the new chain.  Else it
+    # refills from the window's base, and the reverted heights are finalized again.
+    first_start = 0 if start_block == 0 else new_head - 2
+    first_applied = first_start if new_head < base else base
+    assert [n for n, _ in second.applied()] == list(range(first_applied, new_head + 1))
+    finalized = {e.header.number: e.header.hash for e in rest if isinstance(e, Finalized)}
+    assert list(finalized) == list(range(first_applied, new_head - 1))
+    assert finalized == await canonical_hashes(new.url, first_applied, new_head - 2)
+    store = second.gateway.store
+    assert store is not None
+    cursor, _ = await store.load_chain("ethereum", "devnet")
+    assert cursor is not None and cursor.finalized == new_head - 2
+    await assert_stored_chain_is_canonical(second, new.url)

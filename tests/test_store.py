@@ -27,12 +27,15 @@ from chaingate.store import (
     MigrationError,
     Store,
     StoreError,
+    Tx,
     UnknownAccount,
     UsageDelta,
     UsageRow,
+    base,
     open_store,
 )
-from chaingate.store.chainrows import ChainCursor, StoredBlock
+from chaingate.store.base import ChainClaim, network_tables, register_network_table
+from chaingate.store.chainrows import CHAIN_TABLES, ChainCursor, StoredBlock
 from chaingate.store.migrate import apply_pending, load_migrations, split_statements
 from chaingate.store.postgres import redact, to_pyformat
 
@@ -91,10 +94,13 @@ async def test_migrations_apply_once_and_are_recorded(store_url: str, tmp_path: 
         assert await first.migrate() == VERSIONS
         assert await first.migrate() == []
         recorded = await first.applied_migrations()
-    assert [(m.version, m.name, m.applied_at) for m in recorded] == [
+    assert [(m.version, m.name, m.applied_at) for m in recorded][:3] == [
         (1, "initial", T0),
         (2, "chain_follower", T0),
+        (3, "chain_identity", T0),
     ]
+    shipped = [(m.version, m.name) for m in load_migrations()]
+    assert [(m.version, m.name) for m in recorded] == shipped
     # A new process (store object) finds the schema current.
     async with open_store(store_url, tmp_path, clock=clock) as second:
         assert await second.migrate() == []
@@ -578,3 +584,89 @@ async def test_chain_window_saves_prunes_and_rewinds(store_url: str, tmp_path: P
         assert [(r.number, r.hash) for r in rows] == [(2, "0xa2"), (3, "0xa3"), (4, "0xb4")]
         # Another network's state is its own.
         assert await s.load_chain("ethereum", "sepolia") == (None, [])
+
+
+async def test_claiming_another_chain_resets_only_that_networks_derived_state(
+    store_url: str, tmp_path: Path
+) -> None:
+    def block(n: int) -> StoredBlock:
+        return StoredBlock(n, f"0xa{n}", f"0xa{n - 1}", f'{{"n":{n}}}')
+
+    async with open_store(store_url, tmp_path) as s:
+        await s.migrate()
+        for network in ("devnet", "sepolia"):
+            await s.save_chain(
+                "ethereum", network, ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
+                keep_from=2,
+            )  # fmt: skip
+        account = await s.create_account("ada@example.com", "free")
+        # Rows kept before identities were recorded: they may come from any chain.
+        first = await s.claim_chain("ethereum", "devnet", "0xgenesis:one")
+        assert first == ChainClaim(None, True, {"chain_cursors": 1, "chain_blocks": 4})
+        assert await s.load_chain("ethereum", "devnet") == (None, [])
+        assert await s.chain_identity("ethereum", "devnet") == "0xgenesis:one"
+        # The same chain again: nothing happens to what the follower stores from now on.
+        await s.save_chain(
+            "ethereum", "devnet", ChainCursor(1, "0xa1", -1), [block(1)], keep_from=0
+        )
+        assert await s.claim_chain("ethereum", "devnet", "0xgenesis:one") == ChainClaim(
+            "0xgenesis:one", False, {}
+        )
+        assert (await s.load_chain("ethereum", "devnet"))[0] == ChainCursor(1, "0xa1", -1)
+        # Another chain: reset, and recorded.
+        again = await s.claim_chain("ethereum", "devnet", "0xgenesis:two")
+        assert again == ChainClaim("0xgenesis:one", True, {"chain_cursors": 1, "chain_blocks": 1})
+        assert await s.load_chain("ethereum", "devnet") == (None, [])
+        assert await s.chain_identity("ethereum", "devnet") == "0xgenesis:two"
+        # A new identity on an empty network still says it reset (the chain changed).
+        assert await s.claim_chain("ethereum", "devnet", "0xgenesis:three") == ChainClaim(
+            "0xgenesis:two", True, {}
+        )
+        # Other networks and everything not derived from a chain are untouched.
+        cursor, rows = await s.load_chain("ethereum", "sepolia")
+        assert cursor == ChainCursor(5, "0xa5", 3) and len(rows) == 4
+        assert await s.get_account(account.id) == account
+        assert await s.chain_identity("ethereum", "sepolia") is None
+        # reset_network on its own: every registered table, counted.
+        assert await s.reset_network("ethereum", "sepolia") == {
+            "chain_cursors": 1,
+            "chain_blocks": 4,
+        }
+        assert await s.load_chain("ethereum", "sepolia") == (None, [])
+        assert await s.reset_network("ethereum", "sepolia") == {}
+
+
+async def test_registered_network_tables_are_reset_too(store_url: str, tmp_path: Path) -> None:
+    """The contract later subsystems rely on: a registered table with chain/network columns
+    is emptied for the network being reset, and only for it."""
+    assert set(CHAIN_TABLES) <= set(network_tables())
+    with pytest.raises(ValueError, match="not a table name"):
+        register_network_table("x; DROP TABLE accounts")
+    migrations = [
+        *load_migrations(),
+        Migration(
+            NEXT,
+            "derived",
+            "CREATE TABLE test_derived (chain TEXT NOT NULL, network TEXT NOT NULL, n BIGINT);",
+        ),
+    ]
+    register_network_table("test_derived")
+    try:
+        async with open_store(store_url, tmp_path) as s:
+            await apply_pending(s, migrations)
+
+            def fill(tx: Tx) -> None:
+                tx.executemany(
+                    "INSERT INTO test_derived (chain, network, n) VALUES (?, ?, ?)",
+                    [("ethereum", "devnet", 1), ("ethereum", "devnet", 2), ("ethereum", "x", 3)],
+                )
+
+            await s.run_transaction(fill)
+            assert await s.reset_network("ethereum", "devnet") == {"test_derived": 2}
+
+            def left(tx: Tx) -> list[tuple[object, ...]]:
+                return tx.query("SELECT chain, network, n FROM test_derived")
+
+            assert await s.run_transaction(left, write=False) == [("ethereum", "x", 3)]
+    finally:
+        base._NETWORK_TABLES.remove("test_derived")

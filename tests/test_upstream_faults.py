@@ -366,3 +366,28 @@ async def test_the_process_budget_refuses_replies_as_overloaded_and_is_given_bac
     assert {r["error"]["code"] for r in busy} == {-32005}
     assert gw.gateway.answers.held == 0
     assert all("result" in r for r in again)  # given back: the next batch fits again
+
+
+async def test_a_pool_that_has_shut_down_refuses_calls_instead_of_crashing(
+    anvil: AnvilProcess, impl: Any
+) -> None:
+    # A consumer committing in a shielded shutdown path may still call out after the pools'
+    # nursery closed: that must be an UpstreamError it handles, not "Nursery is closed".
+    import msgspec
+
+    from chaingate.config import NetworkSettings, RpcSettings
+    from chaingate.rpc.errors import UNAVAILABLE, UpstreamError
+    from chaingate.rpc.pool import UpstreamPool
+    from chaingate.rpc.service import parse_evm_head
+
+    net = msgspec.convert({"upstreams": [{"url": anvil.url}]}, NetworkSettings)
+    probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
+    pool = UpstreamPool("x/y", net, RpcSettings(), impl, probe, parse_evm_head)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        _, ok = await pool.request(probe, retry_safe=True, deadline=trio.current_time() + 5)
+        assert ok.status == 200
+        nursery.cancel_scope.cancel()
+    with pytest.raises(UpstreamError) as refused:
+        await pool.request(probe, retry_safe=True, deadline=trio.current_time() + 5)
+    assert refused.value.kind == UNAVAILABLE

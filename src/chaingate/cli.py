@@ -2,6 +2,7 @@
 
 * ``chaingate dev`` — everything on embedded defaults: installs and starts anvil, serves
   ``ethereum/devnet`` on 127.0.0.1:8000, prints ready-to-paste curl lines.  Ctrl-C stops it all.
+  Its data dir (locked: one ``chaingate dev`` each) keeps the chain and the keys across starts.
 * ``chaingate serve --config FILE`` — the production entry point.
 * ``chaingate migrate [--config FILE]`` — apply pending database migrations and say which.
 """
@@ -9,12 +10,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,47 +26,72 @@ import trio
 from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
-from chaingate.devnet import anvil
-from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest, save_manifest
+from chaingate.devnet import anvil, chainfile, persist
+from chaingate.devnet.devkeys import KEYS_FILE, issue_dev_keys
+from chaingate.devnet.lock import DataDirBusy, DataDirLock
+from chaingate.devnet.manifest import Manifest
+from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
 from chaingate.store import AppliedMigration, Store, StoreError, open_store
 
-DEV_EMAIL = "dev@chaingate.localhost"
-# Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it) and the
-# dev-only paymaster signer key (generated on first run, mode 0600).
+# Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it), the
+# dev-only paymaster signer key (generated on first run, mode 0600), the saved chain
+# (chaingate.devnet.chainfile) and the dev API keys (chaingate.devnet.devkeys).
 DEVNET_MANIFEST = "devnet-manifest.json"
 PAYMASTER_KEY_FILE = "paymaster-signer.key"
+DEVNET_CHAIN = chainfile.CHAIN_FILE
+DEV_KEYS_FILE = KEYS_FILE
+DEV_NETWORK = ("ethereum", "devnet")
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-async def _watch_signals(gateway: Gateway, cancel_scope: trio.CancelScope) -> None:
-    """First SIGINT/SIGTERM: graceful shutdown.  Second: stop at once."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            if gateway._shutdown.is_set():
-                cancel_scope.cancel()
-                return
-            _say("\nStopping (Ctrl-C again to stop at once)...")
-            gateway.shutdown()
+# The signals that stop chaingate dev: SIGHUP too, so closing its terminal still saves the chain
+# and stops anvil (which runs in a session of its own and gets no hangup).
+DEV_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopper:
+    """What a stop signal stops: the gateway once it runs (gracefully), else everything."""
+
+    def __init__(self, cancel_scope: trio.CancelScope, gateway: Gateway | None = None) -> None:
+        self.cancel_scope = cancel_scope
+        self.gateway = gateway
+        self.signalled = False
+
+
+async def _watch_signals(stopper: _Stopper, signals: AsyncIterator[int]) -> None:
+    """First signal: graceful shutdown.  Second: stop at once.  Later ones are absorbed (the
+    receiver stays open while anything is being saved and stopped)."""
+    async for _ in signals:
+        gateway = stopper.gateway
+        if stopper.signalled or gateway is None:
+            if not stopper.signalled:
+                _say("\nStopping...")
+            stopper.signalled = True
+            stopper.cancel_scope.cancel()
+            continue
+        stopper.signalled = True
+        _say("\nStopping (Ctrl-C again to stop at once)...")
+        gateway.shutdown()
 
 
 async def _serve(gateway: Gateway) -> None:
-    async with trio.open_nursery() as nursery:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
 
-        async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
-            try:
-                await gateway.run(task_status=task_status)
-            finally:
-                nursery.cancel_scope.cancel()
+            async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
+                try:
+                    await gateway.run(task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()
 
-        nursery.start_soon(_watch_signals, gateway, nursery.cancel_scope)
-        await nursery.start(run_gateway)
+            nursery.start_soon(_watch_signals, _Stopper(nursery.cancel_scope, gateway), signals)
+            await nursery.start(run_gateway)
 
 
 def _dev_banner(
@@ -74,6 +102,7 @@ def _dev_banner(
     keys: tuple[str, str] | None,
     manifest_path: str,
     manifest: Manifest,
+    keys_path: Path | None = None,
 ) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
@@ -83,8 +112,9 @@ def _dev_banner(
         test_key, live_key = keys
         key_header = f" -H 'X-API-Key: {test_key}'"
         key_lines = (
-            f"  test key  {test_key}   (testnets only; shown once, new each run)\n"
+            f"  test key  {test_key}   (testnets only)\n"
             f"  live key  {live_key}\n"
+            f"            the same on every start: kept in {keys_path}\n"
         )
     return f"""
 chaingate dev is up.
@@ -109,63 +139,140 @@ Ctrl-C stops chaingate and anvil.
 """
 
 
-async def _run_anvil(argv: list[str], *, task_status: trio.TaskStatus[object]) -> None:
-    """anvil as a child of our nursery: cancelled (terminated) when chaingate stops."""
-    await trio.run_process(
-        argv, task_status=task_status, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+def _new_chain_line(new_because: str | None, deleted: dict[str, int]) -> str:
+    """The one line saying the store's chain state was reset, and why."""
+    rows = ", ".join(
+        f"{count} row{'' if count == 1 else 's'} of {table}" for table, count in deleted.items()
     )
-
-
-def _bootstrap_devnet(anvil_url: str, paymaster_signer: str, manifest_path: str) -> Manifest:
-    """Deploy (or load from cache) the devnet's contracts and write the manifest."""
-    manifest = bootstrap_devnet(anvil_url, paymaster_signer=paymaster_signer, announce=_say)
-    save_manifest(manifest, manifest_path)
-    return manifest
+    why = new_because or "the store had followed another one"
+    return (
+        f"devnet: this is a new chain ({why}); reset what the store derived from the previous "
+        f"one ({rows or 'nothing was stored yet'})"
+    )
 
 
 async def _dev(
     settings: config.Settings,
+    data_dir: Path,
     binary: Path,
     anvil_port: int,
-    dev_store: Store | None,
-    paymaster_signer: str,
+    store: Store,
+    signer: PrivateKey,
 ) -> int:
-    keys = await _dev_keys(settings, dev_store) if dev_store is not None else None
-    argv = anvil.anvil_argv(binary, anvil_port)
-    manifest_path = settings.chains["ethereum"]["devnet"].manifest
+    anvil_url = f"http://127.0.0.1:{anvil_port}"
+    node = DevNode(
+        anvil.anvil_argv(binary, anvil_port), anvil_url, data_dir / DEVNET_CHAIN, say=_say
+    )
+    # Open from the start, so a signal during start-up, or while anvil is being saved and
+    # stopped, is ours to handle rather than a KeyboardInterrupt that would orphan anvil.
+    with trio.open_signal_receiver(*DEV_SIGNALS) as signals:
+        return await _dev_until_stopped(settings, data_dir, anvil_url, node, store, signer, signals)
+
+
+async def _dev_until_stopped(
+    settings: config.Settings,
+    data_dir: Path,
+    anvil_url: str,
+    node: DevNode,
+    store: Store,
+    signer: PrivateKey,
+    signals: AsyncIterator[int],
+) -> int:
     async with trio.open_nursery() as nursery:
-        await nursery.start(_run_anvil, argv)
-        anvil_url = f"http://127.0.0.1:{anvil_port}"
-        await trio.to_thread.run_sync(anvil.wait_ready, anvil_url)
-        try:
-            manifest = await trio.to_thread.run_sync(
-                _bootstrap_devnet, anvil_url, paymaster_signer, manifest_path
-            )
-        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
-            _say(f"error: devnet bootstrap failed: {exc}")
-            nursery.cancel_scope.cancel()  # takes anvil down
-            return 1
-        gateway = Gateway(settings)
+        stopper = _Stopper(nursery.cancel_scope)
+        nursery.start_soon(_watch_signals, stopper, signals)
 
-        async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
+        async def run_node(task_status: trio.TaskStatus[None]) -> None:
             try:
-                await gateway.run(task_status=task_status)
+                await node.run(task_status=task_status)
             finally:
-                nursery.cancel_scope.cancel()  # takes anvil down with us
+                nursery.cancel_scope.cancel()  # anvil gone for good: so is chaingate dev
 
-        nursery.start_soon(_watch_signals, gateway, nursery.cancel_scope)
-        port = await nursery.start(run_gateway)
-        _say(
-            _dev_banner(
-                port,
-                settings.server.host,
+        try:
+            await nursery.start(run_node)
+        except (NodeFailed, OSError) as exc:
+            _say(f"error: cannot start anvil: {exc}")
+            return 1
+        code = await _bring_up(nursery, stopper, settings, data_dir, anvil_url, node, store, signer)
+        if code != 0:
+            nursery.cancel_scope.cancel()  # takes anvil down
+    if node.failure is not None:  # anvil died for good (at start-up or later)
+        _say(f"error: {node.failure}")
+        return 1
+    return code
+
+
+async def _bring_up(
+    nursery: trio.Nursery,
+    stopper: _Stopper,
+    settings: config.Settings,
+    data_dir: Path,
+    anvil_url: str,
+    node: DevNode,
+    store: Store,
+    signer: PrivateKey,
+) -> int:
+    """On the started anvil: the chain (continued or new), the store's state agreeing with
+    it, the dev keys, the gateway, the banner.  1 (having said why) when any fails."""
+    manifest_path = settings.chains["ethereum"]["devnet"].manifest
+    try:
+        prepared = await trio.to_thread.run_sync(
+            functools.partial(
+                persist.prepare,
                 anvil_url,
-                settings.observability.admin_token,
-                keys,
-                manifest_path,
-                manifest,
+                chain_path=data_dir / DEVNET_CHAIN,
+                manifest_path=Path(manifest_path),
+                paymaster_signer=signer.address,
+                renew=functools.partial(trio.from_thread.run, node.renew),
+                announce=_say,
             )
         )
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        if node.failure is None:  # else anvil died, and that is what is said
+            _say(f"error: devnet bootstrap failed: {exc}")
+        return 1
+    node.track(prepared.saved)
+    try:
+        async with store:
+            await store.migrate()
+            claim = await store.claim_chain(*DEV_NETWORK, prepared.saved.identity)
+            issued = None
+            if settings.auth.enabled:
+                issued = await issue_dev_keys(
+                    store, settings.auth.pepper.encode(), data_dir / DEV_KEYS_FILE
+                )
+    except StoreError as exc:
+        _say(f"error: {exc}")
+        return 1
+    if claim.reset:
+        _say(_new_chain_line(prepared.new_because, claim.deleted))
+    gateway = Gateway(settings)
+
+    async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
+        try:
+            await gateway.run(task_status=task_status)
+        finally:
+            nursery.cancel_scope.cancel()  # takes anvil down with us
+
+    stopper.gateway = gateway
+    try:
+        port = await nursery.start(run_gateway)
+    except OSError as exc:  # most often: the port is taken
+        _say(f"error: cannot serve on {settings.server.host}:{settings.server.port}: {exc}")
+        return 1
+    keys = (issued.keys.test, issued.keys.live) if issued is not None else None
+    _say(
+        _dev_banner(
+            port,
+            settings.server.host,
+            anvil_url,
+            settings.observability.admin_token,
+            keys,
+            manifest_path,
+            prepared.manifest,
+            data_dir / DEV_KEYS_FILE,
+        )
+    )
     return 0
 
 
@@ -198,20 +305,6 @@ def _paymaster_key(args: argparse.Namespace, settings: config.Settings) -> Priva
     return load_or_create_key(Path(settings.data_dir).expanduser() / PAYMASTER_KEY_FILE)
 
 
-async def _dev_keys(settings: config.Settings, store: Store) -> tuple[str, str]:
-    """Fresh dev keys for this run (test and live); the previous run's are revoked."""
-    pepper = settings.auth.pepper.encode()
-    async with store:
-        await store.migrate()
-        account = await admin.ensure_account(store, DEV_EMAIL, "growth")
-        for row in await store.list_keys(account.id):
-            if row.revoked_at is None and row.name.startswith("dev-"):
-                await store.revoke_key(row.id)
-        test_key, _ = await admin.create_key(store, pepper, account.id, "dev-test", "test")
-        live_key, _ = await admin.create_key(store, pepper, account.id, "dev-live", "live")
-    return test_key, live_key
-
-
 def cmd_dev(args: argparse.Namespace) -> int:
     try:
         binary = anvil.anvil_binary(announce=_say)
@@ -221,19 +314,28 @@ def cmd_dev(args: argparse.Namespace) -> int:
     anvil_port = args.anvil_port or anvil.free_port()
     settings = _dev_settings(args, f"http://127.0.0.1:{anvil_port}")
     setup_logging(settings.observability.log_level)
+    data_dir = Path(settings.data_dir).expanduser()
     try:
-        signer = _paymaster_key(args, settings)
-    except (OSError, ValueError) as exc:
-        _say(f"error: cannot read the paymaster signer key: {exc}")
-        return 1
-    try:
-        dev_store = None
-        if settings.auth.enabled:
-            dev_store = open_store(settings.store.url, Path(settings.data_dir).expanduser())
-        code: int = trio.run(_dev, settings, binary, anvil_port, dev_store, signer.address)
-    except OSError as exc:
+        lock = DataDirLock(data_dir).acquire()
+    except DataDirBusy as exc:
         _say(f"error: {exc}")
         return 1
+    try:
+        try:
+            signer = _paymaster_key(args, settings)
+        except (OSError, ValueError) as exc:
+            _say(f"error: cannot read the paymaster signer key: {exc}")
+            return 1
+        try:
+            store = open_store(settings.store.url, data_dir)
+            code: int = trio.run(_dev, settings, data_dir, binary, anvil_port, store, signer)
+        except (OSError, StoreError) as exc:
+            _say(f"error: {exc}")
+            return 1
+        except KeyboardInterrupt:  # a Ctrl-C before the signal receiver was open
+            return 130
+    finally:
+        lock.release()
     return code
 
 

@@ -252,8 +252,10 @@ class Follower:
             # of the head finds its ancestor in the window.
             start = max(0, head.number - self.finality_depth)
         # Backfill from ``start``: the first block's parent is not checked (nothing before it).
+        # Nothing below ``start`` is announced as finalized, and nothing above it yet: a value
+        # kept from a chain that is gone (a deep rewind emptied the window) must not survive.
         self._resume_at = None
-        self._finalized = max(self._finalized, start - 1)
+        self._finalized = start - 1
         end = max(start, head.number - self.finality_depth)
         await self._backfill(start, end)
         return True
@@ -332,6 +334,14 @@ class Follower:
             await self._emit(Revert(block))
         self._unsaved = []
         self._dirty = True
+        if head.number < base:
+            # The node's chain ends below everything we held (restarted from scratch, or
+            # rewound that far): there is nothing to refill from, so start over as on a first
+            # start.  The blocks it finalized were reverted with the rest.
+            self._finalized = -1
+            return
+        # Finalized blocks were reverted too: their heights are announced again on this chain.
+        self._finalized = min(self._finalized, base - 1)
         numbers = range(base, head.number + 1)
         headers = await self._headers(numbers)
         await self._apply_branch(headers, live=True)

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -126,6 +127,9 @@ class AnvilProcess:
         self.chain_id = chain_id
         self._argv = anvil_argv(anvil_binary(), self.port, chain_id=chain_id, extra=extra)
         self._process: subprocess.Popen[bytes] | None = None
+        # anvil keeps state it evicts from memory under ~/.foundry unless told otherwise; a
+        # test node keeps it in a temporary directory of its own, removed when it stops.
+        self._cache: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def url(self) -> str:
@@ -136,8 +140,11 @@ class AnvilProcess:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> AnvilProcess:
+        self._cache = tempfile.TemporaryDirectory(prefix="anvil-cache-")
         self._process = subprocess.Popen(
-            self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self._argv, "--cache-path", self._cache.name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             wait_ready(self.url)
@@ -148,14 +155,14 @@ class AnvilProcess:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._drop_cache()
 
     def kill(self) -> None:
         """Die like a crashed node: SIGKILL, no goodbye."""
@@ -163,6 +170,12 @@ class AnvilProcess:
             self._process.kill()
             self._process.wait()
             self._process = None
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            cache.cleanup()
 
     def __enter__(self) -> AnvilProcess:
         return self.start()

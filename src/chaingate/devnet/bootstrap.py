@@ -9,6 +9,7 @@ in well under a second.  ``chaingate dev`` and the test fixtures both come throu
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,14 @@ def load_artifacts(cache_dir: Path, announce: Callable[[str], None] = print) -> 
     artifacts: dict[str, Artifact] = aa_artifacts(erc4337.ARTIFACTS, announce=announce)
     artifacts.update(compile_sources(devnet_sources(), cache_dir, announce=announce))
     return artifacts
+
+
+def definition_key(cache_dir: Path | None = None, announce: Callable[[str], None] = print) -> str:
+    """A digest of what the devnet's contracts are (compiler, every artifact's bytecode).  A
+    chain saved under another one lacks contracts, or has others, than the bootstrap would
+    deploy now: ``chaingate dev`` starts a new chain rather than continue it."""
+    artifacts = load_artifacts(cache_dir or default_cache_dir(), announce)
+    return hashlib.sha256(f"{SOLC_VERSION}\0{fingerprint(artifacts)}".encode()).hexdigest()[:32]
 
 
 def bootstrap_devnet(
@@ -164,6 +173,12 @@ def _deploy_contracts(
             p.contract, address=checksum_address(address), block=block
         )
     return contracts, present
+
+
+def verify_devnet(url: str, manifest: Manifest) -> None:
+    """Raise ``BootstrapError`` unless every contract of ``manifest`` is on the node at ``url``."""
+    with DevnetRpc(url) as rpc:
+        _verify(rpc, manifest, None)
 
 
 def _verify(rpc: DevnetRpc, manifest: Manifest, cache_dir: Path | None) -> None:

@@ -146,6 +146,7 @@ class Upstream:
             ssl.create_default_context(cafile=settings.ca_file) if self.tls else None
         )
         self.connections: list[UpstreamConnection] = []
+        self.closed = False
         self._opening: Future[UpstreamConnection] | None = None
         self.health = Health()
 
@@ -162,6 +163,8 @@ class Upstream:
         with nothing in flight, so a write never waits behind — or dies with — a slow read.
         """
         settings = self.settings
+        if self.closed:
+            raise UpstreamError(UNAVAILABLE, "pool shut down", sent=False, upstream=self.name)
         while True:
             least: UpstreamConnection | None = None
             for conn in self.connections:
@@ -230,6 +233,9 @@ class Upstream:
                 conn.abort(TIMEOUT, "idle connection closed")
 
     def close(self) -> None:
+        """The pool is shutting down: abort every connection and open no new one (its nursery
+        is about to close; a caller in a shielded shutdown path gets an UpstreamError)."""
+        self.closed = True
         for conn in list(self.connections):
             conn.abort(UNAVAILABLE, "pool shutting down")
 

@@ -12,6 +12,7 @@ The store never sees an API key in clear: callers pass its hash and a display pr
 from __future__ import annotations
 
 import abc
+import re
 import secrets
 import string
 import time
@@ -21,7 +22,7 @@ from typing import Any, Literal, Protocol, Self, TypeVar
 import msgspec
 
 from chaingate.store import migrate as _migrate
-from chaingate.store.chainrows import ChainRows
+from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
 
 T = TypeVar("T")
 
@@ -154,6 +155,47 @@ def _key(row: tuple[Any, ...]) -> KeyRow:
     names = ("id", "account_id", "name", "prefix", "key_hash", "environment", "scopes")
     times = ("created_at", "updated_at", "last_used_at", "revoked_at")
     return KeyRow(**dict(zip(names + times, row, strict=True)))
+
+
+# Tables of rows derived from one chain/network's data, emptied for it by Store.reset_network.
+_NETWORK_TABLES: list[str] = []
+_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def register_network_table(*tables: str) -> None:
+    """Declare tables whose rows ``Store.reset_network`` deletes (see its contract)."""
+    for table in tables:
+        if not _TABLE_NAME.fullmatch(table):  # names are spliced into SQL: identifiers only
+            raise ValueError(f"not a table name: {table!r}")
+        if table not in _NETWORK_TABLES:
+            _NETWORK_TABLES.append(table)
+
+
+def network_tables() -> tuple[str, ...]:
+    return tuple(_NETWORK_TABLES)
+
+
+register_network_table(*CHAIN_TABLES)
+
+
+class ChainClaim(msgspec.Struct, frozen=True):
+    """What ``Store.claim_chain`` found and did."""
+
+    previous: str | None  # the identity recorded before (None: none was)
+    reset: bool  # the state derived from another chain was reset
+    deleted: dict[str, int]  # rows deleted, per table (only tables that had some)
+
+
+def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
+    deleted = {}
+    for table in _NETWORK_TABLES:
+        count = tx.execute(
+            f"DELETE FROM {table} WHERE chain = ? AND network = ?",  # noqa: S608 - checked names
+            (chain, network),
+        )
+        if count > 0:
+            deleted[table] = count
+    return deleted
 
 
 class Store(ChainRows, abc.ABC):
@@ -420,3 +462,71 @@ class Store(ChainRows, abc.ABC):
 
         rows = await self.run_transaction(select, write=False)
         return {account: (int(r), int(c)) for account, r, c in rows}
+
+    # --- what the store derived from a chain ------------------------------------------------
+
+    async def reset_network(self, chain: str, network: str) -> dict[str, int]:
+        """Delete everything the store derived from one chain/network's data, in one
+        transaction; return the rows deleted per table (tables that had none are left out).
+
+        The contract for every subsystem that keeps such state (the chain follower's cursor
+        and window today; an indexer, wallets, webhooks later): its table has TEXT columns
+        ``chain`` and ``network``, and the module that owns it calls
+        ``register_network_table("its_table")`` once, at import.  After a reset the subsystem
+        finds no rows for that network and must start as on its very first start.  Rows that
+        are not derived from the chain (accounts, keys, usage) are never registered.  Called
+        when the chain a network serves is not the one the state was built from
+        (``claim_chain``); a reset never touches another network's rows.
+        """
+
+        def reset(tx: Tx) -> dict[str, int]:
+            return _delete_network(tx, chain, network)
+
+        return await self.run_transaction(reset)
+
+    async def chain_identity(self, chain: str, network: str) -> str | None:
+        """The identity recorded by the last ``claim_chain`` of this network, if any."""
+
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.query(
+                "SELECT identity FROM chain_identities WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+
+        rows = await self.run_transaction(select, write=False)
+        return str(rows[0][0]) if rows else None
+
+    async def claim_chain(self, chain: str, network: str, identity: str) -> ChainClaim:
+        """Record that ``chain``/``network`` is now the chain named ``identity`` (opaque here).
+
+        When the store's derived state may come from another chain — another identity is
+        recorded, or none is while derived rows exist (state kept before identities were) —
+        that state is reset (``reset_network``) in the same transaction, so nothing reads a
+        mix of two chains.  The same identity again changes nothing.
+        """
+        now = self.clock()
+
+        def claim(tx: Tx) -> ChainClaim:
+            rows = tx.query(
+                "SELECT identity FROM chain_identities WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+            previous = str(rows[0][0]) if rows else None
+            if previous == identity:
+                return ChainClaim(previous, False, {})
+            deleted = _delete_network(tx, chain, network)
+            if previous is None:
+                tx.execute(
+                    "INSERT INTO chain_identities (chain, network, identity, updated_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (chain, network, identity, now),
+                )
+            else:
+                tx.execute(
+                    "UPDATE chain_identities SET identity = ?, updated_at = ?"
+                    " WHERE chain = ? AND network = ?",
+                    (identity, now, chain, network),
+                )
+            return ChainClaim(previous, previous is not None or bool(deleted), deleted)
+
+        return await self.run_transaction(claim)

@@ -14,6 +14,9 @@ import msgspec
 
 T = TypeVar("T")
 
+# The follower's tables: rows derived from one chain/network (Store.reset_network clears them).
+CHAIN_TABLES = ("chain_cursors", "chain_blocks")
+
 
 class ChainCursor(msgspec.Struct, frozen=True):
     number: int
