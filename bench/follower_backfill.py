@@ -110,27 +110,40 @@ def reference(url: str, head: int) -> Counts:
     return counts
 
 
-async def follow(url: str, head: int, data_dir: str) -> Counts:
-    settings = config.from_mapping(
-        {
-            "server": {"port": 0},
-            "auth": {"enabled": False},
-            "observability": {"access_log": False},
-            "data_dir": data_dir,
-            "chains": {
-                "ethereum": {
-                    "devnet": {
-                        "chain_id": 31337,
-                        "testnet": True,
-                        "finality_depth": 2,
-                        "upstreams": [{"url": url, "name": "anvil"}],
-                        "follower": {"start_block": 0, "max_log_range": RANGE},
-                    }
+def backfill_settings(
+    url: str,
+    data_dir: str,
+    *,
+    store_url: str | None = None,
+    indexer: dict[str, Any] | None = None,
+) -> config.Settings:
+    """A gateway following the devnet at ``url`` from block 0 (no keys, no access log)."""
+    mapping: dict[str, Any] = {
+        "server": {"port": 0},
+        "auth": {"enabled": False},
+        "observability": {"access_log": False},
+        "data_dir": data_dir,
+        "chains": {
+            "ethereum": {
+                "devnet": {
+                    "chain_id": 31337,
+                    "testnet": True,
+                    "finality_depth": 2,
+                    "upstreams": [{"url": url, "name": "anvil"}],
+                    "follower": {"start_block": 0, "max_log_range": RANGE},
+                    "indexer": indexer or {},
                 }
-            },
+            }
         },
-        environ={},
-    )
+    }
+    if store_url is not None:
+        mapping["store"] = {"url": store_url}
+    return config.from_mapping(mapping, environ={})
+
+
+async def follow(url: str, head: int, data_dir: str) -> Counts:
+    # The follower alone: the token indexer (on by default) would share its CPU.
+    settings = backfill_settings(url, data_dir, indexer={"enabled": False})
     gateway = Gateway(settings, access_stream=io.BytesIO())
     follower = gateway.followers["ethereum/devnet"]
     events = follower.subscribe("bench")

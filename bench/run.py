@@ -2,11 +2,14 @@
 
     python bench/run.py [--duration 10] [--connections 32] [--smoke] [--out PATH]
                         [--scenarios block,chainid,...] [--access-log on|off] [--auth on|off]
+                        [--baseline OTHER_CHECKOUT/src]
 
 Starts on loopback free ports: anvil (the node), one ``chaingate serve`` process in front of
 it (API keys on by default: one unlimited key, sent by every request to every target), and
 nginx with one worker in front of it too; then drives each scenario's request with
-wrk against every target and prints (and writes) a markdown report.  See bench/README.md.
+wrk against every target and prints (and writes) a markdown report.  With ``--baseline``,
+a second chaingate built from another checkout answers every scenario too, right after this
+one: before/after figures from one run.  See bench/README.md.
 
 Exit status: 0 all good; 1 some run had errors (flagged in the report); 2 a server failed or
 a target answered wrongly; 3 nginx or wrk is missing; 130 interrupted.
@@ -27,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
@@ -35,7 +37,7 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 import chaingate  # noqa: E402
 from benchkit import evm, procs, report, scenarios, tools  # noqa: E402
 from benchkit.report import Paced, Report, Row, Traffic  # noqa: E402
-from benchkit.scenarios import CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
+from benchkit.scenarios import BASELINE, CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
 
@@ -44,7 +46,6 @@ PACED_FRACTION = 0.5
 CALIBRATION_TRIALS = 3
 CALIBRATION_TOLERANCE = 0.05  # calibration stops once a trial is this close to the target
 PACED_TOLERANCE = 0.10  # a measured paced run further off than this is measured again
-BUSY_WARNING = 0.10  # share of CPU busy before start above which the report warns
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Options:
     out: Path
     scenarios: tuple[str, ...]
     smoke: bool
+    baseline: Path | None = None
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -83,7 +85,15 @@ def parse_args(argv: list[str] | None) -> Options:
         help="chaingate's auth.enabled (default on, the production default): on, every request "
         "to every target carries X-API-Key with one enterprise-plan (unlimited) key",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the src directory of another chaingate checkout (its extensions built): it "
+        "answers every scenario too, as target 'baseline', for before/after in one run",
+    )
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "chaingate" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no chaingate package there")
     chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
     unknown = [name for name in chosen if name not in SCENARIO_ORDER]
     if unknown or not chosen:
@@ -100,6 +110,7 @@ def parse_args(argv: list[str] | None) -> Options:
         out=args.out or BENCH_DIR / "results" / f"{stamp}.md",
         scenarios=tuple(name for name in SCENARIO_ORDER if name in chosen),
         smoke=args.smoke,
+        baseline=args.baseline.resolve() if args.baseline is not None else None,
     )
 
 
@@ -128,6 +139,7 @@ class Bench:
         self.headers = main.headers  # the API key (auth on) on every request to every target
         self.report = rep
         self.pids = pids  # target -> pid of the process answering it
+        self.baseline: tuple[procs.ChaingateServer, Wrk] | None = None
 
     def _cpu(self, target: str, pid: int | None = None) -> float:
         root = pid if pid is not None else self.pids.get(target)
@@ -138,13 +150,19 @@ class Bench:
         return (after - before) / result.requests * 1e6 if result.requests and after else None
 
     def run(
-        self, scenario: Scenario, target: str, url: str, gateway: procs.ChaingateServer | None
+        self,
+        scenario: Scenario,
+        target: str,
+        url: str,
+        gateway: procs.ChaingateServer | None,
+        wrk: Wrk | None = None,
     ) -> Row:
-        warm = self.wrk.run(url, scenario.body, self.opts.warmup)
+        wrk = wrk or self.wrk
+        warm = wrk.run(url, scenario.body, self.opts.warmup)
         before = gateway.metrics() if gateway else ""
         pid = gateway.process.pid if gateway is not None else None
         cpu_before = self._cpu(target, pid)
-        result = self.wrk.run(url, scenario.body, self.opts.duration)
+        result = wrk.run(url, scenario.body, self.opts.duration)
         cpu = self._per_request(cpu_before, self._cpu(target, pid), result)
         if gateway is not None:
             self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
@@ -176,6 +194,11 @@ class Bench:
         for target in scenario.targets:
             gateway = self.main if target == CHAINGATE else None
             self.run(scenario, target, self.urls[target], gateway)
+            if target == CHAINGATE and self.baseline is not None:
+                server, wrk = self.baseline  # right after ours, under the same conditions
+                urls = {**self.urls, CHAINGATE: server.rpc_url}
+                scenarios.check(scenario, urls, expected, server.headers)
+                self.run(scenario, BASELINE, server.rpc_url, server, wrk)
 
     def no_coalesce(self, scenario: Scenario, workdir: Path, upstream: str) -> None:
         server = procs.ChaingateServer(
@@ -273,24 +296,6 @@ def _progress(key: str, target: str, r: WrkResult, errors: int, extra: str = "")
     )
 
 
-def quietness(before: float | None, during: float | None = None) -> str:
-    """How much CPU other people's work took, before the bench started and while it ran."""
-    parts = [
-        "before start: " + ("unknown" if before is None else f"{before:.0%} CPU busy over 1 s"),
-        "during the run: "
-        + (
-            "not measured yet"
-            if during is None
-            else f"{during:.0%} of all CPU used by processes outside the bench"
-        ),
-        f"load average at the end {tools.load_average()}",
-    ]
-    text = "; ".join(parts)
-    if max(before or 0.0, during or 0.0) > BUSY_WARNING:
-        text = f"{report.FLAG} **{text}: other work was running, numbers are unreliable**"
-    return text
-
-
 def header(
     opts: Options, wrk: Wrk, impl: str, versions: dict[str, str], busy: float | None
 ) -> dict[str, str]:
@@ -299,7 +304,7 @@ def header(
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "machine": tools.machine_summary(),
-        "background": quietness(busy),
+        "background": report.quietness(busy),
         "chaingate": (
             f"{chaingate.__version__}, impl **{impl}** (CHAINGATE_PURE="
             f"{pure if pure is not None else 'unset'}), one `chaingate serve` process"
@@ -325,10 +330,6 @@ def header(
             "every number includes contention with the load generator and the node"
         ),
     }
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def bench(
@@ -390,6 +391,10 @@ def bench(
         if pid is not None
     }
     runner = Bench(opts, wrk, urls, main, rep, pids, auth)
+    if opts.baseline is not None:
+        runner.baseline = start_baseline(opts, opts.baseline, workdir, anvil.url, found, stack)
+        rep.header["baseline"] = f"chaingate from {opts.baseline}"
+        say(f"baseline chaingate (from {opts.baseline}) on :{runner.baseline[0].port}")
     catalogue = scenarios.build([str(a) for a in accounts], contract)
     expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
     actions: dict[str, Callable[[Scenario], None]] = {
@@ -405,6 +410,40 @@ def bench(
             runner.scenario(scenario, expected.get(key))
     rep.metrics["chaingate"] = report.recorded_metrics(main.metrics())
     return rep
+
+
+def start_baseline(
+    opts: Options,
+    src: Path,
+    workdir: Path,
+    upstream: str,
+    found: dict[str, str],
+    stack: contextlib.ExitStack,
+) -> tuple[procs.ChaingateServer, Wrk]:
+    """The other build, configured like ours; its own key store (its migrations may differ),
+    so its own key and its own wrk headers."""
+    auth = procs.Auth.fresh(workdir / "baseline.db") if opts.auth else None
+    server = procs.ChaingateServer(
+        workdir,
+        BASELINE,
+        upstream,
+        access_log=opts.access_log,
+        coalesce=True,
+        auth=auth,
+        pythonpath=src,
+    )
+    if auth is not None:
+        server.create_key()
+    stack.callback(server.stop)
+    server.start()
+    wrk = Wrk(
+        found["wrk"],
+        workdir,
+        threads=1,
+        connections=opts.connections,
+        headers=tuple(server.headers.items()),
+    )
+    return server, wrk
 
 
 def write(rep: Report, out: Path) -> None:
@@ -424,10 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     # Ctrl-C and SIGTERM both unwind through the ExitStack, which stops every server.  SIGINT
     # is set explicitly: a shell without job control starts background jobs with it ignored.
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, tools.raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     busy = tools.background_busy()
-    if busy is not None and busy > BUSY_WARNING:
+    if busy is not None and busy > report.BUSY_WARNING:
         say(f"{report.FLAG} the machine is already {busy:.0%} busy: results will be noisy")
     started = time.monotonic()
     others = tools.CpuAccount()
@@ -446,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
     during = others.share()  # every server is stopped and reaped by now
-    rep.header["background"] = quietness(busy, during)
-    if during is not None and during > BUSY_WARNING:
+    rep.header["background"] = report.quietness(busy, during)
+    if during is not None and during > report.BUSY_WARNING:
         say(f"{report.FLAG} other processes used {during:.0%} of the CPU during the run")
     rep.notes.append(f"whole run took {time.monotonic() - started:.0f} s")
     write(rep, opts.out)

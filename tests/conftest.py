@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
 import secrets
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,15 @@ from chaingate.evm.keccak import keccak256
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
 from tests.helpers import GatewayHandle
+
+# py_ecc (which eth-account and web3 pull in) raises the interpreter's recursion limit to
+# 100,000 when imported.  A JSON document nested 100,000 deep then overflows the C stack inside
+# msgspec (a segfault) instead of raising RecursionError, as it does in chaingate's own
+# process, which never imports py_ecc.  The tests run with the interpreter's default: py_ecc
+# is imported first, here, so that its import cannot raise the limit again later.
+with contextlib.suppress(ImportError):
+    import py_ecc  # noqa: F401
+sys.setrecursionlimit(1000)
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PG_URL = os.environ.get("CHAINGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")

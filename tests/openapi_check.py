@@ -64,10 +64,15 @@ def check(method: str, path: str, status: int, headers: httpx.Headers, body: byt
     schema = described["content"]["application/json"]["schema"]
     assert headers.get("content-type", "").startswith("application/json"), where
     _validate(schema, json.loads(body), where)
-    for name in described.get("headers", {}):
+    for name, header in described.get("headers", {}).items():
         value = headers.get(name)
-        if value is not None:
+        if value is None:
+            continue
+        schema = header.get("schema") or doc["components"]["headers"][name]["schema"]
+        if schema.get("type") == "integer":
             assert value.isdigit(), f"{where}: header {name}={value!r} is not an integer"
+        elif "enum" in schema:
+            assert value in schema["enum"], f"{where}: header {name}={value!r}"
     if not match.route.public and status != 401:
         for name in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"):
             assert name.lower() in headers or "x-ratelimit-limit" not in headers, where

@@ -190,8 +190,8 @@ async def test_rpc_scopes_read_versus_write(stack: AuthStack) -> None:
 @pytest.mark.parametrize(
     ("path", "scope"),
     [
-        ("/v1/tokens/ethereum/balances/0x0", "data:read"),
-        ("/v1/nfts/ethereum/owned/0x0", "data:read"),
+        ("/v1/tokens/ethereum-devnet/balances/0x" + "0" * 40, "data:read"),
+        ("/v1/nfts/ethereum-devnet/owned/0x" + "0" * 40, "data:read"),
         ("/v1/gas/ethereum-devnet/prices", "data:read"),
         ("/v1/gas/policies", "gas:manage"),
         ("/v1/gas/sponsor", "gas:manage"),

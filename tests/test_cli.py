@@ -74,6 +74,34 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
             timeout=10,
         )
         assert json.loads(health.stdout)["status"] == "ok"
+        # Every one-line command it prints answers JSON, as pasted (the data plane included;
+        # the wallet it creates is new: 201).
+        lines = re.findall(r"^  (curl -s [^\\\n]*?)(?:\s{2,}\(.*\))?$", text, re.MULTILINE)
+        gets = [line for line in lines if "/metrics" not in line and "/rpc/" not in line]
+        assert any("/v1/tokens/" in line for line in gets), text
+        for line in gets:
+            pasted = subprocess.run(
+                ["bash", "-c", line + " -w '\\n%{http_code}'"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            body, _, status = pasted.stdout.rpartition("\n")
+            assert status == ("201" if "/wallets/create" in line else "200"), (line, pasted.stdout)
+            json.loads(body)
+        # Token 2 of the devnet collection names its metadata by ipfs://: chaingate dev serves
+        # it from a loopback gateway (no public gateway has it).
+        (nft,) = [line for line in gets if "/v1/nfts/ethereum/metadata/" in line]
+        second = re.sub(r"/1(?=\s|$)", "/2", nft, count=1)
+        assert second != nft
+        deadline = time.monotonic() + 30
+        while True:
+            shown = json.loads(subprocess.run(["bash", "-c", second], capture_output=True).stdout)
+            if shown.get("name") == "Devnet #2" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert shown.get("name") == "Devnet #2", shown
+        assert shown["description"] == "Metadata on IPFS.", shown
     finally:
         process.send_signal(signal.SIGINT)
         try:

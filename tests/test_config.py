@@ -96,3 +96,19 @@ def test_a_broken_method_table_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text('[evm]\neth_x = { cu = "many" }\n')
     with pytest.raises(ValueError, match=r"methods\.toml"):
         MethodTable.load(path)
+
+
+def test_secrets_from_the_environment_are_taken_as_given() -> None:
+    """A 0x-hex paymaster key or an all-digit pepper is text, never a TOML number."""
+    key = "0x" + "ab" * 32
+    settings = config.from_mapping(
+        {},
+        environ={
+            "CHAINGATE_PAYMASTER__KEY": key,
+            "CHAINGATE_AUTH__PEPPER": "0123456789",
+            "CHAINGATE_SERVER__PORT": "8081",
+        },
+    )
+    assert settings.paymaster.key == key
+    assert settings.auth.pepper == "0123456789"
+    assert settings.server.port == 8081  # other settings are still typed values

@@ -697,9 +697,7 @@ def test_a_repeated_credential_header_is_refused(impl: Impl, lines: bytes, messa
         b"GET / HTTP/1.1\r\nHost: h\nX: 1\r\n\r\n",
     ],
 )
-def test_a_head_with_bare_lf_line_endings_is_refused_when_it_ends(
-    impl: Impl, data: bytes
-) -> None:
+def test_a_head_with_bare_lf_line_endings_is_refused_when_it_ends(impl: Impl, data: bytes) -> None:
     # Without this, a client ending its lines with LF alone waited for a CRLF that never
     # comes: a 408 after the read timeout instead of a 400 now.  Fed whole and byte by byte,
     # the answer is the same, given as soon as the empty line is there.

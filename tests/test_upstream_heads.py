@@ -95,6 +95,28 @@ def test_heads_seen_in_answers_move_finality_only_as_far_as_the_clock_allows() -
     assert j.head == 102
 
 
+def test_a_lone_liar_cannot_raise_its_own_ceiling_round_by_round() -> None:
+    # Two upstreams agreed; then only the liar answers (the honest node's probes fail), each
+    # round claiming the most it may.  It must not climb by the slack every round.
+    j = judge()
+    j.judge({"liar": 100, "honest": 100}, None, now=0.0)
+    for round_ in range(1, 31):
+        now = round_ * 2.0
+        j.judge({"liar": j.ceiling(now) or 0}, None, now=now)
+        assert j.head is not None
+        assert j.head <= 100 + SLACK + int(now / BLOCK_TIME), (round_, j.head)
+
+
+def test_a_stalled_chain_makes_no_far_head_plausible() -> None:
+    j = judge()
+    j.judge({"a": 100, "b": 100}, None, now=0.0)
+    j.judge({"a": 100, "b": 100}, None, now=3600.0)  # an hour without a block, both agree
+    j.note(350, now=3601.0)  # one answer claims what an hour of blocks would have made
+    assert j.head == 100
+    j.judge({"only": 350}, None, now=3602.0)  # nor may a lone source claim it
+    assert j.head == 100
+
+
 @pytest.mark.parametrize(
     ("body", "head"),
     [

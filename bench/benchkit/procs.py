@@ -204,8 +204,14 @@ class ChaingateServer:
         coalesce: bool,
         auth: Auth | None,
         api_key: str | None = None,
+        pythonpath: Path | None = None,
     ) -> None:
+        """``pythonpath``: run the chaingate found there (another checkout's ``src``, built)
+        instead of this environment's — the bench's ``--baseline``."""
         self.port = free_port()
+        self._env = _child_env()
+        if pythonpath is not None:
+            self._env["PYTHONPATH"] = str(pythonpath)
         self.token = "bench-" + secrets.token_urlsafe(12)
         self.access_log = access_log
         self.coalesce = coalesce
@@ -226,7 +232,7 @@ class ChaingateServer:
             )
         )
         argv = [*chaingate_command(), "serve", "--config", str(self.config_path)]
-        self.process = ManagedProcess(name, argv, workdir / f"{name}.log", _child_env())
+        self.process = ManagedProcess(name, argv, workdir / f"{name}.log", self._env)
 
     @property
     def base(self) -> str:
@@ -259,7 +265,7 @@ class ChaingateServer:
                 argv,
                 capture_output=True,
                 text=True,
-                env=_child_env(),
+                env=self._env,
                 timeout=timeout,
                 check=False,
             )

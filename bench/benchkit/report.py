@@ -5,11 +5,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from benchkit.scenarios import CHAINGATE, DIRECT, NGINX, Scenario
+from benchkit import tools
+from benchkit.scenarios import BASELINE, CHAINGATE, DIRECT, NGINX, Scenario
 from benchkit.wrkload import WrkResult
 
 LATENCY_TARGET_MS = 1.0
 FLAG = "⚠"
+BUSY_WARNING = 0.10  # share of CPU busy (before or during a run) above which a report warns
+
+
+def quietness(before: float | None, during: float | None = None) -> str:
+    """How much CPU other people's work took, before the bench started and while it ran."""
+    parts = [
+        "before start: " + ("unknown" if before is None else f"{before:.0%} CPU busy over 1 s"),
+        "during the run: "
+        + (
+            "not measured yet"
+            if during is None
+            else f"{during:.0%} of all CPU used by processes outside the bench"
+        ),
+        f"load average at the end {tools.load_average()}",
+    ]
+    text = "; ".join(parts)
+    if max(before or 0.0, during or 0.0) > BUSY_WARNING:
+        text = f"{FLAG} **{text}: other work was running, numbers are unreliable**"
+    return text
 
 
 @dataclass(frozen=True)
@@ -166,6 +186,33 @@ def _ratios(report: Report) -> str:
         "answers without asking the node for every request (cache, coalescing).  CPU per "
         "request below 1: chaingate spends less CPU than nginx to answer one request.",
     ]
+    against = [
+        (scenario, report.find(scenario.key, CHAINGATE), report.find(scenario.key, BASELINE))
+        for scenario in seen
+    ]
+    if any(theirs is not None for _, _, theirs in against):
+        lines += [
+            "",
+            f"## Against the baseline ({report.header.get('baseline', 'another build')})",
+            "",
+            "| scenario | req/s chaingate/baseline | CPU per request chaingate/baseline "
+            "| req/s chaingate/nginx | req/s baseline/nginx |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for scenario, ours, theirs in against:
+            if theirs is None:
+                continue
+            nginx = report.find(scenario.key, NGINX)
+            lines.append(
+                f"| {scenario.label} | {_ratio(ours, theirs)} | {_cpu_ratio(ours, theirs)} "
+                f"| {_ratio(ours, nginx)} | {_ratio(theirs, nginx)} |"
+            )
+        lines += [
+            "",
+            "Both builds answer the same wrk load in the same run, one right after the other; "
+            "each one's ratio to nginx (measured in the same scenario) shows how much of a "
+            "difference between them is the machine's drift.",
+        ]
     return "\n".join(lines)
 
 

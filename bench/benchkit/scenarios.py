@@ -11,6 +11,7 @@ from typing import Any
 from benchkit.evm import Contract
 
 CHAINGATE, NGINX, DIRECT = "chaingate", "nginx", "direct"
+BASELINE = "baseline"  # another chaingate build (bench/run.py --baseline)
 ALL_TARGETS = (CHAINGATE, NGINX, DIRECT)
 
 

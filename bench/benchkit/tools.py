@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from types import FrameType
 
 INSTALL_HINT = "install them with: sudo apt-get install -y nginx wrk  (Debian/Ubuntu)"
 # nginx lives in /usr/sbin, which is not on every user's PATH.
@@ -155,3 +156,8 @@ class CpuAccount:
         if capacity <= 0:
             return None
         return max(0.0, (busy - busy0) - (mine - mine0)) / capacity
+
+
+def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """A signal handler making SIGTERM unwind like Ctrl-C (every server gets stopped)."""
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -109,18 +109,51 @@ def lua_script(
     if "]==]" in text:
         raise ValueError("request body cannot be embedded in a Lua long string")
     pacing = "" if pace_ms is None else _PACING.format(pace_ms=pace_ms)
-    extra = "".join(
+    return _SCRIPT.format(body=text, pacing=pacing, tag=RESULT_TAG, headers=header_lines(headers))
+
+
+def header_lines(headers: tuple[tuple[str, str], ...]) -> str:
+    """Lua lines adding ``headers`` to every request."""
+    return "".join(
         f"wrk.headers[{_lua_string(name)}] = {_lua_string(value)}\n" for name, value in headers
     )
-    return _SCRIPT.format(body=text, pacing=pacing, tag=RESULT_TAG, headers=extra)
 
 
-def parse_result(output: str) -> WrkResult:
+def result_fields(output: str) -> dict[str, str]:
+    """The ``name=value`` fields of the script's result line."""
     line = next((ln for ln in output.splitlines() if ln.startswith(RESULT_TAG + " ")), None)
     if line is None:
         raise WrkFailed(f"wrk printed no {RESULT_TAG} line:\n{output[-2000:]}")
-    fields = dict(item.split("=", 1) for item in line.split()[1:])
-    us = {key: float(value) for key, value in fields.items()}
+    return dict(item.split("=", 1) for item in line.split()[1:])
+
+
+def run_script(
+    binary: str, threads: int, connections: int, timeout_s: int, script: Path, url: str,
+    duration: int,
+) -> str:  # fmt: skip
+    """wrk with ``script`` against ``url`` for ``duration`` seconds; its output."""
+    argv = [
+        binary,
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{duration}s",
+        "--timeout", f"{timeout_s}s",
+        "-s", str(script),
+        url,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=duration + 60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise WrkFailed(f"wrk did not finish within {duration + 60}s") from None
+    if done.returncode != 0:
+        raise WrkFailed(f"wrk exited with {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def parse_result(output: str) -> WrkResult:
+    us = {key: float(value) for key, value in result_fields(output).items()}
     return WrkResult(
         requests=int(us["requests"]),
         duration_s=us["duration_us"] / 1e6,
@@ -157,24 +190,10 @@ class Wrk:
     def run(self, url: str, body: bytes, duration: int, pace_ms: float | None = None) -> WrkResult:
         script = self.script_dir / f"load-{next(_counter)}.lua"
         script.write_text(lua_script(body, pace_ms, self.headers))
-        argv = [
-            self.binary,
-            f"-t{self.threads}",
-            f"-c{self.connections}",
-            f"-d{duration}s",
-            "--timeout", f"{self.timeout_s}s",
-            "-s", str(script),
-            url,
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=duration + 60, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise WrkFailed(f"wrk did not finish within {duration + 60}s") from None
-        if done.returncode != 0:
-            raise WrkFailed(f"wrk exited with {done.returncode}:\n{done.stdout}\n{done.stderr}")
-        return parse_result(done.stdout)
+        output = run_script(
+            self.binary, self.threads, self.connections, self.timeout_s, script, url, duration
+        )
+        return parse_result(output)
 
 
 _counter = itertools.count(1)

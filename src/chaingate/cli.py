@@ -21,19 +21,24 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.devnet import anvil, chainfile, persist
+from chaingate.devnet.demo import ipfs_documents
 from chaingate.devnet.devkeys import KEYS_FILE, issue_dev_keys
+from chaingate.devnet.ipfsgateway import serve_ipfs_gateway
+from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
+from chaingate.outbound import OutboundPolicy
 from chaingate.store import AppliedMigration, Store, StoreError, open_store
 
 # Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it), the
@@ -106,6 +111,11 @@ def _dev_banner(
 ) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
+    # A demo account with tokens and NFTs, and the demo token and collection.
+    holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
+    token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
+    collection = manifest.contracts.get("erc721_collection")
+    collection_address = collection.address if collection is not None else ""
     key_header = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
     if keys is not None:
@@ -131,7 +141,20 @@ Try:
   curl -s {rpc}{key_header} \\
        -d '[{{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}},
             {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
+  curl -s {base}/v1/gas/ethereum/prices{key_header}
+  curl -s {base}/v1/tokens/ethereum/balances/{holder}{key_header}
+  curl -s {base}/v1/tokens/ethereum/metadata/{token}{key_header}
+  curl -s {base}/v1/nfts/ethereum/owned/{holder}{key_header}
+  curl -s {base}/v1/nfts/ethereum/metadata/{collection_address}/1{key_header}
+  curl -s {base}/v1/nfts/ethereum/collection/{collection_address}{key_header}
+  curl -s {base}/v1/transfers/ethereum/{holder}{key_header}
   curl -s {base}/v1/usage{key_header}
+  curl -s {base}/v1/wallets/create{key_header} -d '{{"owner":"{holder}","chain":"ethereum"}}'
+  curl -s {base}/v1/wallets{key_header}
+  curl -s {base}/v1/gas/policies{key_header} \\
+       -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
+  (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship")
+  curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
@@ -241,12 +264,26 @@ async def _bring_up(
                 issued = await issue_dev_keys(
                     store, settings.auth.pepper.encode(), data_dir / DEV_KEYS_FILE
                 )
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:  # OSError: the dev keys file could not be written
         _say(f"error: {exc}")
         return 1
     if claim.reset:
         _say(_new_chain_line(prepared.new_because, claim.deleted))
-    gateway = Gateway(settings)
+    try:
+        await trio.to_thread.run_sync(refresh_price_feeds, anvil_url, prepared.manifest)
+    except (RuntimeError, OSError, ValueError) as exc:
+        _say(
+            f"warning: the devnet's price feeds were not refreshed ({exc}): USD values may be null"
+        )
+    # The devnet's IPFS documents come from a local gateway; loopback is allowed here, and
+    # only here.
+    try:
+        ipfs_gateway = await nursery.start(serve_ipfs_gateway, ipfs_documents())
+    except OSError as exc:
+        _say(f"error: cannot serve the devnet's IPFS documents on loopback: {exc}")
+        return 1
+    settings = _with_ipfs_gateway(settings, ipfs_gateway)
+    gateway = Gateway(settings, outbound_policy=OutboundPolicy.dev())
 
     async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
         try:
@@ -276,6 +313,20 @@ async def _bring_up(
     return 0
 
 
+def _with_ipfs_gateway(settings: config.Settings, url: str) -> config.Settings:
+    """The devnet's metadata asks ``url`` first; image URLs keep the public gateway."""
+    net = settings.chains["ethereum"]["devnet"]
+    metadata = net.metadata
+    metadata = msgspec.structs.replace(
+        metadata,
+        ipfs_gateways=[url, *metadata.ipfs_gateways],
+        image_gateway=metadata.image_gateway or next(iter(metadata.ipfs_gateways), ""),
+    )
+    devnet = msgspec.structs.replace(net, metadata=metadata)
+    chains = {**settings.chains, "ethereum": {**settings.chains["ethereum"], "devnet": devnet}}
+    return msgspec.structs.replace(settings, chains=chains)
+
+
 def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
     path = config.default_config_dir() / "dev.toml"
     data: dict[str, Any] = __import__("tomllib").loads(path.read_text())
@@ -295,6 +346,10 @@ def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
         devnet["manifest"] = str(data_dir / DEVNET_MANIFEST)
     if settings.auth.enabled and not settings.auth.pepper:
         data.setdefault("auth", {})["pepper"] = admin.dev_pepper(data_dir)
+    if not os.environ.get("CHAINGATE_PAYMASTER__KEY"):
+        # The devnet paymasters' signer: the key chaingate dev deploys them with.
+        key_file = args.paymaster_key or str(data_dir / PAYMASTER_KEY_FILE)
+        data.setdefault("paymaster", {}).setdefault("key_file", key_file)
     return config.from_mapping(data, config_dir=path.parent)
 
 

@@ -9,6 +9,8 @@ variable ``CHAINGATE_<SECTION>__<KEY>`` overrides ``[section] key`` (for example
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,7 +21,16 @@ from urllib.parse import urlsplit
 import msgspec
 
 ENV_PREFIX = "CHAINGATE_"
-ENV_SECTIONS = ("server", "rpc", "observability", "store", "auth", "ws")
+ENV_SECTIONS = (
+    "server",
+    "rpc",
+    "observability",
+    "store",
+    "auth",
+    "ws",
+    "outbound",
+    "paymaster",
+)
 
 
 class ConfigError(Exception):
@@ -105,6 +116,28 @@ class FollowerSettings(msgspec.Struct, forbid_unknown_fields=True):
     consumer_buffer: int = 256
 
 
+class IndexerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The token/NFT indexer of one EVM network (see ``chaingate.data.indexer``)."""
+
+    # On wherever the network's follower runs.
+    enabled: bool = True
+    # First block to index on the very first start; None: the first block the follower hands
+    # over.  Blocks between it and the follower's position are fetched by the indexer itself.
+    start_block: int | None = None
+    # While backfilling, effects and cursor are committed every batch_blocks blocks,
+    # batch_transfers transfers or batch_seconds seconds, whichever comes first; live blocks
+    # are committed one by one.
+    batch_blocks: int = 2000
+    batch_transfers: int = 20_000
+    batch_seconds: float = 2.0
+    # Native (top-level) value transfers: fetched whole transactions and receipts.
+    native_transfers: bool = True
+    # Block hashes kept to recognise a block delivered again (0: max(4096, finality_depth+1)).
+    keep_blocks: int = 0
+    # Largest eth_getLogs range for the blocks the indexer fetches itself (0: the follower's).
+    max_log_range: int = 0
+
+
 class GasSettings(msgspec.Struct, forbid_unknown_fields=True):
     """Gas price estimates (``GET /v1/gas/{chain}/prices``), recomputed on every new head."""
 
@@ -148,6 +181,88 @@ class WebSocketSettings(msgspec.Struct, forbid_unknown_fields=True):
     syncing_poll_interval: float = 2.0
 
 
+class MetadataSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Token/NFT metadata, USD prices and logos of one EVM network (``chaingate.metadata``).
+
+    Addresses left empty come from the network's devnet manifest when it has one.
+    """
+
+    # IPFS HTTP gateways, tried in turn (<gateway>/ipfs/<cid>/<path>); an operator's own
+    # gateway first is best.  A gateway that fails or hangs past gateway_timeout: the next.
+    ipfs_gateways: list[str] = msgspec.field(
+        default_factory=lambda: ["https://ipfs.io", "https://dweb.link"]
+    )
+    # The gateway image_gateway_url points clients at; "" means the first of ipfs_gateways.
+    image_gateway: str = ""
+    arweave_gateway: str = "https://arweave.net"
+    # Seconds per attempt: one gateway, or one http(s) metadata server.
+    gateway_timeout: float = 8.0
+    fetch_timeout: float = 10.0
+    # Largest metadata JSON document (and data: URI) accepted.
+    max_document_bytes: int = 1 << 20
+    # Metadata documents fetched at once, per network.
+    fetch_concurrency: int = 8
+    # POST .../refresh: one accepted per token, and per contract, within these seconds.
+    refresh_cooldown: float = 300.0
+    contract_refresh_cooldown: float = 3600.0
+    # Seconds before retry n after a failed fetch (the last value repeats), and how many
+    # automatic attempts there are; after them an item is fetched again when asked for.
+    retry_schedule: list[float] = msgspec.field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0]
+    )
+    max_attempts: int = 10
+    # On-chain name/symbol/decimals are re-read this often; total supply at most this often.
+    token_refresh_interval: float = 86400.0
+    supply_ttl: float = 15.0
+    # A Uniswap token list (JSON) for logo_url: a file path or an http(s) URL; "" for none.
+    token_list: str = ""
+    token_list_refresh: float = 86400.0
+    # Chainlink-style USD feeds: token address -> feed address; the native currency's feed.
+    price_feeds: dict[str, str] = {}
+    native_price_feed: str = ""
+    # A feed answer older than this (seconds, by the gateway's clock) is no price at all;
+    # per-feed overrides by feed address.  0 turns the check off.
+    max_feed_age: float = 90000.0
+    feed_max_age: dict[str, float] = {}
+    # Prices are re-read at most this often.
+    price_ttl: float = 15.0
+    # Multicall3's address; "" means the manifest's, else the canonical 0xcA11...CA11 when it
+    # has code, else plain batched eth_calls.
+    multicall3: str = ""
+
+
+class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Smart wallets and gas sponsorship (ERC-4337) of one EVM network (``chaingate.wallets``).
+
+    Addresses are by EntryPoint version ("0.6", "0.7"); those left out come from the network's
+    devnet manifest when it has one, else (EntryPoints and factories only) the canonical
+    mainnet addresses.  Sponsorship needs a VerifyingPaymaster of ours: one whose signer is
+    ``[paymaster] key``.
+    """
+
+    enabled: bool = True
+    # The version of wallets created without entry_point_version.
+    default_version: Literal["0.6", "0.7"] = "0.7"
+    entry_points: dict[str, str] = {}
+    factories: dict[str, str] = {}
+    paymasters: dict[str, str] = {}
+    # Seconds a paymaster signature stays valid (its validUntil, from the chain's clock).
+    signature_ttl: int = 600
+    # After validUntil, how long an unused reservation still counts: the follower needs a few
+    # blocks to report an operation included just before it.
+    settle_grace: int = 120
+    # v0.7 paymaster gas limits given when the request names none.
+    paymaster_verification_gas: int = 100_000
+    paymaster_post_op_gas: int = 0
+    # A warning is logged while a paymaster's EntryPoint deposit is below this (wei, decimal).
+    deposit_floor: str = "100000000000000000"
+    # How often the paymasters' deposits are read for the metric (seconds).
+    deposit_poll_interval: float = 60.0
+    # Bounds: wallets per account, policies per account.
+    max_wallets_per_account: int = 100_000
+    max_policies_per_account: int = 1000
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     upstreams: list[UpstreamSettings]
     family: Literal["evm", "solana"] = "evm"
@@ -166,6 +281,9 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     manifest: str = ""
     follower: FollowerSettings = msgspec.field(default_factory=lambda: FollowerSettings())
     gas: GasSettings = msgspec.field(default_factory=lambda: GasSettings())
+    indexer: IndexerSettings = msgspec.field(default_factory=lambda: IndexerSettings())
+    metadata: MetadataSettings = msgspec.field(default_factory=lambda: MetadataSettings())
+    wallets: WalletSettings = msgspec.field(default_factory=lambda: WalletSettings())
 
 
 class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
@@ -200,6 +318,33 @@ class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class OutboundSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Where chaingate's own outbound HTTP (NFT metadata, token lists, webhooks) may go.
+
+    Public addresses only, by default.  Loopback is never a setting: only ``chaingate dev``
+    (and tests) allow it, so no production configuration can turn it on.
+    """
+
+    # RFC 1918, unique local (fc00::/7) and CGNAT addresses: for an operator's own IPFS
+    # gateway or webhook receivers on a private network.
+    allow_private: bool = False
+    # Exactly these networks (one internal host rather than all of them).
+    allow_cidrs: list[str] = []
+    # None: every port.
+    allowed_ports: list[int] | None = None
+
+
+class PaymasterSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The key that signs sponsorships (the VerifyingPaymasters' signer), never logged.
+
+    Give it as a file holding the 0x-hex key (mode 0600), or through CHAINGATE_PAYMASTER__KEY;
+    without one, sponsorship answers 503.  ``chaingate dev`` uses the one under its data dir.
+    """
+
+    key: str = ""
+    key_file: str = ""
+
+
 class StoreSettings(msgspec.Struct, forbid_unknown_fields=True):
     # "" is the embedded default: sqlite file chaingate.db under data_dir.  Otherwise
     # sqlite:///abs/path.db or postgresql://...; give a URL holding a password through
@@ -231,6 +376,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
     auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     ws: WebSocketSettings = msgspec.field(default_factory=WebSocketSettings)
+    outbound: OutboundSettings = msgspec.field(default_factory=OutboundSettings)
+    paymaster: PaymasterSettings = msgspec.field(default_factory=PaymasterSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.
@@ -256,6 +403,13 @@ def _coerce_env_value(raw: str) -> Any:
         return raw
 
 
+@functools.cache
+def _text_fields(section: str) -> frozenset[str]:
+    """The settings of a section that are plain strings."""
+    kind = {f.name: f.type for f in msgspec.structs.fields(Settings)}[section]
+    return frozenset(f.name for f in msgspec.structs.fields(kind) if f.type is str)
+
+
 def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """Overlay ``CHAINGATE_<SECTION>__<KEY>`` variables onto a raw settings mapping."""
     for name, raw in environ.items():
@@ -267,11 +421,19 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             continue
         if len(path) != 2 or path[0] not in ENV_SECTIONS:
             continue
-        data.setdefault(path[0], {})[path[1]] = _coerce_env_value(raw)
+        # A text setting is taken as given: read as TOML, a 0x-hex key or an all-digit pepper
+        # would become an integer.
+        text = path[1] in _text_fields(path[0])
+        data.setdefault(path[0], {})[path[1]] = raw if text else _coerce_env_value(raw)
     return data
 
 
 def _validate(settings: Settings) -> None:
+    for cidr in settings.outbound.allow_cidrs:
+        try:
+            ipaddress.ip_network(cidr)
+        except ValueError:
+            raise ConfigError(f"outbound.allow_cidrs: not a network: {cidr!r}") from None
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.store.pool_size < 1:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,17 +29,24 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import ConfigError, Settings, config_file, methods_path
+from chaingate.data.service import DataPlane
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
 from chaingate.gas.oracle import GasOracle
 from chaingate.impl import Impl, select
+from chaingate.obs.gateway_families import register_edge_families, register_service_families
 from chaingate.obs.logs import AccessLog
-from chaingate.obs.metrics import Registry, Sample
+from chaingate.obs.metrics import Registry
 from chaingate.obs.sink import LogSink, stderr_sink
+from chaingate.outbound import Fetcher, OutboundPolicy
+from chaingate.rpc.local import LocalRpc
+from chaingate.rpc.local import load_costs as load_rpc_costs
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import RpcService
 from chaingate.store import Store, open_store
+from chaingate.wallets.service import WalletService
+from chaingate.wallets.signer import paymaster_signer
 from chaingate.ws.endpoint import WsEndpoint
 
 log = logging.getLogger("chaingate")
@@ -54,7 +60,11 @@ class Gateway:
         impl: Impl | None = None,
         gate: Gate | None = None,
         access_stream: IO[bytes] | None = None,
+        outbound_policy: OutboundPolicy | None = None,
     ) -> None:
+        """``outbound_policy``: where chaingate's own HTTP fetches may go; None builds it from
+        ``settings.outbound`` (public addresses only unless configured).  ``chaingate dev``
+        passes ``OutboundPolicy.dev()``, which adds loopback."""
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
@@ -110,14 +120,39 @@ class Gateway:
                 service.chain, service.network, service.settings, self.clients[key]
             )
             self._gas_streams[key] = follower.subscribe("gas")
+        # Token/NFT data of each followed network (chaingate.data): its index, fed by its
+        # follower, and its metadata, fetched through the SSRF-safe outbound fetcher.
+        self.fetcher = Fetcher(outbound_policy or _outbound_policy(settings))
+        self.data: DataPlane | None = None
+        if self.store is not None:
+            self.data = DataPlane(
+                self.store,
+                self.followers,
+                self.clients,
+                {key: service.settings for key, service in self.services.items()},
+                self.fetcher,
+            )
+        # Smart wallets, gas policies and sponsorship (chaingate.wallets).
+        self.wallets: WalletService | None = None
+        if self.store is not None:
+            self.wallets = WalletService(
+                self.store,
+                self.followers,
+                self.clients,
+                {key: service.settings for key, service in self.services.items()},
+                paymaster_signer(settings),
+            )
         self.registry = Registry()
         self.access_log = AccessLog(
             enabled=settings.observability.access_log,
             sink=_log_sink(access_stream, settings.observability.log_buffer_bytes),
         )
+        # A sink of this gateway's own (a given stream) ends with it: its writer thread too.
+        self._own_sink = self.access_log.sink if access_stream is not None else None
         # The REST plane: routes priced from config/rest.toml, served by the ASGI app.
         self.rest = build_api(self._api_deps(), load_costs(config_file(settings, "rest.toml")))
         self.asgi = AsgiBridge(create_app(self.rest), (settings.server.host, settings.server.port))
+        self.bundlers = self._bundler_endpoints(settings)
         self.routes = Routes(
             self.services,
             self.asgi,
@@ -126,7 +161,11 @@ class Gateway:
             self.registry,
             self.access_log,
             settings.observability.admin_token,
+            self.bundlers,
         )
+        # Cached REST answers die with the data under them: when any index moves.
+        if self.data is not None:
+            self.routes.rest_cache.version = self.data.version
         # WebSocket subscriptions: upgraded by the edge, fed by each network's follower.
         self.ws = WsEndpoint(
             self.services,
@@ -146,9 +185,13 @@ class Gateway:
             overloaded=lambda: self.answers.exhausted,
         )
         self._shutdown = trio.Event()
-        self._register_metrics()
-        self._register_edge_metrics()
+        register_service_families(self)
+        register_edge_families(self)
         self.ws.register_metrics(self.registry)
+        if self.data is not None:
+            self.data.register_metrics(self.registry)
+        if self.wallets is not None:
+            self.wallets.register_metrics(self.registry)
         # One budget of answer bytes for every RPC service; each follower witnesses its pool's
         # heads (rpc/answers.py, rpc/heads.py).
         self.answers = RpcService.share_answers(
@@ -156,6 +199,18 @@ class Gateway:
         )
         for key, follower in self.followers.items():
             self.services[key].pool.witness = follower
+
+    def _bundler_endpoints(self, settings: Settings) -> dict[str, LocalRpc]:
+        """``/v1/bundler/{chain}/{network}`` of each EVM network: JSON-RPC answered in
+        process, by the methods each subsystem registers (ERC-7677 from the wallets)."""
+        endpoints = {key: LocalRpc(key) for key in self.clients}
+        costs = load_rpc_costs(config_file(settings, "bundler.toml"))
+        try:
+            if self.wallets is not None:
+                self.wallets.register_rpc(endpoints, costs)
+        except KeyError as exc:
+            raise ConfigError(f"config/bundler.toml does not price {exc.args[0]}") from None
+        return endpoints
 
     def _api_deps(self) -> ApiDeps:
         return ApiDeps(
@@ -167,6 +222,9 @@ class Gateway:
                 if service.settings.family == "evm"
             },
             gas_oracles=self.gas_oracles,
+            indexes=self.data.readers if self.data is not None else {},
+            metadata=self.data.metadata if self.data is not None else {},
+            wallets=self.wallets,
         )
 
     def _key_gate(self, settings: Settings) -> KeyGate:
@@ -195,13 +253,17 @@ class Gateway:
         self._shutdown.set()
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            if self.store is not None:
-                await stack.enter_async_context(self.store)
-                applied = await self.store.migrate()
-                if applied:
-                    log.info("store migrated", extra={"fields": {"applied": applied}})
-            await self._run(task_status)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.store is not None:
+                    await stack.enter_async_context(self.store)
+                    applied = await self.store.migrate()
+                    if applied:
+                        log.info("store migrated", extra={"fields": {"applied": applied}})
+                await self._run(task_status)
+        finally:
+            if self._own_sink is not None:
+                self._own_sink.close()
 
     async def _run(self, task_status: trio.TaskStatus[int]) -> None:
         async with trio.open_nursery() as nursery:
@@ -215,6 +277,10 @@ class Gateway:
                 await nursery.start(service.run)
             for key, oracle in self.gas_oracles.items():
                 await nursery.start(oracle.run, self._gas_streams[key])
+            if self.data is not None:
+                await nursery.start(self.data.run)
+            if self.wallets is not None:
+                await nursery.start(self.wallets.run)
             for follower in self.followers.values():
                 await nursery.start(follower.run)
             await nursery.start(self.ws.run)
@@ -266,10 +332,10 @@ class Gateway:
                 entry["head"] = number(service.pool.head)
                 follower = self.followers.get(key)
                 if follower is not None:
-                    head = follower.head
+                    block, finalized = follower.progress
                     entry["follower"] = {
-                        "block": number(head.number) if head is not None else None,
-                        "finalized": number(follower.finalized),
+                        "block": number(block),
+                        "finalized": number(finalized),
                         "live": bool(follower.live),
                     }
             except Exception:
@@ -286,313 +352,14 @@ class Gateway:
             "networks": networks,
         }
 
-    def _register_edge_metrics(self) -> None:
-        registry = self.registry
-        edge = self.edge
-        sink = self.access_log.sink
-        registry.family(
-            "chaingate_connections_max",
-            "gauge",
-            "Client connections allowed (derived from the file-descriptor limit), in all and "
-            "per client address.",
-            lambda: [
-                ({"scope": "total"}, edge.limits.max_connections),
-                ({"scope": "per_ip"}, edge.limits.max_per_ip),
-            ],
-        )
-        registry.family(
-            "chaingate_connections_refused_total",
-            "counter",
-            "New connections refused with 503 at a connection cap, by cap.",
-            lambda: (({"cap": cap}, n) for cap, n in sorted(edge.refused.items())),
-        )
-        registry.family(
-            "chaingate_connections_evicted_total",
-            "counter",
-            "Idle connections closed to make room for a new one at a cap.",
-            lambda: [({}, edge.evicted)],
-        )
-        registry.family(
-            "chaingate_accept_errors_total",
-            "counter",
-            "Failed accept() calls (out of file descriptors, ...).",
-            lambda: [({}, edge.accept_errors)],
-        )
-        registry.family(
-            "chaingate_unsent_bytes",
-            "gauge",
-            "Answer bytes waiting for slow clients to read them, all connections together.",
-            lambda: [({}, edge.unsent_bytes)],
-        )
-        registry.family(
-            "chaingate_overload_refusals_total",
-            "counter",
-            "Requests answered 503 because too many answer bytes were waiting for clients.",
-            lambda: [({}, edge.overloaded)],
-        )
 
-        def log_sinks() -> list[LogSink]:
-            sinks = [sink]
-            if stderr_sink() is not sink:
-                sinks.append(stderr_sink())
-            return sinks
-
-        registry.family(
-            "chaingate_log_dropped_lines_total",
-            "counter",
-            "Log lines dropped because the log stream did not keep up (its buffer was full).",
-            lambda: [({}, sum(s.dropped_lines for s in log_sinks()))],
-        )
-        registry.family(
-            "chaingate_log_buffered_bytes",
-            "gauge",
-            "Log bytes waiting to be written.",
-            lambda: [({}, sum(s.held for s in log_sinks()))],
-        )
-
-    def _register_metrics(self) -> None:
-        registry = self.registry
-        services = self.services
-        routes = self.routes
-        edge = self.edge
-
-        def per_service(
-            read: Any,
-        ) -> Any:
-            def collect() -> Iterable[Sample]:
-                for service in services.values():
-                    base = {"chain": service.chain, "network": service.network}
-                    yield from read(service, base)
-
-            return collect
-
-        registry.family(
-            "chaingate_http_requests_total",
-            "counter",
-            "HTTP requests answered, by route and status.",
-            lambda: (
-                ({"route": r, "status": str(s)}, n) for (r, s), n in sorted(routes.requests.items())
-            ),
-        )
-        registry.family(
-            "chaingate_http_framing_errors_total",
-            "counter",
-            "Requests refused by the HTTP parser, by status.",
-            lambda: (({"status": str(s)}, n) for s, n in sorted(edge.framing_errors.items())),
-        )
-        registry.family(
-            "chaingate_connections_open",
-            "gauge",
-            "Client connections currently open.",
-            lambda: [({}, edge.open_connections)],
-        )
-        registry.family(
-            "chaingate_rpc_calls_total",
-            "counter",
-            "JSON-RPC calls (batch items count one each), by method and outcome.",
-            per_service(
-                lambda s, base: (
-                    ({**base, "method": m, "outcome": o}, n)
-                    for (m, o), n in sorted(s.calls.items())
-                )
-            ),
-        )
-        registry.family(
-            "chaingate_rpc_cache_hits_total",
-            "counter",
-            "Calls answered from the response cache, by method.",
-            per_service(
-                lambda s, base: (
-                    ({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items())
-                )
-            ),
-        )
-        registry.family(
-            "chaingate_rpc_cache_lookups_total",
-            "counter",
-            "Cache lookups of cacheable calls, by result.",
-            per_service(
-                lambda s, base: [
-                    ({**base, "result": "hit"}, s.cache.hits),
-                    ({**base, "result": "miss"}, s.cache.misses),
-                ]
-            ),
-        )
-        registry.family(
-            "chaingate_rpc_cache_entries",
-            "gauge",
-            "Entries in the response cache.",
-            per_service(lambda s, base: [(base, len(s.cache))]),
-        )
-        registry.family(
-            "chaingate_rpc_cache_bytes",
-            "gauge",
-            "Approximate bytes held by the response cache.",
-            per_service(lambda s, base: [(base, s.cache.bytes)]),
-        )
-        registry.family(
-            "chaingate_rpc_coalesced_total",
-            "counter",
-            "Calls answered by joining an identical call already in flight.",
-            per_service(lambda s, base: [(base, s.coalesced)]),
-        )
-
-        def upstreams(read: Any) -> Any:
-            def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
-                for upstream in service.pool.upstreams:
-                    yield from read(upstream, {**base, "upstream": upstream.name})
-
-            return per_service(collect)
-
-        registry.family(
-            "chaingate_upstream_up",
-            "gauge",
-            "1 when the upstream is in rotation, 0 when it is out.",
-            upstreams(lambda u, labels: [(labels, 0 if u.health.state_down else 1)]),
-        )
-        registry.family(
-            "chaingate_upstream_latency_seconds",
-            "gauge",
-            "Moving average of the upstream's answer latency.",
-            upstreams(lambda u, labels: [(labels, round(u.health.latency, 6))]),
-        )
-        registry.family(
-            "chaingate_upstream_head_lag_blocks",
-            "gauge",
-            "How far the upstream's head is behind the agreed head (outliers excluded).",
-            upstreams(lambda u, labels: [(labels, u.health.lag)]),
-        )
-        registry.family(
-            "chaingate_upstream_requests_total",
-            "counter",
-            "Requests sent to the upstream (a batch counts once).",
-            upstreams(lambda u, labels: [(labels, u.health.requests)]),
-        )
-        registry.family(
-            "chaingate_upstream_errors_total",
-            "counter",
-            "Failed upstream requests, by kind.",
-            upstreams(
-                lambda u, labels: (
-                    ({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items())
-                )
-            ),
-        )
-        registry.family(
-            "chaingate_upstream_connections",
-            "gauge",
-            "Open connections to the upstream.",
-            upstreams(lambda u, labels: [(labels, len(u.connections))]),
-        )
-        registry.family(
-            "chaingate_upstream_head_block",
-            "gauge",
-            "The head the upstream last reported to a probe (even when judged an outlier).",
-            upstreams(lambda u, labels: [] if u.health.head is None else [(labels, u.health.head)]),
-        )
-        registry.family(
-            "chaingate_rpc_head_block",
-            "gauge",
-            "The agreed head of the network (reached by two sources, or plausible in time); "
-            "finality is decided from it.",
-            per_service(lambda s, base: [] if s.pool.head is None else [(base, s.pool.head)]),
-        )
-        registry.family(
-            "chaingate_rpc_answer_refusals_total",
-            "counter",
-            "Calls answered -32005 by an answer limit: answer_too_large (rpc.max_answer_bytes) "
-            "or overloaded (rpc.max_assembling_bytes).",
-            per_service(
-                lambda s, base: (
-                    ({**base, "reason": reason}, n) for reason, n in sorted(s.refused.items())
-                )
-            ),
-        )
-        registry.family(
-            "chaingate_rpc_assembling_bytes",
-            "gauge",
-            "Reply bytes of batch answers being assembled, all networks together.",
-            lambda: [({}, self.answers.held)],
-        )
-        followers = self.followers
-
-        def per_follower(read: Any) -> Any:
-            def collect() -> Iterable[Sample]:
-                for follower in followers.values():
-                    base = {"chain": follower.chain, "network": follower.network}
-                    yield from read(follower, base)
-
-            return collect
-
-        registry.family(
-            "chaingate_follower_block",
-            "gauge",
-            "Number of the newest block the chain follower has applied.",
-            per_follower(lambda f, base: [(base, f.head.number if f.head else -1)]),
-        )
-        registry.family(
-            "chaingate_follower_finalized_block",
-            "gauge",
-            "Newest block the chain follower has announced as finalized.",
-            per_follower(lambda f, base: [(base, f.finalized)]),
-        )
-        registry.family(
-            "chaingate_follower_events_total",
-            "counter",
-            "Chain follower activity: blocks applied/reverted, logs, reorgs, errors, range splits.",
-            per_follower(
-                lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items()))
-            ),
-        )
-        oracles = self.gas_oracles
-        registry.family(
-            "chaingate_gas_updates_total",
-            "counter",
-            "Gas price estimates recomputed (one per new head at most).",
-            lambda: (
-                ({"chain": o.chain, "network": o.network}, o.updates) for o in oracles.values()
-            ),
-        )
-        registry.family(
-            "chaingate_gas_failures_total",
-            "counter",
-            "Gas price refreshes that failed (the previous estimate stays served), by reason.",
-            lambda: (
-                ({"chain": o.chain, "network": o.network, "reason": reason}, n)
-                for o in oracles.values()
-                for reason, n in sorted(o.failures.items())
-            ),
-        )
-        gate = self.gate
-        if isinstance(gate, KeyGate):
-            registry.family(
-                "chaingate_auth_refusals_total",
-                "counter",
-                "Requests refused by the gate, by status and reason.",
-                lambda: (
-                    ({"status": str(status), "reason": reason}, n)
-                    for (status, reason), n in sorted(gate.refusals.items())
-                ),
-            )
-        shared = self.shared
-        if shared is not None:
-            registry.family(
-                "chaingate_shared_limits_up",
-                "gauge",
-                "1 while rate limits are shared through Redis; 0: each process alone (fail-open).",
-                lambda: [({}, 1 if shared.up else 0)],
-            )
-            registry.family(
-                "chaingate_shared_limits_sync_failures_total",
-                "counter",
-                "Failed synchronisations with Redis.",
-                lambda: [({}, shared.failures)],
-            )
-        registry.histogram(
-            "chaingate_request_duration_seconds",
-            "Time from a complete request to its response, by route.",
-            routes.latency,
-        )
+def _outbound_policy(settings: Settings) -> OutboundPolicy:
+    outbound = settings.outbound
+    return OutboundPolicy.production(
+        allow_private=outbound.allow_private,
+        allow_cidrs=outbound.allow_cidrs,
+        allowed_ports=outbound.allowed_ports,
+    )
 
 
 def _log_sink(stream: IO[bytes] | None, max_bytes: int) -> LogSink:

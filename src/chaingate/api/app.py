@@ -10,25 +10,20 @@ traceback in a response.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
-import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import BaseConverter, Map
 
 from chaingate.api.errors import ApiError, error_response
 from chaingate.api.inputs import decode_body, decode_path, decode_query
+from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, RestApi, Route
-from chaingate.api.types import enc_hook
 
 log = logging.getLogger("chaingate.api")
-
-_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
-
-
-def json_response(payload: Any, status: int = 200) -> Response:
-    return Response(_encoder.encode(payload), status=status, mimetype="application/json")
 
 
 def create_app(api: RestApi) -> QuartTrio:
@@ -38,9 +33,13 @@ def create_app(api: RestApi) -> QuartTrio:
     # redirect).  The edge already refused the paths it would "fix" ('//', dot segments), no
     # rule ends in '/', and any redirect routing still raises is answered 404 below.
     app.url_map.redirect_defaults = False
+    app.url_map.converters["not"] = _NotConverter
     for route in api.routes:
         app.add_url_rule(
-            route.quart_rule, endpoint=route.name, view_func=_view(route), methods=[route.method]
+            api.quart_rule(route),
+            endpoint=route.name,
+            view_func=_view(route),
+            methods=[route.method],
         )
 
     @app.errorhandler(HTTPException)
@@ -60,6 +59,15 @@ def create_app(api: RestApi) -> QuartTrio:
         return error_response(500, "internal error; retry with exponential backoff")
 
     return app
+
+
+class _NotConverter(BaseConverter):
+    """One path segment, but none of the given literals (they belong to other routes)."""
+
+    def __init__(self, url_map: Map, *excluded: str) -> None:
+        super().__init__(url_map)
+        words = "|".join(re.escape(word) for word in excluded)
+        self.regex = f"(?!(?:{words})(?:/|$))[^/]+"
 
 
 def _view(route: Route) -> Any:

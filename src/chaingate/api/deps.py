@@ -23,3 +23,9 @@ class ApiDeps:
     evm_networks: Mapping[str, NetworkSettings] = field(default_factory=dict)
     # Gas oracles of the followed networks.
     gas_oracles: Mapping[str, GasOracle] = field(default_factory=dict)
+    # The token/NFT index of each indexed network (chaingate.data.reader.IndexReader).
+    indexes: Mapping[str, Any] = field(default_factory=dict)
+    # Token and NFT metadata of each indexed network (chaingate.metadata.MetadataService).
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Smart wallets, gas policies and sponsorship (chaingate.wallets.WalletService).
+    wallets: Any = None

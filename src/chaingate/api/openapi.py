@@ -109,17 +109,27 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": by_type[route.body_type]}},
         }
-    headers = (
+    headers: dict[str, Any] = (
         {}
         if route.public
         else {name: {"$ref": f"#/components/headers/{name}"} for name in _RATE_HEADERS}
     )
+    success_headers = dict(headers)
+    if route.cache_seconds:
+        operation["x-cache-seconds"] = route.cache_seconds
+        success_headers["X-Cache"] = {
+            "description": f"HIT: the same answer served again (for up to "
+            f"{route.cache_seconds:g} s, never across an index commit); MISS: computed now.",
+            "schema": {"type": "string", "enum": ["HIT", "MISS"]},
+        }
     responses: dict[str, Any] = {
-        str(route.status): _response(route.status, by_type[route.response_type], headers)
+        str(route.status): _response(route.status, by_type[route.response_type], success_headers)
     }
     statuses = set(route.errors) | {500}
     if parameters or route.body_type is not None:
         statuses.add(400)
+    if route.body_type is not None:
+        statuses.add(413)  # the edge's bound on a body
     if not route.public:
         statuses |= {401, 403, 429}
         operation["security"] = [{"apiKey": []}, {"bearer": []}]

@@ -9,7 +9,10 @@ writes the handler as a function of one typed ``Call``.  From that one declarati
 * the app decodes the inputs, calls the handler and encodes the answer (``chaingate.api.app``);
 * the OpenAPI document is generated (``chaingate.api.openapi``).
 
-Path templates use ``{name}`` for one path segment.
+Path templates use ``{name}`` for one path segment.  A literal segment shadows a parameter
+in the same place, whatever the method: ``{address}`` in ``GET /v1/wallets/{address}`` never
+binds ``create`` (``POST /v1/wallets/create``), so ``GET /v1/wallets/create`` is a 405 with
+``Allow: POST`` rather than a lookup of a wallet called "create".
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Route:
     description: str = ""
     # Statuses answered with a body other than the error envelope (health's 503).
     other_responses: Mapping[int, Any] = field(default_factory=dict)
+    # How long the edge may serve the same 200 answer again (0: never; see edge/restcache.py).
+    cache_seconds: float = 0.0
     # Compute units of one call (from config/rest.toml; see RestApi.price).
     cu: int = 0
     # Each path segment: a literal ("v1") or a parameter ("{chain}" -> Param("chain")).
@@ -86,10 +91,6 @@ class Route:
     def scope(self) -> str | None:
         """The scope the edge requires (None: any valid key, or none on a public route)."""
         return None if self.access in (PUBLIC, ANY_KEY) else self.access
-
-    @property
-    def quart_rule(self) -> str:
-        return re.sub(r"\{([a-z_][a-z0-9_]*)\}", r"<\1>", self.path)
 
 
 class RouteMatch(msgspec.Struct, frozen=True):
@@ -126,6 +127,7 @@ class RestApi:
         tags: tuple[str, ...] = (),
         description: str = "",
         other_responses: Mapping[int, Any] | None = None,
+        cache_seconds: float = 0.0,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             segments = tuple(_segment(part) for part in path.strip("/").split("/"))
@@ -149,6 +151,7 @@ class RestApi:
                 tags=tags,
                 description=description,
                 other_responses=dict(other_responses or {}),
+                cache_seconds=cache_seconds,
                 segments=segments,
             )
             if any(r.key == route.key for r in self.routes):
@@ -158,6 +161,32 @@ class RestApi:
             return handler
 
         return register
+
+    def shadowed(self, route: Route, index: int) -> frozenset[str]:
+        """Literals other routes hold at ``index`` of a path shaped like ``route``'s up to it:
+        what its parameter there must not bind."""
+        head = route.segments[:index]
+        found = set()
+        for other in self._by_length.get(len(route.segments), ()):
+            segment = other.segments[index]
+            if isinstance(segment, str) and _same_shape(other.segments[:index], head):
+                found.add(segment)
+        return frozenset(found)
+
+    def quart_rule(self, route: Route) -> str:
+        """The route's werkzeug rule, each parameter kept off the literals that shadow it
+        (the ``not`` converter, registered by the app)."""
+        parts = []
+        for index, segment in enumerate(route.segments):
+            if isinstance(segment, str):
+                parts.append(segment)
+                continue
+            shadows = self.shadowed(route, index)
+            if shadows:
+                parts.append(f"<not({', '.join(repr(s) for s in sorted(shadows))}):{segment.name}>")
+            else:
+                parts.append(f"<{segment.name}>")
+        return "/" + "/".join(parts)
 
     def match(self, method: bytes | str, path: bytes | str) -> RouteMatch | None:
         """The route of a (normalised, decoded) path and method, with its parameters."""
@@ -174,7 +203,11 @@ class RestApi:
             if route.method != method:
                 continue
             params = _bind(route.segments, parts)
-            if params is not None:
+            if params is not None and not any(
+                part in self.shadowed(route, i)
+                for i, part in enumerate(parts)
+                if isinstance(route.segments[i], Param)
+            ):
                 return RouteMatch(route, params)
         return None
 
@@ -215,3 +248,10 @@ def _bind(segments: tuple[str | Param, ...], parts: list[str]) -> dict[str, str]
         elif segment != part:
             return None
     return params
+
+
+def _same_shape(a: tuple[str | Param, ...], b: tuple[str | Param, ...]) -> bool:
+    """Equal literals, parameters against parameters (whatever their names)."""
+    return all(
+        (isinstance(x, Param) and isinstance(y, Param)) or x == y for x, y in zip(a, b, strict=True)
+    )

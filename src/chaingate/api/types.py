@@ -70,6 +70,22 @@ class Uint256(int):
         return cls(number)
 
 
+_HEX_DATA = re.compile(r"0x([0-9a-fA-F]{2})*")
+MAX_HEX_DATA_BYTES = 24 * 1024  # several such fields still fit a 256 KiB body
+
+
+class HexData(bytes):
+    """Bytes given as 0x-hex (an even number of digits; "0x" is empty), at most 24 KiB."""
+
+    @classmethod
+    def parse(cls, value: object) -> HexData:
+        if not isinstance(value, str) or len(value) > 2 + 2 * MAX_HEX_DATA_BYTES:
+            raise ValueError(f"expected 0x-hex bytes, at most {MAX_HEX_DATA_BYTES} bytes")
+        if not _HEX_DATA.fullmatch(value):
+            raise ValueError("expected 0x followed by an even number of hex digits")
+        return cls(bytes.fromhex(value[2:]))
+
+
 # From the Unix epoch to the end of year 9999 (what ISO 8601 can name).
 MAX_UNIX_SECONDS = 253_402_300_799
 _TIME_PATTERN = (
@@ -130,6 +146,15 @@ _TYPES: dict[type, tuple[Callable[[object], Any], dict[str, Any]]] = {
             "examples": ["2026-11-23T00:00:00Z", "1763856000"],
         },
     ),
+    HexData: (
+        HexData.parse,
+        {
+            "type": "string",
+            "pattern": "^0x([0-9a-fA-F]{2})*$",
+            "maxLength": 2 + 2 * MAX_HEX_DATA_BYTES,
+            "description": "Bytes as 0x-hex.",
+        },
+    ),
     Uint256: (
         Uint256.parse,
         {
@@ -153,6 +178,8 @@ def enc_hook(value: Any) -> Any:
         return str(value)
     if isinstance(value, int):
         return str(value)  # Uint256 is written as a decimal string
+    if isinstance(value, bytes):
+        return "0x" + value.hex()  # HexData
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 

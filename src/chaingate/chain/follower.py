@@ -118,6 +118,10 @@ class Follower:
         # Blocks applied since the last save, and whether a save is owed (reverts too).
         self._unsaved: list[Block] = []
         self._dirty = False
+        # (tip, finalized) as of the last block fully applied: the tip is pushed before its
+        # Apply is delivered and finality follows after, so reading the two live between
+        # those awaits would show a tip whose finalized blocks were not yet announced.
+        self._progress: tuple[int | None, int] = (None, -1)
         self.live = False
         self.stats: Counter[str] = Counter()
 
@@ -140,6 +144,15 @@ class Follower:
     @property
     def finalized(self) -> int:
         return self._finalized
+
+    @property
+    def progress(self) -> tuple[int | None, int]:
+        """The tip's number and the finalized height, taken together between steps."""
+        return self._progress
+
+    def _publish(self) -> None:
+        tip = self.window.tip
+        self._progress = (tip.header.number if tip is not None else None, self._finalized)
 
     # --- running ---------------------------------------------------------------------------
 
@@ -218,6 +231,7 @@ class Follower:
             self.window.clear()
             self._resume_at = cursor.number + 1
         self._finalized = cursor.finalized
+        self._publish()
 
     # --- one step --------------------------------------------------------------------------
 
@@ -339,6 +353,7 @@ class Follower:
             # rewound that far): there is nothing to refill from, so start over as on a first
             # start.  The blocks it finalized were reverted with the rest.
             self._finalized = -1
+            self._publish()
             return
         # Finalized blocks were reverted too: their heights are announced again on this chain.
         self._finalized = min(self._finalized, base - 1)
@@ -471,6 +486,7 @@ class Follower:
             if final is not None:
                 await self._emit(Finalized(final.header))
             self._finalized += 1
+        self._publish()
 
     async def _emit(self, event: ChainEvent) -> None:
         for consumer in list(self._consumers):
@@ -499,6 +515,7 @@ class Follower:
         await self._store.save_chain(self.chain, self.network, cursor, added, keep_from=keep_from)
         self._unsaved = []
         self._dirty = False
+        self._publish()
 
 
 def _logs(result: Any) -> list[Log]:

@@ -5,6 +5,11 @@ reader meets (``data:``, ``ipfs://``, ``https://``), an ERC-1155, a Multicall3 a
 USD price feeds for ETH and each token — all from ``contracts/*.sol``, deployed through the
 deterministic deployer (zero salt), so their addresses depend only on bytecode and arguments.
 Then mints, transfers, an airdrop, approvals, feed updates and burns among anvil's accounts.
+
+And the odd contracts real chains are full of, which token data must survive: an ERC-20 whose
+``name()``/``symbol()`` return bytes32 (MKR-style), one without ``decimals()``, one whose
+``balanceOf`` reverts, a contract that logs Transfer without being a token, and an ERC-721 with
+an ERC-7572 ``contractURI`` that emits ERC-4906 metadata updates.
 """
 
 from __future__ import annotations
@@ -40,10 +45,15 @@ TOKENS = (
     Token("erc20_cgt", "Chaingate Token", "CGT", 18, 0.25),
 )
 ETH_USD = 3000.0
+ETH_USD_NOW = 3012.34  # the history's second round, and what the price keeper pushes
 
 
-def _usd(price: float) -> int:
+def usd_answer(price: float) -> int:
+    """A feed's answer for ``price`` dollars (8 decimals)."""
     return round(price * 10.0**FEED_DECIMALS)
+
+
+_usd = usd_answer
 
 
 def _planned(
@@ -135,8 +145,78 @@ def deployments(artifacts: Mapping[str, Artifact], deployer: str) -> list[Planne
             [f"{METADATA_HOST}/items/{{id}}.json", deployer],
         )
     )
+    planned += odd_contracts(artifacts, deployer)
     planned.append(_planned("multicall3", artifacts, "Multicall3", deployer, "multicall3", [], []))
     return planned
+
+
+def _bytes32(text: str) -> bytes:
+    return text.encode().ljust(32, b"\x00")
+
+
+# The updatable collection's own document (ERC-7572 contractURI), on IPFS.
+UPDATABLE_DOCUMENT = (
+    b'{"name":"Updatable (document)","description":"A collection whose metadata changes.",'
+    b'"image":"ipfs://bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",'
+    b'"banner_image":"ar://0123456789abcdefghijklmnopqrstuvwxyzABCDEFG",'
+    b'"external_link":"https://example.org/updatable"}'
+)
+
+
+def odd_contracts(artifacts: Mapping[str, Artifact], deployer: str) -> list[Planned]:
+    return [
+        _planned(
+            "erc20_bytes32",
+            artifacts,
+            "DevBytes32Token",
+            deployer,
+            "erc20",
+            ["bytes32", "bytes32", "address"],
+            [_bytes32("Chaingate Bytes32"), _bytes32("CGB32"), deployer],
+            symbol="CGB32",
+            decimals=18,
+        ),
+        _planned(
+            "erc20_no_decimals",
+            artifacts,
+            "DevNoDecimalsToken",
+            deployer,
+            "erc20",
+            ["string", "string", "address"],
+            ["Chaingate Raw Units", "CGRAW", deployer],
+            symbol="CGRAW",
+        ),
+        _planned(
+            "erc20_broken_balance",
+            artifacts,
+            "DevBrokenToken",
+            deployer,
+            "erc20",
+            ["string", "string", "address"],
+            ["Chaingate Broken Balances", "CGBRK", deployer],
+            symbol="CGBRK",
+            decimals=18,
+        ),
+        _planned(
+            "transfer_emitter", artifacts, "DevTransferEmitter", deployer, "not_a_token", [], []
+        ),
+        _planned(
+            "erc721_updatable",
+            artifacts,
+            "DevUpdatableCollection",
+            deployer,
+            "erc721",
+            ["string", "string", "string", "string", "address"],
+            [
+                "Chaingate Updatable",
+                "CGUP",
+                f"{METADATA_HOST}/updatable/",
+                ipfs_uri(UPDATABLE_DOCUMENT),
+                deployer,
+            ],
+            symbol="CGUP",
+        ),
+    ]
 
 
 def _metadata(name: str, description: str, colour: str) -> bytes:
@@ -160,11 +240,15 @@ def ipfs_uri(document: bytes) -> str:
     return "ipfs://b" + base64.b32encode(cid).decode().lower().rstrip("=")
 
 
+TOKEN_2_DOCUMENT = _metadata("Devnet #2", "Metadata on IPFS.", "#1aa36f")
+ITEM_3_DOCUMENT = _metadata("Devnet item 3", "A one-of-one item.", "#7a4fd0")
+
+
 def token_uris() -> list[str]:
     """URIs of collection tokens 1..4 (the 4th is burned by the history)."""
     return [
         data_uri(_metadata("Devnet #1", "On-chain metadata (data: URI).", "#2f6fdf")),
-        ipfs_uri(_metadata("Devnet #2", "Metadata on IPFS.", "#1aa36f")),
+        ipfs_uri(TOKEN_2_DOCUMENT),
         f"{METADATA_HOST}/collection/3.json",
         data_uri(_metadata("Devnet #4", "Minted to be burned.", "#d04a3a")),
     ]
@@ -174,7 +258,15 @@ def item_uris() -> dict[int, str]:
     """ERC-1155 ids with their own URI; others use the contract's {id} template."""
     return {
         1: data_uri(_metadata("Devnet item 1", "A fungible item.", "#e0a800")),
-        3: ipfs_uri(_metadata("Devnet item 3", "A one-of-one item.", "#7a4fd0")),
+        3: ipfs_uri(ITEM_3_DOCUMENT),
+    }
+
+
+def ipfs_documents() -> dict[str, bytes]:
+    """The documents the devnet names by ``ipfs://`` URI, by CID (what a gateway serves)."""
+    return {
+        ipfs_uri(document).removeprefix("ipfs://"): document
+        for document in (TOKEN_2_DOCUMENT, ITEM_3_DOCUMENT, UPDATABLE_DOCUMENT)
     }
 
 
@@ -230,11 +322,50 @@ def seed(addresses: Mapping[str, str], deployer: str, accounts: Sequence[str]) -
             deployer,
             addresses[NATIVE_PRICE_FEED],
             "updateAnswer(int256)",
-            _usd(3012.34),
+            _usd(ETH_USD_NOW),
             gas=150_000,
         )
     )
     txs.append(Tx("send ETH", deployer, a4, value=10**18, gas=21_000))
+    txs += [
+        _call(
+            "mint CGB32",
+            deployer,
+            addresses["erc20_bytes32"],
+            mint,
+            a1,
+            1_000 * 10**18,
+            gas=100_000,
+        ),
+        _call(
+            "mint CGRAW", deployer, addresses["erc20_no_decimals"], mint, a1, 12_345, gas=100_000
+        ),
+        _call(
+            "mint CGBRK",
+            deployer,
+            addresses["erc20_broken_balance"],
+            mint,
+            a1,
+            7 * 10**18,
+            gas=100_000,
+        ),
+        _call(
+            "fake Transfer",
+            deployer,
+            addresses["transfer_emitter"],
+            "emitTransfer(address,address,uint256)",
+            a1,
+            a2,
+            5 * 10**18,
+            gas=100_000,
+        ),
+        _call(
+            "mint CGUP", deployer, addresses["erc721_updatable"], "mint(address)", a1, gas=200_000
+        ),
+        _call(
+            "mint CGUP", deployer, addresses["erc721_updatable"], "mint(address)", a2, gas=200_000
+        ),
+    ]
     return txs
 
 

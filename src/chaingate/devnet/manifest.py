@@ -26,6 +26,8 @@ Kind = Literal[
     "erc1155",
     "multicall3",
     "price_feed",
+    # Emits token-shaped events without being a token (what an index must not mistake).
+    "not_a_token",
 ]
 
 

@@ -217,6 +217,8 @@ class DevNode:
                 await self._restart()
             except (NodeFailed, persist.RestoreError, OSError, RpcError, RuntimeError) as exc:
                 self.failure = f"could not restart anvil: {exc}"
+                # Whatever this anvil serves is not the saved chain: never save it over it.
+                self._tracking = trio.Event()
                 return
             self.restarts += 1
 
@@ -258,7 +260,7 @@ class DevNode:
             with trio.move_on_after(STOP_SAVE_TIMEOUT) as scope:
                 try:
                     await self.save()
-                except SAVE_ERRORS as exc:
+                except Exception as exc:  # whatever it was, anvil must still be stopped
                     self._say(f"warning: could not save the devnet chain on stop: {exc}")
             if scope.cancelled_caught:
                 self._say("warning: saving the devnet chain on stop timed out")

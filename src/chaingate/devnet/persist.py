@@ -32,7 +32,7 @@ from chaingate.devnet.rpc import DevnetRpc, RpcError
 RPC_TIMEOUT = 30.0
 
 
-class RestoreError(Exception):
+class RestoreError(RuntimeError):
     """A saved chain did not load into anvil as it was saved."""
 
 

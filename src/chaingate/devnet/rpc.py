@@ -47,9 +47,13 @@ class DevnetRpc:
             self._conn.request("POST", self._path, body, {"Content-Type": "application/json"})
             response = self._conn.getresponse()
             payload = response.read()
-        except (OSError, http.client.HTTPException):
+        except OSError:
             self.close()  # never resent: the call may have been a transaction
             raise
+        except http.client.HTTPException as exc:
+            # A reply cut short (anvil dying mid-answer): a connection failure like any other.
+            self.close()
+            raise ConnectionError(f"devnet node: {exc!r}") from exc
         if response.status != 200:
             raise RuntimeError(f"devnet node answered HTTP {response.status}")
         return _decode(payload)

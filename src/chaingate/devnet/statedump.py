@@ -33,7 +33,7 @@ _MATCH_FIELDS = (
 )
 
 
-class DumpError(Exception):
+class DumpError(RuntimeError):
     """A dump that cannot be read or reduced to one chain."""
 
 

@@ -1,6 +1,8 @@
 """What the edge does with each request: route, authenticate, answer, measure, log.
 
 * ``POST /v1/rpc/{chain}/{network}`` — the JSON-RPC proxy, entirely native (no ASGI);
+* ``POST /v1/bundler/{chain}/{network}`` — JSON-RPC answered in process (``chaingate.rpc.local``:
+  the ERC-7677 paymaster methods, the bundler's), native too;
 * ``GET /metrics`` — Prometheus text, admin token required;
 * ``GET /v1/ws/{chain}/{network}`` — WebSocket: the upgrade itself is taken by the edge before
   this handler (``chaingate.ws.endpoint``); a request without ``Upgrade`` gets 426 here;
@@ -20,6 +22,7 @@ import hmac
 import os
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from time import perf_counter, time
 from typing import Any
 
@@ -28,8 +31,12 @@ from chaingate.auth.gate import Gate, NetworkInfo, Rejection
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
+from chaingate.edge.restcache import CacheKey, RestCache
 from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
+from chaingate.rpc import local as local_rpc
+from chaingate.rpc.future import Future
+from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.service import RpcService
 
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
@@ -38,8 +45,10 @@ _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
 
 
-_ROUTES = ("rpc", "rest", "metrics", "ws", "other")
+_ROUTES = ("rpc", "bundler", "rest", "metrics", "ws", "other")
 _WS_PREFIX = b"/v1/ws/"
+_BUNDLER_PREFIX = b"/v1/bundler/"
+_BUNDLER_SCOPE = "bundler:send"
 
 # The scope each REST area needs (docs/decisions.md), for paths no route matches (so a key
 # without the area's scope learns nothing about what exists there); a matched route carries
@@ -65,6 +74,8 @@ def rest_scope(path: bytes) -> str | None:
 
 # Compute units of a REST request no route matches (it is answered 404 or 405).
 UNMATCHED_CU = 1
+_HIT = b"X-Cache: HIT\r\n"
+_MISS = b"X-Cache: MISS\r\n"
 
 # Response header blocks of the RPC route, built once.
 _RPC_HEADERS = {
@@ -82,14 +93,19 @@ class Routes:
         registry: Registry,
         access_log: AccessLog,
         admin_token: str,
+        bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         self._services = {key.encode(): service for key, service in services.items()}
+        self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
             key.encode(): NetworkInfo(service.chain, service.network, service.settings.testnet)
             for key, service in services.items()
         }
         self._asgi = asgi
         self._rest_api = rest
+        self.rest_cache = RestCache()
+        # key -> (the data's version when it began, the answer to come)
+        self._rest_inflight: dict[CacheKey, tuple[object, Future[tuple[int, bytes, bytes]]]] = {}
         self._gate = gate
         self._registry = registry
         self._access_log = access_log
@@ -123,46 +139,18 @@ class Routes:
         request_id = self._request_id(request)
         label = ""
         cache = b""
+        refused: str | None = None
         try:
             path = normalize_path(request.path)
         except PathError as exc:
             path = request.path
+            refused = str(exc)
+        if refused is not None:
             route = "other"
-            status, headers, body = 400, JSON, error_body(400, str(exc))
-        else:
-            route, status, headers, body, label, cache = await self._route(request, path, peer)
-        elapsed = perf_counter() - started
-        self._route_latency[route].observe(elapsed)
-        self.statuses[route][status] += 1
-        access_log = self._access_log
-        if access_log.enabled:
-            access_log.write(
-                AccessEntry(
-                    access_log.timestamp(time()),
-                    "info",
-                    "request",
-                    request_id.decode(),
-                    peer,
-                    request.method.decode("latin-1"),
-                    loggable_path(path),
-                    status,
-                    int(elapsed * 1_000_000),
-                    len(body),
-                    label,
-                    cache.decode(),
-                )
-            )
-        return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
-
-    async def _route(
-        self, request: Any, path: bytes, peer: str
-    ) -> tuple[str, int, bytes, bytes, str, bytes]:
-        """Route, status, header lines, body, RPC label and cache status of one request."""
-        label = ""
-        cache = b""
-        if path.startswith(_RPC_PREFIX):
+            status, headers, body = 400, JSON, error_body(400, refused)
+        elif path.startswith(_RPC_PREFIX):
             route = "rpc"
-            # The JSON-RPC route, inline: it is the hot path.
+            # The JSON-RPC route, inline (no extra coroutine): it is the hot path.
             tail = path[8:]
             service = self._services.get(tail)
             if service is None:
@@ -195,9 +183,39 @@ class Routes:
                         )
                         body = reply.body if reply.body is not None else b""
                         status = 200 if reply.body is not None else 204
-        elif path == b"/metrics":
+        else:
+            route, status, headers, body = await self._other(request, path, peer)
+        elapsed = perf_counter() - started
+        self._route_latency[route].observe(elapsed)
+        self.statuses[route][status] += 1
+        access_log = self._access_log
+        if access_log.enabled:
+            access_log.write(
+                AccessEntry(
+                    access_log.timestamp(time()),
+                    "info",
+                    "request",
+                    request_id.decode(),
+                    peer,
+                    request.method.decode("latin-1"),
+                    loggable_path(path),
+                    status,
+                    int(elapsed * 1_000_000),
+                    len(body),
+                    label,
+                    cache.decode(),
+                )
+            )
+        return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
+
+    async def _other(self, request: Any, path: bytes, peer: str) -> tuple[str, int, bytes, bytes]:
+        """Route, status, header lines and body of a request that is not JSON-RPC."""
+        if path == b"/metrics":
             route = "metrics"
             status, headers, body = self._metrics(request)
+        elif path.startswith(_BUNDLER_PREFIX):
+            route = "bundler"
+            status, headers, body = await self._bundler(request, path[len(_BUNDLER_PREFIX) :], peer)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (
@@ -211,7 +229,41 @@ class Routes:
         else:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
-        return route, status, headers, body, label, cache
+        return route, status, headers, body
+
+    async def _bundler(self, request: Any, tail: bytes, peer: str) -> tuple[int, bytes, bytes]:
+        """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
+        its compute units like a proxied batch, run, and recorded under its method."""
+        # The scope first: a key without it learns nothing about what exists here.
+        gate = self._gate
+        principal = gate.authenticate(request, peer, self._networks.get(tail), _BUNDLER_SCOPE)
+        if isinstance(principal, Rejection):
+            return _rejected(principal, b"", request)
+        rpc = self._bundlers.get(tail)
+        rate_headers = gate.response_headers(principal)
+        if rpc is None:
+            return 404, JSON + rate_headers, error_body(404, "unknown chain or network")
+        if request.method != b"POST":
+            headers = JSON + _ALLOW_POST + rate_headers
+            return 405, headers, error_body(405, "JSON-RPC requests must be POST")
+        parsed = local_rpc.parse(request.body)
+        calls = parsed.calls if not isinstance(parsed, bytes) else []
+        units = rpc.cost(calls) if calls else 1
+        rejection = gate.admit(principal, False, False, max(1, len(calls)), units, units)
+        if rejection is not None:
+            return _rejected(rejection, gate.response_headers(principal), request)
+        if isinstance(parsed, bytes):
+            gate.record(principal, "bundler:invalid", 1, units, 1)
+            return 200, JSON + gate.response_headers(principal), parsed
+        replies, _ = await rpc.run(parsed, principal)
+        for call, reply in zip(calls, replies, strict=True):
+            method = call.method if call.method in rpc.methods else "bundler:unknown"
+            failed = call.error is not None or (reply is not None and "error" in reply)
+            gate.record(principal, method, 1, rpc.cost([call]), 1 if failed else 0)
+        body = local_rpc.encode(parsed, replies)
+        if body is None:  # notifications only
+            return 204, gate.response_headers(principal), b""
+        return 200, JSON + gate.response_headers(principal), body
 
     def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -228,6 +280,26 @@ class Routes:
                 error_body(401, "admin token required (Authorization: Bearer <token>)"),
             )
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
+
+    async def _compute_shared(
+        self, request: Any, path: bytes, peer: str, principal: Any, key: CacheKey, seconds: float
+    ) -> tuple[int, bytes, bytes]:
+        """Compute a cacheable answer once for everyone asking for ``key`` meanwhile."""
+        future: Future[tuple[int, bytes, bytes]] = Future()
+        version = self.rest_cache.version()  # before reading: see RestCache
+        mine = self._rest_inflight[key] = (version, future)
+        try:
+            answer = await self._asgi.handle(request, path, peer, b"", principal)
+        except BaseException:
+            future.set_exception(_LeaderGone())
+            raise
+        finally:
+            if self._rest_inflight.get(key) is mine:  # a later version's may have replaced it
+                del self._rest_inflight[key]
+        if answer[0] == 200:
+            self.rest_cache.put(key, seconds, answer[1], answer[2], version)
+        future.set_result(answer)
+        return answer
 
     async def _rest(self, request: Any, path: bytes, peer: str) -> tuple[int, bytes, bytes]:
         """A REST request: its route's scope, then admission like a JSON-RPC call (request and
@@ -246,11 +318,36 @@ class Routes:
         rejection = gate.admit(principal, False, False, 1, units, units)
         if rejection is not None:
             return _rejected(rejection, gate.response_headers(principal), request)
-        status, headers, body = await self._asgi.handle(
-            request, path, peer, gate.response_headers(principal), principal
-        )
+        seconds = route.cache_seconds if route is not None else 0.0
+        if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
+            status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
+            gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
+            return status, headers + gate.response_headers(principal), body
+        key = (principal.environment, b"GET", path, request.query)
+        hit = self.rest_cache.get(key)
+        if hit is not None:
+            gate.record(principal, name, 1, units, 0)
+            return 200, hit[0] + _HIT + gate.response_headers(principal), hit[1]
+        # One computation per key at a time: requests arriving while it runs share its answer
+        # (else a popular page that expires is computed by every client waiting for it).
+        # Only a computation begun at the data's current version: one begun before a commit
+        # could answer with what that commit replaced.
+        shared = self._rest_inflight.get(key)
+        answer = None
+        if shared is not None and shared[0] == self.rest_cache.version():
+            try:
+                answer = await shared[1].wait()
+            except _LeaderGone:
+                pass  # the request computing it was cancelled: compute it here
+        if answer is None:
+            answer = await self._compute_shared(request, path, peer, principal, key, seconds)
+        status, headers, body = answer
         gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
-        return status, headers, body
+        return status, headers + _MISS + gate.response_headers(principal), body
+
+
+class _LeaderGone(Exception):
+    """The request computing a shared REST answer was cancelled before it had one."""
 
 
 def _rejected(

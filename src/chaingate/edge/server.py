@@ -408,7 +408,11 @@ class EdgeServer:
                     # HEAD: the headers of the GET answer (Content-Length included), no content.
                     # (204/304 answers never carry a body, so there is nothing to cut.)
                     response = response[: len(response) - len(body)]
-                await self._write(conn, response)
+                # The whole answer in one send, as a rule: no coroutine unless the kernel
+                # leaves some of it for later.
+                sent = netio.try_send(conn.sock, response)
+                if sent < len(response):
+                    await self._write(conn, response[sent:])
             if not keep_alive:
                 if asked_keep_alive and not self._closing:
                     # We close a connection the client meant to keep (its key guesses, a bug

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from chaingate.evm.keccak import keccak256
 
 
@@ -22,7 +24,21 @@ def address_bytes(address: str | bytes) -> bytes:
 
 def checksum_address(address: str | bytes) -> str:
     """EIP-55 mixed-case form."""
-    hex_lower = address_bytes(address).hex()
+    if isinstance(address, str):
+        return _checksum_text(address)
+    return _checksum(address_bytes(address))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _checksum_text(address: str) -> str:
+    return _checksum(address_bytes(address))
+
+
+# A keccak and a character loop cost ~25 µs; an API page of 100 tokens names each contract
+# several times, and the same few thousand addresses come back all day.
+@functools.lru_cache(maxsize=65_536)
+def _checksum(raw: bytes) -> str:
+    hex_lower = raw.hex()
     digest = keccak256(hex_lower.encode()).hex()
     return "0x" + "".join(
         c.upper() if c.isalpha() and int(digest[i], 16) >= 8 else c for i, c in enumerate(hex_lower)

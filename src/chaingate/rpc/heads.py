@@ -13,6 +13,10 @@ decide what the pool believes, so every probe round goes through ``HeadJudge.jud
   head beyond that is an **outlier** — a fault, when at least one other upstream answered
   (one upstream alone is never accused: there is nobody to compare it with, and a devnet may
   mine a thousand blocks at once; its excess is simply not believed);
+* a lone source is judged from the last anchor two sources **confirmed**, and the clock's
+  allowance restarts whenever they confirm it again: a liar alone (the honest node's probes
+  failing) cannot raise its own ceiling round by round, and a stalled chain makes no far head
+  plausible;
 * **lag** is measured from the anchor (or from the best plausible head, if lower — a devnet
   revert), so an honest node is never ranked lagging behind a liar.
 
@@ -120,12 +124,23 @@ class HeadJudge:
         # An anchor set by a lone source is provisional: the first round with two sources
         # replaces it (so a liar alone at start-up does not stay the reference).
         self._anchor_confirmed = False
+        # The last anchor two sources agreed on, and when they last agreed on it or more: a
+        # lone source is judged from this one, so it cannot raise its own ceiling round by
+        # round (a liar alone while the honest node's probes fail), nor does a stalled chain
+        # make far heads plausible.
+        self._confirmed: tuple[int, float] | None = None
 
     def ceiling(self, now: float) -> int | None:
         """The highest head that is plausible now, or None before any head was agreed."""
         if self._anchor is None:
             return None
         return self._anchor + self._slack + int((now - self._anchor_at) / self._block_time)
+
+    def _lone_ceiling(self, now: float) -> int | None:
+        if self._confirmed is None:
+            return self.ceiling(now)  # never two sources yet (one upstream, no witness)
+        anchor, at = self._confirmed
+        return anchor + self._slack + int((now - at) / self._block_time)
 
     def judge(self, heads: Mapping[str, int], reference: int | None, now: float) -> Verdict:
         """One probe round: ``heads`` of the upstreams that answered, the witness's head."""
@@ -134,10 +149,14 @@ class HeadJudge:
             agreed = sources[-2]
             if self._anchor is None or not self._anchor_confirmed or agreed > self._anchor:
                 self._raise_anchor(agreed, now, confirmed=True)
+            elif agreed == self._anchor:
+                self._anchor_at = now  # still there: the clock's allowance starts again
+            if self._confirmed is None or agreed >= self._confirmed[0]:
+                self._confirmed = (agreed, now)
             self.head = agreed
         elif len(sources) == 1:
             only = sources[0]
-            ceiling = self.ceiling(now)
+            ceiling = self._lone_ceiling(now)
             if ceiling is None or only <= ceiling:
                 if self._anchor is None or only > self._anchor:
                     self._raise_anchor(only, now, confirmed=False)

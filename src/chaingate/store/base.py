@@ -23,6 +23,9 @@ import msgspec
 
 from chaingate.store import migrate as _migrate
 from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
+from chaingate.store.indexrows import INDEX_TABLES, IndexRows
+from chaingate.store.metarows import META_TABLES, MetaRows
+from chaingate.store.walletrows import WALLET_SETTLEMENT_COLUMNS, WALLET_TABLES, WalletRows
 
 T = TypeVar("T")
 
@@ -175,7 +178,24 @@ def network_tables() -> tuple[str, ...]:
     return tuple(_NETWORK_TABLES)
 
 
-register_network_table(*CHAIN_TABLES)
+# Columns derived from the chain in rows that are records of their own (a sponsorship outlives
+# the chain it was settled on; its settlement does not): set to NULL by Store.reset_network.
+_NETWORK_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def register_network_columns(table: str, *columns: str) -> None:
+    """Declare ``table``'s columns that ``Store.reset_network`` forgets (the first one is
+    non-NULL exactly when the row holds such state; the rows themselves stay)."""
+    for name in (table, *columns):
+        if not _TABLE_NAME.fullmatch(name):  # spliced into SQL: identifiers only
+            raise ValueError(f"not an identifier: {name!r}")
+    if not columns:
+        raise ValueError(f"{table}: name the columns to forget")
+    _NETWORK_COLUMNS[table] = columns
+
+
+register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES)
+register_network_columns(*WALLET_SETTLEMENT_COLUMNS)
 
 
 class ChainClaim(msgspec.Struct, frozen=True):
@@ -195,10 +215,18 @@ def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
         )
         if count > 0:
             deleted[table] = count
+    for table, columns in _NETWORK_COLUMNS.items():
+        count = tx.execute(
+            f"UPDATE {table} SET {', '.join(f'{c} = NULL' for c in columns)}"  # noqa: S608
+            f" WHERE chain = ? AND network = ? AND {columns[0]} IS NOT NULL",
+            (chain, network),
+        )
+        if count > 0:
+            deleted[f"{table}.{columns[0]}"] = count  # rows kept, their chain state cleared
     return deleted
 
 
-class Store(ChainRows, abc.ABC):
+class Store(ChainRows, IndexRows, MetaRows, WalletRows, abc.ABC):
     """Async data access for accounts, keys, usage and the chain follower's state.
 
     Use as ``async with store:``.
@@ -472,7 +500,8 @@ class Store(ChainRows, abc.ABC):
         The contract for every subsystem that keeps such state (the chain follower's cursor
         and window today; an indexer, wallets, webhooks later): its table has TEXT columns
         ``chain`` and ``network``, and the module that owns it calls
-        ``register_network_table("its_table")`` once, at import.  After a reset the subsystem
+        ``register_network_table("its_table")`` once, at import (or, for columns of rows that
+        are records of their own, ``register_network_columns``).  After a reset the subsystem
         finds no rows for that network and must start as on its very first start.  Rows that
         are not derived from the chain (accounts, keys, usage) are never registered.  Called
         when the chain a network serves is not the one the state was built from

@@ -57,6 +57,9 @@ class _SqliteTx:
         return self._conn.execute(sql, params).fetchall()
 
 
+MIN_SQLITE = (3, 32, 0)
+
+
 class SqliteStore(Store):
     backend = "sqlite"
 
@@ -73,6 +76,13 @@ class SqliteStore(Store):
             self._conn = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)
 
     def _connect(self) -> sqlite3.Connection:
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            # The index's bulk writes bind thousands of values per statement (999 before 3.32;
+            # also UPSERT and row values): refuse at once rather than fail every commit.
+            raise StoreError(
+                f"SQLite {sqlite3.sqlite_version} is too old: chaingate needs "
+                f"{'.'.join(map(str, MIN_SQLITE))} or newer"
+            )
         try:
             if self.path != MEMORY:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,93 @@
+"""``DataPlane``: the token and NFT data of every followed EVM network, as one service.
+
+For each network whose indexer is enabled: an ``Indexer`` fed by the network's follower and a
+``MetadataService`` (``chaingate.metadata``) that the indexer tells of new token contracts and
+ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` and
+``metadata``, and starts it in its nursery before the followers (whose events it consumes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from chaingate.chain.client import ChainClient
+from chaingate.chain.events import ChainEvent
+from chaingate.chain.follower import Follower
+from chaingate.config import NetworkSettings
+from chaingate.data.indexer import Indexer
+from chaingate.data.metrics import register_index_metrics
+from chaingate.data.reader import IndexReader
+from chaingate.devnet.manifest import load_manifest
+from chaingate.metadata.service import MetadataService
+from chaingate.obs.metrics import Registry
+from chaingate.outbound import Fetcher
+from chaingate.store import Store
+
+
+class DataPlane:
+    def __init__(
+        self,
+        store: Store,
+        followers: Mapping[str, Follower],
+        clients: Mapping[str, ChainClient],
+        networks: Mapping[str, NetworkSettings],
+        fetcher: Fetcher,
+    ) -> None:
+        """Keys are ``chain/network``; a network gets an index if it is followed and its
+        ``indexer.enabled``."""
+        self.indexers: dict[str, Indexer] = {}
+        self.metadata: dict[str, MetadataService] = {}
+        self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        for key, follower in followers.items():
+            net = networks[key]
+            if not net.indexer.enabled:
+                continue
+            indexer = Indexer(
+                follower.chain,
+                follower.network,
+                store,
+                clients[key],
+                net.indexer,
+                finality_depth=net.finality_depth,
+                max_log_range=net.follower.max_log_range,
+            )
+            # A batch of room: the follower fetches ahead while a batch commits.
+            self._streams[key] = follower.subscribe(
+                "indexer", buffer=max(net.follower.consumer_buffer, net.indexer.batch_blocks)
+            )
+            metadata = MetadataService(
+                follower.chain,
+                follower.network,
+                net.metadata,
+                clients[key],
+                store,
+                fetcher,
+                chain_id=net.chain_id,
+                manifest=load_manifest(net.manifest) if net.manifest else None,
+            )
+            indexer.add_listener(metadata.on_index_commit)
+            self.indexers[key] = indexer
+            self.metadata[key] = metadata
+
+    @property
+    def readers(self) -> dict[str, IndexReader]:
+        return {key: indexer.reader for key, indexer in self.indexers.items()}
+
+    def version(self) -> tuple[int, ...]:
+        """Changes whenever any index begins or ends a commit, and never repeats: what an
+        answer computed from the index is valid for (the edge's REST cache)."""
+        return tuple(indexer.generation for indexer in self.indexers.values())
+
+    def register_metrics(self, registry: Registry) -> None:
+        register_index_metrics(registry, self.indexers)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Ready once every metadata service and indexer is; runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            for metadata in self.metadata.values():
+                await nursery.start(metadata.run)
+            for key, indexer in self.indexers.items():
+                await nursery.start(indexer.run, self._streams[key])
+            task_status.started()

@@ -1,0 +1,338 @@
+"""The gateway's own families in ``/metrics``: what its edge, RPC services, followers, gas
+oracles and key gate count in plain attributes, read when ``/metrics`` is rendered.  (Each
+subsystem with families of its own registers them itself: ``WsEndpoint.register_metrics``,
+``DataPlane.register_metrics``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from chaingate.auth.keygate import KeyGate
+from chaingate.obs.metrics import Sample
+from chaingate.obs.sink import LogSink, stderr_sink
+
+if TYPE_CHECKING:
+    from chaingate.gateway import Gateway
+    from chaingate.rpc.service import RpcService
+
+
+def register_edge_families(gateway: Gateway) -> None:
+    """Connections, overload, the REST cache and the log sinks."""
+    registry = gateway.registry
+    edge = gateway.edge
+    sink = gateway.access_log.sink
+    registry.family(
+        "chaingate_connections_max",
+        "gauge",
+        "Client connections allowed (derived from the file-descriptor limit), in all and "
+        "per client address.",
+        lambda: [
+            ({"scope": "total"}, edge.limits.max_connections),
+            ({"scope": "per_ip"}, edge.limits.max_per_ip),
+        ],
+    )
+    registry.family(
+        "chaingate_connections_refused_total",
+        "counter",
+        "New connections refused with 503 at a connection cap, by cap.",
+        lambda: (({"cap": cap}, n) for cap, n in sorted(edge.refused.items())),
+    )
+    registry.family(
+        "chaingate_connections_evicted_total",
+        "counter",
+        "Idle connections closed to make room for a new one at a cap.",
+        lambda: [({}, edge.evicted)],
+    )
+    registry.family(
+        "chaingate_accept_errors_total",
+        "counter",
+        "Failed accept() calls (out of file descriptors, ...).",
+        lambda: [({}, edge.accept_errors)],
+    )
+    registry.family(
+        "chaingate_unsent_bytes",
+        "gauge",
+        "Answer bytes waiting for slow clients to read them, all connections together.",
+        lambda: [({}, edge.unsent_bytes)],
+    )
+    registry.family(
+        "chaingate_overload_refusals_total",
+        "counter",
+        "Requests answered 503 because too many answer bytes were waiting for clients.",
+        lambda: [({}, edge.overloaded)],
+    )
+
+    cache = gateway.routes.rest_cache
+    registry.family(
+        "chaingate_rest_cache_lookups_total",
+        "counter",
+        "Lookups of cacheable REST answers (served again for up to a second), by result.",
+        lambda: [({"result": "hit"}, cache.hits), ({"result": "miss"}, cache.misses)],
+    )
+    registry.family(
+        "chaingate_rest_cache_bytes",
+        "gauge",
+        "Bytes held by the REST answer cache.",
+        lambda: [({}, cache.size)],
+    )
+
+    def log_sinks() -> list[LogSink]:
+        sinks = [sink]
+        if stderr_sink() is not sink:
+            sinks.append(stderr_sink())
+        return sinks
+
+    registry.family(
+        "chaingate_log_dropped_lines_total",
+        "counter",
+        "Log lines dropped because the log stream did not keep up (its buffer was full).",
+        lambda: [({}, sum(s.dropped_lines for s in log_sinks()))],
+    )
+    registry.family(
+        "chaingate_log_buffered_bytes",
+        "gauge",
+        "Log bytes waiting to be written.",
+        lambda: [({}, sum(s.held for s in log_sinks()))],
+    )
+
+
+def register_service_families(gateway: Gateway) -> None:
+    """Requests, upstreams, followers, gas oracles, the key gate and shared limits."""
+    registry = gateway.registry
+    services = gateway.services
+    routes = gateway.routes
+    edge = gateway.edge
+
+    def per_service(
+        read: Any,
+    ) -> Any:
+        def collect() -> Iterable[Sample]:
+            for service in services.values():
+                base = {"chain": service.chain, "network": service.network}
+                yield from read(service, base)
+
+        return collect
+
+    registry.family(
+        "chaingate_http_requests_total",
+        "counter",
+        "HTTP requests answered, by route and status.",
+        lambda: (
+            ({"route": r, "status": str(s)}, n) for (r, s), n in sorted(routes.requests.items())
+        ),
+    )
+    registry.family(
+        "chaingate_http_framing_errors_total",
+        "counter",
+        "Requests refused by the HTTP parser, by status.",
+        lambda: (({"status": str(s)}, n) for s, n in sorted(edge.framing_errors.items())),
+    )
+    registry.family(
+        "chaingate_connections_open",
+        "gauge",
+        "Client connections currently open.",
+        lambda: [({}, edge.open_connections)],
+    )
+    registry.family(
+        "chaingate_rpc_calls_total",
+        "counter",
+        "JSON-RPC calls (batch items count one each), by method and outcome.",
+        per_service(
+            lambda s, base: (
+                ({**base, "method": m, "outcome": o}, n) for (m, o), n in sorted(s.calls.items())
+            )
+        ),
+    )
+    registry.family(
+        "chaingate_rpc_cache_hits_total",
+        "counter",
+        "Calls answered from the response cache, by method.",
+        per_service(
+            lambda s, base: (({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items()))
+        ),
+    )
+    registry.family(
+        "chaingate_rpc_cache_lookups_total",
+        "counter",
+        "Cache lookups of cacheable calls, by result.",
+        per_service(
+            lambda s, base: [
+                ({**base, "result": "hit"}, s.cache.hits),
+                ({**base, "result": "miss"}, s.cache.misses),
+            ]
+        ),
+    )
+    registry.family(
+        "chaingate_rpc_cache_entries",
+        "gauge",
+        "Entries in the response cache.",
+        per_service(lambda s, base: [(base, len(s.cache))]),
+    )
+    registry.family(
+        "chaingate_rpc_cache_bytes",
+        "gauge",
+        "Approximate bytes held by the response cache.",
+        per_service(lambda s, base: [(base, s.cache.bytes)]),
+    )
+    registry.family(
+        "chaingate_rpc_coalesced_total",
+        "counter",
+        "Calls answered by joining an identical call already in flight.",
+        per_service(lambda s, base: [(base, s.coalesced)]),
+    )
+
+    def upstreams(read: Any) -> Any:
+        def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
+            for upstream in service.pool.upstreams:
+                yield from read(upstream, {**base, "upstream": upstream.name})
+
+        return per_service(collect)
+
+    registry.family(
+        "chaingate_upstream_up",
+        "gauge",
+        "1 when the upstream is in rotation, 0 when it is out.",
+        upstreams(lambda u, labels: [(labels, 0 if u.health.state_down else 1)]),
+    )
+    registry.family(
+        "chaingate_upstream_latency_seconds",
+        "gauge",
+        "Moving average of the upstream's answer latency.",
+        upstreams(lambda u, labels: [(labels, round(u.health.latency, 6))]),
+    )
+    registry.family(
+        "chaingate_upstream_head_lag_blocks",
+        "gauge",
+        "How far the upstream's head is behind the agreed head (outliers excluded).",
+        upstreams(lambda u, labels: [(labels, u.health.lag)]),
+    )
+    registry.family(
+        "chaingate_upstream_requests_total",
+        "counter",
+        "Requests sent to the upstream (a batch counts once).",
+        upstreams(lambda u, labels: [(labels, u.health.requests)]),
+    )
+    registry.family(
+        "chaingate_upstream_errors_total",
+        "counter",
+        "Failed upstream requests, by kind.",
+        upstreams(
+            lambda u, labels: (
+                ({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items())
+            )
+        ),
+    )
+    registry.family(
+        "chaingate_upstream_connections",
+        "gauge",
+        "Open connections to the upstream.",
+        upstreams(lambda u, labels: [(labels, len(u.connections))]),
+    )
+    registry.family(
+        "chaingate_upstream_head_block",
+        "gauge",
+        "The head the upstream last reported to a probe (even when judged an outlier).",
+        upstreams(lambda u, labels: [] if u.health.head is None else [(labels, u.health.head)]),
+    )
+    registry.family(
+        "chaingate_rpc_head_block",
+        "gauge",
+        "The agreed head of the network (reached by two sources, or plausible in time); "
+        "finality is decided from it.",
+        per_service(lambda s, base: [] if s.pool.head is None else [(base, s.pool.head)]),
+    )
+    registry.family(
+        "chaingate_rpc_answer_refusals_total",
+        "counter",
+        "Calls answered -32005 by an answer limit: answer_too_large (rpc.max_answer_bytes) "
+        "or overloaded (rpc.max_assembling_bytes).",
+        per_service(
+            lambda s, base: (
+                ({**base, "reason": reason}, n) for reason, n in sorted(s.refused.items())
+            )
+        ),
+    )
+    registry.family(
+        "chaingate_rpc_assembling_bytes",
+        "gauge",
+        "Reply bytes of batch answers being assembled, all networks together.",
+        lambda: [({}, gateway.answers.held)],
+    )
+    followers = gateway.followers
+
+    def per_follower(read: Any) -> Any:
+        def collect() -> Iterable[Sample]:
+            for follower in followers.values():
+                base = {"chain": follower.chain, "network": follower.network}
+                yield from read(follower, base)
+
+        return collect
+
+    registry.family(
+        "chaingate_follower_block",
+        "gauge",
+        "Number of the newest block the chain follower has applied.",
+        per_follower(lambda f, base: [(base, f.head.number if f.head else -1)]),
+    )
+    registry.family(
+        "chaingate_follower_finalized_block",
+        "gauge",
+        "Newest block the chain follower has announced as finalized.",
+        per_follower(lambda f, base: [(base, f.finalized)]),
+    )
+    registry.family(
+        "chaingate_follower_events_total",
+        "counter",
+        "Chain follower activity: blocks applied/reverted, logs, reorgs, errors, range splits.",
+        per_follower(
+            lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items()))
+        ),
+    )
+    oracles = gateway.gas_oracles
+    registry.family(
+        "chaingate_gas_updates_total",
+        "counter",
+        "Gas price estimates recomputed (one per new head at most).",
+        lambda: (({"chain": o.chain, "network": o.network}, o.updates) for o in oracles.values()),
+    )
+    registry.family(
+        "chaingate_gas_failures_total",
+        "counter",
+        "Gas price refreshes that failed (the previous estimate stays served), by reason.",
+        lambda: (
+            ({"chain": o.chain, "network": o.network, "reason": reason}, n)
+            for o in oracles.values()
+            for reason, n in sorted(o.failures.items())
+        ),
+    )
+    gate = gateway.gate
+    if isinstance(gate, KeyGate):
+        registry.family(
+            "chaingate_auth_refusals_total",
+            "counter",
+            "Requests refused by the gate, by status and reason.",
+            lambda: (
+                ({"status": str(status), "reason": reason}, n)
+                for (status, reason), n in sorted(gate.refusals.items())
+            ),
+        )
+    shared = gateway.shared
+    if shared is not None:
+        registry.family(
+            "chaingate_shared_limits_up",
+            "gauge",
+            "1 while rate limits are shared through Redis; 0: each process alone (fail-open).",
+            lambda: [({}, 1 if shared.up else 0)],
+        )
+        registry.family(
+            "chaingate_shared_limits_sync_failures_total",
+            "counter",
+            "Failed synchronisations with Redis.",
+            lambda: [({}, shared.failures)],
+        )
+    registry.histogram(
+        "chaingate_request_duration_seconds",
+        "Time from a complete request to its response, by route.",
+        routes.latency,
+    )
