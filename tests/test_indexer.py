@@ -147,6 +147,12 @@ async def test_devnet_history_is_indexed_exactly(
             "data": "0x" + abi.encode_call("transfer(address,uint256)", a2, 5).hex(),
         }
     )
+    # wait_indexed returns once the index holds the new head (what `chaingate dev` waits for).
+    sent_at, _ = await node.head()
+    assert run.gateway.data is not None
+    with trio.fail_after(10):
+        await run.gateway.data.wait_indexed("ethereum/devnet", sent_at)
+    assert run.indexer.cursor is not None and run.indexer.cursor.number >= sent_at
     await assert_index_matches(run.store, node, manifest)
     assert run.indexer.live
     # The index is visible in /metrics: its block and its counters.

@@ -49,6 +49,7 @@ PAYMASTER_KEY_FILE = "paymaster-signer.key"
 DEVNET_CHAIN = chainfile.CHAIN_FILE
 DEV_KEYS_FILE = KEYS_FILE
 DEV_NETWORK = ("ethereum", "devnet")
+INDEX_WAIT = 60.0  # seconds the banner waits for the index to hold the chain
 
 
 def _say(text: str) -> None:
@@ -297,6 +298,7 @@ async def _bring_up(
     except OSError as exc:  # most often: the port is taken
         _say(f"error: cannot serve on {settings.server.host}:{settings.server.port}: {exc}")
         return 1
+    await _wait_for_the_index(gateway, anvil_url)
     keys = (issued.keys.test, issued.keys.live) if issued is not None else None
     _say(
         _dev_banner(
@@ -311,6 +313,21 @@ async def _bring_up(
         )
     )
     return 0
+
+
+async def _wait_for_the_index(gateway: Gateway, anvil_url: str) -> None:
+    """Until the devnet's index holds the chain as it is now, so that the banner's data-plane
+    lines answer as printed (a fresh chain's demo transfers are indexed in a second or two)."""
+    if gateway.data is None:
+        return
+    try:
+        head = await trio.to_thread.run_sync(anvil.rpc_call, anvil_url, "eth_blockNumber")
+    except (RuntimeError, OSError, ValueError):
+        return  # anvil's health is the node's to report
+    with trio.move_on_after(INDEX_WAIT) as waited:
+        await gateway.data.wait_indexed("/".join(DEV_NETWORK), int(str(head), 16))
+    if waited.cancelled_caught:
+        _say("warning: the token and NFT index is still catching up; its lines may 404 a while")
 
 
 def _with_ipfs_gateway(settings: config.Settings, url: str) -> config.Settings:

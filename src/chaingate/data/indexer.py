@@ -142,6 +142,7 @@ class Indexer:
         self._loaded = False
         self.live = False
         self.stats: Counter[str] = Counter()
+        self._moved = trio.Event()  # set (and replaced) whenever the cursor moves
 
     # --- the interface ---------------------------------------------------------------------
 
@@ -158,6 +159,11 @@ class Indexer:
         else:
             cursor = self.cursor
         return (cursor.number, cursor.hash) if cursor is not None else None
+
+    async def wait_indexed(self, number: int) -> None:
+        """Returns once the index has committed block ``number`` (or a later one)."""
+        while self.cursor is None or self.cursor.number < number:
+            await self._moved.wait()
 
     async def run(
         self,
@@ -422,7 +428,7 @@ class Indexer:
             self._recent[block.number] = block.hash
         for n in [n for n in self._recent if n < keep_from]:
             del self._recent[n]
-        self.cursor = cursor
+        self._move(cursor)
         return contracts
 
     async def _reload(self) -> None:
@@ -435,11 +441,16 @@ class Indexer:
                 failures += 1
                 self._warn("index state could not be loaded; retrying", exc, failures)
                 await trio.sleep(self._backoff(failures))
-        self.cursor = state.cursor
+        self._move(state.cursor)
         self._recent = dict(state.recent)
         self._pending = []
         self._pending_logs = 0
         self._loaded = True
+
+    def _move(self, cursor: IndexCursor | None) -> None:
+        self.cursor = cursor
+        self._moved.set()
+        self._moved = trio.Event()
 
     # --- rewinding and filling ---------------------------------------------------------------
 

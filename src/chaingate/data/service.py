@@ -80,6 +80,12 @@ class DataPlane:
         answer computed from the index is valid for (the edge's REST cache)."""
         return tuple(indexer.generation for indexer in self.indexers.values())
 
+    async def wait_indexed(self, key: str, number: int) -> None:
+        """Returns once ``key``'s index holds block ``number`` (at once if it has none)."""
+        indexer = self.indexers.get(key)
+        if indexer is not None:
+            await indexer.wait_indexed(number)
+
     def register_metrics(self, registry: Registry) -> None:
         register_index_metrics(registry, self.indexers)
 
