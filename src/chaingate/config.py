@@ -345,6 +345,57 @@ class PaymasterSettings(msgspec.Struct, forbid_unknown_fields=True):
     key_file: str = ""
 
 
+class SmtpSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The mail server that tells an account's owner a webhook was paused (variant A).
+
+    ``url``: ``smtp://host:port`` (STARTTLS when the server offers it and ``starttls``),
+    ``smtps://host:port`` (TLS from the start); "" sends no mail (the pause is logged).  Give a
+    password through CHAINGATE_WEBHOOKS__SMTP__PASSWORD, never in the file.
+    """
+
+    url: str = ""
+    sender: str = "chaingate@localhost"
+    username: str = ""
+    password: str = ""
+    starttls: bool = True
+    timeout: float = 15.0
+
+
+class WebhookSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Signed webhooks (``chaingate.webhooks``); docs/decisions.md, "Webhooks"."""
+
+    enabled: bool = True
+    # Event names, envelope, headers, signature and retry rules: the spec's variant A or B.
+    variant: Literal["a", "b"] = "a"
+    # A delivery fails when the receiver has not answered within this many seconds.
+    timeout: float = 15.0
+    # Deliveries in flight, all webhooks together, and to one webhook's URL.
+    max_concurrency: int = 256
+    max_per_endpoint: int = 16
+    # Ceilings over every plan: webhooks per account, addresses (and other filter values) in
+    # one webhook's config.
+    max_webhooks_per_account: int = 1000
+    max_addresses_per_webhook: int = 100_000
+    max_confirmations: int = 128
+    # Events one claim leases, and for how long (a worker that dies gives them back then).
+    claim_batch: int = 200
+    lease_seconds: float = 60.0
+    # How often the outbox is looked at when nothing woke the workers.
+    poll_interval: float = 0.5
+    # After a secret rotation, how long the old secret also signs (seconds).
+    secret_overlap: float = 86_400.0
+    # Delivered, failed and cancelled events, and attempts, are kept this long (days).
+    retention_days: int = 30
+    # Bytes of a receiver's answer kept in the delivery log.
+    response_log_bytes: int = 1024
+    # Plain-HTTP receivers.  Production is HTTPS only; `chaingate dev` allows http:// (its
+    # receivers are on loopback, which only dev's outbound policy allows anyway).
+    allow_http: bool = False
+    # PENDING_TRANSACTION (variant B): poll the node's pending block this often (seconds).
+    pending_poll_interval: float = 1.0
+    smtp: SmtpSettings = msgspec.field(default_factory=SmtpSettings)
+
+
 class StoreSettings(msgspec.Struct, forbid_unknown_fields=True):
     # "" is the embedded default: sqlite file chaingate.db under data_dir.  Otherwise
     # sqlite:///abs/path.db or postgresql://...; give a URL holding a password through
@@ -378,6 +429,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     ws: WebSocketSettings = msgspec.field(default_factory=WebSocketSettings)
     outbound: OutboundSettings = msgspec.field(default_factory=OutboundSettings)
     paymaster: PaymasterSettings = msgspec.field(default_factory=PaymasterSettings)
+    webhooks: WebhookSettings = msgspec.field(default_factory=WebhookSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.

@@ -23,6 +23,12 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ws_filter_topics: int = 0
     ws_filter_bytes_per_connection: int = 0
     ws_filter_bytes_per_key: int = 0
+    # Webhooks per account, addresses (filter values) per webhook, deliveries per account per
+    # UTC day (past it events are held, not lost, until the next day opens).  0: only
+    # [webhooks]' ceilings apply.
+    webhooks: int = 0
+    webhook_addresses: int = 0
+    webhook_deliveries_per_day: int = 0
 
 
 class PlanError(ValueError):

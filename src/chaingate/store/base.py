@@ -26,6 +26,7 @@ from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
 from chaingate.store.indexrows import INDEX_TABLES, IndexRows
 from chaingate.store.metarows import META_TABLES, MetaRows
 from chaingate.store.walletrows import WALLET_SETTLEMENT_COLUMNS, WALLET_TABLES, WalletRows
+from chaingate.store.webhookrows import WEBHOOK_TABLES, WebhookRows
 
 T = TypeVar("T")
 
@@ -194,7 +195,7 @@ def register_network_columns(table: str, *columns: str) -> None:
     _NETWORK_COLUMNS[table] = columns
 
 
-register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES)
+register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES, *WEBHOOK_TABLES)
 register_network_columns(*WALLET_SETTLEMENT_COLUMNS)
 
 
@@ -226,7 +227,7 @@ def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
     return deleted
 
 
-class Store(ChainRows, IndexRows, MetaRows, WalletRows, abc.ABC):
+class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, abc.ABC):
     """Async data access for accounts, keys, usage and the chain follower's state.
 
     Use as ``async with store:``.

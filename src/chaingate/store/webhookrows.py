@@ -1,0 +1,785 @@
+"""The webhook subsystem's rows: subscriptions, the matcher's cursors, the outbox, attempts.
+
+The outbox is written in the same transaction as the matcher's cursor (``commit_matches``):
+a crash leaves both as they were, and the replayed block derives the same event ids, which
+``ON CONFLICT DO NOTHING`` keeps once.  Delivery workers lease due events
+(``claim_due_events``: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so processes share the
+outbox; SQLite's one writer serialises claims) and write each attempt and its outcome in one
+transaction (``finish_attempts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+WEBHOOK_TABLES = ("webhook_cursors",)
+
+MAX_CLAIM = 1000
+
+
+class WebhookLimitReached(Exception):
+    """The account has as many webhooks as its limit allows."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this account already has {limit} webhooks (its limit)")
+        self.limit = limit
+
+
+class WebhookRow(msgspec.Struct, kw_only=True):
+    id: str
+    account_id: str
+    url: str
+    chain: str
+    network: str
+    chain_label: str
+    event_type: str
+    config: str  # JSON
+    confirmations: int
+    status: str
+    status_reason: str | None
+    secret: str
+    previous_secret: str | None
+    previous_secret_until: int | None
+    sequence: int
+    matched_from: int | None
+    created_at: int
+    updated_at: int
+
+
+class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event to write; its body is rendered in the transaction, which gives the sequence."""
+
+    id: str
+    webhook_id: str
+    event_type: str
+    block_number: int | None = None
+    block_hash: str | None = None
+    deliver_at_block: int | None = None
+    # Only for the variant's renderer: what the body is made of (a Match, or a ping).
+    payload: Any = None
+
+
+# (event, its sequence number, now) -> the body; run in the store's worker thread.
+Render = Callable[[NewEvent, int, int], str]
+# (the original event's body, the removal's id, its sequence number, now) -> the body.
+RenderRemoval = Callable[[str, str, int, int], str]
+
+
+class OutboxEvent(msgspec.Struct, kw_only=True):
+    id: str
+    webhook_id: str
+    account_id: str
+    chain: str
+    network: str
+    sequence: int
+    event_type: str
+    block_number: int | None
+    block_hash: str | None
+    deliver_at_block: int | None
+    original_id: str | None
+    body: str
+    state: str
+    attempts: int
+    retries: int
+    next_attempt_at: int
+    lease_until: int
+    created_at: int
+    finished_at: int | None
+    last_status: int | None
+    last_error: str | None
+
+
+class Due(msgspec.Struct, frozen=True):
+    """A leased event and what sending it needs from its webhook."""
+
+    event: OutboxEvent
+    url: str
+    secret: str
+    previous_secret: str | None  # sign with both while the rotation's overlap lasts
+    event_type: str
+
+
+class Attempt(msgspec.Struct, kw_only=True):
+    event_id: str
+    attempt: int
+    webhook_id: str
+    started_at: int
+    url: str
+    request_headers: str  # JSON [[name, value], ...]
+    status: int | None
+    response_body: str | None
+    latency_ms: int
+    error: str | None
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt and what it decided: ``state`` (pending again with ``next_attempt_at``, or
+    delivered/failed), and the webhook's new status when the attempt moved it (paused after
+    the last retry in variant A, disabled by a 410)."""
+
+    attempt: Attempt
+    state: str
+    retries: int
+    next_attempt_at: int
+    webhook_status: str | None = None
+    webhook_status_reason: str | None = None
+
+
+_WEBHOOK_COLUMNS = tuple(WebhookRow.__struct_fields__)
+_WEBHOOK_SELECT = f"SELECT {', '.join(_WEBHOOK_COLUMNS)} FROM webhooks"  # noqa: S608
+_EVENT_COLUMNS = tuple(OutboxEvent.__struct_fields__)
+_EVENT_SELECT = f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS)} FROM webhook_events e"  # noqa: S608
+_ATTEMPT_COLUMNS = tuple(Attempt.__struct_fields__)
+_UPDATABLE = frozenset({"url", "status", "config", "confirmations", "status_reason"})
+_REFILTERING = frozenset({"status", "config", "confirmations"})
+
+
+def _webhook(row: Sequence[Any]) -> WebhookRow:
+    return WebhookRow(**dict(zip(_WEBHOOK_COLUMNS, row, strict=True)))
+
+
+def _event(row: Sequence[Any]) -> OutboxEvent:
+    return OutboxEvent(**dict(zip(_EVENT_COLUMNS, row, strict=True)))
+
+
+def _attempt(row: Sequence[Any]) -> Attempt:
+    return Attempt(**dict(zip(_ATTEMPT_COLUMNS, row, strict=True)))
+
+
+def _bump_filters(tx: Any, chain: str, network: str) -> int | None:
+    """Bump the network's filters version (locking its cursor row on PostgreSQL until commit)
+    and return the first block the matcher will match from now on (None: it has matched
+    nothing yet, so from wherever it starts)."""
+    changed = tx.execute(
+        "UPDATE webhook_cursors SET filters_version = filters_version + 1"
+        " WHERE chain = ? AND network = ?",
+        (chain, network),
+    )
+    if changed == 0:
+        tx.execute(
+            "INSERT INTO webhook_cursors (chain, network, block_number, block_hash,"
+            " filters_version) VALUES (?, ?, NULL, NULL, 1)"
+            " ON CONFLICT (chain, network) DO UPDATE"
+            " SET filters_version = webhook_cursors.filters_version + 1",
+            (chain, network),
+        )
+    rows = tx.query(
+        "SELECT block_number FROM webhook_cursors WHERE chain = ? AND network = ?",
+        (chain, network),
+    )
+    number = rows[0][0] if rows else None
+    return int(number) + 1 if number is not None else None
+
+
+def _insert_event(
+    tx: Any,
+    event: NewEvent,
+    hook: tuple[str, str, str],
+    sequence: int,
+    body: str,
+    now: int,
+    original_id: str | None = None,
+) -> None:
+    account_id, chain, network = hook
+    tx.execute(
+        "INSERT INTO webhook_events (id, webhook_id, account_id, chain, network, sequence,"
+        " event_type, block_number, block_hash, deliver_at_block, original_id, body, state,"
+        " attempts, retries, next_attempt_at, lease_until, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0, ?, 0, ?)",
+        (
+            event.id,
+            event.webhook_id,
+            account_id,
+            chain,
+            network,
+            sequence,
+            event.event_type,
+            event.block_number,
+            event.block_hash,
+            event.deliver_at_block,
+            original_id,
+            body,
+            now,
+            now,
+        ),
+    )
+
+
+class WebhookRows:
+    """Mixed into Store; relies on its ``run_transaction``, ``clock`` and ``backend``."""
+
+    run_transaction: Callable[..., Awaitable[Any]]
+    clock: Callable[[], int]
+    backend: str
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    async def create_webhook(self, row: WebhookRow, *, limit: int) -> WebhookRow:
+        """Insert ``row`` (its ``matched_from`` is set here) unless the account already has
+        ``limit`` webhooks (0: no limit): WebhookLimitReached."""
+
+        def insert(tx: Any) -> WebhookRow:
+            if limit:
+                count = tx.query(
+                    "SELECT COUNT(*) FROM webhooks WHERE account_id = ?", (row.account_id,)
+                )[0][0]
+                if int(count) >= limit:
+                    raise WebhookLimitReached(limit)
+            stored = msgspec.structs.replace(
+                row, matched_from=_bump_filters(tx, row.chain, row.network)
+            )
+            tx.execute(
+                f"INSERT INTO webhooks ({', '.join(_WEBHOOK_COLUMNS)})"  # noqa: S608
+                f" VALUES ({', '.join('?' * len(_WEBHOOK_COLUMNS))})",
+                [getattr(stored, c) for c in _WEBHOOK_COLUMNS],
+            )
+            return stored
+
+        created: WebhookRow = await self.run_transaction(insert)
+        return created
+
+    async def get_webhook(self, account_id: str, webhook_id: str) -> WebhookRow | None:
+        def select(tx: Any) -> WebhookRow | None:
+            rows = tx.query(
+                f"{_WEBHOOK_SELECT} WHERE id = ? AND account_id = ?", (webhook_id, account_id)
+            )
+            return _webhook(rows[0]) if rows else None
+
+        found: WebhookRow | None = await self.run_transaction(select, write=False)
+        return found
+
+    async def list_webhooks(
+        self, account_id: str, status: str | None, *, offset: int, limit: int
+    ) -> tuple[list[WebhookRow], int]:
+        where = "account_id = ?"
+        params: tuple[Any, ...] = (account_id,)
+        if status is not None:
+            where += " AND status = ?"
+            params += (status,)
+
+        def select(tx: Any) -> tuple[list[WebhookRow], int]:
+            total = tx.query(f"SELECT COUNT(*) FROM webhooks WHERE {where}", params)[0][0]  # noqa: S608
+            rows = tx.query(
+                f"{_WEBHOOK_SELECT} WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+            return [_webhook(r) for r in rows], int(total)
+
+        result: tuple[list[WebhookRow], int] = await self.run_transaction(select, write=False)
+        return result
+
+    async def update_webhook(
+        self, account_id: str, webhook_id: str, changes: dict[str, Any], now: int
+    ) -> WebhookRow | None:
+        """Apply ``changes`` (url, status, status_reason, config, confirmations).  A change of
+        what is matched (status, config, confirmations) sets ``matched_from``: the first block
+        matched with the new settings."""
+        unknown = set(changes) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+
+        def update(tx: Any) -> WebhookRow | None:
+            rows = tx.query(
+                f"{_WEBHOOK_SELECT} WHERE id = ? AND account_id = ?", (webhook_id, account_id)
+            )
+            if not rows:
+                return None
+            current = _webhook(rows[0])
+            values = dict(changes)
+            if _REFILTERING & set(changes):
+                values["matched_from"] = _bump_filters(tx, current.chain, current.network)
+            values["updated_at"] = now
+            names = sorted(values)
+            tx.execute(
+                f"UPDATE webhooks SET {', '.join(f'{n} = ?' for n in names)}"  # noqa: S608
+                " WHERE id = ?",
+                (*[values[n] for n in names], webhook_id),
+            )
+            return msgspec.structs.replace(current, **values)
+
+        result: WebhookRow | None = await self.run_transaction(update)
+        return result
+
+    async def rotate_webhook_secret(
+        self, account_id: str, webhook_id: str, secret: str, previous_until: int, now: int
+    ) -> WebhookRow | None:
+        """The new secret signs from now on; the old one also signs until ``previous_until``."""
+
+        def rotate(tx: Any) -> WebhookRow | None:
+            rows = tx.query(
+                f"{_WEBHOOK_SELECT} WHERE id = ? AND account_id = ?", (webhook_id, account_id)
+            )
+            if not rows:
+                return None
+            current = _webhook(rows[0])
+            tx.execute(
+                "UPDATE webhooks SET secret = ?, previous_secret = ?, previous_secret_until = ?,"
+                " updated_at = ? WHERE id = ?",
+                (secret, current.secret, previous_until, now, webhook_id),
+            )
+            return msgspec.structs.replace(
+                current,
+                secret=secret,
+                previous_secret=current.secret,
+                previous_secret_until=previous_until,
+                updated_at=now,
+            )
+
+        result: WebhookRow | None = await self.run_transaction(rotate)
+        return result
+
+    async def delete_webhook(self, account_id: str, webhook_id: str) -> bool:
+        """The webhook, its outbox and its delivery log (permanent)."""
+
+        def delete(tx: Any) -> bool:
+            rows = tx.query(
+                "SELECT chain, network FROM webhooks WHERE id = ? AND account_id = ?",
+                (webhook_id, account_id),
+            )
+            if not rows:
+                return False
+            _bump_filters(tx, rows[0][0], rows[0][1])
+            tx.execute("DELETE FROM webhook_attempts WHERE webhook_id = ?", (webhook_id,))
+            tx.execute("DELETE FROM webhook_events WHERE webhook_id = ?", (webhook_id,))
+            tx.execute("DELETE FROM webhooks WHERE id = ?", (webhook_id,))
+            return True
+
+        deleted: bool = await self.run_transaction(delete)
+        return deleted
+
+    # --- the matcher -----------------------------------------------------------------------
+
+    async def load_webhook_filters(
+        self, chain: str, network: str
+    ) -> tuple[int, tuple[int, str] | None, list[WebhookRow]]:
+        """The network's filters version, the matcher's cursor (number, hash) and its active
+        webhooks: what one matching pass works from."""
+
+        def select(tx: Any) -> tuple[int, tuple[int, str] | None, list[WebhookRow]]:
+            cursor = tx.query(
+                "SELECT filters_version, block_number, block_hash FROM webhook_cursors"
+                " WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+            rows = tx.query(
+                f"{_WEBHOOK_SELECT} WHERE chain = ? AND network = ? AND status = 'active'"
+                " ORDER BY id",
+                (chain, network),
+            )
+            version, number, block_hash = cursor[0] if cursor else (0, None, None)
+            at = (int(number), str(block_hash)) if number is not None else None
+            return int(version), at, [_webhook(r) for r in rows]
+
+        result: tuple[int, tuple[int, str] | None, list[WebhookRow]]
+        result = await self.run_transaction(select, write=False)
+        return result
+
+    async def commit_matches(
+        self,
+        chain: str,
+        network: str,
+        version: int,
+        cursor: tuple[int, str],
+        events: Sequence[NewEvent],
+        render: Render,
+    ) -> bool:
+        """Write ``events`` (those not written before) and move the cursor to ``cursor``, in
+        one transaction — only if the network's filters are still at ``version``; False (and
+        nothing written) when they changed: match again with the new ones."""
+        now = self.clock()
+
+        def commit(tx: Any) -> bool:
+            moved = tx.execute(
+                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
+                " WHERE chain = ? AND network = ? AND filters_version = ?",
+                (cursor[0], cursor[1], chain, network, version),
+            )
+            if moved == 0:
+                if version != 0:
+                    return False
+                # No row yet (no webhook was ever created here): make it, at version 0.
+                made = tx.execute(
+                    "INSERT INTO webhook_cursors (chain, network, block_number, block_hash,"
+                    " filters_version) VALUES (?, ?, ?, ?, 0) ON CONFLICT DO NOTHING",
+                    (chain, network, cursor[0], cursor[1]),
+                )
+                if made == 0:
+                    return False
+            _write_events(tx, events, render, now)
+            return True
+
+        done: bool = await self.run_transaction(commit)
+        return done
+
+    async def revert_matches(
+        self,
+        chain: str,
+        network: str,
+        block_hash: str,
+        parent: tuple[int, str],
+        render_removal: RenderRemoval,
+        removal_id: Callable[[str], str],
+    ) -> tuple[int, int]:
+        """``block_hash`` left the chain: its events that no attempt has touched are cancelled,
+        the others get a compensating event each (sequence after every event so far); the
+        cursor moves to ``parent``.  (cancelled, compensated)."""
+        now = self.clock()
+
+        def revert(tx: Any) -> tuple[int, int]:
+            cancelled = tx.execute(
+                "UPDATE webhook_events SET state = 'cancelled', finished_at = ?"
+                " WHERE chain = ? AND network = ? AND block_hash = ? AND original_id IS NULL"
+                " AND state = 'pending' AND attempts = 0 AND lease_until <= ?",
+                (now, chain, network, block_hash, now),
+            )
+            touched = tx.query(
+                f"{_EVENT_SELECT} WHERE e.chain = ? AND e.network = ? AND e.block_hash = ?"
+                " AND e.original_id IS NULL AND e.state <> 'cancelled'"
+                " ORDER BY e.webhook_id, e.sequence",
+                (chain, network, block_hash),
+            )
+            compensated = 0
+            for row in touched:
+                original = _event(row)
+                new_id = removal_id(original.id)
+                exists = tx.query("SELECT 1 FROM webhook_events WHERE id = ?", (new_id,))
+                if exists:
+                    continue
+                sequence = _next_sequence(tx, original.webhook_id, 1)
+                if sequence is None:
+                    continue  # the webhook was deleted meanwhile
+                removal = NewEvent(
+                    id=new_id,
+                    webhook_id=original.webhook_id,
+                    event_type=original.event_type,
+                    block_number=original.block_number,
+                    block_hash=original.block_hash,
+                )
+                body = render_removal(original.body, new_id, sequence, now)
+                hook = (original.account_id, original.chain, original.network)
+                _insert_event(tx, removal, hook, sequence, body, now, original_id=original.id)
+                compensated += 1
+            tx.execute(
+                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
+                " WHERE chain = ? AND network = ?",
+                (parent[0], parent[1], chain, network),
+            )
+            return cancelled, compensated
+
+        result: tuple[int, int] = await self.run_transaction(revert)
+        return result
+
+    async def add_events(self, events: Sequence[NewEvent], render: Render) -> int:
+        """Events that come from no block (a ping, a pending transaction): written now, with
+        no cursor.  Returns how many were new."""
+        now = self.clock()
+
+        def insert(tx: Any) -> int:
+            return _write_events(tx, events, render, now)
+
+        count: int = await self.run_transaction(insert)
+        return count
+
+    # --- delivery --------------------------------------------------------------------------
+
+    async def claim_due_events(self, now: int, limit: int, lease_ms: int) -> list[Due]:
+        """Lease up to ``limit`` events due at ``now`` for ``lease_ms``: pending, of an active
+        webhook, past any confirmations, and (a compensating event) once its original is no
+        longer pending — oldest due first, then by sequence."""
+        limit = max(1, min(limit, MAX_CLAIM))
+        locking = " FOR UPDATE OF e SKIP LOCKED" if self.backend == "postgres" else ""
+        sql = (
+            f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS)}, w.url, w.secret,"  # noqa: S608
+            " w.previous_secret, w.previous_secret_until FROM webhook_events e"
+            " JOIN webhooks w ON w.id = e.webhook_id"
+            " WHERE e.state = 'pending' AND e.next_attempt_at <= ? AND e.lease_until <= ?"
+            " AND w.status = 'active'"
+            " AND (e.deliver_at_block IS NULL OR e.deliver_at_block <= (SELECT c.block_number"
+            " FROM webhook_cursors c WHERE c.chain = e.chain AND c.network = e.network))"
+            " AND (e.original_id IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_events o"
+            " WHERE o.id = e.original_id AND o.state = 'pending'))"
+            f" ORDER BY e.next_attempt_at, e.sequence LIMIT ?{locking}"
+        )
+
+        def claim(tx: Any) -> list[Due]:
+            rows = tx.query(sql, (now, now, limit))
+            if not rows:
+                return []
+            due = []
+            width = len(_EVENT_COLUMNS)
+            for row in rows:
+                event = _event(row[:width])
+                url, secret, previous, until = row[width:]
+                due.append(
+                    Due(
+                        event,
+                        url,
+                        secret,
+                        previous if previous is not None and (until or 0) > now else None,
+                        event.event_type,
+                    )
+                )
+            tx.executemany(
+                "UPDATE webhook_events SET lease_until = ? WHERE id = ?",
+                [(now + lease_ms, d.event.id) for d in due],
+            )
+            return due
+
+        claimed: list[Due] = await self.run_transaction(claim)
+        return claimed
+
+    async def finish_attempts(self, outcomes: Sequence[Outcome]) -> None:
+        """Record attempts and what they decided, all in one transaction."""
+        if not outcomes:
+            return
+        now = self.clock()
+
+        def finish(tx: Any) -> None:
+            tx.executemany(
+                f"INSERT INTO webhook_attempts ({', '.join(_ATTEMPT_COLUMNS)})"  # noqa: S608
+                f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})"
+                " ON CONFLICT (event_id, attempt) DO NOTHING",
+                [[getattr(o.attempt, c) for c in _ATTEMPT_COLUMNS] for o in outcomes],
+            )
+            tx.executemany(
+                "UPDATE webhook_events SET state = ?, attempts = attempts + 1, retries = ?,"
+                " next_attempt_at = ?, lease_until = 0, last_status = ?, last_error = ?,"
+                " finished_at = ? WHERE id = ?",
+                [
+                    (
+                        o.state,
+                        o.retries,
+                        o.next_attempt_at,
+                        o.attempt.status,
+                        o.attempt.error,
+                        now if o.state != "pending" else None,
+                        o.attempt.event_id,
+                    )
+                    for o in outcomes
+                ],
+            )
+            moved = [o for o in outcomes if o.webhook_status is not None]
+            if moved:
+                tx.executemany(
+                    "UPDATE webhooks SET status = ?, status_reason = ?, updated_at = ?"
+                    " WHERE id = ? AND status = 'active'",
+                    [
+                        (o.webhook_status, o.webhook_status_reason, now, o.attempt.webhook_id)
+                        for o in moved
+                    ],
+                )
+
+        await self.run_transaction(finish)
+
+    async def hold_events(self, event_ids: Sequence[str], until: int) -> None:
+        """Give leased events back, due again at ``until`` (a quota reached, a shutdown)."""
+        if not event_ids:
+            return
+
+        def hold(tx: Any) -> None:
+            tx.executemany(
+                "UPDATE webhook_events SET lease_until = 0, next_attempt_at = ? WHERE id = ?",
+                [(until, event_id) for event_id in event_ids],
+            )
+
+        await self.run_transaction(hold)
+
+    async def take_delivery_quota(self, account_id: str, day: int, limit: int) -> bool:
+        """Count one delivery of the account's ``day`` if fewer than ``limit`` were counted."""
+
+        def take(tx: Any) -> bool:
+            tx.execute(
+                "INSERT INTO webhook_quota (account_id, day, deliveries) VALUES (?, ?, 0)"
+                " ON CONFLICT (account_id, day) DO NOTHING",
+                (account_id, day),
+            )
+            taken = tx.execute(
+                "UPDATE webhook_quota SET deliveries = deliveries + 1"
+                " WHERE account_id = ? AND day = ? AND deliveries < ?",
+                (account_id, day, limit),
+            )
+            return bool(taken == 1)
+
+        taken: bool = await self.run_transaction(take)
+        return taken
+
+    async def webhook_owner_email(self, webhook_id: str) -> tuple[str, str] | None:
+        """(email, url) of the webhook's account, for the pause notice."""
+
+        def select(tx: Any) -> tuple[str, str] | None:
+            rows = tx.query(
+                "SELECT a.email, w.url FROM webhooks w JOIN accounts a ON a.id = w.account_id"
+                " WHERE w.id = ?",
+                (webhook_id,),
+            )
+            return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+        found: tuple[str, str] | None = await self.run_transaction(select, write=False)
+        return found
+
+    # --- the delivery log and replays ------------------------------------------------------
+
+    async def list_webhook_events(
+        self,
+        webhook_id: str,
+        state: str | None,
+        *,
+        offset: int,
+        limit: int,
+    ) -> tuple[list[OutboxEvent], int]:
+        where = "e.webhook_id = ?"
+        params: tuple[Any, ...] = (webhook_id,)
+        if state is not None:
+            where += " AND e.state = ?"
+            params += (state,)
+
+        def select(tx: Any) -> tuple[list[OutboxEvent], int]:
+            total = tx.query(
+                f"SELECT COUNT(*) FROM webhook_events e WHERE {where}",  # noqa: S608
+                params,
+            )[0][0]
+            rows = tx.query(
+                f"{_EVENT_SELECT} WHERE {where} ORDER BY e.sequence DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+            return [_event(r) for r in rows], int(total)
+
+        result: tuple[list[OutboxEvent], int] = await self.run_transaction(select, write=False)
+        return result
+
+    async def get_webhook_event(self, webhook_id: str, event_id: str) -> OutboxEvent | None:
+        def select(tx: Any) -> OutboxEvent | None:
+            rows = tx.query(
+                f"{_EVENT_SELECT} WHERE e.id = ? AND e.webhook_id = ?", (event_id, webhook_id)
+            )
+            return _event(rows[0]) if rows else None
+
+        found: OutboxEvent | None = await self.run_transaction(select, write=False)
+        return found
+
+    async def list_webhook_attempts(
+        self, webhook_id: str, event_id: str | None, *, offset: int, limit: int
+    ) -> tuple[list[Attempt], int]:
+        where = "webhook_id = ?"
+        params: tuple[Any, ...] = (webhook_id,)
+        if event_id is not None:
+            where += " AND event_id = ?"
+            params += (event_id,)
+
+        def select(tx: Any) -> tuple[list[Attempt], int]:
+            total = tx.query(
+                f"SELECT COUNT(*) FROM webhook_attempts WHERE {where}",  # noqa: S608
+                params,
+            )[0][0]
+            rows = tx.query(
+                f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM webhook_attempts"  # noqa: S608
+                f" WHERE {where} ORDER BY started_at DESC, attempt DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+            return [_attempt(r) for r in rows], int(total)
+
+        result: tuple[list[Attempt], int] = await self.run_transaction(select, write=False)
+        return result
+
+    async def replay_events(
+        self, webhook_id: str, *, event_id: str | None = None, failed_since: int | None = None
+    ) -> int:
+        """Send again: one event (any state but cancelled), or every failed event created at
+        or after ``failed_since``.  A new round of retries each; returns how many."""
+        now = self.clock()
+        if event_id is not None:
+            where = "webhook_id = ? AND id = ? AND state <> 'cancelled'"
+            params: tuple[Any, ...] = (webhook_id, event_id)
+        else:
+            where = "webhook_id = ? AND state = 'failed' AND created_at >= ?"
+            params = (webhook_id, failed_since or 0)
+
+        def replay(tx: Any) -> int:
+            return int(
+                tx.execute(
+                    "UPDATE webhook_events SET state = 'pending', retries = 0,"  # noqa: S608
+                    f" next_attempt_at = ?, lease_until = 0, finished_at = NULL WHERE {where}",
+                    (now, *params),
+                )
+            )
+
+        count: int = await self.run_transaction(replay)
+        return count
+
+    async def prune_webhook_history(self, before: int) -> int:
+        """Delete finished events and attempts older than ``before`` (retention)."""
+
+        def prune(tx: Any) -> int:
+            tx.execute("DELETE FROM webhook_attempts WHERE started_at < ?", (before,))
+            return int(
+                tx.execute(
+                    "DELETE FROM webhook_events WHERE state <> 'pending' AND created_at < ?",
+                    (before,),
+                )
+            )
+
+        count: int = await self.run_transaction(prune)
+        return count
+
+    async def webhook_backlog(self) -> int:
+        """Pending events of active webhooks (a gauge)."""
+
+        def select(tx: Any) -> int:
+            return int(
+                tx.query(
+                    "SELECT COUNT(*) FROM webhook_events e JOIN webhooks w ON w.id ="
+                    " e.webhook_id WHERE e.state = 'pending' AND w.status = 'active'"
+                )[0][0]
+            )
+
+        count: int = await self.run_transaction(select, write=False)
+        return count
+
+
+def _next_sequence(tx: Any, webhook_id: str, count: int) -> int | None:
+    """Reserve ``count`` sequence numbers of the webhook; the first, or None if it is gone."""
+    if (
+        tx.execute("UPDATE webhooks SET sequence = sequence + ? WHERE id = ?", (count, webhook_id))
+        == 0
+    ):
+        return None
+    last = int(tx.query("SELECT sequence FROM webhooks WHERE id = ?", (webhook_id,))[0][0])
+    return last - count + 1
+
+
+def _write_events(tx: Any, events: Sequence[NewEvent], render: Render, now: int) -> int:
+    """Insert the events not written before, numbering each webhook's in order."""
+    if not events:
+        return 0
+    ids = [e.id for e in events]
+    existing: set[str] = set()
+    for start in range(0, len(ids), 400):
+        chunk = ids[start : start + 400]
+        rows = tx.query(
+            f"SELECT id FROM webhook_events WHERE id IN ({', '.join('?' * len(chunk))})",  # noqa: S608
+            chunk,
+        )
+        existing.update(r[0] for r in rows)
+    fresh: dict[str, list[NewEvent]] = {}
+    seen: set[str] = set()
+    for event in events:
+        if event.id in existing or event.id in seen:
+            continue
+        seen.add(event.id)
+        fresh.setdefault(event.webhook_id, []).append(event)
+    written = 0
+    for webhook_id, batch in fresh.items():
+        first = _next_sequence(tx, webhook_id, len(batch))
+        if first is None:
+            continue  # deleted since it was matched
+        hook = tx.query(
+            "SELECT account_id, chain, network FROM webhooks WHERE id = ?", (webhook_id,)
+        )[0]
+        for offset, event in enumerate(batch):
+            sequence = first + offset
+            _insert_event(tx, event, tuple(hook), sequence, render(event, sequence, now), now)
+            written += 1
+    return written
