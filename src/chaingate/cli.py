@@ -109,9 +109,11 @@ def _dev_banner(
     manifest_path: str,
     manifest: Manifest,
     keys_path: Path | None = None,
+    webhook_variant: str = "a",
 ) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
+    hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
     # A demo account with tokens and NFTs, and the demo token and collection.
     holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
     token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
@@ -155,6 +157,10 @@ Try:
   curl -s {base}/v1/gas/policies{key_header} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
   (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship")
+  curl -s {base}/v1/webhooks{key_header} \\
+       -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
+  curl -s {base}/v1/webhooks{key_header}
+  (a receiver to try them with, and how to verify signatures: README, "Webhooks")
   curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
@@ -310,6 +316,7 @@ async def _bring_up(
             manifest_path,
             prepared.manifest,
             data_dir / DEV_KEYS_FILE,
+            settings.webhooks.variant,
         )
     )
     return 0

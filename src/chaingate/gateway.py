@@ -47,6 +47,7 @@ from chaingate.rpc.service import RpcService
 from chaingate.store import Store, open_store
 from chaingate.wallets.service import WalletService
 from chaingate.wallets.signer import paymaster_signer
+from chaingate.webhooks.service import WebhookService, webhook_delivery_fetcher
 from chaingate.ws.endpoint import WsEndpoint
 
 log = logging.getLogger("chaingate")
@@ -61,10 +62,13 @@ class Gateway:
         gate: Gate | None = None,
         access_stream: IO[bytes] | None = None,
         outbound_policy: OutboundPolicy | None = None,
+        webhook_fetcher: Fetcher | None = None,
     ) -> None:
         """``outbound_policy``: where chaingate's own HTTP fetches may go; None builds it from
         ``settings.outbound`` (public addresses only unless configured).  ``chaingate dev``
-        passes ``OutboundPolicy.dev()``, which adds loopback."""
+        passes ``OutboundPolicy.dev()``, which adds loopback.  ``webhook_fetcher``: what
+        delivers webhooks (tests inject its resolver and connector); None builds one under the
+        same policy, with keep-alive connections."""
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
@@ -142,6 +146,20 @@ class Gateway:
                 {key: service.settings for key, service in self.services.items()},
                 paymaster_signer(settings),
             )
+        # Signed webhooks (chaingate.webhooks): matched on the followers, delivered from the
+        # outbox through a fetcher of their own (keep-alive connections per receiver).
+        self.webhooks: WebhookService | None = None
+        if self.store is not None and settings.webhooks.enabled:
+            self.webhooks = WebhookService(
+                self.store,
+                settings.webhooks,
+                self.followers,
+                self.clients,
+                {key: service.settings for key, service in self.services.items()},
+                webhook_fetcher or webhook_delivery_fetcher(self.fetcher.policy, settings.webhooks),
+                limits=self.keys.account_limits if self.keys is not None else lambda _a: None,
+                metadata=self.data.metadata if self.data is not None else None,
+            )
         self.registry = Registry()
         self.access_log = AccessLog(
             enabled=settings.observability.access_log,
@@ -192,6 +210,8 @@ class Gateway:
             self.data.register_metrics(self.registry)
         if self.wallets is not None:
             self.wallets.register_metrics(self.registry)
+        if self.webhooks is not None:
+            self.webhooks.register_metrics(self.registry)
         # One budget of answer bytes for every RPC service; each follower witnesses its pool's
         # heads (rpc/answers.py, rpc/heads.py).
         self.answers = RpcService.share_answers(
@@ -225,6 +245,7 @@ class Gateway:
             indexes=self.data.readers if self.data is not None else {},
             metadata=self.data.metadata if self.data is not None else {},
             wallets=self.wallets,
+            webhooks=self.webhooks,
         )
 
     def _key_gate(self, settings: Settings) -> KeyGate:
@@ -281,6 +302,8 @@ class Gateway:
                 await nursery.start(self.data.run)
             if self.wallets is not None:
                 await nursery.start(self.wallets.run)
+            if self.webhooks is not None:
+                await nursery.start(self.webhooks.run)
             for follower in self.followers.values():
                 await nursery.start(follower.run)
             await nursery.start(self.ws.run)

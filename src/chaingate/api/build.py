@@ -8,12 +8,23 @@ from typing import Any
 
 import msgspec
 
-from chaingate.api import gas, health, nfts, policies, sponsor, tokens, transfers, usage, wallets
+from chaingate.api import (
+    gas,
+    health,
+    nfts,
+    policies,
+    sponsor,
+    tokens,
+    transfers,
+    usage,
+    wallets,
+    webhooks,
+)
 from chaingate.api.deps import ApiDeps
 from chaingate.api.openapi import document
 from chaingate.api.routing import PUBLIC, Call, NoInput, RestApi
 
-RESOURCES = (health, usage, gas, policies, sponsor, wallets, tokens, nfts, transfers)
+RESOURCES = (health, usage, gas, policies, sponsor, wallets, webhooks, tokens, nfts, transfers)
 
 
 class OpenApiDocument(msgspec.Struct):

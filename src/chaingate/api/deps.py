@@ -29,3 +29,5 @@ class ApiDeps:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Smart wallets, gas policies and sponsorship (chaingate.wallets.WalletService).
     wallets: Any = None
+    # Signed webhooks (chaingate.webhooks.WebhookService).
+    webhooks: Any = None

@@ -90,6 +90,11 @@ class KeyRegistry:
         account = self._accounts.get(principal.account_id)
         return None if account is None else account.limits
 
+    def account_limits(self, account_id: str) -> Limits | None:
+        """The current limits of an account (None: not known to this process)."""
+        account = self._accounts.get(account_id)
+        return None if account is None else account.limits
+
     async def load(self) -> None:
         """Everything, once, at start-up; then ``refresh`` keeps it current."""
         await self.refresh()

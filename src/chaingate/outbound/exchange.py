@@ -1,7 +1,10 @@
 """One HTTP/1.1 request and its response over one stream, framed by h11.
 
-Every request says ``Connection: close``: outbound fetches are rare and go to many hosts, so
-a pool would hold sockets for nothing; the stream is closed after the answer.
+The stream may be a new connection or a kept-alive one (``pool``); each exchange gets its own
+``h11.Connection``, so each request carries its own header-size limit.  Afterwards the
+exchange says whether the stream may carry another request (``reusable``) and, when it
+failed, whether it failed the way a kept-alive connection the server had already closed
+fails (``stale``) — the one failure the fetcher retries.
 """
 
 from __future__ import annotations
@@ -24,6 +27,28 @@ class Exchange:
         self._stream = stream
         self._origin = origin  # for messages only
         self._conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
+        self._answered = False  # a byte of the response arrived
+        self._lost = False  # the peer closed or reset the connection
+
+    @property
+    def reusable(self) -> bool:
+        """May the stream carry the next request?
+
+        Both messages complete and neither side asked to close (h11 moves a side to
+        MUST_CLOSE on ``Connection: close``, HTTP/1.0 or a body delimited by EOF), and nothing
+        arrived past the end of the response: bytes the server sent unasked would be read as
+        the next request's answer.
+        """
+        return (
+            self._conn.our_state is h11.DONE
+            and self._conn.their_state is h11.DONE
+            and self._conn.trailing_data == (b"", False)
+        )
+
+    @property
+    def stale(self) -> bool:
+        """Did the peer close the connection before a single byte of the response arrived?"""
+        return self._lost and not self._answered
 
     async def send(self, request: h11.Request, body: bytes) -> None:
         data = self._conn.send(request) or b""
@@ -33,6 +58,7 @@ class Exchange:
         try:
             await self._stream.send_all(data)
         except _LOST:
+            self._lost = True
             raise self._error("connection lost while sending the request") from None
 
     async def receive_head(self) -> h11.Response:
@@ -68,7 +94,12 @@ class Exchange:
             try:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
             except _LOST:
+                self._lost = True
                 raise self._error("connection lost while reading the response") from None
+            if data:
+                self._answered = True
+            else:
+                self._lost = True  # EOF: h11 turns it into ConnectionClosed or an error
             self._conn.receive_data(bytes(data))
 
     def _error(self, what: str) -> FetchError:

@@ -3,8 +3,18 @@
 One fetch = parse the URL, refuse it by name or port, resolve, refuse it if *any* address is
 refused, connect to the checked addresses in order, one HTTP/1.1 exchange; for a GET that
 answers a redirect, the same again for the new URL (at most three times).  All of it runs
-under the caller's one deadline.  Nothing is retried: a caller that wants retries (webhook
-delivery) schedules them itself.
+under the caller's one deadline.
+
+Without a pool every request has its own connection and says ``Connection: close``.  With
+one (webhook delivery), every check above still runs on every request, and only then is an
+idle connection to an admitted address taken; it goes back to the pool only after a complete
+answer that leaves it reusable, and is closed on any error, timeout or cancellation.
+Nothing is retried but this: a request on a *reused* connection that the server closed (or
+reset) before a single byte of the answer arrived is sent once more, on a new connection.
+That is how a server closing an idle connection as we write to it looks; the server may, in
+rare cases, have acted on the request before dropping it, which webhook receivers already
+handle since delivery is at-least-once.  Other retries are the caller's (delivery schedules
+its own).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from chaingate.outbound.policy import (
     judge_name,
     port_allowed,
 )
+from chaingate.outbound.pool import Connection, ConnectionPool, PoolKey
 from chaingate.outbound.response import Response, media_type_allowed
 from chaingate.outbound.url import Target, follow_redirect, parse_url
 
@@ -70,8 +81,16 @@ def _request_headers(headers: HeadersLike) -> list[tuple[str, str]]:
     return items
 
 
+class _Stale(Exception):
+    """A reused connection was closed by the server before it answered: send again."""
+
+
 class Fetcher:
-    """Outbound HTTP under an ``OutboundPolicy``.  Safe to share between tasks."""
+    """Outbound HTTP under an ``OutboundPolicy``.  Safe to share between tasks.
+
+    ``pool``: keep connections alive between requests (see ``ConnectionPool``); its owner
+    closes it.  Without one each request has a connection of its own.
+    """
 
     def __init__(
         self,
@@ -80,11 +99,25 @@ class Fetcher:
         resolver: Resolver | None = None,
         connector: Connector | None = None,
         user_agent: str = f"chaingate/{__version__}",
+        pool: ConnectionPool | None = None,
     ) -> None:
         self.policy = policy or OutboundPolicy()
         self._resolver: Resolver = resolver or SystemResolver()
         self._connector: Connector = connector or TcpConnector()
         self._user_agent = user_agent
+        if pool is not None:
+            pool.attach(self)
+        self._pool = pool
+
+    @property
+    def resolver(self) -> Resolver:
+        """What names are resolved with: a caller checking a URL ahead of any fetch (a
+        webhook's, at creation) judges the same addresses a fetch would."""
+        return self._resolver
+
+    @property
+    def pool(self) -> ConnectionPool | None:
+        return self._pool
 
     async def get(
         self, url: str, *, headers: HeadersLike = (), limits: FetchLimits = DEFAULT_LIMITS
@@ -136,20 +169,77 @@ class Fetcher:
     ) -> Response:
         while True:
             target = trail[-1]
-            stream = await self._open(target, limits)
+            connection, exchange, head = await self._begin(method, target, body, extra, limits)
             try:
-                exchange = Exchange(stream, target.origin, limits.max_header_bytes)
-                await exchange.send(self._head(method, target, body, extra), body)
-                head = await exchange.receive_head()
                 following = self._redirect(method, head, trail, limits)
-                if following is not None:
-                    if not following.same_origin(target):
-                        extra = [h for h in extra if h[0].lower() in CROSS_ORIGIN_HEADERS]
-                    trail.append(following)
-                    continue
-                return await self._answer(exchange, head, target, limits, method)
-            finally:
-                await trio.aclose_forcefully(stream)
+                if following is None:
+                    response = await self._answer(exchange, head, target, limits, method)
+            except BaseException:
+                await connection.aclose()
+                raise
+            if following is None:
+                await self._release(connection, exchange)
+                return response
+            await connection.aclose()  # a redirect's own body is never read
+            if not following.same_origin(target):
+                extra = [h for h in extra if h[0].lower() in CROSS_ORIGIN_HEADERS]
+            trail.append(following)
+
+    async def _begin(
+        self,
+        method: str,
+        target: Target,
+        body: bytes,
+        extra: list[tuple[str, str]],
+        limits: FetchLimits,
+    ) -> tuple[Connection, Exchange, h11.Response]:
+        """Send the request and read the answer's head, on an idle connection if the pool has
+        one to an address admitted just now, else on a new one."""
+        addresses = await self._admitted(target)
+        connection = await self._idle(target, addresses)
+        if connection is not None:
+            try:
+                exchange, head = await self._send(connection, method, target, body, extra, limits)
+            except _Stale:
+                pass  # closed already; once more below, on a connection of our own
+            else:
+                return connection, exchange, head
+        connection = await self._connect(target, addresses, limits)
+        exchange, head = await self._send(connection, method, target, body, extra, limits)
+        return connection, exchange, head
+
+    async def _send(
+        self,
+        connection: Connection,
+        method: str,
+        target: Target,
+        body: bytes,
+        extra: list[tuple[str, str]],
+        limits: FetchLimits,
+    ) -> tuple[Exchange, h11.Response]:
+        """One request on ``connection`` up to the answer's head; on failure it is closed."""
+        reused = connection.requests > 0
+        connection.requests += 1
+        # The last request a connection may carry says so, and the server closes it with us.
+        last = self._pool is None or connection.requests >= self._pool.limits.max_requests
+        exchange = Exchange(connection.stream, target.origin, limits.max_header_bytes)
+        try:
+            await exchange.send(self._head(method, target, body, extra, close=last), body)
+            return exchange, await exchange.receive_head()
+        except FetchError as exc:
+            await connection.aclose()
+            if reused and exchange.stale:
+                raise _Stale from exc
+            raise
+        except BaseException:
+            await connection.aclose()
+            raise
+
+    async def _release(self, connection: Connection, exchange: Exchange) -> None:
+        if self._pool is not None and exchange.reusable:
+            await self._pool.give_back(connection)
+        else:
+            await connection.aclose()
 
     @staticmethod
     def _redirect(
@@ -169,8 +259,12 @@ class Fetcher:
             )
         return follow_redirect(target, location)
 
-    async def _open(self, target: Target, limits: FetchLimits) -> trio.abc.Stream:
-        """A stream to an allowed address of ``target``; every check comes before any connect."""
+    async def _admitted(self, target: Target) -> list[IPAddress]:
+        """Every address of ``target``, each allowed by the policy; FetchError if any is not.
+
+        Runs on every request, kept-alive connection or not: nothing is connected to, or
+        taken from the pool, before it.
+        """
         if not port_allowed(self.policy, target.port):
             raise FetchError(Reason.BAD_URL, f"{target.origin}: port not allowed")
         refused_name = judge_name(self.policy, target.host)
@@ -194,20 +288,42 @@ class Fetcher:
                     Reason.BLOCKED_ADDRESS,
                     f"{target.origin}: address {verdict.address} refused ({verdict.category})",
                 )
+        return [verdict.address for verdict in verdicts]
+
+    async def _idle(self, target: Target, addresses: list[IPAddress]) -> Connection | None:
+        if self._pool is None:
+            return None
+        for address in addresses:
+            connection = await self._pool.take(_key(target, address))
+            if connection is not None:
+                return connection
+        return None
+
+    async def _connect(
+        self, target: Target, addresses: list[IPAddress], limits: FetchLimits
+    ) -> Connection:
+        """A new connection to the first of the admitted ``addresses`` that accepts one."""
         server_name = target.host if target.tls else None
         failures: list[str] = []
-        for verdict in verdicts:
+        for address in addresses:
             with trio.move_on_after(limits.connect_timeout):
                 try:
-                    return await self._connector.connect(verdict.address, target.port, server_name)
+                    stream = await self._connector.connect(address, target.port, server_name)
                 except OSError as exc:
-                    failures.append(f"{verdict.address}: {exc.strerror or type(exc).__name__}")
+                    failures.append(f"{address}: {exc.strerror or type(exc).__name__}")
                     continue
-            failures.append(f"{verdict.address}: timed out")
+                return Connection(_key(target, address), stream)
+            failures.append(f"{address}: timed out")
         raise FetchError(Reason.CONNECT_FAILED, f"{target.origin}: {'; '.join(failures)}")
 
     def _head(
-        self, method: str, target: Target, body: bytes, extra: list[tuple[str, str]]
+        self,
+        method: str,
+        target: Target,
+        body: bytes,
+        extra: list[tuple[str, str]],
+        *,
+        close: bool,
     ) -> h11.Request:
         headers = [("Host", target.authority), ("Accept-Encoding", "identity")]
         given = {name.lower() for name, _ in extra}
@@ -217,7 +333,8 @@ class Fetcher:
             headers.append(("Accept", "*/*"))
         if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
             headers.append(("Content-Length", str(len(body))))
-        headers.append(("Connection", "close"))
+        if close:
+            headers.append(("Connection", "close"))
         return h11.Request(method=method, target=target.path, headers=headers + extra)
 
     async def _answer(
@@ -261,6 +378,11 @@ class Fetcher:
             body=body,
             url=target.url,
         )
+
+
+def _key(target: Target, address: IPAddress) -> PoolKey:
+    server_name = target.host if target.tls else None
+    return PoolKey(target.scheme, target.host, target.port, address, server_name)
 
 
 def _header(head: h11.Response, name: bytes) -> str | None:

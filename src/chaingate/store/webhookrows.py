@@ -472,6 +472,37 @@ class WebhookRows:
         result: tuple[int, int] = await self.run_transaction(revert)
         return result
 
+    async def matched_blocks(
+        self, chain: str, network: str, from_number: int
+    ) -> list[tuple[int, str]]:
+        """(number, hash) of the blocks at or above ``from_number`` that have events not
+        cancelled, newest first: what a matcher coming back checks against the chain."""
+
+        def select(tx: Any) -> list[tuple[int, str]]:
+            rows = tx.query(
+                "SELECT DISTINCT block_number, block_hash FROM webhook_events"
+                " WHERE chain = ? AND network = ? AND block_number >= ?"
+                " AND original_id IS NULL AND state <> 'cancelled'"
+                " ORDER BY block_number DESC",
+                (chain, network, from_number),
+            )
+            return [(int(n), str(h)) for n, h in rows]
+
+        found: list[tuple[int, str]] = await self.run_transaction(select, write=False)
+        return found
+
+    async def move_webhook_cursor(self, chain: str, network: str, cursor: tuple[int, str]) -> None:
+        """Set the matcher's cursor without writing events (after undoing orphaned blocks)."""
+
+        def move(tx: Any) -> None:
+            tx.execute(
+                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
+                " WHERE chain = ? AND network = ?",
+                (cursor[0], cursor[1], chain, network),
+            )
+
+        await self.run_transaction(move)
+
     async def add_events(self, events: Sequence[NewEvent], render: Render) -> int:
         """Events that come from no block (a ping, a pending transaction): written now, with
         no cursor.  Returns how many were new."""

@@ -1,0 +1,486 @@
+"""One network's matcher: the follower's blocks in, the outbox's events out, reorg-safe.
+
+For each applied block: the network's active webhooks (loaded with the filters version they
+had) are matched against the block — its logs, and where some webhook needs them its full
+transactions, their receipts and the call traces — and the events are written to the outbox
+in the same transaction that moves the matcher's cursor (``Store.commit_matches``).  That
+commit fails when a webhook changed meanwhile; the block is then matched again with the new
+filters, so a webhook created or patched is matched from exactly the block its answer names.
+
+A reverted block's events are taken back (``Store.revert_matches``): never sent ones are
+cancelled, the others followed by a compensating event.  On start, and whenever the follower
+hands a block that does not extend the cursor (the matcher was down, or behind), the missed
+blocks are fetched (``RangeFetcher``) and blocks matched on a branch the chain left are
+undone first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from chaingate.chain.client import ChainClient, RpcCallError
+from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.data.fetch import FetchError, RangeFetcher, canonical_hashes
+from chaingate.rpc.errors import UpstreamError
+from chaingate.store import Store
+from chaingate.store.base import StoreError
+from chaingate.store.webhookrows import NewEvent, WebhookRow
+from chaingate.webhooks.filters import Filter
+from chaingate.webhooks.matcher import BlockData, MatchIndex, Subscription, parse_call_traces
+from chaingate.webhooks.model import (
+    BlockFact,
+    BlockRef,
+    Match,
+    NftInfo,
+    Token,
+    TransferFact,
+    event_id,
+    removal_id,
+)
+from chaingate.webhooks.variants import Variant
+
+log = logging.getLogger("chaingate.webhooks")
+
+RETRY_SECONDS = 1.0
+MAX_BACKOFF = 10.0
+# How far below the cursor a matcher coming back looks for blocks the chain has left.
+RECONCILE_DEPTH = 128
+# A token new to the metadata service is probed while the block waits, this long at most
+# (then its symbol and decimals are null in the payload).
+TOKEN_WAIT = 3.0
+METADATA_CHUNK = 500
+
+_filter_decoder = msgspec.json.Decoder(Filter)
+_TRANSIENT = (StoreError, FetchError, UpstreamError, RpcCallError, ValueError)
+
+
+class TokenSource(Protocol):
+    """What payloads take from the token/NFT metadata (``chaingate.metadata``'s service)."""
+
+    async def tokens(self, contracts: Sequence[str], *, wait: float) -> Mapping[str, Any]: ...
+
+    async def cached_nfts(
+        self, keys: Sequence[tuple[str, int]]
+    ) -> Mapping[tuple[str, int], Any]: ...
+
+
+class _Stale(Exception):
+    """The filters changed under a commit: match the block again."""
+
+
+class NetworkMatcher:
+    def __init__(
+        self,
+        chain: str,
+        network: str,
+        store: Store,
+        client: ChainClient | None,
+        variant: Variant,
+        *,
+        chain_id: int | None,
+        max_log_range: int = 2000,
+        on_events: Callable[[], None] = lambda: None,
+        metadata: TokenSource | None = None,
+    ) -> None:
+        self.chain = chain
+        self.network = network
+        self.label = f"{chain}/{network}"
+        self._store = store
+        self._client = client
+        self._variant = variant
+        self._chain_id = chain_id
+        self._ranges = RangeFetcher(client, max_log_range) if client is not None else None
+        self._on_events = on_events
+        self._metadata = metadata
+        self._version = -1
+        self._cursor: tuple[int, str] | None = None
+        self._index = MatchIndex(())
+        self._hooks: dict[str, WebhookRow] = {}
+        self._dirty = True
+        self._reloading = trio.Lock()  # the matcher and the pending poller both reload
+        self.stats: Counter[str] = Counter()
+
+    @property
+    def cursor(self) -> tuple[int, str] | None:
+        return self._cursor
+
+    async def current_index(self) -> MatchIndex:
+        """The active webhooks' index, loaded again first if a webhook changed (the pending
+        poller asks between blocks: on a chain that mines nothing, no block would)."""
+        if self._dirty:
+            await self._reload()
+        return self._index
+
+    async def write_unanchored(self, matches: Sequence[Match]) -> int:
+        """Events of no block (pending transactions): written now, no cursor moved."""
+        events = [
+            NewEvent(
+                id=event_id(m.webhook_id, m.key),
+                webhook_id=m.webhook_id,
+                event_type=self._hooks[m.webhook_id].event_type,
+                payload=m,
+            )
+            for m in matches
+            if m.webhook_id in self._hooks
+        ]
+        written = await self._store.add_events(events, self._render)
+        if written:
+            self.stats["events"] += written
+            self._on_events()
+        return written
+
+    def filters_changed(self) -> None:
+        """A webhook of this network changed: load the filters before the next block."""
+        self._dirty = True
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(
+        self,
+        events: trio.MemoryReceiveChannel[ChainEvent],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self._retrying("loading webhook filters", self._reload)
+        task_status.started()
+        async with events:
+            async for event in events:
+                await self._retrying("matching", functools.partial(self._handle, event))
+
+    async def _retrying(self, what: str, step: Callable[[], Any]) -> None:
+        """Run ``step`` until it succeeds: the follower waits for us meanwhile, so nothing is
+        skipped.  A bug skips the event, loudly, rather than stopping every consumer."""
+        failures = 0
+        while True:
+            try:
+                await step()
+                return
+            except _TRANSIENT as exc:
+                failures += 1
+                self.stats["errors"] += 1
+                if failures == 1 or failures % 10 == 0:
+                    log.warning(
+                        f"webhook matcher: {what} failed; retrying",
+                        extra={"fields": {"network": self.label, "error": str(exc)[:300]}},
+                    )
+                await trio.sleep(min(MAX_BACKOFF, RETRY_SECONDS * failures))
+            except Exception:
+                self.stats["bugs"] += 1
+                log.exception(
+                    f"webhook matcher: {what}: event skipped",
+                    extra={"fields": {"network": self.label}},
+                )
+                return
+
+    async def _reload(self) -> None:
+        async with self._reloading:
+            if self._dirty or self._version < 0:
+                await self._load()
+
+    async def _load(self) -> None:
+        version, cursor, rows = await self._store.load_webhook_filters(self.chain, self.network)
+        subscriptions = []
+        hooks = {}
+        for row in rows:
+            kind = self._variant.event_types.get(row.event_type)
+            if kind is None:  # a webhook of the other variant (the deployment switched)
+                continue
+            try:
+                subscriptions.append(Subscription(row.id, kind, _filter_decoder.decode(row.config)))
+            except msgspec.DecodeError:
+                self.stats["bad_configs"] += 1
+                continue
+            hooks[row.id] = row
+        self._index = MatchIndex(subscriptions)
+        self._hooks = hooks
+        self._version = version
+        if self._cursor is None or cursor is None or cursor[0] < self._cursor[0]:
+            self._cursor = cursor
+        self._dirty = False
+        self.stats["reloads"] += 1
+
+    async def _handle(self, event: ChainEvent) -> None:
+        if self._dirty:
+            await self._reload()
+        if isinstance(event, Apply):
+            await self._apply(event.block)
+        elif isinstance(event, Revert):
+            await self._revert(event.block)
+
+    # --- blocks ----------------------------------------------------------------------------
+
+    async def _apply(self, block: Block) -> None:
+        header = block.header
+        cursor = self._cursor
+        if cursor is not None:
+            if header.number <= cursor[0]:
+                return  # matched before (the follower repeats its last block after a restart)
+            if header.number > cursor[0] + 1 or header.parent_hash != cursor[1]:
+                await self._catch_up(block)
+                cursor = self._cursor
+                if cursor is not None and header.number <= cursor[0]:
+                    return
+        await self._match_and_commit(block)
+
+    async def _match_and_commit(self, block: Block) -> None:
+        while True:
+            try:
+                await self._commit(block)
+                return
+            except _Stale:
+                self._dirty = True
+                await self._reload()
+
+    async def _commit(self, block: Block) -> None:
+        header = block.header
+        matches = await self._matches(block) if self._hooks else []
+        events = [self._event(m, header.number, header.hash) for m in matches]
+        version = self._version
+        done = await self._store.commit_matches(
+            self.chain,
+            self.network,
+            version,
+            (header.number, header.hash),
+            events,
+            self._render,
+        )
+        if not done:
+            self.stats["stale_commits"] += 1
+            raise _Stale()
+        self._cursor = (header.number, header.hash)
+        self.stats["blocks"] += 1
+        if events:
+            self.stats["events"] += len(events)
+            self._on_events()
+
+    async def _revert(self, block: Block) -> None:
+        cursor = self._cursor
+        if cursor is None or cursor[1] != block.header.hash:
+            return  # never matched (or already undone)
+        parent = (block.header.number - 1, block.header.parent_hash)
+        cancelled, compensated = await self._store.revert_matches(
+            self.chain,
+            self.network,
+            block.header.hash,
+            parent,
+            self._variant.render_removal,
+            removal_id,
+        )
+        self._cursor = parent
+        self.stats["reverted_blocks"] += 1
+        self.stats["cancelled"] += cancelled
+        self.stats["compensated"] += compensated
+        if compensated:
+            self._on_events()
+
+    async def _catch_up(self, block: Block) -> None:
+        """The cursor is not ``block``'s parent: undo what the chain left, then fetch and
+        match the blocks between."""
+        client = self._need_client()
+        assert self._cursor is not None
+        await self._undo_orphans(client)
+        cursor = self._cursor
+        assert self._ranges is not None
+        while cursor is not None and cursor[0] + 1 < block.header.number:
+            fetched = await self._ranges.next_blocks(cursor[0] + 1, block.header.number - 1)
+            if fetched[0].header.parent_hash != cursor[1]:
+                raise FetchError(f"block {fetched[0].header.number} does not extend the cursor")
+            for missed in fetched:
+                await self._match_and_commit(missed)
+                self.stats["caught_up_blocks"] += 1
+            cursor = self._cursor
+        if cursor is not None and block.header.parent_hash != cursor[1]:
+            raise FetchError(f"block {block.header.number} does not extend the cursor")
+
+    async def _undo_orphans(self, client: ChainClient) -> None:
+        """Revert, newest first, every matched block the chain no longer has."""
+        assert self._cursor is not None
+        top = self._cursor[0]
+        bottom = max(0, top - RECONCILE_DEPTH)
+        matched = await self._store.matched_blocks(self.chain, self.network, bottom)
+        numbers = sorted({top, *(n for n, _ in matched)} | {n - 1 for n, _ in matched if n > 0})
+        canonical = await canonical_hashes(client, numbers)
+        lowest: tuple[int, str] | None = None
+        for number, block_hash in [(top, self._cursor[1]), *matched]:
+            if canonical.get(number) == block_hash:
+                continue
+            parent_number = number - 1
+            parent = (parent_number, canonical.get(parent_number, ""))
+            await self._store.revert_matches(
+                self.chain,
+                self.network,
+                block_hash,
+                parent,
+                self._variant.render_removal,
+                removal_id,
+            )
+            self.stats["reverted_blocks"] += 1
+            if lowest is None or parent_number < lowest[0]:
+                lowest = parent
+        if lowest is not None:
+            if lowest[1] == "":
+                raise FetchError(f"block {lowest[0]} is not known to the node")
+            await self._store.move_webhook_cursor(self.chain, self.network, lowest)
+            self._cursor = lowest
+            self._on_events()
+
+    def _need_client(self) -> ChainClient:
+        if self._client is None:
+            raise FetchError(f"{self.label}: no chain client to fetch missed blocks")
+        return self._client
+
+    # --- matching --------------------------------------------------------------------------
+
+    async def _matches(self, block: Block) -> list[Match]:
+        header = block.header
+        ref = BlockRef(header.number, header.hash, header.timestamp)
+        needs = self._index.needs
+        transactions: Sequence[Mapping[str, Any]] | None = None
+        receipts: dict[str, Mapping[str, Any]] | None = None
+        internal = None
+        if needs.transactions or needs.receipts or needs.traces:
+            client = self._need_client()
+            calls: list[tuple[str, list[Any]]] = []
+            if needs.transactions or needs.receipts:
+                calls.append(("eth_getBlockByHash", [header.hash, True]))
+            if needs.receipts and block.transactions:
+                calls.append(("eth_getBlockReceipts", [header.hash]))
+            if needs.traces and block.transactions:
+                calls.append(("debug_traceBlockByHash", [header.hash, {"tracer": "callTracer"}]))
+            answers = dict(zip((m for m, _ in calls), await client.batch(calls), strict=True))
+            for method, answer in answers.items():
+                if isinstance(answer, RpcCallError):
+                    raise answer
+                if answer is None:
+                    raise FetchError(f"{method} {header.hash}: the node does not know the block")
+            if "eth_getBlockByHash" in answers:
+                body = answers["eth_getBlockByHash"]
+                if not isinstance(body, dict) or body.get("hash") != header.hash:
+                    raise FetchError(f"eth_getBlockByHash {header.hash}: another block answered")
+                transactions = body.get("transactions") or []
+            if needs.receipts:
+                receipts = {}
+                listed = answers.get("eth_getBlockReceipts") or []
+                if not isinstance(listed, list):
+                    raise FetchError(f"eth_getBlockReceipts {header.hash}: not a list")
+                for receipt in listed:
+                    if not isinstance(receipt, dict) or receipt.get("blockHash") != header.hash:
+                        raise FetchError(f"receipts of {header.hash} name another block")
+                    receipts[str(receipt.get("transactionHash"))] = receipt
+            if needs.traces:
+                traces = answers.get("debug_traceBlockByHash") or []
+                internal = parse_call_traces(ref, traces, tx_hashes=block.transactions)
+        data = BlockData(
+            block=BlockFact(
+                block=ref,
+                parent_hash=header.parent_hash,
+                gas_used=header.gas_used,
+                gas_limit=header.gas_limit,
+                base_fee_per_gas=header.base_fee_per_gas,
+                transaction_count=header.transaction_count,
+            ),
+            logs=block.logs,
+            transactions=transactions,
+            receipts=receipts,
+            internal=internal,
+        )
+        matches = self._index.match_block(data)
+        return await self._with_metadata(matches)
+
+    async def _with_metadata(self, matches: list[Match]) -> list[Match]:
+        """Token symbols and decimals, and NFT metadata, from the network's metadata service:
+        a token new to it is probed (waited for at most ``TOKEN_WAIT``); NFT documents are
+        taken as cached (a miss is queued and shows as ``pending``)."""
+        if self._metadata is None:
+            return matches
+        contracts = sorted(
+            {
+                m.fact.contract
+                for m in matches
+                if isinstance(m.fact, TransferFact)
+                and m.fact.standard == "ERC20"
+                and m.fact.contract is not None
+            }
+        )
+        nfts = sorted(
+            {
+                (m.fact.contract, m.fact.token_id)
+                for m in matches
+                if isinstance(m.fact, TransferFact)
+                and m.fact.standard in ("ERC721", "ERC1155")
+                and m.fact.contract is not None
+                and m.fact.token_id is not None
+            }
+        )
+        tokens: dict[str, Token] = {}
+        items: dict[tuple[str, int], NftInfo] = {}
+        for start in range(0, len(contracts), METADATA_CHUNK):
+            found = await self._metadata.tokens(
+                contracts[start : start + METADATA_CHUNK], wait=TOKEN_WAIT
+            )
+            tokens.update(
+                (c.lower(), Token(symbol=t.symbol, decimals=t.decimals, name=t.name))
+                for c, t in found.items()
+            )
+        for start in range(0, len(nfts), METADATA_CHUNK):
+            cached = await self._metadata.cached_nfts(nfts[start : start + METADATA_CHUNK])
+            for (contract, token_id), nft in cached.items():
+                items[(contract, token_id)] = NftInfo(
+                    name=nft.name,
+                    description=nft.description,
+                    image_url=nft.image_url,
+                    token_uri=nft.token_uri,
+                    status=nft.status,
+                )
+        out = []
+        for match in matches:
+            fact = match.fact
+            if isinstance(fact, TransferFact) and fact.contract is not None:
+                token = tokens.get(fact.contract)
+                nft = (
+                    items.get((fact.contract, fact.token_id)) if fact.token_id is not None else None
+                )
+                if token is not None:
+                    match = msgspec.structs.replace(
+                        match, fact=msgspec.structs.replace(fact, token=token)
+                    )
+                elif nft is not None:
+                    match = msgspec.structs.replace(
+                        match, fact=msgspec.structs.replace(fact, nft=nft)
+                    )
+            out.append(match)
+        return out
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _event(self, match: Match, number: int, block_hash: str) -> NewEvent:
+        hook = self._hooks[match.webhook_id]
+        return NewEvent(
+            id=event_id(hook.id, match.key),
+            webhook_id=hook.id,
+            event_type=hook.event_type,
+            block_number=number,
+            block_hash=block_hash,
+            deliver_at_block=number + hook.confirmations if hook.confirmations else None,
+            payload=match,
+        )
+
+    def _render(self, event: NewEvent, sequence: int, now: int) -> str:
+        hook = self._hooks[event.webhook_id]
+        return self._variant.render(
+            event.payload,
+            event_id=event.id,
+            webhook_id=hook.id,
+            event_type=hook.event_type,
+            chain_label=hook.chain_label,
+            chain_id=self._chain_id,
+            sequence=sequence,
+            created_at_ms=now,
+        )

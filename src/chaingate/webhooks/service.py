@@ -1,0 +1,275 @@
+"""``WebhookService``: signed webhooks, as one service the gateway starts in its nursery.
+
+* a ``NetworkMatcher`` per followed EVM network (the follower's blocks → the outbox), and a
+  ``PendingPoller`` for the networks' pending transactions when the variant has them;
+* one ``Dispatcher`` (the outbox → receivers, retries, pauses, the daily quota);
+* a pruner that keeps the delivery log to ``retention_days``.
+
+The REST resource (``chaingate.api.webhooks``) works through the methods below and the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from chaingate.auth.plans import Limits
+from chaingate.chain.client import ChainClient
+from chaingate.chain.events import ChainEvent
+from chaingate.chain.follower import Follower
+from chaingate.config import NetworkSettings, WebhookSettings
+from chaingate.obs.metrics import Registry, Sample
+from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPolicy, PoolLimits
+from chaingate.outbound.policy import judge, judge_name, port_allowed
+from chaingate.outbound.url import parse_url
+from chaingate.store import Store
+from chaingate.store.base import StoreError
+from chaingate.store.webhookrows import NewEvent, WebhookRow
+from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
+from chaingate.webhooks.follow import NetworkMatcher, TokenSource
+from chaingate.webhooks.mailer import Mailer
+from chaingate.webhooks.model import Match, event_id
+from chaingate.webhooks.pending import PendingPoller
+from chaingate.webhooks.variants import Variant, variant
+
+log = logging.getLogger("chaingate.webhooks")
+
+PRUNE_INTERVAL = 3600.0
+MAX_URL_LENGTH = 2048
+
+
+class UrlRefused(ValueError):
+    """A webhook URL this deployment will not deliver to; the message says why."""
+
+
+class WebhookService:
+    def __init__(
+        self,
+        store: Store,
+        settings: WebhookSettings,
+        followers: Mapping[str, Follower],
+        clients: Mapping[str, ChainClient],
+        networks: Mapping[str, NetworkSettings],
+        fetcher: Fetcher,
+        *,
+        limits: Callable[[str], Limits | None] = lambda _account: None,
+        metadata: Mapping[str, TokenSource] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Keys are ``chain/network``; every followed EVM network gets a matcher.  Token and
+        NFT payloads take their metadata from ``metadata`` (each indexed network's metadata
+        service) where the network has one."""
+        self.store = store
+        self.settings = settings
+        self.variant: Variant = variant(settings.variant)
+        self.fetcher = fetcher
+        self.clock = clock
+        self._limits = limits
+        self._networks = networks
+        self.matchers: dict[str, NetworkMatcher] = {}
+        self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._pollers: list[PendingPoller] = []
+        self.dispatcher = Dispatcher(
+            store,
+            self.variant,
+            settings,
+            fetcher,
+            daily_quota=self.daily_quota,
+            mailer=Mailer(settings.smtp) if settings.smtp.url else None,
+            clock=clock,
+        )
+        for key, follower in followers.items():
+            net = networks[key]
+            if net.family != "evm":
+                continue
+            matcher = NetworkMatcher(
+                follower.chain,
+                follower.network,
+                store,
+                clients.get(key),
+                self.variant,
+                chain_id=net.chain_id,
+                max_log_range=net.follower.max_log_range,
+                on_events=self.dispatcher.wake,
+                metadata=(metadata or {}).get(key),
+            )
+            self.matchers[key] = matcher
+            self._streams[key] = follower.subscribe("webhooks")
+            client = clients.get(key)
+            if client is not None and "pending_transaction" in self.variant.event_types.values():
+                self._pollers.append(
+                    PendingPoller(
+                        matcher.label,
+                        client,
+                        matcher.current_index,
+                        self._writer(matcher),
+                        interval=settings.pending_poll_interval,
+                    )
+                )
+
+    # --- what the REST resource asks -------------------------------------------------------
+
+    def serves(self, key: str) -> bool:
+        """Whether events of ``chain/network`` are matched here (it is followed)."""
+        return key in self.matchers
+
+    def chain_id(self, key: str) -> int | None:
+        net = self._networks.get(key)
+        return net.chain_id if net is not None else None
+
+    def plan_limits(self, account_id: str) -> tuple[int, int]:
+        """(webhooks per account, filter values per webhook): the plan's, within the
+        deployment's ceilings."""
+        plan = self._limits(account_id)
+        hooks = self.settings.max_webhooks_per_account
+        values = self.settings.max_addresses_per_webhook
+        if plan is not None and plan.webhooks:
+            hooks = min(hooks, plan.webhooks)
+        if plan is not None and plan.webhook_addresses:
+            values = min(values, plan.webhook_addresses)
+        return hooks, values
+
+    def daily_quota(self, account_id: str) -> int:
+        """Deliveries per UTC day (0: unlimited)."""
+        plan = self._limits(account_id)
+        return plan.webhook_deliveries_per_day if plan is not None else 0
+
+    async def check_url(self, url: str) -> str:
+        """``url`` if this deployment may deliver to it, else UrlRefused: HTTPS (plain HTTP
+        only where allowed), a port and host the outbound policy allows, and every address
+        the name resolves to allowed — checked again at every delivery, since a name can
+        change what it resolves to."""
+        if len(url) > MAX_URL_LENGTH:
+            raise UrlRefused(f"longer than {MAX_URL_LENGTH} characters")
+        try:
+            target = parse_url(url)
+        except FetchError as exc:
+            raise UrlRefused(exc.message) from None
+        if not target.tls and not self.settings.allow_http:
+            raise UrlRefused("must be https://")
+        policy = self.fetcher.policy
+        if not port_allowed(policy, target.port):
+            raise UrlRefused(f"port {target.port} is not allowed")
+        refused = judge_name(policy, target.host)
+        if refused is not None:
+            raise UrlRefused(f"{target.host}: {refused} host names are not allowed")
+        if target.ip is not None:
+            addresses = [target.ip]
+        else:
+            try:
+                addresses = list(await self.fetcher.resolver.resolve(target.host, target.port))
+            except FetchError as exc:
+                raise UrlRefused(exc.message) from None
+            if not addresses:
+                raise UrlRefused(f"{target.host} has no address")
+        for address in addresses:
+            verdict = judge(policy, address)
+            if not verdict.allowed:
+                raise UrlRefused(
+                    f"{target.host} resolves to {verdict.address}, which is not allowed"
+                    f" ({verdict.category})"
+                )
+        return url
+
+    def filters_changed(self, key: str) -> None:
+        matcher = self.matchers.get(key)
+        if matcher is not None:
+            matcher.filters_changed()
+
+    def wake(self) -> None:
+        self.dispatcher.wake()
+
+    async def send_test(self, row: WebhookRow) -> str:
+        """A test event (the variant's ping) to the webhook, through the outbox like any
+        other: signed, retried and logged.  Its id."""
+        now = int(self.clock() * 1000)
+        ping = NewEvent(
+            id=event_id(row.id, f"test|{now}"),
+            webhook_id=row.id,
+            event_type=self.variant.type_name("test"),
+        )
+
+        def render(event: NewEvent, sequence: int, created: int) -> str:
+            return self.variant.render(
+                None,
+                event_id=event.id,
+                webhook_id=row.id,
+                event_type=event.event_type,
+                chain_label=row.chain_label,
+                chain_id=self.chain_id(f"{row.chain}/{row.network}"),
+                sequence=sequence,
+                created_at_ms=created,
+            )
+
+        await self.store.add_events([ping], render)
+        self.dispatcher.wake()
+        return ping.id
+
+    # --- running ---------------------------------------------------------------------------
+
+    def register_metrics(self, registry: Registry) -> None:
+        register_delivery_metrics(registry, self.dispatcher)
+
+        def matched() -> list[Sample]:
+            return [
+                ({"chain": m.chain, "network": m.network, "kind": kind}, float(n))
+                for m in self.matchers.values()
+                for kind, n in sorted(m.stats.items())
+            ]
+
+        registry.family(
+            "chaingate_webhook_matcher_total",
+            "counter",
+            "Webhook matching: blocks matched, events written, reverted blocks, events "
+            "cancelled and compensated, reloads of the filters, stale commits, errors.",
+            matched,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for key, matcher in self.matchers.items():
+                await nursery.start(matcher.run, self._streams[key])
+            await nursery.start(self.dispatcher.run)
+            for poller in self._pollers:
+                nursery.start_soon(poller.run)
+            nursery.start_soon(self._prune)
+            pool = self.fetcher.pool
+            if pool is not None:
+                nursery.start_soon(self._run_pool, pool)
+            task_status.started()
+
+    @staticmethod
+    async def _run_pool(pool: ConnectionPool) -> None:
+        try:
+            await pool.run()  # closes idle connections as they expire
+        finally:
+            with trio.CancelScope(shield=True):
+                await pool.aclose()
+
+    async def _prune(self) -> None:
+        while True:
+            before = int((self.clock() - self.settings.retention_days * 86_400) * 1000)
+            try:
+                await self.store.prune_webhook_history(before)
+            except StoreError as exc:
+                log.warning("webhooks: history not pruned", extra={"fields": {"error": str(exc)}})
+            await trio.sleep(PRUNE_INTERVAL)
+
+    def _writer(self, matcher: NetworkMatcher) -> Callable[[list[Match]], Any]:
+        async def write(matches: list[Match]) -> None:
+            await matcher.write_unanchored(matches)
+
+        return write
+
+
+def webhook_delivery_fetcher(policy: OutboundPolicy, settings: WebhookSettings) -> Fetcher:
+    """The fetcher deliveries go through: the deployment's outbound policy, with keep-alive
+    connections to each receiver (as many idle as may be in flight to it)."""
+    limits = PoolLimits(
+        max_idle_per_key=settings.max_per_endpoint, max_idle=settings.max_concurrency
+    )
+    return Fetcher(policy, pool=ConnectionPool(limits))
