@@ -368,26 +368,33 @@ def test_the_spec_retry_schedules_and_what_ends_them(
 
 
 def test_a_full_endpoint_gets_no_more_and_others_keep_their_room() -> None:
+    hung, other = "https://hung.example/", "https://other.example/"
     admission = Admission(bound=20, per_endpoint=6, claim_batch=8)
     assert admission.limit(reserved=0, timed_out=False) == 8
-    taken = [admission.take("https://hung.example/") for _ in range(8)]
+    taken = [admission.take(hung, 0) for _ in range(8)]
     assert sum(e is not None for e in taken) == 6  # two over its share are given back
-    admission.claimed(["https://hung.example/"] * 8)
+    admission.claimed([hung] * 8, 0)
     # Everything claimed was for a full endpoint: the next claim waits for its room, except
     # once per poll interval, when a quarter batch goes through for whatever waits behind it.
     assert admission.limit(reserved=2, timed_out=False) == 0
     assert admission.limit(reserved=2, timed_out=True) == 2
-    assert admission.take("https://other.example/") is not None
-    admission.claimed(["https://hung.example/", "https://other.example/"])
+    assert admission.take(other, 10) is not None
+    admission.claimed([hung, other], 10)
     assert admission.limit(reserved=0, timed_out=False) == 8  # progress: full batches again
     assert admission.held == 7 and admission.limit(reserved=9, timed_out=False) == 4
-    for _ in range(3):
-        admission.release("https://hung.example/")
-    assert not admission.endpoints["https://hung.example/"].hot  # drained to half
-    for _ in range(3):
-        admission.release("https://hung.example/")
-    admission.release("https://other.example/")
+    for _ in range(6):
+        admission.release(hung)
+    admission.release(other)
     assert admission.endpoints == {} and admission.held == 0  # idle endpoints are dropped
+    # A busy endpoint stays hot while it drains and refills: claims for it alone are sized
+    # to its room, not given back ...
+    for _ in range(4):
+        assert admission.take(hung, 20) is not None
+    admission.claimed([hung] * 4, 20)
+    assert admission.limit(reserved=0, timed_out=False) == 2
+    # ... until a minute passes without a surplus.
+    admission.claimed([hung], Admission.HOT_MS + 1)
+    assert admission.hot == {} and admission.limit(reserved=0, timed_out=False) == 8
 
 
 def test_midnight_is_the_next_utc_one() -> None:
@@ -589,7 +596,13 @@ async def test_variant_b_fails_the_event_after_seven_retries_and_keeps_the_webho
 async def test_timeouts_dropped_connections_redirects_and_gone(
     store_url: str, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    answers: dict[str, int | str] = {"/hang": "hang", "/drop": "drop", "/moved": 302, "/gone": 410}
+    answers: dict[str, int | str | tuple[int, bytes]] = {
+        "/hang": "hang",
+        "/drop": "drop",
+        "/moved": 302,
+        "/gone": 410,
+        "/huge": (200, b"x" * 100_000),  # past what is read of an answer (64 KiB)
+    }
     receiver = Receiver(answer=lambda r: answers[r.path])
     await nursery.start(receiver.serve)
     async with opened(store_url, tmp_path) as store:
@@ -618,6 +631,7 @@ async def test_timeouts_dropped_connections_redirects_and_gone(
         found = {path: (await attempts_of(store, hook))[0] for path, hook in hooks.items()}
         rows = {path: await event_row(store, hook, events[path]) for path, hook in hooks.items()}
         hang, drop, moved, gone = found["/hang"], found["/drop"], found["/moved"], found["/gone"]
+        huge = found["/huge"]
         assert hang.status is None and hang.error is not None
         assert hang.error.startswith("timeout:") and "within 0.5 s" in hang.error
         assert 500 <= hang.latency_ms < 2000
@@ -625,7 +639,9 @@ async def test_timeouts_dropped_connections_redirects_and_gone(
         assert drop.error.startswith("http_error:") and drop.latency_ms < 500
         assert moved.status == 302 and moved.error is not None
         assert "redirects are not followed" in moved.error
-        for path in ("/hang", "/drop", "/moved"):
+        assert huge.status is None and huge.error is not None
+        assert huge.error.startswith("too_large:") and "65536" in huge.error
+        for path in ("/hang", "/drop", "/moved", "/huge"):
             row, attempt = rows[path], found[path]
             assert (row.state, row.retries, row.attempts) == ("pending", 1, 1)
             assert row.last_error == attempt.error
@@ -638,10 +654,11 @@ async def test_timeouts_dropped_connections_redirects_and_gone(
             "/hang": ("active", None),
             "/drop": ("active", None),
             "/moved": ("active", None),
+            "/huge": ("active", None),
             "/gone": ("disabled", "receiver answered 410 Gone"),
         }
         assert dispatcher.stats["webhooks_disabled"] == 1
-        assert dispatcher.stats["retries_scheduled"] == 3
+        assert dispatcher.stats["retries_scheduled"] == 4
 
 
 async def test_the_daily_quota_holds_the_fourth_event_until_midnight_utc(

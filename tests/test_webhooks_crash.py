@@ -7,7 +7,7 @@ and the chain keeps moving while it is down.  What it must have seen is counted 
 chain itself: every ERC-20 Transfer to the watched address since the webhook's first block
 (``eth_getLogs``).  Delivery is at least once: an event acknowledged in the instant before
 the kill may come again (with the same id, so receivers de-duplicate) — at most the
-deliveries that were in flight, which the setting bounds.
+deliveries in flight and those acknowledged but not yet recorded, which the settings bound.
 """
 
 from __future__ import annotations
@@ -163,12 +163,16 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
         first_block = created.json()["matched_from_block"] or head + 1
         sender = manifest.accounts[1]
 
+        sent: list[str] = []
+
         def transfer(amount: int) -> None:
             call = abi.encode_call("transfer(address,uint256)", watched, amount)
-            rpc(
-                node,
-                "eth_sendTransaction",
-                {"from": sender, "to": token, "data": "0x" + call.hex()},
+            sent.append(
+                rpc(
+                    node,
+                    "eth_sendTransaction",
+                    {"from": sender, "to": token, "data": "0x" + call.hex()},
+                )
             )
 
         for amount in range(1, 21):
@@ -183,8 +187,11 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
         await wait_for_health(port, process)
         for amount in range(41, 51):
             transfer(amount)
+        with trio.fail_after(10):  # anvil answers a send before the block is in its chain
+            while any(rpc(node, "eth_getTransactionReceipt", h) is None for h in sent):
+                await trio.sleep(0.05)
         expected = transfers_to(node, token, watched, first_block)
-        assert len(expected) == 50
+        assert expected == set(sent)
         with trio.fail_after(60):
             while {b["data"]["tx_hash"] for b in (r.json() for r in receiver.received)} < expected:
                 await receiver.changed.wait()
@@ -195,7 +202,9 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
         # One id per event, whatever the number of deliveries.
         assert all(len(ids) == 1 for ids in by_tx.values()), by_tx
         assert set(by_tx) == expected
+        # Sent again: what was in flight at the kill, and what had been acknowledged but not
+        # yet recorded (outcomes are written in batches, about one batch per in-flight slot).
         repeats = sum(n - 1 for n in Counter(b["id"] for b in bodies).values())
-        assert repeats <= CONCURRENCY, f"{repeats} repeated deliveries"
+        assert repeats <= 2 * CONCURRENCY, f"{repeats} repeated deliveries"
     finally:
         server.stop()

@@ -140,7 +140,7 @@ class Receiver:
                 data = await stream.receive_some(65536)
                 if not data:
                     return None, b""
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
                 continue
             if isinstance(event, h11.Request):
                 request = event

@@ -562,13 +562,15 @@ class WebhookRows:
         claimed: list[Due] = await self.run_transaction(claim)
         return claimed
 
-    async def finish_attempts(self, outcomes: Sequence[Outcome]) -> None:
-        """Record attempts and what they decided, all in one transaction."""
+    async def finish_attempts(self, outcomes: Sequence[Outcome]) -> list[str]:
+        """Record attempts and what they decided, all in one transaction.  Returns the ids of
+        the webhooks whose status this call moved (from ``active``): of all the processes
+        whose attempts exhaust at once, exactly one learns it paused the webhook."""
         if not outcomes:
-            return
+            return []
         now = self.clock()
 
-        def finish(tx: Any) -> None:
+        def finish(tx: Any) -> list[str]:
             tx.executemany(
                 f"INSERT INTO webhook_attempts ({', '.join(_ATTEMPT_COLUMNS)})"  # noqa: S608
                 f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})"
@@ -592,18 +594,21 @@ class WebhookRows:
                     for o in outcomes
                 ],
             )
-            moved = [o for o in outcomes if o.webhook_status is not None]
-            if moved:
-                tx.executemany(
+            moved = []
+            for o in outcomes:
+                if o.webhook_status is None:
+                    continue
+                changed = tx.execute(
                     "UPDATE webhooks SET status = ?, status_reason = ?, updated_at = ?"
                     " WHERE id = ? AND status = 'active'",
-                    [
-                        (o.webhook_status, o.webhook_status_reason, now, o.attempt.webhook_id)
-                        for o in moved
-                    ],
+                    (o.webhook_status, o.webhook_status_reason, now, o.attempt.webhook_id),
                 )
+                if changed == 1:
+                    moved.append(o.attempt.webhook_id)
+            return moved
 
-        await self.run_transaction(finish)
+        moved: list[str] = await self.run_transaction(finish)
+        return moved
 
     async def hold_events(self, event_ids: Sequence[str], until: int) -> None:
         """Give leased events back, due again at ``until`` (a quota reached, a shutdown)."""

@@ -71,7 +71,7 @@ class DeliveryStore(Protocol):
 
     async def claim_due_events(self, now: int, limit: int, lease_ms: int) -> list[Due]: ...
 
-    async def finish_attempts(self, outcomes: Sequence[Outcome]) -> None: ...
+    async def finish_attempts(self, outcomes: Sequence[Outcome]) -> list[str]: ...
 
     async def hold_events(self, event_ids: Sequence[str], until: int) -> None: ...
 
@@ -144,33 +144,36 @@ class Endpoint:
     """One webhook URL's share of the process: the events held for it, those still waiting in
     claim order, and the workers sending them."""
 
-    __slots__ = ("held", "hot", "waiting", "workers")
+    __slots__ = ("held", "waiting", "workers")
 
     def __init__(self) -> None:
         self.waiting: collections.deque[tuple[Due, int]] = collections.deque()  # (due, lease end)
         self.workers = 0
         self.held = 0
-        # It had more due than it could hold; cleared once it drained to half.
-        self.hot = False
 
 
 class Admission:
     """Which claimed events the process takes on, and how many to claim next (sans-IO).
 
     ``bound`` events at most are held; one endpoint holds at most ``per_endpoint``, so a
-    receiver that hangs cannot fill the process and starve every other (its surplus is given
-    back).  While every claimed event is for such a full ("hot") endpoint, the next claim is
-    no larger than the room it has left — a receiver that is merely busy is not fed events
-    only to give them back — except that a claim ending a poll interval takes at least a
-    quarter batch, so what waits behind a hot endpoint's backlog still gets through.
-    Endpoints are dropped once nothing is held for them.
+    receiver that hangs cannot fill the process and starve every other: its surplus is given
+    back.  An endpoint that had a surplus is "hot" for ``HOT_MS``.  While every claimed event
+    is for a hot endpoint, the next claim is no larger than the room the fullest of them has
+    left — a receiver that is merely busy is not fed events only to give them back — except
+    that a claim ending a poll interval takes at least a quarter batch, so what waits behind
+    a hot endpoint's backlog still gets through.  Endpoints are dropped once nothing is held
+    for them; at most ``MAX_HOT`` hot ones are remembered.
     """
+
+    HOT_MS = 60_000
+    MAX_HOT = 1024
 
     def __init__(self, *, bound: int, per_endpoint: int, claim_batch: int) -> None:
         self.bound = bound
         self.per_endpoint = per_endpoint
         self.claim_batch = claim_batch
         self.endpoints: dict[str, Endpoint] = {}
+        self.hot: dict[str, int] = {}  # URL -> when it last had a surplus (ms)
         self.held = 0
         self.throttled = False
 
@@ -178,30 +181,36 @@ class Admission:
         """How many to claim now; ``reserved``: events given back but not yet written."""
         limit = min(self.claim_batch, self.bound - self.held - reserved)
         if self.throttled:
-            hot = [e.held for e in self.endpoints.values() if e.hot]
-            if hot:
-                room = self.per_endpoint - max(hot)
-                if timed_out:
-                    room = max(room, self.claim_batch // 4, 1)
-                limit = min(limit, room)
+            fullest = max(
+                (e.held for url, e in self.endpoints.items() if url in self.hot), default=0
+            )
+            room = self.per_endpoint - fullest
+            if timed_out:
+                room = max(room, self.claim_batch // 4, 1)
+            limit = min(limit, room)
         return max(limit, 0)
 
-    def take(self, url: str) -> Endpoint | None:
+    def take(self, url: str, now_ms: int) -> Endpoint | None:
         """Hold one event for ``url``; None if its endpoint is full."""
         endpoint = self.endpoints.get(url)
         if endpoint is None:
             endpoint = self.endpoints[url] = Endpoint()
         if endpoint.held >= self.per_endpoint:
-            endpoint.hot = True
+            self.hot.pop(url, None)  # to the end: the dict stays in order of heat
+            self.hot[url] = now_ms
             return None
         endpoint.held += 1
         self.held += 1
         return endpoint
 
-    def claimed(self, urls: Iterable[str]) -> None:
+    def claimed(self, urls: Sequence[str], now_ms: int) -> None:
         """After a claim: throttle the next one if all it brought was for hot endpoints."""
-        hot = [(e := self.endpoints.get(url)) is not None and e.hot for url in urls]
-        self.throttled = bool(hot) and all(hot)
+        if self.hot:
+            horizon = now_ms - self.HOT_MS
+            self.hot = {u: t for u, t in self.hot.items() if t > horizon}
+            while len(self.hot) > self.MAX_HOT:
+                del self.hot[next(iter(self.hot))]  # the one hot longest ago
+        self.throttled = bool(urls) and all(url in self.hot for url in urls)
 
     def release(self, url: str) -> None:
         endpoint = self.endpoints.get(url)
@@ -211,8 +220,6 @@ class Admission:
         self.held -= 1
         if endpoint.held <= 0:
             del self.endpoints[url]
-        elif endpoint.held <= self.per_endpoint // 2:
-            endpoint.hot = False
 
 
 # --- the dispatcher ------------------------------------------------------------------------
@@ -266,7 +273,6 @@ class Dispatcher:
         self._holds: dict[str, int] = {}  # event id -> due again at (ms), to write
         self._timers: list[int] = []  # heap of due times (ms) this process knows
         self._spent: dict[str, int] = {}  # account -> the UTC day its quota ran out
-        self._paused: dict[str, int] = {}  # webhook -> when its pause was written (ms)
         self._wakeup = trio.Event()
         self._flush_due = trio.Event()
         self._flush_full = trio.Event()
@@ -275,7 +281,11 @@ class Dispatcher:
     @property
     def in_flight(self) -> int:
         """Events held in memory: leased and not yet written back."""
-        return len(self._held) + sum(1 for i in self._holds if i not in self._held)
+        return len(self._held) + self._returning()
+
+    def _returning(self) -> int:
+        """Claimed events given back at once (no room at their endpoint), not yet written."""
+        return sum(1 for event_id in self._holds if event_id not in self._held)
 
     def wake(self) -> None:
         """New events are in the outbox: claim now rather than at the next poll."""
@@ -299,8 +309,7 @@ class Dispatcher:
         retry = STORE_RETRY[0]
         while True:
             self._wakeup = trio.Event()  # a wake() from here on is not lost
-            reserved = len(self._holds) - sum(1 for i in self._holds if i in self._held)
-            limit = self._admission.limit(reserved=reserved, timed_out=timed_out)
+            limit = self._admission.limit(reserved=self._returning(), timed_out=timed_out)
             if limit > 0:
                 now_ms = self._now_ms()
                 try:
@@ -317,11 +326,12 @@ class Dispatcher:
             timed_out = await self._idle()
 
     def _admit(self, claimed: list[Due], now_ms: int, nursery: trio.Nursery) -> int:
-        """Start a task for each claimed event its endpoint has room for; give back the
-        rest.  How many were given back."""
+        """Queue each claimed event at its endpoint (starting a worker there if it has fewer
+        than ``max_per_endpoint``), or give it back if the endpoint is full.  How many were
+        given back."""
         overflow = 0
         for due in claimed:
-            endpoint = self._admission.take(due.url)
+            endpoint = self._admission.take(due.url, now_ms)
             if endpoint is None:
                 overflow += 1
                 self._hold(due.event.id, now_ms + OVERFLOW_DELAY_MS)
@@ -331,7 +341,7 @@ class Dispatcher:
             if endpoint.workers < self.settings.max_per_endpoint:
                 endpoint.workers += 1
                 nursery.start_soon(self._work, endpoint)
-        self._admission.claimed(due.url for due in claimed)
+        self._admission.claimed([due.url for due in claimed], now_ms)
         self.stats["deferred"] += overflow
         return overflow
 
@@ -543,7 +553,7 @@ class Dispatcher:
         if not outcomes:
             return True
         try:
-            await self.store.finish_attempts(outcomes)
+            moved = set(await self.store.finish_attempts(outcomes))
         except StoreError as exc:
             self._store_failed("outcomes", exc)
             self._outcomes = outcomes + self._outcomes
@@ -552,7 +562,8 @@ class Dispatcher:
             self._release(outcome.attempt.event_id)
             if outcome.state == "pending":
                 self._remember(outcome.next_attempt_at)
-            elif outcome.webhook_status == "paused":
+            elif outcome.webhook_status == "paused" and outcome.attempt.webhook_id in moved:
+                moved.discard(outcome.attempt.webhook_id)  # this call paused it: one e-mail
                 self._notify_pause(outcome)
         self._wakeup.set()
         return True
@@ -599,19 +610,8 @@ class Dispatcher:
     # --- pause notices ---------------------------------------------------------------------
 
     def _notify_pause(self, outcome: Outcome) -> None:
-        """Queue the owner's e-mail: once per pause.  Attempts of the same webhook that were
-        under way when it was paused may exhaust too; only an attempt that started after our
-        pause was written (the webhook was resumed since) pauses it again."""
+        """Queue the owner's e-mail (the store said this process's write paused it)."""
         webhook_id = outcome.attempt.webhook_id
-        paused = self._paused.get(webhook_id)
-        if paused is not None and outcome.attempt.started_at <= paused:
-            return
-        now_ms = self._now_ms()
-        # Nothing started before a lease's length ago is still under way.
-        horizon = now_ms - self._lease_ms
-        if len(self._paused) >= MAX_TIMERS:
-            self._paused = {w: t for w, t in self._paused.items() if t > horizon}
-        self._paused[webhook_id] = now_ms
         try:
             self._notices_in.send_nowait((webhook_id, outcome.webhook_status_reason or ""))
         except trio.WouldBlock:

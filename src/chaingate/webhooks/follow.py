@@ -422,13 +422,7 @@ class NetworkMatcher:
         tokens: dict[str, Token] = {}
         items: dict[tuple[str, int], NftInfo] = {}
         for start in range(0, len(contracts), METADATA_CHUNK):
-            found = await self._metadata.tokens(
-                contracts[start : start + METADATA_CHUNK], wait=TOKEN_WAIT
-            )
-            tokens.update(
-                (c.lower(), Token(symbol=t.symbol, decimals=t.decimals, name=t.name))
-                for c, t in found.items()
-            )
+            tokens.update(await self._tokens(contracts[start : start + METADATA_CHUNK]))
         for start in range(0, len(nfts), METADATA_CHUNK):
             cached = await self._metadata.cached_nfts(nfts[start : start + METADATA_CHUNK])
             for (contract, token_id), nft in cached.items():
@@ -457,6 +451,24 @@ class NetworkMatcher:
                     )
             out.append(match)
         return out
+
+    async def _tokens(self, contracts: list[str]) -> dict[str, Token]:
+        """The facts of ``contracts``; those still being probed (a contract the indexer
+        announced a moment ago) are asked again until ``TOKEN_WAIT`` has passed."""
+        assert self._metadata is not None
+        found: dict[str, Token] = {}
+        wanted = contracts
+        with trio.move_on_after(TOKEN_WAIT):
+            while wanted:
+                answer = await self._metadata.tokens(wanted, wait=TOKEN_WAIT)
+                for contract, facts in answer.items():
+                    found[contract.lower()] = Token(
+                        symbol=facts.symbol, decimals=facts.decimals, name=facts.name
+                    )
+                wanted = [c for c, f in answer.items() if f.status == "pending"]
+                if wanted:
+                    await trio.sleep(0.05)
+        return found
 
     # --- events ----------------------------------------------------------------------------
 
