@@ -49,7 +49,13 @@ def decode_query(kind: type[S], items: Iterable[tuple[str, list[str]]]) -> S:
             raise ApiError(400, f"query parameter {_shown(name)} is given more than once")
         else:
             raw[name] = values[0]
-    return _convert(kind, raw, "query parameter")
+    decoded = _convert(kind, raw, "query parameter")
+    for name, value in raw.items():
+        # Lax conversion reads the text "null" as None, which for an optional parameter is
+        # "not given": a value the schema does not allow, answered as one.
+        if value == "null" and getattr(decoded, name, None) is None:
+            raise ApiError(400, f"invalid query parameter {_shown(name)}: null is not a value")
+    return decoded
 
 
 def decode_body(kind: type[S], data: bytes) -> S:
