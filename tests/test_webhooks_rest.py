@@ -27,6 +27,7 @@ from chaingate.api.openapi import document
 from chaingate.auth import admin
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.rpc import DevnetRpc
+from chaingate.evm.addresses import checksum_address
 from chaingate.gateway import Gateway
 from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.store.webhookrows import Attempt, Outcome
@@ -225,7 +226,10 @@ async def test_create_answers_the_secret_once(hooks: Hooks) -> None:
     assert created["event_type"] == "address_activity" and created["status"] == "active"
     assert created["confirmations"] == 3
     # Normalised: lower case, sorted.
-    assert created["config"] == {"addresses": sorted(a.lower() for a in watched)}
+    # Normalised (sorted by their lowercase form, de-duplicated) and shown EIP-55.
+    assert created["config"] == {
+        "addresses": [checksum_address(a) for a in sorted(a.lower() for a in watched)]
+    }
     assert before - 1 <= seconds(created["created_at"]) <= time.time() + 1
 
     secret = created["signing_secret"]
@@ -364,7 +368,8 @@ async def test_list_pages_and_filters_by_status(hooks: Hooks) -> None:
 
 
 async def test_patch_pauses_resumes_and_edits_the_filter(hooks: Hooks) -> None:
-    first, second, third = sorted(address() for _ in range(3))
+    # Answers show addresses EIP-55, in the filter's order (by lowercase form).
+    first, second, third = (checksum_address(a) for a in sorted(address() for _ in range(3)))
     created = await hooks.create(config={"addresses": [first]})
     webhook_id = created["id"]
 

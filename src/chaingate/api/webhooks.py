@@ -27,6 +27,7 @@ from chaingate.api.errors import ApiError
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
+from chaingate.evm.addresses import checksum_address
 from chaingate.store import new_id
 from chaingate.store.webhookrows import Attempt, OutboxEvent, WebhookLimitReached, WebhookRow
 from chaingate.wallets.model import account_of
@@ -310,6 +311,20 @@ def _takes_addresses(kind: Kind) -> bool:
     return True
 
 
+_ADDRESS_KEYS = ("addresses", "contracts", "from", "to")
+
+
+def shown_config(stored: str) -> dict[str, Any]:
+    """The stored (normalised, lowercase) filter as answers show it: addresses EIP-55, like
+    every address the API answers with."""
+    config: dict[str, Any] = msgspec.json.decode(stored)
+    for key in _ADDRESS_KEYS:
+        values = config.get(key)
+        if isinstance(values, list):
+            config[key] = [checksum_address(v) if isinstance(v, str) else v for v in values]
+    return config
+
+
 def _config_json(f: Filter) -> str:
     return msgspec.json.encode(f).decode()
 
@@ -340,7 +355,7 @@ def _webhook(row: WebhookRow) -> Webhook:
         url=row.url,
         chain=row.chain_label,
         event_type=row.event_type,
-        config=msgspec.json.decode(row.config),
+        config=shown_config(row.config),
         status=row.status,  # type: ignore[arg-type]  # the store holds only these three
         status_reason=row.status_reason,
         confirmations=row.confirmations,
@@ -478,7 +493,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             url=stored.url,
             chain=stored.chain_label,
             event_type=stored.event_type,
-            config=msgspec.json.decode(stored.config),
+            config=shown_config(stored.config),
             signing_secret=stored.secret,
             status="active",
             created_at=iso(stored.created_at),
