@@ -746,6 +746,46 @@ async def test_concurrency_is_bounded_per_endpoint_overall_and_in_memory(
     assert sorted(delivered) == sorted(events)  # each once
 
 
+async def test_two_dispatchers_share_one_outbox_and_send_each_event_once(
+    store_url: str, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Two processes' dispatchers on one store (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite:
+    one writer at a time): every event is sent exactly once, and both take a share."""
+    receiver = Receiver(delay=0.01)
+    await nursery.start(receiver.serve)
+    async with opened(store_url, tmp_path) as first, opened(store_url, tmp_path) as second:
+        account = await first.create_account("owner@example.com", "free")
+        url = f"http://127.0.0.1:{receiver.port}/"
+        events = []
+        for _ in range(4):
+            hook = await make_webhook(first, account.id, url, VARIANT_A)
+            events += await add_events(first, VARIANT_A, hook, 50)
+        dispatchers = [
+            make_dispatcher(
+                store,
+                VARIANT_A,
+                Fetcher(OutboundPolicy.dev()),
+                allow_http=True,
+                claim_batch=10,
+                max_per_endpoint=4,
+                poll_interval=0.02,
+            )
+            for store in (first, second)
+        ]
+        async with trio.open_nursery() as running:
+            for dispatcher in dispatchers:
+                await running.start(dispatcher.run)
+            with trio.fail_after(30):
+                await receiver.wait_for(len(events))
+                while any(d.in_flight for d in dispatchers):
+                    await trio.sleep(0.02)
+            await trio.sleep(0.3)  # a second delivery of anything would arrive by now
+            running.cancel_scope.cancel()
+    delivered = [r.json()["id"] for r in receiver.received]
+    assert sorted(delivered) == sorted(events)  # each exactly once
+    assert all(d.stats["delivered"] > 0 for d in dispatchers), [d.stats for d in dispatchers]
+
+
 @dataclass
 class StaticResolver:
     names: dict[str, list[str]]

@@ -401,3 +401,41 @@ async def test_a_reorg_takes_delivered_events_back_in_order(hooks: Hooks, varian
     assert sequences == sorted(sequences) and len(set(sequences)) == 4
     for received in hooks.deliveries(hook_id):
         verify(variant, received, hooks.secrets[hook_id])
+
+
+async def test_confirmations_hold_events_and_a_shallow_reorg_cancels_them_unsent(
+    hooks: Hooks, variant: str
+) -> None:
+    node, manifest = hooks.node, hooks.manifest
+    watched = manifest.accounts[9]
+    cgt = manifest.address("erc20_cgt")
+    name = "token_transfer" if variant == "a" else "TOKEN_TRANSFER"
+    hook_id = await hooks.create(name, {"addresses": [watched]}, confirmations=2)
+    call = abi.encode_call("transfer(address,uint256)", watched, 3)
+    kept = send(node, manifest.deployer, cgt, call)
+    await hooks.matched_through_head()
+    await trio.sleep(0.3)
+    assert not hooks.deliveries(hook_id), "held until 2 blocks deep"
+    rpc(node, "evm_mine")
+    rpc(node, "evm_mine")
+    await hooks.matched_through_head()
+    with trio.fail_after(20):
+        while not hooks.deliveries(hook_id):
+            await hooks.receiver.changed.wait()
+    assert [tx_hash_of(r.json()) for r in hooks.deliveries(hook_id)] == [kept]
+    # A transfer whose block leaves the chain before it is 2 deep: never sent, cancelled.
+    dropped = send(node, manifest.deployer, cgt, call)
+    await hooks.matched_through_head()
+    rpc(node, "anvil_reorg", 1, [])
+    for _ in range(3):
+        rpc(node, "evm_mine")
+    await hooks.matched_through_head()
+    await trio.sleep(0.5)
+    assert [tx_hash_of(r.json()) for r in hooks.deliveries(hook_id)] == [kept]
+    events = (await hooks.request("GET", f"/v1/webhooks/{hook_id}/events")).json()["events"]
+    states = {
+        e["state"]
+        for e in events
+        if e["body"]["data"].get("tx_hash", e["body"]["data"].get("transactionHash")) == dropped
+    }
+    assert states == {"cancelled"}
