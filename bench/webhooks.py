@@ -114,6 +114,8 @@ class Options:
     addresses: int
     per_tx: int
     connections: int
+    shared_url: bool
+    settings: tuple[str, ...]  # extra `key = value` lines of [webhooks]
     store: str
     pg_url: str
     profile: str
@@ -136,6 +138,20 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--addresses", type=int, default=100, help="watched per webhook")
     parser.add_argument("--per-tx", type=int, default=200, help="recipients per airdrop")
     parser.add_argument("--connections", type=int, default=16, help="wrk's, for the reference")
+    parser.add_argument(
+        "--urls",
+        choices=("distinct", "shared"),
+        default="distinct",
+        help="a URL per webhook (/hooks/<n>), or one for all (/hooks/shared)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [webhooks] setting of the serve config, as TOML (repeatable), e.g. "
+        "max_per_endpoint=256",
+    )
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--profile", choices=("auto", "on", "off"), default="auto")
@@ -158,6 +174,10 @@ def parse_args(argv: list[str] | None) -> Options:
         parser.error("--duration, --rate, --paced-rate, --webhooks and --addresses must be >= 1")
     if args.per_tx < 1 or args.connections < 1 or args.block_interval <= 0:
         parser.error("--per-tx and --connections must be >= 1, --block-interval > 0")
+    for setting in args.set:
+        key, _, value = setting.partition("=")
+        if not key.strip().isidentifier() or not value.strip() or key.strip() == "allow_http":
+            parser.error(f"--set {setting!r}: not KEY=VALUE (allow_http is the bench's own)")
     per_block = max(args.rate, args.paced_rate) * args.block_interval
     if per_block > args.webhooks * args.addresses:
         parser.error("a block would need more recipients than there are watched addresses")
@@ -171,6 +191,11 @@ def parse_args(argv: list[str] | None) -> Options:
         addresses=args.addresses,
         per_tx=args.per_tx,
         connections=args.connections,
+        shared_url=args.urls == "shared",
+        settings=tuple(
+            f"{key.strip()} = {value.strip()}"
+            for key, _, value in (s.partition("=") for s in args.set)
+        ),
         store=args.store,
         pg_url=args.pg_url,
         profile=args.profile,
@@ -191,10 +216,13 @@ class WrongAnswer(Exception):
 # --- chaingate ----------------------------------------------------------------------------
 
 
-def configure(server: procs.ChaingateServer, store_url: str | None) -> None:
+def configure(
+    server: procs.ChaingateServer, store_url: str | None, settings: Sequence[str] = ()
+) -> None:
     """The generated config plus the webhook deployment: deliveries to the receiver's loopback
-    address only, plain HTTP allowed; the follower from the head, no indexer.  ``store_url``
-    replaces the SQLite store (the auth keys move with it)."""
+    address only, plain HTTP allowed, ``settings`` (``key = value`` lines of [webhooks]); the
+    follower from the head, no indexer.  ``store_url`` replaces the SQLite store (the auth
+    keys move with it)."""
     text = server.config_path.read_text()
     anchor = "testnet = true\n"
     if text.count(anchor) != 1:
@@ -215,7 +243,7 @@ allow_cidrs = ["{procs.LOOPBACK}/32"]
 
 [webhooks]
 allow_http = true
-
+{"".join(line + chr(10) for line in settings)}
 [chains.ethereum.devnet.follower]
 poll_interval = {FOLLOWER_POLL}
 
@@ -249,7 +277,7 @@ class Api:
 @dataclass(frozen=True)
 class Webhooks:
     ids: list[str]
-    secrets: dict[str, str]  # URL path -> signing secret
+    secrets: dict[str, str]  # webhook id -> signing secret
     owner: dict[str, int]  # watched address -> webhook index
     path_of: dict[int, str]  # webhook index -> its URL path
     groups: list[list[str]]
@@ -268,7 +296,7 @@ def create_webhooks(
     started = time.monotonic()
     try:
         for index, group in enumerate(groups):
-            path = f"/hooks/{index}"
+            path = "/hooks/shared" if opts.shared_url else f"/hooks/{index}"
             status, created = api.request(
                 "POST",
                 "/v1/webhooks",
@@ -286,7 +314,7 @@ def create_webhooks(
             ):
                 raise WrongAnswer(f"webhook {index} created wrongly: {created!s:.300}")
             ids.append(str(created["id"]))
-            secrets[path] = str(created["signing_secret"])
+            secrets[str(created["id"])] = str(created["signing_secret"])
             path_of[index] = path
             owner.update((address, index) for address in group)
             if (index + 1) % 200 == 0:
@@ -303,7 +331,11 @@ def check_signatures(samples: Sequence[Mapping[str, Any]], secrets: Mapping[str,
         raise WrongAnswer("the receiver kept no delivery to check")
     for sample in samples:
         headers = {str(k).lower(): str(v) for k, v in sample["headers"]}
-        secret = secrets.get(str(sample["path"]))
+        try:
+            webhook_id = json.loads(sample["body"]).get("webhook_id")
+        except ValueError:
+            webhook_id = None
+        secret = secrets.get(str(webhook_id))
         timestamp = headers.get("x-service-timestamp", "")
         if secret is None or not timestamp.isdigit():
             raise WrongAnswer(f"a delivery without its webhook or timestamp: {sample!s:.300}")
@@ -772,7 +804,7 @@ def bench(
     server = procs.ChaingateServer(
         workdir, "chaingate", anvil.url, access_log=True, coalesce=True, auth=auth
     )
-    configure(server, store_url)
+    configure(server, store_url, opts.settings)
     server.create_key()
     stack.callback(server.stop)
     server.start(timeout=60.0)
@@ -788,9 +820,14 @@ def bench(
     res.header["webhooks"] = (
         f"{len(hooks.ids)} variant-A `{EVENT_TYPE}` webhooks created through "
         f"`POST /v1/webhooks` ({hooks.seconds:.1f} s), {opts.addresses} watched addresses "
-        f"each: {len(hooks.owner):,} addresses, none in two webhooks; each webhook its own "
-        f"URL on the receiver (`http://{procs.LOOPBACK}:<port>/hooks/<n>`); the enterprise "
-        "plan (no daily quota)"
+        f"each: {len(hooks.owner):,} addresses, none in two webhooks; "
+        + (
+            f"**one URL for all** (`http://{procs.LOOPBACK}:<port>/hooks/shared`, --urls shared)"
+            if opts.shared_url
+            else f"each webhook its own URL on the receiver "
+            f"(`http://{procs.LOOPBACK}:<port>/hooks/<n>`)"
+        )
+        + "; the enterprise plan (no daily quota)"
     )
     machine = Machine(server.process.pid or 0, anvil.pid or 0, receiver.pid)
     token, sender = manifest.address("erc20_cgt"), manifest.deployer
@@ -818,7 +855,7 @@ def bench(
         res.metrics = webhook_counters(server.metrics())
         want = opts.profile == "on" or (opts.profile == "auto" and not res.targets_met())
         if want:
-            res.profile = profile(opts, runs, rate_block)
+            res.profile = profile(opts, runs, rate_block, math.ceil(throughput.cpu.at) + 2)
     stats = receiver.stats()
     res.header["receiver"] = (
         f"`benchkit/hookreceiver.py`, its own process (Python, one thread, epoll): answers "
@@ -828,7 +865,9 @@ def bench(
     return res
 
 
-def profile(opts: Options, runs: Bench, events_per_block: int) -> hookprofile.Profile:
+def profile(opts: Options, runs: Bench, events_per_block: int, seconds: int) -> hookprofile.Profile:
+    """py-spy samples chaingate for ``seconds`` (the throughput phase's length, load and
+    drain) while the throughput load runs again; its figures are the profile's only."""
     binary = pyspy.find(opts.py_spy)
     if binary is None:
         return hookprofile.Profile(
@@ -840,13 +879,14 @@ def profile(opts: Options, runs: Bench, events_per_block: int) -> hookprofile.Pr
     raw = opts.out.with_name(f"{opts.out.stem}-profile.txt")
     say(f"profiling the throughput load with {binary} ...")
     pid = runs.machine.pids[0]
-    seconds = opts.duration
     threads.settle(pid)
     with pyspy.Sampler(binary, pid, seconds, raw, rate=PROFILE_RATE) as sampler:
         phase = runs.phase(
-            "profiled", f"throughput under py-spy ({opts.rate} events/s)", events_per_block,
-            seconds,
-        )  # fmt: skip
+            "profiled",
+            f"throughput under py-spy ({opts.rate} events/s)",
+            events_per_block,
+            opts.duration,
+        )
     if sampler.failure:
         return hookprofile.Profile(label=phase.label, note=sampler.failure)
     return hookprofile.parse(raw, phase.label, PROFILE_RATE, phase.cpu, phase.delivered.delivered)
@@ -869,8 +909,12 @@ def header(
             f"{chaingate.__version__}, impl **{impl}** (CHAINGATE_PURE="
             f"{pure if pure is not None else 'unset'}), one `chaingate serve` process: the "
             f"follower on ethereum/devnet (polling every {FOLLOWER_POLL * 1000:.0f} ms), the "
-            "webhook matcher and dispatcher with their default settings (256 deliveries in "
-            "flight, 16 per URL, claims of 200); indexer off (so no token symbol in payloads)"
+            "webhook matcher and dispatcher; indexer off (so no token symbol in payloads)"
+        ),
+        "webhook settings": (
+            "**" + ", ".join(opts.settings) + "**, the rest default"
+            if opts.settings
+            else "the defaults (256 deliveries in flight, 16 per URL, claims of 200)"
         ),
         "store": store,
         "auth": "**on**: one enterprise (unlimited) test key",

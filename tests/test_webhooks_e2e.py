@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,13 @@ def send(node: AnvilProcess, sender: str, to: str | None, data: bytes = b"", val
     if value:
         tx["value"] = hex(value)
     tx_hash: str = rpc(node, "eth_sendTransaction", tx)
+    if not rpc(node, "anvil_getAutomine"):
+        return tx_hash  # the test mines it
+    # anvil answers a send before its block is the chain's head: wait until it is.
+    deadline = time.monotonic() + 10
+    while rpc(node, "eth_getTransactionReceipt", tx_hash) is None:
+        assert time.monotonic() < deadline, f"{tx_hash} not mined"
+        time.sleep(0.01)
     return tx_hash
 
 

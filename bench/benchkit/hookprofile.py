@@ -8,6 +8,11 @@ that belongs to a part decides (C code shows in its Python caller).  The event l
 and the other threads are kept apart, each scaled to its own CPU per delivery from /proc: a
 worker thread waiting for the GIL still looks busy to a sampler, so /proc says how much CPU
 the worker threads really had, and the samples only how it divides.
+
+A sample is a worker thread's when its stack starts in ``threading`` (trio's thread cache, the
+log writer); every other one is the event loop's.  Asking for the CLI's frame instead (as
+``benchkit.pyspy`` does for request loads) misfiles a third of the loop's samples here: py-spy
+often reads a trio task's coroutine chain without the frames below it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from benchkit.pyspy import MAIN_THREAD_MARK, file_of, function_of
+from benchkit.pyspy import file_of, function_of
 
 # (part, substrings of a frame's file with a leading "/"), checked in this order for each
 # frame from the innermost out.
@@ -43,6 +48,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 OTHER = "other"
 OWN = "chaingate/"
+WORKER_MARKS = ("threading.py", "trio/_core/_thread_cache.py")
 
 
 class PhaseCpu(Protocol):
@@ -95,7 +101,7 @@ def parse_text(text: str) -> Profile:
         frames = [f for f in stack.split(";") if f and not f.startswith(("thread (", "process "))]
         if not frames:
             continue
-        on_loop = any(file_of(f) == MAIN_THREAD_MARK for f in frames)
+        on_loop = not any(file_of(f) in WORKER_MARKS for f in frames)
         (profile.main if on_loop else profile.others)[categorise(frames)] += count
         (profile.main_self if on_loop else profile.others_self)[function_of(frames[-1])] += count
         for function in {function_of(f) for f in frames if file_of(f).startswith(OWN)}:

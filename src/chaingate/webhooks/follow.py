@@ -27,7 +27,7 @@ import trio
 
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
-from chaingate.data.fetch import FetchError, RangeFetcher, canonical_hashes
+from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
