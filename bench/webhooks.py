@@ -3,9 +3,9 @@ latency, with 1,000 webhooks watching 100,000 addresses.
 
     python bench/webhooks.py [--duration 20] [--rate 4000] [--paced-rate 1000]
                              [--block-interval 1.0] [--webhooks 1000] [--addresses 100]
-                             [--per-tx 200] [--connections 16] [--store sqlite|postgresql]
-                             [--pg-url URL] [--profile auto|on|off] [--py-spy PATH]
-                             [--out PATH] [--smoke]
+                             [--per-tx 200] [--connections 16] [--urls distinct|shared]
+                             [--set KEY=VALUE ...] [--store sqlite|postgresql] [--pg-url URL]
+                             [--profile auto|on|off] [--py-spy PATH] [--out PATH] [--smoke]
 
 Starts on loopback free ports: anvil (block gas limit raised, blocks mined on demand),
 bootstrapped as the devnet ``chaingate dev`` serves; the receiver (``benchkit/hookreceiver.py``,
@@ -33,6 +33,10 @@ the receiver (``/hooks/<n>``).  Then, with anvil mining a block when the bench s
 4. **reference** — wrk POSTs one delivery the receiver got (its body and headers) straight to
    the receiver at ``--connections`` connections: the receiver's own capacity, and the ratio
    chaingate/direct.
+
+``--urls shared`` gives every webhook the same URL (one endpoint: at most 16 deliveries in
+flight to it); ``--set max_per_endpoint=256`` (any ``[webhooks]`` setting, repeatable) tries
+another setting.
 
 Every load is checked event by event: each (block, recipient) must arrive once at least, at
 the URL of the webhook watching the recipient, and nothing else may.  CPU of chaingate (event

@@ -3,8 +3,11 @@
 ``benchkit.pyspy`` records (``Sampler``) and reads frames; this module sorts the samples into
 the parts of the webhook path instead of a request's: following blocks, matching, rendering
 payloads (which the store runs in its worker thread, inside the outbox's transaction), the
-store, the dispatcher, signing, the outbound HTTP exchange, logs, trio.  The innermost frame
-that belongs to a part decides (C code shows in its Python caller).  The event loop's thread
+store, the dispatcher, signing, the outbound HTTP exchange, logs.  The innermost frame that
+belongs to a part decides (C code shows in its Python caller); trio's, the socket module's and
+contextlib's frames count for the part that called them, so a cancel scope or a ``connect``
+made for a delivery is the delivery's.  Only samples with no part's frame at all — trio's
+scheduler between tasks, waiting for I/O events — are the trio runtime's.  The event loop's thread
 and the other threads are kept apart, each scaled to its own CPU per delivery from /proc: a
 worker thread waiting for the GIL still looks busy to a sampler, so /proc says how much CPU
 the worker threads really had, and the samples only how it divides.
@@ -43,8 +46,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("chaingate/chain/", "chaingate/rpc/", "chaingate/data/")),
     ("logs and metrics", ("chaingate/obs/", "/logging/")),
     ("edge (the HTTP server)", ("chaingate/edge/", "chaingate/_pure/", "chaingate/netio")),
-    ("trio runtime (scheduling, thread hand-offs, I/O)",
-     ("/trio/", "/outcome/", "/threading.py", "/selectors.py", "/socket.py")),
+)  # fmt: skip
+RUNTIME = "trio runtime (the scheduler between tasks, I/O events, thread hand-offs)"
+RUNTIME_FILES = (
+    "/trio/", "/outcome/", "/threading.py", "/selectors.py", "/socket.py", "/contextlib.py",
 )  # fmt: skip
 OTHER = "other"
 OWN = "chaingate/"
@@ -62,12 +67,14 @@ class PhaseCpu(Protocol):
 
 
 def categorise(frames: list[str]) -> str:
+    runtime = False
     for frame in reversed(frames):  # innermost first
         path = "/" + file_of(frame)
         for name, parts in CATEGORIES:
             if any(part in path for part in parts):
                 return name
-    return OTHER
+        runtime = runtime or any(part in path for part in RUNTIME_FILES)
+    return RUNTIME if runtime else OTHER
 
 
 @dataclass
@@ -149,7 +156,8 @@ def render(p: Profile, top: int = 12) -> list[str]:
         f"{p.samples} samples at {p.rate} Hz (idle excluded) while the throughput load ran "
         f"again ({p.delivered} events delivered): {loop_samples} on the event loop's thread, "
         f"{other_samples} on the others.  By part of the webhook path (the innermost frame "
-        "that belongs to a part decides), scaled to each thread group's CPU per delivery "
+        "that belongs to a part decides; trio's and the socket module's frames count for "
+        "the part that called them), scaled to each thread group's CPU per delivery "
         "measured in /proc over the same run.",
         "",
         "### Event loop thread (follower, matcher, dispatcher, HTTP)",

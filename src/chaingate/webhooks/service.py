@@ -269,7 +269,9 @@ class WebhookService:
 def webhook_delivery_fetcher(policy: OutboundPolicy, settings: WebhookSettings) -> Fetcher:
     """The fetcher deliveries go through: the deployment's outbound policy, with keep-alive
     connections to each receiver (as many idle as may be in flight to it)."""
+    # One key per receiving origin (every webhook URL of one host shares it): as many idle as
+    # may be in flight at once, or most deliveries would open a connection.
     limits = PoolLimits(
-        max_idle_per_key=settings.max_per_endpoint, max_idle=settings.max_concurrency
+        max_idle_per_key=settings.max_concurrency, max_idle=settings.max_concurrency
     )
     return Fetcher(policy, pool=ConnectionPool(limits))

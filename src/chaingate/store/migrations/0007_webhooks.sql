@@ -64,7 +64,7 @@ CREATE TABLE webhook_events (
     last_status INTEGER,
     last_error TEXT
 );
-CREATE INDEX webhook_events_due ON webhook_events (state, next_attempt_at);
+CREATE INDEX webhook_events_due ON webhook_events (state, next_attempt_at, sequence);
 CREATE INDEX webhook_events_webhook ON webhook_events (webhook_id, sequence);
 CREATE INDEX webhook_events_block ON webhook_events (chain, network, block_hash);
 CREATE INDEX webhook_events_original ON webhook_events (original_id);
