@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import ipaddress
 from collections.abc import Iterable
 
@@ -125,8 +126,10 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def classify(address: IPAddress) -> Category | None:
-    """The class of ``address`` that needs permission, or None for a global unicast one."""
+    """The class of ``address`` that needs permission, or None for a global unicast one
+    (pure: remembered, since every outbound request asks it of every address again)."""
     if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
         # fe80::1%eth0 is not equal to fe80::1: judge the address without its zone.
         address = ipaddress.IPv6Address(address.compressed.split("%", 1)[0])

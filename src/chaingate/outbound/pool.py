@@ -76,8 +76,11 @@ class Connection:
 async def close_all(connections: Iterable[Connection]) -> None:
     """Close every one, even when cancelled: a forceful close never blocks, so the shield
     costs nothing and no socket is left open half-way through the list."""
+    doomed = list(connections)
+    if not doomed:
+        return  # the common case: no cancel scope to enter and leave
     with trio.CancelScope(shield=True):
-        for connection in connections:
+        for connection in doomed:
             await trio.aclose_forcefully(connection.stream)
 
 
