@@ -158,8 +158,10 @@ def classify(address: IPAddress) -> Category | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def judge(policy: OutboundPolicy, address: IPAddress) -> Verdict:
-    """May a request connect to ``address``?"""
+    """May a request connect to ``address``?  (Pure, and asked again on every request:
+    remembered.)"""
     target: IPAddress = address
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         target = address.ipv4_mapped  # connect over IPv4: the same host, without dual-stack
