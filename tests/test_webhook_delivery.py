@@ -786,6 +786,20 @@ async def test_two_dispatchers_share_one_outbox_and_send_each_event_once(
     assert all(d.stats["delivered"] > 0 for d in dispatchers), [d.stats for d in dispatchers]
 
 
+async def test_claims_come_in_outbox_order_before_and_after_the_outbox_is_analyzed(
+    store_url: str, tmp_path: Path
+) -> None:
+    async with opened(store_url, tmp_path) as store:
+        account = await store.create_account("owner@example.com", "free")
+        hook = await make_webhook(store, account.id, "https://receiver.example/", VARIANT_A)
+        events = await add_events(store, VARIANT_A, hook, 30)
+        first = await store.claim_due_events(store.clock(), 10, 60_000)
+        await store.analyze_outbox()  # PostgreSQL's statistics refreshed (SQLite's too)
+        second = await store.claim_due_events(store.clock(), 100, 60_000)
+    assert [d.event.id for d in first + second] == events  # by sequence, each once
+    assert [d.event.sequence for d in first + second] == list(range(1, 31))
+
+
 @dataclass
 class StaticResolver:
     names: dict[str, list[str]]

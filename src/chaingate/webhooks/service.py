@@ -39,6 +39,8 @@ from chaingate.webhooks.variants import Variant, variant
 log = logging.getLogger("chaingate.webhooks")
 
 PRUNE_INTERVAL = 3600.0
+ANALYZE_INTERVAL = 10.0
+ANALYZE_AFTER_EVENTS = 5000
 MAX_URL_LENGTH = 2048
 
 
@@ -237,6 +239,7 @@ class WebhookService:
             for poller in self._pollers:
                 nursery.start_soon(poller.run)
             nursery.start_soon(self._prune)
+            nursery.start_soon(self._analyze)
             pool = self.fetcher.pool
             if pool is not None:
                 nursery.start_soon(self._run_pool, pool)
@@ -249,6 +252,20 @@ class WebhookService:
         finally:
             with trio.CancelScope(shield=True):
                 await pool.aclose()
+
+    async def _analyze(self) -> None:
+        """Keep the outbox's statistics current while it churns (see Store.analyze_outbox)."""
+        analyzed = 0
+        while True:
+            await trio.sleep(ANALYZE_INTERVAL)
+            written = sum(m.stats["events"] for m in self.matchers.values())
+            if written - analyzed < ANALYZE_AFTER_EVENTS:
+                continue
+            try:
+                await self.store.analyze_outbox()
+                analyzed = written
+            except StoreError as exc:
+                log.warning("webhooks: outbox not analyzed", extra={"fields": {"error": str(exc)}})
 
     async def _prune(self) -> None:
         while True:
