@@ -918,7 +918,7 @@ def header(
         "webhook settings": (
             "**" + ", ".join(opts.settings) + "**, the rest default"
             if opts.settings
-            else "the defaults (256 deliveries in flight, 16 per URL, claims of 200)"
+            else "the defaults (256 deliveries in flight, 16 per URL, claims of 1000)"
         ),
         "store": store,
         "auth": "**on**: one enterprise (unlimited) test key",

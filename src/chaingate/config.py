@@ -378,7 +378,9 @@ class WebhookSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_addresses_per_webhook: int = 100_000
     max_confirmations: int = 128
     # Events one claim leases, and for how long (a worker that dies gives them back then).
-    claim_batch: int = 200
+    # Big claims: each costs a query whatever its size (200 -> 1000: 1,900 -> 2,000 deliveries/s
+    # a second on SQLite, 490 -> 1,320 on PostgreSQL, in bench/webhooks.py).
+    claim_batch: int = 1000
     lease_seconds: float = 60.0
     # How often the outbox is looked at when nothing woke the workers.
     poll_interval: float = 0.5
