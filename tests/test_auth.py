@@ -275,6 +275,39 @@ async def test_batches_cost_the_sum_of_their_calls(stack: AuthStack) -> None:
     assert second.status_code == 429
 
 
+async def test_a_batch_over_the_limit_answers_an_array_with_an_error_per_call(
+    stack: AuthStack,
+) -> None:
+    """JSON-RPC clients match a batch's replies by id: over a limit, each call gets its own
+    -32005 (a notification none, a malformed call its own error), in an array, with 429."""
+    key, _ = await stack.key(plan="free")
+    batch = [dict(CALL, id=i) for i in range(10)]
+    over = [
+        dict(CALL, id="a"),
+        {"jsonrpc": "2.0", "method": "eth_chainId"},  # a notification
+        {"jsonrpc": "2.0", "id": "bad", "method": 7},
+        dict(CALL, id=None),
+    ]
+    async with stack.client(key) as client:
+        assert (await client.post(RPC, json=batch)).status_code == 200  # the second's budget
+        refused = await client.post(RPC, json=over)
+    assert refused.status_code == 429 and refused.headers["retry-after"].isdigit()
+    replies = refused.json()
+    assert isinstance(replies, list) and len(replies) == 3
+    by_id = {reply["id"]: reply["error"]["code"] for reply in replies}
+    assert by_id["a"] == -32005 and by_id[None] == -32005
+    assert by_id["bad"] == -32600
+
+
+async def test_a_trailing_slash_names_the_same_rpc_endpoint(stack: AuthStack) -> None:
+    key, _ = await stack.key(plan="growth")
+    async with stack.client(key) as client:
+        answer = await client.post(RPC + "/", json=CALL)
+        unknown = await client.post(RPC + "x/", json=CALL)
+    assert answer.status_code == 200 and answer.json()["id"] == 1
+    assert unknown.status_code == 404
+
+
 async def test_revoked_key_is_refused_within_a_second_under_load(stack: AuthStack) -> None:
     key, key_id = await stack.key(plan="growth")
     revoked_at: list[float] = []

@@ -153,6 +153,10 @@ class Routes:
             # The JSON-RPC route, inline (no extra coroutine): it is the hot path.
             tail = path[8:]
             service = self._services.get(tail)
+            if service is None and tail.endswith(b"/"):
+                # A trailing slash names the same endpoint (URL joins in clients add one).
+                tail = tail[:-1]
+                service = self._services.get(tail)
             if service is None:
                 status, headers, body = 404, JSON, error_body(404, "unknown chain or network")
             elif request.method != b"POST":
@@ -215,7 +219,9 @@ class Routes:
             status, headers, body = self._metrics(request)
         elif path.startswith(_BUNDLER_PREFIX):
             route = "bundler"
-            status, headers, body = await self._bundler(request, path[len(_BUNDLER_PREFIX) :], peer)
+            tail = path[len(_BUNDLER_PREFIX) :]
+            tail = tail[:-1] if tail.endswith(b"/") else tail  # the same endpoint
+            status, headers, body = await self._bundler(request, tail, peer)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (

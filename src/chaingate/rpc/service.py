@@ -341,7 +341,7 @@ class RpcService:
         if jobs:
             rejection = self._gate.admit(principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
-                return self._refused(rejection, b"null", "batch")
+                return self._refused_batch(rejection, jobs, replies)
         assembly = Assembly(self._max_answer, self.answers)
         try:
             return await self._dispatch_batch(calls, jobs, replies, principal, assembly)
@@ -401,6 +401,23 @@ class RpcService:
         if rejection.status == 429:
             body = self._jsonrpc.error_reply(id_raw, LIMIT_EXCEEDED, rejection.message)
         return RpcReply(body, b"MISS", label, rejection)
+
+    def _refused_batch(
+        self, rejection: Rejection, jobs: list[_Job], replies: list[bytes | None]
+    ) -> RpcReply:
+        """A batch over a limit: an array with each call's own reply — -32005 with its id for
+        every call that would have gone upstream (notifications get none), the errors already
+        decided for the others.  JSON-RPC clients match a batch's replies by id, and many
+        cannot read a single object as a batch's answer."""
+        if rejection.status != 429:
+            return RpcReply(None, b"MISS", "batch", rejection)
+        message = rejection.message
+        for index, call, *_ in jobs:
+            if call.id is not None:
+                replies[index] = self._jsonrpc.error_reply(call.id, LIMIT_EXCEEDED, message)
+        answered = [reply for reply in replies if reply is not None]
+        body = b"[" + b",".join(answered) + b"]" if answered else None
+        return RpcReply(body, b"MISS", "batch", rejection)
 
     def _bad_tag(self, call: Any) -> bytes | None:
         message = (
