@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import trio
 
@@ -32,7 +31,7 @@ from chaingate.store.webhookrows import NewEvent, WebhookRow
 from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
-from chaingate.webhooks.model import Match, event_id
+from chaingate.webhooks.model import event_id
 from chaingate.webhooks.pending import PendingPoller
 from chaingate.webhooks.variants import Variant, variant
 
@@ -108,7 +107,7 @@ class WebhookService:
                         matcher.label,
                         client,
                         matcher.current_index,
-                        self._writer(matcher),
+                        matcher.write_unanchored,
                         interval=settings.pending_poll_interval,
                     )
                 )
@@ -275,12 +274,6 @@ class WebhookService:
             except StoreError as exc:
                 log.warning("webhooks: history not pruned", extra={"fields": {"error": str(exc)}})
             await trio.sleep(PRUNE_INTERVAL)
-
-    def _writer(self, matcher: NetworkMatcher) -> Callable[[list[Match]], Any]:
-        async def write(matches: list[Match]) -> None:
-            await matcher.write_unanchored(matches)
-
-        return write
 
 
 def webhook_delivery_fetcher(policy: OutboundPolicy, settings: WebhookSettings) -> Fetcher:
