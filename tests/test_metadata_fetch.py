@@ -437,6 +437,9 @@ async def test_owned_lists_read_the_cache_and_never_fetch_on_the_request(
         while (await service.cached_nfts(keys))[keys[0]].status != "ok":
             await trio.sleep(0.05)
     assert (await service.cached_nfts(keys))[keys[1]].status == "pending"
+    with trio.fail_after(15):  # its fetch may not have reached the server yet
+        while not servers.targets():
+            await trio.sleep(0.02)
     assert servers.targets() == ["/devnet/collection/3.json"]  # asked once, still waiting
     release.set()
     with trio.fail_after(15):
