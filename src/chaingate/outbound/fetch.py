@@ -110,12 +110,6 @@ class Fetcher:
         self._pool = pool
 
     @property
-    def resolver(self) -> Resolver:
-        """What names are resolved with: a caller checking a URL ahead of any fetch (a
-        webhook's, at creation) judges the same addresses a fetch would."""
-        return self._resolver
-
-    @property
     def pool(self) -> ConnectionPool | None:
         return self._pool
 
@@ -195,7 +189,7 @@ class Fetcher:
     ) -> tuple[Connection, Exchange, h11.Response]:
         """Send the request and read the answer's head, on an idle connection if the pool has
         one to an address admitted just now, else on a new one."""
-        addresses = await self._admitted(target)
+        addresses = await self.admitted(target)
         connection = await self._idle(target, addresses)
         if connection is not None:
             try:
@@ -259,11 +253,12 @@ class Fetcher:
             )
         return follow_redirect(target, location)
 
-    async def _admitted(self, target: Target) -> list[IPAddress]:
+    async def admitted(self, target: Target) -> list[IPAddress]:
         """Every address of ``target``, each allowed by the policy; FetchError if any is not.
 
         Runs on every request, kept-alive connection or not: nothing is connected to, or
-        taken from the pool, before it.
+        taken from the pool, before it.  Public for callers that judge a URL ahead of any
+        fetch (a webhook's, at creation): the same checks, the same resolver.
         """
         if not port_allowed(self.policy, target.port):
             raise FetchError(Reason.BAD_URL, f"{target.origin}: port not allowed")

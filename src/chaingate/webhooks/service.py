@@ -23,7 +23,6 @@ from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings, WebhookSettings
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPolicy, PoolLimits
-from chaingate.outbound.policy import judge, judge_name, port_allowed
 from chaingate.outbound.url import parse_url
 from chaingate.store import Store
 from chaingate.store.base import StoreError
@@ -152,28 +151,10 @@ class WebhookService:
             raise UrlRefused(exc.message) from None
         if not target.tls and not self.settings.allow_http:
             raise UrlRefused("must be https://")
-        policy = self.fetcher.policy
-        if not port_allowed(policy, target.port):
-            raise UrlRefused(f"port {target.port} is not allowed")
-        refused = judge_name(policy, target.host)
-        if refused is not None:
-            raise UrlRefused(f"{target.host}: {refused} host names are not allowed")
-        if target.ip is not None:
-            addresses = [target.ip]
-        else:
-            try:
-                addresses = list(await self.fetcher.resolver.resolve(target.host, target.port))
-            except FetchError as exc:
-                raise UrlRefused(exc.message) from None
-            if not addresses:
-                raise UrlRefused(f"{target.host} has no address")
-        for address in addresses:
-            verdict = judge(policy, address)
-            if not verdict.allowed:
-                raise UrlRefused(
-                    f"{target.host} resolves to {verdict.address}, which is not allowed"
-                    f" ({verdict.category})"
-                )
+        try:
+            await self.fetcher.admitted(target)  # the checks every delivery makes again
+        except FetchError as exc:
+            raise UrlRefused(exc.message) from None
         return url
 
     def filters_changed(self, key: str) -> None:
