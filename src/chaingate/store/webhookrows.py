@@ -782,20 +782,6 @@ class WebhookRows:
 
         await self.run_transaction(analyze)
 
-    async def webhook_backlog(self) -> int:
-        """Pending events of active webhooks (a gauge)."""
-
-        def select(tx: Any) -> int:
-            return int(
-                tx.query(
-                    "SELECT COUNT(*) FROM webhook_events e JOIN webhooks w ON w.id ="
-                    " e.webhook_id WHERE e.state = 'pending' AND w.status = 'active'"
-                )[0][0]
-            )
-
-        count: int = await self.run_transaction(select, write=False)
-        return count
-
 
 def _next_sequence(tx: Any, webhook_id: str, count: int) -> int | None:
     """Reserve ``count`` sequence numbers of the webhook; the first, or None if it is gone."""
