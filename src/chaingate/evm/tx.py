@@ -1,0 +1,143 @@
+"""Typed transactions: EIP-1559 built and signed here (the bundler's own), any kind decoded.
+
+``Eip1559`` signs to the raw bytes ``eth_sendRawTransaction`` takes; its hash is the
+transaction hash the node will report.  ``decode_raw`` reads back what a client sent — the
+sender (recovered from the signature), the nonce and the target — for legacy (EIP-155 or
+not), EIP-2930, EIP-1559, EIP-4844 and EIP-7702 transactions.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from chaingate.evm import rlp
+from chaingate.evm.addresses import address_bytes, checksum_address
+from chaingate.evm.keccak import keccak256
+from chaingate.evm.keys import PrivateKey, recover_address
+
+EIP1559 = 2
+
+
+class Eip1559(msgspec.Struct, frozen=True, kw_only=True):
+    chain_id: int
+    nonce: int
+    max_priority_fee_per_gas: int
+    max_fee_per_gas: int
+    gas: int
+    to: str | None
+    value: int = 0
+    data: bytes = b""
+
+    def _fields(self) -> list[rlp.Item]:
+        return [
+            rlp.int_bytes(self.chain_id),
+            rlp.int_bytes(self.nonce),
+            rlp.int_bytes(self.max_priority_fee_per_gas),
+            rlp.int_bytes(self.max_fee_per_gas),
+            rlp.int_bytes(self.gas),
+            address_bytes(self.to) if self.to else b"",
+            rlp.int_bytes(self.value),
+            self.data,
+            [],  # access list
+        ]
+
+    def signing_hash(self) -> bytes:
+        return keccak256(bytes([EIP1559]) + rlp.encode(self._fields()))
+
+    def sign(self, key: PrivateKey) -> bytes:
+        """The raw signed transaction (type byte ++ RLP)."""
+        signature = key.sign_digest(self.signing_hash())
+        r, s, v = signature[:32], signature[32:64], signature[64] - 27
+        fields = self._fields() + [
+            rlp.int_bytes(v),
+            rlp.int_bytes(int.from_bytes(r, "big")),
+            rlp.int_bytes(int.from_bytes(s, "big")),
+        ]
+        return bytes([EIP1559]) + rlp.encode(fields)
+
+
+def tx_hash(raw: bytes) -> str:
+    return "0x" + keccak256(raw).hex()
+
+
+class DecodedTx(msgspec.Struct, frozen=True):
+    kind: int  # 0 legacy, 1 EIP-2930, 2 EIP-1559, 3 EIP-4844, 4 EIP-7702
+    sender: str
+    nonce: int
+    to: str | None
+    hash: str
+
+
+# Per typed kind: how many fields precede the signature (y_parity, r, s) and where "to" is.
+_TYPED = {1: (8, 4), 2: (9, 5), 3: (11, 5), 4: (10, 5)}
+_SECP256K1_HALF = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0
+
+
+def _signature(v: int, r: bytes, s: bytes) -> bytes:
+    r_int, s_int = rlp.bytes_int(r), rlp.bytes_int(s)
+    if not (0 < r_int and 0 < s_int <= _SECP256K1_HALF) or v not in (0, 1):
+        raise ValueError("invalid transaction signature")
+    return r_int.to_bytes(32, "big") + s_int.to_bytes(32, "big") + bytes([v])
+
+
+def _to(field: rlp.Item) -> str | None:
+    if not isinstance(field, bytes):
+        raise ValueError("transaction 'to' is not a string")
+    if not field:
+        return None
+    if len(field) != 20:
+        raise ValueError("transaction 'to' is not 20 bytes")
+    return checksum_address(field)
+
+
+def decode_raw(raw: bytes) -> DecodedTx:
+    """The sender, nonce and target of a signed transaction; ValueError if it is not one."""
+    if not raw:
+        raise ValueError("empty transaction")
+    if raw[0] >= 0xC0:
+        fields = rlp.decode(raw)
+        if not isinstance(fields, list) or len(fields) != 9:
+            raise ValueError("a legacy transaction has 9 fields")
+        if not all(isinstance(f, bytes) for f in fields):
+            raise ValueError("malformed legacy transaction")
+        v = rlp.bytes_int(fields[6])  # type: ignore[arg-type]
+        unsigned: list[rlp.Item] = list(fields[:6])
+        if v in (27, 28):
+            parity = v - 27
+        elif v >= 35:
+            chain_id = (v - 35) // 2
+            parity = (v - 35) % 2
+            unsigned += [rlp.int_bytes(chain_id), b"", b""]
+        else:
+            raise ValueError("invalid legacy transaction v")
+        digest = keccak256(rlp.encode(unsigned))
+        signature = _signature(parity, fields[7], fields[8])  # type: ignore[arg-type]
+        return DecodedTx(
+            0,
+            recover_address(digest, signature),
+            rlp.bytes_int(fields[0]),  # type: ignore[arg-type]
+            _to(fields[3]),
+            tx_hash(raw),
+        )
+    kind = raw[0]
+    if kind not in _TYPED:
+        raise ValueError(f"unknown transaction type {kind}")
+    count, to_at = _TYPED[kind]
+    fields = rlp.decode(raw[1:])
+    if not isinstance(fields, list) or len(fields) != count + 3:
+        raise ValueError(f"a type-{kind} transaction has {count + 3} fields")
+    parity, r, s = fields[count:]
+    nonce = fields[1]
+    if not (isinstance(parity, bytes) and isinstance(r, bytes) and isinstance(s, bytes)):
+        raise ValueError("malformed transaction signature")
+    if not isinstance(nonce, bytes):
+        raise ValueError("malformed transaction nonce")
+    digest = keccak256(bytes([kind]) + rlp.encode(fields[:count]))
+    signature = _signature(rlp.bytes_int(parity) if parity else 0, r, s)
+    return DecodedTx(
+        kind,
+        recover_address(digest, signature),
+        rlp.bytes_int(nonce),
+        _to(fields[to_at]),
+        tx_hash(raw),
+    )
