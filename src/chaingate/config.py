@@ -30,6 +30,8 @@ ENV_SECTIONS = (
     "ws",
     "outbound",
     "paymaster",
+    "webhooks",
+    "bundler",
 )
 
 
@@ -263,6 +265,46 @@ class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_policies_per_account: int = 1000
 
 
+class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The ERC-4337 bundler of one EVM network (``chaingate.bundler``).
+
+    EntryPoint addresses are the wallets' (``wallets.entry_points``, else the manifest's,
+    else the canonical ones); ``entry_points`` picks which versions are served.
+    """
+
+    enabled: bool = True
+    entry_points: list[Literal["0.6", "0.7"]] = msgspec.field(
+        default_factory=lambda: ["0.6", "0.7"]
+    )
+    # None: the process-wide ``[bundler] safe_mode``.  Unsafe skips the ERC-7562 tracing (for
+    # nodes without debug_traceCall); simulation and every other check still run.
+    safe_mode: bool | None = None
+    # "auto": a bundle on every new head and every bundle_interval while operations wait;
+    # "manual": only debug_bundler_sendBundleNow.
+    mode: Literal["auto", "manual"] = "auto"
+    bundle_interval: float = 1.0
+    max_bundle_ops: int = 16
+    max_bundle_gas: int = 10_000_000
+    # Where handleOps pays the bundler's refund; "" is the bundler's own address.
+    beneficiary: str = ""
+    mempool_size: int = 5000
+    # A verificationGasLimit above this is refused before any simulation (the known DoS: an
+    # operation that makes every bundler simulate a block's worth of gas for nothing).
+    max_verification_gas: int = 5_000_000
+    max_call_gas: int = 20_000_000
+    # The floor of maxPriorityFeePerGas (wei); maxFeePerGas must cover the base fee too.
+    min_priority_fee: int = 0
+    # An operation must stay valid this long after it is accepted (seconds; ERC-7562's 30 s).
+    min_valid_for: int = 30
+    # ERC-7562 MIN_STAKE_VALUE (wei, decimal) and MIN_UNSTAKE_DELAY (seconds).
+    min_stake: str = "1000000000000000000"
+    min_unstake_delay: int = 86_400
+    # A bundle transaction not mined after this many seconds is sent again with fees +12.5%.
+    resend_after: float = 30.0
+    # Finished operations (included, failed, dropped) are kept this long for lookups (seconds).
+    keep_finished: float = 7 * 86400.0
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     upstreams: list[UpstreamSettings]
     family: Literal["evm", "solana"] = "evm"
@@ -284,6 +326,9 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     indexer: IndexerSettings = msgspec.field(default_factory=lambda: IndexerSettings())
     metadata: MetadataSettings = msgspec.field(default_factory=lambda: MetadataSettings())
     wallets: WalletSettings = msgspec.field(default_factory=lambda: WalletSettings())
+    bundler: NetworkBundlerSettings = msgspec.field(
+        default_factory=lambda: NetworkBundlerSettings()
+    )
 
 
 class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
@@ -343,6 +388,24 @@ class PaymasterSettings(msgspec.Struct, forbid_unknown_fields=True):
 
     key: str = ""
     key_file: str = ""
+
+
+class BundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The process's bundler: its EOA and the admin methods.
+
+    The key signs bundle transactions (it pays their gas and gets the refunds); give it as a
+    file holding the 0x-hex key, or through CHAINGATE_BUNDLER__KEY.  Without one the bundler
+    validates and keeps operations but sends no bundle (it says so at start).
+    ``chaingate dev`` generates and funds one in its data dir.
+    """
+
+    enabled: bool = True
+    key: str = ""
+    key_file: str = ""
+    safe_mode: bool = True
+    # debug_bundler_* (clear state, dump the mempool, bundle now, reputation): admin methods,
+    # off in production, on in ``chaingate dev``.
+    debug: bool = False
 
 
 class SmtpSettings(msgspec.Struct, forbid_unknown_fields=True):
@@ -432,6 +495,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     outbound: OutboundSettings = msgspec.field(default_factory=OutboundSettings)
     paymaster: PaymasterSettings = msgspec.field(default_factory=PaymasterSettings)
     webhooks: WebhookSettings = msgspec.field(default_factory=WebhookSettings)
+    bundler: BundlerSettings = msgspec.field(default_factory=BundlerSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.

@@ -75,7 +75,7 @@ _SECP256K1_HALF = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B
 
 def _signature(v: int, r: bytes, s: bytes) -> bytes:
     r_int, s_int = rlp.bytes_int(r), rlp.bytes_int(s)
-    if not (0 < r_int and 0 < s_int <= _SECP256K1_HALF) or v not in (0, 1):
+    if not (r_int > 0 and 0 < s_int <= _SECP256K1_HALF) or v not in (0, 1):
         raise ValueError("invalid transaction signature")
     return r_int.to_bytes(32, "big") + s_int.to_bytes(32, "big") + bytes([v])
 
@@ -123,21 +123,21 @@ def decode_raw(raw: bytes) -> DecodedTx:
     if kind not in _TYPED:
         raise ValueError(f"unknown transaction type {kind}")
     count, to_at = _TYPED[kind]
-    fields = rlp.decode(raw[1:])
-    if not isinstance(fields, list) or len(fields) != count + 3:
+    typed = rlp.decode(raw[1:])
+    if not isinstance(typed, list) or len(typed) != count + 3:
         raise ValueError(f"a type-{kind} transaction has {count + 3} fields")
-    parity, r, s = fields[count:]
-    nonce = fields[1]
-    if not (isinstance(parity, bytes) and isinstance(r, bytes) and isinstance(s, bytes)):
+    y_parity, r, s = typed[count:]
+    nonce = typed[1]
+    if not (isinstance(y_parity, bytes) and isinstance(r, bytes) and isinstance(s, bytes)):
         raise ValueError("malformed transaction signature")
     if not isinstance(nonce, bytes):
         raise ValueError("malformed transaction nonce")
-    digest = keccak256(bytes([kind]) + rlp.encode(fields[:count]))
-    signature = _signature(rlp.bytes_int(parity) if parity else 0, r, s)
+    digest = keccak256(bytes([kind]) + rlp.encode(typed[:count]))
+    signature = _signature(rlp.bytes_int(y_parity) if y_parity else 0, r, s)
     return DecodedTx(
         kind,
         recover_address(digest, signature),
         rlp.bytes_int(nonce),
-        _to(fields[to_at]),
+        _to(typed[to_at]),
         tx_hash(raw),
     )

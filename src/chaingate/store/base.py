@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, Self, TypeVar
 import msgspec
 
 from chaingate.store import migrate as _migrate
+from chaingate.store.bundlerreceipts import RECEIPT_TABLES, BundlerReceiptRows
 from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
 from chaingate.store.indexrows import INDEX_TABLES, IndexRows
 from chaingate.store.metarows import META_TABLES, MetaRows
@@ -196,6 +197,7 @@ def register_network_columns(table: str, *columns: str) -> None:
 
 
 register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES, *WEBHOOK_TABLES)
+register_network_table(*RECEIPT_TABLES)
 register_network_columns(*WALLET_SETTLEMENT_COLUMNS)
 
 
@@ -227,7 +229,7 @@ def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
     return deleted
 
 
-class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, abc.ABC):
+class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, BundlerReceiptRows, abc.ABC):
     """Async data access for accounts, keys, usage and the chain follower's state.
 
     Use as ``async with store:``.
