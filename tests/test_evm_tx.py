@@ -115,5 +115,5 @@ def test_legacy_and_2930_senders_are_recovered(chain_id: int | None) -> None:
 
 @pytest.mark.parametrize("raw", [b"", b"\x07\xc0", b"\x02\xc3\x01\x02\x03", b"\xc0"])
 def test_what_is_not_a_transaction_is_a_value_error(raw: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"transaction|RLP|fields"):
         decode_raw(raw)

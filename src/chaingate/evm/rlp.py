@@ -8,9 +8,9 @@ encodings of one transaction must not both be accepted.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TypeAlias
 
-Item = Union[bytes, list["Item"]]
+Item: TypeAlias = bytes | list["Item"]
 
 MAX_DEPTH = 16
 

@@ -48,7 +48,8 @@ class Eip1559(msgspec.Struct, frozen=True, kw_only=True):
         """The raw signed transaction (type byte ++ RLP)."""
         signature = key.sign_digest(self.signing_hash())
         r, s, v = signature[:32], signature[32:64], signature[64] - 27
-        fields = self._fields() + [
+        fields = [
+            *self._fields(),
             rlp.int_bytes(v),
             rlp.int_bytes(int.from_bytes(r, "big")),
             rlp.int_bytes(int.from_bytes(s, "big")),
