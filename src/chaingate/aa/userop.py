@@ -21,6 +21,13 @@ from chaingate.evm.keccak import keccak256
 
 Version = Literal["0.6", "0.7"]
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
+# Where EntryPoints live on every public chain (deployed by CREATE2 with their own salts), and
+# the tag their names carry in a devnet manifest (``entry_point_v06``...).
+CANONICAL_ENTRY_POINTS: dict[Version, str] = {
+    "0.6": "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789",
+    "0.7": "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
+}
+MANIFEST_TAG: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
 
 # The struct handleOps takes, per version (IEntryPoint.sol's UserOperation / PackedUserOperation).
 OP_TUPLE_TYPE: dict[Version, str] = {

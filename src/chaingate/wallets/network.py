@@ -15,7 +15,8 @@ from decimal import Decimal
 import trio
 
 from chaingate.aa.accounts import AccountFactory, FactoryMismatch, learn_factory
-from chaingate.aa.userop import Version
+from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, Version
+from chaingate.aa.userop import MANIFEST_TAG as _TAG
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, NetworkSettings
 from chaingate.devnet.manifest import Manifest
@@ -29,15 +30,10 @@ from chaingate.rpc.errors import UpstreamError
 log = logging.getLogger("chaingate.wallets")
 
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
-CANONICAL_ENTRY_POINTS = {
-    "0.6": "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789",
-    "0.7": "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
-}
 CANONICAL_FACTORIES = {
     "0.6": "0x9406Cc6185a346906296840746125a0E44976454",
     "0.7": "0x91E60e0613810449d098b0b5Ec8b51A0FE8c8985",
 }
-_TAG = {"0.6": "v06", "0.7": "v07"}
 
 
 class Unavailable(Exception):

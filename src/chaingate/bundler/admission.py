@@ -1,0 +1,117 @@
+"""Admission of one user operation: sanity, simulation (traced in safe mode), ERC-7562 rules,
+reputation, then the mempool.  The order is the cheap checks first: a client's mistake is
+answered without a node call where possible, and a full trace runs only for an operation that
+could be accepted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from chaingate.aa.userop import UserOperation, Version, user_op_hash
+from chaingate.bundler import rules, sanity, tracing
+from chaingate.bundler.errors import BundlerFault
+from chaingate.bundler.mempool import Entry, Stake, new_entry
+from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.simulation import (
+    NodeClient,
+    ValidationResult,
+    check_validation,
+    decode_validation,
+    simulate_validation,
+)
+
+
+class Validated(msgspec.Struct, frozen=True):
+    entry: Entry
+    result: ValidationResult
+
+
+def _stake(info: Any) -> Stake:
+    return Stake(stake=info.stake, unstake_delay_sec=info.unstake_delay_sec)
+
+
+class Admission:
+    """Validates operations for one network."""
+
+    def __init__(
+        self,
+        client: NodeClient,
+        chain_id: int,
+        reputation: Reputation,
+        limits: sanity.SanityLimits,
+        *,
+        safe_mode: bool,
+        simulations_code: bytes | None,
+        min_valid_for: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.chain_id = chain_id
+        self.reputation = reputation
+        self.limits = limits
+        self.safe_mode = safe_mode
+        self.simulations_code = simulations_code
+        self.min_valid_for = min_valid_for
+        self.clock = clock
+
+    def user_op_hash(self, op: UserOperation, entry_point: str, version: Version) -> str:
+        digest = user_op_hash(op, entry_point=entry_point, chain_id=self.chain_id, version=version)
+        return "0x" + digest.hex()
+
+    async def validate(
+        self, op: UserOperation, entry_point: str, version: Version, head: int
+    ) -> Validated:
+        """The entry to add, or a BundlerFault naming what failed."""
+        await sanity.check(self.client, op, entry_point, version, self.limits)
+        for title, address in (("factory", op.factory), ("paymaster", op.paymaster)):
+            self.reputation.check_entity(title, address)  # type: ignore[arg-type]
+        now = int(self.clock())
+        if self.safe_mode:
+            data, reverted, trace = await tracing.trace_validation(
+                self.client, op, entry_point, version, self.simulations_code
+            )
+            result = decode_validation(version, data, reverted)
+            check_validation(
+                result,
+                now=now,
+                has_paymaster=op.paymaster is not None,
+                min_valid_seconds=self.min_valid_for,
+            )
+            code_hashes = rules.check_rules(
+                trace, result, op, entry_point, version, reputation=self.reputation
+            )
+        else:
+            result = await simulate_validation(
+                self.client,
+                op,
+                entry_point,
+                version,
+                self.simulations_code,
+                now=now,
+                min_valid_seconds=self.min_valid_for,
+            )
+            code_hashes = ()
+        entry = new_entry(
+            op,
+            user_op_hash=self.user_op_hash(op, entry_point, version),
+            entry_point=entry_point,
+            version=version,
+            now_ms=int(self.clock() * 1000),
+            sender_stake=_stake(result.sender),
+            factory_stake=_stake(result.factory),
+            paymaster_stake=_stake(result.paymaster),
+            valid_after=result.valid_after,
+            valid_until=result.valid_until,
+            prefund=result.prefund,
+            code_hashes=tuple(code_hashes),
+            accepted_block=head,
+        )
+        return Validated(entry, result)
+
+
+__all__ = ["Admission", "BundlerFault", "Validated"]

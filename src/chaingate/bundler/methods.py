@@ -1,0 +1,284 @@
+"""The bundler's JSON-RPC methods (ERC-7769) on ``/v1/bundler/{chain}/{network}``.
+
+Parameters are checked strictly and refused with -32602 naming what is wrong; results have
+the shapes ERC-7769 gives (hex quantities, checksummed addresses).  Beyond the spec, two
+methods answer what users of other bundlers ask when an operation was "accepted but never
+bundled": ``chaingate_getUserOperationStatus(hash)`` and
+``chaingate_getPendingUserOperations(sender)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from chaingate.aa.userop import (
+    OP_TUPLE_TYPE,
+    UserOperation,
+    Version,
+    from_init_code,
+    from_paymaster_and_data,
+    require_version,
+)
+from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
+from chaingate.bundler.estimation import estimate_gas
+from chaingate.bundler.mempool import Entry
+from chaingate.bundler.network import BundlerNetwork
+from chaingate.bundler.rpcform import encode_user_operation, parse_user_operation
+from chaingate.evm import abi
+from chaingate.evm.addresses import checksum_address
+from chaingate.rpc.local import Handler, LocalRpc
+from chaingate.store.bundlerreceipts import ReceiptRow
+
+_logs = msgspec.json.Decoder(list[dict[str, Any]])
+
+
+def _params(params: Any, least: int, most: int, shape: str) -> list[Any]:
+    if not isinstance(params, list) or not least <= len(params) <= most:
+        raise BundlerFault(INVALID_PARAMS, f"params: expected {shape}")
+    return params
+
+
+def _hash(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or len(value) != 66
+        or value[:2] not in ("0x", "0X")
+        or any(c not in "0123456789abcdefABCDEF" for c in value[2:])
+    ):
+        raise BundlerFault(INVALID_PARAMS, "userOpHash: expected 32 bytes as 0x-hex")
+    return "0x" + value[2:].lower()
+
+
+def _address(value: Any, name: str) -> str:
+    try:
+        if not isinstance(value, str) or value[:2] not in ("0x", "0X") or len(value) != 42:
+            raise ValueError
+        return checksum_address(bytes.fromhex(value[2:]))
+    except ValueError:
+        raise BundlerFault(INVALID_PARAMS, f"{name}: expected an address") from None
+
+
+class BundlerMethods:
+    """One network's handlers, registered on its ``LocalRpc``."""
+
+    def __init__(self, net: BundlerNetwork, *, debug: bool) -> None:
+        self.net = net
+        self.debug = debug
+
+    def register(self, rpc: LocalRpc, costs: dict[str, int]) -> None:
+        methods: dict[str, Handler] = {
+            "eth_sendUserOperation": self.send,
+            "eth_estimateUserOperationGas": self.estimate,
+            "eth_getUserOperationByHash": self.by_hash,
+            "eth_getUserOperationReceipt": self.receipt,
+            "eth_supportedEntryPoints": self.supported,
+            "eth_chainId": self.chain_id,
+            "chaingate_getUserOperationStatus": self.status,
+            "chaingate_getPendingUserOperations": self.pending,
+        }
+        if self.debug:
+            from chaingate.bundler.debug import DebugMethods
+
+            methods.update(DebugMethods(self.net).methods())
+        for name, handler in methods.items():
+            rpc.register(name, handler, costs[name])
+
+    def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
+        version = self.net.version_of(entry_point)
+        address = self.net.entry_points[version]
+        return parse_user_operation(raw, version), address, version
+
+    # --- ERC-7769 --------------------------------------------------------------------------
+
+    async def send(self, params: Any, principal: Any) -> Any:
+        raw, entry_point = _params(params, 2, 2, "[userOperation, entryPoint]")
+        op, address, version = self._op(raw, entry_point)
+        return await self.net.accept(op, address, version)
+
+    async def estimate(self, params: Any, principal: Any) -> Any:
+        args = _params(params, 2, 3, "[userOperation, entryPoint, stateOverride?]")
+        version = self.net.version_of(args[1])
+        address = self.net.entry_points[version]
+        op = parse_user_operation(args[0], version, partial=True)
+        override = args[2] if len(args) > 2 else None
+        if override is not None and not isinstance(override, dict):
+            raise BundlerFault(INVALID_PARAMS, "stateOverride: expected an object")
+        estimate = await estimate_gas(
+            self.net.client,
+            op,
+            address,
+            version,
+            self.net.admission.simulations_code,
+            state_override=override,
+        )
+        answer = {
+            "preVerificationGas": hex(estimate.pre_verification_gas),
+            "verificationGasLimit": hex(estimate.verification_gas_limit),
+            "callGasLimit": hex(estimate.call_gas_limit),
+        }
+        if version == "0.7" and op.paymaster is not None:
+            answer["paymasterVerificationGasLimit"] = hex(
+                estimate.paymaster_verification_gas_limit or 0
+            )
+            answer["paymasterPostOpGasLimit"] = hex(estimate.paymaster_post_op_gas_limit or 0)
+        return answer
+
+    async def by_hash(self, params: Any, principal: Any) -> Any:
+        (value,) = _params(params, 1, 1, "[userOpHash]")
+        user_op_hash = _hash(value)
+        net = self.net
+        row = await net.store.receipt(net.chain, net.network, user_op_hash)
+        if row is None:
+            return None  # ERC-7769: null until included (see chaingate_getUserOperationStatus)
+        version = net.version_of(row.entry_point)
+        op = await self._included_op(user_op_hash, row, version)
+        if op is None:
+            return None
+        return {
+            "userOperation": encode_user_operation(op, version),
+            "entryPoint": checksum_address(row.entry_point),
+            "blockNumber": hex(row.block_number),
+            "blockHash": row.block_hash,
+            "transactionHash": row.tx_hash,
+        }
+
+    async def _included_op(
+        self, user_op_hash: str, row: ReceiptRow, version: Version
+    ) -> UserOperation | None:
+        """Ours from the mempool or the store; another bundler's from its transaction."""
+        net = self.net
+        entry = net.mempool.get(user_op_hash) or await net.store.bundler_entry(
+            net.chain, net.network, user_op_hash
+        )
+        if entry is not None:
+            return entry.op
+        tx = await net.client.call("eth_getTransactionByHash", [row.tx_hash])
+        if not tx or not isinstance(tx.get("input"), str):
+            return None
+        for op in _ops_of_handle_ops(bytes.fromhex(tx["input"][2:]), version):
+            if net.admission.user_op_hash(op, row.entry_point, version) == user_op_hash:
+                return op
+        return None
+
+    async def receipt(self, params: Any, principal: Any) -> Any:
+        (value,) = _params(params, 1, 1, "[userOpHash]")
+        net = self.net
+        row = await net.store.receipt(net.chain, net.network, _hash(value))
+        if row is None:
+            return None
+        tx_receipt = await net.client.call("eth_getTransactionReceipt", [row.tx_hash])
+        return {
+            "userOpHash": row.user_op_hash,
+            "entryPoint": checksum_address(row.entry_point),
+            "sender": checksum_address(row.sender),
+            "nonce": hex(row.nonce),
+            "paymaster": checksum_address(row.paymaster),
+            "actualGasCost": hex(row.actual_gas_cost),
+            "actualGasUsed": hex(row.actual_gas_used),
+            "success": row.success,
+            "reason": row.reason or None,
+            "logs": _logs.decode(row.logs),
+            "receipt": tx_receipt,
+        }
+
+    async def supported(self, params: Any, principal: Any) -> Any:
+        _params(params, 0, 0, "[]")
+        return list(self.net.entry_points.values())
+
+    async def chain_id(self, params: Any, principal: Any) -> Any:
+        _params(params, 0, 0, "[]")
+        return hex(self.net.admission.chain_id)
+
+    # --- beyond the spec -------------------------------------------------------------------
+
+    async def status(self, params: Any, principal: Any) -> Any:
+        (value,) = _params(params, 1, 1, "[userOpHash]")
+        user_op_hash = _hash(value)
+        net = self.net
+        row = await net.store.receipt(net.chain, net.network, user_op_hash)
+        if row is not None:
+            return {
+                "status": "included",
+                "transactionHash": row.tx_hash,
+                "blockNumber": hex(row.block_number),
+                "blockHash": row.block_hash,
+                "success": row.success,
+                "reason": None,
+            }
+        entry = net.mempool.get(user_op_hash) or await net.store.bundler_entry(
+            net.chain, net.network, user_op_hash
+        )
+        if entry is None:
+            return {"status": "not_found", "transactionHash": None, "reason": None}
+        # An entry the store says included whose receipt the follower has not written yet
+        # (or took back in a reorg) is still on its way.
+        status = "submitted" if entry.status == "included" else entry.status
+        return {
+            "status": status,
+            "transactionHash": entry.bundle_tx,
+            "reason": entry.reason,
+        }
+
+    async def pending(self, params: Any, principal: Any) -> Any:
+        (value,) = _params(params, 1, 1, "[sender]")
+        sender = _address(value, "sender")
+        return [_pending_view(e) for e in self.net.mempool.by_sender(sender)]
+
+
+def _pending_view(entry: Entry) -> dict[str, Any]:
+    return {
+        "userOpHash": entry.hash,
+        "entryPoint": checksum_address(entry.entry_point),
+        "status": entry.status,
+        "nonce": hex(entry.nonce),
+        "transactionHash": entry.bundle_tx,
+        "submittedAt": entry.submitted_at,
+        "userOperation": encode_user_operation(entry.op, entry.version),
+    }
+
+
+def _ops_of_handle_ops(calldata: bytes, version: Version) -> list[UserOperation]:
+    """The operations of a ``handleOps(ops, beneficiary)`` call (empty if it is not one)."""
+    version = require_version(version)
+    selector = abi.selector(f"handleOps({OP_TUPLE_TYPE[version]}[],address)")
+    if calldata[:4] != selector:
+        return []
+    try:
+        ops, _ = abi.decode([f"{OP_TUPLE_TYPE[version]}[]", "address"], calldata[4:])
+    except ValueError:
+        return []
+    out = []
+    for fields in ops:
+        if version == "0.6":
+            (sender, nonce, init, call, cgl, vgl, pvg, mfee, mtip, pmd, sig) = fields
+        else:
+            (sender, nonce, init, call, limits, pvg, fees, pmd, sig) = fields
+            vgl, cgl = int.from_bytes(limits[:16], "big"), int.from_bytes(limits[16:], "big")
+            mtip, mfee = int.from_bytes(fees[:16], "big"), int.from_bytes(fees[16:], "big")
+        factory, factory_data = from_init_code(init)
+        paymaster, pm_verification, pm_post_op, pm_data = from_paymaster_and_data(pmd, version)
+        out.append(
+            UserOperation(
+                sender=checksum_address(sender),
+                nonce=nonce,
+                call_data=call,
+                call_gas_limit=cgl,
+                verification_gas_limit=vgl,
+                pre_verification_gas=pvg,
+                max_fee_per_gas=mfee,
+                max_priority_fee_per_gas=mtip,
+                signature=sig,
+                factory=factory,
+                factory_data=factory_data,
+                paymaster=paymaster,
+                paymaster_verification_gas_limit=pm_verification,
+                paymaster_post_op_gas_limit=pm_post_op,
+                paymaster_data=pm_data,
+            )
+        )
+    return out
+
+
+__all__ = ["BundlerMethods"]

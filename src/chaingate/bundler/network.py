@@ -1,0 +1,392 @@
+"""One network's bundler: its mempool and reputation, admission, bundling and receipts.
+
+Every change of an operation's state is written to the store before it is acted on (an
+accepted operation is stored before its hash is answered; a bundle's operations are stored
+``submitted`` with the transaction's hash before the transaction is sent), so a process killed
+at any point restarts with every accepted operation and never bundles one twice: on start,
+operations recorded ``submitted`` are settled against the node first (mined: the follower's
+receipts finish them; still pending in the node: watched; gone: back to pending).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from chaingate.aa.userop import UserOperation, Version, handle_ops_calldata
+from chaingate.bundler.admission import Admission
+from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
+from chaingate.bundler.mempool import Entry, Mempool, op_gas
+from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.simulation import simulate_handle_ops
+from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
+from chaingate.chain.client import ChainClient, RpcCallError
+from chaingate.config import NetworkBundlerSettings
+from chaingate.rpc.errors import UpstreamError
+from chaingate.store import Store
+from chaingate.store.bundlerreceipts import ReceiptRow
+
+log = logging.getLogger("chaingate.bundler")
+
+# handleOps' own gas beyond its operations' limits (the loop, events, the beneficiary's pay).
+BUNDLE_OVERHEAD_GAS = 50_000
+PER_OP_OVERHEAD_GAS = 10_000
+# How many times one bundle attempt may drop an operation named by FailedOp and try again.
+MAX_DROPS_PER_BUNDLE = 32
+
+
+class BundlerNetwork:
+    def __init__(
+        self,
+        key: str,
+        settings: NetworkBundlerSettings,
+        client: ChainClient,
+        store: Store,
+        entry_points: dict[Version, str],
+        mempool: Mempool,
+        reputation: Reputation,
+        admission: Admission,
+        submitter: Submitter | None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.key = key
+        self.chain, self.network = key.split("/", 1)
+        self.settings = settings
+        self.client = client
+        self.store = store
+        self.entry_points = entry_points
+        self._versions = {address.lower(): version for version, address in entry_points.items()}
+        self.mempool = mempool
+        self.reputation = reputation
+        self.admission = admission
+        self.submitter = submitter
+        self.clock = clock
+        self.mode = settings.mode
+        self.head = 0
+        self._wake = trio.Event()
+        self._lock = trio.Lock()  # admission and bundling change the mempool one at a time
+        self.accepted: Counter[str] = Counter()  # by entry point version
+        self.rejected: Counter[int] = Counter()  # by error code
+        self.bundles: Counter[str] = Counter()  # sent, mined, failed
+        self.inclusion_seconds: list[float] = []  # submit-to-inclusion, recent (bounded)
+        self.eoa_balance: int | None = None  # the bundler key's, read after each bundle
+
+    # --- entry points ----------------------------------------------------------------------
+
+    def version_of(self, entry_point: Any) -> Version:
+        if not isinstance(entry_point, str):
+            raise BundlerFault(INVALID_PARAMS, "entryPoint: expected an address")
+        version = self._versions.get(entry_point.lower())
+        if version is None:
+            served = ", ".join(self.entry_points.values())
+            raise BundlerFault(
+                INVALID_PARAMS,
+                f"entry point {entry_point[:42]} is not served on {self.key} (served: {served})",
+            )
+        return version
+
+    # --- admission -------------------------------------------------------------------------
+
+    async def accept(self, op: UserOperation, entry_point: str, version: Version) -> str:
+        try:
+            validated = await self.admission.validate(op, entry_point, version, self.head)
+            async with self._lock:
+                added = self.mempool.add(validated.entry)
+                changed = [added.entry, *added.evicted]
+                if added.replaced is not None:
+                    changed.append(added.replaced)
+                try:
+                    await self.store.save_bundler_entries(self.chain, self.network, changed)
+                except BaseException:
+                    self.mempool.forget(added)
+                    raise
+                await self.save_reputation()
+        except BundlerFault as fault:
+            self.rejected[fault.code] += 1
+            raise
+        self.accepted[version] += 1
+        self._wake.set()
+        return added.entry.hash
+
+    async def save_reputation(self) -> None:
+        changed, removed = self.reputation.take_changes()
+        if changed or removed:
+            await self.store.save_reputation(
+                self.chain, self.network, changed, removed, self.reputation.decayed_at
+            )
+
+    async def clear(self, *, mempool: bool, reputation: bool) -> None:
+        """debug_bundler_clear*: the pending operations dropped, the reputation forgotten."""
+        async with self._lock:
+            if mempool:
+                dropped = self.mempool.clear()
+                await self.store.save_bundler_entries(self.chain, self.network, dropped)
+            if reputation:
+                self.reputation.clear()
+                await self.save_reputation()
+
+    # --- starting --------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """The mempool and reputation as the store kept them; bundles in flight settled."""
+        entries = await self.store.load_bundler_entries(self.chain, self.network)
+        self.mempool.load(entries)
+        reputation, decayed_at = await self.store.load_reputation(self.chain, self.network)
+        self.reputation.load(reputation, decayed_at)
+        in_flight: dict[str, list[Entry]] = {}
+        for entry in self.mempool.entries():
+            if entry.status == "submitted" and entry.bundle_tx:
+                in_flight.setdefault(entry.bundle_tx, []).append(entry)
+        for bundle_tx, group in in_flight.items():
+            await self._settle_unfinished(bundle_tx, group)
+
+    async def _settle_unfinished(self, bundle_tx: str, group: list[Entry]) -> None:
+        """A bundle sent before a restart: mined (the follower's receipts will include its
+        operations), still known to the node (left submitted, watched by the next bundle
+        round), or gone (its operations are pending again)."""
+        if await self.client.call("eth_getTransactionReceipt", [bundle_tx]):
+            return
+        if await self.client.call("eth_getTransactionByHash", [bundle_tx]):
+            return
+        back = self.mempool.requeue([e.hash for e in group], "bundle lost in a restart")
+        await self.store.save_bundler_entries(self.chain, self.network, back)
+
+    # --- receipts (the follower) -----------------------------------------------------------
+
+    async def included(self, rows: Sequence[ReceiptRow]) -> None:
+        async with self._lock:
+            changed: list[Entry] = []
+            now = self.clock()
+            for row in rows:
+                done, stale = self.mempool.mark_included(
+                    row.user_op_hash,
+                    block_number=row.block_number,
+                    block_hash=row.block_hash,
+                    tx_hash=row.tx_hash,
+                )
+                if done is not None:
+                    changed.append(done)
+                    waited = now - done.submitted_at / 1000
+                    self.inclusion_seconds = [*self.inclusion_seconds[-999:], waited]
+                changed.extend(stale)
+            if changed:
+                await self.store.save_bundler_entries(self.chain, self.network, changed)
+                await self.save_reputation()
+        if self.mempool.has_pending():
+            self._wake.set()
+
+    async def reverted(self, hashes: Sequence[str]) -> None:
+        """Operations whose block was orphaned: pending again, to be bundled again."""
+        async with self._lock:
+            back: list[Entry] = []
+            for user_op_hash in hashes:
+                entry = self.mempool.revert_inclusion(user_op_hash)
+                if entry is None:
+                    stored = await self.store.bundler_entry(self.chain, self.network, user_op_hash)
+                    if stored is not None and stored.status == "included":
+                        entry = self.mempool.restore(stored)
+                if entry is not None:
+                    back.append(entry)
+            if back:
+                await self.store.save_bundler_entries(self.chain, self.network, back)
+        if back:
+            log.info(
+                "operations of an orphaned block are back in the mempool",
+                extra={"fields": {"network": self.key, "count": len(back)}},
+            )
+            self._wake.set()
+
+    def on_head(self, number: int) -> None:
+        self.head = max(self.head, number)
+        if self.mempool.has_pending():
+            self._wake.set()
+
+    # --- bundling --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """``auto``: a bundle when woken (a new operation, a new head) or every interval while
+        operations wait.  ``manual``: only ``send_bundle_now``."""
+        while True:
+            with trio.move_on_after(self.settings.bundle_interval):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            if self.mode != "auto" or self.submitter is None or not self.mempool.has_pending():
+                continue
+            try:
+                await self.bundle_once()
+            except (RpcCallError, UpstreamError, NotMined) as exc:
+                self.bundles["failed"] += 1
+                log.warning(
+                    "bundle attempt failed",
+                    extra={"fields": {"network": self.key, "error": str(exc)}},
+                )
+
+    async def bundle_once(self) -> dict[str, Any] | None:
+        """Build, check, send one bundle and wait until it is mined; None when nothing waits.
+        Returns what debug_bundler_sendBundleNow answers."""
+        if self.submitter is None:
+            raise BundlerFault(INVALID_PARAMS, f"{self.key}: no bundler key is configured")
+        async with self.submitter.lock:
+            prepared = await self._prepare_bundle()
+            if prepared is None:
+                return None
+            entries, entry_point, version, gas, fees = prepared
+            calldata = handle_ops_calldata(
+                [e.op for e in entries], self._beneficiary(), version
+            )
+            # Stored as submitted under the hash before it is sent: a crash in between finds
+            # it in _settle_unfinished (the node does not know it: back to pending).
+            nonce = await self.submitter.next_nonce()
+            raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce)
+            async with self._lock:
+                submitted = self.mempool.mark_submitted([e.hash for e in entries], bundle_tx)
+                await self.store.save_bundler_entries(self.chain, self.network, submitted)
+            try:
+                await self.submitter.send_raw(raw)
+            except (RpcCallError, UpstreamError):
+                await self._requeue(entries, "the node refused the bundle transaction")
+                raise
+            self.bundles["sent"] += 1
+            try:
+                mined = await self.submitter.wait_mined(
+                    bundle_tx, nonce, entry_point, calldata, gas, fees
+                )
+            except NotMined:
+                await self._requeue(entries, "bundle transaction not mined")
+                raise
+            if mined.tx_hash != bundle_tx:  # a fee bump's copy was mined
+                async with self._lock:
+                    moved = self.mempool.mark_submitted([e.hash for e in entries], mined.tx_hash)
+                    await self.store.save_bundler_entries(self.chain, self.network, moved)
+            self.bundles["mined" if mined.status else "reverted"] += 1
+            self.eoa_balance = await self.submitter.balance()
+            if not mined.status:
+                # handleOps reverted on chain though the same call passed just before: the
+                # state moved in between.  Its operations are validated again next round.
+                await self._requeue(entries, "bundle transaction reverted")
+            return {
+                "transactionHash": mined.tx_hash,
+                "blockNumber": hex(mined.block_number),
+                "blockHash": mined.block_hash,
+                "userOpHashes": [e.hash for e in entries],
+                "status": "0x1" if mined.status else "0x0",
+            }
+
+    def _beneficiary(self) -> str:
+        assert self.submitter is not None
+        return self.settings.beneficiary or self.submitter.address
+
+    async def _requeue(self, entries: Sequence[Entry], reason: str) -> None:
+        async with self._lock:
+            back = self.mempool.requeue([e.hash for e in entries], reason)
+            await self.store.save_bundler_entries(self.chain, self.network, back)
+
+    async def _prepare_bundle(self) -> tuple[list[Entry], str, Version, int, Any] | None:
+        """The operations of the next bundle (one entry point's), checked together by
+        handleOps' eth_call: an operation a FailedOp names is dropped (and its entity
+        penalised as ERC-7562 says) and the rest checked again."""
+        assert self.submitter is not None
+        base_fee, tip = await self.submitter.current_fees()
+        for version, entry_point in self.entry_points.items():
+            async with self._lock:
+                selection = self.mempool.select_bundle(
+                    base_fee=base_fee,
+                    max_gas=self.settings.max_bundle_gas,
+                    max_ops=self.settings.max_bundle_ops,
+                    entry_point=entry_point,
+                    block_number=self.head,
+                )
+                if selection.dropped:
+                    await self.store.save_bundler_entries(
+                        self.chain, self.network, list(selection.dropped)
+                    )
+            entries = list(selection.entries)
+            entries = await self._drop_changed_code(entries)
+            for _ in range(MAX_DROPS_PER_BUNDLE):
+                if not entries:
+                    break
+                failed = await simulate_handle_ops(
+                    self.client,
+                    [e.op for e in entries],
+                    entry_point,
+                    version,
+                    self._beneficiary(),
+                    sender=self.submitter.address,
+                )
+                if failed is None:
+                    break
+                if not 0 <= failed.index < len(entries):
+                    raise BundlerFault(INVALID_PARAMS, f"FailedOp names index {failed.index}")
+                culprit = entries.pop(failed.index)
+                await self._fail(culprit, failed.reason)
+            else:
+                entries = []
+            if not entries:
+                continue
+            fees = bundle_fees(
+                base_fee,
+                tip,
+                [(e.max_fee_per_gas, e.max_priority_fee_per_gas) for e in entries],
+            )
+            if fees is None:
+                continue
+            gas = min(
+                BUNDLE_OVERHEAD_GAS
+                + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries),
+                self.settings.max_bundle_gas + BUNDLE_OVERHEAD_GAS,
+            )
+            return entries, entry_point, version, gas, fees
+        return None
+
+    async def _fail(self, entry: Entry, reason: str) -> None:
+        """An operation handleOps refused after it passed validation: failed, and the entity
+        to blame is penalised (ERC-7562: the paymaster for AA3x, the factory for AA1x, else
+        the account when staked)."""
+        async with self._lock:
+            done = self.mempool.mark_failed(entry.hash, reason)
+            head = reason[:4]
+            blamed: str | None = None
+            if head.startswith("AA3"):
+                blamed = entry.paymaster
+            elif head.startswith("AA1"):
+                blamed = entry.factory
+            elif self.reputation.is_staked(
+                entry.sender_stake.stake, entry.sender_stake.unstake_delay_sec
+            ):
+                blamed = entry.sender
+            if blamed is not None:
+                self.reputation.crashed_handle_ops(blamed)
+            if done is not None:
+                await self.store.save_bundler_entries(self.chain, self.network, [done])
+            await self.save_reputation()
+        log.info(
+            "operation dropped from a bundle",
+            extra={"fields": {"network": self.key, "userOpHash": entry.hash, "reason": reason}},
+        )
+
+    async def _drop_changed_code(self, entries: list[Entry]) -> list[Entry]:
+        """Safe mode: an operation whose validation touched code that changed since (a
+        contract destroyed or deployed at an address it read) is dropped."""
+        addresses = sorted({a for e in entries for a, _ in e.code_hashes})
+        if not addresses:
+            return entries
+        from chaingate.evm.keccak import keccak256
+
+        codes = await self.client.batch([("eth_getCode", [a, "latest"]) for a in addresses])
+        now: dict[str, str] = {}
+        for address, code in zip(addresses, codes, strict=True):
+            if isinstance(code, str):
+                now[address] = "0x" + keccak256(bytes.fromhex(code[2:])).hex()
+        kept = []
+        for e in entries:
+            if all(now.get(a, h) == h for a, h in e.code_hashes):
+                kept.append(e)
+            else:
+                await self._fail(e, "code accessed during validation changed")
+        return kept

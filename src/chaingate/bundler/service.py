@@ -1,0 +1,274 @@
+"""``BundlerService``: the ERC-4337 bundler of every served EVM network, as one service.
+
+Per network (``BundlerNetwork``): a mempool kept in the store, ERC-7562 reputation, admission
+(sanity, simulation traced under the ERC-7562 rules in safe mode), bundling by the process's
+bundler key, and receipts from the follower's logs.  Its JSON-RPC methods are registered on
+the network's ``/v1/bundler/{chain}/{network}`` endpoint (native, beside ERC-7677's); its
+loops run in the service's own nursery, a sibling of the REST plane's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import trio
+from chaingate.bundler.sanity import SanityLimits
+
+from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, MANIFEST_TAG, VERSIONS, Version
+from chaingate.bundler.admission import Admission
+from chaingate.bundler.mempool import Mempool, MempoolLimits
+from chaingate.bundler.methods import BundlerMethods
+from chaingate.bundler.network import BundlerNetwork
+from chaingate.bundler.receipts import ReceiptTracker
+from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.simulation import simulations_code_v07
+from chaingate.bundler.submitter import Submitter
+from chaingate.chain.client import ChainClient
+from chaingate.chain.events import Apply, ChainEvent, Revert
+from chaingate.chain.follower import Follower
+from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
+from chaingate.devnet.manifest import load_manifest
+from chaingate.evm.addresses import checksum_address
+from chaingate.evm.keys import PrivateKey
+from chaingate.obs.metrics import Registry, Sample
+from chaingate.rpc.local import LocalRpc
+from chaingate.store import Store
+
+log = logging.getLogger("chaingate.bundler")
+
+
+def bundler_key(settings: BundlerSettings) -> PrivateKey | None:
+    """The bundler EOA's key from ``[bundler] key`` or ``key_file``; None when neither."""
+    if settings.key:
+        return PrivateKey.from_hex(settings.key)
+    if settings.key_file:
+        try:
+            return PrivateKey.from_hex(Path(settings.key_file).expanduser().read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"bundler.key_file: {exc}") from None
+    return None
+
+
+def _entry_points(net: NetworkSettings, key: str) -> dict[Version, str]:
+    manifest = load_manifest(net.manifest) if net.manifest else None
+    served: dict[Version, str] = {}
+    for version in VERSIONS:
+        if version not in net.bundler.entry_points:
+            continue
+        address = net.wallets.entry_points.get(version)
+        if not address and manifest is not None:
+            name = f"entry_point_{MANIFEST_TAG[version]}"
+            if name in manifest.contracts:
+                address = manifest.address(name)
+        served[version] = checksum_address(address or CANONICAL_ENTRY_POINTS[version])
+    if not served:
+        raise ConfigError(f"chains.{key.replace('/', '.')}.bundler.entry_points: name one")
+    return served
+
+
+class BundlerService:
+    def __init__(
+        self,
+        store: Store,
+        settings: BundlerSettings,
+        followers: Mapping[str, Follower],
+        clients: Mapping[str, ChainClient],
+        networks: Mapping[str, NetworkSettings],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.key = bundler_key(settings)
+        self.networks: dict[str, BundlerNetwork] = {}
+        self.trackers: dict[str, ReceiptTracker] = {}
+        self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        for key, net in networks.items():
+            if net.family != "evm" or not net.bundler.enabled or key not in clients:
+                continue
+            entry_points = _entry_points(net, key)
+            chain_id = net.chain_id
+            if chain_id is None and net.manifest:
+                chain_id = load_manifest(net.manifest).chain_id
+            if chain_id is None:
+                raise ConfigError(
+                    f"chains.{key.replace('/', '.')}: the bundler needs chain_id (user "
+                    "operation hashes include it)"
+                )
+            bundler = net.bundler
+            safe_mode = settings.safe_mode if bundler.safe_mode is None else bundler.safe_mode
+            reputation = Reputation(
+                min_stake=int(bundler.min_stake),
+                min_unstake_delay=bundler.min_unstake_delay,
+                clock=clock,
+            )
+            mempool = Mempool(
+                reputation,
+                MempoolLimits(max_size=bundler.mempool_size, expiry_margin_s=bundler.min_valid_for),
+                clock=lambda: int(clock() * 1000),
+            )
+            admission = Admission(
+                clients[key],
+                chain_id,
+                reputation,
+                SanityLimits(
+                    max_verification_gas=bundler.max_verification_gas,
+                    max_call_gas=bundler.max_call_gas,
+                    min_priority_fee=bundler.min_priority_fee,
+                ),
+                safe_mode=safe_mode,
+                simulations_code=simulations_code_v07() if "0.7" in entry_points else None,
+                min_valid_for=bundler.min_valid_for,
+                clock=clock,
+            )
+            submitter = (
+                Submitter(clients[key], self.key, chain_id, resend_after=bundler.resend_after)
+                if self.key is not None
+                else None
+            )
+            bundler_net = BundlerNetwork(
+                key,
+                bundler,
+                clients[key],
+                store,
+                entry_points,
+                mempool,
+                reputation,
+                admission,
+                submitter,
+                clock=clock,
+            )
+            self.networks[key] = bundler_net
+            follower = followers.get(key)
+            if follower is not None:
+                self.trackers[key] = ReceiptTracker(
+                    store,
+                    follower.chain,
+                    follower.network,
+                    list(entry_points.values()),
+                    included=bundler_net.included,
+                    reverted=bundler_net.reverted,
+                )
+                self._streams[key] = follower.subscribe("bundler")
+
+    def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None:
+        for key, net in self.networks.items():
+            endpoint = endpoints.get(key)
+            if endpoint is not None:
+                BundlerMethods(net, debug=self.settings.debug).register(endpoint, costs)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        for key, net in self.networks.items():
+            await net.load()
+            if net.submitter is None:
+                log.warning(
+                    "no bundler key ([bundler] key or key_file): operations are validated and "
+                    "kept, no bundle is sent",
+                    extra={"fields": {"network": key}},
+                )
+        async with trio.open_nursery() as nursery:
+            for key, tracker in self.trackers.items():
+                nursery.start_soon(self._follow, key, tracker)
+            for net in self.networks.values():
+                nursery.start_soon(net.run)
+            task_status.started()
+
+    async def _follow(self, key: str, tracker: ReceiptTracker) -> None:
+        net = self.networks[key]
+        stream = self._streams[key]
+        send, receive = trio.open_memory_channel[ChainEvent](0)
+
+        async def heads() -> None:
+            async with stream, send:
+                async for event in stream:
+                    await send.send(event)
+                    if isinstance(event, (Apply, Revert)):
+                        net.on_head(tracker.head)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(heads)
+            await tracker.run(receive)
+
+    # --- metrics ---------------------------------------------------------------------------
+
+    def register_metrics(self, registry: Registry) -> None:
+        def labels(key: str) -> dict[str, str]:
+            chain, network = key.split("/", 1)
+            return {"chain": chain, "network": network}
+
+        def mempool() -> list[Sample]:
+            return [(labels(k), len(n.mempool)) for k, n in sorted(self.networks.items())]
+
+        def accepted() -> list[Sample]:
+            return [
+                ({**labels(k), "entry_point_version": v}, count)
+                for k, n in sorted(self.networks.items())
+                for v, count in sorted(n.accepted.items())
+            ]
+
+        def rejected() -> list[Sample]:
+            return [
+                ({**labels(k), "code": str(code)}, count)
+                for k, n in sorted(self.networks.items())
+                for code, count in sorted(n.rejected.items())
+            ]
+
+        def bundles() -> list[Sample]:
+            return [
+                ({**labels(k), "outcome": outcome}, count)
+                for k, n in sorted(self.networks.items())
+                for outcome, count in sorted(n.bundles.items())
+            ]
+
+        def latency() -> list[Sample]:
+            samples: list[Sample] = []
+            for k, n in sorted(self.networks.items()):
+                recent = sorted(n.inclusion_seconds)
+                for q in (0.5, 0.99):
+                    if recent:
+                        value = recent[min(len(recent) - 1, int(q * len(recent)))]
+                        samples.append(({**labels(k), "quantile": str(q)}, value))
+            return samples
+
+        def balance() -> list[Sample]:
+            return [
+                (labels(k), n.eoa_balance)
+                for k, n in sorted(self.networks.items())
+                if n.eoa_balance is not None
+            ]
+
+        registry.family(
+            "chaingate_bundler_mempool_operations", "gauge", "Operations in the mempool.", mempool
+        )
+        registry.family(
+            "chaingate_bundler_operations_accepted_total",
+            "counter",
+            "eth_sendUserOperation calls accepted, by EntryPoint version.",
+            accepted,
+        )
+        registry.family(
+            "chaingate_bundler_operations_rejected_total",
+            "counter",
+            "eth_sendUserOperation calls refused, by JSON-RPC error code.",
+            rejected,
+        )
+        registry.family(
+            "chaingate_bundler_bundles_total",
+            "counter",
+            "Bundle transactions, by outcome (sent, mined, reverted, failed).",
+            bundles,
+        )
+        registry.family(
+            "chaingate_bundler_inclusion_seconds",
+            "gauge",
+            "Seconds from eth_sendUserOperation to the block including it (recent 1000).",
+            latency,
+        )
+        registry.family(
+            "chaingate_bundler_eoa_balance_wei",
+            "gauge",
+            "The bundler key's balance (pays the bundles' gas), read after each bundle.",
+            balance,
+        )
