@@ -86,9 +86,10 @@ async def test_stub_data_refuses_what_the_policy_refuses(api: Api) -> None:
         refused = (await client.post("/v1/bundler/ethereum/devnet", json=body)).json()
         body["params"][3] = {"policyId": "gp_nope"}
         unknown = (await client.post("/v1/bundler/ethereum/devnet", json=body)).json()
+        # The bundler's own method on the same endpoint checks its own parameters.
         body["method"] = "eth_sendUserOperation"
-        not_yet = (await client.post("/v1/bundler/ethereum/devnet", json=body)).json()
+        bundler = (await client.post("/v1/bundler/ethereum/devnet", json=body)).json()
     assert refused["id"] == 7 and refused["error"]["data"]["rule"] == "allowed_contracts"
     assert "allowed_contracts" in refused["error"]["message"]
     assert unknown["error"]["code"] == -32602 and "gp_nope" in unknown["error"]["message"]
-    assert not_yet["error"]["code"] == -32601
+    assert bundler["error"]["code"] == -32602 and "params" in bundler["error"]["message"]

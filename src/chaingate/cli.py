@@ -27,6 +27,7 @@ import trio
 from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
+from chaingate.bundler.service import bundler_key
 from chaingate.devnet import anvil, chainfile, persist
 from chaingate.devnet.demo import ipfs_documents
 from chaingate.devnet.devkeys import KEYS_FILE, issue_dev_keys
@@ -35,6 +36,7 @@ from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.node import DevNode, NodeFailed
+from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
@@ -46,6 +48,10 @@ from chaingate.store import AppliedMigration, Store, StoreError, open_store
 # (chaingate.devnet.chainfile) and the dev API keys (chaingate.devnet.devkeys).
 DEVNET_MANIFEST = "devnet-manifest.json"
 PAYMASTER_KEY_FILE = "paymaster-signer.key"
+# The bundler's EOA on the devnet: a key of its own (not anvil's account 0, which tests and
+# scripts use, so nonces never collide), funded at every start.
+BUNDLER_KEY_FILE = "bundler.key"
+BUNDLER_FUNDING_WEI = 1000 * 10**18
 DEVNET_CHAIN = chainfile.CHAIN_FILE
 DEV_KEYS_FILE = KEYS_FILE
 DEV_NETWORK = ("ethereum", "devnet")
@@ -110,6 +116,7 @@ def _dev_banner(
     manifest: Manifest,
     keys_path: Path | None = None,
     webhook_variant: str = "a",
+    bundler_address: str = "",
 ) -> str:
     base = f"http://{host}:{port}"
     rpc = f"{base}/v1/rpc/ethereum/devnet"
@@ -136,6 +143,7 @@ chaingate dev is up.
   manifest  {manifest_path}
             {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
+  bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
 {key_lines}
 Try:
   curl -s {rpc}{key_header} \\
@@ -161,12 +169,30 @@ Try:
        -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
   curl -s {base}/v1/webhooks{key_header}
   (a receiver to try them with, and how to verify signatures: README, "Webhooks")
+  curl -s {base}/v1/bundler/ethereum/devnet{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"eth_supportedEntryPoints","params":[]}}'
+  (send a UserOperation with permissionless.js: README, "Bundler")
   curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
 Ctrl-C stops chaingate and anvil.
 """
+
+
+def _bundler_address(settings: config.Settings) -> str:
+    key = bundler_key(settings.bundler)
+    return key.address if key is not None else ""
+
+
+def _fund_bundler(anvil_url: str, settings: config.Settings) -> None:
+    """Tops the dev bundler key up to BUNDLER_FUNDING_WEI (it pays every bundle's gas)."""
+    key = bundler_key(settings.bundler)
+    if key is None:
+        return
+    with DevnetRpc(anvil_url) as rpc:
+        if int(rpc.call("eth_getBalance", key.address, "latest"), 16) < BUNDLER_FUNDING_WEI // 2:
+            rpc.call("anvil_setBalance", key.address, hex(BUNDLER_FUNDING_WEI))
 
 
 def _new_chain_line(new_because: str | None, deleted: dict[str, int]) -> str:
@@ -277,6 +303,10 @@ async def _bring_up(
     if claim.reset:
         _say(_new_chain_line(prepared.new_because, claim.deleted))
     try:
+        await trio.to_thread.run_sync(_fund_bundler, anvil_url, settings)
+    except (RuntimeError, OSError, ValueError) as exc:
+        _say(f"warning: the bundler's key was not funded ({exc}): bundles may fail")
+    try:
         await trio.to_thread.run_sync(refresh_price_feeds, anvil_url, prepared.manifest)
     except (RuntimeError, OSError, ValueError) as exc:
         _say(
@@ -317,6 +347,7 @@ async def _bring_up(
             prepared.manifest,
             data_dir / DEV_KEYS_FILE,
             settings.webhooks.variant,
+            _bundler_address(settings),
         )
     )
     return 0
@@ -374,6 +405,9 @@ def _dev_settings(args: argparse.Namespace, anvil_url: str) -> config.Settings:
         # The devnet paymasters' signer: the key chaingate dev deploys them with.
         key_file = args.paymaster_key or str(data_dir / PAYMASTER_KEY_FILE)
         data.setdefault("paymaster", {}).setdefault("key_file", key_file)
+    if not os.environ.get("CHAINGATE_BUNDLER__KEY"):
+        load_or_create_key(data_dir / BUNDLER_KEY_FILE)  # generated on first run, mode 0600
+        data.setdefault("bundler", {}).setdefault("key_file", str(data_dir / BUNDLER_KEY_FILE))
     return config.from_mapping(data, config_dir=path.parent)
 
 
@@ -506,8 +540,34 @@ async def _keys(
                 _say(
                     f"{row.id}  {row.prefix}…  {row.name:<16} {row.environment:<4} {state:<7} "
                     f"scopes={row.scopes or 'all'}  created={_iso_ms(row.created_at)}  "
-                    f"last_used={last}"
+                    f"last_used={last}" + (f"  allow={row.allowlists}" if row.allowlists else "")
                 )
+        elif args.action == "update":
+            replace = {
+                name: values
+                for name, values in (
+                    ("origins", args.allow_origin),
+                    ("ips", args.allow_ip),
+                    ("methods", args.allow_method),
+                    ("contracts", args.allow_contract),
+                )
+                if values
+            }
+            clear = set(args.clear or ())
+            if not replace and not clear:
+                _say(
+                    "nothing to change: give --allow-origin/--allow-ip/--allow-method/"
+                    "--allow-contract or --clear"
+                )
+                return 2
+            updated = await admin.update_allowlists(store, args.key_id, replace, clear)
+            if updated is None:
+                _say(f"no key {args.key_id}")
+                return 1
+            _say(
+                f"{args.key_id}: allowlists {updated.allowlists or 'none (no restriction)'}; "
+                "every process applies them within a second"
+            )
         elif args.action == "revoke":
             if not await store.revoke_key(args.key_id):
                 _say(f"no key {args.key_id}")
@@ -579,6 +639,28 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--scopes", help="e.g. 'rpc:read data:read'; default: all scopes")
     listing = actions.add_parser("list", help="list keys (prefixes only; keys are never stored)")
     listing.add_argument("--email")
+    update = actions.add_parser(
+        "update",
+        help="set or clear a key's allowlists; each --allow-* replaces that list "
+        "(repeat it, or separate entries with commas)",
+    )
+    update.add_argument("key_id")
+    update.add_argument(
+        "--allow-origin", action="append", help="browser origin, e.g. https://*.example.com"
+    )
+    update.add_argument("--allow-ip", action="append", help="client CIDR range, IPv4 or IPv6")
+    update.add_argument("--allow-method", action="append", help="JSON-RPC method, e.g. eth_call")
+    update.add_argument(
+        "--allow-contract",
+        action="append",
+        help="address eth_call/eth_sendRawTransaction/eth_getLogs may target",
+    )
+    update.add_argument(
+        "--clear",
+        action="append",
+        choices=("origins", "ips", "methods", "contracts", "all"),
+        help="empty a list (no restriction); repeatable",
+    )
     revoke = actions.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
     plan = actions.add_parser("plan", help="change an account's plan")

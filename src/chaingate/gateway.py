@@ -25,6 +25,7 @@ from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
 from chaingate.auth.usage import UsageWriter
+from chaingate.bundler.service import BundlerService
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
@@ -146,6 +147,17 @@ class Gateway:
                 {key: service.settings for key, service in self.services.items()},
                 paymaster_signer(settings),
             )
+        # The ERC-4337 bundler (chaingate.bundler): its mempool in the store, its loops in a
+        # nursery of its own.
+        self.bundler: BundlerService | None = None
+        if self.store is not None and settings.bundler.enabled:
+            self.bundler = BundlerService(
+                self.store,
+                settings.bundler,
+                self.followers,
+                self.clients,
+                {key: service.settings for key, service in self.services.items()},
+            )
         # Signed webhooks (chaingate.webhooks): matched on the followers, delivered from the
         # outbox through a fetcher of their own (keep-alive connections per receiver).
         self.webhooks: WebhookService | None = None
@@ -210,6 +222,8 @@ class Gateway:
             self.data.register_metrics(self.registry)
         if self.wallets is not None:
             self.wallets.register_metrics(self.registry)
+        if self.bundler is not None:
+            self.bundler.register_metrics(self.registry)
         if self.webhooks is not None:
             self.webhooks.register_metrics(self.registry)
         # One budget of answer bytes for every RPC service; each follower witnesses its pool's
@@ -228,6 +242,8 @@ class Gateway:
         try:
             if self.wallets is not None:
                 self.wallets.register_rpc(endpoints, costs)
+            if self.bundler is not None:
+                self.bundler.register_rpc(endpoints, costs)
         except KeyError as exc:
             raise ConfigError(f"config/bundler.toml does not price {exc.args[0]}") from None
         return endpoints
@@ -302,6 +318,8 @@ class Gateway:
                 await nursery.start(self.data.run)
             if self.wallets is not None:
                 await nursery.start(self.wallets.run)
+            if self.bundler is not None:
+                await nursery.start(self.bundler.run)
             if self.webhooks is not None:
                 await nursery.start(self.webhooks.run)
             for follower in self.followers.values():

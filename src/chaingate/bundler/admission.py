@@ -13,17 +13,12 @@ from typing import Any
 import msgspec
 
 from chaingate.aa.userop import UserOperation, Version, user_op_hash
-from chaingate.bundler import rules, sanity, tracing
+from chaingate.bundler import sanity
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.mempool import Entry, Stake, new_entry
 from chaingate.bundler.reputation import Reputation
-from chaingate.bundler.simulation import (
-    NodeClient,
-    ValidationResult,
-    check_validation,
-    decode_validation,
-    simulate_validation,
-)
+from chaingate.bundler.safemode import validate_safe
+from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_validation
 
 
 class Validated(msgspec.Struct, frozen=True):
@@ -72,19 +67,19 @@ class Admission:
             self.reputation.check_entity(title, address)  # type: ignore[arg-type]
         now = int(self.clock())
         if self.safe_mode:
-            data, reverted, trace = await tracing.trace_validation(
-                self.client, op, entry_point, version, self.simulations_code
-            )
-            result = decode_validation(version, data, reverted)
-            check_validation(
-                result,
+            result, outcome = await validate_safe(
+                self.client,
+                op,
+                entry_point,
+                version,
+                self.simulations_code,
                 now=now,
-                has_paymaster=op.paymaster is not None,
                 min_valid_seconds=self.min_valid_for,
+                is_staked=lambda info: self.reputation.is_staked(
+                    info.stake, info.unstake_delay_sec
+                ),
             )
-            code_hashes = rules.check_rules(
-                trace, result, op, entry_point, version, reputation=self.reputation
-            )
+            code_hashes = tuple(sorted(outcome.code_hashes.items()))
         else:
             result = await simulate_validation(
                 self.client,
@@ -108,7 +103,7 @@ class Admission:
             valid_after=result.valid_after,
             valid_until=result.valid_until,
             prefund=result.prefund,
-            code_hashes=tuple(code_hashes),
+            code_hashes=code_hashes,
             accepted_block=head,
         )
         return Validated(entry, result)

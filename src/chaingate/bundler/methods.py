@@ -102,16 +102,10 @@ class BundlerMethods:
         version = self.net.version_of(args[1])
         address = self.net.entry_points[version]
         op = parse_user_operation(args[0], version, partial=True)
-        override = args[2] if len(args) > 2 else None
-        if override is not None and not isinstance(override, dict):
-            raise BundlerFault(INVALID_PARAMS, "stateOverride: expected an object")
+        if len(args) > 2 and args[2] not in (None, {}):
+            raise BundlerFault(INVALID_PARAMS, "stateOverride is not supported by this bundler")
         estimate = await estimate_gas(
-            self.net.client,
-            op,
-            address,
-            version,
-            self.net.admission.simulations_code,
-            state_override=override,
+            self.net.client, op, address, version, self.net.admission.simulations_code
         )
         answer = {
             "preVerificationGas": hex(estimate.pre_verification_gas),
@@ -149,7 +143,7 @@ class BundlerMethods:
     ) -> UserOperation | None:
         """Ours from the mempool or the store; another bundler's from its transaction."""
         net = self.net
-        entry = net.mempool.get(user_op_hash) or await net.store.bundler_entry(
+        entry = net.mempool.get(user_op_hash) or await net.store.bundler_get(
             net.chain, net.network, user_op_hash
         )
         if entry is not None:
@@ -207,7 +201,7 @@ class BundlerMethods:
                 "success": row.success,
                 "reason": None,
             }
-        entry = net.mempool.get(user_op_hash) or await net.store.bundler_entry(
+        entry = net.mempool.get(user_op_hash) or await net.store.bundler_get(
             net.chain, net.network, user_op_hash
         )
         if entry is None:

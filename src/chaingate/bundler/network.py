@@ -100,11 +100,11 @@ class BundlerNetwork:
                 added = self.mempool.add(validated.entry)
                 changed = [added.entry, *added.evicted]
                 if added.replaced is not None:
-                    changed.append(added.replaced)
+                    changed.append(added.replaced)  # kept, dropped: "replaced by <hash>"
                 try:
                     await self.store.save_bundler_entries(self.chain, self.network, changed)
                 except BaseException:
-                    self.mempool.forget(added)
+                    self.mempool.forget(added)  # not kept: not accepted
                     raise
                 await self.save_reputation()
         except BundlerFault as fault:
@@ -114,11 +114,16 @@ class BundlerNetwork:
         self._wake.set()
         return added.entry.hash
 
+    async def _persist(self, entries: Sequence[Entry]) -> None:
+        """The new states of entries the mempool moved (what its calls returned)."""
+        if entries:
+            await self.store.save_bundler_entries(self.chain, self.network, entries)
+
     async def save_reputation(self) -> None:
         changed, removed = self.reputation.take_changes()
         if changed or removed:
-            await self.store.save_reputation(
-                self.chain, self.network, changed, removed, self.reputation.decayed_at
+            await self.store.bundler_save_reputation(
+                self.chain, self.network, changed, removed, int(self.reputation.decayed_at * 1000)
             )
 
     async def clear(self, *, mempool: bool, reputation: bool) -> None:
@@ -126,19 +131,20 @@ class BundlerNetwork:
         async with self._lock:
             if mempool:
                 dropped = self.mempool.clear()
-                await self.store.save_bundler_entries(self.chain, self.network, dropped)
+                await self._persist(dropped)
             if reputation:
                 self.reputation.clear()
-                await self.save_reputation()
+                self.reputation.take_changes()
+                await self.store.bundler_clear_reputation(self.chain, self.network)
 
     # --- starting --------------------------------------------------------------------------
 
     async def load(self) -> None:
         """The mempool and reputation as the store kept them; bundles in flight settled."""
-        entries = await self.store.load_bundler_entries(self.chain, self.network)
+        entries = await self.store.bundler_live(self.chain, self.network)
         self.mempool.load(entries)
-        reputation, decayed_at = await self.store.load_reputation(self.chain, self.network)
-        self.reputation.load(reputation, decayed_at)
+        reputation, decayed_ms = await self.store.bundler_load_reputation(self.chain, self.network)
+        self.reputation.load(reputation, decayed_ms / 1000 if decayed_ms is not None else None)
         in_flight: dict[str, list[Entry]] = {}
         for entry in self.mempool.entries():
             if entry.status == "submitted" and entry.bundle_tx:
@@ -155,7 +161,7 @@ class BundlerNetwork:
         if await self.client.call("eth_getTransactionByHash", [bundle_tx]):
             return
         back = self.mempool.requeue([e.hash for e in group], "bundle lost in a restart")
-        await self.store.save_bundler_entries(self.chain, self.network, back)
+        await self._persist(back)
 
     # --- receipts (the follower) -----------------------------------------------------------
 
@@ -176,7 +182,7 @@ class BundlerNetwork:
                     self.inclusion_seconds = [*self.inclusion_seconds[-999:], waited]
                 changed.extend(stale)
             if changed:
-                await self.store.save_bundler_entries(self.chain, self.network, changed)
+                await self._persist(changed)
                 await self.save_reputation()
         if self.mempool.has_pending():
             self._wake.set()
@@ -188,13 +194,13 @@ class BundlerNetwork:
             for user_op_hash in hashes:
                 entry = self.mempool.revert_inclusion(user_op_hash)
                 if entry is None:
-                    stored = await self.store.bundler_entry(self.chain, self.network, user_op_hash)
+                    stored = await self.store.bundler_get(self.chain, self.network, user_op_hash)
                     if stored is not None and stored.status == "included":
                         entry = self.mempool.restore(stored)
                 if entry is not None:
                     back.append(entry)
             if back:
-                await self.store.save_bundler_entries(self.chain, self.network, back)
+                await self._persist(back)
         if back:
             log.info(
                 "operations of an orphaned block are back in the mempool",
@@ -237,16 +243,14 @@ class BundlerNetwork:
             if prepared is None:
                 return None
             entries, entry_point, version, gas, fees = prepared
-            calldata = handle_ops_calldata(
-                [e.op for e in entries], self._beneficiary(), version
-            )
+            calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
             # Stored as submitted under the hash before it is sent: a crash in between finds
             # it in _settle_unfinished (the node does not know it: back to pending).
             nonce = await self.submitter.next_nonce()
             raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce)
             async with self._lock:
                 submitted = self.mempool.mark_submitted([e.hash for e in entries], bundle_tx)
-                await self.store.save_bundler_entries(self.chain, self.network, submitted)
+                await self._persist(submitted)
             try:
                 await self.submitter.send_raw(raw)
             except (RpcCallError, UpstreamError):
@@ -263,7 +267,7 @@ class BundlerNetwork:
             if mined.tx_hash != bundle_tx:  # a fee bump's copy was mined
                 async with self._lock:
                     moved = self.mempool.mark_submitted([e.hash for e in entries], mined.tx_hash)
-                    await self.store.save_bundler_entries(self.chain, self.network, moved)
+                    await self._persist(moved)
             self.bundles["mined" if mined.status else "reverted"] += 1
             self.eoa_balance = await self.submitter.balance()
             if not mined.status:
@@ -285,7 +289,7 @@ class BundlerNetwork:
     async def _requeue(self, entries: Sequence[Entry], reason: str) -> None:
         async with self._lock:
             back = self.mempool.requeue([e.hash for e in entries], reason)
-            await self.store.save_bundler_entries(self.chain, self.network, back)
+            await self._persist(back)
 
     async def _prepare_bundle(self) -> tuple[list[Entry], str, Version, int, Any] | None:
         """The operations of the next bundle (one entry point's), checked together by
@@ -303,9 +307,7 @@ class BundlerNetwork:
                     block_number=self.head,
                 )
                 if selection.dropped:
-                    await self.store.save_bundler_entries(
-                        self.chain, self.network, list(selection.dropped)
-                    )
+                    await self._persist(list(selection.dropped))
             entries = list(selection.entries)
             entries = await self._drop_changed_code(entries)
             for _ in range(MAX_DROPS_PER_BUNDLE):
@@ -337,8 +339,7 @@ class BundlerNetwork:
             if fees is None:
                 continue
             gas = min(
-                BUNDLE_OVERHEAD_GAS
-                + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries),
+                BUNDLE_OVERHEAD_GAS + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries),
                 self.settings.max_bundle_gas + BUNDLE_OVERHEAD_GAS,
             )
             return entries, entry_point, version, gas, fees
@@ -363,7 +364,7 @@ class BundlerNetwork:
             if blamed is not None:
                 self.reputation.crashed_handle_ops(blamed)
             if done is not None:
-                await self.store.save_bundler_entries(self.chain, self.network, [done])
+                await self._persist([done])
             await self.save_reputation()
         log.info(
             "operation dropped from a bundle",

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import trio
-from chaingate.bundler.sanity import SanityLimits
 
 from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, MANIFEST_TAG, VERSIONS, Version
 from chaingate.bundler.admission import Admission
@@ -24,6 +23,7 @@ from chaingate.bundler.methods import BundlerMethods
 from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.receipts import ReceiptTracker
 from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.sanity import SanityLimits
 from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
 from chaingate.chain.client import ChainClient

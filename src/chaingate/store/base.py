@@ -23,6 +23,7 @@ import msgspec
 
 from chaingate.store import migrate as _migrate
 from chaingate.store.bundlerreceipts import RECEIPT_TABLES, BundlerReceiptRows
+from chaingate.store.bundlerrows import BUNDLER_TABLES, BundlerRows
 from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
 from chaingate.store.indexrows import INDEX_TABLES, IndexRows
 from chaingate.store.metarows import META_TABLES, MetaRows
@@ -82,6 +83,7 @@ class KeyRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: int = 0
     last_used_at: int | None = None
     revoked_at: int | None = None
+    allowlists: str | None = None  # JSON (chaingate.auth.allowlists); None: no lists
 
 
 class UsageDelta(msgspec.Struct, frozen=True):
@@ -119,7 +121,7 @@ class Tx(Protocol):
 _ACCOUNT_COLUMNS = "id, email, plan, limits, created_at, updated_at"
 _KEY_COLUMNS = (
     "id, account_id, name, prefix, key_hash, environment, scopes,"
-    " created_at, updated_at, last_used_at, revoked_at"
+    " created_at, updated_at, last_used_at, revoked_at, allowlists"
 )
 _SELECT_ACCOUNT = f"SELECT {_ACCOUNT_COLUMNS} FROM accounts"  # noqa: S608 - constants only
 _SELECT_KEY = f"SELECT {_KEY_COLUMNS} FROM api_keys"  # noqa: S608 - constants only
@@ -158,7 +160,7 @@ def _account(row: tuple[Any, ...]) -> Account:
 
 def _key(row: tuple[Any, ...]) -> KeyRow:
     names = ("id", "account_id", "name", "prefix", "key_hash", "environment", "scopes")
-    times = ("created_at", "updated_at", "last_used_at", "revoked_at")
+    times = ("created_at", "updated_at", "last_used_at", "revoked_at", "allowlists")
     return KeyRow(**dict(zip(names + times, row, strict=True)))
 
 
@@ -198,6 +200,7 @@ def register_network_columns(table: str, *columns: str) -> None:
 
 register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES, *WEBHOOK_TABLES)
 register_network_table(*RECEIPT_TABLES)
+register_network_table(*BUNDLER_TABLES)
 register_network_columns(*WALLET_SETTLEMENT_COLUMNS)
 
 
@@ -229,7 +232,16 @@ def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
     return deleted
 
 
-class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, BundlerReceiptRows, abc.ABC):
+class Store(
+    ChainRows,
+    IndexRows,
+    MetaRows,
+    WalletRows,
+    WebhookRows,
+    BundlerReceiptRows,
+    BundlerRows,
+    abc.ABC,
+):
     """Async data access for accounts, keys, usage and the chain follower's state.
 
     Use as ``async with store:``.
@@ -363,12 +375,13 @@ class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, BundlerRece
             key.updated_at,
             key.last_used_at,
             key.revoked_at,
+            key.allowlists,
         )
 
         def insert(tx: Tx) -> None:
             tx.execute(
                 f"INSERT INTO api_keys ({_KEY_COLUMNS})"  # noqa: S608 - constants only
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
 
@@ -402,6 +415,29 @@ class Store(ChainRows, IndexRows, MetaRows, WalletRows, WebhookRows, BundlerRece
             )
 
         return await self.run_transaction(update) == 1
+
+    async def update_key_allowlists(
+        self, key_id: str, change: Callable[[str | None], str | None]
+    ) -> KeyRow | None:
+        """Replace a key's allowlists JSON by ``change(current)``, read and written in one
+        transaction (two concurrent edits cannot lose each other's lists); the key's
+        updated_at moves, so every key registry reloads it.  None if there is no such key."""
+        now = self.clock()
+
+        def update(tx: Tx) -> tuple[Any, ...] | None:
+            rows = tx.query(f"{_SELECT_KEY} WHERE id = ?", (key_id,))
+            if not rows:
+                return None
+            current = _key(rows[0])
+            new = change(current.allowlists)
+            tx.execute(
+                "UPDATE api_keys SET allowlists = ?, updated_at = ? WHERE id = ?",
+                (new, max(now, current.updated_at + 1), key_id),
+            )
+            return tx.query(f"{_SELECT_KEY} WHERE id = ?", (key_id,))[0]
+
+        row = await self.run_transaction(update)
+        return None if row is None else _key(row)
 
     async def keys_changed_since(self, updated_at_ms: int) -> list[KeyRow]:
         """Keys with updated_at >= the cursor, oldest change first (for polling caches)."""

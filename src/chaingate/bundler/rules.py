@@ -1,0 +1,374 @@
+"""ERC-7562 validation rules, judged on a collected trace (sans-IO).
+
+``check_rules(trace, op, entry_point=..., version=..., staked=...)`` is a pure function of the
+parsed trace, the operation and which entities are staked; it raises the first broken rule as
+a ``BundlerFault`` whose message names the entity (factory / account / paymaster), its address
+and the rule id, and returns the code hashes the bundler re-checks before bundling.
+``check_trace`` is the same with the stakes read from the simulation's ValidationResult.
+
+Codes: an opcode, call, code-access, CREATE2, out-of-gas rule or a storage access no stake
+could allow -> -32502 (BANNED_OPCODE); a storage access (or a paymaster context) that an
+entity's stake would allow, by an unstaked entity -> -32505 (STAKE_TOO_LOW).
+
+Rule ids are ERC-7562's: OP-011 (blocked opcodes), OP-012 (GAS not followed by a call),
+OP-013 (unassigned opcodes), OP-020 (out of gas), OP-031 (CREATE2: once, by the factory, for
+the sender), OP-032 (CREATE only by the sender being deployed), OP-041/042 (addresses without
+code), OP-051..054 (the EntryPoint: depositTo, the sender's fallback, EXTCODESIZE ISZERO,
+nothing else), OP-061 (calls with value), OP-062 (precompiles), OP-070 (transient storage is
+storage: the tracer records TLOAD/TSTORE as slots), OP-080 (BALANCE/SELFBALANCE only when
+staked), STO-010 (the account's own storage), STO-021 (the account's associated storage while
+it is being deployed: staked factory), STO-031/032/033 (what a staked entity may touch) and
+EREP-050 (an unstaked paymaster returns no context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
+
+import msgspec
+
+from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, require_version
+from chaingate.bundler.errors import BANNED_OPCODE, STAKE_TOO_LOW, BundlerFault
+from chaingate.bundler.simulation import StakeInfo, ValidationResult
+from chaingate.bundler.tracing import Phase, Trace
+from chaingate.evm import abi
+from chaingate.evm.keccak import keccak256
+
+__all__ = [
+    "MIN_STAKE",
+    "MIN_UNSTAKE_DELAY",
+    "ROLES",
+    "Outcome",
+    "Role",
+    "check_rules",
+    "check_trace",
+    "stake_rule",
+]
+
+Role = Literal["factory", "account", "paymaster"]
+ROLES: tuple[Role, ...] = ("factory", "account", "paymaster")
+
+MIN_STAKE = 10**18  # wei: the reference bundler's default on a test chain
+MIN_UNSTAKE_DELAY = 86_400  # seconds
+
+# OP-011 (and BLOBHASH/BLOBBASEFEE, which read the environment the same way).
+BANNED = frozenset(
+    {
+        "GASPRICE",
+        "GASLIMIT",
+        "DIFFICULTY",
+        "PREVRANDAO",
+        "RANDOM",
+        "TIMESTAMP",
+        "BASEFEE",
+        "BLOCKHASH",
+        "NUMBER",
+        "ORIGIN",
+        "COINBASE",
+        "SELFDESTRUCT",
+        "INVALID",
+        "BLOBHASH",
+        "BLOBBASEFEE",
+    }
+)
+STAKED_ONLY = frozenset({"BALANCE", "SELFBALANCE"})  # OP-080
+# The tracer names only the opcodes some rule is about (tracer.KINDS); a name outside this set
+# is an unassigned opcode (OP-013).
+_KNOWN = BANNED | STAKED_ONLY | {"CREATE", "CREATE2", "GAS"}
+
+_ASSOCIATED_SPAN = 128  # keccak(A||x)+n, n < 128: a struct at a mapping entry
+_DEPOSIT_TO = "0x" + abi.selector("depositTo(address)").hex()
+_CREATE_SENDER = "0x" + abi.selector("createSender(bytes)").hex()
+_VALIDATE_USER_OP = {
+    v: "0x" + abi.selector(f"validateUserOp({OP_TUPLE_TYPE[v]},bytes32,uint256)").hex()
+    for v in ("0.6", "0.7")
+}
+_VALIDATE_PAYMASTER = {
+    v: "0x" + abi.selector(f"validatePaymasterUserOp({OP_TUPLE_TYPE[v]},bytes32,uint256)").hex()
+    for v in ("0.6", "0.7")
+}
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """What a passed check hands on: the code hash of every contract validation touched."""
+
+    code_hashes: dict[str, str]
+
+
+def stake_rule(
+    min_stake: int = MIN_STAKE, min_unstake_delay: int = MIN_UNSTAKE_DELAY
+) -> Callable[[StakeInfo], bool]:
+    """An entity counts as staked with at least this stake locked for at least this delay."""
+
+    def staked(info: StakeInfo) -> bool:
+        return info.stake >= min_stake and info.unstake_delay_sec >= min_unstake_delay
+
+    return staked
+
+
+def check_trace(
+    trace: Trace,
+    result: ValidationResult,
+    op: UserOperation,
+    *,
+    entry_point: str,
+    version: Version,
+    is_staked: Callable[[StakeInfo], bool] | None = None,
+) -> Outcome:
+    """``check_rules`` with the stakes the EntryPoint reported, plus EREP-050 (an unstaked
+    paymaster must return an empty context)."""
+    rule = is_staked or stake_rule()
+    staked: dict[Role, bool] = {
+        "account": rule(result.sender),
+        "factory": rule(result.factory),
+        "paymaster": rule(result.paymaster),
+    }
+    outcome = check_rules(trace, op, entry_point=entry_point, version=version, staked=staked)
+    if op.paymaster is not None and result.paymaster_context and not staked["paymaster"]:
+        raise _fault(
+            STAKE_TOO_LOW,
+            "paymaster",
+            op.paymaster,
+            "EREP-050",
+            "returned a context but is not staked",
+        )
+    return outcome
+
+
+def check_rules(
+    trace: Trace,
+    op: UserOperation,
+    *,
+    entry_point: str,
+    version: Version,
+    staked: Mapping[Role, bool],
+) -> Outcome:
+    """Judge ``trace`` (the validation of ``op``) by ERC-7562; raise the first broken rule."""
+    version = require_version(version)
+    if trace.overflow:
+        raise BundlerFault(
+            BANNED_OPCODE, "validation is too large to check (the tracer's limits were hit)"
+        )
+    entities = _entities(op)
+    phases = _phases(trace, op, version)
+    if "account" not in phases:
+        raise BundlerFault(BANNED_OPCODE, "the trace shows no call of the account's validateUserOp")
+    ep = entry_point.lower()
+    sender = op.sender.lower()
+    slots = _associated_slots(trace.keccak, [a for a in entities.values() if a])
+    for role in ROLES:
+        phase = phases.get(role)
+        address = entities[role]
+        if phase is None or address is None:
+            continue
+        judge = _Judge(role, address, phase, sender, ep, op, staked, slots)
+        judge.gas()
+        judge.opcodes()
+        judge.creates()
+        judge.calls()
+        judge.code()
+        judge.storage()
+    return Outcome(code_hashes=dict(trace.code_hashes))
+
+
+def _entities(op: UserOperation) -> dict[Role, str | None]:
+    return {
+        "factory": op.factory.lower() if op.factory else None,
+        "account": op.sender.lower(),
+        "paymaster": op.paymaster.lower() if op.paymaster else None,
+    }
+
+
+def _phases(trace: Trace, op: UserOperation, version: Version) -> dict[Role, Phase]:
+    """Which top-level call is which entity's: by the method the EntryPoint called."""
+    found: dict[Role, Phase] = {}
+    for phase in trace.phases:
+        if phase.method == _CREATE_SENDER and op.factory:
+            found.setdefault("factory", phase)
+        elif phase.method == _VALIDATE_USER_OP[version] and phase.target == op.sender.lower():
+            found.setdefault("account", phase)
+        elif (
+            phase.method == _VALIDATE_PAYMASTER[version]
+            and op.paymaster
+            and phase.target == op.paymaster.lower()
+        ):
+            found.setdefault("paymaster", phase)
+    return found
+
+
+def _associated_slots(preimages: Iterable[str], addresses: Iterable[str]) -> dict[str, list[int]]:
+    """address -> the slots keccak(A || x) seen in the trace (mapping entries keyed by A)."""
+    padded = {"0x" + "0" * 24 + a[2:].lower(): a for a in addresses}
+    found: dict[str, list[int]] = {a: [] for a in padded.values()}
+    for pre in preimages:
+        owner = padded.get(pre[:66].lower())
+        if owner is not None:
+            found[owner].append(int.from_bytes(keccak256(bytes.fromhex(pre[2:])), "big"))
+    return found
+
+
+def _fault(code: int, role: Role, address: str, rule: str, what: str) -> BundlerFault:
+    return BundlerFault(
+        code,
+        f"{role} {address} {what} [{rule}]",
+        {role: address, "rule": rule},
+    )
+
+
+class _Judge:
+    """The rules for one entity's phase."""
+
+    def __init__(
+        self,
+        role: Role,
+        address: str,
+        phase: Phase,
+        sender: str,
+        entry_point: str,
+        op: UserOperation,
+        staked: Mapping[Role, bool],
+        slots: Mapping[str, list[int]],
+    ) -> None:
+        self.role = role
+        self.address = address
+        self.phase = phase
+        self.sender = sender
+        self.entry_point = entry_point
+        self.op = op
+        self.staked = staked
+        self.is_staked = bool(staked.get(role, False))
+        self.slots = slots
+
+    def fail(self, rule: str, what: str, code: int = BANNED_OPCODE) -> BundlerFault:
+        return _fault(code, self.role, self.address, rule, what)
+
+    def _where(self, contract: str) -> str:
+        return "" if contract == self.address else f" (in contract {contract})"
+
+    def gas(self) -> None:
+        if self.phase.oog:
+            raise self.fail("OP-020", "ran out of gas in validation (an inner call hit its limit)")
+
+    def opcodes(self) -> None:
+        for opcode, where in sorted(self.phase.opcodes.items()):
+            contract = min(where)
+            if opcode in BANNED:
+                raise self.fail("OP-011", f"uses banned opcode {opcode}{self._where(contract)}")
+            if opcode == "GAS":
+                raise self.fail(
+                    "OP-012", f"uses GAS not followed by a *CALL{self._where(contract)}"
+                )
+            if opcode in STAKED_ONLY and not self.is_staked:
+                raise self.fail(
+                    "OP-080",
+                    f"uses {opcode}{self._where(contract)}, allowed only for a staked entity",
+                )
+            if opcode not in _KNOWN:
+                raise self.fail("OP-013", f"uses unassigned opcode {opcode}{self._where(contract)}")
+
+    def creates(self) -> None:
+        created = [c for c in self.phase.calls if c.type == "CREATE2"]
+        count = sum(self.phase.opcodes.get("CREATE2", {}).values())
+        if self.role != "factory" and (created or count):
+            raise self.fail("OP-031", "uses CREATE2: only the factory may, to deploy the sender")
+        if len(created) > 1 or count > 1:
+            raise self.fail(
+                "OP-031", f"uses CREATE2 {max(count, len(created))} times (one allowed)"
+            )
+        for call in created:
+            if call.to != self.sender:
+                raise self.fail(
+                    "OP-031", f"CREATE2 made {call.to}, not the sender {self.op.sender}"
+                )
+        creators = self.phase.opcodes.get("CREATE", {})
+        for contract in sorted(creators):
+            # OP-032: only the sender itself, and only when this op deploys it.
+            if not (self.op.factory and contract == self.sender):
+                raise self.fail(
+                    "OP-032", f"uses CREATE{self._where(contract)}: banned in validation"
+                )
+
+    def calls(self) -> None:
+        for call in self.phase.calls:
+            if call.type in ("CREATE", "CREATE2"):
+                continue
+            if call.to == self.entry_point and call.from_ != self.entry_point:
+                if call.method == _DEPOSIT_TO:
+                    continue  # OP-052
+                if call.method == "0x" and call.from_ == self.sender:
+                    continue  # OP-053: the sender pays its prefund through the fallback
+                raise self.fail(
+                    "OP-054",
+                    f"calls the EntryPoint (method {call.method}) from {call.from_}: only "
+                    "depositTo and the sender's fallback are allowed",
+                )
+            if call.type in ("CALL", "CALLCODE") and int(call.value, 16) != 0:
+                raise self.fail(
+                    "OP-061", f"calls {call.to} with value {int(call.value, 16)} from {call.from_}"
+                )
+
+    def code(self) -> None:
+        for address, access in sorted(self.phase.code.items()):
+            if access.size < 0:
+                continue  # a precompile of the node's fork: pure functions (OP-062)
+            if access.size == 0 and address != self.sender:
+                if int(address, 16) < 0x10000:
+                    raise self.fail("OP-062", f"calls {address}, not a precompile this chain knows")
+                raise self.fail(
+                    "OP-041", f"accesses {address}, which has no code, with {access.op}"
+                )
+        for opcode, where in sorted(self.phase.ext.items()):
+            contract = min(where)
+            raise self.fail(
+                "OP-054",
+                f"reads the EntryPoint's code with {opcode}{self._where(contract)} "
+                "(only EXTCODESIZE ISZERO is allowed)",
+            )
+
+    def _associated(self, slot: int, owner: str) -> bool:
+        if slot == int(owner, 16):
+            return True
+        return any(base <= slot < base + _ASSOCIATED_SPAN for base in self.slots.get(owner, ()))
+
+    def storage(self) -> None:
+        needs_stake: tuple[str, str, str] | None = None  # (rule, contract, slot)
+        deploying = self.op.factory is not None
+        factory_staked = bool(self.staked.get("factory", False))
+        for contract, access in sorted(self.phase.storage.items()):
+            if contract == self.sender:
+                continue  # STO-010: the account's own storage
+            if contract == self.entry_point:
+                continue  # deposits; who may call the EntryPoint is OP-052..054's
+            for slot_hex in sorted({*access.w, *access.r}):
+                slot = int(slot_hex, 16)
+                written = slot_hex in access.w
+                if self._associated(slot, self.sender):
+                    if deploying and not (self.role == "account" and factory_staked):
+                        needs_stake = needs_stake or ("STO-021", contract, slot_hex)
+                elif self.address != self.sender and self._associated(slot, self.address):
+                    needs_stake = needs_stake or ("STO-032", contract, slot_hex)
+                elif contract == self.address:
+                    needs_stake = needs_stake or ("STO-031", contract, slot_hex)
+                elif not written:
+                    needs_stake = needs_stake or ("STO-033", contract, slot_hex)
+                else:
+                    raise self.fail(
+                        "STO-033",
+                        f"writes slot {slot_hex} of {contract}, which is not associated with "
+                        "the sender or the entity (no stake allows that)",
+                    )
+        if needs_stake is not None and not self.is_staked:
+            rule, contract, slot_hex = needs_stake
+            kind = {
+                "STO-021": "the sender's associated storage while the sender is deployed by "
+                "an unstaked factory",
+                "STO-031": "its own storage",
+                "STO-032": "storage associated with itself",
+                "STO-033": "storage of another contract",
+            }[rule]
+            raise self.fail(
+                rule,
+                f"is not staked and accesses {kind}: {contract} slot {slot_hex}",
+                STAKE_TOO_LOW,
+            )

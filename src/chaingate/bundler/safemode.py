@@ -1,0 +1,67 @@
+"""Safe-mode validation: the traced simulation, then the ERC-7562 rules, then the result checks.
+
+The order is the reference bundler's: a FailedOp from the EntryPoint first (the op is invalid
+whatever it touched), then the opcode/storage/stake rules, then signature and time range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from chaingate.aa.userop import UserOperation, Version, require_version
+from chaingate.bundler.errors import INVALID_SIGNATURE, BundlerFault
+from chaingate.bundler.rules import Outcome, check_trace
+from chaingate.bundler.simulation import (
+    MIN_VALID_SECONDS,
+    NodeClient,
+    StakeInfo,
+    ValidationResult,
+    check_validation,
+    decode_validation,
+    simulate_handle_ops,
+)
+from chaingate.bundler.tracing import trace_validation
+
+__all__ = ["validate_safe"]
+
+
+async def validate_safe(
+    client: NodeClient,
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    simulations_code: bytes | None,
+    *,
+    now: int | None = None,
+    min_valid_seconds: int = MIN_VALID_SECONDS,
+    is_staked: Callable[[StakeInfo], bool] | None = None,
+) -> tuple[ValidationResult, Outcome]:
+    """The ValidationResult and the rules' outcome (code hashes), or a BundlerFault."""
+    version = require_version(version)
+    data, reverted, trace = await trace_validation(
+        client, op, entry_point, version, simulations_code
+    )
+    result = decode_validation(version, data, reverted)
+    outcome = check_trace(
+        trace, result, op, entry_point=entry_point, version=version, is_staked=is_staked
+    )
+    stamp = int(time.time()) if now is None else now
+    try:
+        check_validation(
+            result,
+            now=stamp,
+            has_paymaster=op.paymaster is not None,
+            min_valid_seconds=min_valid_seconds,
+        )
+    except BundlerFault as fault:
+        if fault.code != INVALID_SIGNATURE or result.account_sig_failed is not None:
+            raise
+        # v0.6 with a paymaster: handleOps names whose signature failed (AA24 before AA34).
+        failed = await simulate_handle_ops(client, [op], entry_point, version, entry_point)
+        if failed is None or failed.reason[:4] not in ("AA24", "AA34"):
+            raise
+        raise BundlerFault(
+            INVALID_SIGNATURE, failed.reason, {"reason": failed.reason}, reason=failed.reason
+        ) from None
+    return result, outcome

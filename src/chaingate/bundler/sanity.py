@@ -1,0 +1,242 @@
+"""The sanity checks of an operation before any simulation (ERC-4337 "client behavior upon
+receiving a UserOperation", ERC-7562's first pass), cheapest first.
+
+``check_static`` needs nothing but the operation: size, gas caps — the verificationGasLimit
+cap answers the known DoS, an operation that makes every bundler simulate millions of gas
+for nothing —, the minimum callGasLimit, preVerificationGas against the documented formula,
+the priority-fee floor. ``check_state`` adds what the chain says (sender code XOR initCode,
+factory and paymaster code, the paymaster's deposit against the prefund, the nonce, the base
+fee); ``check`` fetches that state and runs both. Every refusal is a BundlerFault naming the
+field: -32602 for a malformed or under-priced operation (as the reference bundler answers),
+-32508 for a paymaster deposit too small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+
+from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, packed, require_version
+from chaingate.bundler.errors import INVALID_PARAMS, PAYMASTER_BALANCE, BundlerFault
+from chaingate.bundler.estimation import pre_verification_gas
+from chaingate.bundler.simulation import NodeClient
+from chaingate.evm import abi
+
+__all__ = ["SanityLimits", "check", "check_state", "check_static", "required_prefund"]
+
+
+class SanityLimits(msgspec.Struct, frozen=True, kw_only=True):
+    # The packed operation's ABI size (bytes): it is calldata every bundle carries.
+    max_op_bytes: int = 64 * 1024
+    # The DoS cap: validation gas a bundler simulates before it knows anything.
+    max_verification_gas: int = 5_000_000
+    max_call_gas: int = 20_000_000
+    # ERC-4337: callGasLimit at least the cost of a CALL with non-zero value.
+    min_call_gas: int = 9_100
+    # All the operation's gas together (it must fit a bundle).
+    max_total_gas: int = 30_000_000
+    min_priority_fee: int = 0  # wei
+    # maxFeePerGas must reach this percentage of the latest base fee (100: the base fee
+    # itself; above 100 demands headroom for a rising base fee, below accepts ops that wait).
+    base_fee_percent: int = 100
+    check_paymaster_deposit: bool = True
+
+
+def _fault(field: str, why: str, code: int = INVALID_PARAMS, reason: str = "") -> BundlerFault:
+    return BundlerFault(code, f"userOp.{field}: {why}", {"field": field}, reason=reason)
+
+
+def required_prefund(op: UserOperation, version: Version) -> int:
+    """The EntryPoint's requiredPreFund: every gas limit at maxFeePerGas (v0.6 counts the
+    verification limit three times with a paymaster: it also bounds postOp, twice)."""
+    if require_version(version) == "0.6":
+        multiplier = 3 if op.paymaster is not None else 1
+        gas = op.call_gas_limit + op.verification_gas_limit * multiplier + op.pre_verification_gas
+    else:
+        gas = (
+            op.verification_gas_limit
+            + op.call_gas_limit
+            + op.paymaster_verification_gas_limit
+            + op.paymaster_post_op_gas_limit
+            + op.pre_verification_gas
+        )
+    return gas * op.max_fee_per_gas
+
+
+def check_static(op: UserOperation, version: Version, limits: SanityLimits) -> None:
+    """The checks that need only the operation."""
+    version = require_version(version)
+    size = len(abi.encode(OP_TUPLE_TYPE[version], packed(op, version)))
+    if size > limits.max_op_bytes:
+        raise _fault("callData", f"the operation is {size} bytes; at most {limits.max_op_bytes}")
+    if op.verification_gas_limit > limits.max_verification_gas:
+        raise _fault(
+            "verificationGasLimit",
+            f"{op.verification_gas_limit} is above this bundler's cap "
+            f"{limits.max_verification_gas}",
+        )
+    if op.paymaster_verification_gas_limit > limits.max_verification_gas:
+        raise _fault(
+            "paymasterVerificationGasLimit",
+            f"{op.paymaster_verification_gas_limit} is above this bundler's cap "
+            f"{limits.max_verification_gas}",
+        )
+    if op.call_gas_limit > limits.max_call_gas:
+        raise _fault("callGasLimit", f"{op.call_gas_limit} is above the cap {limits.max_call_gas}")
+    if op.paymaster_post_op_gas_limit > limits.max_call_gas:
+        raise _fault(
+            "paymasterPostOpGasLimit",
+            f"{op.paymaster_post_op_gas_limit} is above the cap {limits.max_call_gas}",
+        )
+    if op.call_gas_limit < limits.min_call_gas:
+        raise _fault(
+            "callGasLimit",
+            f"{op.call_gas_limit} is below {limits.min_call_gas}, the cost of a call with value",
+        )
+    multiplier = 3 if version == "0.6" and op.paymaster is not None else 1
+    total = (
+        op.pre_verification_gas
+        + op.verification_gas_limit * multiplier
+        + op.call_gas_limit
+        + op.paymaster_verification_gas_limit
+        + op.paymaster_post_op_gas_limit
+    )
+    if total > limits.max_total_gas:
+        raise _fault(
+            "verificationGasLimit",
+            f"the operation's gas limits total {total}, above {limits.max_total_gas}",
+        )
+    expected = pre_verification_gas(op, version)
+    if op.pre_verification_gas < expected:
+        raise _fault(
+            "preVerificationGas",
+            f"{op.pre_verification_gas} is below {expected}, the calldata and overhead cost",
+        )
+    if op.max_priority_fee_per_gas < limits.min_priority_fee:
+        raise _fault(
+            "maxPriorityFeePerGas",
+            f"{op.max_priority_fee_per_gas} is below this bundler's floor "
+            f"{limits.min_priority_fee}",
+        )
+    if op.max_fee_per_gas < op.max_priority_fee_per_gas:
+        raise _fault("maxFeePerGas", "below maxPriorityFeePerGas")
+
+
+def check_state(
+    op: UserOperation,
+    version: Version,
+    limits: SanityLimits,
+    *,
+    base_fee: int,
+    sender_has_code: bool,
+    factory_has_code: bool | None,
+    paymaster_has_code: bool | None,
+    paymaster_deposit: int | None,
+    on_chain_nonce: int | None,
+) -> None:
+    """The checks against chain state (None: not known, not checked)."""
+    version = require_version(version)
+    if sender_has_code and op.factory is not None:
+        field = "initCode" if version == "0.6" else "factory"
+        raise _fault(field, f"sender {op.sender} is already deployed (AA10)", reason="AA10")
+    if not sender_has_code and op.factory is None:
+        raise _fault(
+            "sender", f"{op.sender} has no code and the operation no factory (AA20)", reason="AA20"
+        )
+    if op.factory is not None and factory_has_code is False:
+        field = "initCode" if version == "0.6" else "factory"
+        raise _fault(field, f"no contract at the factory {op.factory}")
+    if op.paymaster is not None:
+        field = "paymasterAndData" if version == "0.6" else "paymaster"
+        if paymaster_has_code is False:
+            raise _fault(
+                field, f"no contract at the paymaster {op.paymaster} (AA30)", reason="AA30"
+            )
+        prefund = required_prefund(op, version)
+        if (
+            limits.check_paymaster_deposit
+            and paymaster_deposit is not None
+            and paymaster_deposit < prefund
+        ):
+            raise _fault(
+                field,
+                f"AA31 paymaster deposit too low: {paymaster_deposit} < prefund {prefund}",
+                PAYMASTER_BALANCE,
+                reason="AA31 paymaster deposit too low",
+            )
+    if on_chain_nonce is not None and op.nonce < on_chain_nonce:
+        raise _fault(
+            "nonce",
+            f"{op.nonce:#x} is below the sender's next nonce {on_chain_nonce:#x} (AA25)",
+            reason="AA25",
+        )
+    floor = base_fee * limits.base_fee_percent // 100
+    if op.max_fee_per_gas < floor:
+        raise _fault(
+            "maxFeePerGas",
+            f"{op.max_fee_per_gas} is below the base fee {base_fee}"
+            + (f" x {limits.base_fee_percent}%" if limits.base_fee_percent != 100 else ""),
+        )
+
+
+def _hex_int(value: Any) -> int:
+    if isinstance(value, str) and value[:2] in ("0x", "0X"):
+        return int(value[2:] or "0", 16)
+    raise ValueError(f"expected a 0x-hex quantity from the node, got {value!r}")
+
+
+async def check(
+    client: NodeClient,
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    limits: SanityLimits,
+) -> None:
+    """``check_static``, then the chain state fetched concurrently and ``check_state``."""
+    version = require_version(version)
+    check_static(op, version, limits)
+    found: dict[str, Any] = {}
+
+    async def fetch(name: str, method: str, params: list[Any]) -> None:
+        found[name] = await client.call(method, params)
+
+    key = op.nonce >> 64
+    nonce_call = abi.encode_call("getNonce(address,uint192)", op.sender, key)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch, "block", "eth_getBlockByNumber", ["latest", False])
+        nursery.start_soon(fetch, "sender", "eth_getCode", [op.sender, "latest"])
+        nursery.start_soon(
+            fetch,
+            "nonce",
+            "eth_call",
+            [{"to": entry_point, "data": "0x" + nonce_call.hex()}, "latest"],
+        )
+        if op.factory is not None:
+            nursery.start_soon(fetch, "factory", "eth_getCode", [op.factory, "latest"])
+        if op.paymaster is not None:
+            nursery.start_soon(fetch, "paymaster", "eth_getCode", [op.paymaster, "latest"])
+            deposit_call = abi.encode_call("balanceOf(address)", op.paymaster)
+            nursery.start_soon(
+                fetch,
+                "deposit",
+                "eth_call",
+                [{"to": entry_point, "data": "0x" + deposit_call.hex()}, "latest"],
+            )
+    block = found["block"] or {}
+    check_state(
+        op,
+        version,
+        limits,
+        base_fee=_hex_int(block.get("baseFeePerGas") or "0x0"),
+        sender_has_code=found["sender"] not in ("0x", "0x0", None),
+        factory_has_code=found["factory"] not in ("0x", "0x0", None)
+        if "factory" in found
+        else None,
+        paymaster_has_code=(
+            found["paymaster"] not in ("0x", "0x0", None) if "paymaster" in found else None
+        ),
+        paymaster_deposit=_hex_int(found["deposit"]) if "deposit" in found else None,
+        on_chain_nonce=_hex_int(found["nonce"]),
+    )
