@@ -43,6 +43,8 @@ __all__ = [
     "check_validation",
     "decode_revert",
     "decode_validation",
+    "eth_call",
+    "finish_validation",
     "parse_validation_data",
     "revert_data_of",
     "revert_fault",
@@ -422,6 +424,25 @@ async def simulate_validation(
     tx, override = validation_call(op, entry_point, version, simulations_code)
     data, reverted = await eth_call(client, tx, override)
     result = decode_validation(version, data, reverted)
+    await finish_validation(
+        client, op, entry_point, version, result, now=now, min_valid_seconds=min_valid_seconds
+    )
+    return result
+
+
+async def finish_validation(
+    client: NodeClient,
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    result: ValidationResult,
+    *,
+    now: int | None = None,
+    min_valid_seconds: int = MIN_VALID_SECONDS,
+) -> None:
+    """``check_validation``, and on v0.6 a signature failure with a paymaster named AA24 or
+    AA34 by asking handleOps (eth_call), which checks the account's first. For the traced
+    path too: call it after ``decode_validation``."""
     stamp = int(time.time()) if now is None else now
     try:
         check_validation(
@@ -433,14 +454,12 @@ async def simulate_validation(
     except BundlerFault as fault:
         if fault.code != INVALID_SIGNATURE or result.account_sig_failed is not None:
             raise
-        # v0.6 with a paymaster: handleOps names whose signature failed (AA24 before AA34).
         failed = await simulate_handle_ops(client, [op], entry_point, version, entry_point)
         if failed is None or failed.reason[:4] not in ("AA24", "AA34"):
             raise
         raise BundlerFault(
             INVALID_SIGNATURE, failed.reason, {"reason": failed.reason}, reason=failed.reason
         ) from None
-    return result
 
 
 class FailedOp(msgspec.Struct, frozen=True):

@@ -28,6 +28,8 @@ class Artifact(msgspec.Struct, frozen=True):
     source: str  # where the bytecode came from, e.g. "npm:@account-abstraction/contracts@0.7.0"
     abi: list[dict[str, Any]]
     bytecode: bytes  # creation code, without constructor arguments
+    # Runtime code as published (npm artifacts only): what a bundler puts in a state override.
+    deployed_bytecode: bytes = b""
 
 
 def fingerprint(artifacts: Mapping[str, Artifact]) -> str:
@@ -67,5 +69,6 @@ def aa_artifacts(
             source=f"npm:{AA_PACKAGE}@{version}",
             abi=data["abi"],
             bytecode=bytes.fromhex(data["bytecode"].removeprefix("0x")),
+            deployed_bytecode=bytes.fromhex(data.get("deployedBytecode", "0x").removeprefix("0x")),
         )
     return found
