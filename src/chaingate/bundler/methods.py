@@ -26,9 +26,11 @@ from chaingate.bundler.estimation import estimate_gas
 from chaingate.bundler.mempool import Entry
 from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.rpcform import encode_user_operation, parse_user_operation
+from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
-from chaingate.rpc.local import Handler, LocalRpc
+from chaingate.rpc.errors import UpstreamError
+from chaingate.rpc.local import Handler, LocalRpc, RpcFault
 from chaingate.store.bundlerreceipts import ReceiptRow
 
 _logs = msgspec.json.Decoder(list[dict[str, Any]])
@@ -83,7 +85,7 @@ class BundlerMethods:
 
             methods.update(DebugMethods(self.net).methods())
         for name, handler in methods.items():
-            rpc.register(name, handler, costs[name])
+            rpc.register(name, _node_errors(name, handler), costs[name])
 
     def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
         version = self.net.version_of(entry_point)
@@ -219,6 +221,28 @@ class BundlerMethods:
         (value,) = _params(params, 1, 1, "[sender]")
         sender = _address(value, "sender")
         return [_pending_view(e) for e in self.net.mempool.by_sender(sender)]
+
+
+# The node failed, not the caller: a server error, with what the node said (never a
+# traceback).  -32002 as ERC-7677's methods on the same endpoint answer "not available".
+UNAVAILABLE = -32002
+
+
+def _node_errors(method: str, handler: Handler) -> Handler:
+    async def guarded(params: Any, principal: Any) -> Any:
+        try:
+            return await handler(params, principal)
+        except RpcCallError as exc:
+            hint = ""
+            if exc.method == "debug_traceCall":
+                hint = " (safe mode needs debug_traceCall with JS tracers; see [bundler] safe_mode)"
+            raise RpcFault(
+                UNAVAILABLE, f"{method}: the node refused {exc.method}: {exc.message[:200]}{hint}"
+            ) from None
+        except UpstreamError as exc:
+            raise RpcFault(UNAVAILABLE, f"{method}: no node answered ({exc})") from None
+
+    return guarded
 
 
 def _pending_view(entry: Entry) -> dict[str, Any]:

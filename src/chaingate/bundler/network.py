@@ -10,6 +10,7 @@ receipts finish them; still pending in the node: watched; gone: back to pending)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
+from chaingate.store.base import StoreError
 from chaingate.store.bundlerreceipts import ReceiptRow
 
 log = logging.getLogger("chaingate.bundler")
@@ -38,6 +40,7 @@ BUNDLE_OVERHEAD_GAS = 50_000
 PER_OP_OVERHEAD_GAS = 10_000
 # How many times one bundle attempt may drop an operation named by FailedOp and try again.
 MAX_DROPS_PER_BUNDLE = 32
+PRUNE_INTERVAL = 600.0
 
 
 class BundlerNetwork:
@@ -216,8 +219,16 @@ class BundlerNetwork:
     # --- bundling --------------------------------------------------------------------------
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._bundle_loop)
+            nursery.start_soon(self._prune_loop)
+
+    async def _bundle_loop(self) -> None:
         """``auto``: a bundle when woken (a new operation, a new head) or every interval while
         operations wait.  ``manual``: only ``send_bundle_now``."""
+        if self.submitter is not None:
+            with contextlib.suppress(RpcCallError, UpstreamError):
+                self.eoa_balance = await self.submitter.balance()
         while True:
             with trio.move_on_after(self.settings.bundle_interval):
                 await self._wake.wait()
@@ -226,12 +237,26 @@ class BundlerNetwork:
                 continue
             try:
                 await self.bundle_once()
-            except (RpcCallError, UpstreamError, NotMined) as exc:
+            except (RpcCallError, UpstreamError, NotMined, BundlerFault) as exc:
                 self.bundles["failed"] += 1
                 log.warning(
                     "bundle attempt failed",
                     extra={"fields": {"network": self.key, "error": str(exc)}},
                 )
+                await trio.sleep(self.settings.bundle_interval)  # not a busy loop
+            except Exception:
+                # A bug must not take the gateway down with the bundler: logged, retried.
+                self.bundles["failed"] += 1
+                log.exception("bundle attempt failed", extra={"fields": {"network": self.key}})
+                await trio.sleep(self.settings.bundle_interval)
+
+    async def _prune_loop(self) -> None:
+        """Finished operations are kept ``keep_finished`` for lookups, then deleted."""
+        while True:
+            await trio.sleep(PRUNE_INTERVAL)
+            before_ms = int((self.clock() - self.settings.keep_finished) * 1000)
+            with contextlib.suppress(StoreError):
+                await self.store.bundler_prune(self.chain, self.network, before_ms)
 
     async def bundle_once(self) -> dict[str, Any] | None:
         """Build, check, send one bundle and wait until it is mined; None when nothing waits.
@@ -313,14 +338,19 @@ class BundlerNetwork:
             for _ in range(MAX_DROPS_PER_BUNDLE):
                 if not entries:
                     break
-                failed = await simulate_handle_ops(
-                    self.client,
-                    [e.op for e in entries],
-                    entry_point,
-                    version,
-                    self._beneficiary(),
-                    sender=self.submitter.address,
-                )
+                try:
+                    failed = await simulate_handle_ops(
+                        self.client,
+                        [e.op for e in entries],
+                        entry_point,
+                        version,
+                        self._beneficiary(),
+                        sender=self.submitter.address,
+                    )
+                except BundlerFault as fault:
+                    # handleOps reverted without naming an operation: each is tried alone.
+                    entries = await self._alone(entries, entry_point, version, fault.message)
+                    continue
                 if failed is None:
                     break
                 if not 0 <= failed.index < len(entries):
@@ -344,6 +374,31 @@ class BundlerNetwork:
             )
             return entries, entry_point, version, gas, fees
         return None
+
+    async def _alone(
+        self, entries: list[Entry], entry_point: str, version: Version, why: str
+    ) -> list[Entry]:
+        """The operations that pass handleOps on their own (the others fail with ``why``)."""
+        assert self.submitter is not None
+        kept = []
+        for entry in entries:
+            try:
+                failed = await simulate_handle_ops(
+                    self.client,
+                    [entry.op],
+                    entry_point,
+                    version,
+                    self._beneficiary(),
+                    sender=self.submitter.address,
+                )
+            except BundlerFault as fault:
+                await self._fail(entry, fault.message)
+                continue
+            if failed is None:
+                kept.append(entry)
+            else:
+                await self._fail(entry, failed.reason or why)
+        return kept
 
     async def _fail(self, entry: Entry, reason: str) -> None:
         """An operation handleOps refused after it passed validation: failed, and the entity

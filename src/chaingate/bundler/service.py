@@ -116,6 +116,7 @@ class BundlerService:
                 SanityLimits(
                     max_verification_gas=bundler.max_verification_gas,
                     max_call_gas=bundler.max_call_gas,
+                    max_total_gas=bundler.max_bundle_gas,
                     min_priority_fee=bundler.min_priority_fee,
                 ),
                 safe_mode=safe_mode,
