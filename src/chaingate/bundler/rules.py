@@ -150,6 +150,8 @@ def check_rules(
         raise BundlerFault(
             BANNED_OPCODE, "validation is too large to check (the tracer's limits were hit)"
         )
+    if trace.failed is not None:
+        raise BundlerFault(BANNED_OPCODE, f"validation could not be traced: {trace.failed}")
     entities = _entities(op)
     phases = _phases(trace, op, version)
     if "account" not in phases:

@@ -84,6 +84,10 @@ _JS = r"""{
   slots: 0,
   calls: 0,
   overflow: false,
+  // On anvil a tracer that throws does not fail the trace: the frame being traced reverts
+  // and execution goes on, changed.  So nothing may throw: a hook that fails records why,
+  // and the trace is refused as unjudgeable instead.
+  failed: null,
   stopped: false,
   gasAt: null,
   extPending: null,
@@ -130,6 +134,15 @@ _JS = r"""{
   },
 
   step: function (log, db) {
+    try { this.stepInner(log, db); } catch (e) { this.fail(e); }
+  },
+
+  fail: function (e) {
+    if (this.failed === null) { this.failed = String(e).slice(0, 200); }
+    this.stopped = true;
+  },
+
+  stepInner: function (log, db) {
     if (this.stopped) { return; }
     var n = log.op.toNumber();
     if (this.gasAt !== null || this.extPending !== null) { this.settle(n); }
@@ -168,7 +181,11 @@ _JS = r"""{
       var ofs = parseInt(log.stack.peek(0).toString());
       var size = parseInt(log.stack.peek(1).toString());
       if (size >= 32 && size <= @MAX_KECCAK_LEN@) {
-        var pre = toHex(log.memory.slice(ofs, ofs + size));
+        // KECCAK256 may read past the memory used so far (it reads zeros there).
+        var used = log.memory.length();
+        var pre = ofs + size <= used ? toHex(log.memory.slice(ofs, ofs + size))
+          : '0x' + (ofs < used ? toHex(log.memory.slice(ofs, used)).slice(2) : '')
+            + '00'.repeat(ofs + size - Math.max(ofs, used));
         // only a word with 12 zero bytes in front can hold an address
         if (pre.slice(2, 26) === '000000000000000000000000') {
           if (this.keccak.length >= @MAX_KECCAK@) { this.overflow = true; }
@@ -186,6 +203,10 @@ _JS = r"""{
   },
 
   enter: function (frame) {
+    try { this.enterInner(frame); } catch (e) { this.fail(e); }
+  },
+
+  enterInner: function (frame) {
     if (this.stopped || this.cur === null) { return; }
     if (this.calls >= @MAX_CALLS@) { this.overflow = true; return; }
     this.calls++;
@@ -217,6 +238,7 @@ _JS = r"""{
       keccak: this.keccak,
       entryPoint: this.entryPoint,
       overflow: this.overflow,
+      failed: this.failed,
       output: toHex(ctx.output),
       error: ctx.error === undefined ? null : String(ctx.error)
     };

@@ -83,6 +83,7 @@ class Trace(msgspec.Struct, frozen=True, rename={"entry_point": "entryPoint"}):
     output: str  # the simulation's return or revert data
     error: str | None  # set when the simulation reverted
     code_hashes: dict[str, str] = {}  # address -> keccak(code), filled after the trace
+    failed: str | None = None  # a tracer hook failed (caught): the trace cannot be judged
 
     @property
     def reverted(self) -> bool:
