@@ -153,6 +153,9 @@ cdef class Request:
     cdef public object authorization
     cdef public object request_id
     cdef public object upgrade
+    cdef public object origin
+    cdef public object accept_encoding
+    cdef public object content_encoding
     cdef public bint expect_continue
     cdef bytes _block
     cdef object _headers
@@ -215,6 +218,9 @@ cdef class _Head:
     cdef object request_id
     cdef object upgrade
     cdef object retry_after
+    cdef object origin
+    cdef object accept_encoding
+    cdef object content_encoding
 
     def __cinit__(self):
         self.content_length = -1
@@ -329,6 +335,20 @@ cdef object _parse_fields(bytes buf, Py_ssize_t start, Py_ssize_t end, int max_h
         elif n == 11 and _ieq(p + start, n, b"retry-after", 11):
             if head.retry_after is None:
                 head.retry_after = _sub(buf, vs, ve)
+        elif n == 6 and _ieq(p + start, n, b"origin", 6):
+            if head.origin is None:
+                head.origin = _sub(buf, vs, ve)
+        elif n == 15 and _ieq(p + start, n, b"accept-encoding", 15):
+            # List-valued: repeats combine as one comma-separated list (RFC 9110 5.3).
+            if head.accept_encoding is None:
+                head.accept_encoding = _sub(buf, vs, ve)
+            else:
+                head.accept_encoding = head.accept_encoding + b", " + _sub(buf, vs, ve)
+        elif n == 16 and _ieq(p + start, n, b"content-encoding", 16):
+            if head.content_encoding is None:
+                head.content_encoding = _sub(buf, vs, ve)
+            else:
+                head.content_encoding = head.content_encoding + b", " + _sub(buf, vs, ve)
         start = nl + 2
     if te_parts is not None:
         head.transfer_encoding = b", ".join(te_parts)
@@ -749,6 +769,9 @@ cdef class RequestParser:
         request.authorization = head.authorization
         request.request_id = head.request_id
         request.upgrade = head.upgrade
+        request.origin = head.origin
+        request.accept_encoding = head.accept_encoding
+        request.content_encoding = head.content_encoding
         request.expect_continue = head.expect == 1 and version == 11
         has_body = head.chunked or head.content_length > 0
         self._reader.start_body(head.chunked, head.content_length if head.content_length > 0 else 0, 0)

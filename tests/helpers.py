@@ -237,6 +237,9 @@ def request_fields(r: Any) -> tuple[Any, ...]:
         r.authorization,
         r.request_id,
         r.upgrade,
+        r.origin,
+        r.accept_encoding,
+        r.content_encoding,
         r.expect_continue,
     )
 

@@ -91,6 +91,9 @@ EXTRA_HEADERS = [
     (b"X-Obs-Text", b"caf\xc3\xa9"),
     (b"X-Empty", b""),
     (b"Accept", b"*/*"),
+    (b"Origin", b"https://app.example"),
+    (b"Accept-Encoding", b"gzip, br;q=0.5"),
+    (b"Content-Encoding", b"gzip"),
 ]
 OWS = [b"", b" ", b"  ", b"\t", b" \t"]
 CHUNK_EXTENSIONS = [b"", b"", b";a", b";a=b", b';q="x y"', b" ;x", b"\t;x=1;y"]

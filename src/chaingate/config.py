@@ -63,7 +63,12 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_request_line: int = 8192
     max_header_bytes: int = 16_384
     max_headers: int = 100
+    # Also the cap on a gzip request body once inflated (a zip bomb is 413).
     max_body_bytes: int = 1 << 20
+    # Answers of at least this many bytes are compressed (zstd or gzip, as the client's
+    # Accept-Encoding allows); 0 turns answer compression off.  Smaller answers fit one TCP
+    # segment with their head: compressing them costs CPU and saves no packet.
+    compress_min_bytes: int = 1400
     # A keep-alive connection with no request in progress is closed after this long.
     idle_timeout: float = 60.0
     # Time allowed from the first byte of a request to its last (slow clients are cut off).
@@ -154,6 +159,10 @@ class WebSocketSettings(msgspec.Struct, forbid_unknown_fields=True):
 
     # Largest message a client may send (bigger: closed with 1009).
     max_message_bytes: int = 1 << 20
+    # permessage-deflate is offered back to clients that ask for it; replies of at least this
+    # many bytes are then deflated (0: never negotiated).  Inflated client messages are held
+    # to max_message_bytes.
+    compress_min_bytes: int = 1400
     # Bytes queued for one client beyond what its socket took; a push that does not fit
     # closes the connection with 1008 (a slow reader never grows memory).
     send_queue_bytes: int = 1 << 20
@@ -554,6 +563,8 @@ def _validate(settings: Settings) -> None:
             raise ConfigError(f"outbound.allow_cidrs: not a network: {cidr!r}") from None
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
+    if settings.server.compress_min_bytes < 0:
+        raise ConfigError("server.compress_min_bytes must be >= 0 (0: no compression)")
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
     if settings.store.url and not settings.store.url.startswith(

@@ -57,6 +57,13 @@ _FIRST_VALUE_WINS = {
     b"x-request-id": "request_id",
     b"upgrade": "upgrade",
     b"retry-after": "retry_after",
+    b"origin": "origin",
+}
+# List-valued headers the parsers hand out by name; repeats combine as one comma-separated
+# list (RFC 9110 5.3), so ``Accept-Encoding: gzip`` + ``Accept-Encoding: br`` is ``gzip, br``.
+_LIST_VALUED = {
+    b"accept-encoding": "accept_encoding",
+    b"content-encoding": "content_encoding",
 }
 
 # Parser states.
@@ -85,15 +92,18 @@ class Request:
     """One complete client request.  Header names are lower-cased; values are OWS-stripped."""
 
     __slots__ = (
+        "accept_encoding",
         "api_key",
         "authorization",
         "body",
+        "content_encoding",
         "content_type",
         "expect_continue",
         "headers",
         "host",
         "keep_alive",
         "method",
+        "origin",
         "path",
         "query",
         "request_id",
@@ -116,6 +126,9 @@ class Request:
     authorization: bytes | None
     request_id: bytes | None
     upgrade: bytes | None
+    origin: bytes | None
+    accept_encoding: bytes | None
+    content_encoding: bytes | None
     expect_continue: bool
 
 
@@ -135,10 +148,12 @@ class _Head:
     """What both parsers learn from a header section."""
 
     __slots__ = (
+        "accept_encoding",
         "api_key",
         "authorization",
         "chunked",
         "close",
+        "content_encoding",
         "content_length",
         "content_type",
         "expect",
@@ -146,6 +161,7 @@ class _Head:
         "host",
         "host_count",
         "keep_alive_token",
+        "origin",
         "request_id",
         "retry_after",
         "transfer_encoding",
@@ -168,6 +184,9 @@ class _Head:
         self.request_id: bytes | None = None
         self.upgrade: bytes | None = None
         self.retry_after: bytes | None = None
+        self.origin: bytes | None = None
+        self.accept_encoding: bytes | None = None
+        self.content_encoding: bytes | None = None
 
 
 def _field_line(line: bytes) -> tuple[bytes, bytes] | str:
@@ -243,6 +262,10 @@ def _parse_fields(block: bytes, max_headers: int) -> _Head | HttpError:
             attribute = _FIRST_VALUE_WINS[name]
             if getattr(head, attribute) is None:
                 setattr(head, attribute, value)
+        elif name in _LIST_VALUED:
+            attribute = _LIST_VALUED[name]
+            previous = getattr(head, attribute)
+            setattr(head, attribute, value if previous is None else previous + b", " + value)
     if te_parts:
         head.transfer_encoding = b", ".join(te_parts)
         head.chunked = head.transfer_encoding == b"chunked"
@@ -621,6 +644,9 @@ class RequestParser:
         request.authorization = head.authorization
         request.request_id = head.request_id
         request.upgrade = head.upgrade
+        request.origin = head.origin
+        request.accept_encoding = head.accept_encoding
+        request.content_encoding = head.content_encoding
         request.expect_continue = head.expect == 1 and version == 11
         has_body = head.chunked or head.content_length > 0
         self._reader.start_body(head.chunked, max(head.content_length, 0), False)

@@ -6,7 +6,9 @@ import os
 import secrets
 from pathlib import Path
 
-from chaingate.auth import apikeys
+import msgspec
+
+from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES
 from chaingate.store import Store
 from chaingate.store.base import Account, KeyRow
@@ -59,3 +61,39 @@ def dev_pepper(data_dir: Path) -> str:
         with os.fdopen(descriptor, "w") as handle:
             handle.write(secrets.token_hex(32))
     return path.read_text().strip()
+
+
+LISTS = ("origins", "ips", "methods", "contracts")
+
+
+async def update_allowlists(
+    store: Store, key_id: str, replace: dict[str, list[str]], clear: set[str]
+) -> KeyRow | None:
+    """Replace the named lists of a key (``replace``: list name -> entries, comma- or
+    space-separated as typed) and empty those in ``clear`` ("all": every list); the others
+    stay.  AllowlistError for a bad entry (nothing is stored); None for an unknown key."""
+    both = set(replace) & clear
+    if both or ("all" in clear and replace):
+        raise AdminError("a list cannot be both set and cleared in one command")
+    unknown = (set(replace) | clear) - {*LISTS, "all"}
+    if unknown:
+        raise AdminError(f"unknown list(s) {', '.join(sorted(unknown))}; known: {', '.join(LISTS)}")
+    try:
+        parsed = allowlists.build(
+            **{
+                name: [entry for value in values for entry in value.replace(",", " ").split()]
+                for name, values in replace.items()
+            }
+        )
+    except allowlists.AllowlistError as exc:
+        raise AdminError(str(exc)) from None
+
+    def change(current: str | None) -> str | None:
+        lists = allowlists.loads(current) if current else allowlists.Allowlists()
+        if "all" in clear:
+            lists = allowlists.Allowlists()
+        updates = {name: getattr(parsed, name) for name in replace}
+        updates.update({name: () for name in clear if name != "all"})
+        return allowlists.dumps(msgspec.structs.replace(lists, **updates))
+
+    return await store.update_key_allowlists(key_id, change)

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from chaingate.auth.allowlists import Policy
+
 SCOPES = (
     "rpc:read",
     "rpc:write",
@@ -35,6 +37,7 @@ class Principal:
 
     __slots__ = (
         "account_id",
+        "allow",
         "environment",
         "key_id",
         "limiter",
@@ -67,6 +70,9 @@ class Principal:
         self.quota = quota
         self.limits_rps = limits_rps
         self.revoked = False
+        # The key's allowlists (chaingate.auth.allowlists.Policy); None: no lists (most keys),
+        # which is all the hot path looks at.
+        self.allow: Policy | None = None
         # Consumption not yet reported to the other processes (shared limits).
         self.pending_requests = 0
         self.pending_units = 0
@@ -81,6 +87,9 @@ class Rejection(msgspec.Struct, frozen=True):
     message: str
     headers: bytes = b""
     close: bool = False
+    # False for a request whose Origin the key's allowlist refuses: its answer carries no
+    # CORS headers, so the page that sent it reads nothing (chaingate.edge.cors).
+    cors: bool = True
 
 
 class NetworkInfo(msgspec.Struct, frozen=True):

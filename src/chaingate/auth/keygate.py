@@ -6,7 +6,8 @@ for changes every ``refresh_interval``: a revoked key stops working within that 
 every process sharing the store.
 
 ``KeyGate`` implements the gate: 401 for a missing, malformed, unknown or revoked key; 403 for
-a missing scope or a test key on a network that is not a testnet; 429 when the key's token
+a missing scope, a test key on a network that is not a testnet, or an origin or client address
+the key's allowlists (``chaingate.auth.allowlists``) do not name; 429 when the key's token
 buckets or its account's day quota are exhausted.
 
 Failed authentications are limited per client address (an IPv6 client is its /64, see
@@ -25,9 +26,10 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
+import msgspec
 import trio
 
-from chaingate.auth import apikeys
+from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.peers import peer_group
@@ -162,10 +164,22 @@ class KeyRegistry:
             principal.limiter.set_rates(limits.requests_per_second, limits.compute_units_per_second)
             principal.limits_rps = limits.requests_per_second
 
+    @staticmethod
+    def _apply_allowlists(principal: Principal, source: str | None) -> None:
+        current = principal.allow
+        if (current.source if current is not None else None) == source:
+            return  # unchanged: keep the compiled policy (and its verdict cache)
+        try:
+            principal.allow = allowlists.compile_policy(source)
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+            log.exception("API key with unreadable allowlists: refused until they are set")
+            principal.allow = allowlists.Policy.refusing(source)
+
     def _apply_key(self, row: Any) -> None:
         principal = self._by_hash.get(row.key_hash)
         if principal is not None:
             principal.revoked = row.revoked_at is not None
+            self._apply_allowlists(principal, row.allowlists)
             return
         account = self._accounts.get(row.account_id)
         if account is None:
@@ -185,6 +199,7 @@ class KeyRegistry:
             limits_rps=limits.requests_per_second,
         )
         principal.revoked = row.revoked_at is not None
+        self._apply_allowlists(principal, row.allowlists)
         self._by_hash[row.key_hash] = principal
         account.keys.append(principal)
 
@@ -273,6 +288,17 @@ class KeyGate:
             return self._refuse(peer, 401, "invalid API key")
         if principal.revoked:
             return self._refuse(peer, 401, "API key revoked")
+        allow = principal.allow
+        if allow is not None:
+            refused = allow.origin_refusal(request.origin)
+            if refused is not None:
+                self.refusals[(403, "allowlist")] += 1
+                headers = self.response_headers(principal)
+                return Rejection(403, "forbidden", refused, headers, cors=False)
+            refused = allow.peer_refusal(peer)
+            if refused is not None:
+                self.refusals[(403, "allowlist")] += 1
+                return Rejection(403, "forbidden", refused, self.response_headers(principal))
         if network is not None and principal.environment == "test" and not network.testnet:
             return Rejection(
                 403,

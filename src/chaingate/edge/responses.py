@@ -20,6 +20,7 @@ ERROR_CODES: dict[int, str] = {
     408: "request_timeout",
     413: "payload_too_large",
     414: "uri_too_long",
+    415: "unsupported_media_type",
     417: "expectation_failed",
     426: "upgrade_required",
     429: "rate_limited",

@@ -9,6 +9,9 @@
 * any other ``/v1/...`` path — the quart-trio REST app, in process;
 * anything else — 404 in the spec's error envelope.
 
+``OPTIONS`` on the RPC, bundler and REST paths is a browser's preflight, answered without a
+key (``chaingate.edge.cors``); answers to a request with ``Origin`` carry the CORS headers.
+
 Every response carries ``X-Request-Id`` (the client's own, when it sent a sane one) and the
 gate's rate-limit headers; every request produces one access-log line and one latency sample.
 
@@ -28,6 +31,7 @@ from typing import Any
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.gate import Gate, NetworkInfo, Rejection
+from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
@@ -157,7 +161,9 @@ class Routes:
                 # A trailing slash names the same endpoint (URL joins in clients add one).
                 tail = tail[:-1]
                 service = self._services.get(tail)
-            if service is None:
+            if request.method == b"OPTIONS":  # a browser's preflight: no key to check
+                status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
+            elif service is None:
                 status, headers, body = 404, JSON, error_body(404, "unknown chain or network")
             elif request.method != b"POST":
                 status, headers, body = (
@@ -210,6 +216,8 @@ class Routes:
                     cache.decode(),
                 )
             )
+        if request.origin is not None and route != "metrics":
+            headers += cors.answer_headers(request.origin)
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
 
     async def _other(self, request: Any, path: bytes, peer: str) -> tuple[str, int, bytes, bytes]:
@@ -221,7 +229,10 @@ class Routes:
             route = "bundler"
             tail = path[len(_BUNDLER_PREFIX) :]
             tail = tail[:-1] if tail.endswith(b"/") else tail  # the same endpoint
-            status, headers, body = await self._bundler(request, tail, peer)
+            if request.method == b"OPTIONS":
+                status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
+            else:
+                status, headers, body = await self._bundler(request, tail, peer)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (
@@ -231,7 +242,10 @@ class Routes:
             )
         elif path.startswith(b"/v1/") or path == b"/v1":
             route = "rest"
-            status, headers, body = await self._rest(request, path, peer)
+            if request.method == b"OPTIONS":
+                status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
+            else:
+                status, headers, body = await self._rest(request, path, peer)
         else:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
@@ -363,6 +377,8 @@ def _rejected(
     A rejection that asks for it closes the connection after the answer."""
     if rejection.close and request is not None:
         request.keep_alive = False
+    if not rejection.cors and request is not None:
+        request.origin = None  # an origin the key refuses: no CORS headers on its answer
     headers = JSON + rejection.headers + rate_headers
     if body is None:
         body = error_body(rejection.status, rejection.message, rejection.code)

@@ -41,6 +41,7 @@ from trio.lowlevel import wait_readable
 
 from chaingate import netio
 from chaingate.config import ServerSettings
+from chaingate.edge import compression
 from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_limit
 from chaingate.edge.responses import JSON, DateHeader, error_body
 from chaingate.impl import Impl
@@ -135,6 +136,10 @@ class EdgeServer:
         self.unsent_bytes = 0
         self.overloaded = 0  # requests answered 503 because of unsent_bytes
         self.framing_errors: defaultdict[int, int] = defaultdict(int)
+        # Answers sent coded, by coding; their bytes before and after.
+        self.coded: defaultdict[bytes, int] = defaultdict(int)
+        self.coded_bytes_in = 0
+        self.coded_bytes_out = 0
 
     @property
     def open_connections(self) -> int:
@@ -321,6 +326,7 @@ class EdgeServer:
         auth_failures = 0
         eof = False
         eager = False
+        compress_min = settings.compress_min_bytes
         while True:
             request = parser.next_event()
             if request is None:
@@ -369,6 +375,10 @@ class EdgeServer:
                     self.overloaded += 1
                     status, headers = 503, JSON + b"Retry-After: 1\r\n"
                     body = error_body(503, "server overloaded: retry shortly")
+                elif request.content_encoding is not None and (
+                    refusal := _decode_body(request, settings.max_body_bytes)
+                ):
+                    status, headers, body = refusal
                 elif request.upgrade is not None and self._upgrades is not None:
                     taken = self._upgrades.handshake(request, peer)
                     if taken is None:
@@ -388,6 +398,16 @@ class EdgeServer:
             if ticket is not None:
                 await self._upgrade(conn, peer, parser, ticket)
                 return
+            accept = request.accept_encoding
+            # The size test first: a small answer is coded only when the client refused
+            # identity ("identity;q=0", "*;q=0"), which needs a "=0" somewhere.
+            if (
+                accept is not None
+                and compress_min
+                and body
+                and (len(body) >= compress_min or b"=0" in accept)
+            ):
+                headers, body = await self._encode(accept, status, headers, body)
             if status == 401:
                 auth_failures += 1
                 if auth_failures >= settings.max_auth_failures:
@@ -423,6 +443,27 @@ class EdgeServer:
             answered += 1
             if answered % FAIRNESS_BATCH == 0:
                 await trio.lowlevel.checkpoint()
+
+    async def _encode(
+        self, accept: bytes, status: int, headers: bytes, body: bytes
+    ) -> tuple[bytes, bytes]:
+        """Headers and body of an answer coded as ``accept`` allows (see edge.compression)."""
+        coding, vary = compression.plan(
+            accept, status, headers, len(body), self._settings.compress_min_bytes
+        )
+        if coding is None:
+            return (headers + compression.VARY if vary else headers), body
+        if len(body) >= compression.THREAD_BYTES:
+            # Off the event loop: the codecs release the GIL, and everyone else keeps moving.
+            coded = await trio.to_thread.run_sync(compression.encode, coding, body)
+        else:
+            coded = compression.encode(coding, body)
+        if len(coded) >= len(body) and compression.preferences(accept).identity_q > 0:
+            return headers + compression.VARY, body  # incompressible: as it is
+        self.coded[coding] += 1
+        self.coded_bytes_in += len(body)
+        self.coded_bytes_out += len(coded)
+        return headers + compression.coded_headers(coding), coded
 
     async def _upgrade(self, conn: _Conn, peer: str, parser: Any, ticket: Any) -> None:
         upgrades = self._upgrades
@@ -512,6 +553,17 @@ def _refuse_connection(sock: socket.socket, http1: Any, date: DateHeader) -> Non
         sock, http1.build_response(503, date.line() + JSON + b"Retry-After: 1\r\n", body, False)
     )
     sock.close()
+
+
+def _decode_body(request: Any, cap: int) -> tuple[int, bytes, bytes] | None:
+    """Undo the request body's content coding in place; the refusal when it cannot be."""
+    try:
+        body = compression.decode_body(request.content_encoding, request.body, cap)
+    except compression.BodyError as exc:
+        headers = JSON + compression.ACCEPTED_REQUEST_CODINGS if exc.status == 415 else JSON
+        return exc.status, headers, error_body(exc.status, exc.message)
+    compression.replace_body(request, body)
+    return None
 
 
 def _peer(address: Any) -> str:

@@ -91,6 +91,36 @@ def _to(field: rlp.Item) -> str | None:
     return checksum_address(field)
 
 
+def _typed_fields(raw: bytes) -> list[rlp.Item]:
+    """The RLP fields of a typed transaction (after its type byte); EIP-4844's network form
+    ``[transaction, blobs, commitments, proofs]`` is unwrapped to the transaction."""
+    fields = rlp.decode(raw[1:])
+    if raw[0] == 3 and isinstance(fields, list) and fields and isinstance(fields[0], list):
+        fields = fields[0]
+    if not isinstance(fields, list):
+        raise ValueError(f"a type-{raw[0]} transaction is an RLP list")
+    return fields
+
+
+def tx_target(raw: bytes) -> bytes | None:
+    """The 20-byte ``to`` of a signed transaction (None: it creates a contract), without
+    recovering the sender — the cheap read an allowlist needs.  ValueError if not one."""
+    if not raw:
+        raise ValueError("empty transaction")
+    if raw[0] >= 0xC0:
+        fields, at = rlp.decode(raw), 3
+    elif raw[0] in _TYPED:
+        fields, at = _typed_fields(raw), _TYPED[raw[0]][1]
+    else:
+        raise ValueError(f"unknown transaction type {raw[0]}")
+    if not isinstance(fields, list) or len(fields) <= at:
+        raise ValueError("not a transaction: too few fields")
+    to = fields[at]
+    if not isinstance(to, bytes) or len(to) not in (0, 20):
+        raise ValueError("not a transaction: 'to' is not an address")
+    return to or None
+
+
 def decode_raw(raw: bytes) -> DecodedTx:
     """The sender, nonce and target of a signed transaction; ValueError if it is not one."""
     if not raw:
@@ -124,8 +154,8 @@ def decode_raw(raw: bytes) -> DecodedTx:
     if kind not in _TYPED:
         raise ValueError(f"unknown transaction type {kind}")
     count, to_at = _TYPED[kind]
-    typed = rlp.decode(raw[1:])
-    if not isinstance(typed, list) or len(typed) != count + 3:
+    typed = _typed_fields(raw)
+    if len(typed) != count + 3:
         raise ValueError(f"a type-{kind} transaction has {count + 3} fields")
     y_parity, r, s = typed[count:]
     nonce = typed[1]

@@ -258,6 +258,12 @@ class RpcService:
                 jsonrpc.error_reply(call.id, call.error, call.message), b"MISS", "invalid"
             )
         method = call.method
+        if principal.allow is not None:
+            refused = principal.allow.call_refusal(method, call.params)
+            if refused is not None:  # the key's method or contract allowlist: 403, not charged
+                answer = jsonrpc.error_reply(call.id, *refused) if call.id is not None else None
+                forbidden = Rejection(403, "forbidden", refused[1])
+                return RpcReply(answer, b"MISS", "allowlist", forbidden)
         spec = self._methods.get(method) or self._passthrough
         if spec is None:
             self._unknown.error += 1
@@ -313,11 +319,19 @@ class RpcService:
         jobs: list[_Job] = []
         cu = tcu = 0
         reads = writes = False
+        allow = principal.allow
         for index, call in enumerate(calls):
             if call.error:
                 self._invalid.error += 1
                 replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
                 continue
+            if allow is not None:
+                # A call the key's lists forbid gets its own error; the batch's others run.
+                refused = allow.call_refusal(call.method, call.params)
+                if refused is not None:
+                    if call.id is not None:
+                        replies[index] = jsonrpc.error_reply(call.id, *refused)
+                    continue
             spec = methods.get(call.method) or passthrough
             if spec is None:
                 self._unknown.error += 1

@@ -34,6 +34,8 @@ from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import KeyBudgets, WsCaps, caps_for
+from chaingate.ws.deflate import Negotiated
+from chaingate.ws.deflate import negotiate as negotiate_deflate
 from chaingate.ws.handshake import (
     Credentials,
     HandshakeError,
@@ -56,7 +58,7 @@ WS_SCOPE = "rpc:read"
 class Ticket:
     """An accepted upgrade: the 101 to write, and what the session needs."""
 
-    __slots__ = ("caps", "hub", "principal", "request_id", "response", "service")
+    __slots__ = ("caps", "deflate", "hub", "principal", "request_id", "response", "service")
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class Ticket:
         hub: Hub,
         service: RpcService,
         caps: WsCaps,
+        deflate: Negotiated | None = None,
     ) -> None:
         self.response = response
         self.request_id = request_id
@@ -73,6 +76,7 @@ class Ticket:
         self.hub = hub
         self.service = service
         self.caps = caps
+        self.deflate = deflate  # permessage-deflate, when negotiated
 
 
 class WsEndpoint:
@@ -192,8 +196,10 @@ class WsEndpoint:
         if self._closing:
             return 503, JSON, error_body(503, "shutting down")
         gate = self.gate
+        # Browsers send Origin on a WebSocket handshake but CORS does not apply to it: the
+        # key's origin allowlist, checked by the gate, is the only guard.
         credentials = Credentials(
-            query_api_key(request.query) or request.api_key, request.authorization
+            query_api_key(request.query) or request.api_key, request.authorization, request.origin
         )
         principal = gate.authenticate(credentials, peer, self._networks[tail], WS_SCOPE)
         if isinstance(principal, Rejection):
@@ -210,6 +216,9 @@ class WsEndpoint:
             message = f"too many WebSocket connections for this API key (the plan allows {allowed})"
             return 429, JSON + b"Retry-After: 1\r\n" + rate_headers, error_body(429, message)
         extra = b"X-Request-Id: " + request_id.encode() + b"\r\n" + rate_headers
+        deflate = negotiate_deflate(request, self.settings.compress_min_bytes)
+        if deflate is not None:
+            extra += deflate.header
         # Counted now, not when the session starts: the cap holds between 101 and serve.
         self._per_key[principal.key_id] += 1
         return Ticket(
@@ -219,6 +228,7 @@ class WsEndpoint:
             hub,
             service,
             caps_for(limits, self.settings),
+            deflate,
         )
 
     async def serve(self, sock: socket.socket, peer: str, leftover: bytes, ticket: Ticket) -> None:
@@ -232,6 +242,7 @@ class WsEndpoint:
             ticket.hub,
             ticket.service,
             ticket.caps,
+            ticket.deflate,
         )
         self.sessions.add(session)
         if self.settings.socket_send_buffer:

@@ -1,8 +1,8 @@
 """The server side of RFC 6455's opening handshake, on a request the edge already parsed.
 
 Pure functions: check the upgrade request, find the API key in the query string, build the
-``101 Switching Protocols`` answer.  No extension (permessage-deflate) and no subprotocol is
-negotiated: JSON-RPC messages are small and compression would cost CPU on every push.
+``101 Switching Protocols`` answer.  permessage-deflate is negotiated by
+``chaingate.ws.deflate`` (its header line goes in ``extra``); no subprotocol is.
 """
 
 from __future__ import annotations
@@ -92,8 +92,11 @@ def query_api_key(query: bytes) -> bytes | None:
 class Credentials:
     """What the gate reads from a request, with the query's key in the header's place."""
 
-    __slots__ = ("api_key", "authorization")
+    __slots__ = ("api_key", "authorization", "origin")
 
-    def __init__(self, api_key: bytes | None, authorization: bytes | None) -> None:
+    def __init__(
+        self, api_key: bytes | None, authorization: bytes | None, origin: bytes | None = None
+    ) -> None:
         self.api_key = api_key
         self.authorization = authorization
+        self.origin = origin  # the handshake's Origin: checked against the key's allowlist

@@ -60,6 +60,15 @@ def text_frame(payload: bytes) -> bytes:
     return frame_header(len(payload)) + payload
 
 
+RSV1 = 0x40  # permessage-deflate: this message's payload is deflated
+
+
+def deflated_frame(payload: bytes) -> bytes:
+    """A final text frame carrying a payload deflated by ``chaingate.ws.deflate``."""
+    header = frame_header(len(payload))
+    return bytes((header[0] | RSV1,)) + header[1:] + payload
+
+
 def new_subscription_id() -> str:
     return "0x" + secrets.token_hex(SUBSCRIPTION_ID_BYTES)
 

@@ -42,8 +42,10 @@ from wsproto.events import (
 from chaingate import netio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import WebSocketSettings
+from chaingate.edge.compression import THREAD_BYTES
 from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import WsCaps, over_budget
+from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
 from chaingate.ws.hub import Hub, SubscribeError
 from chaingate.ws.protocol import (
     INTERNAL_ERROR,
@@ -54,6 +56,7 @@ from chaingate.ws.protocol import (
     PARSE_ERROR,
     RESOURCE_UNAVAILABLE,
     Call,
+    deflated_frame,
     error_reply,
     id_bytes,
     peek_call,
@@ -87,6 +90,7 @@ class Session:
         hub: Hub,
         service: RpcService,
         caps: WsCaps,
+        deflate: Negotiated | None = None,
     ) -> None:
         self._endpoint = endpoint
         self.settings: WebSocketSettings = endpoint.settings
@@ -100,7 +104,12 @@ class Session:
         self.caps = caps
         self.subscriptions: dict[str, Subscription] = {}
         self.filter_bytes = 0  # held by this connection's logs filters (see caps)
-        self._ws = Connection(ConnectionType.SERVER)
+        # permessage-deflate when negotiated: inflating (bounded) is wsproto's, deflating ours.
+        self._deflate = deflate
+        self._ws = Connection(
+            ConnectionType.SERVER,
+            [InboundDeflate(self.settings.max_message_bytes)] if deflate is not None else None,
+        )
         self._queue: deque[bytes] = deque()
         self._queued = 0
         self._head_partial = False  # the first queued frame is partly on the wire already
@@ -122,6 +131,7 @@ class Session:
         self.close_reason = ""
         self.pending_cu = 0  # pushed compute units not yet charged (the sweeper charges them)
         self.pushes = 0
+        self.deflated = 0  # replies sent deflated
         self.dropped = False  # cut off as a slow consumer
 
     # --- running ---------------------------------------------------------------------------
@@ -257,9 +267,21 @@ class Session:
                 if body is None and reply.rejection is not None:
                     body = _refusal(id_bytes(call) if call else b"null", reply.rejection)
             if body is not None:
-                await self._reply(text_frame(body))
+                await self._reply(await self._frame(body))
         finally:
             self._inflight.release()
+
+    async def _frame(self, body: bytes) -> bytes:
+        """A reply's frame: deflated when negotiated and large enough to pay."""
+        deflate = self._deflate
+        if deflate is None or len(body) < deflate.min_bytes:
+            return text_frame(body)
+        if len(body) >= THREAD_BYTES:  # off the event loop, as the HTTP edge does
+            coded = await trio.to_thread.run_sync(deflate_message, body, deflate.window_bits)
+        else:
+            coded = deflate_message(body, deflate.window_bits)
+        self.deflated += 1
+        return deflated_frame(coded)
 
     def _subscription_call(self, call: Call, message: bytes) -> None:
         if too_deep(message):
@@ -309,6 +331,10 @@ class Session:
         """A new subscription (admitted and billed, not yet live), or why not."""
         if not params:
             return SubscribeError(INVALID_PARAMS, "missing subscription kind")
+        if self.principal.allow is not None:  # the key's method and contract allowlists
+            refused = self.principal.allow.subscribe_refusal(params)
+            if refused is not None:
+                return SubscribeError(*refused)
         caps = self.caps
         if len(self.subscriptions) >= caps.subscriptions:
             return SubscribeError(
