@@ -17,7 +17,8 @@ import pytest
 import trio
 
 from chaingate.aa import accounts
-from chaingate.aa.userop import UserOperation, Version
+from chaingate.aa.paymaster import eth_signed_message_hash
+from chaingate.aa.userop import UserOperation, Version, user_op_hash
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
@@ -181,3 +182,135 @@ async def test_bad_params_are_invalid_params(bundler: Bundler) -> None:
         assert reply["error"]["code"] == -32602, (params, reply)
     reply = await bundler.call("eth_getUserOperationReceipt", "0x12")
     assert reply["error"]["code"] == -32602
+
+
+# --- the mempool's rules and reputation, on real operations ----------------------------------
+
+GWEI = 10**9
+
+
+async def self_paid_op(
+    b: Bundler,
+    version: Version,
+    owner: PrivateKey,
+    salt: int,
+    *,
+    key: int = 0,
+    tip: int = GWEI,
+    fee: int = 50 * GWEI,
+    deployed: bool = False,
+) -> UserOperation:
+    """An owner-signed operation of a counterfactual SimpleAccount paying its own prefund
+    (funded here), nonce ``key << 64``."""
+    factory = await accounts.learn_factory(
+        NodeCaller(b.node.url),
+        b.manifest.address(f"simple_account_factory_{TAGS[version]}"),
+        version,
+    )
+    sender = factory.account_address(owner.address, salt)
+    with DevnetRpc(b.node.url) as rpc:
+        rpc.call("anvil_setBalance", sender, hex(10**18))
+    op = UserOperation(
+        sender=sender,
+        nonce=key << 64,
+        call_data=b"",
+        call_gas_limit=50_000,
+        verification_gas_limit=1_000_000,
+        pre_verification_gas=100_000,
+        max_fee_per_gas=fee,
+        max_priority_fee_per_gas=tip,
+        factory=None if deployed else factory.address,
+        factory_data=b"" if deployed else factory.factory_data(owner.address, salt),
+    )
+    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
+    digest = user_op_hash(op, entry_point=entry_point, chain_id=31337, version=version)
+    return op.with_(signature=owner.sign_digest(eth_signed_message_hash(digest)))
+
+
+async def send(b: Bundler, op: UserOperation, version: Version) -> dict[str, Any]:
+    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
+    return await b.call("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+
+
+async def test_replacement_needs_ten_percent_more_on_both_fees(bundler: Bundler) -> None:
+    assert await bundler.result("debug_bundler_setBundlingMode", "manual") == "ok"
+    owner, salt = PrivateKey.generate(), 7
+    first = await self_paid_op(bundler, "0.7", owner, salt, tip=GWEI, fee=50 * GWEI)
+    accepted = await send(bundler, first, "0.7")
+    assert "result" in accepted, accepted
+    cheap = await self_paid_op(bundler, "0.7", owner, salt, tip=GWEI * 105 // 100, fee=60 * GWEI)
+    refused = await send(bundler, cheap, "0.7")
+    assert refused["error"]["code"] == -32602 and "underpriced" in refused["error"]["message"]
+    better = await self_paid_op(bundler, "0.7", owner, salt, tip=GWEI * 11 // 10, fee=55 * GWEI)
+    replaced = await send(bundler, better, "0.7")
+    assert "result" in replaced, replaced
+    old = await bundler.result("chaingate_getUserOperationStatus", accepted["result"])
+    assert old["status"] == "dropped" and replaced["result"] in old["reason"]
+    pending = await bundler.result("chaingate_getPendingUserOperations", first.sender)
+    assert [p["userOpHash"] for p in pending] == [replaced["result"]]
+    mempool = await bundler.result(
+        "debug_bundler_dumpMempool", bundler.manifest.address("entry_point_v07")
+    )
+    assert [m["sender"] for m in mempool] == [first.sender]
+    mined = await bundler.result("debug_bundler_sendBundleNow")
+    assert mined["userOpHashes"] == [replaced["result"]] and mined["status"] == "0x1"
+    receipt = await bundler.receipt(replaced["result"])
+    assert receipt["receipt"]["transactionHash"] == mined["transactionHash"]
+
+
+async def test_the_fifth_operation_of_an_unstaked_sender_is_refused(bundler: Bundler) -> None:
+    assert await bundler.result("debug_bundler_setBundlingMode", "manual") == "ok"
+    owner = PrivateKey.generate()
+    deploy = await send(bundler, await self_paid_op(bundler, "0.6", owner, 1), "0.6")
+    await bundler.result("debug_bundler_sendBundleNow")
+    assert (await bundler.receipt(deploy["result"]))["success"] is True
+    hashes = []
+    for key in range(1, 5):  # four nonce keys: four operations valid at once
+        op = await self_paid_op(bundler, "0.6", owner, 1, key=key, deployed=True)
+        reply = await send(bundler, op, "0.6")
+        assert "result" in reply, reply
+        hashes.append(reply["result"])
+    op = await self_paid_op(bundler, "0.6", owner, 1, key=5, deployed=True)
+    fifth = await send(bundler, op, "0.6")
+    assert fifth["error"]["code"] == -32505, fifth
+    assert "unstaked" in fifth["error"]["message"]
+    # One operation per sender per bundle: four bundles include all four, once each.
+    for _ in range(4):
+        assert (await bundler.result("debug_bundler_sendBundleNow"))["status"] == "0x1"
+    for sent in hashes:
+        assert (await bundler.receipt(sent))["success"] is True
+
+
+async def test_a_banned_paymaster_is_refused_and_a_throttled_one_limited(bundler: Bundler) -> None:
+    assert await bundler.result("debug_bundler_setBundlingMode", "manual") == "ok"
+    paymaster = bundler.manifest.address("verifying_paymaster_v07")
+    entry_point = bundler.manifest.address("entry_point_v07")
+    stake = await bundler.result("debug_bundler_getStakeStatus", paymaster, entry_point)
+    assert stake["isStaked"] is True and int(stake["stakeInfo"]["stake"], 16) == 10**18
+    await bundler.result(
+        "debug_bundler_setReputation",
+        [{"address": paymaster, "opsSeen": hex(1000), "opsIncluded": "0x0"}],
+        entry_point,
+    )
+    dumped = await bundler.result("debug_bundler_dumpReputation", entry_point)
+    assert [d["status"] for d in dumped if d["address"] == paymaster] == ["banned"]
+    op, _ = await sponsored_op(bundler, "0.7")
+    banned = await send(bundler, op, "0.7")
+    assert banned["error"]["code"] == -32504 and "banned" in banned["error"]["message"]
+    # Throttled (seen 200, included 0): at most four of its operations in the mempool.
+    await bundler.result(
+        "debug_bundler_setReputation",
+        [{"address": paymaster, "opsSeen": hex(200), "opsIncluded": "0x0"}],
+        entry_point,
+    )
+    for _ in range(4):
+        op, _ = await sponsored_op(bundler, "0.7")
+        assert "result" in await send(bundler, op, "0.7")
+    op, _ = await sponsored_op(bundler, "0.7")
+    throttled = await send(bundler, op, "0.7")
+    assert throttled["error"]["code"] == -32504 and "throttled" in throttled["error"]["message"]
+    assert await bundler.result("debug_bundler_clearReputation") == "ok"
+    assert await bundler.result("debug_bundler_clearState") == "ok"
+    assert await bundler.result("debug_bundler_dumpMempool", entry_point) == []
+    op, _ = await sponsored_op(bundler, "0.7")
+    assert "result" in await send(bundler, op, "0.7")

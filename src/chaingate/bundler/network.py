@@ -41,6 +41,7 @@ PER_OP_OVERHEAD_GAS = 10_000
 # How many times one bundle attempt may drop an operation named by FailedOp and try again.
 MAX_DROPS_PER_BUNDLE = 32
 PRUNE_INTERVAL = 600.0
+FOLLOW_WAIT = 10.0
 
 
 class BundlerNetwork:
@@ -73,6 +74,7 @@ class BundlerNetwork:
         self.mode = settings.mode
         self.head = 0
         self._wake = trio.Event()
+        self._head_moved = trio.Event()
         self._lock = trio.Lock()  # admission and bundling change the mempool one at a time
         self.accepted: Counter[str] = Counter()  # by entry point version
         self.rejected: Counter[int] = Counter()  # by error code
@@ -213,8 +215,17 @@ class BundlerNetwork:
 
     def on_head(self, number: int) -> None:
         self.head = max(self.head, number)
+        self._head_moved.set()
+        self._head_moved = trio.Event()
         if self.mempool.has_pending():
             self._wake.set()
+
+    async def _followed_to(self, block_number: int) -> None:
+        """Until the follower has applied ``block_number`` (its receipts are in), at most
+        FOLLOW_WAIT seconds: a bundle's operations are then included, not still submitted."""
+        with trio.move_on_after(FOLLOW_WAIT):
+            while self.head < block_number:
+                await self._head_moved.wait()
 
     # --- bundling --------------------------------------------------------------------------
 
@@ -295,6 +306,7 @@ class BundlerNetwork:
                     await self._persist(moved)
             self.bundles["mined" if mined.status else "reverted"] += 1
             self.eoa_balance = await self.submitter.balance()
+            await self._followed_to(mined.block_number)
             if not mined.status:
                 # handleOps reverted on chain though the same call passed just before: the
                 # state moved in between.  Its operations are validated again next round.
@@ -368,12 +380,20 @@ class BundlerNetwork:
             )
             if fees is None:
                 continue
-            gas = min(
-                BUNDLE_OVERHEAD_GAS + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries),
-                self.settings.max_bundle_gas + BUNDLE_OVERHEAD_GAS,
-            )
+            gas = await self._bundle_gas(entries, entry_point, version)
             return entries, entry_point, version, gas, fees
         return None
+
+    async def _bundle_gas(self, entries: list[Entry], entry_point: str, version: Version) -> int:
+        """The bundle transaction's gas limit: the node's estimate + 20%, and never less than
+        the operations' own limits: the EntryPoint reserves an operation's verification gas
+        again when it executes it (AA95), so a limit near the sum of the limits reverts."""
+        assert self.submitter is not None
+        calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
+        tx = {"from": self.submitter.address, "to": entry_point, "data": "0x" + calldata.hex()}
+        estimate = int(await self.client.call("eth_estimateGas", [tx]), 16)
+        limits = BUNDLE_OVERHEAD_GAS + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries)
+        return max(estimate * 6 // 5, limits)
 
     async def _alone(
         self, entries: list[Entry], entry_point: str, version: Version, why: str

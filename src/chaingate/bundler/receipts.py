@@ -87,6 +87,7 @@ def extract(block: Block, entry_points: set[str]) -> list[ReceiptRow]:
 
 Included = Callable[[Sequence[ReceiptRow]], Awaitable[None]]
 Reverted = Callable[[Sequence[str]], Awaitable[None]]
+Head = Callable[[int], None]
 
 
 class ReceiptTracker:
@@ -101,6 +102,7 @@ class ReceiptTracker:
         *,
         included: Included,
         reverted: Reverted,
+        head: Head,
     ) -> None:
         self.store = store
         self.chain = chain
@@ -108,6 +110,7 @@ class ReceiptTracker:
         self._entry_points = {a.lower() for a in entry_points}
         self._included = included
         self._reverted = reverted
+        self._head = head  # told of every block applied, once its receipts are in
         self.stats: Counter[str] = Counter()
         self.head = 0  # the newest block applied
 
@@ -120,6 +123,7 @@ class ReceiptTracker:
                 await store.record_receipts(self.chain, self.network, rows)
                 self.stats["receipts"] += len(rows)
                 await self._included(rows)
+            self._head(self.head)
         elif isinstance(event, Revert):
             self.head = event.block.header.number - 1
             if any(e.address.lower() in self._entry_points for e in event.block.logs):
@@ -129,6 +133,7 @@ class ReceiptTracker:
                 if hashes:
                     self.stats["reverted"] += len(hashes)
                     await self._reverted(hashes)
+            self._head(self.head)
 
     async def run(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> None:
         async with events:

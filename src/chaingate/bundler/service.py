@@ -27,7 +27,7 @@ from chaingate.bundler.sanity import SanityLimits
 from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import Apply, ChainEvent, Revert
+from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.devnet.manifest import load_manifest
@@ -151,6 +151,7 @@ class BundlerService:
                     list(entry_points.values()),
                     included=bundler_net.included,
                     reverted=bundler_net.reverted,
+                    head=bundler_net.on_head,
                 )
                 self._streams[key] = follower.subscribe("bundler")
 
@@ -171,26 +172,10 @@ class BundlerService:
                 )
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                nursery.start_soon(self._follow, key, tracker)
+                nursery.start_soon(tracker.run, self._streams[key])
             for net in self.networks.values():
                 nursery.start_soon(net.run)
             task_status.started()
-
-    async def _follow(self, key: str, tracker: ReceiptTracker) -> None:
-        net = self.networks[key]
-        stream = self._streams[key]
-        send, receive = trio.open_memory_channel[ChainEvent](0)
-
-        async def heads() -> None:
-            async with stream, send:
-                async for event in stream:
-                    await send.send(event)
-                    if isinstance(event, (Apply, Revert)):
-                        net.on_head(tracker.head)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(heads)
-            await tracker.run(receive)
 
     # --- metrics ---------------------------------------------------------------------------
 
