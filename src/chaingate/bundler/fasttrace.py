@@ -1,0 +1,460 @@
+"""A fast, sound shortcut for safe-mode validation: the JS collector's ``Trace`` rebuilt from
+anvil's native tracers, or a reason to run the exact (JS) path instead.
+
+Why: a JS tracer with a ``step`` hook costs ~13 us per opcode on anvil (boa), ~130 ms for one
+SimpleAccount validation; the native tracers together cost ~10 ms.  What they give:
+
+* ``callTracer`` — every frame (type, from, to, input, value, output, error) in DFS preorder,
+  and the simulation's return or revert data in the top frame;
+* ``prestateTracer`` — every account the call loaded, its code and the storage slots it read
+  or wrote (also in frames that reverted);
+* the struct logger without stack, memory or storage — each step's opcode name and depth.
+
+``build_trace`` walks the steps, entering the next callTracer frame at each *CALL/CREATE step
+(a frame without code has no deeper steps), so every step knows its frame and storage context
+(DELEGATECALL/CALLCODE run in the caller's).  From that it fills H4's ``Trace`` so
+``rules.check_trace`` judges it unchanged: phases (the EntryPoint's depth-1 calls), noteworthy
+opcodes by context, GAS not followed by a call, calls, code size of each call target at that
+moment, out-of-gas.  Where it cannot know what the JS collector knew it is *stricter*, never
+laxer, so a fast acceptance implies an exact one:
+
+* storage: in each phase, every context that ran SLOAD/SSTORE gets **all** the slots the whole
+  call touched there (prestate), all of them written if an SSTORE ran there in that phase;
+* KECCAK preimages: none (the memory is not read), so only a slot equal to an address counts as
+  associated; an entity using ``mapping(address => ...)`` storage that needs the association
+  falls back to the exact path.  (Synthesising ``keccak(A || n)`` preimages would not be
+  sound: a contract may use such a slot without hashing it in the trace.)
+
+It gives up (``Fallback``) when a judged phase needs what only the stack or memory shows:
+EXTCODESIZE/EXTCODEHASH/EXTCODECOPY (the target and whether it is the EntryPoint), TLOAD/
+TSTORE (transient storage is not in the prestate), SELFDESTRUCT, a LOG1 at depth 1 (the
+collector stops at v0.7's ``BeforeExecution``), a frame error other than a revert, an opcode
+it does not know, frames and steps that do not line up, a trace past the collector's caps, a
+validation using more than ``MAX_GAS`` (the struct log grows with it), or a node without these
+tracers.  The caller also falls back when ``check_trace`` refuses the fast trace: refusals
+always come from the exact path, with its message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import trio
+
+from chaingate.aa.userop import UserOperation, Version, require_version
+from chaingate.bundler import tracer
+from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
+from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
+from chaingate.chain.client import RpcCallError
+from chaingate.evm.keccak import keccak256
+
+__all__ = ["MAX_GAS", "Fallback", "FastTrace", "build_trace", "fast_trace"]
+
+# Above this much gas the struct log is not asked for: it grows with every step (~75 bytes
+# each, at worst one step per gas).  A SimpleAccount deployment sponsored by a paymaster uses
+# ~400k on v0.6.
+MAX_GAS = 500_000
+
+# Precompiles of every fork since Istanbul (ecrecover .. blake2f).  The collector asks the
+# node (``isPrecompiled``); a newer precompile here would be treated as code-less (OP-062 ->
+# fall back), never the other way round.
+PRECOMPILES = frozenset("0x" + f"{n:040x}" for n in range(1, 10))
+
+_CALLISH = frozenset({"CALL", "CALLCODE", "DELEGATECALL", "STATICCALL"})
+_CREATES = frozenset({"CREATE", "CREATE2"})
+_EXTCODE = frozenset({"EXTCODESIZE", "EXTCODECOPY", "EXTCODEHASH"})
+_TRANSIENT = frozenset({"TLOAD", "TSTORE"})
+# The opcodes the collector records by name (tracer._NAMED), by the struct logger's names.
+_NAMED = frozenset(
+    {
+        "BALANCE", "ORIGIN", "GASPRICE", "BLOCKHASH", "COINBASE", "TIMESTAMP", "NUMBER",
+        "DIFFICULTY", "PREVRANDAO", "GASLIMIT", "SELFBALANCE", "BASEFEE", "BLOBHASH",
+        "BLOBBASEFEE", "CREATE", "CREATE2", "INVALID", "SELFDESTRUCT",
+    }
+)  # fmt: skip
+# Every other assigned (Cancun) opcode: nothing for a rule unless handled below.  A name in
+# neither set (an unassigned opcode, a newer fork's) falls back.
+_PLAIN = frozenset(
+    {
+        "STOP", "ADD", "MUL", "SUB", "DIV", "SDIV", "MOD", "SMOD", "ADDMOD", "MULMOD", "EXP",
+        "SIGNEXTEND", "LT", "GT", "SLT", "SGT", "EQ", "ISZERO", "AND", "OR", "XOR", "NOT",
+        "BYTE", "SHL", "SHR", "SAR", "KECCAK256", "SHA3", "ADDRESS", "CALLER", "CALLVALUE",
+        "CALLDATALOAD", "CALLDATASIZE", "CALLDATACOPY", "CODESIZE", "CODECOPY",
+        "RETURNDATASIZE", "RETURNDATACOPY", "CHAINID", "POP", "MLOAD", "MSTORE", "MSTORE8",
+        "SLOAD", "SSTORE", "JUMP", "JUMPI", "PC", "MSIZE", "GAS", "JUMPDEST", "TLOAD",
+        "TSTORE", "MCOPY", "PUSH0", "LOG0", "LOG1", "LOG2", "LOG3", "LOG4", "RETURN",
+        "REVERT", "EXTCODESIZE", "EXTCODECOPY", "EXTCODEHASH",
+        *_CALLISH,
+        *(f"PUSH{n}" for n in range(1, 33)),
+        *(f"DUP{n}" for n in range(1, 17)),
+        *(f"SWAP{n}" for n in range(1, 17)),
+    }
+)  # fmt: skip
+_OOG = re.compile(r"out ?of ?gas|oog", re.IGNORECASE)
+_REVERT = frozenset({"execution reverted", "Reverted", "revert"})
+
+
+class Fallback(msgspec.Struct, frozen=True):
+    """The fast path cannot decide: run the exact (JS tracer) path.  ``reason`` says why."""
+
+    reason: str
+
+
+class FastTrace(msgspec.Struct, frozen=True):
+    """What ``trace_validation`` returns, from the native tracers."""
+
+    data: bytes  # the simulation's return or revert data
+    reverted: bool
+    trace: Trace
+
+
+class _Step(msgspec.Struct):
+    op: str
+    depth: int
+
+
+class _StructLog(msgspec.Struct):
+    failed: bool
+    structLogs: list[_Step]
+    returnValue: str = ""
+
+
+class _Frame(msgspec.Struct, rename={"from_": "from"}):
+    type: str
+    from_: str
+    to: str | None = None
+    input: str = "0x"
+    output: str | None = None
+    error: str | None = None
+    value: str | None = None
+    gasUsed: str = "0x0"
+    calls: list[_Frame] = []
+
+
+class _Account(msgspec.Struct):
+    code: str | None = None
+    storage: dict[str, str] = {}
+
+
+class _Unsure(Exception):
+    """Raised inside ``build_trace``: becomes a Fallback."""
+
+
+class _PhaseBuild:
+    __slots__ = (
+        "calls", "code", "index", "method", "oog", "opcodes", "stored", "target",
+        "touched_storage", "unsure",
+    )  # fmt: skip
+
+    def __init__(self, index: int, target: str, method: str) -> None:
+        self.index = index
+        self.target = target
+        self.method = method
+        self.opcodes: dict[str, dict[str, int]] = {}
+        self.code: dict[str, CodeAccess] = {}
+        self.calls: list[Call] = []
+        self.oog = False
+        self.touched_storage: set[str] = set()  # contexts that ran SLOAD/SSTORE
+        self.stored: set[str] = set()  # contexts that ran SSTORE
+        self.unsure: str | None = None  # why this phase cannot be judged here
+
+    def doubt(self, why: str) -> None:
+        if self.unsure is None:
+            self.unsure = why
+
+    def count(self, opcode: str, where: str) -> None:
+        m = self.opcodes.setdefault(opcode, {})
+        m[where] = m.get(where, 0) + 1
+
+
+class _Open:
+    """A frame being executed: its callTracer node, storage context, next child to enter."""
+
+    __slots__ = ("context", "frame", "next_child")
+
+    def __init__(self, frame: _Frame, context: str) -> None:
+        self.frame = frame
+        self.context = context
+        self.next_child = 0
+
+
+def _hex_bytes(text: str | None) -> bytes:
+    if not text:
+        return b""
+    if text[:2] not in ("0x", "0X"):
+        raise _Unsure("non-hex data from the node")
+    try:
+        return bytes.fromhex(text[2:])
+    except ValueError:
+        raise _Unsure("non-hex data from the node") from None
+
+
+def _method(frame: _Frame) -> str:
+    data = frame.input[2:10] if frame.input[:2] in ("0x", "0X") else ""
+    return "0x" + data.lower()
+
+
+def _call(frame: _Frame) -> Call:
+    value = frame.value or "0x0"
+    return Call(
+        type=frame.type,
+        from_=frame.from_.lower(),
+        to=(frame.to or "0x" + "00" * 20).lower(),
+        method=_method(frame),
+        value="0x" + format(int(value, 16), "x") if value[:2] in ("0x", "0X") else "0x0",
+    )
+
+
+def build_trace(
+    steps: list[_Step],
+    root: _Frame,
+    prestate: Mapping[str, _Account],
+    op: UserOperation,
+    *,
+    entry_point: str,
+    version: Version,
+) -> FastTrace | Fallback:
+    """The collector's Trace from the three native traces, or why it cannot be built soundly.
+    Sans-IO: ``fast_trace`` fetches the inputs."""
+    try:
+        return _build(steps, root, prestate, op, entry_point.lower(), require_version(version))
+    except _Unsure as why:
+        return Fallback(str(why))
+
+
+def _build(
+    steps: list[_Step],
+    root: _Frame,
+    prestate: Mapping[str, _Account],
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+) -> FastTrace | Fallback:
+    from chaingate.bundler import rules  # rules imports tracing; keep the import graph simple
+
+    if root.to is None or root.to.lower() != entry_point:
+        raise _Unsure("the traced call is not to the EntryPoint")
+    code_len = {a.lower(): len(_hex_bytes(acc.code)) for a, acc in prestate.items()}
+    phases: list[_PhaseBuild] = []
+    cur: _PhaseBuild | None = None
+    frames = [_Open(root, entry_point)]
+    entered: _Frame | None = None  # consumed by the previous step's *CALL/CREATE
+    gas_at: tuple[_PhaseBuild, str] | None = None
+    keccaks = 0
+    calls = 0
+
+    def finish(frame: _Frame) -> None:
+        if frame.type in _CREATES and frame.error is None and frame.to:
+            code_len[frame.to.lower()] = len(_hex_bytes(frame.output))
+
+    def close() -> None:
+        done = frames.pop()
+        if done.next_child != len(done.frame.calls):
+            raise _Unsure("call frames and steps do not line up (frames left over)")
+        finish(done.frame)
+
+    for step in steps:
+        depth = step.depth
+        if entered is not None:
+            parent = frames[-1]
+            if depth == len(frames) + 1:
+                kind = entered.type
+                if kind in ("DELEGATECALL", "CALLCODE"):
+                    context = parent.context
+                elif entered.to:
+                    context = entered.to.lower()
+                else:
+                    raise _Unsure("a frame with steps has no address")
+                frames.append(_Open(entered, context))
+            elif depth == len(frames):
+                finish(entered)  # no code ran (a precompile, no code, failed early)
+            else:
+                raise _Unsure("call frames and steps do not line up (depth)")
+            entered = None
+        while depth < len(frames):
+            close()
+        if depth != len(frames):
+            raise _Unsure("call frames and steps do not line up (depth jump)")
+        name = step.op
+        if gas_at is not None:
+            # GAS counts unless a *CALL follows (OP-012), as the collector's settle().
+            if name not in _CALLISH:
+                gas_at[0].count("GAS", gas_at[1])
+            gas_at = None
+        if name not in _PLAIN and name not in _NAMED:
+            raise _Unsure(f"opcode {name} is not known to the fast path")
+        top = frames[-1]
+        if name in _CALLISH or name in _CREATES:
+            children = top.frame.calls
+            if top.next_child >= len(children):
+                raise _Unsure("call frames and steps do not line up (missing frame)")
+            child = children[top.next_child]
+            top.next_child += 1
+            if child.type != name:
+                raise _Unsure(f"step {name} met a {child.type} frame")
+            entered = child
+            failed = child.error
+            if failed is not None and failed not in _REVERT and not _OOG.search(failed):
+                raise _Unsure(f"a frame failed with {child.error!r}")
+            if depth == 1:
+                if name not in ("CALL", "STATICCALL"):
+                    raise _Unsure(f"the EntryPoint used {name}")
+                if len(phases) >= tracer.MAX_PHASES:
+                    raise _Unsure("more top-level calls than the collector keeps")
+                cur = _PhaseBuild(len(phases), (child.to or "").lower(), _method(child))
+                phases.append(cur)
+            elif cur is not None and name in _CALLISH:
+                target = (child.to or "").lower()
+                if target not in cur.code:
+                    size = -1 if target in PRECOMPILES else code_len.get(target, 0)
+                    cur.code[target] = CodeAccess(size=size, op=name)
+            if cur is not None:
+                calls += 1
+                if calls > tracer.MAX_CALLS:
+                    raise _Unsure("more calls than the collector keeps")
+                cur.calls.append(_call(child))
+                if child.error is not None and _OOG.search(child.error):
+                    cur.oog = True
+            if name in _CREATES and depth > 1 and cur is not None:
+                cur.count(name, top.context)
+            continue
+        if depth == 1:
+            if name == "LOG1":
+                raise _Unsure("a LOG1 at depth 1 (BeforeExecution?) needs the stack")
+            if name == "SELFDESTRUCT":
+                raise _Unsure("SELFDESTRUCT")
+            continue
+        if cur is None:
+            continue
+        if name in _NAMED:
+            if name == "SELFDESTRUCT":
+                raise _Unsure("SELFDESTRUCT changes code during the call")
+            cur.count(name, top.context)
+        elif name == "GAS":
+            gas_at = (cur, top.context)
+        elif name == "SLOAD":
+            cur.touched_storage.add(top.context)
+        elif name == "SSTORE":
+            cur.touched_storage.add(top.context)
+            cur.stored.add(top.context)
+        elif name in _TRANSIENT:
+            cur.doubt("transient storage (not in the prestate)")
+        elif name in _EXTCODE:
+            cur.doubt(f"{name} (its target is on the stack)")
+        elif name in ("KECCAK256", "SHA3"):
+            keccaks += 1
+    if entered is not None:
+        finish(entered)
+    while frames:
+        close()
+    if keccaks > tracer.MAX_KECCAK:
+        raise _Unsure("more KECCAK256 than the collector keeps")
+    if gas_at is not None:
+        gas_at[0].count("GAS", gas_at[1])
+
+    # The exact path's sanity check: a validation that made no call and returned.
+    reverted = root.error is not None
+    if not phases and not reverted:
+        raise _Unsure("the simulation made no call from the EntryPoint")
+
+    slots = 0
+    built: list[Phase] = []
+    for phase in phases:
+        storage: dict[str, SlotAccess] = {}
+        for context in sorted(phase.touched_storage):
+            account = prestate.get(context)
+            keys = sorted(k.lower() for k in (account.storage if account else {}))
+            slots += len(keys) * (2 if context in phase.stored else 1)
+            read = dict.fromkeys(keys, 1)
+            storage[context] = SlotAccess(r=read, w=dict(read) if context in phase.stored else {})
+        built.append(
+            Phase(
+                target=phase.target,
+                method=phase.method,
+                opcodes=phase.opcodes,
+                storage=storage,
+                code=phase.code,
+                calls=phase.calls,
+                oog=phase.oog,
+            )
+        )
+    if slots > tracer.MAX_SLOTS:
+        raise _Unsure("more storage slots than the collector keeps")
+    output = _hex_bytes(root.output)
+    hashes = {
+        address.lower(): "0x" + keccak256(_hex_bytes(account.code)).hex()
+        for address, account in prestate.items()
+        if address.lower() != entry_point and address.lower() not in PRECOMPILES
+    }
+    trace = Trace(
+        phases=built,
+        keccak=[],
+        entry_point=entry_point,
+        overflow=False,
+        output="0x" + output.hex(),
+        error=root.error,
+        code_hashes=hashes,
+    )
+    judged = rules._phases(trace, op, version)  # the same mapping the rules use
+    for role, phase_obj in judged.items():
+        index = next(i for i, p in enumerate(built) if p is phase_obj)
+        why = phases[index].unsure
+        if why is not None:
+            return Fallback(f"{role} phase: {why}")
+    return FastTrace(data=output, reverted=reverted, trace=trace)
+
+
+_STRUCT_CONFIG = {"disableStack": True, "disableStorage": True, "enableMemory": False}
+
+
+async def fast_trace(
+    client: NodeClient,
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    simulations_code: bytes | None,
+) -> FastTrace | Fallback:
+    """``op``'s validation traced by the native tracers (``build_trace``), or a Fallback.
+
+    The block is pinned first; callTracer and prestateTracer run concurrently, then — if the
+    validation used at most ``MAX_GAS`` — the struct log.  A node error is a Fallback too: the
+    exact path then gives the node's own answer.
+    """
+    version = require_version(version)
+    if version == "0.7" and simulations_code is None:
+        simulations_code = simulations_code_v07()
+    tx, override = validation_call(op, entry_point, version, simulations_code)
+    extra: dict[str, Any] = {"stateOverrides": override} if override else {}
+    try:
+        block = await client.call("eth_blockNumber", [])
+        if not isinstance(block, str):
+            return Fallback("eth_blockNumber answered a non-string")
+        answers: dict[str, Any] = {}
+
+        async def trace(name: str, config: dict[str, Any]) -> None:
+            answers[name] = await client.call("debug_traceCall", [tx, block, {**config, **extra}])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trace, "calls", {"tracer": "callTracer"})
+            nursery.start_soon(trace, "prestate", {"tracer": "prestateTracer"})
+        root = msgspec.convert(answers["calls"], _Frame)
+        prestate = msgspec.convert(answers["prestate"], dict[str, _Account])
+        if int(root.gasUsed, 16) > MAX_GAS:
+            return Fallback(f"validation used more than {MAX_GAS} gas")
+        await trace("steps", _STRUCT_CONFIG)
+        log = msgspec.convert(answers["steps"], _StructLog)
+    except RpcCallError as error:
+        return Fallback(f"the node refused a native trace: {error}")
+    except (msgspec.ValidationError, ValueError) as error:
+        return Fallback(f"unexpected native trace: {error}")
+    if log.failed != (root.error is not None):
+        return Fallback("the struct log and the call trace disagree on the outcome")
+    try:
+        return build_trace(
+            log.structLogs, root, prestate, op, entry_point=entry_point, version=version
+        )
+    except ValueError as error:  # a malformed number in the node's answer
+        return Fallback(f"unexpected native trace: {error}")

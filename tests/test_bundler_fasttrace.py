@@ -1,0 +1,498 @@
+"""The fast safe-mode path (``bundler.fasttrace``) against the exact JS-traced path, on real
+anvil with the real EntryPoints v0.6 and v0.7.
+
+Soundness, checked on every operation of tests/test_bundler_rules.py (the obeying entities and
+each rule-breaker, both versions) and on real SimpleAccounts (deploying and deployed,
+sponsored by the devnet's VerifyingPaymaster and self-paid):
+
+* when the fast trace is accepted by the rules, the exact path accepts too, and the fast
+  trace's storage and code hashes cover the exact trace's;
+* ``validate_safe`` with the fast path gives the same verdict (result, or fault code and
+  message) as without it.
+
+The real SimpleAccount operations of an already deployed account must take the fast path.
+Sans-IO tests of ``build_trace`` on hand-made traces cover alignment and fallbacks.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from chaingate.aa import accounts, paymaster, userop
+from chaingate.aa.userop import UserOperation, Version
+from chaingate.bundler import fasttrace, rules, safemode
+from chaingate.bundler.errors import BundlerFault
+from chaingate.bundler.safemode import validate_safe
+from chaingate.bundler.simulation import ValidationResult, decode_validation
+from chaingate.bundler.tracing import CodeAccess, Trace, trace_validation
+from chaingate.chain.client import RpcCallError
+from chaingate.devnet.rpc import DevnetRpc
+from chaingate.evm import abi
+from chaingate.evm.keys import PrivateKey
+from tests.conftest import DEVNET_SIGNER
+from tests.test_aa_devnet import NodeCaller
+from tests.test_bundler_rules import (
+    BALANCE,
+    CREATE,
+    ENTRY_POINT_CALL,
+    FACTORY_OK,
+    FACTORY_OWN_STORAGE,
+    FACTORY_SECOND_CREATE2,
+    GAS,
+    NO_CODE,
+    OK,
+    OOG,
+    OWN_STORAGE,
+    READ_OTHER,
+    TAGS,
+    TIMESTAMP,
+    VALUE_CALL,
+    VERSIONS,
+    WRITE_ASSOCIATED,
+    WRITE_OTHER,
+    Devnet,
+    World,
+    world,
+)
+from tests.test_bundler_rules import BANNED_BY_ACCOUNT as _BANNED
+
+__all__ = ["world"]  # the fixture, imported from test_bundler_rules
+
+CHAIN_ID = 31337
+
+
+class Node:
+    """The bundler's node-client interface over anvil's HTTP endpoint, one kept-alive
+    connection (so timings measure the node, not connection set-up)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = httpx.AsyncClient(timeout=60)
+
+    async def call(
+        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    ) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        reply = (await self.client.post(self.url, json=body)).json()
+        if "error" in reply:
+            error = reply["error"]
+            raise RpcCallError(method, error["code"], error["message"], error.get("data"))
+        return reply["result"]
+
+
+@pytest.fixture
+async def node(devnet: Devnet) -> Any:
+    client = Node(devnet[0].url)
+    yield client
+    await client.client.aclose()
+
+
+Verdict = tuple[str, Any]
+
+
+async def verdict(node: Node, op: UserOperation, ep: str, version: Version, fast: bool) -> Verdict:
+    try:
+        result, outcome = await validate_safe(node, op, ep, version, None, fast_path=fast)
+    except BundlerFault as fault:
+        return ("refused", (fault.code, fault.message, fault.data))
+    return ("accepted", (result, outcome.code_hashes))
+
+
+async def fast_judgement(
+    node: Node, op: UserOperation, ep: str, version: Version
+) -> tuple[str, fasttrace.FastTrace | fasttrace.Fallback, ValidationResult | None]:
+    """What the fast path alone decides: "accept", "fallback" (cannot build), "refuse"
+    (the rules refuse the fast trace: the exact path then judges), "failed-op"."""
+    fast = await fasttrace.fast_trace(node, op, ep, version, None)
+    if isinstance(fast, fasttrace.Fallback):
+        return "fallback", fast, None
+    try:
+        result = decode_validation(version, fast.data, fast.reverted)
+    except BundlerFault:
+        return "failed-op", fast, None
+    try:
+        rules.check_trace(fast.trace, result, op, entry_point=ep, version=version)
+    except BundlerFault:
+        return "refuse", fast, result
+    return "accept", fast, result
+
+
+def assert_covers(fast: Trace, exact: Trace, op: UserOperation, version: Version) -> None:
+    """The fast trace judged phases hold at least the exact trace's storage, the same calls,
+    opcodes, code sizes and out-of-gas; its code hashes cover the exact ones."""
+    exact_phases = rules._phases(exact, op, version)
+    fast_phases = rules._phases(fast, op, version)
+    assert set(fast_phases) == set(exact_phases)
+    for role, want in exact_phases.items():
+        got = fast_phases[role]
+        assert (got.target, got.method, got.oog) == (want.target, want.method, want.oog), role
+        assert got.opcodes == want.opcodes, role
+        assert [(c.type, c.from_, c.to, c.method) for c in got.calls] == [
+            (c.type, c.from_, c.to, c.method) for c in want.calls
+        ], role
+        assert [int(c.value, 16) for c in got.calls if c.type == "CALL"] == [
+            int(c.value, 16) for c in want.calls if c.type == "CALL"
+        ], role
+        for address, access in want.code.items():
+            if access.op.startswith("EXTCODE"):
+                continue  # the fast path never judges a phase with EXTCODE*
+            assert got.code[address].size == access.size, (role, address)
+        for contract, slots in want.storage.items():
+            assert set(slots.r) | set(slots.w) <= set(got.storage[contract].r), (role, contract)
+            assert set(slots.w) <= set(got.storage[contract].w), (role, contract)
+    for address, digest in exact.code_hashes.items():
+        assert fast.code_hashes.get(address) == digest, address
+
+
+async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) -> str:
+    """Soundness and same final verdict for one operation; returns the fast path's decision."""
+    exact = await verdict(node, op, ep, version, fast=False)
+    decision, fast, _ = await fast_judgement(node, op, ep, version)
+    if decision == "accept":
+        assert exact[0] == "accepted", (exact, fast)
+        assert isinstance(fast, fasttrace.FastTrace)
+        _, _, exact_trace = await trace_validation(node, op, ep, version, None)
+        assert_covers(fast.trace, exact_trace, op, version)
+    final = await verdict(node, op, ep, version, fast=True)
+    assert final[0] == exact[0]
+    if exact[0] == "refused":
+        assert final == exact  # the exact path's code, message and data
+    else:
+        # The same ValidationResult; the fast path's code hashes are a superset (every
+        # account the call loaded), so "code changed before bundling" is at least as strict.
+        assert final[1][0] == exact[1][0]
+        assert exact[1][1].items() <= final[1][1].items()
+    return decision
+
+
+# --- the rule-breakers of test_bundler_rules.py ------------------------------------------------
+
+RULE_OPS: list[tuple[str, dict[str, Any]]] = [
+    ("ok", {}),
+    *[(f"account-{opcode}", {"mode": mode}) for mode, opcode, _ in _BANNED],
+    *[
+        (f"account-mode-{mode}", {"mode": mode})
+        for mode in (OOG, VALUE_CALL, NO_CODE, ENTRY_POINT_CALL, WRITE_OTHER, READ_OTHER)
+    ],
+    ("account-write-associated", {"mode": WRITE_ASSOCIATED}),
+    ("account-own-storage", {"mode": OWN_STORAGE}),
+    *[
+        (f"paymaster-{mode}", {"paymaster": "unstaked", "paymaster_mode": mode})
+        for mode in (OK, TIMESTAMP, BALANCE, OWN_STORAGE, WRITE_ASSOCIATED, GAS, CREATE)
+    ],
+    *[
+        (f"staked-paymaster-{mode}", {"paymaster": "staked", "paymaster_mode": mode})
+        for mode in (OK, TIMESTAMP, BALANCE, OWN_STORAGE, READ_OTHER, WRITE_ASSOCIATED)
+    ]
+    + [("staked-paymaster-write-other", {"paymaster": "staked", "paymaster_mode": WRITE_OTHER})],
+    *[
+        (f"factory-{mode}", {"factory_mode": mode})
+        for mode in (FACTORY_OK, FACTORY_SECOND_CREATE2, FACTORY_OWN_STORAGE)
+    ],
+    (
+        "deploying-staked-paymaster-associated",
+        {"factory_mode": FACTORY_OK, "paymaster": "staked", "paymaster_mode": WRITE_ASSOCIATED},
+    ),
+    (
+        "deploying-unstaked-paymaster-associated",
+        {"factory_mode": FACTORY_OK, "paymaster": "unstaked", "paymaster_mode": WRITE_ASSOCIATED},
+    ),
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, version: Version) -> None:
+    decisions: dict[str, str] = {}
+    for name, spec in RULE_OPS:
+        kwargs = dict(spec)
+        if "paymaster" in kwargs:
+            kwargs["paymaster"] = (
+                world.staked_paymaster if kwargs["paymaster"] == "staked" else world.paymaster
+            )
+        op = world.op(version, **kwargs)
+        decisions[name] = await check_sound(node, op, world.entry_points[version], version)
+    print(f"v{version} fast-path decisions:", decisions)
+    # The obeying account and the staked paymaster with its own storage are judged fast; each
+    # rule-breaker is refused by the exact path (never accepted fast).
+    assert decisions["ok"] == "accept"
+    assert decisions["staked-paymaster-13"] == "accept"
+    for name, _ in RULE_OPS:
+        if (
+            name.startswith(("account-", "factory-1", "factory-2"))
+            and name != "account-own-storage"
+        ):
+            if name == "account-write-associated":
+                continue  # allowed, but needs keccak preimages: falls back, accepted exactly
+            assert decisions[name] != "accept", name
+
+
+# --- real SimpleAccounts ---------------------------------------------------------------------
+
+
+def simple_op(
+    rpc: DevnetRpc,
+    manifest: Any,
+    version: Version,
+    factory: accounts.AccountFactory,
+    *,
+    deployed: bool,
+    sponsored: bool,
+) -> UserOperation:
+    """A SimpleAccount op sending 1 wei: deploying or of an account deployed just before,
+    sponsored by the devnet VerifyingPaymaster or paying its own prefund."""
+    tag = TAGS[version]
+    entry_point = manifest.address(f"entry_point_{tag}")
+    owner = PrivateKey.generate()
+    salt = secrets.randbits(256)
+    sender = factory.account_address(owner.address, salt)
+    rpc.call("anvil_setBalance", sender, hex(10**18))
+    factory_kwargs: dict[str, Any] = {
+        "factory": factory.address,
+        "factory_data": factory.factory_data(owner.address, salt),
+    }
+    if deployed:
+        funder = "0x" + secrets.token_bytes(20).hex()
+        rpc.call("anvil_setBalance", funder, hex(10**18))
+        rpc.call("anvil_impersonateAccount", funder)
+        tx = {
+            "from": funder,
+            "to": factory.address,
+            "input": "0x" + factory.factory_data(owner.address, salt).hex(),
+            "gas": hex(2_000_000),
+        }
+        tx_hash = rpc.call("eth_sendTransaction", tx)
+        deadline = time.monotonic() + 10
+        while rpc.call("eth_getTransactionReceipt", tx_hash) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert rpc.call("eth_getCode", sender, "latest") != "0x"
+        factory_kwargs = {}
+    block = rpc.call("eth_getBlockByNumber", "latest", False)
+    call_data = abi.encode_call(
+        "execute(address,uint256,bytes)", "0x" + secrets.token_bytes(20).hex(), 1, b""
+    )
+    op = UserOperation(
+        sender=sender,
+        nonce=0,
+        call_data=call_data,
+        call_gas_limit=200_000,
+        verification_gas_limit=1_000_000,
+        pre_verification_gas=60_000,
+        max_fee_per_gas=2 * int(block["baseFeePerGas"], 16) + 10**9,
+        max_priority_fee_per_gas=10**9,
+        paymaster_verification_gas_limit=200_000 if sponsored and version == "0.7" else 0,
+        paymaster_post_op_gas_limit=50_000 if sponsored and version == "0.7" else 0,
+        **factory_kwargs,
+    )
+    if sponsored:
+        op = paymaster.sponsor(
+            op,
+            DEVNET_SIGNER,
+            paymaster=manifest.address(f"verifying_paymaster_{tag}"),
+            chain_id=CHAIN_ID,
+            valid_until=max(int(block["timestamp"], 16), int(time.time())) + 3600,
+            valid_after=0,
+            version=version,
+        )
+    digest = userop.user_op_hash(op, entry_point=entry_point, chain_id=CHAIN_ID, version=version)
+    return op.with_(signature=owner.sign_digest(paymaster.eth_signed_message_hash(digest)))
+
+
+SHAPES = [(d, s) for d in (True, False) for s in (True, False)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, version: Version) -> None:
+    anvil, manifest = devnet
+    tag = TAGS[version]
+    entry_point = manifest.address(f"entry_point_{tag}")
+    factory = await accounts.learn_factory(
+        NodeCaller(anvil.url), manifest.address(f"simple_account_factory_{tag}"), version
+    )
+    with DevnetRpc(anvil.url) as rpc:
+        ops = {
+            shape: simple_op(rpc, manifest, version, factory, deployed=shape[0], sponsored=shape[1])
+            for shape in SHAPES
+        }
+    for (deployed, sponsored), op in ops.items():
+        decision = await check_sound(node, op, entry_point, version)
+        if deployed:
+            assert decision == "accept", (deployed, sponsored, decision)
+        else:  # the factory's EXTCODESIZE needs the stack: the exact path judges
+            assert decision == "fallback", (deployed, sponsored, decision)
+    # Timing: the fast path against the exact one, on the deployed, self-paid shape (the
+    # bench's) and the deployed sponsored one.
+    for shape in ((True, False), (True, True)):
+        op = ops[shape]
+        before = dict(safemode.FAST_PATH)
+        fast_ms, exact_ms = [], []
+        for _ in range(5):
+            started = time.perf_counter()
+            await validate_safe(node, op, entry_point, version, None)
+            fast_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            await validate_safe(node, op, entry_point, version, None, fast_path=False)
+            exact_ms.append((time.perf_counter() - started) * 1000)
+        assert safemode.FAST_PATH["fast"] - before["fast"] == 5
+        print(
+            f"v{version} deployed sponsored={shape[1]}: validate_safe fast "
+            f"{statistics.median(fast_ms):.1f} ms, exact {statistics.median(exact_ms):.1f} ms"
+        )
+
+
+# --- sans-IO: build_trace on hand-made traces ---------------------------------------------------
+
+EP = "0x" + "ee" * 20
+SENDER = "0x" + "11" * 20
+OTHER = "0x" + "44" * 20
+ECRECOVER = "0x" + "00" * 19 + "01"
+VALIDATE = rules._VALIDATE_USER_OP["0.7"]
+
+
+def frame(kind: str, frm: str, to: str, calls: list[Any] | None = None, **extra: Any) -> Any:
+    raw = {"type": kind, "from": frm, "to": to, "input": extra.pop("input", "0x"), **extra}
+    raw["calls"] = calls or []
+    return raw
+
+
+def build(
+    steps: list[tuple[str, int]],
+    calls: list[Any],
+    prestate: dict[str, Any] | None = None,
+    op: UserOperation | None = None,
+) -> fasttrace.FastTrace | fasttrace.Fallback:
+    root = msgspec.convert(
+        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), fasttrace._Frame
+    )
+    accounts_ = msgspec.convert(
+        prestate or {EP: {"code": "0x60"}, SENDER: {"code": "0x60"}},
+        dict[str, fasttrace._Account],
+    )
+    parsed = [fasttrace._Step(op=name, depth=depth) for name, depth in steps]
+    plain = UserOperation(
+        sender=SENDER,
+        nonce=0,
+        call_data=b"",
+        call_gas_limit=1,
+        verification_gas_limit=1,
+        pre_verification_gas=1,
+        max_fee_per_gas=1,
+        max_priority_fee_per_gas=1,
+    )
+    return fasttrace.build_trace(
+        parsed, root, accounts_, op or plain, entry_point=EP, version="0.7"
+    )
+
+
+def account_call(inner: list[Any] | None = None) -> Any:
+    return frame("CALL", EP, SENDER, inner, input=VALIDATE + "00" * 4)
+
+
+def test_build_aligns_precompile_calls_without_steps() -> None:
+    ecrecover = frame("STATICCALL", SENDER, ECRECOVER)
+    steps = [("PUSH1", 1), ("CALL", 1), ("PUSH1", 2), ("STATICCALL", 2), ("POP", 2)]
+    steps += [("SLOAD", 2), ("RETURN", 2), ("POP", 1), ("STOP", 1)]
+    prestate = {EP: {"code": "0x60"}, SENDER: {"code": "0x60", "storage": {"0x01": "0x0"}}}
+    built = build(steps, [account_call([ecrecover])], prestate)
+    assert isinstance(built, fasttrace.FastTrace), built
+    (phase,) = built.trace.phases
+    assert phase.target == SENDER and phase.method == VALIDATE
+    assert phase.code == {ECRECOVER: CodeAccess(size=-1, op="STATICCALL")}
+    assert [c.type for c in phase.calls] == ["CALL", "STATICCALL"]
+    assert phase.storage[SENDER].r == {"0x01": 1} and phase.storage[SENDER].w == {}
+
+
+def test_build_falls_back_when_frames_and_steps_disagree() -> None:
+    steps = [("CALL", 1), ("PUSH1", 2), ("CALL", 2), ("STOP", 2), ("STOP", 1)]
+    assert isinstance(build(steps, [account_call()]), fasttrace.Fallback)  # frame missing
+    steps = [("CALL", 1), ("PUSH1", 2), ("STOP", 2), ("STOP", 1)]
+    inner = [frame("CALL", SENDER, OTHER)]
+    assert isinstance(build(steps, [account_call(inner)]), fasttrace.Fallback)  # left over
+    steps = [("CALL", 1), ("PUSH1", 3), ("STOP", 1)]
+    assert isinstance(build(steps, [account_call()]), fasttrace.Fallback)  # depth jump
+
+
+@pytest.mark.parametrize(
+    ("opcode", "why"),
+    [
+        ("EXTCODESIZE", "EXTCODESIZE"),
+        ("EXTCODEHASH", "EXTCODEHASH"),
+        ("TLOAD", "transient"),
+        ("TSTORE", "transient"),
+    ],
+)
+def test_build_falls_back_on_what_needs_the_stack(opcode: str, why: str) -> None:
+    steps = [("CALL", 1), (opcode, 2), ("STOP", 2), ("STOP", 1)]
+    built = build(steps, [account_call()])
+    assert isinstance(built, fasttrace.Fallback) and why in built.reason
+    # The same in a phase no rule judges (the EntryPoint calling itself) is fine.
+    own = frame("STATICCALL", EP, EP, input="0x957122ab")
+    steps = [("STATICCALL", 1), (opcode, 2), ("STOP", 2), ("CALL", 1), ("STOP", 2), ("STOP", 1)]
+    assert isinstance(build(steps, [own, account_call()]), fasttrace.FastTrace)
+
+
+def test_build_falls_back_on_unknown_opcode_log1_and_selfdestruct() -> None:
+    for steps in (
+        [("CALL", 1), ("opcode 0xc not defined", 2), ("STOP", 1)],
+        [("LOG1", 1), ("CALL", 1), ("STOP", 2), ("STOP", 1)],
+        [("CALL", 1), ("SELFDESTRUCT", 2), ("STOP", 1)],
+    ):
+        assert isinstance(build(steps, [account_call()]), fasttrace.Fallback), steps
+
+
+def test_build_gas_rule_and_named_opcodes_by_context() -> None:
+    impl = "0x" + "55" * 20
+    delegate = frame("DELEGATECALL", SENDER, impl)
+    steps = [("CALL", 1), ("GAS", 2), ("DELEGATECALL", 2), ("GAS", 3), ("POP", 3)]
+    steps += [("TIMESTAMP", 3), ("SSTORE", 3), ("STOP", 3), ("STOP", 2), ("STOP", 1)]
+    prestate = {EP: {"code": "0x60"}, SENDER: {"code": "0x60", "storage": {"0x05": "0x0"}}}
+    prestate[impl] = {"code": "0x60"}
+    built = build(steps, [account_call([delegate])], prestate)
+    assert isinstance(built, fasttrace.FastTrace), built
+    (phase,) = built.trace.phases
+    # GAS before DELEGATECALL is fine; the one before POP counts; the implementation's code
+    # runs in the sender's context (storage, opcodes).
+    assert phase.opcodes == {"GAS": {SENDER: 1}, "TIMESTAMP": {SENDER: 1}}
+    assert phase.storage[SENDER].w == {"0x05": 1}
+    assert phase.code[impl].size == 1
+    with pytest.raises(BundlerFault, match="OP-012"):
+        rules.check_rules(
+            built.trace,
+            UserOperation(
+                sender=SENDER,
+                nonce=0,
+                call_data=b"",
+                call_gas_limit=1,
+                verification_gas_limit=1,
+                pre_verification_gas=1,
+                max_fee_per_gas=1,
+                max_priority_fee_per_gas=1,
+            ),
+            entry_point=EP,
+            version="0.7",
+            staked={},
+        )
+
+
+def test_build_created_code_and_out_of_gas() -> None:
+    made = "0x" + "66" * 20
+    create = frame("CREATE", SENDER, made, output="0x6000")
+    burn = frame("CALL", SENDER, made, error="out of gas")
+    steps = [("CALL", 1), ("CREATE", 2), ("PUSH1", 3), ("RETURN", 3), ("CALL", 2)]
+    steps += [("JUMPDEST", 3), ("JUMPDEST", 3), ("POP", 2), ("STOP", 2), ("STOP", 1)]
+    built = build(steps, [account_call([create, burn])])
+    assert isinstance(built, fasttrace.FastTrace), built
+    (phase,) = built.trace.phases
+    assert phase.code[made].size == 2  # created earlier in the trace: it has code now
+    assert phase.oog and phase.opcodes == {"CREATE": {SENDER: 1}}
+    odd = frame("CALL", SENDER, OTHER, error="stack underflow")
+    steps = [("CALL", 1), ("CALL", 2), ("STOP", 2), ("STOP", 1)]
+    assert isinstance(build(steps, [account_call([odd])]), fasttrace.Fallback)
