@@ -111,7 +111,7 @@ class FastTrace(msgspec.Struct, frozen=True):
     trace: Trace
 
 
-class _Step(msgspec.Struct):
+class _Step(msgspec.Struct, gc=False):
     op: str
     depth: int
 
@@ -408,6 +408,22 @@ def _build(
 
 
 _STRUCT_CONFIG = {"disableStack": True, "disableStorage": True, "enableMemory": False}
+_Prestate = dict[str, _Account]
+
+
+async def _typed_call(client: NodeClient, method: str, params: list[Any], kind: Any) -> Any:
+    """The result decoded into ``kind``: straight from the bytes with a ChainClient (a struct
+    log is ~0.5 MB; generic objects first would cost more than the node's trace), else by
+    conversion (test clients).  A missing result is a ValidationError like a wrong one."""
+    call_as = getattr(client, "call_as", None)
+    result = (
+        await call_as(method, params, kind)
+        if call_as is not None
+        else msgspec.convert(await client.call(method, params), kind)
+    )
+    if result is None:
+        raise msgspec.ValidationError(f"{method} answered no result")
+    return result
 
 
 async def fast_trace(
@@ -434,18 +450,19 @@ async def fast_trace(
             return Fallback("eth_blockNumber answered a non-string")
         answers: dict[str, Any] = {}
 
-        async def trace(name: str, config: dict[str, Any]) -> None:
-            answers[name] = await client.call("debug_traceCall", [tx, block, {**config, **extra}])
+        async def trace(name: str, config: dict[str, Any], kind: Any) -> None:
+            params = [tx, block, {**config, **extra}]
+            answers[name] = await _typed_call(client, "debug_traceCall", params, kind)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trace, "calls", {"tracer": "callTracer"})
-            nursery.start_soon(trace, "prestate", {"tracer": "prestateTracer"})
-        root = msgspec.convert(answers["calls"], _Frame)
-        prestate = msgspec.convert(answers["prestate"], dict[str, _Account])
+            nursery.start_soon(trace, "calls", {"tracer": "callTracer"}, _Frame)
+            nursery.start_soon(trace, "prestate", {"tracer": "prestateTracer"}, _Prestate)
+        root: _Frame = answers["calls"]
+        prestate: dict[str, _Account] = answers["prestate"]
         if int(root.gasUsed, 16) > MAX_GAS:
             return Fallback(f"validation used more than {MAX_GAS} gas")
-        await trace("steps", _STRUCT_CONFIG)
-        log = msgspec.convert(answers["steps"], _StructLog)
+        await trace("steps", _STRUCT_CONFIG, _StructLog)
+        log: _StructLog = answers["steps"]
     except RpcCallError as error:
         return Fallback(f"the node refused a native trace: {error}")
     except (msgspec.ValidationError, ValueError) as error:

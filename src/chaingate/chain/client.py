@@ -8,8 +8,9 @@ upstream that cannot be reached raises the pool's ``UpstreamError``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import trio
@@ -40,6 +41,20 @@ class _Reply(msgspec.Struct):
     id: int | None = None
     result: Any = None
     error: dict[str, Any] | None = None
+
+
+T = TypeVar("T")
+
+
+class _TypedReply(msgspec.Struct, Generic[T]):
+    id: int | None = None
+    result: T | None = None
+    error: dict[str, Any] | None = None
+
+
+@functools.cache
+def _typed_decoder(kind: Any) -> msgspec.json.Decoder[_TypedReply[Any]]:
+    return msgspec.json.Decoder(_TypedReply[kind])
 
 
 _encode = msgspec.json.Encoder().encode
@@ -81,6 +96,29 @@ class ChainClient:
                 BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
             ) from None
         return _unwrap(method, reply)
+
+    async def call_as(
+        self, method: str, params: Sequence[Any], kind: Any, *, retry_safe: bool = True
+    ) -> Any:
+        """One call's result decoded straight into ``kind`` (a large answer — a struct log —
+        never becomes generic Python objects first).  msgspec.ValidationError if it is not
+        one; RpcCallError or UpstreamError as ``call``."""
+        call_id = self._ids(1)
+        name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
+        try:
+            reply = _typed_decoder(kind).decode(body)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            raise UpstreamError(
+                BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
+            ) from None
+        if reply.error is not None:
+            error = reply.error
+            raise RpcCallError(
+                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
+            )
+        return reply.result
 
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any | RpcCallError]:
         """Results in call order (an item that failed is its RpcCallError, not raised).
