@@ -1,5 +1,6 @@
 """``tests/node/bundler_permissionless.mjs`` — permissionless.js + viem's bundler actions — run
-against Alto (npm, unsafe mode), the reference bundler the script is proven on.
+against Alto (npm, unsafe mode), the reference bundler the script is proven on, and then
+against chaingate's own bundler (``test_script_through_chaingate_sponsored_by_its_paymaster``).
 
 The script is what chaingate's own bundler tests run against ``/v1/bundler/{chain}/{network}``;
 here it is shown to work against a bundler nobody here wrote: a SimpleAccount (v0.6 and
@@ -10,6 +11,7 @@ without them the test is skipped loudly, except under ``CI=true``.
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import shutil
@@ -19,15 +21,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
+from chaingate import impl as impl_module
 from chaingate.aa import accounts
 from chaingate.aa.userop import Version
+from chaingate.auth import admin
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
-from chaingate.devnet.manifest import Manifest
+from chaingate.devnet.keeper import refresh_price_feeds
+from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.keys import PrivateKey
+from chaingate.gateway import Gateway
+from chaingate.impl import Impl
+from chaingate.outbound import OutboundPolicy
+from chaingate.store import open_store
+from tests.conftest import DEVNET_SIGNER, make_settings
+from tests.helpers import GatewayHandle
 from tests.node_clients import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +122,156 @@ async def test_script_against_alto(
     assert isinstance(receipt, dict) and receipt["status"] == "0x1"
     assert rpc_call(node.url, "eth_getCode", [account, "latest"]) not in ("0x", "")
     assert rpc_call(node.url, "eth_getBalance", [recipient, "latest"]) == "0x1"
+
+
+# --- the same script through chaingate's own bundler, sponsored by chaingate's paymaster ----
+
+
+class Gate:
+    """An in-process gateway (API keys on) with the bundler (a funded key of its own), the
+    paymaster and the wallets on the session devnet; ``key`` has only the scopes it needs."""
+
+    def __init__(self, handle: GatewayHandle, node: AnvilProcess, manifest: Manifest, key: str):
+        self.handle = handle
+        self.node = node
+        self.manifest = manifest
+        self.key = key
+        self._id = 0
+
+    async def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        async with self.handle.client(headers={"X-API-Key": self.key}) as client:
+            return await client.request(method, path, json=body)
+
+    async def bundler(self, method: str, *params: Any) -> Any:
+        self._id += 1
+        body = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": list(params)}
+        answer = await self.request("POST", BUNDLER_PATH, body)
+        assert answer.status_code == 200, answer.text
+        reply = answer.json()
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    async def follower_at(self, block: int) -> None:
+        follower = self.handle.gateway.followers["ethereum/devnet"]
+        with trio.fail_after(20):
+            while follower.progress[0] is None or follower.progress[0] < block:
+                await trio.sleep(0.02)
+        await trio.sleep(0.2)  # the wallet tracker took the block; let it write
+
+
+BUNDLER_PATH = "/v1/bundler/ethereum/devnet"
+PEPPER = "bundler-permissionless-pepper-" + "p" * 32
+
+
+def _impl() -> Impl:
+    try:
+        return impl_module.compiled()
+    except ImportError:
+        return impl_module.pure()
+
+
+@pytest.fixture(params=["safe", "unsafe"])
+async def gate(
+    request: pytest.FixtureRequest,
+    nursery: trio.Nursery,
+    devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+) -> Gate:
+    node, manifest = devnet
+    refresh_price_feeds(node.url, manifest)  # sponsorship prices gas in USD from the feeds
+    manifest_path = tmp_path / "manifest.json"
+    manifest_path.write_bytes(dumps(manifest))
+    bundler_key = PrivateKey.generate()
+    rpc_call(node.url, "anvil_setBalance", [bundler_key.address, hex(100 * 10**18)])
+    settings = make_settings(
+        [{"url": node.url, "name": "anvil"}],
+        network={
+            "block_time": 1.0,
+            "manifest": str(manifest_path),
+            "follower": {"enabled": True, "poll_interval": 0.02},
+            "indexer": {"enabled": False},
+            "bundler": {"safe_mode": request.param == "safe"},
+        },
+        auth={"enabled": True, "pepper": PEPPER, "refresh_interval": 0.1},
+        store={"url": f"sqlite://{tmp_path}/store.db"},
+        paymaster={"key": DEVNET_SIGNER.hex()},
+        bundler={"key": bundler_key.hex()},
+        data_dir=str(tmp_path),
+    )
+    gateway = Gateway(
+        settings, impl=_impl(), access_stream=io.BytesIO(), outbound_policy=OutboundPolicy.dev()
+    )
+    await nursery.start(gateway.run)
+    async with open_store(settings.store.url, tmp_path) as store:
+        account = await admin.ensure_account(store, "permissionless@bundler", "enterprise")
+        key, _ = await admin.create_key(
+            store,
+            PEPPER.encode(),
+            account.id,
+            "permissionless",
+            "test",
+            admin.parse_scopes("bundler:send wallets:manage gas:manage"),
+        )
+    assert gateway.keys is not None
+    await gateway.keys.refresh()
+    return Gate(GatewayHandle(gateway, io.BytesIO()), node, manifest, key)
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7"])
+async def test_script_through_chaingate_sponsored_by_its_paymaster(
+    gate: Gate, version: Version, tmp_path: Path
+) -> None:
+    """The wallet created over REST for the owner; a gas policy over REST; permissionless.js
+    (viem's paymaster client asks pm_getPaymasterStubData/pm_getPaymasterData with context
+    {policyId}, then eth_estimateUserOperationGas, eth_sendUserOperation and
+    eth_getUserOperationReceipt) with a key scoped to what it needs; safe and unsafe mode.
+    The account is never funded: only the paymaster pays."""
+    node, manifest = gate.node, gate.manifest
+    owner = PrivateKey.generate()
+    created = await gate.request(
+        "POST",
+        "/v1/wallets/create",
+        {"owner": owner.address, "chain": "ethereum", "salt": "0", "entry_point_version": version},
+    )
+    assert created.status_code in (200, 201), created.text
+    account = created.json()["address"]
+    assert created.json()["status"] == "counterfactual"
+    policy = await gate.request(
+        "POST", "/v1/gas/policies", {"name": "permissionless", "chain": "ethereum", "rules": {}}
+    )
+    assert policy.status_code == 201, policy.text
+    policy_id = policy.json()["id"]
+    # Nothing funds the account: the paymaster pays, or nothing runs.
+    assert rpc_call(node.url, "eth_getBalance", [account, "latest"]) == "0x0"
+    recipient = checksum_address(secrets.token_bytes(20))
+    args = ["--bundler", f"{gate.handle.base}{BUNDLER_PATH}", "--rpc", node.url]
+    args += ["--entry-point", version, "--owner-key", owner.hex(), "--to", recipient]
+    args += ["--value", "0", "--policy", policy_id, "--api-key", gate.key]
+    result = await trio.to_thread.run_sync(
+        lambda: run_script("bundler_permissionless.mjs", args, tmp_path)
+    )
+    assert result["success"] is True, result
+    assert result["account"] == account  # permissionless.js, chaingate.aa and the API agree
+    paymaster = manifest.address(f"verifying_paymaster_{TAGS[version]}")
+    assert result["paymaster"] is not None and result["paymaster"].lower() == paymaster.lower()
+    assert result["entryPoint"].lower() == manifest.address(f"entry_point_{TAGS[version]}").lower()
+    receipt = rpc_call(node.url, "eth_getTransactionReceipt", [result["transactionHash"]])
+    assert isinstance(receipt, dict) and receipt["status"] == "0x1"
+    assert rpc_call(node.url, "eth_getCode", [account, "latest"]) not in ("0x", "")
+
+    status = await gate.bundler("chaingate_getUserOperationStatus", result["userOpHash"])
+    assert status["status"] == "included", status
+    assert status["transactionHash"] == result["transactionHash"]
+    assert int(status["blockNumber"], 16) == int(result["blockNumber"])
+    by_rpc = await gate.bundler("eth_getUserOperationReceipt", result["userOpHash"])
+    assert by_rpc["success"] is True and by_rpc["sender"] == account
+    assert await gate.bundler("chaingate_getPendingUserOperations", account) == []
+
+    await gate.follower_at(int(result["blockNumber"]))
+    wallet = await gate.request("GET", f"/v1/wallets/{account}")
+    assert wallet.status_code == 200, wallet.text
+    body = wallet.json()
+    assert body["status"] == "deployed", body
+    assert body["deploy_tx"] == result["transactionHash"]
+    spend = (await gate.request("GET", f"/v1/gas/policies/{policy_id}")).json()["spend"]
+    assert spend["settled_operations"] == 1 and spend["reserved_operations"] == 0, spend

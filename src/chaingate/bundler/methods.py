@@ -126,7 +126,7 @@ class BundlerMethods:
         user_op_hash = _hash(value)
         net = self.net
         row = await net.store.receipt(net.chain, net.network, user_op_hash)
-        if row is None:
+        if row is None or not await self._still_canonical(row):
             return None  # ERC-7769: null until included (see chaingate_getUserOperationStatus)
         version = net.version_of(row.entry_point)
         op = await self._included_op(user_op_hash, row, version)
@@ -139,6 +139,12 @@ class BundlerMethods:
             "blockHash": row.block_hash,
             "transactionHash": row.tx_hash,
         }
+
+    async def _still_canonical(self, row: ReceiptRow) -> bool:
+        """The receipt's block is still the node's (between a reorg and the follower's
+        Revert the store may still name an orphaned one)."""
+        block = await self.net.client.call("eth_getBlockByNumber", [hex(row.block_number), False])
+        return bool(block) and str(block.get("hash", "")).lower() == row.block_hash
 
     async def _included_op(
         self, user_op_hash: str, row: ReceiptRow, version: Version
@@ -165,6 +171,10 @@ class BundlerMethods:
         if row is None:
             return None
         tx_receipt = await net.client.call("eth_getTransactionReceipt", [row.tx_hash])
+        if not tx_receipt or str(tx_receipt.get("blockHash", "")).lower() != row.block_hash:
+            # A reorg took the block away and the follower has not seen it yet: as far as
+            # the caller can tell, not included (yet).
+            return None
         return {
             "userOpHash": row.user_op_hash,
             "entryPoint": checksum_address(row.entry_point),

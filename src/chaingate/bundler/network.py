@@ -28,6 +28,7 @@ from chaingate.bundler.simulation import simulate_handle_ops
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
+from chaingate.evm import abi
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
@@ -165,8 +166,20 @@ class BundlerNetwork:
             return
         if await self.client.call("eth_getTransactionByHash", [bundle_tx]):
             return
-        back = self.mempool.requeue([e.hash for e in group], "bundle lost in a restart")
+        # Another copy (a fee bump, or the one before it) may have been mined: an operation
+        # whose nonce the EntryPoint has used waits, submitted, for the follower's receipt.
+        lost = [e.hash for e in group if not await self._nonce_used(e)]
+        back = self.mempool.requeue(lost, "bundle lost in a restart")
         await self._persist(back)
+
+    async def _nonce_used(self, entry: Entry) -> bool:
+        """Whether the EntryPoint has consumed ``entry``'s nonce (it, or another operation
+        with its nonce, was included)."""
+        data = abi.encode_call("getNonce(address,uint192)", entry.op.sender, entry.nonce >> 64)
+        answer = await self.client.call(
+            "eth_call", [{"to": entry.entry_point, "data": "0x" + data.hex()}, "latest"]
+        )
+        return int(answer, 16) > entry.nonce
 
     # --- receipts (the follower) -----------------------------------------------------------
 
@@ -293,9 +306,17 @@ class BundlerNetwork:
                 await self._requeue(entries, "the node refused the bundle transaction")
                 raise
             self.bundles["sent"] += 1
+
+            hashes = [e.hash for e in entries]
+
+            async def record_copy(copy: str) -> None:
+                # A fee bump's copy is stored before it is sent, like the first one.
+                async with self._lock:
+                    await self._persist(self.mempool.mark_submitted(hashes, copy))
+
             try:
                 mined = await self.submitter.wait_mined(
-                    bundle_tx, nonce, entry_point, calldata, gas, fees
+                    bundle_tx, nonce, entry_point, calldata, gas, fees, before_resend=record_copy
                 )
             except NotMined:
                 await self._requeue(entries, "bundle transaction not mined")
@@ -423,7 +444,15 @@ class BundlerNetwork:
     async def _fail(self, entry: Entry, reason: str) -> None:
         """An operation handleOps refused after it passed validation: failed, and the entity
         to blame is penalised (ERC-7562: the paymaster for AA3x, the factory for AA1x, else
-        the account when staked)."""
+        the account when staked).  One whose nonce the EntryPoint has used meanwhile was
+        included elsewhere (another bundler, a copy mined before a restart): dropped, nobody
+        blamed — a receipt, if it is ours, makes it ``included``."""
+        if reason[:4] in ("AA25", "AA10") and await self._nonce_used(entry):
+            async with self._lock:
+                await self._persist(
+                    [e for e in [self.mempool.drop(entry.hash, "nonce used on chain")] if e]
+                )
+            return
         async with self._lock:
             done = self.mempool.mark_failed(entry.hash, reason)
             head = reason[:4]

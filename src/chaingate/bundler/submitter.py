@@ -12,7 +12,7 @@ so the bundle never pays more per gas than its operations repay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -131,11 +131,6 @@ class Submitter:
                 raise
         self.stats["sent"] += 1
 
-    async def _send_copy(self, to: str, data: bytes, gas: int, fees: Fees, nonce: int) -> str:
-        raw, sent = self.sign(to, data, gas, fees, nonce)
-        await self.send_raw(raw)
-        return sent
-
     async def receipt(self, hashes: Sequence[str]) -> Mined | None:
         for sent in hashes:
             receipt = await self.client.call("eth_getTransactionReceipt", [sent])
@@ -150,9 +145,18 @@ class Submitter:
         return None
 
     async def wait_mined(
-        self, first: str, nonce: int, to: str, data: bytes, gas: int, fees: Fees
+        self,
+        first: str,
+        nonce: int,
+        to: str,
+        data: bytes,
+        gas: int,
+        fees: Fees,
+        *,
+        before_resend: Callable[[str], Awaitable[None]] | None = None,
     ) -> Mined:
-        """Until a copy is mined, resending with bumped fees when it stalls."""
+        """Until a copy is mined, resending with bumped fees when it stalls;
+        ``before_resend(hash)`` is awaited before a copy is sent (to store its hash first)."""
         copies = [first]
         resends = 0
         sent_at = trio.current_time()
@@ -176,7 +180,11 @@ class Submitter:
                     self.stats["dropped"] += 1
                     raise NotMined(f"not mined after {resends} resends")
                 fees = fees.bumped()
-                copies.append(await self._send_copy(to, data, gas, fees, nonce))
+                raw, copy = self.sign(to, data, gas, fees, nonce)
+                if before_resend is not None:
+                    await before_resend(copy)
+                await self.send_raw(raw)
+                copies.append(copy)
                 resends += 1
                 self.stats["resent"] += 1
                 sent_at = trio.current_time()
