@@ -1,6 +1,7 @@
-"""The bundler's mempool and reputation rows on SQLite and PostgreSQL: a restart (a new store
-object over the same database) loads exactly the live operations the old one kept; a
-replacement is one transaction; lifecycle moves, reorgs, pruning and the reputation table."""
+"""The bundler's mempool and reputation rows on SQLite and PostgreSQL, written as the service
+writes them: what Mempool calls returned, through ``save_bundler_entries``.  A restart (a new
+store object over the same database) loads exactly the live operations the old one kept; an
+admission is one transaction; lifecycle moves, reorgs, pruning and the reputation table."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from chaingate.aa.userop import UserOperation, user_op_hash
-from chaingate.bundler.mempool import Entry, Mempool, Stake, new_entry
+from chaingate.bundler.mempool import Added, Entry, Mempool, MempoolLimits, Stake, new_entry
 from chaingate.bundler.reputation import Reputation, ReputationEntry
 from chaingate.store import Store, open_store
-from chaingate.store.bundlerrows import OpChange
+from chaingate.store.base import StoreError
 
 NET = ("ethereum", "devnet")
 OTHER = ("ethereum", "sepolia")
@@ -62,6 +63,33 @@ def entry(
     )
 
 
+class Clock:
+    """The Mempool's injected clock (epoch ms), moved by hand."""
+
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def pool_of(clock: Clock, **limits: int) -> Mempool:
+    reputation = Reputation(min_stake=10**18, clock=lambda: clock.now / 1000)
+    return Mempool(reputation, MempoolLimits(**limits), clock=clock)
+
+
+def admitted(added: Added) -> list[Entry]:
+    """What the service saves for one admission: the entry, those it evicted, the one it
+    replaced (now dropped)."""
+    return [added.entry, *added.evicted, *([added.replaced] if added.replaced else [])]
+
+
+async def assert_mirrors(store: Store, pool: Mempool, network: tuple[str, str] = NET) -> None:
+    """The store's live rows are the pool's live entries, state for state."""
+    live = await store.bundler_live(*network)
+    assert {e.hash: e for e in live} == {e.hash: e for e in pool.entries()}
+
+
 @pytest.fixture
 async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
     store = open_store(store_url, tmp_path)
@@ -75,125 +103,164 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
 
 async def test_restart_loads_the_same_live_entries(store_url: str, tmp_path: Path) -> None:
     big_nonce = (2**192 - 1) << 64 | 7  # a uint256 nonce key survives the round trip
-    kept = [
+    clock = Clock()
+    pool, other_pool = pool_of(clock), pool_of(clock)
+    candidates = [
         entry(1, at=T0, sender_stake=Stake(10**18, 86400), valid_until=2_000_000_000),
         entry(2, big_nonce, at=T0 + 1, code_hashes=((addr(5), "0x" + "77" * 32),)),
         entry(3, at=T0 + 2, accepted_block=12, valid_after=5, prefund=10**17),
+        entry(4, at=T0 + 3),
     ]
     first = open_store(store_url, tmp_path)
     async with first:
         await first.migrate()
-        for e in kept:
-            assert await first.bundler_insert(*NET, e)
-        gone = entry(4, at=T0 + 3)
-        await first.bundler_insert(*NET, gone)
-        sub = kept[1].with_(status="submitted", bundle_tx=TX, updated_at=T0 + 10)
-        assert await first.bundler_update(*NET, [OpChange.of(sub)]) == 1
-        done = gone.with_(status="included", bundle_tx=TX, block_number=3, block_hash=BLOCK)
-        assert await first.bundler_update(*NET, [OpChange.of(done)]) == 1
-        await first.bundler_insert(*OTHER, entry(9))
+        kept = []
+        for e in candidates:
+            added = pool.add(e)
+            await first.save_bundler_entries(*NET, admitted(added))
+            kept.append(added.entry)
+        gone = kept.pop()
+        clock.now = T0 + 10
+        [sub] = pool.mark_submitted([kept[1].hash], TX)
+        await first.save_bundler_entries(*NET, [sub])
+        done, stale = pool.mark_included(gone.hash, block_number=3, block_hash=BLOCK, tx_hash=TX)
+        assert done is not None and stale == []
+        await first.save_bundler_entries(*NET, [done])
+        await first.save_bundler_entries(*OTHER, admitted(other_pool.add(entry(9))))
     second = open_store(store_url, tmp_path)  # the restart: a new store over the same data
     async with second:
         live = await second.bundler_live(*NET)
-        assert live == [kept[0], sub, kept[2]]
+        assert live == [kept[0], sub, kept[2]] == pool.entries()
         assert live[1].nonce == big_nonce and live[1].op.nonce == big_nonce
-        pool = Mempool(Reputation(min_stake=10**18, clock=lambda: 0.0))
-        assert pool.load(live) == 3
-        assert [e.hash for e in pool.entries()] == [e.hash for e in live]
+        assert live[1].status == "submitted" and live[1].bundle_tx == TX
+        restarted = pool_of(clock)
+        assert restarted.load(live) == 3
+        assert restarted.entries() == live
         included = await second.bundler_get(*NET, gone.hash.upper().replace("0X", "0x"))
-        assert included is not None and included.status == "included"
+        assert included == done
         assert (included.block_number, included.block_hash, included.bundle_tx) == (3, BLOCK, TX)
         assert await second.bundler_get(*NET, "0x" + "00" * 32) is None
+        assert len(await second.bundler_live(*OTHER)) == 1
 
 
-async def test_replacement_and_eviction_are_one_transaction(store: Store) -> None:
-    old = entry(1, tip=10**9)
-    victim = entry(2)
-    await store.bundler_insert(*NET, old)
-    await store.bundler_insert(*NET, victim)
-    new = entry(1, tip=2 * 10**9, at=T0 + 5)
-    evicted = victim.with_(status="dropped", reason="evicted", updated_at=T0 + 5)
-    assert await store.bundler_insert(*NET, new, replaces=old.hash, evicted=[evicted])
-    assert await store.bundler_get(*NET, old.hash) is None
-    assert await store.bundler_get(*NET, victim.hash) == evicted
-    assert await store.bundler_live(*NET) == [new]
-    # The same hash twice writes nothing, and does not touch what it claimed to replace.
-    assert not await store.bundler_insert(*NET, new, replaces=victim.hash)
-    assert await store.bundler_get(*NET, victim.hash) == evicted
-
-
-async def test_lifecycle_moves_guards_and_lookups(store: Store) -> None:
-    a, b, c = entry(1), entry(2, at=T0 + 1), entry(1, 1, at=T0 + 2)
-    for e in (a, b, c):
-        await store.bundler_insert(*NET, e)
-    submitted = [
-        OpChange(hash=e.hash, status="submitted", bundle_tx=TX, from_status=("pending",))
-        for e in (a, b)
+async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
+    clock = Clock()
+    pool = pool_of(clock, max_size=2)
+    old = pool.add(entry(1, tip=10**9)).entry
+    victim = pool.add(entry(2, tip=10**9, at=T0 + 1)).entry
+    await store.save_bundler_entries(*NET, [old, victim])
+    clock.now = T0 + 5
+    replacing = pool.add(entry(1, tip=2 * 10**9, fee=40 * 10**9, at=T0 + 5))
+    assert replacing.replaced is not None and replacing.replaced.hash == old.hash
+    # A row the database refuses (NOT NULL version), sorted after the others so they are
+    # written first: the whole call fails and none of it stays.
+    refused = entry(7).with_(hash="0x" + "ff" * 32, version=None)
+    with pytest.raises(StoreError):
+        await store.save_bundler_entries(*NET, [*admitted(replacing), refused])
+    assert await store.bundler_get(*NET, replacing.entry.hash) is None
+    assert await store.bundler_get(*NET, old.hash) == old
+    pool.forget(replacing)  # what the service does when the store could not keep it
+    # (forget keeps the dropped copy's updated_at, so compare what the pool holds, not when)
+    live = await store.bundler_live(*NET)
+    assert [(e.hash, e.status) for e in live] == [(e.hash, e.status) for e in pool.entries()]
+    # Again, kept: the new operation live, the old one's row dropped beside it.
+    replacing = pool.add(entry(1, tip=2 * 10**9, fee=40 * 10**9, at=T0 + 5))
+    await store.save_bundler_entries(*NET, admitted(replacing))
+    replaced = await store.bundler_get(*NET, old.hash)
+    assert replaced is not None and replaced == replacing.replaced
+    assert (replaced.status, replaced.reason) == ("dropped", f"replaced by {replacing.entry.hash}")
+    # The pool is full: a richer operation evicts the cheapest, in the same write.
+    richer = pool.add(entry(3, tip=3 * 10**9, fee=50 * 10**9, at=T0 + 6))
+    assert [e.hash for e in richer.evicted] == [victim.hash]
+    await store.save_bundler_entries(*NET, admitted(richer))
+    evicted = await store.bundler_get(*NET, victim.hash)
+    assert evicted == richer.evicted[0] and evicted.status == "dropped"
+    await assert_mirrors(store, pool)
+    assert [e.hash for e in await store.bundler_live(*NET)] == [
+        replacing.entry.hash,
+        richer.entry.hash,
     ]
-    assert await store.bundler_update(*NET, submitted) == 2
-    assert await store.bundler_update(*NET, submitted) == 0  # no longer pending
-    assert {
-        e.hash for e in await store.bundler_in_bundle(*NET, TX.upper().replace("0X", "0x"))
-    } == {
-        a.hash,
-        b.hash,
-    }
-    assert await store.bundler_record_inclusion(
-        *NET, a.hash, block_number=8, block_hash=BLOCK, tx_hash=TX
-    )
-    assert not await store.bundler_record_inclusion(
-        *NET, "0x" + "ee" * 32, block_number=8, block_hash=BLOCK, tx_hash=TX
-    )
-    back = OpChange(
-        hash=b.hash, status="pending", reason="bundle dropped", from_status=("submitted",)
-    )
-    assert await store.bundler_update(*NET, [back]) == 1
-    mine = await store.bundler_by_sender(*NET, addr(1).upper().replace("0X", "0x"))
-    assert [e.hash for e in mine] == [c.hash]  # live only; a is included
-    everything = await store.bundler_by_sender(*NET, addr(1), live_only=False)
-    assert [e.hash for e in everything] == [a.hash, c.hash]  # by nonce
+
+
+async def test_a_known_row_takes_only_the_lifecycle_state(store: Store) -> None:
+    first = entry(1)
+    await store.save_bundler_entries(*NET, [first])
+    # Saving it again with other accepted fields moves the state; the JSON stays as accepted.
+    again = first.with_(prefund=999, status="submitted", bundle_tx=TX, updated_at=T0 + 1)
+    await store.save_bundler_entries(*NET, [again, again])
+    got = await store.bundler_get(*NET, first.hash)
+    assert got == first.with_(status="submitted", bundle_tx=TX, updated_at=T0 + 1)
+
+
+async def test_lifecycle_moves_follow_the_mempool(store: Store) -> None:
+    clock = Clock()
+    pool = pool_of(clock)
+    a, b, c = (pool.add(e).entry for e in (entry(1), entry(2, at=T0 + 1), entry(1, 1, at=T0 + 2)))
+    await store.save_bundler_entries(*NET, [a, b, c])
+    clock.now = T0 + 10
+    submitted = pool.mark_submitted([a.hash, b.hash], TX)
+    await store.save_bundler_entries(*NET, submitted)  # a bundle's operations together
+    await assert_mirrors(store, pool)
+    assert {e.status for e in await store.bundler_live(*NET)} == {"submitted", "pending"}
+    clock.now = T0 + 20
+    done, stale = pool.mark_included(a.hash, block_number=8, block_hash=BLOCK, tx_hash=TX)
+    assert done is not None and stale == []
+    back = pool.requeue([b.hash], "bundle dropped")
+    await store.save_bundler_entries(*NET, [done, *back])
+    await assert_mirrors(store, pool)
+    assert await store.bundler_get(*NET, a.hash) == done
     got = await store.bundler_get(*NET, b.hash)
     assert got is not None and (got.status, got.reason, got.bundle_tx) == (
         "pending",
         "bundle dropped",
         None,
     )
-
-
-async def test_reorg_puts_included_operations_back(store: Store) -> None:
-    a, b = entry(1), entry(2)
-    for e in (a, b):
-        await store.bundler_insert(*NET, e)
-    await store.bundler_record_inclusion(*NET, a.hash, block_number=5, block_hash=BLOCK, tx_hash=TX)
-    await store.bundler_record_inclusion(
-        *NET, b.hash, block_number=6, block_hash="0x" + "ef" * 32, tx_hash=TX
-    )
-    assert await store.bundler_revert_block(*NET, BLOCK.upper().replace("0X", "0x")) == [a.hash]
-    back = await store.bundler_get(*NET, a.hash)
-    assert back is not None and back.status == "pending" and back.block_hash is None
-    assert [e.hash for e in await store.bundler_live(*NET)] == [a.hash]
-    assert await store.bundler_revert_block(*NET, BLOCK) == []
+    # A reorg orphans a's block: included -> pending again, its block forgotten.
+    clock.now = T0 + 30
+    reverted = pool.revert_inclusion(a.hash)
+    assert reverted is not None
+    await store.save_bundler_entries(*NET, [reverted])
+    await assert_mirrors(store, pool)
+    again = await store.bundler_get(*NET, a.hash)
+    assert again is not None and (again.status, again.reason) == ("pending", "reorged")
+    assert (again.block_number, again.block_hash, again.bundle_tx) == (None, None, None)
+    failed = pool.mark_failed(c.hash, "AA23 reverted")
+    assert failed is not None
+    await store.save_bundler_entries(*NET, [failed])
+    await assert_mirrors(store, pool)
+    assert await store.bundler_get(*NET, c.hash) == failed
 
 
 async def test_prune_deletes_only_old_finished_rows(store: Store) -> None:
-    rows = [entry(i, at=T0 + i) for i in range(1, 6)]
-    for e in rows:
-        await store.bundler_insert(*NET, e)
-    changes = [
-        OpChange(hash=rows[0].hash, status="included", updated_at=T0 + 100),
-        OpChange(hash=rows[1].hash, status="failed", reason="AA23", updated_at=T0 + 100),
-        OpChange(hash=rows[2].hash, status="dropped", updated_at=T0 + 300),
-        OpChange(hash=rows[3].hash, status="submitted", bundle_tx=TX, updated_at=T0 + 100),
-    ]
-    await store.bundler_update(*NET, changes)
-    await store.bundler_insert(*OTHER, rows[0].with_(status="dropped", updated_at=T0))
+    clock = Clock()
+    pool, other_pool = pool_of(clock), pool_of(clock)
+    rows = [pool.add(entry(i, at=T0 + i)).entry for i in range(1, 6)]
+    await store.save_bundler_entries(*NET, rows)
+    other = other_pool.add(entry(1)).entry
+    await store.save_bundler_entries(*OTHER, [other])
+    clock.now = T0 + 100
+    done, _ = pool.mark_included(rows[0].hash, block_number=1, block_hash=BLOCK, tx_hash=TX)
+    failed = pool.mark_failed(rows[1].hash, "AA23")
+    submitted = pool.mark_submitted([rows[3].hash], TX)
+    assert done is not None and failed is not None
+    await store.save_bundler_entries(*NET, [done, failed, *submitted])
+    clock.now = T0 + 300
+    dropped = pool.drop(rows[2].hash, "expired")
+    assert dropped is not None
+    await store.save_bundler_entries(*NET, [dropped])
+    clock.now = T0
+    other_dropped = other_pool.drop(other.hash, "cleared")
+    assert other_dropped is not None
+    await store.save_bundler_entries(*OTHER, [other_dropped])
     assert await store.bundler_prune(*NET, T0 + 200, limit=1) == 1
     assert await store.bundler_prune(*NET, T0 + 200) == 1
     assert await store.bundler_prune(*NET, T0 + 200) == 0
-    left = {e.hash for e in await store.bundler_live(*NET)}
-    assert left == {rows[3].hash, rows[4].hash}
-    assert await store.bundler_get(*NET, rows[2].hash) is not None  # too recent
-    assert await store.bundler_get(*OTHER, rows[0].hash) is not None  # another network
+    await assert_mirrors(store, pool)
+    assert {e.hash for e in await store.bundler_live(*NET)} == {rows[3].hash, rows[4].hash}
+    assert await store.bundler_get(*NET, rows[0].hash) is None
+    assert await store.bundler_get(*NET, rows[1].hash) is None
+    assert await store.bundler_get(*NET, rows[2].hash) == dropped  # too recent
+    assert await store.bundler_get(*OTHER, other.hash) == other_dropped  # another network
 
 
 async def test_reputation_rows_round_trip(store: Store) -> None:
@@ -231,12 +298,13 @@ async def test_reputation_rows_round_trip(store: Store) -> None:
 
 
 async def test_a_new_chain_empties_the_bundler_rows(store: Store) -> None:
-    await store.bundler_insert(*NET, entry(1))
+    await store.save_bundler_entries(*NET, [entry(1)])
     await store.bundler_save_reputation(*NET, [ReputationEntry(addr(1), 1, 0)], [], 0)
-    await store.bundler_insert(*OTHER, entry(1))
+    await store.save_bundler_entries(*OTHER, [entry(1)])
     deleted = await store.reset_network(*NET)
     assert deleted["bundler_ops"] == 1 and deleted["bundler_reputation"] == 1
     assert await store.bundler_live(*NET) == []
+    assert await store.bundler_load_reputation(*NET) == ([], None)
     assert len(await store.bundler_live(*OTHER)) == 1
 
 

@@ -27,6 +27,7 @@ log = logging.getLogger("chaingate.bundler")
 
 BUMP_NUMERATOR, BUMP_DENOMINATOR = 1125, 1000  # +12.5% per resend
 POLL_SECONDS = 0.25
+RECEIPT_RETRIES = 8
 
 
 class Fees(msgspec.Struct, frozen=True):
@@ -169,10 +170,14 @@ class Submitter:
                 await self.client.call("eth_getTransactionCount", [self.address, "latest"])
             )
             if on_chain > nonce:
-                # Another transaction took the nonce (none of ours was mined): dropped.
-                mined = await self.receipt(copies)
-                if mined is not None:
-                    return mined
+                # The nonce is used: ours (a node may count the nonce a moment before it
+                # serves the receipt, so ask again a few times), or another transaction's.
+                for _ in range(RECEIPT_RETRIES):
+                    mined = await self.receipt(copies)
+                    if mined is not None:
+                        self.stats["mined" if mined.status else "reverted"] += 1
+                        return mined
+                    await trio.sleep(POLL_SECONDS)
                 self.stats["dropped"] += 1
                 raise NotMined(f"nonce {nonce} was used by another transaction")
             if trio.current_time() - sent_at >= self.resend_after:
