@@ -23,12 +23,10 @@ CREATE TABLE bundler_ops (
     updated_at BIGINT NOT NULL,
     PRIMARY KEY (chain, network, hash)
 );
--- At most one live operation per (sender, nonce): a replacement deletes the old row in the
--- same transaction as it inserts the new one.
-CREATE INDEX bundler_ops_sender ON bundler_ops (chain, network, sender, nonce);
+-- A replaced operation stays, `dropped` ("replaced by <hash>"), until pruned: the mempool
+-- keeps one live operation per (sender, nonce).  Loading live rows at start and pruning
+-- finished ones both go by status and age.
 CREATE INDEX bundler_ops_status ON bundler_ops (chain, network, status, updated_at);
-CREATE INDEX bundler_ops_block ON bundler_ops (chain, network, block_hash);
-CREATE INDEX bundler_ops_bundle ON bundler_ops (chain, network, bundle_tx);
 
 CREATE TABLE bundler_reputation (
     chain TEXT NOT NULL,
