@@ -20,17 +20,16 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_event
+from chaingate.chain.consumer import consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
 from chaingate.evm import abi
 from chaingate.store import Store
-from chaingate.store.base import StoreError
 from chaingate.store.bundlerreceipts import ReceiptRow
 
 log = logging.getLogger("chaingate.bundler")
 
 BEFORE_EXECUTION = abi.event_topic("BeforeExecution()")
 REVERT_REASON = abi.event_topic("UserOperationRevertReason(bytes32,address,uint256,bytes)")
-RETRY_SECONDS = 1.0
 
 _log_list = msgspec.json.Encoder()
 
@@ -136,27 +135,14 @@ class ReceiptTracker:
             self._head(self.head)
 
     async def run(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> None:
-        async with events:
-            async for event in events:
-                while True:
-                    try:
-                        await self.handle(event)
-                        break
-                    except StoreError as exc:
-                        self.stats["store_errors"] += 1
-                        log.warning(
-                            "bundler receipts: store failed; retrying",
-                            extra={"fields": {"network": self.label, "error": str(exc)}},
-                        )
-                        await trio.sleep(RETRY_SECONDS)
-                    except Exception:
-                        # A bug must not stop the follower (it waits for every consumer).
-                        self.stats["bugs"] += 1
-                        log.exception(
-                            "bundler receipts: event skipped",
-                            extra={"fields": {"network": self.label}},
-                        )
-                        break
+        await consume(
+            events,
+            self.handle,
+            name="bundler receipts",
+            label=self.label,
+            stats=self.stats,
+            log=log,
+        )
 
     @property
     def label(self) -> str:

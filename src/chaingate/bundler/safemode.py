@@ -10,21 +10,19 @@ collector (``tracing.trace_validation``), whose verdict and message are authorit
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import fasttrace
-from chaingate.bundler.errors import INVALID_SIGNATURE, BundlerFault
+from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rules import Outcome, check_trace
 from chaingate.bundler.simulation import (
     MIN_VALID_SECONDS,
     NodeClient,
     StakeInfo,
     ValidationResult,
-    check_validation,
     decode_validation,
-    simulate_handle_ops,
+    finish_validation,
 )
 from chaingate.bundler.tracing import trace_validation
 
@@ -78,22 +76,13 @@ async def validate_safe(
         )
     else:
         FAST_PATH["fast"] += 1
-    stamp = int(time.time()) if now is None else now
-    try:
-        check_validation(
-            result,
-            now=stamp,
-            has_paymaster=op.paymaster is not None,
-            min_valid_seconds=min_valid_seconds,
-        )
-    except BundlerFault as fault:
-        if fault.code != INVALID_SIGNATURE or result.account_sig_failed is not None:
-            raise
-        # v0.6 with a paymaster: handleOps names whose signature failed (AA24 before AA34).
-        failed = await simulate_handle_ops(client, [op], entry_point, version, entry_point)
-        if failed is None or failed.reason[:4] not in ("AA24", "AA34"):
-            raise
-        raise BundlerFault(
-            INVALID_SIGNATURE, failed.reason, {"reason": failed.reason}, reason=failed.reason
-        ) from None
+    await finish_validation(
+        client,
+        op,
+        entry_point,
+        version,
+        result,
+        now=now,
+        min_valid_seconds=min_valid_seconds,
+    )
     return result, outcome

@@ -20,16 +20,12 @@ from chaingate.aa.userop import (
     decode_account_deployed,
     decode_user_operation_event,
 )
+from chaingate.chain.consumer import consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.store import Store
-from chaingate.store.base import StoreError
 from chaingate.store.walletrows import Deployment, Settlement
 
 log = logging.getLogger("chaingate.wallets")
-
-# A store that fails is retried this often until it answers (the follower waits meanwhile:
-# nothing is skipped).
-RETRY_SECONDS = 1.0
 
 
 class Tracker:
@@ -106,30 +102,11 @@ class Tracker:
                 self.stats["reverted_blocks"] += 1
 
     async def run(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> None:
-        async with events:
-            async for event in events:
-                while True:
-                    try:
-                        await self.handle(event)
-                        break
-                    except StoreError as exc:
-                        self.stats["store_errors"] += 1
-                        log.warning(
-                            "wallet tracker: store failed; retrying",
-                            extra={
-                                "fields": {
-                                    "network": f"{self.chain}/{self.network}",
-                                    "error": str(exc),
-                                }
-                            },
-                        )
-                        await trio.sleep(RETRY_SECONDS)
-                    except Exception:
-                        # A bug must not stop the follower (it waits for every consumer) nor
-                        # the gateway: this event is skipped, loudly.
-                        self.stats["bugs"] += 1
-                        log.exception(
-                            "wallet tracker: event skipped",
-                            extra={"fields": {"network": f"{self.chain}/{self.network}"}},
-                        )
-                        break
+        await consume(
+            events,
+            self.handle,
+            name="wallet tracker",
+            label=f"{self.chain}/{self.network}",
+            stats=self.stats,
+            log=log,
+        )
