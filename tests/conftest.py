@@ -98,6 +98,19 @@ def devnet() -> Iterator[tuple[AnvilProcess, Manifest]]:
         yield node, bootstrap_devnet(node.url, paymaster_signer=DEVNET_SIGNER.address)
 
 
+@pytest.fixture(scope="module")
+def module_devnet() -> Iterator[tuple[AnvilProcess, Manifest]]:
+    """A bootstrapped devnet for one test module alone: for modules whose tests reorganise
+    it, stop its mining or spend its paymasters' deposits."""
+    with AnvilProcess() as node:
+        yield (
+            node,
+            bootstrap_devnet(
+                node.url, paymaster_signer=DEVNET_SIGNER.address, announce=lambda _: None
+            ),
+        )
+
+
 def make_settings(upstreams: list[str] | list[dict[str, Any]], **sections: Any) -> config.Settings:
     """Settings for one ``ethereum/devnet`` network served on a free port."""
     ups = [

@@ -9,7 +9,6 @@ bundles them with its own key, and the follower's logs give the receipt.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from chaingate.aa.paymaster import eth_signed_message_hash
 from chaingate.aa.userop import UserOperation, Version, user_op_hash
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey
@@ -33,18 +31,6 @@ from tests.helpers import GatewayHandle
 from tests.test_aa_devnet import TAGS, NodeCaller, build_op
 
 PATH = "/v1/bundler/ethereum/devnet"
-
-
-@pytest.fixture(scope="module")
-def chain() -> Iterator[tuple[AnvilProcess, Manifest]]:
-    """A devnet of this module's own: bundles move the chain and spend deposits."""
-    with AnvilProcess() as node:
-        yield (
-            node,
-            bootstrap_devnet(
-                node.url, paymaster_signer=DEVNET_SIGNER.address, announce=lambda _: None
-            ),
-        )
 
 
 class Bundler:
@@ -104,10 +90,10 @@ async def bundler(
     request: pytest.FixtureRequest,
     nursery: trio.Nursery,
     impl: Impl,
-    chain: tuple[AnvilProcess, Manifest],
+    module_devnet: tuple[AnvilProcess, Manifest],
     tmp_path: Path,
 ) -> Bundler:
-    node, manifest = chain
+    node, manifest = module_devnet
     settings = start_settings(node, tmp_path, manifest, safe_mode=request.param == "safe")
     logs = io.BytesIO()
     gateway = Gateway(settings, impl=impl, access_stream=logs, outbound_policy=OutboundPolicy.dev())

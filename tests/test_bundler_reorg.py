@@ -12,7 +12,6 @@ short chain).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,11 @@ import trio
 from chaingate.aa.userop import Version
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.gateway import Gateway
 from chaingate.outbound import OutboundPolicy
-from tests.conftest import DEVNET_SIGNER
 from tests.helpers import GatewayHandle
 from tests.test_aa_devnet import TAGS
 from tests.test_bundler_e2e import Bundler, sponsored_op, start_settings
@@ -37,18 +34,6 @@ from tests.test_bundler_permissionless import _impl
 USER_OPERATION_EVENT = abi.event_topic(
     "UserOperationEvent(bytes32,address,address,uint256,bool,uint256,uint256)"
 )
-
-
-@pytest.fixture(scope="module")
-def chain() -> Iterator[tuple[AnvilProcess, Manifest]]:
-    """A devnet of this module's own: its blocks are reorganised."""
-    with AnvilProcess() as node:
-        yield (
-            node,
-            bootstrap_devnet(
-                node.url, paymaster_signer=DEVNET_SIGNER.address, announce=lambda _: None
-            ),
-        )
 
 
 def rpc(node: AnvilProcess, method: str, *params: Any) -> Any:
@@ -72,13 +57,13 @@ def events_for(node: AnvilProcess, entry_point: str, user_op_hash: str) -> list[
 
 async def start(
     nursery: trio.Nursery,
-    chain: tuple[AnvilProcess, Manifest],
+    module_devnet: tuple[AnvilProcess, Manifest],
     tmp_path: Path,
     *,
     mode: str,
     safe: bool,
 ) -> Bundler:
-    node, manifest = chain
+    node, manifest = module_devnet
     settings = start_settings(node, tmp_path, manifest, safe_mode=safe, mode=mode)
     gateway = Gateway(
         settings, impl=_impl(), access_stream=io.BytesIO(), outbound_policy=OutboundPolicy.dev()
@@ -115,11 +100,14 @@ async def receipt_not_in(b: Bundler, user_op_hash: str, block_hash: str) -> dict
 
 @pytest.mark.parametrize("version", ["0.6", "0.7"])
 async def test_manual_mode_a_reorged_operation_is_pending_again_then_included_once(
-    nursery: trio.Nursery, chain: tuple[AnvilProcess, Manifest], tmp_path: Path, version: Version
+    nursery: trio.Nursery,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    version: Version,
 ) -> None:
     """Manual bundling holds the operation where the reorg left it, so its state between the
     two inclusions can be read: pending again, no receipt, listed for its sender."""
-    b = await start(nursery, chain, tmp_path, mode="manual", safe=True)
+    b = await start(nursery, module_devnet, tmp_path, mode="manual", safe=True)
     entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
     op, op_hash = await sponsored_op(b, version)
     sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
@@ -161,12 +149,12 @@ async def test_manual_mode_a_reorged_operation_is_pending_again_then_included_on
 @pytest.mark.parametrize("version", ["0.6", "0.7"])
 async def test_auto_mode_a_reorged_operation_is_bundled_again_by_itself_once(
     nursery: trio.Nursery,
-    chain: tuple[AnvilProcess, Manifest],
+    module_devnet: tuple[AnvilProcess, Manifest],
     tmp_path: Path,
     version: Version,
     safe: bool,
 ) -> None:
-    b = await start(nursery, chain, tmp_path, mode="auto", safe=safe)
+    b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=safe)
     entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
     op, op_hash = await sponsored_op(b, version)
     sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
@@ -192,7 +180,7 @@ async def test_auto_mode_a_reorged_operation_is_bundled_again_by_itself_once(
 
 
 async def test_no_receipt_answer_names_an_orphaned_bundle(
-    nursery: trio.Nursery, chain: tuple[AnvilProcess, Manifest], tmp_path: Path
+    nursery: trio.Nursery, module_devnet: tuple[AnvilProcess, Manifest], tmp_path: Path
 ) -> None:
     """Between the reorg and the follower's ``Revert``, eth_getUserOperationReceipt must not
     answer a receipt whose ``receipt`` is null (the node no longer knows the orphaned bundle
@@ -200,7 +188,7 @@ async def test_no_receipt_answer_names_an_orphaned_bundle(
     receipt, never half of one.  Polled as fast as the endpoint answers from the reorg until
     the operation is included again; a run that misses the window passes (the window is the
     follower's poll, ~20-100 ms).  KNOWN BUG: /work/notes/H8-bugs.md #1."""
-    b = await start(nursery, chain, tmp_path, mode="manual", safe=False)
+    b = await start(nursery, module_devnet, tmp_path, mode="manual", safe=False)
     entry_point = b.manifest.address("entry_point_v07")
     op, _ = await sponsored_op(b, "0.7")
     sent = await b.result("eth_sendUserOperation", encode_user_operation(op, "0.7"), entry_point)
@@ -220,14 +208,17 @@ async def test_no_receipt_answer_names_an_orphaned_bundle(
 
 @pytest.mark.parametrize("version", ["0.6", "0.7"])
 async def test_a_reorg_that_mines_the_same_bundle_again_leaves_it_included_blaming_nobody(
-    nursery: trio.Nursery, chain: tuple[AnvilProcess, Manifest], tmp_path: Path, version: Version
+    nursery: trio.Nursery,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    version: Version,
 ) -> None:
     """What a real chain does more often than dropping it: the orphaned bundle transaction is
     mined again in the replacing block (same transaction, new block hash).  The follower sees
     Revert then Apply; the bundler must end with the operation included in the new block, once,
     with no bundle of its own reverted on it and no entity penalised for the FailedOp a second
     bundle would hit (the factory is blamed for AA10 "sender already constructed")."""
-    b = await start(nursery, chain, tmp_path, mode="auto", safe=True)
+    b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
     entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
     op, _ = await sponsored_op(b, version)
     sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)

@@ -34,7 +34,6 @@ from chaingate.aa import accounts
 from chaingate.aa.userop import Version
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.devnet.anvil import AnvilProcess, free_port
-from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
@@ -48,18 +47,6 @@ USER_OPERATION_EVENT = abi.event_topic(
     "UserOperationEvent(bytes32,address,address,uint256,bool,uint256,uint256)"
 )
 PATH = "/v1/bundler/ethereum/devnet"
-
-
-@pytest.fixture(scope="module")
-def chain() -> Iterator[tuple[AnvilProcess, Manifest]]:
-    """A devnet of this module's own: its mining is turned off and on."""
-    with AnvilProcess() as node:
-        yield (
-            node,
-            bootstrap_devnet(
-                node.url, paymaster_signer=DEVNET_SIGNER.address, announce=lambda _: None
-            ),
-        )
 
 
 def rpc(node: AnvilProcess, method: str, *params: Any) -> Any:
@@ -184,9 +171,9 @@ class Server:
 
 @pytest.fixture
 def server(
-    chain: tuple[AnvilProcess, Manifest], store_url: str, tmp_path: Path
+    module_devnet: tuple[AnvilProcess, Manifest], store_url: str, tmp_path: Path
 ) -> Iterator[Server]:
-    node, manifest = chain
+    node, manifest = module_devnet
     key = PrivateKey.generate()  # not anvil's account 0: a key of its own, funded
     rpc(node, "anvil_setBalance", key.address, hex(100 * 10**18))
     served = Server(tmp_path, node, manifest, store_url, key)
