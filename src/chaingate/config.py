@@ -314,6 +314,44 @@ class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
     keep_finished: float = 7 * 86400.0
 
 
+class LogRangeSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Block ranges of clients' ``eth_getLogs`` (``chaingate.rpc.logranges``)."""
+
+    # The widest range a client may ask for (a plan's logs_max_block_range may lower it);
+    # wider: error -32005 that states the limit.  0: no limit.
+    max_block_range: int = 10_000
+    # The widest range sent to a node in one call: a wider one (within max_block_range) is
+    # split into calls of this size, merged in order.  Halved while a node refuses a part.
+    # 0: never split.
+    upstream_block_range: int = 2_000
+    # Upstream calls of one split request in flight at once.
+    split_concurrency: int = 4
+
+
+class ReadYourWritesSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """After eth_sendRawTransaction went to upstream X, the sender's nonce and the
+    transaction's lookups go to X for ``window`` seconds (``chaingate.rpc.stickiness``)."""
+
+    enabled: bool = True
+    window: float = 30.0
+    # Senders and transaction hashes remembered at most (least recently used go first).
+    max_entries: int = 100_000
+
+
+class HedgeSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """A second upstream asked when the first is slow (``chaingate.rpc.hedging``).
+
+    Retry-safe reads only.  The delay is the first upstream's recent p95 latency, within
+    [min_delay, max_delay]; hedges are at most ``budget`` of calls (a token bucket that holds
+    up to ``burst`` hedges)."""
+
+    enabled: bool = False
+    budget: float = 0.05
+    burst: int = 10
+    min_delay: float = 0.02
+    max_delay: float = 2.0
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     upstreams: list[UpstreamSettings]
     family: Literal["evm", "solana"] = "evm"
@@ -338,6 +376,11 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     bundler: NetworkBundlerSettings = msgspec.field(
         default_factory=lambda: NetworkBundlerSettings()
     )
+    logs: LogRangeSettings = msgspec.field(default_factory=lambda: LogRangeSettings())
+    read_your_writes: ReadYourWritesSettings = msgspec.field(
+        default_factory=lambda: ReadYourWritesSettings()
+    )
+    hedging: HedgeSettings = msgspec.field(default_factory=lambda: HedgeSettings())
 
 
 class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):

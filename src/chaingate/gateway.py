@@ -90,7 +90,14 @@ class Gateway:
         for chain, networks in settings.chains.items():
             for network, net in networks.items():
                 self.services[f"{chain}/{network}"] = RpcService(
-                    chain, network, net, settings.rpc, methods, self.impl, self.gate
+                    chain,
+                    network,
+                    net,
+                    settings.rpc,
+                    methods,
+                    self.impl,
+                    self.gate,
+                    limits_of=self.keys.limits_of if self.keys is not None else None,
                 )
         # Chaingate's own calls to each EVM network, and its chain follower.
         self.clients: dict[str, ChainClient] = {}

@@ -29,6 +29,9 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     webhooks: int = 0
     webhook_addresses: int = 0
     webhook_deliveries_per_day: int = 0
+    # The widest eth_getLogs block range (0: the network's logs.max_block_range; a plan
+    # value never raises it above that).
+    logs_max_block_range: int = 0
 
 
 class PlanError(ValueError):

@@ -23,14 +23,31 @@ class FetchError(Exception):
     object, a block it does not know): retry later."""
 
 
-class RangeFetcher:
-    """Blocks (headers and logs) by number range, sized to what the node accepts."""
+class SpanSizer:
+    """The block span to ask a node for in one eth_getLogs: halved when the node refuses a
+    span, grown back by a quarter after a success at the full span.  Sans-IO: shared by the
+    follower's fetcher and the proxy's splitting of clients' ranges (rpc/logranges.py)."""
 
-    def __init__(self, client: ChainClient, max_range: int) -> None:
-        self._client = client
+    def __init__(self, max_range: int) -> None:
         self.max_range = max(1, max_range)
         self.span = self.max_range
         self.splits = 0
+
+    def shrink(self, span: int) -> None:
+        self.span = max(1, span // 2)
+        self.splits += 1
+
+    def grow(self, span: int) -> None:
+        if span == self.span:
+            self.span = min(self.max_range, math.ceil(span * 1.25))
+
+
+class RangeFetcher(SpanSizer):
+    """Blocks (headers and logs) by number range, sized to what the node accepts."""
+
+    def __init__(self, client: ChainClient, max_range: int) -> None:
+        super().__init__(max_range)
+        self._client = client
 
     async def next_blocks(self, first: int, last: int) -> list[Block]:
         """Blocks ``first..`` up to ``last`` — as many as one accepted range holds, at least
@@ -45,20 +62,15 @@ class RangeFetcher:
             except RpcCallError:
                 if span == 1:
                     raise
-                self._shrink(span)
+                self.shrink(span)
                 continue
             except UpstreamError as exc:
                 if span == 1 or exc.kind not in (TIMEOUT, BAD_RESPONSE):
                     raise
-                self._shrink(span)
+                self.shrink(span)
                 continue
-            if span == self.span:
-                self.span = min(self.max_range, math.ceil(span * 1.25))
+            self.grow(span)
             return await self._assemble(first, to, logs)
-
-    def _shrink(self, span: int) -> None:
-        self.span = max(1, span // 2)
-        self.splits += 1
 
     async def _assemble(self, first: int, last: int, raw_logs: Any) -> list[Block]:
         numbers = range(first, last + 1)

@@ -181,6 +181,45 @@ def register_service_families(gateway: Gateway) -> None:
         "Calls answered by joining an identical call already in flight.",
         per_service(lambda s, base: [(base, s.coalesced)]),
     )
+    # Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
+    # stickiness.py).
+    registry.family(
+        "chaingate_rpc_hedges_sent_total",
+        "counter",
+        "Hedged requests: a second upstream asked because the first had not answered within "
+        "its recent p95 (networks with hedging on).",
+        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.sent)]),
+    )
+    registry.family(
+        "chaingate_rpc_hedges_won_total",
+        "counter",
+        "Hedged requests whose second upstream answered first.",
+        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.won)]),
+    )
+    registry.family(
+        "chaingate_rpc_hedgeable_total",
+        "counter",
+        "Retry-safe requests that could be hedged (the budget is a share of these).",
+        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.calls)]),
+    )
+    registry.family(
+        "chaingate_rpc_getlogs_split_total",
+        "counter",
+        "eth_getLogs calls wider than logs.upstream_block_range, answered by splitting.",
+        per_service(lambda s, base: [] if s.logs is None else [(base, s.logs.split_requests)]),
+    )
+    registry.family(
+        "chaingate_rpc_getlogs_range_refusals_total",
+        "counter",
+        "eth_getLogs calls refused for a block range over the network's or plan's limit.",
+        per_service(lambda s, base: [] if s.logs is None else [(base, s.logs.refused)]),
+    )
+    registry.family(
+        "chaingate_rpc_read_your_writes_routed_total",
+        "counter",
+        "Reads sent first to the upstream that took their sender's or transaction's write.",
+        per_service(lambda s, base: [] if s.sticky is None else [(base, s.sticky.routed)]),
+    )
 
     def upstreams(read: Any) -> Any:
         def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:

@@ -46,6 +46,7 @@ from chaingate.rpc.errors import (
 )
 from chaingate.rpc.future import Future
 from chaingate.rpc.heads import HeadJudge, Witness, witness_head
+from chaingate.rpc.hedging import Hedger
 
 log = logging.getLogger("chaingate.upstream")
 
@@ -92,6 +93,10 @@ class Health:
     def record_success(self, latency: float) -> None:
         self.requests += 1
         self.consecutive_failures = 0
+        self.latency = latency if self.latency == 0.0 else self.latency * 0.9 + latency * 0.1
+
+    def note_latency(self, latency: float) -> None:
+        """A latency seen without an answer (a hedged call abandoned after this long)."""
         self.latency = latency if self.latency == 0.0 else self.latency * 0.9 + latency * 0.1
 
     def record_failure(self, kind: str, threshold: int) -> bool:
@@ -146,6 +151,9 @@ class Upstream:
             ssl.create_default_context(cafile=settings.ca_file) if self.tls else None
         )
         self.connections: list[UpstreamConnection] = []
+        # Connections whose oldest request was abandoned to a hedge: nothing more is pipelined
+        # behind that slow answer (HTTP/1.1 answers in order) until they drain.
+        self.stalled: set[UpstreamConnection] = set()
         self.closed = False
         self._opening: Future[UpstreamConnection] | None = None
         self.health = Health()
@@ -168,6 +176,10 @@ class Upstream:
         while True:
             least: UpstreamConnection | None = None
             for conn in self.connections:
+                if self.stalled and conn in self.stalled:
+                    if conn.pending:
+                        continue
+                    self.stalled.discard(conn)
                 in_flight = len(conn.pending)
                 if in_flight == 0 or (not prefer_idle and in_flight < settings.pipeline_depth):
                     return conn
@@ -176,7 +188,9 @@ class Upstream:
             if self._opening is not None:
                 await self._opening.wait()
                 continue
-            if len(self.connections) >= settings.max_connections and least is not None:
+            if len(self.connections) - len(self.stalled) >= settings.max_connections and (
+                least is not None
+            ):
                 return least
             return await self._open()
 
@@ -220,6 +234,7 @@ class Upstream:
         finally:
             if conn in self.connections:
                 self.connections.remove(conn)
+            self.stalled.discard(conn)
 
     def expire(self, now: float) -> None:
         """Abort connections whose oldest request is past its deadline; close idle ones."""
@@ -268,6 +283,9 @@ class UpstreamPool:
         # gateway once both exist; consulted on every probe round.
         self.witness: Witness | None = None
         self._nursery: trio.Nursery | None = None
+        self._by_name: dict[str, Upstream] = {}
+        # Hedged reads (hedging.py): on per network, off by default.
+        self.hedger = Hedger(network.hedging) if network.hedging.enabled else None
 
     @property
     def head(self) -> int | None:
@@ -279,6 +297,7 @@ class UpstreamPool:
             self._nursery = nursery
             self.upstreams = [Upstream(u, self._impl, nursery) for u in self._network.upstreams]
             self._ranked = list(self.upstreams)
+            self._by_name = {upstream.name: upstream for upstream in self.upstreams}
             nursery.start_soon(self._watchdog)
             nursery.start_soon(self._prober)
             task_status.started()
@@ -307,30 +326,119 @@ class UpstreamPool:
 
         For chaingate's own callers, which decode the body themselves: an answer is only
         checked to be JSON at all (an HTML page fails over and counts against health)."""
-        upstream, response, _ = await self._exchange(body, retry_safe, deadline, False)
+        upstream, response, _ = await self._exchange(
+            body, retry_safe, deadline, False, self._ranked
+        )
         return upstream, response
 
     async def request_parsed(
-        self, body: bytes, *, retry_safe: bool, deadline: float
+        self, body: bytes, *, retry_safe: bool, deadline: float, prefer: str | None = None
     ) -> tuple[Upstream, Any, Any]:
         """Send one JSON-RPC body; the answering upstream, its response and the response's
         JSON-RPC framing (``parse_response``), which is checked here: an answer that is not
-        JSON-RPC is a failure of the upstream, like a 5xx, not a success to pass on."""
-        return await self._exchange(body, retry_safe, deadline, True)
+        JSON-RPC is a failure of the upstream, like a 5xx, not a success to pass on.
+
+        ``prefer``: an upstream to ask first (read-your-writes, stickiness.py); after it,
+        upstreams whose head is at least its head, then the rest.  Retry-safe calls may be
+        hedged (hedging.py) when the network turns it on."""
+        order = self._ranked if prefer is None else self._order(prefer)
+        if self.hedger is None or not retry_safe or len(order) < 2:
+            return await self._exchange(body, retry_safe, deadline, True, order)
+        return await self._hedged(body, deadline, order, self.hedger)
+
+    def _order(self, prefer: str) -> list[Upstream]:
+        first = self._by_name.get(prefer)
+        if first is None:
+            return self._ranked
+        mark = first.health.head
+        rest = [u for u in self._ranked if u is not first]
+        if mark is None:
+            return [first, *rest]
+        caught_up = [u for u in rest if u.health.head is not None and u.health.head >= mark]
+        behind = [u for u in rest if u.health.head is None or u.health.head < mark]
+        return [first, *caught_up, *behind]
+
+    async def _hedged(
+        self, body: bytes, deadline: float, order: list[Upstream], hedger: Hedger
+    ) -> tuple[Upstream, Any, Any]:
+        """A retry-safe call sent to ``order``; if no answer within the first upstream's
+        adaptive delay (and the budget allows), sent as well to the next ones.  The first
+        answer wins; the other attempt is cancelled (its late answer is discarded)."""
+        hedger.earn()
+        first = order[0]
+        started = trio.current_time()
+        winner: tuple[Upstream, Any, Any] | None = None
+        hedge_won = False
+        failures: list[UpstreamError] = []
+        primary_done = trio.Event()
+        using: list[tuple[Upstream, UpstreamConnection]] = []
+
+        async def attempt(upstreams: list[Upstream], hedge: bool, scope: trio.CancelScope) -> None:
+            nonlocal winner, hedge_won
+            try:
+                got = await self._exchange(
+                    body, True, deadline, True, upstreams, None if hedge else using
+                )
+            except UpstreamError as exc:
+                failures.append(exc)
+                return
+            finally:
+                if not hedge:
+                    primary_done.set()
+            if winner is None:
+                winner, hedge_won = got, hedge
+                scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attempt, order, False, nursery.cancel_scope)
+            with trio.move_on_after(hedger.delay(first.name)):
+                await primary_done.wait()
+            if not primary_done.is_set() and winner is None and hedger.take():
+                nursery.start_soon(attempt, order[1:], True, nursery.cancel_scope)
+        if winner is None:
+            raise (
+                failures[0]
+                if failures
+                else UpstreamError(
+                    UNAVAILABLE, "no upstream answered before the deadline", sent=False
+                )
+            )
+        if hedge_won:
+            hedger.won += 1
+            # The primary was abandoned: at least this slow.  Counted in its p95 and its
+            # latency, and the ranking redone: its pipeline is stuck behind the slow answer,
+            # so the next calls had better start elsewhere.
+            elapsed = trio.current_time() - started
+            hedger.observe(first.name, elapsed)
+            first.health.note_latency(elapsed)
+            if using:
+                upstream, conn = using[-1]
+                if conn.pending and not conn.closed:
+                    upstream.stalled.add(conn)
+            self._rerank()
+        return winner
 
     async def _exchange(
-        self, body: bytes, retry_safe: bool, deadline: float, parse: bool
+        self,
+        body: bytes,
+        retry_safe: bool,
+        deadline: float,
+        parse: bool,
+        order: list[Upstream],
+        using: list[tuple[Upstream, UpstreamConnection]] | None = None,
     ) -> tuple[Upstream, Any, Any]:
         batch = body[0] == 0x5B  # "["
         parsed: Any = None
         last: UpstreamError | None = None
-        for upstream in self._ranked:
+        for upstream in order:
             now = trio.current_time()
             if now >= deadline:
                 break
             attempt_deadline = min(deadline, now + upstream.settings.timeout)
             try:
                 conn = await upstream.acquire(prefer_idle=not retry_safe)
+                if using is not None:
+                    using.append((upstream, conn))  # the hedger's: which pipeline it is in
                 response = await conn.submit(upstream.frame(body), attempt_deadline).wait()
             except UpstreamError as exc:
                 self._failed(upstream, exc)
@@ -386,7 +494,10 @@ class UpstreamPool:
                 if not retry_safe:
                     raise bad
                 continue
-            upstream.health.record_success(trio.current_time() - now)
+            latency = trio.current_time() - now
+            upstream.health.record_success(latency)
+            if self.hedger is not None:
+                self.hedger.observe(upstream.name, latency)
             return upstream, response, parsed
         raise last or UpstreamError(
             UNAVAILABLE, "no upstream answered before the deadline", sent=False

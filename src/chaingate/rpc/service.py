@@ -17,13 +17,14 @@ becomes error -32005, and a batch over it stops waiting for the reads still in f
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 import trio
 
 from chaingate.auth.gate import Gate, Principal, Rejection
+from chaingate.auth.plans import Limits
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.impl import Impl
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, AnswerBudget, Assembly
@@ -31,6 +32,7 @@ from chaingate.rpc.cache import CacheKey, ResponseCache
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
 from chaingate.rpc.heads import parse_evm_head, parse_solana_head
+from chaingate.rpc.logranges import Limit, LogRanges, Split
 from chaingate.rpc.methods import (
     MethodSpec,
     MethodTable,
@@ -39,6 +41,7 @@ from chaingate.rpc.methods import (
     valid_block_tag,
 )
 from chaingate.rpc.pool import UpstreamPool
+from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
 
 __all__ = ["RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
 
@@ -138,6 +141,8 @@ class RpcService:
         methods: MethodTable,
         impl: Impl,
         gate: Gate,
+        *,
+        limits_of: Callable[[Principal], Limits | None] | None = None,
     ) -> None:
         self.chain = chain
         self.network = network
@@ -186,6 +191,12 @@ class RpcService:
         self._invalid = self.stats["invalid"]
         self._unknown = self.stats["unknown"]
         self.coalesced = 0
+        # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
+        self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
+        self._limits_of = limits_of or (lambda principal: None)
+        # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
+        ryw = settings.read_your_writes
+        self.sticky = Stickiness(ryw) if ryw.enabled and settings.family == "evm" else None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.pool.run(task_status=task_status)
@@ -197,6 +208,10 @@ class RpcService:
         for service in services:
             service.answers = budget
         return budget
+
+    @property
+    def max_batch(self) -> int:
+        return self._max_batch
 
     @property
     def calls(self) -> dict[tuple[str, str], int]:
@@ -273,12 +288,24 @@ class RpcService:
         if tag is not None and not valid_block_tag(tag, self._family):
             self._invalid.error += 1
             return RpcReply(self._bad_tag(call), b"MISS", spec.name)
+        split: Split | None = None
+        if method == "eth_getLogs" and self.logs is not None:
+            limit = self.logs.limit(self._limits_of(principal))
+            verdict = self.logs.plan(params, self.pool.head, limit)
+            if isinstance(verdict, bytes):  # over the range limit: refused, not charged
+                self.stats[spec.name].error += 1
+                refusal = jsonrpc.raw_error_reply(call.id, verdict) if call.id else None
+                return RpcReply(refusal, b"MISS", spec.name)
+            split = verdict
         cu, tcu = (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
         writes = spec.is_write
         rejection = self._gate.admit(principal, not writes, writes, 1, cu, tcu)
         if rejection is not None:
             return self._refused(rejection, call.id or b"null", spec.name)
         stats = self.stats[spec.name]
+        if split is not None:
+            result, error = await self._split_logs(split, limit)
+            return self._single_reply(call, spec, stats, principal, cu, result, error)
         key = (method, params or b"")
         if spec.cache != "none" and self._may_be_cached(spec, tag):
             hit = self.cache.get(key)
@@ -294,6 +321,19 @@ class RpcService:
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 return RpcReply(reply, b"HIT", spec.name)
         result, error = await self._call(method, params, spec, tag, key)
+        return self._single_reply(call, spec, stats, principal, cu, result, error)
+
+    def _single_reply(
+        self,
+        call: Any,
+        spec: MethodSpec,
+        stats: MethodStats,
+        principal: Principal,
+        cu: int,
+        result: bytes | None,
+        error: bytes | None,
+    ) -> RpcReply:
+        jsonrpc = self._jsonrpc
         if call.id is None:
             reply = None
         else:
@@ -320,6 +360,8 @@ class RpcService:
         cu = tcu = 0
         reads = writes = False
         allow = principal.allow
+        splits: dict[int, Split] = {}
+        limit: Limit | None = None
         for index, call in enumerate(calls):
             if call.error:
                 self._invalid.error += 1
@@ -342,6 +384,17 @@ class RpcService:
                 self._invalid.error += 1
                 replies[index] = self._bad_tag(call)
                 continue
+            if call.method == "eth_getLogs" and self.logs is not None:
+                if limit is None:
+                    limit = self.logs.limit(self._limits_of(principal))
+                verdict = self.logs.plan(call.params, self.pool.head, limit)
+                if isinstance(verdict, bytes):
+                    self.stats[spec.name].error += 1
+                    if call.id is not None:
+                        replies[index] = jsonrpc.raw_error_reply(call.id, verdict)
+                    continue
+                if verdict is not None:
+                    splits[index] = verdict
             units, weight = (
                 (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
             )
@@ -358,6 +411,11 @@ class RpcService:
                 return self._refused_batch(rejection, jobs, replies)
         assembly = Assembly(self._max_answer, self.answers)
         try:
+            if splits:
+                assert limit is not None
+                return await self._dispatch_batch(
+                    calls, jobs, replies, principal, assembly, splits, limit
+                )
             return await self._dispatch_batch(calls, jobs, replies, principal, assembly)
         finally:
             assembly.release()
@@ -369,14 +427,21 @@ class RpcService:
         replies: list[bytes | None],
         principal: Principal,
         assembly: Assembly,
+        splits: dict[int, Split] | None = None,
+        limit: Limit | None = None,
     ) -> RpcReply:
         jsonrpc = self._jsonrpc
         hits = 0
         safe: list[_Job] = []
         unsafe: list[_Job] = []
+        split_jobs: list[tuple[_Job, Split]] = []
+        sticky: dict[str, list[_Job]] = {}  # reads that follow a write, by its upstream
         cache = self.cache
         for job in jobs:
             index, call, spec, tag, units = job
+            if splits and index in splits:
+                split_jobs.append((job, splits[index]))
+                continue
             if spec.cache != "none" and self._may_be_cached(spec, tag):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
@@ -392,16 +457,33 @@ class RpcService:
                     stats.ok += 1
                     self._gate.record(principal, spec.name, 1, units, 0)
                     continue
+            if self.sticky is not None and call.method in STICKY_METHODS:
+                prefer = self.sticky.route(call.method, call.params, trio.current_time())
+                if prefer is not None:
+                    sticky.setdefault(prefer, []).append(job)
+                    continue
             (safe if spec.retry else unsafe).append(job)
         size = self._upstream_batch
-        groups = [safe[i : i + size] for i in range(0, len(safe), size)]
-        groups += [unsafe[i : i + size] for i in range(0, len(unsafe), size)]
-        if len(groups) == 1:
-            await self._send_group(groups[0], replies, principal, assembly)
-        elif groups:
+        groups: list[tuple[list[_Job], str | None]] = [
+            (safe[i : i + size], None) for i in range(0, len(safe), size)
+        ]
+        groups += [(unsafe[i : i + size], None) for i in range(0, len(unsafe), size)]
+        for prefer, chosen in sticky.items():
+            groups += [(chosen[i : i + size], prefer) for i in range(0, len(chosen), size)]
+        if len(groups) == 1 and not split_jobs:
+            group, prefer = groups[0]
+            await self._send_group(group, replies, principal, assembly, prefer)
+        elif groups or split_jobs:
             async with trio.open_nursery() as nursery:
-                for group in groups:
-                    nursery.start_soon(self._send_group, group, replies, principal, assembly)
+                for group, prefer in groups:
+                    nursery.start_soon(
+                        self._send_group, group, replies, principal, assembly, prefer
+                    )
+                for job, split in split_jobs:
+                    assert limit is not None
+                    nursery.start_soon(
+                        self._send_split, job, split, limit, replies, principal, assembly
+                    )
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
@@ -452,6 +534,11 @@ class RpcService:
         self, method: str, params: bytes | None, spec: MethodSpec, tag: bytes | None, key: CacheKey
     ) -> Outcome:
         """One call, joined to an identical one already in flight when that is safe."""
+        if self.sticky is not None and method in STICKY_METHODS:
+            prefer = self.sticky.route(method, params, trio.current_time())
+            if prefer is not None:
+                # Never joined to a call that may have left before the write did.
+                return await self._send_one(method, params, spec, tag, key, prefer)
         if not (self._coalesce and spec.coalescible):
             return await self._send_one(method, params, spec, tag, key)
         shared = self._inflight.get(key)
@@ -470,7 +557,13 @@ class RpcService:
         return outcome
 
     async def _send_one(
-        self, method: str, params: bytes | None, spec: MethodSpec, tag: bytes | None, key: CacheKey
+        self,
+        method: str,
+        params: bytes | None,
+        spec: MethodSpec,
+        tag: bytes | None,
+        key: CacheKey,
+        prefer: str | None = None,
     ) -> Outcome:
         jsonrpc = self._jsonrpc
         request_id = self._next_id
@@ -479,7 +572,7 @@ class RpcService:
         deadline = trio.current_time() + self._timeout
         try:
             upstream, response, parsed = await self.pool.request_parsed(
-                body, retry_safe=spec.retry, deadline=deadline
+                body, retry_safe=spec.retry, deadline=deadline, prefer=prefer
             )
         except UpstreamError as exc:
             return None, client_error(exc, write=spec.is_write)
@@ -492,6 +585,7 @@ class RpcService:
         replies: list[bytes | None],
         principal: Principal,
         assembly: Assembly,
+        prefer: str | None = None,
     ) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
         if assembly.over:
@@ -519,7 +613,10 @@ class RpcService:
         with scope:
             try:
                 upstream, response, parsed = await self.pool.request_parsed(
-                    jsonrpc.join_batch(parts), retry_safe=retry_safe, deadline=deadline
+                    jsonrpc.join_batch(parts),
+                    retry_safe=retry_safe,
+                    deadline=deadline,
+                    prefer=prefer,
                 )
             except UpstreamError as exc:
                 failure = client_error(exc, write=any(job[2].is_write for job in jobs))
@@ -565,6 +662,48 @@ class RpcService:
             )
             self._fail_all(list(by_id.values()), missing, replies, principal)
 
+    async def _split_logs(self, split: Split, limit: Limit) -> Outcome:
+        """An eth_getLogs too wide for one upstream call, sent in parts (logranges.py)."""
+        assert self.logs is not None
+        logs_spec = self._methods["eth_getLogs"]
+
+        async def send(method: str, params: bytes) -> Outcome:
+            spec = self._methods.get(method, logs_spec)
+            return await self._send_one(method, params, spec, None, (method, params))
+
+        result, error = await self.logs.fetch(split, send, limit, self._max_single, self._too_large)
+        if error is self._too_large:
+            self.refused[ANSWER_TOO_LARGE] += 1
+        return result, error
+
+    async def _send_split(
+        self,
+        job: _Job,
+        split: Split,
+        limit: Limit,
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
+    ) -> None:
+        """A batch's eth_getLogs that is split: answered on its own, placed at its position."""
+        index, call, spec, _, units = job
+        result, error = await self._split_logs(split, limit)
+        if call.id is not None:
+            size = len(result) if result is not None else len(error or b"")
+            fits = assembly.admit(size + len(call.id) + REPLY_OVERHEAD)
+            if fits != FITS:
+                result, error = None, self._refusal(fits, job)
+            if result is not None:
+                replies[index] = self._jsonrpc.result_reply(call.id, result)
+            else:
+                replies[index] = self._jsonrpc.raw_error_reply(call.id, error)
+        stats = self.stats[spec.name]
+        if error is None:
+            stats.ok += 1
+        else:
+            stats.error += 1
+        self._gate.record(principal, spec.name, 1, units, 0 if error is None else 1)
+
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""
         reason = OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE
@@ -603,6 +742,9 @@ class RpcService:
             return None, _bad_response(upstream, status)
         if spec.cache != "none":
             self._maybe_cache(spec, tag, key, result)
+        elif spec.name == "eth_sendRawTransaction":
+            if self.sticky is not None:
+                self.sticky.note_send(key[1], result, upstream, trio.current_time())
         elif spec.name == "eth_blockNumber":
             head = block_number(result)
             if head is not None:

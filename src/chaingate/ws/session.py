@@ -130,6 +130,10 @@ class Session:
         self.close_code = 1006
         self.close_reason = ""
         self.pending_cu = 0  # pushed compute units not yet charged (the sweeper charges them)
+        # While a batch's subscription calls run: their answers, and subscriptions whose
+        # welcome waits until the batch's answer is out (as geth activates them).
+        self._collect: list[bytes] | None = None
+        self._welcome: list[Subscription] = []
         self.pushes = 0
         self.deflated = 0  # replies sent deflated
         self.dropped = False  # cut off as a slow consumer
@@ -250,7 +254,51 @@ class Session:
             return
         await self._inflight.acquire()
         assert self._nursery is not None
+        if call is None and b"subscribe" in message:  # a batch with eth_(un)subscribe?
+            parts = _batch_parts(message, self.service.max_batch)
+            if parts is not None:
+                self._nursery.start_soon(self._batch, parts)
+                return
         self._nursery.start_soon(self._proxy, message, call)
+
+    async def _batch(self, parts: list[tuple[bytes, Call | None]]) -> None:
+        """A batch with eth_subscribe/eth_unsubscribe in it, answered as geth does: one
+        array, every call's answer at its place; the subscriptions' first pushes come only
+        after it.  The other calls go to the RPC service as one batch."""
+        try:
+            others = [raw for raw, call in parts if not _subscription(call)]
+            answers: deque[bytes] = deque()
+            if others:
+                reply = await self.service.handle(b"[" + b",".join(others) + b"]", self.principal)
+                answers.extend(_answers_of(reply, [c for r, c in parts if not _subscription(c)]))
+            # Room first, then the subscription calls, their answers and the write with no
+            # await between them: no push of a new subscription can overtake its id.
+            limit = self.settings.send_queue_bytes
+            size = sum(map(len, answers)) + 128 * len(parts)
+            while not self.closing and self._queue and self._queued + size > limit:
+                await self._room.park()
+            if self.closing:
+                return
+            self._collect = []
+            body: list[bytes] = []
+            for raw, call in parts:
+                if _subscription(call):
+                    assert call is not None
+                    self._subscription_call(call, raw)
+                    body += self._collect
+                    self._collect.clear()
+                elif (call is None or bytes(call.id)) and answers:
+                    body.append(answers.popleft())
+            self._collect = None
+            body += answers
+            if body:
+                self._write(text_frame(b"[" + b",".join(body) + b"]"))
+            welcome, self._welcome = self._welcome, []
+            for subscription in welcome:
+                self.hub.welcome(subscription)
+        finally:
+            self._collect = None
+            self._inflight.release()
 
     async def _proxy(self, message: bytes, call: Call | None) -> None:
         try:
@@ -325,7 +373,10 @@ class Session:
             self._endpoint.filter_budgets.take(self.principal.key_id, cost)
         self.hub.add(subscription)
         self._answer(result_reply(id_raw, b'"' + subscription.id.encode() + b'"'))
-        self.hub.welcome(subscription)
+        if self._collect is not None:
+            self._welcome.append(subscription)
+        else:
+            self.hub.welcome(subscription)
 
     def _subscribe(self, params: list[Any]) -> Subscription | SubscribeError:
         """A new subscription (admitted and billed, not yet live), or why not."""
@@ -393,6 +444,9 @@ class Session:
         self._write(frame)
 
     def _answer(self, body: bytes) -> None:
+        if self._collect is not None:
+            self._collect.append(body)  # part of a batch's answer
+            return
         self._send_bounded(text_frame(body))
 
     def _send_bounded(self, frame: bytes) -> None:
@@ -490,6 +544,47 @@ class Session:
         if self._ws.state is ConnectionState.OPEN and not self.closing:
             self.ping_sent = monotonic()
             self._send_bounded(self._ws.send(Ping(b"chaingate")))
+
+
+def _subscription(call: Call | None) -> bool:
+    return call is not None and call.method in _SUBSCRIPTION_METHODS
+
+
+_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _batch_parts(message: bytes, max_batch: int) -> list[tuple[bytes, Call | None]] | None:
+    """A batch's calls (raw, peeked) when it holds a subscription call; None otherwise, or
+    when the RPC service should answer it whole (not JSON, too deep, empty, too long)."""
+    if message.lstrip()[:1] != b"[" or too_deep(message):
+        return None
+    try:
+        raws = _batch_decoder.decode(message)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if not raws or len(raws) > max_batch:
+        return None
+    parts = [(bytes(raw), peek_call(bytes(raw))) for raw in raws]
+    return parts if any(_subscription(call) for _, call in parts) else None
+
+
+def _answers_of(reply: Any, calls: list[Call | None]) -> list[bytes]:
+    """The RPC service's answers to the batch's other calls, one per call that gets one."""
+    if reply.body is None:
+        if reply.rejection is None:
+            return []
+        return [
+            _refusal(id_bytes(call) if call else b"null", reply.rejection)
+            for call in calls
+            if call is None or bytes(call.id)
+        ]
+    body = reply.body
+    if body.lstrip()[:1] != b"[":
+        return [body]  # one error for the whole sub-batch
+    try:
+        return [bytes(raw) for raw in _batch_decoder.decode(body)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [body]
 
 
 def _refusal(id_raw: bytes, rejection: Rejection) -> bytes:
