@@ -152,6 +152,12 @@ Try:
   curl -s {rpc}{key_header} \\
        -d '[{{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}},
             {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
+  curl -s --compressed {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",true]}}'
+  curl -si -X OPTIONS {rpc} \\
+       -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
+  (a browser's preflight; lock a key to your site, IPs, methods or contracts with
+   chaingate keys update KEY_ID --allow-origin https://app.example: README, "Browsers")
   curl -s {base}/v1/gas/ethereum/prices{key_header}
   curl -s {base}/v1/tokens/ethereum/balances/{holder}{key_header}
   curl -s {base}/v1/tokens/ethereum/metadata/{token}{key_header}
