@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,7 +80,7 @@ class BundlerNetwork:
         self.accepted: Counter[str] = Counter()  # by entry point version
         self.rejected: Counter[int] = Counter()  # by error code
         self.bundles: Counter[str] = Counter()  # sent, mined, failed
-        self.inclusion_seconds: list[float] = []  # submit-to-inclusion, recent (bounded)
+        self.inclusion_seconds: deque[float] = deque(maxlen=1000)  # submit to inclusion
         self.eoa_balance: int | None = None  # the bundler key's, read after each bundle
 
     # --- entry points ----------------------------------------------------------------------
@@ -197,7 +197,7 @@ class BundlerNetwork:
                 if done is not None:
                     changed.append(done)
                     waited = now - done.submitted_at / 1000
-                    self.inclusion_seconds = [*self.inclusion_seconds[-999:], waited]
+                    self.inclusion_seconds.append(waited)
                 changed.extend(stale)
             if changed:
                 await self._persist(changed)
