@@ -10,8 +10,15 @@ sponsored by the devnet's VerifyingPaymaster and self-paid):
 * ``validate_safe`` with the fast path gives the same verdict (result, or fault code and
   message) as without it.
 
-The real SimpleAccount operations of an already deployed account must take the fast path.
-Sans-IO tests of ``build_trace`` on hand-made traces cover alignment and fallbacks.
+The real SimpleAccount operations of an already deployed account must take the fast path,
+and without the struct log: ``build_static`` (static analysis of the code that ran) must prove
+it unneeded.  Wherever it does, its trace is checked against the one built from the struct
+log (same opcodes, calls, code sizes, out-of-gas; a superset of storage), and the verdict
+against the exact path's, on every operation here.
+
+Sans-IO tests: ``build_trace`` and ``build_static`` on hand-made traces (alignment, fallbacks,
+what needs the struct log), and ``opcodes`` (the linear sweep, dead code and the metadata
+trailer, GAS adjacency, reachability by selector).
 """
 
 from __future__ import annotations
@@ -28,10 +35,15 @@ import pytest
 
 from chaingate.aa import accounts, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
-from chaingate.bundler import fasttrace, rules, safemode
+from chaingate.bundler import fasttrace, opcodes, rules, safemode, tracer
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.safemode import validate_safe
-from chaingate.bundler.simulation import ValidationResult, decode_validation
+from chaingate.bundler.simulation import (
+    ValidationResult,
+    decode_validation,
+    simulations_code_v07,
+    validation_call,
+)
 from chaingate.bundler.tracing import CodeAccess, Trace, trace_validation
 from chaingate.chain.client import RpcCallError
 from chaingate.devnet.rpc import DevnetRpc
@@ -152,9 +164,58 @@ def assert_covers(fast: Trace, exact: Trace, op: UserOperation, version: Version
         assert fast.code_hashes.get(address) == digest, address
 
 
+Built = fasttrace.FastTrace | fasttrace.Fallback
+
+
+async def both_builds(
+    node: Node, op: UserOperation, ep: str, version: Version
+) -> tuple[Built | str, Built]:
+    """``build_static`` and ``build_trace`` (from the struct log) on the same native traces."""
+    code = simulations_code_v07() if version == "0.7" else None
+    tx, override = validation_call(op, ep, version, code)
+    extra: dict[str, Any] = {"stateOverrides": override} if override else {}
+    block = await node.call("eth_blockNumber")
+    raw = {
+        name: await node.call("debug_traceCall", [tx, block, {**config, **extra}])
+        for name, config in (
+            ("calls", {"tracer": "callTracer"}),
+            ("prestate", {"tracer": "prestateTracer"}),
+            ("steps", fasttrace._STRUCT_CONFIG),
+        )
+    }
+    root = msgspec.convert(raw["calls"], fasttrace._Frame)
+    prestate = msgspec.convert(raw["prestate"], dict[str, fasttrace._Account])
+    steps = msgspec.convert(raw["steps"], fasttrace._StructLog).structLogs
+    static = fasttrace.build_static(root, prestate, op, entry_point=ep, version=version)
+    stepped = fasttrace.build_trace(steps, root, prestate, op, entry_point=ep, version=version)
+    return static, stepped
+
+
+async def check_static(node: Node, op: UserOperation, ep: str, version: Version) -> bool:
+    """Where ``build_static`` builds a trace, the struct log's trace has the same judged
+    opcodes, calls, code sizes and out-of-gas, and at most its storage.  Returns whether the
+    struct log was skipped."""
+    static, stepped = await both_builds(node, op, ep, version)
+    if isinstance(static, str):
+        return False
+    assert isinstance(static, fasttrace.FastTrace), static
+    assert isinstance(stepped, fasttrace.FastTrace), (stepped, static)
+    assert (static.data, static.reverted) == (stepped.data, stepped.reverted)
+    assert_covers(static.trace, stepped.trace, op, version)
+    for role, phase in rules._phases(stepped.trace, op, version).items():
+        assert rules._phases(static.trace, op, version)[role].code == phase.code, role
+    assert static.trace.code_hashes == stepped.trace.code_hashes
+    return True
+
+
+SKIPPED: dict[str, bool] = {}  # op name -> struct log skipped, filled by check_sound's callers
+
+
 async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) -> str:
-    """Soundness and same final verdict for one operation; returns the fast path's decision."""
+    """Soundness and same final verdict for one operation; returns the fast path's decision
+    (and records in ``SKIPPED["last"]`` whether it needed no struct log)."""
     exact = await verdict(node, op, ep, version, fast=False)
+    SKIPPED["last"] = await check_static(node, op, ep, version)
     decision, fast, _ = await fast_judgement(node, op, ep, version)
     if decision == "accept":
         assert exact[0] == "accepted", (exact, fast)
@@ -211,6 +272,7 @@ RULE_OPS: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, version: Version) -> None:
     decisions: dict[str, str] = {}
+    skipped: list[str] = []
     for name, spec in RULE_OPS:
         kwargs = dict(spec)
         if "paymaster" in kwargs:
@@ -219,7 +281,13 @@ async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, versio
             )
         op = world.op(version, **kwargs)
         decisions[name] = await check_sound(node, op, world.entry_points[version], version)
+        if SKIPPED["last"]:
+            skipped.append(name)
     print(f"v{version} fast-path decisions:", decisions)
+    print(f"v{version} struct log skipped for {len(skipped)}/{len(RULE_OPS)}: {skipped}")
+    # RuleAccount and RulePaymaster read their mode at run time, so their validation can
+    # reach every banned opcode: static analysis must see that, whatever the mode.
+    assert not [n for n in skipped if n.startswith(("account-", "paymaster-", "staked-"))]
     # The obeying account and the staked paymaster with its own storage are judged fast; each
     # rule-breaker is refused by the exact path (never accepted fast).
     assert decisions["ok"] == "accept"
@@ -324,15 +392,24 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
         }
     for (deployed, sponsored), op in ops.items():
         decision = await check_sound(node, op, entry_point, version)
+        print(
+            f"v{version} deployed={deployed} sponsored={sponsored}: {decision}, "
+            f"struct log {'skipped' if SKIPPED['last'] else 'fetched'}"
+        )
         if deployed:
             assert decision == "accept", (deployed, sponsored, decision)
-        else:  # the factory's EXTCODESIZE needs the stack: the exact path judges
+            # SimpleAccount, ERC1967Proxy, VerifyingPaymaster and the EntryPoint's receive
+            # reach nothing a rule judges for these selectors: no struct log.
+            assert SKIPPED["last"], (deployed, sponsored)
+        else:  # the factory's EXTCODESIZE/CREATE2 need the stack: the exact path judges
             assert decision == "fallback", (deployed, sponsored, decision)
+            assert not SKIPPED["last"]
     # Timing: the fast path against the exact one, on the deployed, self-paid shape (the
     # bench's) and the deployed sponsored one.
     for shape in ((True, False), (True, True)):
         op = ops[shape]
         before = dict(safemode.FAST_PATH)
+        skipped_before = fasttrace.STRUCT_LOG["skipped"]
         fast_ms, exact_ms = [], []
         for _ in range(5):
             started = time.perf_counter()
@@ -342,6 +419,7 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             await validate_safe(node, op, entry_point, version, None, fast_path=False)
             exact_ms.append((time.perf_counter() - started) * 1000)
         assert safemode.FAST_PATH["fast"] - before["fast"] == 5
+        assert fasttrace.STRUCT_LOG["skipped"] - skipped_before == 5
         print(
             f"v{version} deployed sponsored={shape[1]}: validate_safe fast "
             f"{statistics.median(fast_ms):.1f} ms, exact {statistics.median(exact_ms):.1f} ms"
@@ -496,3 +574,226 @@ def test_build_created_code_and_out_of_gas() -> None:
     odd = frame("CALL", SENDER, OTHER, error="stack underflow")
     steps = [("CALL", 1), ("CALL", 2), ("STOP", 2), ("STOP", 1)]
     assert isinstance(build(steps, [account_call([odd])]), fasttrace.Fallback)
+
+
+# --- sans-IO: build_static on hand-made traces -------------------------------------------------
+
+STATIC_EP_CODE = "0x00"  # the EntryPoint's code at depth 1: only LOG1/SELFDESTRUCT matter
+
+
+def build_static(
+    calls: list[Any], prestate: dict[str, Any], op: UserOperation | None = None
+) -> fasttrace.FastTrace | fasttrace.Fallback | str:
+    root = msgspec.convert(
+        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), fasttrace._Frame
+    )
+    accounts_ = msgspec.convert(prestate, dict[str, fasttrace._Account])
+    plain = UserOperation(
+        sender=SENDER,
+        nonce=0,
+        call_data=b"",
+        call_gas_limit=1,
+        verification_gas_limit=1,
+        pre_verification_gas=1,
+        max_fee_per_gas=1,
+        max_priority_fee_per_gas=1,
+    )
+    return fasttrace.build_static(root, accounts_, op or plain, entry_point=EP, version="0.7")
+
+
+def test_static_clean_code_needs_no_struct_log() -> None:
+    impl = "0x" + "55" * 20
+    # The sender's code: PUSH1 0 SLOAD POP, a PUSH32 whose data is TIMESTAMP bytes, STOP.
+    sender_code = "0x6000545" + "0" + "7f" + "42" * 32 + "00"
+    impl_code = "0x6001600055" + "00"  # SSTORE(1, 0), run in the sender's context
+    prestate = {
+        EP: {"code": STATIC_EP_CODE},
+        SENDER: {"code": sender_code, "storage": {"0x01": "0x0"}},
+        impl: {"code": impl_code},
+    }
+    ecrecover = frame("STATICCALL", SENDER, ECRECOVER)
+    delegate = frame("DELEGATECALL", SENDER, impl)
+    built = build_static([account_call([ecrecover, delegate])], prestate)
+    assert isinstance(built, fasttrace.FastTrace), built
+    (phase,) = built.trace.phases
+    assert phase.opcodes == {}
+    assert [c.type for c in phase.calls] == ["CALL", "STATICCALL", "DELEGATECALL"]
+    assert phase.code == {
+        ECRECOVER: CodeAccess(size=-1, op="STATICCALL"),
+        impl: CodeAccess(size=6, op="DELEGATECALL"),
+    }
+    assert phase.storage[SENDER].w == {"0x01": 1}  # the implementation's SSTORE, sender's slot
+    assert set(built.trace.code_hashes) == {SENDER, impl}
+
+
+@pytest.mark.parametrize(
+    ("code", "why"),
+    [
+        ("0x4200", "0x42"),  # TIMESTAMP
+        ("0x5a5000", "GAS not followed"),
+        ("0x3b00", "EXTCODESIZE"),
+        ("0x5c00", "TLOAD"),
+        ("0xf500", "CREATE2"),
+        ("0x0c00", "0x0c"),  # unassigned on Cancun
+    ],
+)
+def test_static_needs_the_struct_log_for_judged_opcodes(code: str, why: str) -> None:
+    prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": code}}
+    built = build_static([account_call()], prestate)
+    assert isinstance(built, str) and why in built, built
+    # In a phase no rule judges (the EntryPoint calling a helper), only SELFDESTRUCT and
+    # unknown opcodes matter.
+    helper = "0x" + "77" * 20
+    prestate[helper] = {"code": code}
+    own = frame("STATICCALL", EP, helper, input="0x957122ab")
+    built = build_static([own, account_call()], {**prestate, SENDER: {"code": "0x00"}})
+    assert isinstance(built, fasttrace.FastTrace) == (why != "0x0c"), built
+
+
+def test_static_gas_right_before_a_call_is_fine() -> None:
+    # GAS CALL (the call underflows the stack here; what counts is which bytes can run).
+    prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x5af100"}}
+    assert isinstance(build_static([account_call()], prestate), fasttrace.FastTrace)
+
+
+def test_static_needs_the_struct_log_for_what_only_steps_show() -> None:
+    clean = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x00"}}
+    made = "0x" + "66" * 20
+    cases: list[tuple[list[Any], dict[str, Any], str]] = [
+        # the EntryPoint may emit a LOG1 at depth 1 (BeforeExecution)
+        ([account_call()], {**clean, EP: {"code": "0x60006000a100"}}, "LOG1"),
+        ([account_call([frame("CREATE", SENDER, made, output="0x00")])], clean, "CREATE"),
+        ([account_call([frame("CALL", SENDER, OTHER, error="stack underflow")])], clean, "fail"),
+        # code that ran but is not in the prestate
+        ([account_call([frame("CALL", SENDER, OTHER)])], clean, "not in the prestate"),
+        ([frame("DELEGATECALL", EP, SENDER)], clean, "DELEGATECALL"),
+    ]
+    for calls, prestate, why in cases:
+        built = build_static(calls, prestate)
+        assert isinstance(built, str) and why in built, (why, built)
+
+
+def test_static_out_of_gas_and_code_less_targets() -> None:
+    prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x00"}, OTHER: {"code": "0x"}}
+    burn = frame("CALL", SENDER, OTHER, error="out of gas")
+    built = build_static([account_call([burn])], prestate)
+    assert isinstance(built, fasttrace.FastTrace), built
+    (phase,) = built.trace.phases
+    assert phase.oog and phase.code[OTHER].size == 0
+    with pytest.raises(BundlerFault, match="OP-020"):
+        rules.check_rules(
+            built.trace,
+            UserOperation(
+                sender=SENDER,
+                nonce=0,
+                call_data=b"",
+                call_gas_limit=1,
+                verification_gas_limit=1,
+                pre_verification_gas=1,
+                max_fee_per_gas=1,
+                max_priority_fee_per_gas=1,
+            ),
+            entry_point=EP,
+            version="0.7",
+            staked={},
+        )
+
+
+def test_static_keccak_needs_counting_only_with_enough_gas() -> None:
+    prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x6020600020" + "00"}}
+    cheap = account_call()
+    assert isinstance(build_static([cheap], prestate), fasttrace.FastTrace)
+    costly = frame("CALL", EP, SENDER, input=VALIDATE, gasUsed=hex(fasttrace.KECCAK_GAS))
+    built = build_static([costly], prestate)
+    assert isinstance(built, str) and "KECCAK" in built
+
+
+# --- sans-IO: the opcode sweep ------------------------------------------------------------------
+
+TRAILER = bytes.fromhex("a2646970667358221220") + b"\x42" * 32 + bytes.fromhex("64736f6c634300081c")
+TRAILER += (len(TRAILER)).to_bytes(2, "big")  # solc's: CBOR map, then its length
+
+
+def test_sweep_skips_push_data() -> None:
+    code = bytes([0x7F]) + bytes([0x42, 0xFF, 0x3B, 0x5A] * 8) + bytes([0x00])
+    assert opcodes.profile(code).opcodes == {0x7F, 0x00}
+    # A PUSH cut short by the end of the code: its data is padding, not opcodes.
+    assert opcodes.profile(bytes([0x61, 0x42])).opcodes == {0x61}
+    # Without the PUSH the same bytes are opcodes.
+    assert {0x42, 0xFF} <= opcodes.profile(bytes([0x42, 0xFF])).opcodes
+
+
+def test_sweep_metadata_trailer_and_dead_code() -> None:
+    body = bytes.fromhex("6000545000")  # PUSH1 0 SLOAD POP STOP
+    found = opcodes.profile(body + b"\xfe" + TRAILER).opcodes
+    assert found == {0x60, 0x54, 0x50, 0x00}  # INVALID and the trailer are dead
+    # A JUMPDEST in the "trailer" could be jumped to: what follows it counts.
+    hidden = body + b"\xfe" + bytes([0xA2, 0x5B, 0x42, 0x00]) + TRAILER
+    assert 0x42 in opcodes.profile(hidden).opcodes
+    # Code that falls through into the trailer runs it.
+    assert 0x42 in opcodes.profile(bytes.fromhex("600054") + TRAILER).opcodes
+    # A PUSH whose data runs into the trailer shifts the boundaries: swept as they are.
+    assert opcodes.profile(bytes.fromhex("7f") + TRAILER[:32]).opcodes == {0x7F}
+
+
+def test_sweep_gas_adjacency() -> None:
+    for code, lone in (
+        ("5af1", False),  # GAS CALL
+        ("5afa", False),  # GAS STATICCALL
+        ("5af4", False),  # GAS DELEGATECALL
+        ("5a50", True),  # GAS POP
+        ("5a", True),  # GAS at the end: STOP follows
+        ("00615af1", False),  # GAS inside dead PUSH data
+        ("005a50", False),  # dead GAS
+    ):
+        assert opcodes.profile(bytes.fromhex(code)).lone_gas is lone, code
+
+
+# A selector dispatcher: 0xaabbccdd -> SLOAD, 0x11223344 -> TIMESTAMP, else STOP.
+DISPATCH = bytes.fromhex(
+    "600035" "60e01c" "80" "63aabbccdd" "14" "601a" "57"
+    "6311223344" "14" "601f" "57" "00"
+    "5b600054" "00"
+    "5b42" "00"
+)  # fmt: skip
+
+
+def test_reachable_follows_the_selector() -> None:
+    assert 0x42 in opcodes.profile(DISPATCH).opcodes
+    first = opcodes.reachable(DISPATCH, 0xAABBCCDD)
+    assert first is not None and 0x54 in first.opcodes and 0x42 not in first.opcodes
+    second = opcodes.reachable(DISPATCH, 0x11223344)
+    assert second is not None and 0x42 in second.opcodes and 0x54 not in second.opcodes
+    neither = opcodes.reachable(DISPATCH, 0)
+    assert neither is not None and not {0x42, 0x54} & neither.opcodes
+    # The cache answers by (hash, selector).
+    cache = opcodes.ProfileCache(2)
+    assert cache.get(b"h", DISPATCH, 0xAABBCCDD) == first
+    assert cache.get(b"h", DISPATCH) == opcodes.profile(DISPATCH)
+    cache.get(b"i", DISPATCH, 0x11223344)
+    assert len(cache) == 2  # bounded: the oldest went
+
+
+def test_reachable_gives_up_on_unknown_jumps_and_opcodes() -> None:
+    unknown_jump = bytes.fromhex("600035565b4200")  # JUMP to CALLDATALOAD(0)
+    assert opcodes.reachable(unknown_jump, 0) is None
+    cache = opcodes.ProfileCache()
+    assert 0x42 in cache.get(b"j", unknown_jump, 0).opcodes  # the whole sweep instead
+    assert opcodes.reachable(bytes.fromhex("0c00"), 0) is None  # unassigned
+
+
+def test_reachable_knows_a_tested_word() -> None:
+    # CALLER DUP1 ISZERO PUSH1 8 JUMPI STOP; 8: JUMPDEST PUSH1 14 JUMPI STOP;
+    # 14: JUMPDEST TIMESTAMP STOP.  The second JUMPI tests the word the first found zero.
+    code = bytes.fromhex("33801560085700005b600e5700005b4200")
+    assert 0x42 in opcodes.profile(code).opcodes
+    found = opcodes.reachable(code, 0)
+    assert found is not None and 0x42 not in found.opcodes
+    # Without the ISZERO the second test is of a word known non-zero: TIMESTAMP runs.
+    code = bytes.fromhex("33806008570000005b600e5700005b4200")
+    found = opcodes.reachable(code, 0)
+    assert found is not None and 0x42 in found.opcodes
+
+
+def test_opcode_table_is_the_collectors() -> None:
+    assert set(opcodes.EFFECTS) == tracer._ASSIGNED

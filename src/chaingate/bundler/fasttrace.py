@@ -33,25 +33,40 @@ it does not know, frames and steps that do not line up, a trace past the collect
 validation using more than ``MAX_GAS`` (the struct log grows with it), or a node without these
 tracers.  The caller also falls back when ``check_trace`` refuses the fast trace: refusals
 always come from the exact path, with its message.
+
+Most validations need no struct log at all (``build_static``, H11): the EVM can only run the
+opcodes ``opcodes.reachable`` finds in the code of each frame for the frame's selector, so
+when no frame of a judged phase can run anything the collector would record or needs the stack
+for, and the EntryPoint cannot emit a LOG1 at depth 1, the trace is rebuilt from callTracer and
+prestateTracer alone (~1.5 ms instead of ~8 ms on anvil); otherwise the struct log is fetched.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
-from chaingate.bundler import tracer
+from chaingate.bundler import opcodes, tracer
 from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
 from chaingate.evm.keccak import keccak256
 
-__all__ = ["MAX_GAS", "Fallback", "FastTrace", "build_trace", "fast_trace"]
+__all__ = [
+    "MAX_GAS",
+    "PROFILES",
+    "STRUCT_LOG",
+    "Fallback",
+    "FastTrace",
+    "build_static",
+    "build_trace",
+    "fast_trace",
+]
 
 # Above this much gas the struct log is not asked for: it grows with every step (~75 bytes
 # each, at worst one step per gas).  A SimpleAccount deployment sponsored by a paymaster uses
@@ -233,8 +248,6 @@ def _build(
     entry_point: str,
     version: Version,
 ) -> FastTrace | Fallback:
-    from chaingate.bundler import rules  # rules imports tracing; keep the import graph simple
-
     if root.to is None or root.to.lower() != entry_point:
         raise _Unsure("the traced call is not to the EntryPoint")
     code_len = {a.lower(): len(_hex_bytes(acc.code)) for a, acc in prestate.items()}
@@ -355,6 +368,22 @@ def _build(
     if gas_at is not None:
         gas_at[0].count("GAS", gas_at[1])
 
+    return _assemble(phases, prestate, root, op, entry_point, version)
+
+
+def _assemble(
+    phases: list[_PhaseBuild],
+    prestate: Mapping[str, _Account],
+    root: _Frame,
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    hashes: dict[str, str] | None = None,
+) -> FastTrace | Fallback:
+    """The Trace from the phases found (by the steps or statically): storage from the
+    prestate, code hashes, and a Fallback if a judged phase is unsure."""
+    from chaingate.bundler import rules
+
     # The exact path's sanity check: a validation that made no call and returned.
     reverted = root.error is not None
     if not phases and not reverted:
@@ -384,11 +413,12 @@ def _build(
     if slots > tracer.MAX_SLOTS:
         raise _Unsure("more storage slots than the collector keeps")
     output = _hex_bytes(root.output)
-    hashes = {
-        address.lower(): "0x" + keccak256(_hex_bytes(account.code)).hex()
-        for address, account in prestate.items()
-        if address.lower() != entry_point and address.lower() not in PRECOMPILES
-    }
+    if hashes is None:
+        hashes = {
+            address.lower(): "0x" + keccak256(_hex_bytes(account.code)).hex()
+            for address, account in prestate.items()
+            if address.lower() != entry_point and address.lower() not in PRECOMPILES
+        }
     trace = Trace(
         phases=built,
         keccak=[],
@@ -405,6 +435,166 @@ def _build(
         if why is not None:
             return Fallback(f"{role} phase: {why}")
     return FastTrace(data=output, reverted=reverted, trace=trace)
+
+
+# --- without the struct log: static analysis of the code that ran ---------------------------
+
+# What the collector records by name in a judged phase (OP-011/013/080, CREATE*, INVALID,
+# SELFDESTRUCT, any unassigned opcode) or judges by its stack (EXTCODE*; TLOAD/TSTORE, whose
+# slots the prestate does not show).  GAS is judged by ``CodeProfile.lone_gas``.
+_JUDGED_BAD = frozenset(
+    n for n, kind in enumerate(tracer.KINDS) if kind in (tracer.NAMED, tracer.EXTCODE)
+) | {0x5C, 0x5D}
+# Anywhere else too (an unjudged phase, the EntryPoint at depth 1): what the step walk above
+# falls back on, SELFDESTRUCT and an opcode outside the Cancun table.
+_ANYWHERE_BAD = frozenset(n for n in range(256) if n not in opcodes.EFFECTS) | {0xFF}
+_SLOAD, _SSTORE, _KECCAK, _LOG1 = 0x54, 0x55, 0x20, 0xA1
+# A KECCAK256 of >= 32 bytes costs >= 36 gas: phases using less gas than this cannot fill the
+# collector's preimage list (tracer.MAX_KECCAK), so its overflow needs no counting.
+KECCAK_GAS = 36 * tracer.MAX_KECCAK
+_OPNAMES = {0x5A: "GAS", 0x5C: "TLOAD", 0x5D: "TSTORE", 0xA1: "LOG1", 0x3B: "EXTCODESIZE",
+            0x3C: "EXTCODECOPY", 0x3F: "EXTCODEHASH", 0xFF: "SELFDESTRUCT", 0xFE: "INVALID",
+            0xF0: "CREATE", 0xF5: "CREATE2"}  # fmt: skip
+# Code profiles by (code hash, selector); a validation touches ~5 codes, so this holds the
+# codes of a few hundred distinct accounts/paymasters/factories.
+PROFILES = opcodes.ProfileCache(2048)
+# How often fast_trace skipped the struct log: {"skipped": n, "fetched": n}; read by tests
+# and benches.
+STRUCT_LOG: dict[str, int] = {"skipped": 0, "fetched": 0}
+
+
+class _NeedSteps(Exception):
+    """Raised inside ``build_static``: the struct log is needed (not a Fallback)."""
+
+
+def _selector(frame: _Frame) -> int:
+    # CALLDATALOAD(0)'s top 4 bytes: the input padded with zeros.
+    return int.from_bytes(_hex_bytes(frame.input[:10]).ljust(4, b"\0"), "big")
+
+
+def _names(numbers: Iterable[int]) -> str:
+    return ", ".join(_OPNAMES.get(n, f"0x{n:02x}") for n in sorted(numbers))
+
+
+def build_static(
+    root: _Frame,
+    prestate: Mapping[str, _Account],
+    op: UserOperation,
+    *,
+    entry_point: str,
+    version: Version,
+) -> FastTrace | Fallback | str:
+    """The collector's Trace from callTracer and prestateTracer alone, when static analysis of
+    every code that ran proves the struct log would add nothing; else (a str) why it is needed.
+
+    Every frame of a judged phase must run code (its own, or the target's for DELEGATECALL/
+    CALLCODE) whose ``opcodes.reachable`` set for the frame's selector has nothing in
+    ``_JUDGED_BAD`` and no GAS that is not immediately followed by a *CALL; the collector would
+    then record no opcode there, exactly as this trace says.  Other phases and the EntryPoint
+    (depth 1, its own selector) must not reach SELFDESTRUCT or an unknown opcode, and the
+    EntryPoint no LOG1 (the collector stops at v0.7's BeforeExecution).  Frames, calls, code
+    sizes and out-of-gas come from callTracer as in ``build_trace``; storage is the stricter
+    prestate rule with "ran SLOAD/SSTORE" read from the static sets (a superset); no CREATE,
+    no frame error but a revert or out-of-gas, caps as the collector's.  Sans-IO.
+    """
+    try:
+        return _build_static(root, prestate, op, entry_point.lower(), require_version(version))
+    except (_NeedSteps, _Unsure) as why:
+        return str(why)
+
+
+def _build_static(
+    root: _Frame,
+    prestate: Mapping[str, _Account],
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+) -> FastTrace | Fallback:
+    from chaingate.bundler import rules
+
+    if root.to is None or root.to.lower() != entry_point:
+        raise _NeedSteps("the traced call is not to the EntryPoint")
+    codes: dict[str, tuple[bytes, bytes]] = {}  # address -> (code, keccak of it)
+    for address, account in prestate.items():
+        code = _hex_bytes(account.code)
+        codes[address.lower()] = (code, keccak256(code))
+
+    def profile_of(address: str, frame: _Frame) -> opcodes.CodeProfile | None:
+        found = codes.get(address)
+        if found is None:
+            if address in PRECOMPILES:
+                return None
+            raise _NeedSteps(f"the code of {address} is not in the prestate")
+        code, digest = found
+        return PROFILES.get(digest, code, _selector(frame)) if code else None
+
+    top = profile_of(entry_point, root)
+    if top is None:
+        raise _NeedSteps("the EntryPoint has no code")
+    bad = top.opcodes & (_ANYWHERE_BAD | {_LOG1})
+    if bad:
+        raise _NeedSteps(f"the EntryPoint may run {_names(bad)} at depth 1")
+    children = root.calls
+    if len(children) > tracer.MAX_PHASES:
+        raise _NeedSteps("more top-level calls than the collector keeps")
+    phases: list[_PhaseBuild] = []
+    for index, child in enumerate(children):
+        if child.type not in ("CALL", "STATICCALL"):
+            raise _NeedSteps(f"the EntryPoint used {child.type}")
+        phases.append(_PhaseBuild(index, (child.to or "").lower(), _method(child)))
+    skeleton = [Phase(target=p.target, method=p.method) for p in phases]
+    mapped = rules._phases(
+        Trace(skeleton, [], entry_point, overflow=False, output="0x", error=None), op, version
+    )
+    judged = {i for i, p in enumerate(skeleton) if any(p is q for q in mapped.values())}
+
+    calls = 0
+    phase_gas = 0
+    hashing = False
+    for index, (phase, frame) in enumerate(zip(phases, children, strict=True)):
+        forbidden = _JUDGED_BAD if index in judged else _ANYWHERE_BAD
+        phase_gas += int(frame.gasUsed, 16)
+        todo: list[tuple[_Frame, str, bool]] = [(frame, phase.target, True)]
+        while todo:  # the phase's frames in DFS preorder, as the collector's enter() sees them
+            current, context, is_phase = todo.pop()
+            error = current.error
+            if error is not None and error not in _REVERT and not _OOG.search(error):
+                raise _NeedSteps(f"a frame failed with {error!r}")
+            if current.type in _CREATES:
+                raise _NeedSteps(f"{current.type} in validation")
+            calls += 1
+            if calls > tracer.MAX_CALLS:
+                raise _NeedSteps("more calls than the collector keeps")
+            phase.calls.append(_call(current))
+            if error is not None and _OOG.search(error):
+                phase.oog = True
+            target = (current.to or "").lower()
+            if not is_phase and target not in phase.code:
+                size = -1 if target in PRECOMPILES else len(codes.get(target, (b"", b""))[0])
+                phase.code[target] = CodeAccess(size=size, op=current.type)
+            profile = profile_of(target, current)
+            if profile is not None:
+                bad = profile.opcodes & forbidden
+                if bad:
+                    raise _NeedSteps(f"{target} may run {_names(bad)}")
+                if index in judged and profile.lone_gas:
+                    raise _NeedSteps(f"{target} may run GAS not followed by a *CALL")
+                if _SLOAD in profile.opcodes or _SSTORE in profile.opcodes:
+                    phase.touched_storage.add(context)
+                if _SSTORE in profile.opcodes:
+                    phase.stored.add(context)
+                hashing = hashing or _KECCAK in profile.opcodes
+            for inner in reversed(current.calls):
+                own = inner.type in ("DELEGATECALL", "CALLCODE")
+                todo.append((inner, context if own else (inner.to or "").lower(), False))
+    if hashing and phase_gas >= KECCAK_GAS:
+        raise _NeedSteps("enough gas in the phases to overflow the KECCAK256 list")
+    hashes = {
+        address: "0x" + digest.hex()
+        for address, (_, digest) in codes.items()
+        if address != entry_point and address not in PRECOMPILES
+    }
+    return _assemble(phases, prestate, root, op, entry_point, version, hashes)
 
 
 _STRUCT_CONFIG = {"disableStack": True, "disableStorage": True, "enableMemory": False}
@@ -459,6 +649,11 @@ async def fast_trace(
             nursery.start_soon(trace, "prestate", {"tracer": "prestateTracer"}, _Prestate)
         root: _Frame = answers["calls"]
         prestate: dict[str, _Account] = answers["prestate"]
+        static = build_static(root, prestate, op, entry_point=entry_point, version=version)
+        if not isinstance(static, str):
+            STRUCT_LOG["skipped"] += 1
+            return static
+        STRUCT_LOG["fetched"] += 1
         if int(root.gasUsed, 16) > MAX_GAS:
             return Fallback(f"validation used more than {MAX_GAS} gas")
         await trace("steps", _STRUCT_CONFIG, _StructLog)
