@@ -2,7 +2,8 @@
 
     python bench/run.py [--duration 10] [--connections 32] [--smoke] [--out PATH]
                         [--scenarios block,chainid,...] [--access-log on|off] [--auth on|off]
-                        [--baseline OTHER_CHECKOUT/src]
+                        [--baseline OTHER_CHECKOUT/src] [--allowlists on|off]
+                        [--accept-encoding VALUE]
 
 Starts on loopback free ports: anvil (the node), one ``chaingate serve`` process in front of
 it (API keys on by default: one unlimited key, sent by every request to every target), and
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import shutil
@@ -27,6 +29,8 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,14 @@ class Options:
     scenarios: tuple[str, ...]
     smoke: bool
     baseline: Path | None = None
+    allowlists: bool = False
+    accept_encoding: str | None = None
+
+
+# --allowlists on: the client IP ranges of the key's list (wrk and the check come from loopback).
+ALLOWED_IPS = ("127.0.0.0/8", "::1/128")
+PROBE_METHOD = "eth_chainId"  # every server's readiness probe calls it through the key gate
+OFF_LIST_METHOD = "web3_clientVersion"  # no scenario calls it: the method list must refuse it
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -91,7 +103,26 @@ def parse_args(argv: list[str] | None) -> Options:
         help="the src directory of another chaingate checkout (its extensions built): it "
         "answers every scenario too, as target 'baseline', for before/after in one run",
     )
+    parser.add_argument(
+        "--allowlists",
+        choices=("on", "off"),
+        default="off",
+        help="on (needs --auth on): the bench's key gets IP, method and contract allowlists "
+        "(chaingate keys update) that admit exactly the chosen scenarios' requests, so every "
+        "list is checked on every request; also on the baseline if its CLI has keys update",
+    )
+    parser.add_argument(
+        "--accept-encoding",
+        metavar="VALUE",
+        help="send 'Accept-Encoding: VALUE' with every request to every target (wrk and the "
+        "check), e.g. 'gzip, deflate, br, zstd'; default: no such header",
+    )
     args = parser.parse_args(argv)
+    if args.allowlists == "on" and args.auth == "off":
+        parser.error("--allowlists on needs --auth on: allowlists belong to the API key")
+    accept = args.accept_encoding
+    if accept is not None and (not accept.strip() or any(c in accept for c in "\r\n\0")):
+        parser.error("--accept-encoding: give a non-empty header value on one line")
     if args.baseline is not None and not (args.baseline / "chaingate" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: no chaingate package there")
     chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
@@ -111,11 +142,47 @@ def parse_args(argv: list[str] | None) -> Options:
         scenarios=tuple(name for name in SCENARIO_ORDER if name in chosen),
         smoke=args.smoke,
         baseline=args.baseline.resolve() if args.baseline is not None else None,
+        allowlists=args.allowlists == "on",
+        accept_encoding=accept.strip() if accept is not None else None,
     )
 
 
 def say(text: str) -> None:
     print(text, flush=True)
+
+
+def client_headers(opts: Options, server: procs.ChaingateServer) -> dict[str, str]:
+    """What every request of the load and of the check carries: the server's API key (auth
+    on) and, with --accept-encoding, that header."""
+    extra = {"Accept-Encoding": opts.accept_encoding} if opts.accept_encoding else {}
+    return {**server.headers, **extra}
+
+
+def check_refused(url: str, headers: dict[str, str]) -> str:
+    """Proof that the lists are in force: a method off the list is refused with 403."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": OFF_LIST_METHOD, "params": []})
+    request = urllib.request.Request(
+        url, body.encode(), {"Content-Type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raise RuntimeError(
+                f"--allowlists on: {OFF_LIST_METHOD} (off the list) got HTTP {response.status}"
+            )
+    except urllib.error.HTTPError as exc:
+        if exc.code != 403:
+            raise RuntimeError(
+                f"--allowlists on: {OFF_LIST_METHOD} (off the list) got HTTP {exc.code}"
+            ) from None
+        return f"{OFF_LIST_METHOD} (off the list) refused with 403"
+
+
+def allowlists_for(chosen: tuple[str, ...], catalogue: dict[str, Scenario]) -> procs.Allowlists:
+    """Lists that admit exactly the chosen scenarios' requests (and the readiness probe)."""
+    picked = [catalogue[key] for key in chosen]
+    methods = {PROBE_METHOD}.union(*(scenarios.methods(s) for s in picked))
+    targets: set[str] = set().union(*(scenarios.call_targets(s) for s in picked))
+    return procs.Allowlists(ALLOWED_IPS, tuple(sorted(methods)), tuple(sorted(targets)))
 
 
 class Bench:
@@ -136,7 +203,8 @@ class Bench:
         self.urls = urls
         self.main = main
         self.auth = auth
-        self.headers = main.headers  # the API key (auth on) on every request to every target
+        # The API key (auth on) and Accept-Encoding (if given) on every request to every target
+        self.headers = client_headers(opts, main)
         self.report = rep
         self.pids = pids  # target -> pid of the process answering it
         self.baseline: tuple[procs.ChaingateServer, Wrk] | None = None
@@ -197,7 +265,7 @@ class Bench:
             if target == CHAINGATE and self.baseline is not None:
                 server, wrk = self.baseline  # right after ours, under the same conditions
                 urls = {**self.urls, CHAINGATE: server.rpc_url}
-                scenarios.check(scenario, urls, expected, server.headers)
+                scenarios.check(scenario, urls, expected, client_headers(self.opts, server))
                 self.run(scenario, BASELINE, server.rpc_url, server, wrk)
 
     def no_coalesce(self, scenario: Scenario, workdir: Path, upstream: str) -> None:
@@ -321,6 +389,17 @@ def header(
                 else " (turned off with --auth off): no key checked, no header sent"
             )
         ),
+        "allowlists": (
+            "**on**: the key's IP, method and contract lists set with `chaingate keys update`, "
+            "checked on every request (no origin list: wrk sends no Origin)"
+            if opts.allowlists
+            else "**off** (--allowlists on sets the key's IP, method and contract lists)"
+        ),
+        "accept_encoding": (
+            f"**`{opts.accept_encoding}`** on every request to every target"
+            if opts.accept_encoding
+            else "**none** (no Accept-Encoding header sent; --accept-encoding VALUE sets one)"
+        ),
         "load": f"{wrk.describe()}; {runs}" + (" (--smoke)" if opts.smoke else ""),
         "nginx": f"{versions['nginx']}, 1 worker, upstream keepalive 64, access_log off",
         "node": f"anvil {versions['anvil']}; target `direct` = wrk straight to anvil",
@@ -352,6 +431,8 @@ def bench(
     if not isinstance(accounts, list):
         raise RuntimeError(f"eth_accounts answered {accounts!r}")
 
+    catalogue = scenarios.build([str(a) for a in accounts], contract)
+    lists = allowlists_for(opts.scenarios, catalogue) if opts.allowlists else None
     auth = procs.Auth.fresh(workdir / "chaingate.db") if opts.auth else None
     main = procs.ChaingateServer(
         workdir, "chaingate", anvil.url, access_log=opts.access_log, coalesce=True, auth=auth
@@ -359,12 +440,18 @@ def bench(
     if auth is not None:
         key = main.create_key()
         say(f"API key {key[:13]}... ({procs.KEY_PLAN} plan: unlimited) in {auth.db_path.name}")
+    if lists is not None:
+        if main.set_allowlists(lists) is None:
+            raise RuntimeError("--allowlists on: this chaingate's CLI has no `keys update`")
+        say(f"allowlists on the key: {lists.describe()}")
     stack.callback(main.stop)
     main.start()
     nginx = procs.NginxServer(found["nginx"], workdir, anvil.port)
     stack.callback(nginx.stop)
     nginx.start()
     impl = main.impl()
+    if lists is not None:
+        say(f"allowlists in force on chaingate: {check_refused(main.rpc_url, main.headers)}")
     say(
         f"chaingate on :{main.port} (impl {impl}, access_log {str(opts.access_log).lower()}, "
         f"auth {'on' if opts.auth else 'off'}), "
@@ -376,9 +463,11 @@ def bench(
         workdir,
         threads=1,
         connections=opts.connections,
-        headers=tuple(main.headers.items()),
+        headers=tuple(client_headers(opts, main).items()),
     )
     rep = Report(header(opts, wrk, impl, versions, busy))
+    if lists is not None:
+        rep.header["allowlists"] += f": {lists.describe()}"
     say(f"load: {rep.header['load']}")
     urls = {CHAINGATE: main.rpc_url, NGINX: nginx.url, DIRECT: anvil.url}
     pids = {
@@ -392,10 +481,18 @@ def bench(
     }
     runner = Bench(opts, wrk, urls, main, rep, pids, auth)
     if opts.baseline is not None:
-        runner.baseline = start_baseline(opts, opts.baseline, workdir, anvil.url, found, stack)
-        rep.header["baseline"] = f"chaingate from {opts.baseline}"
+        runner.baseline, baseline_lists = start_baseline(
+            opts, opts.baseline, workdir, anvil.url, found, stack, lists
+        )
+        rep.header["baseline"] = f"chaingate from {opts.baseline}" + (
+            f"; allowlists: {baseline_lists}" if lists is not None else ""
+        )
+        if lists is not None:
+            say(f"baseline allowlists: {baseline_lists}")
+            if "not set" not in baseline_lists:
+                server = runner.baseline[0]
+                say(f"... in force: {check_refused(server.rpc_url, server.headers)}")
         say(f"baseline chaingate (from {opts.baseline}) on :{runner.baseline[0].port}")
-    catalogue = scenarios.build([str(a) for a in accounts], contract)
     expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
     actions: dict[str, Callable[[Scenario], None]] = {
         "block-nocoalesce": lambda s: runner.no_coalesce(s, workdir, anvil.url),
@@ -419,9 +516,11 @@ def start_baseline(
     upstream: str,
     found: dict[str, str],
     stack: contextlib.ExitStack,
-) -> tuple[procs.ChaingateServer, Wrk]:
+    lists: procs.Allowlists | None = None,
+) -> tuple[tuple[procs.ChaingateServer, Wrk], str]:
     """The other build, configured like ours; its own key store (its migrations may differ),
-    so its own key and its own wrk headers."""
+    so its own key and its own wrk headers.  With ``lists``, its key gets them too when its
+    CLI can set them.  Returns the server and its wrk, and what became of the lists."""
     auth = procs.Auth.fresh(workdir / "baseline.db") if opts.auth else None
     server = procs.ChaingateServer(
         workdir,
@@ -434,6 +533,15 @@ def start_baseline(
     )
     if auth is not None:
         server.create_key()
+    applied = "not asked (--allowlists off)"
+    if lists is not None:
+        said = server.set_allowlists(lists)
+        applied = (
+            "**not set**: this build's CLI has no `keys update` (it predates allowlists), so "
+            "its key has none"
+            if said is None
+            else "the same lists, set with its own `chaingate keys update`"
+        )
     stack.callback(server.stop)
     server.start()
     wrk = Wrk(
@@ -441,9 +549,9 @@ def start_baseline(
         workdir,
         threads=1,
         connections=opts.connections,
-        headers=tuple(server.headers.items()),
+        headers=tuple(client_headers(opts, server).items()),
     )
-    return server, wrk
+    return (server, wrk), applied
 
 
 def write(rep: Report, out: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -32,6 +33,39 @@ KEY_EMAIL = "bench@chaingate.localhost"
 KEY_PLAN = "enterprise"
 KEY_ENV = "test"
 KEY_NAME = "bench"
+_KEY_ID = re.compile(r"^key (\S+) for ", re.MULTILINE)  # keys create's first line
+
+
+@dataclass(frozen=True)
+class Allowlists:
+    """The per-key allowlists ``--allowlists on`` gives the bench's key (empty: no list)."""
+
+    ips: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    contracts: tuple[str, ...] = ()
+
+    def cli_args(self) -> list[str]:
+        args: list[str] = []
+        for flag, values in (
+            ("--allow-ip", self.ips),
+            ("--allow-method", self.methods),
+            ("--allow-contract", self.contracts),
+        ):
+            if values:
+                args += [flag, ",".join(values)]
+        return args
+
+    def describe(self) -> str:
+        parts = [
+            f"{name} {', '.join(values)}"
+            for name, values in (
+                ("IPs", self.ips),
+                ("methods", self.methods),
+                ("contracts", self.contracts),
+            )
+            if values
+        ]
+        return "; ".join(parts) or "none"
 
 
 class ServerFailed(Exception):
@@ -217,6 +251,7 @@ class ChaingateServer:
         self.coalesce = coalesce
         self.auth = auth
         self.api_key = api_key
+        self.key_id: str | None = None  # set by create_key()
         data_dir = workdir / f"{name}-data"
         data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / f"{name}.toml"
@@ -247,21 +282,11 @@ class ChaingateServer:
         """What every client request carries: the API key when auth is on."""
         return {API_KEY_HEADER: self.api_key} if self.api_key else {}
 
-    def create_key(self, timeout: float = 60.0) -> str:
-        """One key with ``chaingate keys create`` on this server's config; kept as api_key."""
-        if self.auth is None:
-            raise ValueError("auth is off: no key to create")
-        argv = [
-            *chaingate_command(),
-            "keys", "--config", str(self.config_path),
-            "create",
-            "--email", KEY_EMAIL,
-            "--plan", KEY_PLAN,
-            "--env", KEY_ENV,
-            "--name", KEY_NAME,
-        ]  # fmt: skip
+    def _keys(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        """``chaingate keys --config <ours> ARGS`` in this server's environment."""
+        argv = [*chaingate_command(), "keys", "--config", str(self.config_path), *args]
         try:
-            done = subprocess.run(
+            return subprocess.run(
                 argv,
                 capture_output=True,
                 text=True,
@@ -270,16 +295,54 @@ class ChaingateServer:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise ServerFailed(f"chaingate keys create did not finish in {timeout:.0f}s") from None
+            raise ServerFailed(
+                f"chaingate keys {args[0]} did not finish in {timeout:.0f}s"
+            ) from None
+
+    def create_key(self, timeout: float = 60.0) -> str:
+        """One key with ``chaingate keys create`` on this server's config; kept as api_key
+        (and its id, from the same output, as key_id)."""
+        if self.auth is None:
+            raise ValueError("auth is off: no key to create")
+        done = self._keys(
+            [
+                "create",
+                "--email", KEY_EMAIL,
+                "--plan", KEY_PLAN,
+                "--env", KEY_ENV,
+                "--name", KEY_NAME,
+            ],
+            timeout,
+        )  # fmt: skip
         prefix = f"  svc_{KEY_ENV}_"
         keys = [line.strip() for line in done.stdout.splitlines() if line.startswith(prefix)]
+        ids = _KEY_ID.findall(done.stdout)
         if done.returncode != 0 or len(keys) != 1:
             raise ServerFailed(
                 f"chaingate keys create exited {done.returncode} without one key:\n"
                 f"{done.stdout}{done.stderr}"
             )
         self.api_key = keys[0]
+        self.key_id = ids[0] if len(ids) == 1 else None  # only set_allowlists needs it
         return self.api_key
+
+    def set_allowlists(self, lists: Allowlists, timeout: float = 60.0) -> str | None:
+        """``chaingate keys update <key id> --allow-...`` for the key of create_key().
+
+        Returns what the CLI said, or None when this build's CLI has no ``keys update`` (a
+        baseline from before allowlists).  Servers read allowlists from the store (within a
+        second), so set them before start().
+        """
+        if self.key_id is None:
+            raise ServerFailed("no key id: create_key() first (its output names the id)")
+        done = self._keys(["update", self.key_id, *lists.cli_args()], timeout)
+        if done.returncode != 0 and "invalid choice: 'update'" in done.stderr:
+            return None
+        if done.returncode != 0:
+            raise ServerFailed(
+                f"chaingate keys update exited {done.returncode}:\n{done.stdout}{done.stderr}"
+            )
+        return done.stdout.strip()
 
     def start(self, timeout: float = 20.0) -> ChaingateServer:
         if self.auth is not None and not self.api_key:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import zstandard
 
 from benchkit.evm import Contract
 
@@ -101,6 +104,41 @@ def build(accounts: list[str], contract: Contract) -> dict[str, Scenario]:
     return {scenario.key: scenario for scenario in scenarios}
 
 
+def _calls(body: bytes) -> list[dict[str, Any]]:
+    request = json.loads(body)
+    return request if isinstance(request, list) else [request]
+
+
+def methods(scenario: Scenario) -> set[str]:
+    """The JSON-RPC methods the scenario's request calls."""
+    return {call["method"] for call in _calls(scenario.body)}
+
+
+def call_targets(scenario: Scenario) -> set[str]:
+    """The addresses the scenario's ``eth_call`` requests target."""
+    return {
+        call["params"][0]["to"]
+        for call in _calls(scenario.body)
+        if call["method"] == "eth_call" and call["params"] and "to" in call["params"][0]
+    }
+
+
+def _decoded(url: str, coding: str, data: bytes) -> bytes:
+    """The answer's body with its Content-Encoding (set with --accept-encoding) undone."""
+    coding = coding.strip().lower()
+    if coding in ("", "identity"):
+        return data
+    if coding == "gzip":
+        return zlib.decompress(data, wbits=31)
+    if coding == "deflate":
+        return zlib.decompress(data)
+    if coding == "zstd":
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    raise WrongAnswer(
+        f"{url}: answered with Content-Encoding {coding!r}, which the check cannot undo"
+    )
+
+
 def post(
     url: str, body: bytes, headers: Mapping[str, str] | None = None, timeout: float = 10.0
 ) -> Any:
@@ -110,7 +148,8 @@ def post(
     with urllib.request.urlopen(request, timeout=timeout) as response:
         if response.status != 200:
             raise WrongAnswer(f"{url}: HTTP {response.status}")
-        return json.loads(response.read())
+        coding = response.headers.get("Content-Encoding", "")
+        return json.loads(_decoded(url, coding, response.read()))
 
 
 def _results(reply: Any, body: bytes) -> Any:
