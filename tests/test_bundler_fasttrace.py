@@ -81,6 +81,13 @@ __all__ = ["world"]  # the fixture, imported from test_bundler_rules
 CHAIN_ID = 31337
 
 
+@pytest.fixture(scope="module")
+def devnet(module_devnet: Devnet) -> Devnet:
+    """This module's own devnet, not the session's: its operations deploy accounts and spend
+    the paymasters' deposits, which other modules check."""
+    return module_devnet
+
+
 class Node:
     """The bundler's node-client interface over anvil's HTTP endpoint, one kept-alive
     connection (so timings measure the node, not connection set-up)."""

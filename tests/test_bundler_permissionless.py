@@ -48,6 +48,13 @@ TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
 
 
 @pytest.fixture(scope="module")
+def devnet(module_devnet: tuple[AnvilProcess, Manifest]) -> tuple[AnvilProcess, Manifest]:
+    """This module's own devnet, not the session's: its operations deploy accounts and spend
+    the paymasters' deposits, which other modules check."""
+    return module_devnet
+
+
+@pytest.fixture(scope="module")
 def alto_url(
     devnet: tuple[AnvilProcess, Manifest], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:

@@ -50,6 +50,13 @@ COINBASE, BASEFEE, ORIGIN, GASPRICE, BLOCKHASH = 15, 16, 17, 18, 19
 FACTORY_OK, FACTORY_SECOND_CREATE2, FACTORY_OWN_STORAGE = 0, 1, 2
 
 
+@pytest.fixture(scope="module")
+def devnet(module_devnet: Devnet) -> Devnet:
+    """This module's own devnet, not the session's: its operations deploy accounts and spend
+    the paymasters' deposits, which other modules check."""
+    return module_devnet
+
+
 class Node:
     """The bundler's node-client interface over anvil's HTTP endpoint (a real client)."""
 

@@ -41,6 +41,13 @@ CHAIN_ID = 31337
 VERSIONS: list[Version] = ["0.6", "0.7"]
 
 
+@pytest.fixture(scope="module")
+def devnet(module_devnet: Devnet) -> Devnet:
+    """This module's own devnet, not the session's: its operations deploy accounts and spend
+    the paymasters' deposits, which other modules check."""
+    return module_devnet
+
+
 class Node:
     """The bundler's node-client interface over anvil's HTTP endpoint (a real client)."""
 

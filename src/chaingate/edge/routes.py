@@ -242,7 +242,9 @@ class Routes:
             )
         elif path.startswith(b"/v1/") or path == b"/v1":
             route = "rest"
-            if request.method == b"OPTIONS":
+            # A browser's preflight carries Origin; a plain OPTIONS goes to the REST app,
+            # which answers with the resource's own methods (what its OpenAPI lists).
+            if request.method == b"OPTIONS" and request.origin is not None:
                 status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
             else:
                 status, headers, body = await self._rest(request, path, peer)
