@@ -10,14 +10,17 @@ here too; they have the same signature in both versions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from chaingate.evm import abi
 from chaingate.evm.addresses import address_bytes, checksum_address
 from chaingate.evm.keccak import keccak256
+
+if TYPE_CHECKING:
+    from chaingate.devnet.manifest import Manifest
 
 Version = Literal["0.6", "0.7"]
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
@@ -28,6 +31,19 @@ CANONICAL_ENTRY_POINTS: dict[Version, str] = {
     "0.7": "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
 }
 MANIFEST_TAG: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
+
+
+def entry_point_address(
+    configured: Mapping[str, str], manifest: Manifest | None, version: Version
+) -> str:
+    """The EntryPoint of ``version`` on a network: the configured one, else the devnet
+    manifest's, else the canonical address (wallets and the bundler agree by using this)."""
+    address = configured.get(version)
+    name = f"entry_point_{MANIFEST_TAG[version]}"
+    if not address and manifest is not None and name in manifest.contracts:
+        address = manifest.address(name)
+    return checksum_address(address or CANONICAL_ENTRY_POINTS[version])
+
 
 # The struct handleOps takes, per version (IEntryPoint.sol's UserOperation / PackedUserOperation).
 OP_TUPLE_TYPE: dict[Version, str] = {

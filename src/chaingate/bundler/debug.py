@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
+from chaingate.bundler.methods import address_param
 from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.reputation import ReputationEntry
 from chaingate.bundler.rpcform import encode_user_operation
@@ -28,15 +29,6 @@ def _int(value: Any, name: str) -> int:
     except ValueError:
         pass
     raise BundlerFault(INVALID_PARAMS, f"{name}: expected a number")
-
-
-def _address(value: Any, name: str) -> str:
-    try:
-        if not isinstance(value, str) or len(value) != 42 or value[:2] not in ("0x", "0X"):
-            raise ValueError
-        return checksum_address(bytes.fromhex(value[2:]))
-    except ValueError:
-        raise BundlerFault(INVALID_PARAMS, f"{name}: expected an address") from None
 
 
 class DebugMethods:
@@ -99,7 +91,7 @@ class DebugMethods:
                 raise BundlerFault(INVALID_PARAMS, f"params[0][{i}]: expected an object")
             entries.append(
                 ReputationEntry(
-                    address=_address(item.get("address"), f"params[0][{i}].address").lower(),
+                    address=address_param(item.get("address"), f"params[0][{i}].address").lower(),
                     ops_seen=_int(item.get("opsSeen", 0), f"params[0][{i}].opsSeen"),
                     ops_included=_int(item.get("opsIncluded", 0), f"params[0][{i}].opsIncluded"),
                 )
@@ -125,7 +117,7 @@ class DebugMethods:
     async def stake_status(self, params: Any, principal: Any) -> Any:
         if not isinstance(params, list) or len(params) != 2:
             raise BundlerFault(INVALID_PARAMS, "params: expected [address, entryPoint]")
-        address = _address(params[0], "address")
+        address = address_param(params[0], "address")
         version = self.net.version_of(params[1])
         entry_point = self.net.entry_points[version]
         data = abi.encode_call("getDepositInfo(address)", address)

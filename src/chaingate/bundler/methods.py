@@ -53,7 +53,8 @@ def _hash(value: Any) -> str:
     return "0x" + value[2:].lower()
 
 
-def _address(value: Any, name: str) -> str:
+def address_param(value: Any, name: str) -> str:
+    """A parameter that must be an address, checksummed; -32602 naming it otherwise."""
     try:
         if not isinstance(value, str) or value[:2] not in ("0x", "0X") or len(value) != 42:
             raise ValueError
@@ -229,7 +230,7 @@ class BundlerMethods:
 
     async def pending(self, params: Any, principal: Any) -> Any:
         (value,) = _params(params, 1, 1, "[sender]")
-        sender = _address(value, "sender")
+        sender = address_param(value, "sender")
         return [_pending_view(e) for e in self.net.mempool.by_sender(sender)]
 
 

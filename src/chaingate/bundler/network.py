@@ -26,6 +26,7 @@ from chaingate.bundler.mempool import Entry, Mempool, op_gas
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
+from chaingate.bundler.tracing import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
 from chaingate.evm import abi
@@ -478,16 +479,10 @@ class BundlerNetwork:
     async def _drop_changed_code(self, entries: list[Entry]) -> list[Entry]:
         """Safe mode: an operation whose validation touched code that changed since (a
         contract destroyed or deployed at an address it read) is dropped."""
-        addresses = sorted({a for e in entries for a, _ in e.code_hashes})
+        addresses = {a for e in entries for a, _ in e.code_hashes}
         if not addresses:
             return entries
-        from chaingate.evm.keccak import keccak256
-
-        codes = await self.client.batch([("eth_getCode", [a, "latest"]) for a in addresses])
-        now: dict[str, str] = {}
-        for address, code in zip(addresses, codes, strict=True):
-            if isinstance(code, str):
-                now[address] = "0x" + keccak256(bytes.fromhex(code[2:])).hex()
+        now = await code_hashes(self.client, addresses)
         kept = []
         for e in entries:
             if all(now.get(a, h) == h for a, h in e.code_hashes):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, MANIFEST_TAG, VERSIONS, Version
+from chaingate.aa.userop import VERSIONS, Version, entry_point_address
 from chaingate.bundler.admission import Admission
 from chaingate.bundler.mempool import Mempool, MempoolLimits
 from chaingate.bundler.methods import BundlerMethods
@@ -31,7 +31,6 @@ from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.devnet.manifest import load_manifest
-from chaingate.evm.addresses import checksum_address
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
@@ -58,12 +57,7 @@ def _entry_points(net: NetworkSettings, key: str) -> dict[Version, str]:
     for version in VERSIONS:
         if version not in net.bundler.entry_points:
             continue
-        address = net.wallets.entry_points.get(version)
-        if not address and manifest is not None:
-            name = f"entry_point_{MANIFEST_TAG[version]}"
-            if name in manifest.contracts:
-                address = manifest.address(name)
-        served[version] = checksum_address(address or CANONICAL_ENTRY_POINTS[version])
+        served[version] = entry_point_address(net.wallets.entry_points, manifest, version)
     if not served:
         raise ConfigError(f"chains.{key.replace('/', '.')}.bundler.entry_points: name one")
     return served

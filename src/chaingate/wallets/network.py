@@ -15,8 +15,8 @@ from decimal import Decimal
 import trio
 
 from chaingate.aa.accounts import AccountFactory, FactoryMismatch, learn_factory
-from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, Version
 from chaingate.aa.userop import MANIFEST_TAG as _TAG
+from chaingate.aa.userop import Version, entry_point_address
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, NetworkSettings
 from chaingate.devnet.manifest import Manifest
@@ -97,12 +97,9 @@ class WalletNetwork:
             ) from None
         for version in VERSIONS:
             tag = _TAG[version]
-            entry_point = (
-                wallets.entry_points.get(version)
-                or _from_manifest(manifest, f"entry_point_{tag}")
-                or CANONICAL_ENTRY_POINTS[version]
+            self.entry_points[version] = entry_point_address(
+                wallets.entry_points, manifest, version
             )
-            self.entry_points[version] = checksum_address(entry_point)
             factory = (
                 wallets.factories.get(version)
                 or _from_manifest(manifest, f"simple_account_factory_{tag}")
