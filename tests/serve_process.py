@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -136,3 +137,38 @@ class ServeProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class KillableServe:
+    """A ``chaingate serve --config`` process started and killed (``kill -9``) at will, its
+    stderr appended to ``log``: for crash tests, which restart it on the same data."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+        self.config = config
+        self.env = env
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "chaingate", "serve", "--config", str(self.config)],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        return self.process
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +37,7 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey
 from tests.conftest import DEVNET_SIGNER
+from tests.serve_process import KillableServe
 from tests.test_aa_devnet import TAGS, NodeCaller, build_op
 from tests.test_indexer_restart import wait_for_health
 
@@ -84,7 +83,7 @@ def config_text(
     )
 
 
-class Server:
+class Server(KillableServe):
     """One ``chaingate serve`` process at a time over the same data dir, store and port."""
 
     def __init__(
@@ -103,10 +102,11 @@ class Server:
         self.data_dir.mkdir()
         self.manifest_path = tmp / "manifest.json"
         self.manifest_path.write_bytes(dumps(manifest))
-        self.config = self.data_dir / "chaingate.toml"
-        self.env = {**os.environ, "CHAINGATE_STORE__URL": store_url}
-        self.log = self.data_dir / "stderr.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(
+            self.data_dir / "chaingate.toml",
+            {**os.environ, "CHAINGATE_STORE__URL": store_url},
+            self.data_dir / "stderr.log",
+        )
         self._id = 0
 
     async def start(self, mode: str, resend_after: float = 30.0, **timing: Any) -> None:
@@ -125,28 +125,7 @@ class Server:
                 **timing,
             )
         )
-        with self.log.open("ab") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "chaingate", "serve", "--config", str(self.config)],
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        return self.process
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        return self.spawn()
 
     async def call(self, method: str, *params: Any, seconds: float = 30) -> dict[str, Any]:
         self._id += 1

@@ -13,9 +13,6 @@ deliveries in flight and those acknowledged but not yet recorded, which the sett
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +30,7 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.store import open_store
 from tests.conftest import DEVNET_SIGNER
+from tests.serve_process import KillableServe
 from tests.test_indexer_restart import wait_for_health
 from tests.webhook_receiver import Receiver
 
@@ -75,38 +73,6 @@ def config_text(data_dir: Path, port: int, anvil_url: str, manifest: Path, head:
     )
 
 
-class Server:
-    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
-        self.config = config
-        self.env = env
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> subprocess.Popen[bytes]:
-        with self.log.open("ab") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "chaingate", "serve", "--config", str(self.config)],
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        return self.process
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-
-
 def transfers_to(node: AnvilProcess, token: str, watched: str, first: int) -> set[str]:
     logs = rpc(
         node,
@@ -141,9 +107,9 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
         await store.migrate()
         account = await admin.ensure_account(store, "crash@hooks", "enterprise")
         key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "crash", "test")
-    server = Server(config, env, data_dir / "stderr.log")
+    server = KillableServe(config, env, data_dir / "stderr.log")
     try:
-        process = server.start()
+        process = server.spawn()
         await wait_for_health(port, process)
         watched = manifest.accounts[8]
         token = manifest.address("erc20_cgt")
@@ -183,7 +149,7 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
         server.kill()
         for amount in range(21, 41):
             transfer(amount)  # while it is down
-        process = server.start()
+        process = server.spawn()
         await wait_for_health(port, process)
         for amount in range(41, 51):
             transfer(amount)
