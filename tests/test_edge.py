@@ -255,7 +255,8 @@ async def test_a_bug_in_a_handler_is_a_500_not_a_dead_server(
 
     original = service.handle
     service.handle = broken  # type: ignore[method-assign]
-    raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_chainId")))
+    # eth_getLogs is answered by the Python handler (range planning), not the fast lane.
+    raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_getLogs", [{}])))
     (response,) = parse_responses(raw, ["POST"])
     assert response.status == 500
     assert response.json()["error"] == {
@@ -265,4 +266,25 @@ async def test_a_bug_in_a_handler_is_a_500_not_a_dead_server(
     }
     assert b"Traceback" not in raw and b"simulated" not in raw
     service.handle = original  # type: ignore[method-assign]
+    assert (await gw.rpc("eth_chainId"))["result"] == "0x7a69"
+
+
+async def test_a_bug_in_the_fast_lane_is_a_500_not_a_dead_server(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    gw = await start_gateway([anvil.url])
+    lane = gw.gateway.lane
+    original = lane.admission
+
+    class Broken(gw.gateway.impl.fastlane.OpenAdmission):  # type: ignore[misc,name-defined]
+        def principal(self, request: Any, group: str, testnet: bool) -> Any:
+            raise RuntimeError("simulated bug")
+
+    lane.admission = Broken(original.anonymous)
+    raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_chainId")))
+    (response,) = parse_responses(raw, ["POST"])
+    assert response.status == 500
+    assert response.headers["connection"] == "close"
+    assert b"Traceback" not in raw and b"simulated" not in raw
+    lane.admission = original
     assert (await gw.rpc("eth_chainId"))["result"] == "0x7a69"

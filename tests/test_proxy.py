@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from chaingate.auth.gate import OpenGate
+from chaingate.auth.gate import ANONYMOUS, OpenGate
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from tests.conftest import StartGateway
 from tests.helpers import exchange, parse_responses, post_bytes
@@ -410,6 +410,14 @@ async def test_compute_units_follow_the_method_table(
     gw = await start_gateway([anvil.url])
     service = gw.gateway.services["ethereum/devnet"]
     service._gate = RecordingGate()  # the seam issue 3 fills with keys and limits
+
+    class RecordingAdmission(gw.gateway.impl.fastlane.OpenAdmission):  # type: ignore[misc,name-defined]
+        def admit(
+            self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+        ) -> None:
+            admitted.append((reads, writes, requests, cu, tcu))
+
+    gw.gateway.lane.admission = RecordingAdmission(ANONYMOUS)  # the fast lane's seam
     slot = "0x0"
     await gw.rpc("eth_blockNumber")
     await gw.rpc("eth_getStorageAt", [ACCOUNT, slot, "latest"])

@@ -15,6 +15,9 @@ PARTIAL_BODY_MIN = 16384
 # Marker for an Expect header other than 100-continue (answered with 417).
 EXPECT_OTHER = 2
 
+# States of a client connection in the edge loop (edgeloop: Conn.state).
+IDLE, READING, BUSY, WRITING, LINGER, UPGRADED, CLOSED = 0, 1, 2, 3, 4, 5, 6
+
 # JSON nesting deeper than this is refused (protects the scanner's recursion).
 MAX_JSON_DEPTH = 128
 

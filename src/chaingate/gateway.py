@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +33,7 @@ from chaingate.chain.follower import Follower
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.data.service import DataPlane
 from chaingate.edge.asgi import AsgiBridge
+from chaingate.edge.lane import build_lane
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
 from chaingate.gas.oracle import GasOracle
@@ -198,6 +200,7 @@ class Gateway:
             self.registry,
             self.access_log,
             settings.observability.admin_token,
+            self.impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
             self.bundlers,
         )
         # Cached REST answers die with the data under them: when any index moves.
@@ -212,14 +215,21 @@ class Gateway:
             self.keys.limits_of if self.keys is not None else None,
         )
         self.ws.attach(self.followers, self.clients)
+        # One budget of answer bytes for every RPC service (rpc/answers.py): batches being
+        # assembled that hold all of it make the edge shed new work at the door.
+        self.answers = RpcService.share_answers(
+            self.services.values(),
+            self.impl.fastlane.AnswerBudget(settings.rpc.max_assembling_bytes),
+        )
+        self.lane = build_lane(self.impl, self.services, self.gate, self.routes, self.access_log)
         self.edge = EdgeServer(
             settings.server,
             self.impl,
             self.routes,
+            self.lane,
+            self.answers,
             self.ws,
             _reserved_fds(settings),
-            # Batches being assembled hold their whole budget: shed new work at the door.
-            overloaded=lambda: self.answers.exhausted,
         )
         self._shutdown = trio.Event()
         register_service_families(self)
@@ -233,11 +243,7 @@ class Gateway:
             self.bundler.register_metrics(self.registry)
         if self.webhooks is not None:
             self.webhooks.register_metrics(self.registry)
-        # One budget of answer bytes for every RPC service; each follower witnesses its pool's
-        # heads (rpc/answers.py, rpc/heads.py).
-        self.answers = RpcService.share_answers(
-            self.services.values(), settings.rpc.max_assembling_bytes
-        )
+        # Each follower witnesses its pool's heads (rpc/heads.py).
         for key, follower in self.followers.items():
             self.services[key].pool.witness = follower
 
@@ -280,7 +286,7 @@ class Gateway:
         assert self.store is not None
         plans = Plans.load(config_file(settings, settings.auth.plans_file))
         self.keys = KeyRegistry(self.store, plans, settings.auth.pepper.encode(), self.impl.limiter)
-        key_gate = KeyGate(self.keys, self.impl.limiter)
+        key_gate = KeyGate(self.keys, self.impl.limiter, self.impl.fastlane)
         self.usage_writer = UsageWriter(self.store, key_gate.meter, self.keys)
         if settings.auth.redis_url:
             self.shared = key_gate.shared = SharedLimits(

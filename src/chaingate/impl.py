@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from types import ModuleType
 
-NATIVE_MODULES = ("http1", "jsonrpc", "limiter")
+NATIVE_MODULES = ("http1", "jsonrpc", "limiter", "fastlane", "edgeloop")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class Impl:
     http1: ModuleType
     jsonrpc: ModuleType
     limiter: ModuleType
+    fastlane: ModuleType
+    edgeloop: ModuleType
 
 
 def _load(package: str, name: str) -> Impl:

@@ -34,6 +34,9 @@ from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.peers import peer_group
 
+# Why an admission was refused (``KeyAdmission.take``; the twins define the same numbers).
+NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA = 1, 2, 3
+
 log = logging.getLogger("chaingate.auth")
 
 RAW_KEY_CACHE = 100_000  # recently seen raw keys, to skip the HMAC (memory only, never logged)
@@ -70,6 +73,11 @@ class KeyRegistry:
         self._key_cursor = 0
         self._account_cursor = 0
         self.used: set[str] = set()  # key ids used since the last touch of last_used_at
+
+    @property
+    def recent(self) -> dict[bytes, Principal]:
+        """Raw keys seen recently and their principals (the fast lane reads it directly)."""
+        return self._by_raw
 
     def lookup(self, raw: bytes) -> Principal | None:
         principal = self._by_raw.get(raw)
@@ -205,18 +213,32 @@ class KeyRegistry:
 
 
 class KeyGate:
-    def __init__(self, registry: KeyRegistry, limiter: Any) -> None:
+    def __init__(self, registry: KeyRegistry, limiter: Any, fastlane: Any) -> None:
+        """``limiter`` and ``fastlane``: the twins' modules (compiled or pure)."""
         self.registry = registry
         self._limiter = limiter
         self._meter = limiter.UsageMeter()
         self._anonymous: OrderedDict[str, Any] = OrderedDict()
-        self.shared: Any = None  # SharedLimits when several processes share a plan
         # Refused requests by (status, reason), for /metrics.
         self.refusals: defaultdict[tuple[int, str], int] = defaultdict(int)
+        # The admission rule (scopes, quota, buckets) and the fast lane's key check live in
+        # the compiled twin; refusals are worded here (``rejection``).
+        self.admission: Any = fastlane.KeyAdmission(
+            self, registry.recent, self._anonymous, registry.used
+        )
 
     @property
     def meter(self) -> Any:
         return self._meter
+
+    @property
+    def shared(self) -> Any:
+        """SharedLimits when several processes share a plan (Redis), else None."""
+        return self.admission.shared
+
+    @shared.setter
+    def shared(self, shared: Any) -> None:
+        self.admission.shared = shared
 
     # --- authentication ---------------------------------------------------------------------
 
@@ -322,51 +344,37 @@ class KeyGate:
     def admit(
         self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Rejection | None:
-        scopes = principal.scopes
-        if reads and "rpc:read" not in scopes:
+        return self.admission.admit(principal, reads, writes, requests, cu, tcu)  # type: ignore[no-any-return]
+
+    def rejection(self, why: int, wait: float, epoch: float) -> Rejection:
+        """The refusal of an admission (``KeyAdmission.take`` said why), counted."""
+        if why == NO_READ_SCOPE:
             self.refusals[(403, "scope")] += 1
             return Rejection(403, "forbidden", "this API key lacks the rpc:read scope")
-        if writes and "rpc:write" not in scopes:
+        if why == NO_WRITE_SCOPE:
             self.refusals[(403, "scope")] += 1
             return Rejection(403, "forbidden", "this API key lacks the rpc:write scope")
-        epoch = time.time()
-        day = utc_day(epoch)
-        wait = principal.limiter.admit(time.monotonic(), day, requests, tcu, principal.quota)
-        if wait < 0:
+        if why == DAY_QUOTA:
             self.refusals[(429, "day_quota")] += 1
-            until_tomorrow = (day + 1) * SECONDS_PER_DAY - epoch
+            until_tomorrow = (utc_day(epoch) + 1) * SECONDS_PER_DAY - epoch
             return Rejection(
                 429,
                 "rate_limited",
                 "daily request quota of the plan exhausted",
                 b"Retry-After: %d\r\n" % math.ceil(until_tomorrow),
             )
-        if wait:
-            self.refusals[(429, "rate")] += 1
-            return Rejection(
-                429,
-                "rate_limited",
-                "rate limit exceeded (requests or compute units per second)",
-                b"Retry-After: %d\r\n" % math.ceil(wait),
-            )
-        if self.shared is not None:
-            principal.pending_requests += requests
-            principal.pending_units += tcu
-            self.shared.note(principal)
-        return None
+        self.refusals[(429, "rate")] += 1
+        return Rejection(
+            429,
+            "rate_limited",
+            "rate limit exceeded (requests or compute units per second)",
+            b"Retry-After: %d\r\n" % math.ceil(wait),
+        )
 
     def record(
         self, principal: Principal, method: str, requests: int, cu: int, errors: int
     ) -> None:
-        self._meter.record(
-            principal.key_id,
-            principal.account_id,
-            method,
-            int(time.time() // 60),
-            requests,
-            cu,
-            errors,
-        )
+        self.admission.record(principal, method, requests, cu, errors)
 
     def response_headers(self, principal: Principal) -> bytes:
-        return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]
+        return self.admission.headers(principal)  # type: ignore[no-any-return]

@@ -22,11 +22,10 @@ routed, handed to the REST app and logged.
 from __future__ import annotations
 
 import hmac
-import os
-import re
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from time import perf_counter, time
+from time import perf_counter
 from typing import Any
 
 from chaingate.api.routing import RestApi
@@ -36,14 +35,15 @@ from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
 from chaingate.edge.restcache import CacheKey, RestCache
-from chaingate.obs.logs import AccessEntry, AccessLog
+from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.service import RpcService
 
-_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+log = logging.getLogger("chaingate.edge")
+
 _RPC_PREFIX = b"/v1/rpc/"  # 8 bytes; the chain/network tail follows
 _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
@@ -97,8 +97,11 @@ class Routes:
         registry: Registry,
         access_log: AccessLog,
         admin_token: str,
+        ids: Any,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
+        """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
+        with the fast lane."""
         self._services = {key.encode(): service for key, service in services.items()}
         self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
@@ -114,10 +117,9 @@ class Routes:
         self._registry = registry
         self._access_log = access_log
         self._admin_token = admin_token.encode()
-        self._id_prefix = os.urandom(4).hex().encode()
-        self._id_counter = 0
+        self.ids = ids
         self.latency = LatencyHistogram()
-        self._route_latency = {route: self.latency.series(route) for route in _ROUTES}
+        self.route_latency = {route: self.latency.series(route) for route in _ROUTES}
         # Answered requests by route, then by status.
         self.statuses: dict[str, defaultdict[int, int]] = {
             route: defaultdict(int) for route in _ROUTES
@@ -131,94 +133,83 @@ class Routes:
             for status, n in counts.items()
         }
 
-    def _request_id(self, request: Any) -> bytes:
-        supplied = request.request_id
-        if supplied is not None and _REQUEST_ID.fullmatch(supplied):
-            return supplied  # type: ignore[no-any-return]
-        self._id_counter += 1
-        return b"%s-%x" % (self._id_prefix, self._id_counter)
-
     async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
         started = perf_counter()
-        request_id = self._request_id(request)
+        request_id: bytes = self.ids.take(request.request_id)
         label = ""
         cache = b""
-        refused: str | None = None
+        route = "other"
         try:
             path = normalize_path(request.path)
         except PathError as exc:
             path = request.path
-            refused = str(exc)
-        if refused is not None:
-            route = "other"
-            status, headers, body = 400, JSON, error_body(400, refused)
-        elif path.startswith(_RPC_PREFIX):
-            route = "rpc"
-            # The JSON-RPC route, inline (no extra coroutine): it is the hot path.
-            tail = path[8:]
-            service = self._services.get(tail)
-            if service is None and tail.endswith(b"/"):
-                # A trailing slash names the same endpoint (URL joins in clients add one).
-                tail = tail[:-1]
-                service = self._services.get(tail)
-            if request.method == b"OPTIONS":  # a browser's preflight: no key to check
-                status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
-            elif service is None:
-                status, headers, body = 404, JSON, error_body(404, "unknown chain or network")
-            elif request.method != b"POST":
-                status, headers, body = (
-                    405,
-                    JSON + _ALLOW_POST,
-                    error_body(405, "JSON-RPC requests must be POST"),
-                )
-            else:
-                gate = self._gate
-                principal = gate.authenticate(request, peer, self._networks[tail], None)
-                if isinstance(principal, Rejection):
-                    status, headers, body = _rejected(principal, b"", request)
-                else:
-                    reply = await service.handle(request.body, principal)
-                    label = reply.label
-                    rate_headers = gate.response_headers(principal)
-                    if reply.rejection is not None:
-                        status, headers, body = _rejected(
-                            reply.rejection, rate_headers, request, reply.body
-                        )
-                    else:
-                        cache = reply.cache
-                        headers = (
-                            _RPC_HEADERS[cache] + rate_headers
-                            if rate_headers
-                            else _RPC_HEADERS[cache]
-                        )
-                        body = reply.body if reply.body is not None else b""
-                        status = 200 if reply.body is not None else 204
+            status, headers, body = 400, JSON, error_body(400, str(exc))
         else:
-            route, status, headers, body = await self._other(request, path, peer)
+            try:
+                if path.startswith(_RPC_PREFIX):
+                    route = "rpc"
+                    status, headers, body, label, cache = await self._rpc(request, path, peer)
+                else:
+                    route, status, headers, body = await self._other(request, path, peer)
+            except Exception:
+                # A bug of ours costs this request a 500 (logged, and in the access log like
+                # every answer), never the listener.
+                log.exception("unhandled error while answering a request")
+                status, headers = 500, JSON
+                body = error_body(500, "internal error; retry with exponential backoff")
+                request.keep_alive = False
         elapsed = perf_counter() - started
-        self._route_latency[route].observe(elapsed)
+        self.route_latency[route].observe(elapsed)
         self.statuses[route][status] += 1
         access_log = self._access_log
         if access_log.enabled:
-            access_log.write(
-                AccessEntry(
-                    access_log.timestamp(time()),
-                    "info",
-                    "request",
-                    request_id.decode(),
-                    peer,
-                    request.method.decode("latin-1"),
-                    loggable_path(path),
-                    status,
-                    int(elapsed * 1_000_000),
-                    len(body),
-                    label,
-                    cache.decode(),
-                )
+            access_log.write_request(
+                request_id.decode(),
+                peer,
+                request.method.decode("latin-1"),
+                loggable_path(path),
+                status,
+                int(elapsed * 1_000_000),
+                len(body),
+                label,
+                cache.decode(),
             )
         if request.origin is not None and route != "metrics":
             headers += cors.answer_headers(request.origin)
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
+
+    async def _rpc(
+        self, request: Any, path: bytes, peer: str
+    ) -> tuple[int, bytes, bytes, str, bytes]:
+        """A JSON-RPC request the fast lane left to Python: status, headers, body, the
+        access log's label and X-Cache value."""
+        tail = path[8:]
+        service = self._services.get(tail)
+        if service is None and tail.endswith(b"/"):
+            # A trailing slash names the same endpoint (URL joins in clients add one).
+            tail = tail[:-1]
+            service = self._services.get(tail)
+        if request.method == b"OPTIONS":  # a browser's preflight: no key to check
+            return (*cors.preflight(request.origin, cors.RPC_METHODS), "", b"")
+        if service is None:
+            return 404, JSON, error_body(404, "unknown chain or network"), "", b""
+        if request.method != b"POST":
+            body = error_body(405, "JSON-RPC requests must be POST")
+            return 405, JSON + _ALLOW_POST, body, "", b""
+        gate = self._gate
+        principal = gate.authenticate(request, peer, self._networks[tail], None)
+        if isinstance(principal, Rejection):
+            return (*_rejected(principal, b"", request), "", b"")
+        reply = await service.handle(request.body, principal)
+        rate_headers = gate.response_headers(principal)
+        if reply.rejection is not None:
+            status, headers, body = _rejected(reply.rejection, rate_headers, request, reply.body)
+            return status, headers, body, reply.label, b""
+        cache = reply.cache
+        headers = _RPC_HEADERS[cache] + rate_headers if rate_headers else _RPC_HEADERS[cache]
+        if reply.body is None:
+            return 204, headers, b"", reply.label, cache
+        return 200, headers, reply.body, reply.label, cache
 
     async def _other(self, request: Any, path: bytes, peer: str) -> tuple[str, int, bytes, bytes]:
         """Route, status, header lines and body of a request that is not JSON-RPC."""

@@ -1,24 +1,28 @@
 """The edge: chaingate's one public listener, an HTTP/1.1 server written for trio.
 
-Per connection one task reads, frames (compiled ``http1``), hands each request to the handler
-and writes the response, in order — keep-alive and pipelining included.  The socket is used
-directly (see ``chaingate.netio``): a request that arrives whole and is answered at once costs
-one wait for readability and no other trip through the scheduler.
+Connections are accepted here and handed to the edge loop (compiled ``edgeloop``, see its
+docstring): one epoll set holds them all and one task of this server serves it — on
+readiness the loop reads, frames, answers JSON-RPC requests through the fast lane and writes,
+without a trio task switch per request.  What the loop does not answer itself comes back
+here as a hand-off, answered in a task of its own by the handler (``chaingate.edge.routes``):
+REST, the bundler, metrics, WebSocket upgrades, compressed bodies, and the JSON-RPC requests
+the lane leaves to Python (docs/decisions/edge.md says which).
 
 Timeouts are not one cancel scope per read: a sweeper task looks at every connection a few
-times a second and cancels the ones that overstayed their state — idle keep-alive, a client
-too slow to finish sending a request (answered 408), or too slow to read a response.
+times a second and closes the ones that overstayed their state — idle keep-alive, a client
+too slow to finish sending a request (answered 408), too slow to read a response, or
+lingering after an error.
 
 Shutdown: ``begin_shutdown`` closes the listener and every idle connection at once; a busy
 connection finishes its request, answers with ``Connection: close`` and closes.
 
 Upgrades: a request carrying ``Upgrade:`` is first offered to ``upgrades`` (the WebSocket
-endpoint).  When it accepts, the edge writes its ``101``, hands it the socket and every byte
-already read past the request, and steps aside: the connection leaves the HTTP states (the
-sweeper's timeouts no longer apply; the upgraded protocol keeps its own) but stays counted,
-so shutdown waits for it like for any other connection.
+endpoint).  When it accepts, the loop gives the socket away with every byte already read
+past the request; the edge writes the ``101`` and steps aside: the connection leaves the
+loop (the sweeper's timeouts no longer apply; the upgraded protocol keeps its own) but stays
+counted, so shutdown waits for it like for any other connection.
 
-Bounds (docs/decisions.md, "Edge"): connections at most what the file descriptors allow
+Bounds (docs/decisions/edge.md): connections at most what the file descriptors allow
 (``edge.limits``), per client address too; at a cap the longest-idle connection makes room,
 else the newcomer gets a 503 at once — never a hang in the backlog.  Idle connections are
 closed sooner under pressure.  Answer bytes that slow clients have not taken are counted over
@@ -32,7 +36,6 @@ import errno
 import logging
 import socket
 from collections import defaultdict
-from collections.abc import Callable
 from time import monotonic
 from typing import Any, Protocol
 
@@ -44,25 +47,19 @@ from chaingate.config import ServerSettings
 from chaingate.edge import compression
 from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_limit
 from chaingate.edge.responses import JSON, DateHeader, error_body
+from chaingate.framing_constants import IDLE, LINGER, READING, WRITING
 from chaingate.impl import Impl
 from chaingate.peers import peer_group
 
 log = logging.getLogger("chaingate.edge")
 
-IDLE, READING, BUSY, WRITING, UPGRADED, EVICTED = 0, 1, 2, 3, 4, 5
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-# A body at least this large is written after its header section as it is (one sendmsg),
-# not copied into one message with it.
-LARGE_BODY = 64 << 10
 # "accept failed" is logged at most this often (with the count since the last line).
 ACCEPT_ERROR_LOG_SECONDS = 10.0
-# Requests answered back to back without the task ever parking before it yields anyway.
+# Connections accepted back to back before the accepting task yields anyway.
 FAIRNESS_BATCH = 64
-# After an error answer, how long and how much of the client's remaining input we read and
-# discard before closing: closing with unread input makes the kernel send a reset, which can
-# destroy the answer (a 413) before the client has read it.
+# How long a connection closing after an error answer may linger, reading and discarding
+# the client's remaining input (see edgeloop: closing on unread input resets the connection).
 LINGER_SECONDS = 2.0
-LINGER_MAX_BYTES = 8 << 20
 
 
 class Handler(Protocol):
@@ -88,41 +85,51 @@ class Upgrades(Protocol):
     def begin_shutdown(self) -> None: ...
 
 
-class _Conn:
-    __slots__ = ("group", "scope", "since", "sock", "state", "timed_out")
-
-    def __init__(self, sock: socket.socket, group: str, now: float) -> None:
-        self.sock = sock
-        self.group = group  # the client address (an IPv6 /64) for per-address caps
-        self.scope = trio.CancelScope()
-        self.state = IDLE
-        self.since = now
-        self.timed_out = False
-
-
 class EdgeServer:
     def __init__(
         self,
         settings: ServerSettings,
         impl: Impl,
         handler: Handler,
+        lane: Any,
+        budget: Any,
         upgrades: Upgrades | None = None,
         reserved_fds: int = 0,
-        overloaded: Callable[[], bool] | None = None,
     ) -> None:
+        """``lane``: the fast lane (``impl.fastlane.Lane``) JSON-RPC requests go to first;
+        ``budget``: the answer bytes batches are assembling (exhausted: new work is shed
+        with 503)."""
         self._settings = settings
         self._http1: Any = impl.http1
         self._handler = handler
         self._upgrades = upgrades
         self._reserved_fds = reserved_fds
-        # Another reason to shed new work: memory held elsewhere (answers being assembled).
-        self._overloaded = overloaded
-        self._conns: set[_Conn] = set()
-        self._by_group: dict[str, set[_Conn]] = {}
+        self._date = DateHeader()
+        self.loop: Any = impl.edgeloop.Loop(
+            impl.http1,
+            lane,
+            limits=(
+                settings.max_request_line,
+                settings.max_header_bytes,
+                settings.max_headers,
+                settings.max_body_bytes,
+            ),
+            max_unsent_bytes=settings.max_unsent_bytes,
+            max_auth_failures=settings.max_auth_failures,
+            compress_min=settings.compress_min_bytes,
+            budget=budget,
+            date=self._date,
+            error_body=error_body,
+            handoff=self._handoff,
+            encode=self._encode_later,
+            closed=self._forget,
+        )
+        self._nursery: trio.Nursery | None = None
+        self._by_group: dict[str, set[Any]] = {}
+        self._upgraded = 0  # connections handed to the upgraded protocol, still open
         self._closing = False
         self._listener: socket.socket | None = None
         self._drained = trio.Event()
-        self._date = DateHeader()
         self.port = 0
         self.limits: ConnectionLimits = connection_limits(settings, 0, reserved_fds)
         self.accepted = 0
@@ -132,10 +139,6 @@ class EdgeServer:
         self.accept_errors = 0
         self._accept_errors_logged = 0
         self._accept_error_logged_at = -ACCEPT_ERROR_LOG_SECONDS
-        # Bytes of answers handed to the kernel's care but not yet taken by their clients.
-        self.unsent_bytes = 0
-        self.overloaded = 0  # requests answered 503 because of unsent_bytes
-        self.framing_errors: defaultdict[int, int] = defaultdict(int)
         # Answers sent coded, by coding; their bytes before and after.
         self.coded: defaultdict[bytes, int] = defaultdict(int)
         self.coded_bytes_in = 0
@@ -143,7 +146,21 @@ class EdgeServer:
 
     @property
     def open_connections(self) -> int:
-        return len(self._conns)
+        return len(self.loop.conns) + self._upgraded
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes of answers handed to the loop but not yet taken by their clients."""
+        return self.loop.unsent_bytes  # type: ignore[no-any-return]
+
+    @property
+    def overloaded(self) -> int:
+        """Requests answered 503 because of unsent_bytes or the answer budget."""
+        return self.loop.overloaded  # type: ignore[no-any-return]
+
+    @property
+    def framing_errors(self) -> dict[int, int]:
+        return self.loop.framing_errors  # type: ignore[no-any-return]
 
     def _bind(self) -> socket.socket:
         settings = self._settings
@@ -180,13 +197,18 @@ class EdgeServer:
             )
         listener = self._listener = self._bind()
         self.port = listener.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._sweeper)
-            task_status.started(self.port)
-            await self._accept_loop(listener, nursery)
-            if self._conns:
-                await self._drained.wait()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._sweeper)
+                nursery.start_soon(self._serve_loop)
+                task_status.started(self.port)
+                await self._accept_loop(listener)
+                if self.open_connections:
+                    await self._drained.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.loop.close_loop()
 
     def begin_shutdown(self) -> None:
         """Stop accepting; close idle connections now and busy ones after their response."""
@@ -197,17 +219,29 @@ class EdgeServer:
             netio.close_socket(self._listener)
         if self._upgrades is not None:
             self._upgrades.begin_shutdown()
-        for conn in list(self._conns):
-            if conn.state == IDLE:
-                conn.scope.cancel()
-        if not self._conns:
-            self._drained.set()
+        self.loop.begin_shutdown()
+        self._check_drained()
 
     async def wait_closed(self) -> None:
         await self._drained.wait()
 
-    async def _accept_loop(self, listener: socket.socket, nursery: trio.Nursery) -> None:
+    def _check_drained(self) -> None:
+        if self._closing and not self.open_connections:
+            self._drained.set()
+
+    async def _serve_loop(self) -> None:
+        """The loop's one task: wait until some connection is ready, serve them all."""
+        loop = self.loop
+        epoll_fd = loop.fileno()
+        while True:
+            if loop.poll():
+                await trio.lowlevel.checkpoint()  # more to do: let everyone else run first
+            else:
+                await wait_readable(epoll_fd)
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
         accepted = 0
+        loop = self.loop
         while not self._closing:
             try:
                 sock, address = listener.accept()
@@ -233,13 +267,20 @@ class EdgeServer:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.accepted += 1
-            conn = _Conn(sock, group, monotonic())
-            self._conns.add(conn)
+            conn = loop.register(sock, peer, group)
             self._by_group.setdefault(group, set()).add(conn)
-            nursery.start_soon(self._connection, conn, peer)
             accepted += 1
             if accepted % FAIRNESS_BATCH == 0:
                 await trio.lowlevel.checkpoint()
+
+    def _forget(self, conn: Any) -> None:
+        """The loop closed ``conn``."""
+        members = self._by_group.get(conn.group)
+        if members is not None:
+            members.discard(conn)
+            if not members:
+                del self._by_group[conn.group]
+        self._check_drained()
 
     def _make_room(self, group: str) -> bool:
         """Whether a new connection from ``group`` may be served, closing the longest-idle
@@ -252,20 +293,21 @@ class EdgeServer:
         ):
             self.refused["per_ip"] += 1
             return False
-        if len(self._conns) >= self.limits.max_connections and not self._evict_idle(self._conns):
+        if self.open_connections >= self.limits.max_connections and not self._evict_idle(
+            self.loop.conns.values()
+        ):
             self.refused["total"] += 1
             return False
         return True
 
-    def _evict_idle(self, conns: set[_Conn]) -> bool:
-        oldest: _Conn | None = None
+    def _evict_idle(self, conns: Any) -> bool:
+        oldest: Any = None
         for conn in conns:
             if conn.state == IDLE and (oldest is None or conn.since < oldest.since):
                 oldest = conn
         if oldest is None:
             return False
-        oldest.state = EVICTED  # not idle any more: the next newcomer evicts another
-        oldest.scope.cancel()
+        self.loop.close(oldest)
         self.evicted += 1
         return True
 
@@ -286,163 +328,54 @@ class EdgeServer:
             self._accept_error_logged_at = now
             self._accept_errors_logged = self.accept_errors
 
-    async def _connection(self, conn: _Conn, peer: str) -> None:
-        sock = conn.sock
-        try:
-            with conn.scope:
-                await self._serve(conn, peer)
-            if conn.timed_out:
-                # Best effort: tell a client that was too slow why it is cut off.
-                body = error_body(408, "request not received in time")
-                netio.try_send(
-                    sock, self._http1.build_response(408, self._date.line() + JSON, body, False)
-                )
-        except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the peer went away; nothing to answer
-        finally:
-            self._conns.discard(conn)
-            members = self._by_group.get(conn.group)
-            if members is not None:
-                members.discard(conn)
-                if not members:
-                    del self._by_group[conn.group]
-            netio.close_socket(sock)
-            if self._closing and not self._conns:
-                self._drained.set()
+    # --- hand-offs: what the loop leaves to Python ----------------------------------------
 
-    async def _serve(self, conn: _Conn, peer: str) -> None:
-        settings = self._settings
-        http1 = self._http1
-        parser = http1.RequestParser(
-            settings.max_request_line,
-            settings.max_header_bytes,
-            settings.max_headers,
-            settings.max_body_bytes,
-        )
-        http_error = http1.HttpError
-        handler = self._handler
-        sock = conn.sock
-        answered = 0
-        auth_failures = 0
-        eof = False
-        eager = False
-        compress_min = settings.compress_min_bytes
-        while True:
-            request = parser.next_event()
-            if request is None:
-                if eof:
-                    return  # the client closed between requests
-                if parser.has_partial:
-                    if parser.take_continue():
-                        await netio.send_all(sock, CONTINUE)
-                    if conn.state != READING:
-                        conn.state = READING
-                        conn.since = monotonic()
-                else:
-                    if self._closing:
-                        return
-                    if conn.state != IDLE:
-                        conn.state = IDLE
-                        conn.since = monotonic()
-                data = await netio.recv_next(sock, eager)
-                if data:
-                    eager = len(data) == netio.RECV_SIZE
-                    parser.feed(data)
-                else:
-                    eof = True
-                    parser.feed_eof()
-                continue
-            if isinstance(request, http_error):
-                self.framing_errors[request.status] += 1
-                if eof:
-                    return  # the client hung up mid-request: nobody left to answer
-                body = error_body(request.status, request.message)
-                response = http1.build_response(
-                    request.status, self._date.line() + JSON, body, False
-                )
-                await self._write(conn, response)
-                await self._linger(conn)
-                return
-            conn.state = BUSY
-            ticket = None
-            asked_keep_alive = request.keep_alive
-            try:
-                if self.unsent_bytes > settings.max_unsent_bytes or (
-                    self._overloaded is not None and self._overloaded()
-                ):
-                    # Memory held for clients that do not read is at its bound: shed new work
-                    # before it grows (the backlog drains or times out within seconds).
-                    self.overloaded += 1
-                    status, headers = 503, JSON + b"Retry-After: 1\r\n"
-                    body = error_body(503, "server overloaded: retry shortly")
-                elif request.content_encoding is not None and (
-                    refusal := _decode_body(request, settings.max_body_bytes)
-                ):
-                    status, headers, body = refusal
-                elif request.upgrade is not None and self._upgrades is not None:
-                    taken = self._upgrades.handshake(request, peer)
-                    if taken is None:
-                        taken = await handler(request, peer)
-                    elif not isinstance(taken, tuple):
-                        ticket = taken
-                    if ticket is None:
-                        status, headers, body = taken
-                else:
-                    status, headers, body = await handler(request, peer)
-            except Exception:
-                # A bug of ours must cost this request a 500, never the whole listener.
-                log.exception("unhandled error while answering a request")
-                status, headers = 500, JSON
-                body = error_body(500, "internal error; retry with exponential backoff")
-                request.keep_alive = False
-            if ticket is not None:
-                await self._upgrade(conn, peer, parser, ticket)
-                return
-            accept = request.accept_encoding
-            # The size test first: a small answer is coded only when the client refused
-            # identity ("identity;q=0", "*;q=0"), which needs a "=0" somewhere.
-            if (
-                accept is not None
-                and compress_min
-                and body
-                and (len(body) >= compress_min or b"=0" in accept)
+    def _handoff(self, conn: Any, request: Any) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._answer, conn, request)
+
+    def _encode_later(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._encode_and_answer, conn, status, headers, body)
+
+    async def _answer(self, conn: Any, request: Any) -> None:
+        """Answer one handed-off request (the loop waits for it before the connection's
+        next one)."""
+        peer = conn.peer
+        ticket = None
+        try:
+            if request.content_encoding is not None and (
+                refusal := _decode_body(request, self._settings.max_body_bytes)
             ):
-                headers, body = await self._encode(accept, status, headers, body)
-            if status == 401:
-                auth_failures += 1
-                if auth_failures >= settings.max_auth_failures:
-                    request.keep_alive = False  # a key guesser gets a new handshake per try
-            keep_alive = request.keep_alive and not self._closing
-            http10 = request.version == 10
-            has_content = body and status >= 200 and status not in (204, 304)
-            if has_content and len(body) >= LARGE_BODY:
-                head = http1.build_response_head(
-                    status, self._date.line() + headers, len(body), keep_alive, http10
-                )
-                await self._write(conn, head, b"" if request.method == b"HEAD" else body)
+                status, headers, body = refusal
+            elif request.upgrade is not None and self._upgrades is not None:
+                taken = self._upgrades.handshake(request, peer)
+                if taken is None:
+                    taken = await self._handler(request, peer)
+                elif not isinstance(taken, tuple):
+                    ticket = taken
+                if ticket is None:
+                    status, headers, body = taken
             else:
-                response = http1.build_response(
-                    status, self._date.line() + headers, body, keep_alive, http10
-                )
-                if request.method == b"HEAD" and has_content:
-                    # HEAD: the headers of the GET answer (Content-Length included), no content.
-                    # (204/304 answers never carry a body, so there is nothing to cut.)
-                    response = response[: len(response) - len(body)]
-                # The whole answer in one send, as a rule: no coroutine unless the kernel
-                # leaves some of it for later.
-                sent = netio.try_send(conn.sock, response)
-                if sent < len(response):
-                    await self._write(conn, response[sent:])
-            if not keep_alive:
-                if asked_keep_alive and not self._closing:
-                    # We close a connection the client meant to keep (its key guesses, a bug
-                    # of ours): pipelined requests may be on their way, and closing on unread
-                    # input resets the connection, which can destroy this answer.
-                    await self._linger(conn)
-                return
-            answered += 1
-            if answered % FAIRNESS_BATCH == 0:
-                await trio.lowlevel.checkpoint()
+                status, headers, body = await self._handler(request, peer)
+        except Exception:
+            # A bug of ours must cost this request a 500, never the whole listener; the
+            # access log has it like any other answer.
+            log.exception("unhandled error while answering a request")
+            status, headers = 500, JSON
+            body = error_body(500, "internal error; retry with exponential backoff")
+            request.keep_alive = False
+        if ticket is not None:
+            await self._upgrade(conn, ticket)
+            return
+        if _wants_coding(request, body, self._settings.compress_min_bytes):
+            headers, body = await self._encode(request.accept_encoding, status, headers, body)
+        self.loop.answer(conn, status, headers, body)
+
+    async def _encode_and_answer(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
+        request = conn.request
+        headers, body = await self._encode(request.accept_encoding, status, headers, body)
+        self.loop.answer(conn, status, headers, body)
 
     async def _encode(
         self, accept: bytes, status: int, headers: bytes, body: bytes
@@ -465,55 +398,30 @@ class EdgeServer:
         self.coded_bytes_out += len(coded)
         return headers + compression.coded_headers(coding), coded
 
-    async def _upgrade(self, conn: _Conn, peer: str, parser: Any, ticket: Any) -> None:
+    async def _upgrade(self, conn: Any, ticket: Any) -> None:
         upgrades = self._upgrades
         assert upgrades is not None
+        fd, leftover = self.loop.detach(conn)
+        self._forget(conn)
+        sock = socket.socket(fileno=fd)
+        self._upgraded += 1
         try:
-            await self._write(conn, ticket.response)
-        except BaseException:
-            upgrades.release_unused(ticket)
-            raise
-        conn.state = UPGRADED
-        try:
-            await upgrades.serve(conn.sock, peer, parser.take_buffered(), ticket)
-        except Exception:
-            # A bug of ours must cost this connection, never the listener.
-            log.exception("unhandled error on an upgraded connection")
-
-    async def _write(self, conn: _Conn, data: bytes, tail: bytes = b"") -> None:
-        """Write ``data`` then ``tail``; what the kernel does not take at once is waited for
-        (bounded by the sweeper) and counted in ``unsent_bytes`` meanwhile."""
-        sock = conn.sock
-        sent = netio.try_send_parts(sock, data, tail) if tail else netio.try_send(sock, data)
-        total = len(data) + len(tail)
-        if sent == total:
-            return
-        conn.state = WRITING
-        conn.since = monotonic()
-        left = total - sent
-        self.unsent_bytes += left
-        try:
-            if sent < len(data):
-                await netio.send_all(sock, memoryview(data)[sent:])
-                sent = len(data)
-            if tail:
-                await netio.send_all(sock, memoryview(tail)[sent - len(data) :])
+            try:
+                await netio.send_all(sock, ticket.response)
+            except BaseException:
+                upgrades.release_unused(ticket)
+                raise
+            try:
+                await upgrades.serve(sock, conn.peer, leftover, ticket)
+            except Exception:
+                # A bug of ours must cost this connection, never the listener.
+                log.exception("unhandled error on an upgraded connection")
+        except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the peer went away
         finally:
-            self.unsent_bytes -= left
-
-    async def _linger(self, conn: _Conn) -> None:
-        conn.state = BUSY  # bounded here, not by the sweeper
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            return
-        with trio.move_on_after(LINGER_SECONDS):
-            drained = 0
-            while drained < LINGER_MAX_BYTES:
-                data = await netio.recv_some(conn.sock)
-                if not data:
-                    return
-                drained += len(data)
+            netio.close_socket(sock)
+            self._upgraded -= 1
+            self._check_drained()
 
     async def _sweeper(self) -> None:
         settings = self._settings
@@ -527,23 +435,41 @@ class EdgeServer:
             )
             / 4,
         )
+        loop = self.loop
         while True:
             await trio.sleep(interval)
             now = monotonic()
             idle_timeout = settings.idle_timeout
-            if len(self._conns) * 4 > self.limits.max_connections * 3:
+            if len(loop.conns) * 4 > self.limits.max_connections * 3:
                 idle_timeout = min(idle_timeout, settings.pressure_idle_timeout)
-            for conn in list(self._conns):
+            for conn in list(loop.conns.values()):
                 age = now - conn.since
-                if conn.state == IDLE:
+                state = conn.state
+                if state == IDLE:
                     if age > idle_timeout or self._closing:
-                        conn.scope.cancel()
-                elif conn.state == READING:
+                        loop.close(conn)
+                elif state == READING:
                     if age > settings.client_read_timeout:
-                        conn.timed_out = True
-                        conn.scope.cancel()
-                elif conn.state == WRITING and age > settings.client_write_timeout:
-                    conn.scope.cancel()
+                        # Best effort: tell a client that was too slow why it is cut off.
+                        loop.timeout(conn, 408, "request not received in time")
+                elif state == WRITING:
+                    if age > settings.client_write_timeout:
+                        loop.close(conn)
+                elif state == LINGER and age > LINGER_SECONDS:
+                    loop.close(conn)
+
+
+def _wants_coding(request: Any, body: bytes, compress_min: int) -> bool:
+    """Might the client's Accept-Encoding turn this answer into a coded one?  (The size test
+    first: a small answer is coded only when the client refused identity, which needs a
+    "=0" somewhere.)"""
+    accept = request.accept_encoding
+    return (
+        accept is not None
+        and compress_min > 0
+        and len(body) > 0
+        and (len(body) >= compress_min or b"=0" in accept)
+    )
 
 
 def _refuse_connection(sock: socket.socket, http1: Any, date: DateHeader) -> None:

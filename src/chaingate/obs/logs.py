@@ -138,6 +138,45 @@ class AccessLog:
             if len(buffer) >= self.FLUSH_BYTES:
                 self.flush()
 
+    def write_line(self, line: bytes) -> None:
+        """One line already encoded as ``write`` would encode its entry (the compiled fast
+        lane formats its own; tests/test_fastlane.py proves the bytes equal)."""
+        buffer = self._buffer
+        buffer += line
+        self._lines += 1
+        if len(buffer) >= self.FLUSH_BYTES:
+            self.flush()
+
+    def write_request(
+        self,
+        request_id: str,
+        peer: str,
+        method: str,
+        path: str,
+        status: int,
+        duration_us: int,
+        size: int,
+        rpc: str = "",
+        cache: str = "",
+    ) -> None:
+        """The line of one answered request."""
+        self.write(
+            AccessEntry(
+                self.timestamp(time.time()),
+                "info",
+                "request",
+                request_id,
+                peer,
+                method,
+                path,
+                status,
+                duration_us,
+                size,
+                rpc,
+                cache,
+            )
+        )
+
     def flush(self) -> None:
         """Hand the buffered lines to the sink (which writes them off the event loop)."""
         if not self._buffer:

@@ -2,7 +2,8 @@
 
 A batch's answer is assembled from replies that arrive group by group.  ``Assembly`` counts
 one request's reply bytes against the per-request bound and, for batches, against the
-process-wide ``AnswerBudget`` of bytes being assembled (``rpc.max_assembling_bytes``).  A
+process-wide ``AnswerBudget`` of bytes being assembled (``rpc.max_assembling_bytes``; the
+fast lane's, ``fastlane.AnswerBudget``, shared with it).  A
 reply that does not fit is not built: its call gets a JSON-RPC error instead (see
 docs/decisions.md, "The answer bound").  Once a request is over its bound, reads still in
 flight are abandoned — they could only be refused — through the cancel scopes registered here.
@@ -13,36 +14,13 @@ new work with 503 before memory grows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 # Bytes a reply adds beyond its id and payload: '{"jsonrpc":"2.0","id":' ',"result":' '}' and
 # the comma that separates it from the next reply of a batch.
 REPLY_OVERHEAD = 34
-
-
-class AnswerBudget:
-    """Reply bytes held by batches being assembled, all requests of the process together."""
-
-    __slots__ = ("held", "limit", "refused")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-        self.refused = 0  # replies refused because the budget was spent
-
-    @property
-    def exhausted(self) -> bool:
-        return self.held >= self.limit
-
-    def take(self, size: int) -> bool:
-        if self.held + size > self.limit:
-            self.refused += 1
-            return False
-        self.held += size
-        return True
-
-    def give_back(self, size: int) -> None:
-        self.held = max(0, self.held - size)
 
 
 # Outcomes of ``Assembly.admit``.
@@ -54,7 +32,7 @@ class Assembly:
 
     __slots__ = ("_budget", "_scopes", "limit", "over", "taken", "used")
 
-    def __init__(self, limit: int, budget: AnswerBudget) -> None:
+    def __init__(self, limit: int, budget: Any) -> None:
         self.limit = limit
         self.used = 0  # reply bytes placed in the answer so far
         self.taken = 0  # of which taken from the process budget

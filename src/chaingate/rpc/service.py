@@ -16,7 +16,6 @@ becomes error -32005, and a batch over it stops waiting for the reads still in f
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,8 +26,7 @@ from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.impl import Impl
-from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, AnswerBudget, Assembly
-from chaingate.rpc.cache import CacheKey, ResponseCache
+from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
 from chaingate.rpc.heads import parse_evm_head, parse_solana_head
@@ -50,6 +48,8 @@ INVALID_PARAMS = -32602
 
 # (result, error): exactly one is raw JSON bytes.
 Outcome = tuple[bytes | None, bytes | None]
+# A call as the cache and the flights in the air know it: (method, raw params).
+CacheKey = tuple[str, bytes]
 
 _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
 
@@ -97,17 +97,6 @@ class RpcReply:
         self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
         self.label = label  # method name (or "batch") for logs
         self.rejection = rejection
-
-
-class MethodStats:
-    """Call counters of one method on one network (read by /metrics)."""
-
-    __slots__ = ("cache_hits", "error", "ok")
-
-    def __init__(self) -> None:
-        self.ok = 0
-        self.error = 0
-        self.cache_hits = 0
 
 
 # A call of a batch on its way upstream: (position, call, spec, raw block tag, billed units).
@@ -159,14 +148,9 @@ class RpcService:
         self._family = settings.family
         self._upstream_batch = min(u.max_batch for u in settings.upstreams)
         self._next_id = 1
-        self._inflight: dict[CacheKey, Future[Outcome]] = {}
-        self.cache = ResponseCache(rpc.cache_max_entries, rpc.cache_max_bytes)
         # The answer bound: a single call's payload plus its id may take this many bytes.
         self._max_answer = rpc.max_answer_bytes
         self._max_single = rpc.max_answer_bytes - REPLY_OVERHEAD
-        # Reply bytes of batches being assembled; the gateway shares one budget among every
-        # service (share_answers), and the edge may read it to refuse new work early.
-        self.answers = AnswerBudget(rpc.max_assembling_bytes)
         too_large = (
             f"answer too large: the replies to this request passed the limit of "
             f"{rpc.max_answer_bytes} bytes (rpc.max_answer_bytes); send fewer calls per batch "
@@ -178,7 +162,48 @@ class RpcService:
         self._too_large_write = _limit_error(too_large + _MAY_HAVE_RUN, ANSWER_TOO_LARGE, limit)
         self._busy = _limit_error(busy, OVERLOADED)
         self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
-        self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
+        # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
+        self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
+        self._limits_of = limits_of or (lambda principal: None)
+        # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
+        ryw = settings.read_your_writes
+        self.sticky = Stickiness(ryw) if ryw.enabled and settings.family == "evm" else None
+        # What this network shares with the edge's fast lane (compiled): the method table,
+        # the cache, the calls in flight and every counter (see _pure/fastlane.py).
+        fastlane = impl.fastlane
+        self.route: Any = fastlane.Route(
+            self.label,
+            settings.family,
+            settings.testnet,
+            self._methods,
+            self._passthrough,
+            fastlane.ResponseCache(rpc.cache_max_entries, rpc.cache_max_bytes),
+            impl.jsonrpc,
+            max_batch=rpc.max_batch,
+            max_answer=rpc.max_answer_bytes,
+            coalesce=rpc.coalesce,
+            upstream_batch=self._upstream_batch,
+            refusals={
+                "too_large": self._too_large,
+                "too_large_write": self._too_large_write,
+                "busy": self._busy,
+                "busy_write": self._busy_write,
+            },
+            python_methods=frozenset({"eth_getLogs"}) if self.logs is not None else frozenset(),
+            sticky=self.sticky,
+            sticky_methods=STICKY_METHODS,
+        )
+        self.route.dispatch = self._dispatch
+        self.cache = self.route.cache
+        # Reply bytes of batches being assembled; the gateway shares one budget among every
+        # service (share_answers), and the edge reads it to refuse new work early.
+        self.answers = self.route.budget = fastlane.AnswerBudget(rpc.max_assembling_bytes)
+        self.refused: dict[str, int] = self.route.refused
+        # Counters per method, plus the pseudo-methods "invalid" and "unknown".
+        self.stats = self.route.stats
+        self._invalid = self.route.invalid
+        self._unknown = self.route.unknown
+        self._flights: trio.Nursery | None = None
         if settings.family == "solana":
             probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
             parse_head = parse_solana_head
@@ -186,27 +211,23 @@ class RpcService:
             probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
             parse_head = parse_evm_head
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
-        # Counters per method, plus the pseudo-methods "invalid" and "unknown".
-        self.stats: defaultdict[str, MethodStats] = defaultdict(MethodStats)
-        self._invalid = self.stats["invalid"]
-        self._unknown = self.stats["unknown"]
-        self.coalesced = 0
-        # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
-        self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
-        self._limits_of = limits_of or (lambda principal: None)
-        # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
-        ryw = settings.read_your_writes
-        self.sticky = Stickiness(ryw) if ryw.enabled and settings.family == "evm" else None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.pool.run(task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            self._flights = nursery
+            await nursery.start(self.pool.run)
+            task_status.started()
+
+    @property
+    def coalesced(self) -> int:
+        """Calls answered by joining an identical call already in flight."""
+        return self.route.coalesced  # type: ignore[no-any-return]
 
     @staticmethod
-    def share_answers(services: Iterable[RpcService], max_bytes: int) -> AnswerBudget:
+    def share_answers(services: Iterable[RpcService], budget: Any) -> Any:
         """Make every service count its batches' replies in one process-wide budget."""
-        budget = AnswerBudget(max_bytes)
         for service in services:
-            service.answers = budget
+            service.answers = service.route.budget = budget
         return budget
 
     @property
@@ -327,7 +348,7 @@ class RpcService:
         self,
         call: Any,
         spec: MethodSpec,
-        stats: MethodStats,
+        stats: Any,
         principal: Principal,
         cu: int,
         result: bytes | None,
@@ -541,20 +562,102 @@ class RpcService:
                 return await self._send_one(method, params, spec, tag, key, prefer)
         if not (self._coalesce and spec.coalescible):
             return await self._send_one(method, params, spec, tag, key)
-        shared = self._inflight.get(key)
-        if shared is not None:
-            self.coalesced += 1
-            return await shared.wait()
-        future: Future[Outcome] = Future()
-        self._inflight[key] = future
+        route = self.route
+        flight = route.flights.get(key)
+        if flight is not None:
+            route.coalesced += 1
+            if flight.future is None:
+                flight.future = Future()
+            result: Outcome = await flight.future.wait()
+            return result
+        flight = route.open_flight(key, params, route.methods.get(method, route.passthrough), tag)
         outcome = _CANCELLED
         try:
             outcome = await self._send_one(method, params, spec, tag, key)
         finally:
-            del self._inflight[key]
-            # Followers get an answer even if this task is cancelled (they are not).
-            future.set_result(outcome)
+            # Everyone who joined gets an answer even if this task is cancelled (they are
+            # not), the fast lane's waiters included.
+            route.land(flight, *outcome)
         return outcome
+
+    def _dispatch(self, flights: list[Any]) -> None:
+        """The fast lane opened ``flights``: send them upstream as one group."""
+        if self._flights is None:
+            # Not running (a service without its task): nothing can be sent.
+            for flight in flights:
+                self.route.land(flight, *_CANCELLED)
+            return
+        self._flights.start_soon(self.send_flights, flights)
+
+    async def send_flights(self, flights: list[Any]) -> None:
+        """One upstream request for a group of flights (a batch unless it is one call), and
+        each flight landed with its own outcome — every flight lands, whatever happens."""
+        route = self.route
+        jsonrpc = self._jsonrpc
+        by_id: dict[int, Any] = {}
+        try:
+            request_id = self._next_id
+            self._next_id += len(flights)
+            retry_safe = flights[0].spec.retry
+            deadline = trio.current_time() + self._timeout
+            if len(flights) == 1:
+                flight = flights[0]
+                body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
+            else:
+                parts = []
+                for offset, flight in enumerate(flights):
+                    parts.append(
+                        jsonrpc.upstream_request(request_id + offset, flight.method, flight.params)
+                    )
+                body = jsonrpc.join_batch(parts)
+            by_id = {request_id + offset: flight for offset, flight in enumerate(flights)}
+            try:
+                upstream, response, parsed = await self.pool.request_parsed(
+                    body, retry_safe=retry_safe, deadline=deadline
+                )
+            except UpstreamError as exc:
+                failure = client_error(exc, write=any(flight.spec.write for flight in flights))
+                for flight in flights:
+                    route.land(flight, None, failure)
+                return
+            if len(flights) == 1:
+                # The pool checked the framing: one reply, with a result or an error object.
+                flight = flights[0]
+                by_id.clear()
+                result, error = self._outcome(
+                    parsed.replies[0],
+                    flight.spec.spec,
+                    flight.tag,
+                    flight.key,
+                    upstream.name,
+                    response.status,
+                )
+                route.land(flight, result, error)
+                return
+            if not parsed.batch:
+                # The node refused the batch as a whole (for example: too large); the pool saw
+                # to it that this is an error object.
+                for flight in flights:
+                    route.land(flight, None, parsed.replies[0].error)
+                return
+            for reply in parsed.replies:
+                flight = by_id.pop(_int_id(reply.id), None)
+                if flight is None:
+                    continue
+                result, error = self._outcome(
+                    reply, flight.spec.spec, flight.tag, flight.key, upstream.name, response.status
+                )
+                route.land(flight, result, error)
+            if by_id:
+                missing = error_object(
+                    INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
+                )
+                for flight in by_id.values():
+                    route.land(flight, None, missing)
+        finally:
+            for flight in flights:
+                if not flight.done:
+                    route.land(flight, *_CANCELLED)
 
     async def _send_one(
         self,

@@ -1,0 +1,1101 @@
+# cython: language_level=3
+"""The RPC fast lane: the compiled twin of ``chaingate/_pure/fastlane.py``.
+
+The pure module is the specification (read its docstring first): this one answers every
+request with the same bytes, counts the same things and hands off the same requests
+(tests/test_fastlane.py feeds both the same requests).  It differs in how: typed objects
+with C fields, the clock read with ``clock_gettime``, answers and access-log lines assembled
+with one allocation each.
+"""
+
+import logging
+import time as _time
+from collections import OrderedDict, defaultdict
+
+import msgspec
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.string cimport memcpy
+
+from cformat cimport int_width, write_int
+
+log = logging.getLogger("chaingate.edge")
+
+__all__ = [
+    "DEFER",
+    "HANDOFF",
+    "IMPLEMENTATION",
+    "AnswerBudget",
+    "Flight",
+    "KeyAdmission",
+    "Lane",
+    "Ledger",
+    "MethodStats",
+    "OpenAdmission",
+    "RequestIds",
+    "ResponseCache",
+    "Route",
+]
+
+IMPLEMENTATION = "compiled"
+
+HANDOFF = "handoff"
+DEFER = "defer"
+
+cdef Py_ssize_t REPLY_OVERHEAD = 34
+cdef enum:
+    FITS = 0
+    TOO_LARGE = 1
+    BUSY = 2
+
+cdef enum:
+    NO_CACHE = 0
+    STATIC = 1
+    FINALIZED = 2
+
+# Why KeyAdmission.take refused (the pure twin and auth/keygate.py use the same numbers).
+ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
+
+cdef int LIMIT_EXCEEDED = -32005
+cdef int INVALID_PARAMS = -32602
+cdef int METHOD_NOT_FOUND = -32601
+cdef str BAD_TAG_MESSAGE = (
+    "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
+    "a hex number, a block hash or an EIP-1898 object"
+)
+cdef str ANSWER_TOO_LARGE = "answer_too_large"
+cdef str OVERLOADED = "overloaded"
+cdef str INTERNAL_ERROR_MESSAGE = "internal error; retry with exponential backoff"
+cdef double SECONDS_PER_DAY = 86400.0
+
+cdef bytes JSON = b"Content-Type: application/json\r\n"
+cdef bytes HIT = b"HIT"
+cdef bytes MISS = b"MISS"
+cdef bytes PARTIAL = b"PARTIAL"
+cdef dict _CACHE_HEADERS = {
+    cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (HIT, MISS, PARTIAL)
+}
+cdef bytes X_REQUEST_ID = b"X-Request-Id: "
+cdef frozenset _NAMED_TAGS = frozenset(
+    {b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'}
+)
+cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
+
+cdef bint ID_OK[256]
+cdef bint HEX_OK[256]
+
+
+cdef void _init_tables():
+    cdef int i
+    for i in range(256):
+        ID_OK[i] = (48 <= i <= 57) or (65 <= i <= 90) or (97 <= i <= 122) or i in (46, 95, 58, 45)
+        HEX_OK[i] = (48 <= i <= 57) or (65 <= i <= 70) or (97 <= i <= 102)
+
+
+_init_tables()
+
+
+cdef extern from "time.h":
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec *tp) nogil
+    enum: CLOCK_MONOTONIC
+    enum: CLOCK_REALTIME
+
+
+cdef inline double _clock(int which) noexcept:
+    cdef timespec ts
+    clock_gettime(which, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline double monotonic() noexcept:
+    """time.monotonic() and time.perf_counter() (the same clock on Linux)."""
+    return _clock(CLOCK_MONOTONIC)
+
+
+cdef inline double wall() noexcept:
+    """time.time()."""
+    return _clock(CLOCK_REALTIME)
+
+
+cdef class Lane
+cdef class Pending
+
+
+cdef class MethodStats:
+    """Call counters of one method on one network (read by /metrics)."""
+
+    cdef public long long ok
+    cdef public long long error
+    cdef public long long cache_hits
+
+
+cdef class AnswerBudget:
+    """Reply bytes held by batches being assembled, all requests of the process together."""
+
+    cdef public long long held
+    cdef public long long limit
+    cdef public long long refused
+
+    def __init__(self, long long limit):
+        self.limit = limit
+        self.held = 0
+        self.refused = 0
+
+    @property
+    def exhausted(self):
+        return self.held >= self.limit
+
+    cpdef bint take(self, long long size):
+        if self.held + size > self.limit:
+            self.refused += 1
+            return False
+        self.held += size
+        return True
+
+    cpdef give_back(self, long long size):
+        self.held = self.held - size if self.held > size else 0
+
+
+cdef Py_ssize_t _ENTRY_OVERHEAD = 160
+
+
+cdef class ResponseCache:
+    """A bounded LRU of results that can no longer change (see the pure twin)."""
+
+    cdef object _entries
+    cdef Py_ssize_t _max_entries
+    cdef Py_ssize_t _max_bytes
+    cdef public Py_ssize_t bytes
+    cdef public long long hits
+    cdef public long long misses
+    cdef public long long evictions
+    cdef object _move
+
+    def __init__(self, Py_ssize_t max_entries, Py_ssize_t max_bytes):
+        self._entries = OrderedDict()
+        self._move = self._entries.move_to_end
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def __len__(self):
+        return len(self._entries)
+
+    cpdef object get(self, tuple key):
+        value = self._entries.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self._move(key)
+        self.hits += 1
+        return value
+
+    cpdef put(self, tuple key, bytes value):
+        cdef Py_ssize_t size = len(value) + len(<bytes>key[1]) + _ENTRY_OVERHEAD
+        if size > self._max_bytes or self._max_entries <= 0:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= len(<bytes>old) + len(<bytes>key[1]) + _ENTRY_OVERHEAD
+        self._entries[key] = value
+        self.bytes += size
+        while len(self._entries) > self._max_entries or self.bytes > self._max_bytes:
+            old_key, old_value = self._entries.popitem(last=False)
+            self.bytes -= len(<bytes>old_value) + len(<bytes>old_key[1]) + _ENTRY_OVERHEAD
+            self.evictions += 1
+
+
+cdef class RequestIds:
+    """``X-Request-Id`` values: the client's own when sane, else ``<prefix>-<hex counter>``."""
+
+    cdef bytes _prefix
+    cdef unsigned long long _counter
+
+    def __init__(self, bytes prefix):
+        self._prefix = prefix
+        self._counter = 0
+
+    cpdef bytes take(self, object supplied):
+        cdef Py_ssize_t n, i
+        cdef const unsigned char* p
+        if supplied is not None:
+            n = PyBytes_GET_SIZE(supplied)
+            if 0 < n <= 128:
+                p = <const unsigned char*>PyBytes_AS_STRING(supplied)
+                for i in range(n):
+                    if not ID_OK[p[i]]:
+                        break
+                else:
+                    return supplied
+        self._counter += 1
+        return b"%s-%x" % (self._prefix, self._counter)
+
+
+cdef bint valid_block_tag(bytes tag, bint solana):
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(tag), i
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(tag)
+    if solana:
+        if n == 0:
+            return False
+        for i in range(n):
+            if not (48 <= p[i] <= 57):
+                return False
+        return True
+    if tag in _NAMED_TAGS or (n > 0 and p[0] == 123):
+        return True
+    if n < 5 or p[0] != 34 or p[1] != 48 or p[2] != 120 or p[n - 1] != 34:
+        return False
+    if n - 4 > 64:
+        return False
+    for i in range(3, n - 1):
+        if not HEX_OK[p[i]]:
+            return False
+    return True
+
+
+cdef class Method:
+    """One row of the method table as the lane reads it (built from ``MethodSpec``)."""
+
+    cdef readonly object spec
+    cdef readonly str name
+    cdef readonly bytes name_json  # the name as a JSON string (access log)
+    cdef readonly long long cu
+    cdef readonly long long tcu
+    cdef long long cu_historical  # -1: no historical price
+    cdef Py_ssize_t block_param  # -1: no block parameter
+    cdef int cache
+    cdef readonly bint retry
+    cdef readonly bint write
+    cdef readonly bint coalescible
+    cdef readonly MethodStats stats
+    cdef readonly bint special
+
+    def __init__(self, spec, MethodStats stats, bint special):
+        self.spec = spec
+        self.name = spec.name
+        self.name_json = msgspec.json.encode(spec.name)
+        self.cu = spec.cu
+        self.tcu = spec.tcu
+        self.cu_historical = -1 if spec.cu_historical is None else spec.cu_historical
+        self.block_param = -1 if spec.block_param is None else spec.block_param
+        self.cache = {"none": NO_CACHE, "static": STATIC, "finalized": FINALIZED}[spec.cache]
+        self.retry = spec.retry
+        self.write = spec.scope == "rpc:write"
+        self.coalescible = self.retry and not self.write
+        self.stats = stats
+        self.special = special
+
+    cdef inline void price(self, object tag, long long* cu, long long* tcu):
+        if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
+            cu[0] = self.cu_historical
+            tcu[0] = self.tcu * self.cu_historical // (self.cu if self.cu > 1 else 1)
+        else:
+            cu[0] = self.cu
+            tcu[0] = self.tcu
+
+    cdef inline bint may_be_cached(self, object tag):
+        if self.cache == STATIC:
+            return True
+        if self.cache == NO_CACHE:
+            return False
+        return self.block_param < 0 or (tag is not None and tag not in _CURRENT_TAGS)
+
+
+cdef class Flight:
+    """One upstream call in flight, and every answer waiting for it."""
+
+    cdef readonly tuple key
+    cdef readonly str method
+    cdef readonly object params
+    cdef readonly Method spec
+    cdef readonly object tag
+    cdef public bint done
+    cdef public object result
+    cdef public object error
+    cdef list waiters  # (Pending, index) pairs
+    cdef public object future
+
+    def __init__(self, tuple key, object params, Method spec, object tag):
+        self.key = key
+        self.method = key[0]
+        self.params = params
+        self.spec = spec
+        self.tag = tag
+        self.done = False
+        self.result = None
+        self.error = None
+        self.waiters = []
+        self.future = None
+
+
+cdef class Route:
+    """One ``/v1/rpc/{chain}/{network}`` endpoint: its table, cache, flights and counters."""
+
+    cdef readonly str label
+    cdef readonly str family
+    cdef bint solana
+    cdef readonly bint testnet
+    cdef readonly ResponseCache cache
+    cdef readonly object jsonrpc
+    cdef object _parse
+    cdef object _error_reply
+    cdef object _raw_error_reply
+    cdef object _result_reply
+    cdef object _join_batch
+    cdef object _array_item
+    cdef readonly Py_ssize_t max_batch
+    cdef readonly Py_ssize_t max_answer
+    cdef readonly Py_ssize_t max_single
+    cdef readonly bint coalesce
+    cdef readonly Py_ssize_t upstream_batch
+    cdef readonly dict refusals
+    cdef readonly object stats
+    cdef readonly MethodStats invalid
+    cdef readonly MethodStats unknown
+    cdef readonly dict methods
+    cdef readonly Method passthrough
+    cdef readonly object sticky
+    cdef readonly frozenset sticky_methods
+    cdef readonly dict flights
+    cdef public long long coalesced
+    cdef readonly dict refused
+    cdef public AnswerBudget budget
+    cdef public object dispatch
+
+    def __init__(
+        self,
+        str label,
+        str family,
+        bint testnet,
+        dict methods,
+        passthrough,
+        ResponseCache cache,
+        jsonrpc,
+        *,
+        Py_ssize_t max_batch,
+        Py_ssize_t max_answer,
+        bint coalesce,
+        Py_ssize_t upstream_batch,
+        dict refusals,
+        frozenset python_methods=frozenset(),
+        sticky=None,
+        frozenset sticky_methods=frozenset(),
+    ):
+        self.label = label
+        self.family = family
+        self.solana = family == "solana"
+        self.testnet = testnet
+        self.cache = cache
+        self.jsonrpc = jsonrpc
+        self._parse = jsonrpc.parse_request
+        self._error_reply = jsonrpc.error_reply
+        self._raw_error_reply = jsonrpc.raw_error_reply
+        self._result_reply = jsonrpc.result_reply
+        self._join_batch = jsonrpc.join_batch
+        self._array_item = jsonrpc.array_item
+        self.max_batch = max_batch
+        self.max_answer = max_answer
+        self.max_single = max_answer - REPLY_OVERHEAD
+        self.coalesce = coalesce
+        self.upstream_batch = upstream_batch if upstream_batch > 1 else 1
+        self.refusals = refusals
+        self.stats = defaultdict(MethodStats)
+        self.invalid = self.stats["invalid"]
+        self.unknown = self.stats["unknown"]
+        self.methods = {
+            name: Method(spec, self.stats[spec.name], name in python_methods)
+            for name, spec in methods.items()
+        }
+        self.passthrough = (
+            Method(passthrough, self.stats[passthrough.name], False)
+            if passthrough is not None
+            else None
+        )
+        self.sticky = sticky
+        self.sticky_methods = sticky_methods
+        self.flights = {}
+        self.coalesced = 0
+        self.refused = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
+        self.budget = AnswerBudget(1 << 62)
+        self.dispatch = None
+
+    cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
+        cdef Flight flight = Flight(key, params, spec, tag)
+        if self.coalesce and spec.coalescible:
+            self.flights[key] = flight
+        return flight
+
+    cpdef land(self, Flight flight, object result, object error):
+        """A flight's outcome: every answer waiting for it gets its reply."""
+        cdef Pending pending
+        cdef Py_ssize_t index
+        if flight.done:
+            return
+        flight.done = True
+        flight.result = result
+        flight.error = error
+        if self.flights.get(flight.key) is flight:
+            del self.flights[flight.key]
+        if flight.future is not None:
+            flight.future.set_result((result, error))
+        waiters = flight.waiters
+        flight.waiters = []
+        for pending, index in waiters:
+            try:
+                pending.place(index, result, error)
+            except Exception:
+                log.exception("unhandled error in the fast lane")
+                pending.fail()
+
+    cdef void _send(self, list safe, list unsafe) except *:
+        cdef Py_ssize_t size = self.upstream_batch, start
+        for flights in (safe, unsafe):
+            for start in range(0, len(flights), size):
+                self.dispatch(flights[start:start + size])
+
+    cpdef bytes refuse(self, str reason, bint executed, long long calls=1):
+        self.refused[reason] += calls
+        if reason == OVERLOADED:
+            return self.refusals["busy_write" if executed else "busy"]
+        return self.refusals["too_large_write" if executed else "too_large"]
+
+    cdef bytes not_found(self, call):
+        cdef str method = call.method
+        return self._error_reply(call.id, METHOD_NOT_FOUND, f"method not found: {method[:64]}")
+
+    cdef object bad_tag(self, call):
+        if call.id is None:
+            return None
+        return self._error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
+
+
+cdef class OpenAdmission:
+    """No keys, no limits: everyone is the anonymous principal (see the pure twin)."""
+
+    cdef public object anonymous
+    cdef public object shared
+
+    def __init__(self, anonymous):
+        self.anonymous = anonymous
+        self.shared = None
+
+    cpdef object principal(self, request, str group, bint testnet):
+        return self.anonymous
+
+    cpdef object admit(self, principal, bint reads, bint writes, long long requests,
+                       long long cu, long long tcu):
+        return None
+
+    cpdef record(self, principal, str method, long long requests, long long cu,
+                 long long errors):
+        return None
+
+    cpdef bytes headers(self, principal):
+        return b""
+
+
+cdef class KeyAdmission(OpenAdmission):
+    """API keys on the fast lane: the cache-hit path of ``KeyGate.authenticate`` and the
+    admission rule of ``KeyGate.admit`` (see the pure twin)."""
+
+    cdef object gate
+    cdef object recent
+    cdef object failures
+    cdef set used
+    cdef object meter
+    cdef object _meter_record
+
+    def __init__(self, gate, recent, failures, set used):
+        OpenAdmission.__init__(self, None)
+        self.gate = gate
+        self.recent = recent
+        self.failures = failures
+        self.used = used
+        self.meter = gate.meter
+        self._meter_record = self.meter.record
+
+    cpdef object principal(self, request, str group, bint testnet):
+        cdef object raw, authorization, principal, bucket
+        failures = self.failures
+        if failures:
+            bucket = failures.get(group)
+            if bucket is not None and bucket.remaining(monotonic()) < 1:
+                return None
+        raw = request.api_key
+        if raw is None:
+            authorization = request.authorization
+            if authorization is None or (<bytes>authorization)[:7].lower() != b"bearer ":
+                return None
+            raw = (<bytes>authorization)[7:].strip()
+        principal = self.recent.get(raw)
+        if principal is None or principal.revoked or principal.allow is not None:
+            return None
+        if not testnet and principal.environment == "test":
+            return None
+        self.used.add(principal.key_id)
+        return principal
+
+    def take(self, principal, bint reads, bint writes, long long requests, long long tcu):
+        cdef double wait
+        cdef int why = self._take(principal, reads, writes, requests, tcu, &wait)
+        return wait, wall(), why
+
+    cdef int _take(self, principal, bint reads, bint writes, long long requests,
+                   long long tcu, double* wait_out) except -1:
+        cdef double epoch = wall()
+        cdef object scopes = principal.scopes
+        wait_out[0] = 0.0
+        if reads and "rpc:read" not in scopes:
+            return NO_READ_SCOPE
+        if writes and "rpc:write" not in scopes:
+            return NO_WRITE_SCOPE
+        cdef long long day = <long long>(epoch // SECONDS_PER_DAY)
+        cdef double wait = principal.limiter.admit(monotonic(), day, requests, tcu, principal.quota)
+        wait_out[0] = wait
+        if wait < 0:
+            return DAY_QUOTA
+        if wait:
+            return RATE
+        shared = self.shared
+        if shared is not None:
+            principal.pending_requests += requests
+            principal.pending_units += tcu
+            shared.note(principal)
+        return ADMITTED
+
+    cpdef object admit(self, principal, bint reads, bint writes, long long requests,
+                       long long cu, long long tcu):
+        cdef double wait
+        cdef int why = self._take(principal, reads, writes, requests, tcu, &wait)
+        if why == ADMITTED:
+            return None
+        return self.gate.rejection(why, wait, wall())
+
+    cpdef record(self, principal, str method, long long requests, long long cu,
+                 long long errors):
+        self._meter_record(
+            principal.key_id,
+            principal.account_id,
+            method,
+            <long long>(wall() // 60.0),
+            requests,
+            cu,
+            errors,
+        )
+
+    cpdef bytes headers(self, principal):
+        return principal.limiter.headers(monotonic(), wall(), principal.limits_rps)
+
+
+cdef class Ledger:
+    """What every answered request leaves behind: its status count, its latency sample and
+    its access-log line (formatted here exactly as ``AccessLog.write`` would)."""
+
+    cdef readonly dict statuses
+    cdef readonly dict latency
+    cdef readonly object access_log
+    cdef object _write_line
+    cdef long long _second
+    cdef bytes _second_text
+    cdef dict _peers
+    cdef dict _json
+
+    def __init__(self, dict statuses, dict latency, access_log):
+        self.statuses = statuses
+        self.latency = latency
+        self.access_log = access_log
+        self._write_line = access_log.write_line
+        self._second = -1
+        self._second_text = b""
+        self._peers = {}
+        self._json = {}
+
+    cdef bytes _encoded(self, str text):
+        encoded = self._json.get(text)
+        if encoded is None:
+            encoded = msgspec.json.encode(text)
+            if len(self._json) < 4096:
+                self._json[text] = encoded
+        return encoded
+
+    cpdef note(self, str route, int status, bytes request_id, str peer, bytes method,
+               str path, double started, Py_ssize_t size, str label, bytes cache):
+        cdef double now = monotonic()
+        cdef double elapsed = now - started
+        series = self.latency[route]
+        buckets = series.buckets
+        counts = series.counts
+        cdef Py_ssize_t i = 0, n = len(buckets)
+        while i < n and <double>buckets[i] < elapsed:
+            i += 1
+        counts[i] += 1
+        series.sum += elapsed
+        self.statuses[route][status] += 1
+        if self.access_log.enabled:
+            self._line(status, request_id, peer, method, path, elapsed, size, label, cache)
+
+    cdef void _line(self, int status, bytes request_id, str peer, bytes method, str path,
+                    double elapsed, Py_ssize_t size, str label, bytes cache) except *:
+        cdef double epoch = wall()
+        cdef long long second = <long long>epoch
+        cdef int millis = <int>((epoch - second) * 1000)
+        if second != self._second:
+            self._second = second
+            self._second_text = _time.strftime(
+                "%Y-%m-%dT%H:%M:%S", _time.gmtime(second)
+            ).encode()
+        cdef bytes peer_json = self._encoded(peer)
+        cdef bytes path_json = self._encoded(path)
+        cdef bytes method_json = self._encoded(method.decode("latin-1"))
+        cdef bytes label_json = self._encoded(label) if label else b""
+        cdef long long duration = <long long>(elapsed * 1000000)
+        # request_id: the client's (checked: letters, digits, . _ : -) or ours, never escaped.
+        cdef bytes line = b'{"ts":"%s.%03dZ","level":"info","msg":"request","request_id":"%s",' \
+            b'"peer":%s,"method":%s,"path":%s,"status":%d,"duration_us":%d,"bytes":%d' % (
+                self._second_text, millis, request_id, peer_json, method_json, path_json,
+                status, duration, size)
+        if label:
+            line += b',"rpc":' + label_json
+        if cache:
+            line += b',"cache":"' + cache + b'"'
+        self._write_line(line + b"}\n")
+
+
+cdef class Pending:
+    """One request's answer while flights it waits for are in the air."""
+
+    cdef Lane lane
+    cdef object conn
+    cdef object request
+    cdef str peer
+    cdef Route route
+    cdef object principal
+    cdef bytes request_id
+    cdef double started
+    cdef list calls
+    cdef bint batch
+    cdef list replies
+    cdef list units  # per position: (Method, units) while waiting, else None
+    cdef Py_ssize_t left
+    cdef Py_ssize_t hits
+    cdef Py_ssize_t used
+    cdef Py_ssize_t taken
+    cdef bint over
+    cdef str path
+    cdef str label
+
+    cdef int admit_reply(self, Py_ssize_t size):
+        if self.over or self.used + size > self.route.max_answer:
+            self.over = True
+            return TOO_LARGE
+        if not self.route.budget.take(size):
+            return BUSY
+        self.used += size
+        self.taken += size
+        return FITS
+
+    cdef void wait_for(self, Flight flight, Py_ssize_t index, Method method,
+                       long long units) except *:
+        self.units[index] = (method, units)
+        self.left += 1
+        flight.waiters.append((self, index))
+
+    cdef void place(self, Py_ssize_t index, object result, object error) except *:
+        waiting = self.units[index]
+        if waiting is None:
+            return
+        self.units[index] = None
+        cdef Method method = <Method>(<tuple>waiting)[0]
+        cdef long long units = (<tuple>waiting)[1]
+        call = self.calls[index]
+        cdef Route route = self.route
+        cdef Py_ssize_t size
+        cdef int fits
+        call_id = call.id
+        if call_id is not None:
+            size = PyBytes_GET_SIZE(result) if result is not None else (
+                PyBytes_GET_SIZE(error) if error is not None else 0)
+            if self.batch:
+                fits = self.admit_reply(size + PyBytes_GET_SIZE(call_id) + REPLY_OVERHEAD)
+                if fits != FITS:
+                    result = None
+                    error = route.refuse(OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE,
+                                         method.write)
+            elif size + PyBytes_GET_SIZE(call_id) > route.max_single:
+                result = None
+                error = route.refuse(ANSWER_TOO_LARGE, method.write)
+            if result is not None:
+                self.replies[index] = _result_reply(call_id, result)
+            else:
+                self.replies[index] = _raw_error_reply(call_id, error)
+        if error is None:
+            method.stats.ok += 1
+        else:
+            method.stats.error += 1
+        self.lane.admission.record(self.principal, method.name, 1, units, 0 if error is None else 1)
+        self.left -= 1
+        if self.over:
+            self.give_up_reads()
+        if self.left == 0:
+            self.lane.finish(self)
+
+    cdef void fail(self) except *:
+        self.units = [None] * len(self.units)
+        self.left = 0
+        self.route.budget.give_back(self.taken)
+        self.taken = 0
+        self.request.keep_alive = False
+        body = self.lane.error_body(500, INTERNAL_ERROR_MESSAGE, None)
+        headers = X_REQUEST_ID + self.request_id + b"\r\n" + JSON
+        self.lane.sink.deliver(self.conn, 500, headers, body)
+
+    cdef void give_up_reads(self) except *:
+        cdef Route route = self.route
+        cdef Method method
+        cdef Py_ssize_t index
+        for index in range(len(self.units)):
+            waiting = self.units[index]
+            if waiting is None:
+                continue
+            method = <Method>(<tuple>waiting)[0]
+            if not method.retry:
+                continue
+            self.units[index] = None
+            call = self.calls[index]
+            if call.id is not None:
+                self.replies[index] = _raw_error_reply(
+                    call.id, route.refuse(ANSWER_TOO_LARGE, False))
+            method.stats.error += 1
+            self.lane.admission.record(self.principal, method.name, 1, (<tuple>waiting)[1], 1)
+            self.left -= 1
+
+
+# Reply builders: the jsonrpc twin's, bound once the lane knows its jsonrpc module.
+cdef object _result_reply = None
+cdef object _raw_error_reply = None
+
+
+cdef class Lane:
+    """Every JSON-RPC endpoint's fast path: ``serve`` one request at a time."""
+
+    cdef readonly dict routes
+    cdef public OpenAdmission admission
+    cdef readonly Ledger ledger
+    cdef readonly RequestIds ids
+    cdef readonly object cors
+    cdef readonly object error_body
+    cdef public object sink
+    cdef public long long served
+    cdef dict _log_paths
+
+    def __init__(self, dict routes, OpenAdmission admission, Ledger ledger, RequestIds ids,
+                 cors, error_body):
+        global _result_reply, _raw_error_reply
+        self.routes = routes
+        self.admission = admission
+        self.ledger = ledger
+        self.ids = ids
+        self.cors = cors
+        self.error_body = error_body
+        self.sink = None
+        self.served = 0
+        self._log_paths = {}
+        for route in routes.values():
+            _result_reply = (<Route>route).jsonrpc.result_reply
+            _raw_error_reply = (<Route>route).jsonrpc.raw_error_reply
+            break
+
+    cpdef object serve(self, conn, request, str peer, str group):
+        """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
+        cdef Route route = self.routes.get(request.path)
+        cdef Method method
+        cdef Pending pending
+        if route is None or request.method != b"POST":
+            return HANDOFF
+        principal = self.admission.principal(request, group, route.testnet)
+        if principal is None:
+            return HANDOFF
+        cdef double started = monotonic()
+        parsed = route._parse(request.body, route.max_batch)
+        calls = parsed.calls
+        cdef int parse_error = parsed.error
+        if not parse_error:
+            for call in calls:
+                if not call.error:
+                    method = route.methods.get(call.method)
+                    if method is not None and (
+                        method.special or _sticky(route, call.method)
+                    ):
+                        return HANDOFF
+        self.served += 1
+        pending = Pending.__new__(Pending)
+        pending.lane = self
+        pending.conn = conn
+        pending.request = request
+        pending.peer = peer
+        pending.route = route
+        pending.principal = principal
+        pending.request_id = self.ids.take(request.request_id)
+        pending.started = started
+        pending.calls = calls
+        pending.batch = parsed.batch
+        pending.replies = [None] * len(calls)
+        pending.units = [None] * len(calls)
+        pending.label = "batch" if pending.batch else ""
+        path = self._log_paths.get(request.path)
+        if path is None:
+            path = self._log_paths[request.path] = (<bytes>request.path).decode("latin-1")
+        pending.path = path
+        if parse_error:
+            route.invalid.error += 1
+            body = route._error_reply(b"null", parse_error, parsed.message)
+            return self._answer(pending, 200, body, MISS, "invalid", None)
+        if pending.batch:
+            return self._batch(pending)
+        return self._single(pending)
+
+    cdef tuple _classify(self, Route route, call):
+        """(method, block tag, tag valid) of a well-formed call."""
+        cdef Method method = route.methods.get(call.method)
+        if method is None:
+            method = route.passthrough
+            if method is None:
+                return None, None, True
+        tag = None
+        params = call.params
+        if method.block_param >= 0 and params is not None:
+            tag = route._array_item(params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, route.solana):
+            return method, tag, False
+        return method, tag, True
+
+    cdef object _single(self, Pending pending):
+        cdef Route route = pending.route
+        cdef Method method
+        cdef long long cu = 0, tcu = 0
+        call = pending.calls[0]
+        if call.error:
+            route.invalid.error += 1
+            body = route._error_reply(call.id, call.error, call.message)
+            return self._answer(pending, 200, body, MISS, "invalid", None)
+        method_obj, tag, valid = self._classify(route, call)
+        if method_obj is None:
+            route.unknown.error += 1
+            return self._answer(pending, 200, route.not_found(call), MISS, "unknown", None)
+        method = <Method>method_obj
+        if not valid:
+            route.invalid.error += 1
+            return self._answer(pending, 200, route.bad_tag(call), MISS, method.name, None)
+        method.price(tag, &cu, &tcu)
+        cdef bint writes = method.write
+        cdef OpenAdmission admission = self.admission
+        rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
+        call_id = call.id
+        if rejection is not None:
+            body = None
+            if rejection.status == 429:
+                body = route._error_reply(call_id or b"null", LIMIT_EXCEEDED, rejection.message)
+            return self._answer(pending, rejection.status, body, MISS, method.name, rejection)
+        cdef MethodStats stats = method.stats
+        params = call.params
+        key = (call.method, params if params is not None else b"")
+        if method.cache != NO_CACHE and method.may_be_cached(tag):
+            hit = route.cache.get(key)
+            if hit is not None:
+                if call_id is not None and (
+                        PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
+                    stats.error += 1
+                    admission.record(pending.principal, method.name, 1, cu, 1)
+                    body = _raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
+                    return self._answer(pending, 200, body, MISS, method.name, None)
+                stats.cache_hits += 1
+                stats.ok += 1
+                admission.record(pending.principal, method.name, 1, cu, 0)
+                body = None if call_id is None else _result_reply(call_id, hit)
+                pending.hits = 1
+                return self._answer(pending, 200, body, HIT, method.name, None)
+        pending.label = method.name
+        cdef Flight flight = route.flights.get(key)
+        if flight is not None:
+            route.coalesced += 1
+            pending.wait_for(flight, 0, method, cu)
+            return DEFER
+        flight = route.open_flight(key, params, method, tag)
+        pending.wait_for(flight, 0, method, cu)
+        if method.retry:
+            route._send([flight], [])
+        else:
+            route._send([], [flight])
+        return DEFER
+
+    cdef object _batch(self, Pending pending):
+        cdef Route route = pending.route
+        cdef list calls = pending.calls
+        cdef list replies = pending.replies
+        cdef list jobs = []
+        cdef long long cu = 0, tcu = 0, units = 0, weight = 0
+        cdef bint reads = False, writes = False
+        cdef Py_ssize_t index
+        cdef Method method
+        for index in range(len(calls)):
+            call = calls[index]
+            if call.error:
+                route.invalid.error += 1
+                replies[index] = route._error_reply(call.id, call.error, call.message)
+                continue
+            method_obj, tag, valid = self._classify(route, call)
+            if method_obj is None:
+                route.unknown.error += 1
+                replies[index] = route.not_found(call)
+                continue
+            method = <Method>method_obj
+            if not valid:
+                route.invalid.error += 1
+                replies[index] = route.bad_tag(call)
+                continue
+            method.price(tag, &units, &weight)
+            cu += units
+            tcu += weight
+            if method.write:
+                writes = True
+            else:
+                reads = True
+            jobs.append((index, call, method, tag, units))
+        cdef OpenAdmission admission = self.admission
+        if jobs:
+            rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
+            if rejection is not None:
+                return self._refused_batch(pending, rejection, jobs)
+        principal = pending.principal
+        cdef ResponseCache cache = route.cache
+        cdef list upstream = []
+        cdef int fits
+        cdef MethodStats stats
+        for job in jobs:
+            index = (<tuple>job)[0]
+            call = (<tuple>job)[1]
+            method = <Method>(<tuple>job)[2]
+            tag = (<tuple>job)[3]
+            units = (<tuple>job)[4]
+            if method.cache != NO_CACHE and method.may_be_cached(tag):
+                params = call.params
+                hit = cache.get((call.method, params if params is not None else b""))
+                if hit is not None:
+                    stats = method.stats
+                    call_id = call.id
+                    if call_id is not None:
+                        fits = pending.admit_reply(
+                            PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) + REPLY_OVERHEAD)
+                        if fits != FITS:
+                            replies[index] = _raw_error_reply(call_id, route.refuse(
+                                OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE, False))
+                            stats.error += 1
+                            admission.record(principal, method.name, 1, units, 1)
+                            continue
+                        replies[index] = _result_reply(call_id, hit)
+                    pending.hits += 1
+                    stats.cache_hits += 1
+                    stats.ok += 1
+                    admission.record(principal, method.name, 1, units, 0)
+                    continue
+            upstream.append(job)
+        if pending.over:
+            for job in upstream:
+                index = (<tuple>job)[0]
+                call = (<tuple>job)[1]
+                method = <Method>(<tuple>job)[2]
+                if call.id is not None:
+                    replies[index] = _raw_error_reply(
+                        call.id, route.refuse(ANSWER_TOO_LARGE, False))
+                method.stats.error += 1
+                admission.record(principal, method.name, 1, (<tuple>job)[4], 1)
+            return self._batch_answer(pending)
+        cdef list safe = [], unsafe = []
+        cdef dict flights = route.flights
+        cdef Flight flight
+        for job in upstream:
+            index = (<tuple>job)[0]
+            call = (<tuple>job)[1]
+            method = <Method>(<tuple>job)[2]
+            params = call.params
+            key = (call.method, params if params is not None else b"")
+            flight = flights.get(key)
+            if flight is not None:
+                route.coalesced += 1
+            else:
+                flight = route.open_flight(key, params, method, (<tuple>job)[3])
+                if method.retry:
+                    safe.append(flight)
+                else:
+                    unsafe.append(flight)
+            pending.wait_for(flight, index, method, (<tuple>job)[4])
+        if safe or unsafe:
+            route._send(safe, unsafe)
+        if pending.left:
+            return DEFER
+        return self._batch_answer(pending)
+
+    cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
+        if rejection.status != 429:
+            return self._answer(pending, rejection.status, None, MISS, "batch", rejection)
+        replies = pending.replies
+        error_reply = pending.route._error_reply
+        message = rejection.message
+        for job in jobs:
+            call = (<tuple>job)[1]
+            if call.id is not None:
+                replies[(<tuple>job)[0]] = error_reply(call.id, LIMIT_EXCEEDED, message)
+        answered = [reply for reply in replies if reply is not None]
+        body = b"[" + b",".join(answered) + b"]" if answered else None
+        return self._answer(pending, 429, body, MISS, "batch", rejection)
+
+    cdef tuple _batch_answer(self, Pending pending):
+        parts = [reply for reply in pending.replies if reply is not None]
+        body = pending.route._join_batch(parts) if parts else None
+        cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
+        cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)
+        pending.route.budget.give_back(pending.taken)
+        pending.taken = 0
+        return self._answer(pending, 200, body, cache, "batch", None)
+
+    cdef void finish(self, Pending pending) except *:
+        if pending.batch:
+            answer = self._batch_answer(pending)
+        else:
+            answer = self._answer(pending, 200, pending.replies[0], MISS, pending.label, None)
+        self.sink.deliver(pending.conn, answer[0], answer[1], answer[2])
+
+    cdef tuple _answer(self, Pending pending, int status, object body, bytes cache, str label,
+                       object rejection):
+        request = pending.request
+        cdef bytes rate = self.admission.headers(pending.principal)
+        cdef bytes headers
+        if rejection is not None:
+            if rejection.close:
+                request.keep_alive = False
+            headers = JSON + rejection.headers + rate
+            if body is None:
+                body = self.error_body(rejection.status, rejection.message, rejection.code)
+        else:
+            headers = <bytes>_CACHE_HEADERS[cache] + rate if rate else <bytes>_CACHE_HEADERS[cache]
+            if body is None:
+                status = 204
+                body = b""
+        origin = request.origin
+        if origin is not None and (rejection is None or rejection.cors):
+            headers += self.cors(origin)
+        self.ledger.note("rpc", status, pending.request_id, pending.peer, request.method,
+                         pending.path, pending.started, PyBytes_GET_SIZE(body), label, cache)
+        return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
+
+
+cdef inline bint _sticky(Route route, str method):
+    sticky = route.sticky
+    return sticky is not None and method in route.sticky_methods and len(sticky) > 0

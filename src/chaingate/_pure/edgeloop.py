@@ -1,0 +1,515 @@
+"""The edge's connection loop: the pure-Python twin of ``native/edgeloop.pyx``.
+
+Every client connection of the edge lives in one epoll set (edge-triggered) owned here; the
+edge's one trio task waits for that set to become readable and calls ``poll``, which, for each
+ready connection, reads what the kernel holds, frames every complete request (``http1``),
+answers JSON-RPC requests through the fast lane (``fastlane``) and writes all the answers of
+that readiness in one send — no trio task switch, no Python object per header, no system call
+per request beyond one read and one write.
+
+What the lane does not answer is handed to Python: ``handoff(conn, request)`` (the edge runs
+the handler in a task and calls ``answer``), ``encode(conn, status, headers, body)`` (an
+answer the client wants compressed) and ``upgrade`` requests (``detach`` gives the socket
+away).  A connection answers its requests strictly in order: while one request is being
+answered elsewhere (``BUSY``) or its answer waits for the client to read (``WRITING``), the
+rest of its input waits in the kernel or the parser.
+
+Timeouts are the edge's sweeper's: it reads ``state``/``since`` and calls ``close`` or
+``timeout``.  Sans trio: the caller owns waiting and tasks.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import socket
+import time
+from typing import Any
+
+from chaingate.framing_constants import BUSY, CLOSED, IDLE, LINGER, READING, UPGRADED, WRITING
+
+log = logging.getLogger("chaingate.edge")
+
+__all__ = ["IMPLEMENTATION", "Conn", "Loop"]
+
+IMPLEMENTATION = "pure"
+
+RECV_SIZE = 65536
+MAX_EVENTS = 256
+# Requests of one connection answered in one visit before the others get their turn.
+FAIRNESS_BATCH = 64
+# Answer bytes gathered for one send before they are written anyway.
+FLUSH_BYTES = 256 << 10
+# A body at least this large is sent after its header section as it is (one sendmsg),
+# not copied into one message with it.
+LARGE_BODY = 64 << 10
+# After an error answer, how much of the client's remaining input we read and discard before
+# closing: closing with unread input makes the kernel send a reset, which can destroy the
+# answer (a 413) before the client has read it.  (The sweeper bounds the time.)
+LINGER_MAX_BYTES = 8 << 20
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+INTERNAL_ERROR = "internal error; retry with exponential backoff"
+JSON = b"Content-Type: application/json\r\n"
+_OVERLOADED_HEADERS = JSON + b"Retry-After: 1\r\n"
+# What to do once an answer has been written.
+KEEP, CLOSE, DRAIN = 0, 1, 2
+
+_EPOLL_FLAGS = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
+
+
+class Conn:
+    """One client connection as the loop keeps it."""
+
+    __slots__ = (
+        "after",
+        "asked_keep_alive",
+        "auth_failures",
+        "drained",
+        "eof",
+        "fd",
+        "group",
+        "out",
+        "parser",
+        "peer",
+        "ready",
+        "request",
+        "since",
+        "sock",
+        "state",
+        "unsent",
+    )
+
+    def __init__(self, sock: socket.socket, peer: str, group: str, parser: Any, now: float) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.group = group  # the client address (an IPv6 /64) for per-address caps
+        self.parser = parser
+        self.state = IDLE
+        self.since = now  # when the connection entered its state
+        self.out: list[bytes] = []  # answer bytes not yet taken by the kernel
+        self.unsent = 0  # their length
+        self.request: Any = None  # the request being answered
+        self.asked_keep_alive = True
+        self.auth_failures = 0
+        self.eof = False
+        self.ready = False  # input may be waiting in the kernel (unread)
+        self.after = KEEP
+        self.drained = 0  # input discarded while lingering
+
+
+class Loop:
+    """Every connection of the edge, and what happens when they are ready."""
+
+    def __init__(
+        self,
+        http1: Any,
+        lane: Any,
+        *,
+        limits: tuple[int, int, int, int],
+        max_unsent_bytes: int,
+        max_auth_failures: int,
+        compress_min: int,
+        budget: Any,
+        date: Any,
+        error_body: Any,
+        handoff: Any,
+        encode: Any,
+        closed: Any,
+    ) -> None:
+        self._http1 = http1
+        self._http_error = http1.HttpError
+        self._lane = lane
+        self._limits = limits  # request line, header bytes, header count, body bytes
+        self._max_unsent = max_unsent_bytes
+        self._max_auth_failures = max_auth_failures
+        self._compress_min = compress_min
+        self._budget = budget  # AnswerBudget: batches being assembled hold all of it → 503
+        self._date = date  # .line(): the Date header line
+        self._error_body = error_body
+        self._handoff = handoff  # (conn, request): the Python handler answers it
+        self._encode = encode  # (conn, status, headers, body): compress, then answer()
+        self._closed = closed  # (conn): the connection is gone
+        self._epoll = select.epoll()
+        self.conns: dict[int, Conn] = {}
+        # Connections to visit again without an event (more input than one read took, or
+        # their turn ended); set outside ``poll``, the wake-up descriptor rouses the waiter.
+        self._again: list[Conn] = []
+        self._polling = False
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._wake, select.EPOLLIN)
+        self.closing = False
+        self.unsent_bytes = 0  # answer bytes waiting for slow clients, all connections
+        self.overloaded = 0  # requests answered 503 because of unsent_bytes or the budget
+        self.framing_errors: dict[int, int] = {}
+        lane.sink = self
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def close_loop(self) -> None:
+        for conn in list(self.conns.values()):
+            self.close(conn)
+        self._epoll.close()
+        os.close(self._wake)
+
+    def _schedule(self, conn: Conn) -> None:
+        """Visit ``conn`` again soon, even if no event comes for it."""
+        if not self._again and not self._polling:
+            os.eventfd_write(self._wake, 1)
+        self._again.append(conn)
+
+    # --- connections ----------------------------------------------------------------------
+
+    def register(self, sock: socket.socket, peer: str, group: str) -> Conn:
+        """A new connection (non-blocking, accepted by the edge): the loop owns it now."""
+        line, header_bytes, headers, body = self._limits
+        parser = self._http1.RequestParser(line, header_bytes, headers, body)
+        conn = Conn(sock, peer, group, parser, time.monotonic())
+        self.conns[conn.fd] = conn
+        self._epoll.register(conn.fd, _EPOLL_FLAGS)
+        return conn
+
+    def close(self, conn: Conn) -> None:
+        if conn.state == CLOSED or conn.state == UPGRADED:
+            return
+        conn.state = CLOSED
+        self._forget(conn)
+        conn.sock.close()
+        self._closed(conn)
+
+    def _forget(self, conn: Conn) -> None:
+        self.conns.pop(conn.fd, None)
+        if conn.unsent:
+            self.unsent_bytes -= conn.unsent
+            conn.unsent = 0
+            conn.out = []
+        try:
+            self._epoll.unregister(conn.fd)
+        except (OSError, ValueError):
+            pass
+
+    def timeout(self, conn: Conn, status: int, message: str) -> None:
+        """Too slow (the sweeper decided): tell the client why, best effort, and close."""
+        if conn.state == CLOSED or conn.state == UPGRADED:
+            return
+        body = self._error_body(status, message)
+        response = self._http1.build_response(status, self._date.line() + JSON, body, False)
+        try:
+            conn.sock.send(response)
+        except OSError:
+            pass
+        self.close(conn)
+
+    def detach(self, conn: Conn) -> tuple[int, bytes]:
+        """Give an upgraded connection away: its file descriptor (the caller owns it now) and
+        the bytes read past the request that upgraded it."""
+        self._forget(conn)
+        conn.state = UPGRADED
+        return conn.sock.detach(), conn.parser.take_buffered()
+
+    def begin_shutdown(self) -> None:
+        """Close idle connections now; busy ones close after their answer."""
+        self.closing = True
+        for conn in list(self.conns.values()):
+            if conn.state == IDLE:
+                self.close(conn)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Serve what is ready now; True when work remains (call again after a checkpoint)."""
+        self._polling = True
+        try:
+            return self._poll()
+        finally:
+            self._polling = False
+
+    def _poll(self) -> bool:
+        again, self._again = self._again, []
+        for conn in again:
+            if conn.state == IDLE or conn.state == READING:
+                self._resume(conn)
+        events = self._epoll.poll(0, MAX_EVENTS)
+        conns = self.conns
+        for fd, mask in events:
+            conn = conns.get(fd)
+            if conn is None:
+                if fd == self._wake:
+                    try:
+                        os.eventfd_read(self._wake)
+                    except BlockingIOError:
+                        pass
+                continue
+            if mask & select.EPOLLOUT and conn.out:
+                self._write(conn)
+            if mask & ~select.EPOLLOUT:
+                state = conn.state
+                if state in (IDLE, READING):
+                    self._read(conn)
+                elif state == LINGER:
+                    self._drain(conn)
+                elif state != CLOSED:
+                    conn.ready = True
+        return bool(self._again) or len(events) == MAX_EVENTS
+
+    def _read(self, conn: Conn) -> None:
+        """One read (a full buffer means more may wait: the connection comes back later)."""
+        try:
+            data = conn.sock.recv(RECV_SIZE)
+        except BlockingIOError:
+            conn.ready = False
+            self._process(conn)
+            return
+        except OSError:
+            self.close(conn)
+            return
+        if data:
+            conn.parser.feed(data)
+            conn.ready = len(data) == RECV_SIZE
+        else:
+            conn.eof = True
+            conn.ready = False
+            conn.parser.feed_eof()
+        self._process(conn)
+        if conn.ready and (conn.state == IDLE or conn.state == READING):
+            self._schedule(conn)
+
+    def _process(self, conn: Conn) -> None:
+        """Answer the complete requests the parser holds, in order, then write."""
+        parser = conn.parser
+        answered = 0
+        while (conn.state == IDLE or conn.state == READING) and conn.after == KEEP:
+            request = parser.next_event()
+            if request is None:
+                if conn.eof:
+                    conn.after = CLOSE  # the client closed between requests
+                elif parser.has_partial:
+                    if parser.take_continue():
+                        self._queue(conn, CONTINUE)
+                    if conn.state != READING:
+                        conn.state = READING
+                        conn.since = time.monotonic()
+                elif self.closing:
+                    conn.after = CLOSE
+                elif conn.state != IDLE:
+                    conn.state = IDLE
+                    conn.since = time.monotonic()
+                break
+            if isinstance(request, self._http_error):
+                status = request.status
+                self.framing_errors[status] = self.framing_errors.get(status, 0) + 1
+                if conn.eof:
+                    conn.after = CLOSE  # hung up mid-request: nobody left to answer
+                    break
+                body = self._error_body(status, request.message)
+                self._queue(
+                    conn,
+                    self._http1.build_response(status, self._date.line() + JSON, body, False),
+                )
+                conn.after = DRAIN
+                break
+            conn.request = request
+            conn.asked_keep_alive = request.keep_alive
+            conn.state = BUSY
+            answer = self._dispatch(conn, request)
+            if answer is None:
+                break  # answered elsewhere, later
+            status, headers, body = answer
+            if self._wants_coding(request, body):
+                self._encode(conn, status, headers, body)
+                break
+            self._frame(conn, request, status, headers, body)
+            answered += 1
+            if conn.after != KEEP or conn.unsent >= FLUSH_BYTES:
+                break
+            if answered >= FAIRNESS_BATCH:
+                self._schedule(conn)
+                break
+        self._flush(conn)
+
+    def _dispatch(self, conn: Conn, request: Any) -> tuple[int, bytes, bytes] | None:
+        if self.unsent_bytes > self._max_unsent or self._budget.held >= self._budget.limit:
+            # Memory held for clients that do not read, or by batches being assembled, is at
+            # its bound: shed new work before it grows.
+            self.overloaded += 1
+            body = self._error_body(503, "server overloaded: retry shortly")
+            return 503, _OVERLOADED_HEADERS, body
+        if request.content_encoding is None and request.upgrade is None:
+            try:
+                answer = self._lane.serve(conn, request, conn.peer, conn.group)
+            except Exception:
+                # A bug of ours costs this request a 500, never the loop.
+                log.exception("unhandled error in the fast lane")
+                request.keep_alive = False
+                return 500, JSON, self._error_body(500, INTERNAL_ERROR)
+            if type(answer) is tuple:
+                return answer
+            if answer != "handoff":
+                return None  # deferred: the lane delivers it
+        self._handoff(conn, request)
+        return None
+
+    def _wants_coding(self, request: Any, body: bytes) -> bool:
+        """Might the client's Accept-Encoding turn this answer into a coded one?  (The size
+        test first: a small answer is coded only when the client refused identity, which
+        needs a "=0" somewhere.)"""
+        accept = request.accept_encoding
+        return (
+            accept is not None
+            and self._compress_min > 0
+            and len(body) > 0
+            and (len(body) >= self._compress_min or b"=0" in accept)
+        )
+
+    # --- answers --------------------------------------------------------------------------
+
+    def deliver(self, conn: Conn, status: int, headers: bytes, body: bytes) -> None:
+        """A deferred answer of the lane."""
+        if conn.state != BUSY:
+            return  # the connection is gone
+        if self._wants_coding(conn.request, body):
+            self._encode(conn, status, headers, body)
+            return
+        self.answer(conn, status, headers, body)
+
+    def answer(self, conn: Conn, status: int, headers: bytes, body: bytes) -> None:
+        """The answer to the request ``conn`` is busy with; then on with its next ones."""
+        if conn.state != BUSY:
+            return
+        self._frame(conn, conn.request, status, headers, body)
+        if conn.unsent >= FLUSH_BYTES:
+            self._flush(conn)  # a large answer first; the next requests after it
+        if conn.state == IDLE:
+            self._resume(conn)
+
+    def _resume(self, conn: Conn) -> None:
+        """On with a free connection's next requests (buffered, or still in the kernel)."""
+        if conn.ready and conn.after == KEEP:
+            self._read(conn)
+        else:
+            self._process(conn)
+
+    def _frame(self, conn: Conn, request: Any, status: int, headers: bytes, body: bytes) -> None:
+        """Queue the HTTP response; the connection is free for its next request."""
+        if status == 401:
+            conn.auth_failures += 1
+            if conn.auth_failures >= self._max_auth_failures:
+                request.keep_alive = False  # a key guesser gets a new handshake per try
+        keep_alive = request.keep_alive and not self.closing
+        http10 = request.version == 10
+        has_content = bool(body) and status >= 200 and status not in (204, 304)
+        http1 = self._http1
+        headers = self._date.line() + headers
+        if has_content and len(body) >= LARGE_BODY:
+            self._queue(
+                conn, http1.build_response_head(status, headers, len(body), keep_alive, http10)
+            )
+            if request.method != b"HEAD":
+                self._queue(conn, body)
+        else:
+            response = http1.build_response(status, headers, body, keep_alive, http10)
+            if request.method == b"HEAD" and has_content:
+                # HEAD: the headers of the GET answer (Content-Length included), no content.
+                response = response[: len(response) - len(body)]
+            self._queue(conn, response)
+        conn.request = None
+        conn.state = IDLE
+        if not keep_alive:
+            # Closing a connection the client meant to keep (its key guesses, a bug of ours):
+            # pipelined requests may be on their way, and closing on unread input resets
+            # the connection, which can destroy this answer.
+            conn.after = DRAIN if conn.asked_keep_alive and not self.closing else CLOSE
+
+    def _queue(self, conn: Conn, data: bytes) -> None:
+        conn.out.append(data)
+        conn.unsent += len(data)
+        self.unsent_bytes += len(data)
+
+    def _flush(self, conn: Conn) -> None:
+        """Write what is queued in one system call; what the kernel leaves waits for it."""
+        if conn.out:
+            try:
+                sent = conn.sock.sendmsg(conn.out)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.close(conn)
+                return
+            self._sent(conn, sent)
+            if conn.out:
+                # The rest waits for the kernel (EPOLLOUT).  A connection busy with its next
+                # request stays busy; the answer it is waiting for queues behind.
+                if conn.state != WRITING and conn.state != BUSY:
+                    conn.state = WRITING
+                    conn.since = time.monotonic()
+                return
+        if conn.state != BUSY:
+            self._written(conn)
+
+    def _write(self, conn: Conn) -> None:
+        """The kernel has room again for a slow reader's answer."""
+        try:
+            sent = conn.sock.sendmsg(conn.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close(conn)
+            return
+        self._sent(conn, sent)
+        if conn.out or conn.state != WRITING:
+            return  # more to write, or busy with a request (its answer comes later)
+        conn.state = IDLE
+        self._written(conn)
+        if conn.state == IDLE:
+            self._resume(conn)
+
+    def _sent(self, conn: Conn, sent: int) -> None:
+        conn.unsent -= sent
+        self.unsent_bytes -= sent
+        out = conn.out
+        while sent and out:
+            first = out[0]
+            if sent >= len(first):
+                sent -= len(first)
+                out.pop(0)
+            else:
+                out[0] = first[sent:]
+                sent = 0
+
+    def _written(self, conn: Conn) -> None:
+        """Everything queued reached the kernel: close if that was the plan."""
+        after = conn.after
+        if after == CLOSE:
+            self.close(conn)
+        elif after == DRAIN:
+            self._linger(conn)
+
+    def _linger(self, conn: Conn) -> None:
+        conn.state = LINGER
+        conn.since = time.monotonic()
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close(conn)
+            return
+        self._drain(conn)
+
+    def _drain(self, conn: Conn) -> None:
+        """Read and discard a closing client's input until it closes too (or has sent too
+        much; the sweeper bounds the time)."""
+        while True:
+            try:
+                data = conn.sock.recv(RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                data = b""
+            if not data or conn.drained + len(data) > LINGER_MAX_BYTES:
+                self.close(conn)
+                return
+            conn.drained += len(data)

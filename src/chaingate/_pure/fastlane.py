@@ -1,0 +1,995 @@
+"""The RPC fast lane, sans-IO: the pure-Python twin of ``native/fastlane.pyx``.
+
+The edge loop (``edgeloop``) hands every complete request on a JSON-RPC path to ``Lane.serve``,
+which answers from memory what it can — the key check, scopes, compute units and token
+buckets, the static and finality-aware cache, calls joined to identical calls already in
+flight, JSON-RPC errors, 429s — and says ``HANDOFF`` for everything else: that request goes,
+untouched, to the Python handler (``chaingate.edge.routes``), which answers every request the
+lane does not know how to (see docs/decisions/edge.md for the list).  A request the lane keeps
+is never handed off later: it decides before anything is counted or charged.
+
+Calls that need a node become ``Flight``s: one per distinct call in flight, shared by every
+request that asks the same coalescible call meanwhile (single calls and batch items alike).
+New flights are grouped (by retry class, at most the upstream's batch size) and given to the
+route's ``dispatch`` — the RPC service sends each group as one upstream request and calls
+``Route.land`` with each flight's outcome.  Landing completes the answers waiting on it; a
+finished answer goes to the lane's ``sink`` (the edge loop), which writes it.
+
+This module is the specification: the compiled twin must answer every request with the same
+bytes, count the same things and hand off the same requests (tests/test_fastlane.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, defaultdict
+from typing import Any
+
+log = logging.getLogger("chaingate.edge")
+
+__all__ = [
+    "DEFER",
+    "HANDOFF",
+    "IMPLEMENTATION",
+    "AnswerBudget",
+    "Flight",
+    "KeyAdmission",
+    "Lane",
+    "Ledger",
+    "MethodStats",
+    "OpenAdmission",
+    "RequestIds",
+    "ResponseCache",
+    "Route",
+]
+
+IMPLEMENTATION = "pure"
+
+# What ``Lane.serve`` answers when it does not answer with (status, headers, body).
+HANDOFF = "handoff"  # not ours: the Python handler answers this request
+DEFER = "defer"  # ours, waiting for flights: the answer goes to the sink when they land
+
+# Bytes a reply adds beyond its id and payload: '{"jsonrpc":"2.0","id":' ',"result":' '}' and
+# the comma that separates it from the next reply of a batch (rpc/answers.py says the same).
+REPLY_OVERHEAD = 34
+# Outcomes of an answer's admission of one more reply.
+FITS, TOO_LARGE, BUSY = 0, 1, 2
+
+LIMIT_EXCEEDED = -32005
+INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
+BAD_TAG_MESSAGE = (
+    "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
+    "a hex number, a block hash or an EIP-1898 object"
+)
+ANSWER_TOO_LARGE = "answer_too_large"
+OVERLOADED = "overloaded"
+
+JSON = b"Content-Type: application/json\r\n"
+_CACHE_HEADERS = {
+    cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
+}
+_NAMED_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'})
+_CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ID_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+SECONDS_PER_DAY = 86_400
+
+# Cache policies (MethodSpec.cache).
+NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
+
+
+class MethodStats:
+    """Call counters of one method on one network (read by /metrics)."""
+
+    __slots__ = ("cache_hits", "error", "ok")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.error = 0
+        self.cache_hits = 0
+
+
+class AnswerBudget:
+    """Reply bytes held by batches being assembled, all requests of the process together
+    (``rpc.max_assembling_bytes``; see rpc/answers.py)."""
+
+    __slots__ = ("held", "limit", "refused")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0  # replies refused because the budget was spent
+
+    @property
+    def exhausted(self) -> bool:
+        return self.held >= self.limit
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            self.refused += 1
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.held = max(0, self.held - size)
+
+
+# Rough per-entry overhead (tuple, bytes headers, dict slot) counted against max_bytes.
+_ENTRY_OVERHEAD = 160
+
+
+class ResponseCache:
+    """A bounded LRU of JSON-RPC results that can no longer change, keyed by
+    ``(method, raw params)``; values are the raw ``result`` bytes as a node sent them.  Only
+    the RPC service decides what may enter (static answers, facts about finalized blocks)."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self._entries: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[str, bytes]) -> bytes | None:
+        value = self._entries.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def put(self, key: tuple[str, bytes], value: bytes) -> None:
+        size = len(value) + len(key[1]) + _ENTRY_OVERHEAD
+        if size > self._max_bytes or self._max_entries <= 0:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= len(old) + len(key[1]) + _ENTRY_OVERHEAD
+        self._entries[key] = value
+        self.bytes += size
+        while len(self._entries) > self._max_entries or self.bytes > self._max_bytes:
+            old_key, old_value = self._entries.popitem(last=False)
+            self.bytes -= len(old_value) + len(old_key[1]) + _ENTRY_OVERHEAD
+            self.evictions += 1
+
+
+class RequestIds:
+    """``X-Request-Id`` values: the client's own when it is sane (1 to 128 of ``[A-Za-z0-9._:-]``),
+    else ``<process prefix>-<hex counter>``.  One per process, shared by the lane and the
+    Python handler, so no two requests get the same id."""
+
+    __slots__ = ("_counter", "_prefix")
+
+    def __init__(self, prefix: bytes) -> None:
+        self._prefix = prefix
+        self._counter = 0
+
+    def take(self, supplied: bytes | None) -> bytes:
+        if supplied is not None and 0 < len(supplied) <= 128 and _ID_CHARS.issuperset(supplied):
+            return supplied
+        self._counter += 1
+        return b"%s-%x" % (self._prefix, self._counter)
+
+
+def valid_block_tag(tag: bytes, family: str) -> bool:
+    """A block reference a node can understand (rpc/methods.py holds the same rule).
+
+    EVM: a named tag, a hex quantity, a 32-byte hash or an EIP-1898 object.  Solana: a slot,
+    a non-negative integer."""
+    if family == "solana":
+        return tag.isdigit()
+    if tag in _NAMED_TAGS or tag[:1] == b"{":
+        return True
+    if len(tag) < 5 or tag[:3] != b'"0x' or tag[-1:] != b'"':
+        return False
+    digits = tag[3:-1]
+    return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
+class Method:
+    """One row of the method table as the lane reads it (built from ``MethodSpec``)."""
+
+    __slots__ = (
+        "block_param",
+        "cache",
+        "coalescible",
+        "cu",
+        "cu_historical",
+        "name",
+        "retry",
+        "spec",
+        "special",
+        "stats",
+        "tcu",
+        "write",
+    )
+
+    def __init__(self, spec: Any, stats: MethodStats, special: bool) -> None:
+        self.spec = spec  # the MethodSpec, for the service's side of a landing
+        self.name: str = spec.name
+        self.cu: int = spec.cu
+        self.tcu: int = spec.tcu
+        self.cu_historical: int | None = spec.cu_historical
+        self.block_param: int | None = spec.block_param
+        self.cache: str = spec.cache
+        self.retry: bool = spec.retry
+        self.write: bool = spec.scope == "rpc:write"
+        self.coalescible: bool = self.retry and not self.write
+        self.stats = stats
+        # Answered by the Python handler whenever it is called (eth_getLogs range planning,
+        # read-your-writes routing): see Route.python_methods.
+        self.special = special
+
+    def price(self, tag: bytes | None) -> tuple[int, int]:
+        """(billed, throughput) units; a historical block tag scales both alike."""
+        historical = self.cu_historical
+        if historical is not None and tag is not None and tag not in _CURRENT_TAGS:
+            return historical, self.tcu * historical // max(self.cu, 1)
+        return self.cu, self.tcu
+
+    def may_be_cached(self, tag: bytes | None) -> bool:
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
+        if self.cache == STATIC:
+            return True
+        if self.cache == NO_CACHE:
+            return False
+        return self.block_param is None or (tag is not None and tag not in _CURRENT_TAGS)
+
+
+class Flight:
+    """One upstream call in flight, and every answer waiting for it."""
+
+    __slots__ = (
+        "done",
+        "error",
+        "future",
+        "key",
+        "method",
+        "params",
+        "result",
+        "spec",
+        "tag",
+        "waiters",
+    )
+
+    def __init__(
+        self, key: tuple[str, bytes], params: bytes | None, spec: Method, tag: bytes | None
+    ) -> None:
+        self.key = key
+        self.method: str = key[0]
+        self.params = params
+        self.spec = spec
+        self.tag = tag
+        self.done = False
+        self.result: bytes | None = None
+        self.error: bytes | None = None
+        self.waiters: list[tuple[_Pending, int]] = []
+        # A Python task waiting too (the handler's path): any object with set_result, set
+        # by whoever waits (chaingate.rpc.future.Future), resolved with (result, error).
+        self.future: Any = None
+
+
+class Route:
+    """One ``/v1/rpc/{chain}/{network}`` endpoint: its method table, cache, flights and
+    counters.  Owned by the network's RPC service, which shares all of it with the lane."""
+
+    def __init__(
+        self,
+        label: str,
+        family: str,
+        testnet: bool,
+        methods: dict[str, Any],
+        passthrough: Any,
+        cache: ResponseCache,
+        jsonrpc: Any,
+        *,
+        max_batch: int,
+        max_answer: int,
+        coalesce: bool,
+        upstream_batch: int,
+        refusals: dict[str, bytes],
+        python_methods: frozenset[str] = frozenset(),
+        sticky: Any = None,
+        sticky_methods: frozenset[str] = frozenset(),
+    ) -> None:
+        self.label = label
+        self.family = family
+        self.testnet = testnet
+        self.cache = cache
+        self.jsonrpc = jsonrpc
+        self.max_batch = max_batch
+        self.max_answer = max_answer
+        self.max_single = max_answer - REPLY_OVERHEAD
+        self.coalesce = coalesce
+        self.upstream_batch = max(1, upstream_batch)
+        # The answer-bound errors, prebuilt by the service (keys: too_large, too_large_write,
+        # busy, busy_write).
+        self.refusals = refusals
+        self.stats: defaultdict[str, MethodStats] = defaultdict(MethodStats)
+        self.invalid = self.stats["invalid"]
+        self.unknown = self.stats["unknown"]
+        self.methods = {
+            name: Method(spec, self.stats[spec.name], name in python_methods)
+            for name, spec in methods.items()
+        }
+        self.passthrough = (
+            Method(passthrough, self.stats[passthrough.name], False)
+            if passthrough is not None
+            else None
+        )
+        # Read-your-writes: while it remembers any write, its methods go to the handler.
+        self.sticky = sticky
+        self.sticky_methods = sticky_methods
+        self.flights: dict[tuple[str, bytes], Flight] = {}
+        self.coalesced = 0
+        self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
+        self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
+        # Set by the service: dispatch(group) sends a list of new flights upstream.
+        self.dispatch: Any = None
+
+    # --- flights --------------------------------------------------------------------------
+
+    def open_flight(
+        self, key: tuple[str, bytes], params: bytes | None, spec: Method, tag: bytes | None
+    ) -> Flight:
+        """A new flight; joinable by identical calls until it lands when it is coalescible."""
+        flight = Flight(key, params, spec, tag)
+        if self.coalesce and spec.coalescible:
+            self.flights[key] = flight
+        return flight
+
+    def land(self, flight: Flight, result: bytes | None, error: bytes | None) -> None:
+        """A flight's outcome (exactly one of result and error is set): every answer waiting
+        for it gets its reply, and each one now complete goes to its sink."""
+        if flight.done:
+            return
+        flight.done = True
+        flight.result = result
+        flight.error = error
+        if self.flights.get(flight.key) is flight:
+            del self.flights[flight.key]
+        if flight.future is not None:
+            flight.future.set_result((result, error))
+        waiters, flight.waiters = flight.waiters, []
+        for pending, index in waiters:
+            try:
+                pending.place(index, result, error)
+            except Exception:
+                # A bug of ours costs that request a 500, never the other waiters.
+                log.exception("unhandled error in the fast lane")
+                pending.fail()
+
+    def _send(self, safe: list[Flight], unsafe: list[Flight]) -> None:
+        """Hand new flights to the service, one group per retry class and upstream batch."""
+        size = self.upstream_batch
+        for flights in (safe, unsafe):
+            for start in range(0, len(flights), size):
+                self.dispatch(flights[start : start + size])
+
+    # --- answers the lane builds from this route's table ----------------------------------
+
+    def refuse(self, reason: str, executed: bool, calls: int = 1) -> bytes:
+        """The error object for calls refused by an answer limit (counted for /metrics)."""
+        self.refused[reason] += calls
+        if reason == OVERLOADED:
+            return self.refusals["busy_write" if executed else "busy"]
+        return self.refusals["too_large_write" if executed else "too_large"]
+
+    def not_found(self, call: Any) -> bytes:
+        message = f"method not found: {call.method[:64]}"
+        return self.jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+
+    def bad_tag(self, call: Any) -> bytes | None:
+        if call.id is None:
+            return None  # a notification gets no answer, not even an error
+        return self.jsonrpc.error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)  # type: ignore[no-any-return]
+
+
+class OpenAdmission:
+    """No keys, no limits (``[auth] enabled = false``): everyone is the anonymous principal."""
+
+    shared = None
+
+    def __init__(self, anonymous: Any) -> None:
+        self.anonymous = anonymous
+
+    def principal(self, request: Any, group: str, testnet: bool) -> Any:
+        return self.anonymous
+
+    def take(
+        self, principal: Any, reads: bool, writes: bool, requests: int, tcu: int
+    ) -> tuple[float, float, int]:
+        return 0.0, 0.0, 0
+
+    def admit(
+        self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Any:
+        return None
+
+    def record(self, principal: Any, method: str, requests: int, cu: int, errors: int) -> None:
+        return None
+
+    def headers(self, principal: Any) -> bytes:
+        return b""
+
+
+# Why ``KeyAdmission.take`` refused (its third value).
+ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
+
+
+class KeyAdmission:
+    """API keys on the fast lane: the cache-hit path of ``KeyGate.authenticate`` and the
+    admission rule of ``KeyGate.admit`` (which calls ``take`` too: one copy of the rule).
+
+    ``principal`` answers only the plain case — a key seen recently, not revoked, without
+    allowlists, from an address with no failed-authentication debt — and None otherwise: the
+    handler then authenticates (and refuses with the exact answer)."""
+
+    def __init__(self, gate: Any, recent: dict[bytes, Any], failures: Any, used: set[str]) -> None:
+        self.gate = gate  # KeyGate: builds refusals (``rejection``), counts them
+        self.recent = recent  # raw key -> principal, for keys seen recently
+        self.failures = failures  # client address -> failed-authentication bucket
+        self.used = used  # key ids used since the last touch of last_used_at
+        self.meter = gate.meter
+        self.shared: Any = None  # SharedLimits, when processes share limits (Redis)
+
+    def principal(self, request: Any, group: str, testnet: bool) -> Any:
+        failures = self.failures
+        if failures:
+            bucket = failures.get(group)
+            if bucket is not None and bucket.remaining(time.monotonic()) < 1:
+                return None
+        raw = request.api_key
+        if raw is None:
+            authorization = request.authorization
+            if authorization is None or authorization[:7].lower() != b"bearer ":
+                return None
+            raw = authorization[7:].strip()
+        principal = self.recent.get(raw)
+        if principal is None or principal.revoked or principal.allow is not None:
+            return None
+        if not testnet and principal.environment == "test":
+            return None
+        self.used.add(principal.key_id)
+        return principal
+
+    def take(
+        self, principal: Any, reads: bool, writes: bool, requests: int, tcu: int
+    ) -> tuple[float, float, int]:
+        """Scopes, day quota and token buckets: (wait, epoch, why); why is ADMITTED or the
+        reason of the refusal, which costs nothing."""
+        epoch = time.time()
+        scopes = principal.scopes
+        if reads and "rpc:read" not in scopes:
+            return 0.0, epoch, NO_READ_SCOPE
+        if writes and "rpc:write" not in scopes:
+            return 0.0, epoch, NO_WRITE_SCOPE
+        day = int(epoch // SECONDS_PER_DAY)
+        wait = principal.limiter.admit(time.monotonic(), day, requests, tcu, principal.quota)
+        if wait < 0:
+            return wait, epoch, DAY_QUOTA
+        if wait:
+            return wait, epoch, RATE
+        shared = self.shared
+        if shared is not None:
+            principal.pending_requests += requests
+            principal.pending_units += tcu
+            shared.note(principal)
+        return 0.0, epoch, ADMITTED
+
+    def admit(
+        self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Any:
+        wait, epoch, why = self.take(principal, reads, writes, requests, tcu)
+        if why == ADMITTED:
+            return None
+        return self.gate.rejection(why, wait, epoch)
+
+    def record(self, principal: Any, method: str, requests: int, cu: int, errors: int) -> None:
+        self.meter.record(
+            principal.key_id,
+            principal.account_id,
+            method,
+            int(time.time() // 60),
+            requests,
+            cu,
+            errors,
+        )
+
+    def headers(self, principal: Any) -> bytes:
+        return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]
+
+
+class Ledger:
+    """What every answered request leaves behind: its status count, its latency sample and
+    its access-log line.  Shared by the lane and the edge loop (the handler keeps its own
+    books with the same counters)."""
+
+    def __init__(self, statuses: dict[str, Any], latency: dict[str, Any], access_log: Any) -> None:
+        self.statuses = statuses  # route -> status -> count
+        self.latency = latency  # route -> LatencySeries
+        self.access_log = access_log
+
+    def note(
+        self,
+        route: str,
+        status: int,
+        request_id: bytes,
+        peer: str,
+        method: bytes,
+        path: str,
+        started: float,
+        size: int,
+        label: str,
+        cache: bytes,
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        self.latency[route].observe(elapsed)
+        self.statuses[route][status] += 1
+        access_log = self.access_log
+        if access_log.enabled:
+            access_log.write_request(
+                request_id.decode(),
+                peer,
+                method.decode("latin-1"),
+                path,
+                status,
+                int(elapsed * 1_000_000),
+                size,
+                label,
+                cache.decode(),
+            )
+
+
+class _Pending:
+    """One request's answer while flights it waits for are in the air."""
+
+    __slots__ = (
+        "batch",
+        "calls",
+        "conn",
+        "hits",
+        "label",
+        "lane",
+        "left",
+        "over",
+        "path",
+        "peer",
+        "principal",
+        "replies",
+        "request",
+        "request_id",
+        "route",
+        "started",
+        "taken",
+        "units",
+        "used",
+    )
+
+    def __init__(
+        self,
+        lane: Lane,
+        conn: Any,
+        request: Any,
+        peer: str,
+        route: Route,
+        principal: Any,
+        request_id: bytes,
+        started: float,
+        calls: list[Any],
+        batch: bool,
+    ) -> None:
+        self.lane = lane
+        self.conn = conn
+        self.request = request
+        self.peer = peer
+        self.route = route
+        self.principal = principal
+        self.request_id = request_id
+        self.started = started
+        self.calls = calls
+        self.batch = batch
+        self.replies: list[bytes | None] = [None] * len(calls)
+        # Per call position: (Method, billed units) of calls still waiting, else None.
+        self.units: list[tuple[Method, int] | None] = [None] * len(calls)
+        self.left = 0  # calls still waiting for a flight
+        self.hits = 0
+        self.used = 0  # reply bytes placed in the answer so far
+        self.taken = 0  # of which taken from the process budget
+        self.over = False  # the answer passed its bound: every later reply is refused
+        self.path = ""
+        self.label = "batch" if batch else ""
+
+    def admit_reply(self, size: int) -> int:
+        """May a reply of ``size`` bytes join this batch's answer?  FITS, TOO_LARGE or BUSY."""
+        if self.over or self.used + size > self.route.max_answer:
+            self.over = True
+            return TOO_LARGE
+        if not self.route.budget.take(size):
+            return BUSY
+        self.used += size
+        self.taken += size
+        return FITS
+
+    def wait_for(self, flight: Flight, index: int, method: Method, units: int) -> None:
+        self.units[index] = (method, units)
+        self.left += 1
+        flight.waiters.append((self, index))
+
+    def place(self, index: int, result: bytes | None, error: bytes | None) -> None:
+        """The outcome of the call at ``index`` (a landing)."""
+        waiting = self.units[index]
+        if waiting is None:
+            return  # already given up (the answer went over its bound)
+        self.units[index] = None
+        method, units = waiting
+        call = self.calls[index]
+        route = self.route
+        jsonrpc = route.jsonrpc
+        if call.id is not None:
+            size = len(result) if result is not None else len(error or b"")
+            if self.batch:
+                fits = self.admit_reply(size + len(call.id) + REPLY_OVERHEAD)
+                if fits != FITS:
+                    reason = OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE
+                    result, error = None, route.refuse(reason, method.write)
+            elif size + len(call.id) > route.max_single:
+                result, error = None, route.refuse(ANSWER_TOO_LARGE, method.write)
+            if result is not None:
+                self.replies[index] = jsonrpc.result_reply(call.id, result)
+            else:
+                self.replies[index] = jsonrpc.raw_error_reply(call.id, error)
+        if error is None:
+            method.stats.ok += 1
+        else:
+            method.stats.error += 1
+        self.lane.admission.record(self.principal, method.name, 1, units, 0 if error is None else 1)
+        self.left -= 1
+        if self.over:
+            self._give_up_reads()
+        if self.left == 0:
+            self.lane.finish(self)
+
+    def fail(self) -> None:
+        """Answer 500 and wait for nothing more."""
+        self.units = [None] * len(self.units)
+        self.left = 0
+        self.route.budget.give_back(self.taken)
+        self.taken = 0
+        self.request.keep_alive = False
+        body = self.lane.error_body(500, "internal error; retry with exponential backoff", None)
+        headers = b"X-Request-Id: " + self.request_id + b"\r\n" + JSON
+        self.lane.sink.deliver(self.conn, 500, headers, body)
+
+    def _give_up_reads(self) -> None:
+        """Over its bound, a batch stops waiting for retry-safe reads (they could only be
+        refused); calls that are not retry-safe are waited for, never abandoned."""
+        route = self.route
+        for index, waiting in enumerate(self.units):
+            if waiting is None or not waiting[0].retry:
+                continue
+            method, units = waiting
+            self.units[index] = None
+            call = self.calls[index]
+            if call.id is not None:
+                error = route.refuse(ANSWER_TOO_LARGE, False)
+                self.replies[index] = route.jsonrpc.raw_error_reply(call.id, error)
+            method.stats.error += 1
+            self.lane.admission.record(self.principal, method.name, 1, units, 1)
+            self.left -= 1
+
+
+class Lane:
+    """Every JSON-RPC endpoint's fast path: ``serve`` one request at a time."""
+
+    def __init__(
+        self,
+        routes: dict[bytes, Route],
+        admission: Any,
+        ledger: Ledger,
+        ids: RequestIds,
+        cors: Any,
+        error_body: Any,
+    ) -> None:
+        self.routes = routes  # the exact request path (with and without a trailing slash)
+        self.admission = admission
+        self.ledger = ledger
+        self.ids = ids
+        self.cors = cors  # origin -> CORS answer header lines (chaingate.edge.cors)
+        self.error_body = error_body  # (status, message, code) -> the refusal's body
+        self.sink: Any = None  # deliver(conn, status, headers, body): the edge loop
+        self.served = 0  # requests the lane answered (or is answering)
+        self._log_paths: dict[bytes, str] = {}
+
+    def serve(self, conn: Any, request: Any, peer: str, group: str) -> Any:
+        """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
+        route = self.routes.get(request.path)
+        if route is None or request.method != b"POST":
+            return HANDOFF
+        principal = self.admission.principal(request, group, route.testnet)
+        if principal is None:
+            return HANDOFF
+        started = time.perf_counter()
+        jsonrpc = route.jsonrpc
+        parsed = jsonrpc.parse_request(request.body, route.max_batch)
+        calls = parsed.calls
+        if not parsed.error:
+            # Whatever the handler must answer, it answers whole: decided before anything
+            # is counted or charged.
+            for call in calls:
+                if not call.error:
+                    method = route.methods.get(call.method)
+                    if method is not None and (method.special or self._sticky(route, call.method)):
+                        return HANDOFF
+        self.served += 1
+        pending = _Pending(
+            self,
+            conn,
+            request,
+            peer,
+            route,
+            principal,
+            self.ids.take(request.request_id),
+            started,
+            calls,
+            parsed.batch,
+        )
+        pending.path = self._log_path(request.path)
+        if parsed.error:
+            route.invalid.error += 1
+            body = jsonrpc.error_reply(b"null", parsed.error, parsed.message)
+            return self._answer(pending, 200, body, b"MISS", "invalid", None)
+        if parsed.batch:
+            return self._batch(pending)
+        return self._single(pending)
+
+    @staticmethod
+    def _sticky(route: Route, method: str) -> bool:
+        sticky = route.sticky
+        return sticky is not None and method in route.sticky_methods and len(sticky) > 0
+
+    def _log_path(self, path: bytes) -> str:
+        shown = self._log_paths.get(path)
+        if shown is None:
+            shown = self._log_paths[path] = path.decode("latin-1")
+        return shown
+
+    def _classify(self, route: Route, call: Any) -> tuple[Method | None, bytes | None, bool]:
+        """(method, block tag, tag valid) of a well-formed call."""
+        method = route.methods.get(call.method) or route.passthrough
+        if method is None:
+            return None, None, True
+        tag = None
+        if method.block_param is not None and call.params is not None:
+            tag = route.jsonrpc.array_item(call.params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, route.family):
+            return method, tag, False
+        return method, tag, True
+
+    def _single(self, pending: _Pending) -> Any:
+        route = pending.route
+        jsonrpc = route.jsonrpc
+        call = pending.calls[0]
+        if call.error:
+            route.invalid.error += 1
+            body = jsonrpc.error_reply(call.id, call.error, call.message)
+            return self._answer(pending, 200, body, b"MISS", "invalid", None)
+        method, tag, valid = self._classify(route, call)
+        if method is None:
+            route.unknown.error += 1
+            return self._answer(pending, 200, route.not_found(call), b"MISS", "unknown", None)
+        if not valid:
+            route.invalid.error += 1
+            return self._answer(pending, 200, route.bad_tag(call), b"MISS", method.name, None)
+        cu, tcu = method.price(tag)
+        writes = method.write
+        admission = self.admission
+        rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
+        if rejection is not None:
+            body = None
+            if rejection.status == 429:
+                body = jsonrpc.error_reply(call.id or b"null", LIMIT_EXCEEDED, rejection.message)
+            return self._answer(pending, rejection.status, body, b"MISS", method.name, rejection)
+        stats = method.stats
+        key = (call.method, call.params or b"")
+        if method.cache != NO_CACHE and method.may_be_cached(tag):
+            hit = route.cache.get(key)
+            if hit is not None:
+                if call.id is not None and len(hit) + len(call.id) > route.max_single:
+                    stats.error += 1
+                    admission.record(pending.principal, method.name, 1, cu, 1)
+                    refusal = route.refuse(ANSWER_TOO_LARGE, False)
+                    body = jsonrpc.raw_error_reply(call.id, refusal)
+                    return self._answer(pending, 200, body, b"MISS", method.name, None)
+                stats.cache_hits += 1
+                stats.ok += 1
+                admission.record(pending.principal, method.name, 1, cu, 0)
+                body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
+                pending.hits = 1
+                return self._answer(pending, 200, body, b"HIT", method.name, None)
+        pending.label = method.name
+        flight = route.flights.get(key)
+        if flight is not None:
+            route.coalesced += 1
+            pending.wait_for(flight, 0, method, cu)
+            return DEFER
+        flight = route.open_flight(key, call.params, method, tag)
+        pending.wait_for(flight, 0, method, cu)
+        if method.retry:
+            route._send([flight], [])
+        else:
+            route._send([], [flight])
+        return DEFER
+
+    def _batch(self, pending: _Pending) -> Any:
+        route = pending.route
+        jsonrpc = route.jsonrpc
+        calls = pending.calls
+        replies = pending.replies
+        jobs: list[tuple[int, Any, Method, bytes | None, int]] = []
+        cu = tcu = 0
+        reads = writes = False
+        for index, call in enumerate(calls):
+            if call.error:
+                route.invalid.error += 1
+                replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
+                continue
+            method, tag, valid = self._classify(route, call)
+            if method is None:
+                route.unknown.error += 1
+                replies[index] = route.not_found(call)
+                continue
+            if not valid:
+                route.invalid.error += 1
+                replies[index] = route.bad_tag(call)
+                continue
+            units, weight = method.price(tag)
+            cu += units
+            tcu += weight
+            if method.write:
+                writes = True
+            else:
+                reads = True
+            jobs.append((index, call, method, tag, units))
+        admission = self.admission
+        if jobs:
+            rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
+            if rejection is not None:
+                return self._refused_batch(pending, rejection, jobs)
+        principal = pending.principal
+        cache = route.cache
+        upstream: list[tuple[int, Any, Method, bytes | None, int]] = []
+        for job in jobs:
+            index, call, method, tag, units = job
+            if method.cache != NO_CACHE and method.may_be_cached(tag):
+                hit = cache.get((call.method, call.params or b""))
+                if hit is not None:
+                    stats = method.stats
+                    if call.id is not None:
+                        fits = pending.admit_reply(len(hit) + len(call.id) + REPLY_OVERHEAD)
+                        if fits != FITS:
+                            reason = OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE
+                            replies[index] = jsonrpc.raw_error_reply(
+                                call.id, route.refuse(reason, False)
+                            )
+                            stats.error += 1
+                            admission.record(principal, method.name, 1, units, 1)
+                            continue
+                        replies[index] = jsonrpc.result_reply(call.id, hit)
+                    pending.hits += 1
+                    stats.cache_hits += 1
+                    stats.ok += 1
+                    admission.record(principal, method.name, 1, units, 0)
+                    continue
+            upstream.append(job)
+        if pending.over:
+            # Already over its bound: the rest could only be refused, so none is sent.
+            for index, call, method, _tag, units in upstream:
+                if call.id is not None:
+                    error = route.refuse(ANSWER_TOO_LARGE, False)
+                    replies[index] = jsonrpc.raw_error_reply(call.id, error)
+                method.stats.error += 1
+                admission.record(principal, method.name, 1, units, 1)
+            return self._batch_answer(pending)
+        safe: list[Flight] = []
+        unsafe: list[Flight] = []
+        flights = route.flights
+        for index, call, method, tag, units in upstream:
+            key = (call.method, call.params or b"")
+            flight = flights.get(key)
+            if flight is not None:
+                route.coalesced += 1
+            else:
+                flight = route.open_flight(key, call.params, method, tag)
+                (safe if method.retry else unsafe).append(flight)
+            pending.wait_for(flight, index, method, units)
+        if safe or unsafe:
+            route._send(safe, unsafe)
+        if pending.left:
+            return DEFER
+        return self._batch_answer(pending)
+
+    def _refused_batch(
+        self, pending: _Pending, rejection: Any, jobs: list[tuple[int, Any, Method, Any, int]]
+    ) -> Any:
+        """A batch over a limit: each call that would have gone upstream gets -32005 with its
+        id (notifications nothing), the others keep the errors already decided."""
+        if rejection.status != 429:
+            return self._answer(pending, rejection.status, None, b"MISS", "batch", rejection)
+        replies = pending.replies
+        error_reply = pending.route.jsonrpc.error_reply
+        for index, call, *_ in jobs:
+            if call.id is not None:
+                replies[index] = error_reply(call.id, LIMIT_EXCEEDED, rejection.message)
+        answered = [reply for reply in replies if reply is not None]
+        body = b"[" + b",".join(answered) + b"]" if answered else None
+        return self._answer(pending, 429, body, b"MISS", "batch", rejection)
+
+    def _batch_answer(self, pending: _Pending) -> Any:
+        parts = [reply for reply in pending.replies if reply is not None]
+        body = pending.route.jsonrpc.join_batch(parts) if parts else None
+        hits = pending.hits
+        count = len(pending.calls)
+        cache = b"HIT" if hits == count else (b"MISS" if hits == 0 else b"PARTIAL")
+        pending.route.budget.give_back(pending.taken)
+        pending.taken = 0
+        return self._answer(pending, 200, body, cache, "batch", None)
+
+    def finish(self, pending: _Pending) -> None:
+        """The last flight a deferred answer waited for has landed: to the sink with it."""
+        if pending.batch:
+            status, headers, body = self._batch_answer(pending)
+        else:
+            reply = pending.replies[0]
+            status, headers, body = self._answer(pending, 200, reply, b"MISS", pending.label, None)
+        self.sink.deliver(pending.conn, status, headers, body)
+
+    def _answer(
+        self,
+        pending: _Pending,
+        status: int,
+        body: bytes | None,
+        cache: bytes,
+        label: str,
+        rejection: Any,
+    ) -> tuple[int, bytes, bytes]:
+        """The answer's status, header lines and body, as the handler would frame it; and
+        its books (status count, latency, access-log line)."""
+        request = pending.request
+        rate = self.admission.headers(pending.principal)
+        if rejection is not None:
+            if rejection.close:
+                request.keep_alive = False
+            headers = JSON + rejection.headers + rate
+            if body is None:
+                body = self.error_body(rejection.status, rejection.message, rejection.code)
+        else:
+            headers = _CACHE_HEADERS[cache] + rate if rate else _CACHE_HEADERS[cache]
+            if body is None:
+                status = 204
+                body = b""
+        origin = request.origin
+        if origin is not None and (rejection is None or rejection.cors):
+            headers += self.cors(origin)
+        self.ledger.note(
+            "rpc",
+            status,
+            pending.request_id,
+            pending.peer,
+            request.method,
+            pending.path,
+            pending.started,
+            len(body),
+            label,
+            cache,
+        )
+        return status, b"X-Request-Id: " + pending.request_id + b"\r\n" + headers, body

@@ -1,0 +1,38 @@
+"""The fast lane of this process: every JSON-RPC endpoint, the key gate's view, the books.
+
+Built once by the gateway from the RPC services (each owns its ``Route``), the gate and the
+handler's counters, so that an answer given by the lane is counted, logged and metered
+exactly where one given by the handler is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chaingate.auth.gate import ANONYMOUS, Gate
+from chaingate.edge import cors
+from chaingate.edge.responses import error_body
+from chaingate.edge.routes import Routes
+from chaingate.impl import Impl
+from chaingate.obs.logs import AccessLog
+from chaingate.rpc.service import RpcService
+
+RPC_PREFIX = b"/v1/rpc/"
+
+
+def build_lane(
+    impl: Impl,
+    services: Mapping[str, RpcService],
+    gate: Gate,
+    routes: Routes,
+    access_log: AccessLog,
+) -> Any:
+    fastlane = impl.fastlane
+    paths: dict[bytes, Any] = {}
+    for key, service in services.items():
+        path = RPC_PREFIX + key.encode()
+        paths[path] = paths[path + b"/"] = service.route  # a trailing slash: the same endpoint
+    admission = getattr(gate, "admission", None) or fastlane.OpenAdmission(ANONYMOUS)
+    ledger = fastlane.Ledger(routes.statuses, routes.route_latency, access_log)
+    return fastlane.Lane(paths, admission, ledger, routes.ids, cors.answer_headers, error_body)
