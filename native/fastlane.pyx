@@ -56,7 +56,11 @@ cdef enum:
 # Why KeyAdmission.take refused (the pure twin and auth/keygate.py use the same numbers).
 ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
 
-cdef int LIMIT_EXCEEDED = -32005
+from chaingate.framing_constants import LIMIT_EXCEEDED as _LIMIT_EXCEEDED
+from chaingate.framing_constants import REFUSED as _REFUSED
+
+cdef int LIMIT_EXCEEDED = _LIMIT_EXCEEDED
+cdef int REFUSED = _REFUSED
 cdef int INVALID_PARAMS = -32602
 cdef int METHOD_NOT_FOUND = -32601
 cdef str BAD_TAG_MESSAGE = (
@@ -67,6 +71,7 @@ cdef str ANSWER_TOO_LARGE = "answer_too_large"
 cdef str OVERLOADED = "overloaded"
 cdef str INTERNAL_ERROR_MESSAGE = "internal error; retry with exponential backoff"
 cdef double SECONDS_PER_DAY = 86400.0
+cdef tuple KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
 cdef bytes JSON = b"Content-Type: application/json\r\n"
 cdef bytes HIT = b"HIT"
@@ -466,7 +471,9 @@ cdef class Route:
             return self.refusals["busy_write" if executed else "busy"]
         return self.refusals["too_large_write" if executed else "too_large"]
 
-    cdef bytes not_found(self, call):
+    cdef object not_found(self, call):
+        if call.id is None:
+            return None
         cdef str method = call.method
         return self._error_reply(call.id, METHOD_NOT_FOUND, f"method not found: {method[:64]}")
 
@@ -486,7 +493,7 @@ cdef class OpenAdmission:
         self.anonymous = anonymous
         self.shared = None
 
-    cpdef object principal(self, request, str group, bint testnet):
+    cpdef object principal(self, request, str group, bint testnet, object key=None):
         return self.anonymous
 
     cpdef object admit(self, principal, bint reads, bint writes, long long requests,
@@ -521,7 +528,7 @@ cdef class KeyAdmission(OpenAdmission):
         self.meter = gate.meter
         self._meter_record = self.meter.record
 
-    cpdef object principal(self, request, str group, bint testnet):
+    cpdef object principal(self, request, str group, bint testnet, object key=None):
         cdef object raw, authorization, principal, bucket
         failures = self.failures
         if failures:
@@ -531,9 +538,14 @@ cdef class KeyAdmission(OpenAdmission):
         raw = request.api_key
         if raw is None:
             authorization = request.authorization
-            if authorization is None or (<bytes>authorization)[:7].lower() != b"bearer ":
+            if authorization is not None and (<bytes>authorization)[:7].lower() == b"bearer ":
+                raw = (<bytes>authorization)[7:].strip()
+        if key is not None:
+            if raw is not None and raw != key:
                 return None
-            raw = (<bytes>authorization)[7:].strip()
+            raw = key
+        elif raw is None:
+            return None
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
             return None
@@ -791,12 +803,13 @@ cdef class Lane:
     cdef readonly RequestIds ids
     cdef readonly object cors
     cdef readonly object error_body
+    cdef readonly object log_path
     cdef public object sink
     cdef public long long served
     cdef dict _log_paths
 
     def __init__(self, dict routes, OpenAdmission admission, Ledger ledger, RequestIds ids,
-                 cors, error_body):
+                 cors, error_body, log_path):
         global _result_reply, _raw_error_reply
         self.routes = routes
         self.admission = admission
@@ -804,6 +817,7 @@ cdef class Lane:
         self.ids = ids
         self.cors = cors
         self.error_body = error_body
+        self.log_path = log_path
         self.sink = None
         self.served = 0
         self._log_paths = {}
@@ -814,12 +828,17 @@ cdef class Lane:
 
     cpdef object serve(self, conn, request, str peer, str group):
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
-        cdef Route route = self.routes.get(request.path)
+        cdef bytes path = request.path
+        cdef Route route = self.routes.get(path)
         cdef Method method
         cdef Pending pending
+        key = None
+        if route is None:
+            head, _, key = path.rpartition(b"/")
+            route = self.routes.get(head) if (<bytes>key).startswith(KEY_SHAPES) else None
         if route is None or request.method != b"POST":
             return HANDOFF
-        principal = self.admission.principal(request, group, route.testnet)
+        principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
         cdef double started = monotonic()
@@ -849,10 +868,12 @@ cdef class Lane:
         pending.replies = [None] * len(calls)
         pending.units = [None] * len(calls)
         pending.label = "batch" if pending.batch else ""
-        path = self._log_paths.get(request.path)
-        if path is None:
-            path = self._log_paths[request.path] = (<bytes>request.path).decode("latin-1")
-        pending.path = path
+        shown = self._log_paths.get(path)
+        if shown is None:
+            shown = self.log_path(path)
+            if len(self._log_paths) < 1024:
+                self._log_paths[path] = shown
+        pending.path = shown
         if parse_error:
             route.invalid.error += 1
             body = route._error_reply(b"null", parse_error, parsed.message)
@@ -899,9 +920,11 @@ cdef class Lane:
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
         call_id = call.id
         if rejection is not None:
-            body = None
-            if rejection.status == 429:
-                body = route._error_reply(call_id or b"null", LIMIT_EXCEEDED, rejection.message)
+            body = route._error_reply(
+                call_id or b"null",
+                LIMIT_EXCEEDED if rejection.status == 429 else REFUSED,
+                rejection.message,
+            )
             return self._answer(pending, rejection.status, body, MISS, method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
@@ -1043,18 +1066,17 @@ cdef class Lane:
         return self._batch_answer(pending)
 
     cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
-        if rejection.status != 429:
-            return self._answer(pending, rejection.status, None, MISS, "batch", rejection)
         replies = pending.replies
         error_reply = pending.route._error_reply
         message = rejection.message
+        cdef int code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
         for job in jobs:
             call = (<tuple>job)[1]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = error_reply(call.id, LIMIT_EXCEEDED, message)
+                replies[(<tuple>job)[0]] = error_reply(call.id, code, message)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
-        return self._answer(pending, 429, body, MISS, "batch", rejection)
+        return self._answer(pending, rejection.status, body, MISS, "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending):
         parts = [reply for reply in pending.replies if reply is not None]

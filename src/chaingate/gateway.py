@@ -201,6 +201,7 @@ class Gateway:
             self.access_log,
             settings.observability.admin_token,
             self.impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
+            self.impl.jsonrpc,
             self.bundlers,
         )
         # Cached REST answers die with the data under them: when any index moves.

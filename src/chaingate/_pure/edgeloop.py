@@ -235,14 +235,15 @@ class Loop:
         events = self._epoll.poll(0, MAX_EVENTS)
         conns = self.conns
         for fd, mask in events:
-            conn = conns.get(fd)
-            if conn is None:
+            found = conns.get(fd)
+            if found is None:
                 if fd == self._wake:
                     try:
                         os.eventfd_read(self._wake)
                     except BlockingIOError:
                         pass
                 continue
+            conn = found
             if mask & select.EPOLLOUT and conn.out:
                 self._write(conn)
             if mask & ~select.EPOLLOUT:

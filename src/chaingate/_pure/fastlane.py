@@ -26,6 +26,8 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
+from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
+
 log = logging.getLogger("chaingate.edge")
 
 __all__ = [
@@ -56,7 +58,6 @@ REPLY_OVERHEAD = 34
 # Outcomes of an answer's admission of one more reply.
 FITS, TOO_LARGE, BUSY = 0, 1, 2
 
-LIMIT_EXCEEDED = -32005
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 BAD_TAG_MESSAGE = (
@@ -75,6 +76,8 @@ _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'}
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ID_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
 SECONDS_PER_DAY = 86_400
+# A path segment that is an API key (auth/apikeys.py), not a name.
+KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
 # Cache policies (MethodSpec.cache).
 NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
@@ -384,7 +387,9 @@ class Route:
             return self.refusals["busy_write" if executed else "busy"]
         return self.refusals["too_large_write" if executed else "too_large"]
 
-    def not_found(self, call: Any) -> bytes:
+    def not_found(self, call: Any) -> bytes | None:
+        if call.id is None:
+            return None  # a notification gets no answer, not even an error
         message = f"method not found: {call.method[:64]}"
         return self.jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
 
@@ -402,7 +407,7 @@ class OpenAdmission:
     def __init__(self, anonymous: Any) -> None:
         self.anonymous = anonymous
 
-    def principal(self, request: Any, group: str, testnet: bool) -> Any:
+    def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
         return self.anonymous
 
     def take(
@@ -442,7 +447,9 @@ class KeyAdmission:
         self.meter = gate.meter
         self.shared: Any = None  # SharedLimits, when processes share limits (Redis)
 
-    def principal(self, request: Any, group: str, testnet: bool) -> Any:
+    def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
+        """``key``: the key in the request's path (``…/{chain}/{network}/{key}``), which a key
+        in a header must then equal."""
         failures = self.failures
         if failures:
             bucket = failures.get(group)
@@ -451,9 +458,14 @@ class KeyAdmission:
         raw = request.api_key
         if raw is None:
             authorization = request.authorization
-            if authorization is None or authorization[:7].lower() != b"bearer ":
-                return None
-            raw = authorization[7:].strip()
+            if authorization is not None and authorization[:7].lower() == b"bearer ":
+                raw = authorization[7:].strip()
+        if key is not None:
+            if raw is not None and raw != key:
+                return None  # two different keys: the handler refuses
+            raw = key
+        elif raw is None:
+            return None
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
             return None
@@ -699,6 +711,7 @@ class Lane:
         ids: RequestIds,
         cors: Any,
         error_body: Any,
+        log_path: Any,
     ) -> None:
         self.routes = routes  # the exact request path (with and without a trailing slash)
         self.admission = admission
@@ -706,16 +719,23 @@ class Lane:
         self.ids = ids
         self.cors = cors  # origin -> CORS answer header lines (chaingate.edge.cors)
         self.error_body = error_body  # (status, message, code) -> the refusal's body
+        self.log_path = log_path  # path -> as the access log shows it (chaingate.edge.paths)
         self.sink: Any = None  # deliver(conn, status, headers, body): the edge loop
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
 
     def serve(self, conn: Any, request: Any, peer: str, group: str) -> Any:
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
-        route = self.routes.get(request.path)
+        path = request.path
+        route = self.routes.get(path)
+        key = None
+        if route is None:
+            # A key in the path, as tools that take only a URL send it.
+            head, _, key = path.rpartition(b"/")
+            route = self.routes.get(head) if key.startswith(KEY_SHAPES) else None
         if route is None or request.method != b"POST":
             return HANDOFF
-        principal = self.admission.principal(request, group, route.testnet)
+        principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
         started = time.perf_counter()
@@ -743,7 +763,7 @@ class Lane:
             calls,
             parsed.batch,
         )
-        pending.path = self._log_path(request.path)
+        pending.path = self._log_path(path)
         if parsed.error:
             route.invalid.error += 1
             body = jsonrpc.error_reply(b"null", parsed.error, parsed.message)
@@ -758,9 +778,12 @@ class Lane:
         return sticky is not None and method in route.sticky_methods and len(sticky) > 0
 
     def _log_path(self, path: bytes) -> str:
+        """The path as the access log shows it (a key in it redacted)."""
         shown = self._log_paths.get(path)
         if shown is None:
-            shown = self._log_paths[path] = path.decode("latin-1")
+            shown = self.log_path(path)
+            if len(self._log_paths) < 1024:  # the endpoints, and their first keyed paths
+                self._log_paths[path] = shown
         return shown
 
     def _classify(self, route: Route, call: Any) -> tuple[Method | None, bytes | None, bool]:
@@ -795,9 +818,8 @@ class Lane:
         admission = self.admission
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
         if rejection is not None:
-            body = None
-            if rejection.status == 429:
-                body = jsonrpc.error_reply(call.id or b"null", LIMIT_EXCEEDED, rejection.message)
+            code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+            body = jsonrpc.error_reply(call.id or b"null", code, rejection.message)
             return self._answer(pending, rejection.status, body, b"MISS", method.name, rejection)
         stats = method.stats
         key = (call.method, call.params or b"")
@@ -921,18 +943,18 @@ class Lane:
     def _refused_batch(
         self, pending: _Pending, rejection: Any, jobs: list[tuple[int, Any, Method, Any, int]]
     ) -> Any:
-        """A batch over a limit: each call that would have gone upstream gets -32005 with its
-        id (notifications nothing), the others keep the errors already decided."""
-        if rejection.status != 429:
-            return self._answer(pending, rejection.status, None, b"MISS", "batch", rejection)
+        """A refused batch: each call that would have gone upstream gets the refusal (-32005
+        over a limit) with its id (notifications nothing), the others keep the errors already
+        decided."""
         replies = pending.replies
         error_reply = pending.route.jsonrpc.error_reply
+        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
         for index, call, *_ in jobs:
             if call.id is not None:
-                replies[index] = error_reply(call.id, LIMIT_EXCEEDED, rejection.message)
+                replies[index] = error_reply(call.id, code, rejection.message)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
-        return self._answer(pending, 429, body, b"MISS", "batch", rejection)
+        return self._answer(pending, rejection.status, body, b"MISS", "batch", rejection)
 
     def _batch_answer(self, pending: _Pending) -> Any:
         parts = [reply for reply in pending.replies if reply is not None]

@@ -92,6 +92,20 @@ class Rejection(msgspec.Struct, frozen=True):
     cors: bool = True
 
 
+class Credentials:
+    """What the gate reads from a request, with a key from elsewhere (a WebSocket query, a
+    JSON-RPC path) in the header's place."""
+
+    __slots__ = ("api_key", "authorization", "origin")
+
+    def __init__(
+        self, api_key: bytes | None, authorization: bytes | None, origin: bytes | None = None
+    ) -> None:
+        self.api_key = api_key
+        self.authorization = authorization
+        self.origin = origin  # the request's Origin: checked against the key's allowlist
+
+
 class NetworkInfo(msgspec.Struct, frozen=True):
     chain: str
     network: str

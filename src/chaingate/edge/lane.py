@@ -12,6 +12,7 @@ from typing import Any
 
 from chaingate.auth.gate import ANONYMOUS, Gate
 from chaingate.edge import cors
+from chaingate.edge.paths import loggable_path
 from chaingate.edge.responses import error_body
 from chaingate.edge.routes import Routes
 from chaingate.impl import Impl
@@ -35,4 +36,6 @@ def build_lane(
         paths[path] = paths[path + b"/"] = service.route  # a trailing slash: the same endpoint
     admission = getattr(gate, "admission", None) or fastlane.OpenAdmission(ANONYMOUS)
     ledger = fastlane.Ledger(routes.statuses, routes.route_latency, access_log)
-    return fastlane.Lane(paths, admission, ledger, routes.ids, cors.answer_headers, error_body)
+    return fastlane.Lane(
+        paths, admission, ledger, routes.ids, cors.answer_headers, error_body, loggable_path
+    )

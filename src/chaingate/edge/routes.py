@@ -29,12 +29,14 @@ from time import perf_counter
 from typing import Any
 
 from chaingate.api.routing import RestApi
-from chaingate.auth.gate import Gate, NetworkInfo, Rejection
+from chaingate.auth.apikeys import environment_of
+from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
 from chaingate.edge.restcache import CacheKey, RestCache
+from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
 from chaingate.rpc import local as local_rpc
@@ -98,10 +100,11 @@ class Routes:
         access_log: AccessLog,
         admin_token: str,
         ids: Any,
+        jsonrpc: Any,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
-        with the fast lane."""
+        with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths."""
         self._services = {key.encode(): service for key, service in services.items()}
         self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
@@ -118,6 +121,7 @@ class Routes:
         self._access_log = access_log
         self._admin_token = admin_token.encode()
         self.ids = ids
+        self._jsonrpc = jsonrpc
         self.latency = LatencyHistogram()
         self.route_latency = {route: self.latency.series(route) for route in _ROUTES}
         # Answered requests by route, then by status.
@@ -183,12 +187,8 @@ class Routes:
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
-        tail = path[8:]
+        tail, credentials = _path_key(path[8:], self._services, request)
         service = self._services.get(tail)
-        if service is None and tail.endswith(b"/"):
-            # A trailing slash names the same endpoint (URL joins in clients add one).
-            tail = tail[:-1]
-            service = self._services.get(tail)
         if request.method == b"OPTIONS":  # a browser's preflight: no key to check
             return (*cors.preflight(request.origin, cors.RPC_METHODS), "", b"")
         if service is None:
@@ -196,10 +196,12 @@ class Routes:
         if request.method != b"POST":
             body = error_body(405, "JSON-RPC requests must be POST")
             return 405, JSON + _ALLOW_POST, body, "", b""
+        if credentials is None:
+            return (*self._refused_rpc(request, _TWO_KEYS, b"", service.max_batch), "", b"")
         gate = self._gate
-        principal = gate.authenticate(request, peer, self._networks[tail], None)
+        principal = gate.authenticate(credentials, peer, self._networks[tail], None)
         if isinstance(principal, Rejection):
-            return (*_rejected(principal, b"", request), "", b"")
+            return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
         rate_headers = gate.response_headers(principal)
         if reply.rejection is not None:
@@ -218,11 +220,10 @@ class Routes:
             status, headers, body = self._metrics(request)
         elif path.startswith(_BUNDLER_PREFIX):
             route = "bundler"
-            tail = path[len(_BUNDLER_PREFIX) :]
-            tail = tail[:-1] if tail.endswith(b"/") else tail  # the same endpoint
             if request.method == b"OPTIONS":
                 status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
             else:
+                tail = path[len(_BUNDLER_PREFIX) :]
                 status, headers, body = await self._bundler(request, tail, peer)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
@@ -247,11 +248,14 @@ class Routes:
     async def _bundler(self, request: Any, tail: bytes, peer: str) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
+        tail, credentials = _path_key(tail, self._networks, request)
+        if credentials is None:
+            return self._refused_rpc(request, _TWO_KEYS, b"", local_rpc.MAX_BATCH)
         # The scope first: a key without it learns nothing about what exists here.
         gate = self._gate
-        principal = gate.authenticate(request, peer, self._networks.get(tail), _BUNDLER_SCOPE)
+        principal = gate.authenticate(credentials, peer, self._networks.get(tail), _BUNDLER_SCOPE)
         if isinstance(principal, Rejection):
-            return _rejected(principal, b"", request)
+            return self._refused_rpc(request, principal, b"", local_rpc.MAX_BATCH)
         rpc = self._bundlers.get(tail)
         rate_headers = gate.response_headers(principal)
         if rpc is None:
@@ -264,7 +268,8 @@ class Routes:
         units = rpc.cost(calls) if calls else 1
         rejection = gate.admit(principal, False, False, max(1, len(calls)), units, units)
         if rejection is not None:
-            return _rejected(rejection, gate.response_headers(principal), request)
+            rate_headers = gate.response_headers(principal)
+            return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
             gate.record(principal, "bundler:invalid", 1, units, 1)
             return 200, JSON + gate.response_headers(principal), parsed
@@ -277,6 +282,22 @@ class Routes:
         if body is None:  # notifications only
             return 204, gate.response_headers(principal), b""
         return 200, JSON + gate.response_headers(principal), body
+
+    def _refused_rpc(
+        self, request: Any, rejection: Rejection, rate_headers: bytes, max_batch: int
+    ) -> tuple[int, bytes, bytes]:
+        """A refusal on a JSON-RPC path: its HTTP status, and a JSON-RPC body with the
+        request's ids (-32005 over a limit, -32600 otherwise) that JSON-RPC clients read."""
+        jsonrpc = self._jsonrpc
+        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+        message = rejection.message
+        parsed = jsonrpc.parse_request(request.body, max_batch)
+        ids = [] if parsed.error else [call.id for call in parsed.calls if call.id is not None]
+        if parsed.batch and ids:
+            body = jsonrpc.join_batch([jsonrpc.error_reply(i, code, message) for i in ids])
+        else:
+            body = jsonrpc.error_reply(ids[0] if ids else b"null", code, message)
+        return _rejected(rejection, rate_headers, request, body)
 
     def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -357,6 +378,34 @@ class Routes:
         status, headers, body = answer
         gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
         return status, headers + _MISS + gate.response_headers(principal), body
+
+
+# A key in the path and another in a header: which would be the caller's?
+_TWO_KEYS = Rejection(
+    400, "invalid_request", "two different API keys: one in the path, another in a header"
+)
+
+
+def _path_key(tail: bytes, known: Mapping[bytes, Any], request: Any) -> tuple[bytes, Any]:
+    """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
+    and the credentials to check: the request itself, or — for ``{chain}/{network}/{key}``,
+    the form wallets and tools that take only a URL use — the key in the path in place of
+    the header.  None for the credentials: two different keys."""
+    if tail in known:
+        return tail, request
+    if tail.endswith(b"/") and tail[:-1] in known:
+        return tail[:-1], request  # a trailing slash names the same endpoint
+    head, _, key = tail.rpartition(b"/")
+    if head not in known or environment_of(key) is None:
+        return tail, request  # no such endpoint: 404
+    header = request.api_key
+    if header is None and request.authorization is not None:
+        authorization = request.authorization
+        if authorization[:7].lower() == b"bearer ":
+            header = authorization[7:].strip()
+    if header is not None and header != key:
+        return head, None
+    return head, Credentials(key, None, request.origin)
 
 
 class _LeaderGone(Exception):

@@ -32,13 +32,13 @@ import trio
 from chaingate.auth.plans import Limits
 from chaingate.chain.ranges import SpanSizer
 from chaingate.config import LogRangeSettings
+from chaingate.framing_constants import LIMIT_EXCEEDED
 
 # (result, error): exactly one is raw JSON bytes (as in service.py).
 Outcome = tuple[bytes | None, bytes | None]
 # Sends one call upstream: (method, raw params) -> outcome.
 Send = Callable[[str, bytes], Awaitable[Outcome]]
 
-LIMIT_EXCEEDED = -32005
 RANGE_TOO_LARGE = "block_range_too_large"
 _HEAD_TAGS = frozenset({"latest", "pending", "safe", "finalized"})
 # A node's refusal of a part that a smaller part may pass (its own range or result caps).

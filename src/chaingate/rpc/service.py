@@ -25,6 +25,7 @@ import trio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.config import NetworkSettings, RpcSettings
+from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
 from chaingate.impl import Impl
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
@@ -102,8 +103,6 @@ class RpcReply:
 # A call of a batch on its way upstream: (position, call, spec, raw block tag, billed units).
 _Job = tuple[int, Any, MethodSpec, bytes | None, int]
 
-# JSON-RPC error code for a refused call over a limit (EIP-1474 "limit exceeded").
-LIMIT_EXCEEDED = -32005
 
 ANSWER_TOO_LARGE = "answer_too_large"
 OVERLOADED = "overloaded"
@@ -511,27 +510,26 @@ class RpcService:
         return RpcReply(body, status, "batch")
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
-        """A call the gate refused.  Over a limit, the client still gets a JSON-RPC body
-        (error -32005, with the call's id) so its JSON-RPC library can read it; the edge sends
-        it with the gate's HTTP status (429) so HTTP-level retry logic works too."""
-        body = None
-        if rejection.status == 429:
-            body = self._jsonrpc.error_reply(id_raw, LIMIT_EXCEEDED, rejection.message)
+        """A call the gate refused.  The client still gets a JSON-RPC body (-32005 over a
+        limit, -32600 for a scope the key lacks; with the call's id) so its JSON-RPC library
+        can read it; the edge sends it with the gate's HTTP status (429, 403) so HTTP-level
+        retry logic works too."""
+        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+        body = self._jsonrpc.error_reply(id_raw, code, rejection.message)
         return RpcReply(body, b"MISS", label, rejection)
 
     def _refused_batch(
         self, rejection: Rejection, jobs: list[_Job], replies: list[bytes | None]
     ) -> RpcReply:
-        """A batch over a limit: an array with each call's own reply — -32005 with its id for
-        every call that would have gone upstream (notifications get none), the errors already
-        decided for the others.  JSON-RPC clients match a batch's replies by id, and many
-        cannot read a single object as a batch's answer."""
-        if rejection.status != 429:
-            return RpcReply(None, b"MISS", "batch", rejection)
+        """A refused batch: an array with each call's own reply — the refusal (-32005 over a
+        limit) with its id for every call that would have gone upstream (notifications get
+        none), the errors already decided for the others.  JSON-RPC clients match a batch's
+        replies by id, and many cannot read a single object as a batch's answer."""
         message = rejection.message
+        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
         for index, call, *_ in jobs:
             if call.id is not None:
-                replies[index] = self._jsonrpc.error_reply(call.id, LIMIT_EXCEEDED, message)
+                replies[index] = self._jsonrpc.error_reply(call.id, code, message)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return RpcReply(body, b"MISS", "batch", rejection)
@@ -545,7 +543,9 @@ class RpcService:
             return None  # a notification gets no answer, not even an error
         return self._jsonrpc.error_reply(call.id, INVALID_PARAMS, message)  # type: ignore[no-any-return]
 
-    def _not_found(self, call: Any) -> bytes:
+    def _not_found(self, call: Any) -> bytes | None:
+        if call.id is None:
+            return None  # a notification gets no answer, not even an error
         message = f"method not found: {call.method[:64]}"
         return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
 

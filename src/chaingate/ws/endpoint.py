@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
@@ -37,7 +37,6 @@ from chaingate.ws.caps import KeyBudgets, WsCaps, caps_for
 from chaingate.ws.deflate import Negotiated
 from chaingate.ws.deflate import negotiate as negotiate_deflate
 from chaingate.ws.handshake import (
-    Credentials,
     HandshakeError,
     query_api_key,
     switching_protocols,

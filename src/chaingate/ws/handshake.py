@@ -87,16 +87,3 @@ def query_api_key(query: bytes) -> bytes | None:
         if name == "apiKey":
             return value.encode("latin-1", "replace")
     return None
-
-
-class Credentials:
-    """What the gate reads from a request, with the query's key in the header's place."""
-
-    __slots__ = ("api_key", "authorization", "origin")
-
-    def __init__(
-        self, api_key: bytes | None, authorization: bytes | None, origin: bytes | None = None
-    ) -> None:
-        self.api_key = api_key
-        self.authorization = authorization
-        self.origin = origin  # the handshake's Origin: checked against the key's allowlist

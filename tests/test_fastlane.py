@@ -1,0 +1,426 @@
+"""The fast lane's twins answer alike: the same requests, byte for byte, with the same books.
+
+Each scenario runs on the compiled and the pure lane (``_native/fastlane`` and
+``_pure/fastlane``) with real parts around them — requests framed by the http1 twin, the method
+table of config/methods.toml, the key gate's admission with real token buckets, a real access
+log — and a recorder where the edge loop (the sink) and the upstream (flights) would be.  What
+each lane answered, delivered, sent upstream, counted and logged must be equal, and the
+scenarios also check what that is, so that two twins wrong in the same way still fail.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaingate import impl as impl_module
+from chaingate.auth.gate import Principal
+from chaingate.auth.keygate import KeyGate
+from chaingate.edge import cors
+from chaingate.edge.paths import loggable_path
+from chaingate.edge.responses import error_body
+from chaingate.obs.logs import AccessLog
+from chaingate.obs.metrics import LatencyHistogram
+from chaingate.obs.sink import LogSink
+from chaingate.rpc.methods import MethodTable
+
+PATH = b"/v1/rpc/ethereum/devnet"
+METHODS = MethodTable.load(Path(__file__).resolve().parents[1] / "config" / "methods.toml")
+KEY = b"svc_test_" + b"k" * 43
+REFUSALS = {
+    "too_large": b'{"code":-32005,"message":"too large"}',
+    "too_large_write": b'{"code":-32005,"message":"too large, may have run"}',
+    "busy": b'{"code":-32005,"message":"busy"}',
+    "busy_write": b'{"code":-32005,"message":"busy, may have run"}',
+}
+
+
+def _twins() -> list[impl_module.Impl]:
+    try:
+        return [impl_module.compiled(), impl_module.pure()]
+    except ImportError:
+        pytest.skip("compiled modules not built (run `pip install -e .`)")
+
+
+@dataclass
+class Recorder:
+    delivered: list[tuple[Any, int, bytes, bytes]] = field(default_factory=list)
+    groups: list[list[Any]] = field(default_factory=list)
+
+    def deliver(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
+        self.delivered.append((conn, status, headers, body))
+
+
+class Lane:
+    """One twin's lane with everything around it."""
+
+    def __init__(
+        self,
+        impl: impl_module.Impl,
+        *,
+        keys: bool = False,
+        rps: int = 0,
+        max_answer: int = 1 << 20,
+        budget: int = 1 << 30,
+        scopes: frozenset[str] | None = None,
+        sticky: Any = None,
+    ) -> None:
+        fastlane = impl.fastlane
+        self.impl = impl
+        self.recorder = Recorder()
+        self.route = fastlane.Route(
+            "ethereum/devnet",
+            "evm",
+            True,
+            METHODS.family("evm"),
+            None,
+            fastlane.ResponseCache(1000, 1 << 20),
+            impl.jsonrpc,
+            max_batch=1000,
+            max_answer=max_answer,
+            coalesce=True,
+            upstream_batch=10,
+            refusals=REFUSALS,
+            python_methods=frozenset({"eth_getLogs"}),
+            sticky=sticky,
+            sticky_methods=frozenset({"eth_getTransactionCount"}),
+        )
+        self.route.budget = fastlane.AnswerBudget(budget)
+        self.route.dispatch = self.recorder.groups.append
+        self.log_stream = io.BytesIO()
+        self.access_log = AccessLog(sink=LogSink(self.log_stream))
+        self.latency = LatencyHistogram()
+        self.statuses: dict[str, Any] = {"rpc": _counter(), "other": _counter()}
+        ledger = fastlane.Ledger(
+            self.statuses, {"rpc": self.latency.series("rpc")}, self.access_log
+        )
+        self.principal = Principal(key_id="k1", account_id="a1", prefix="svc_test_k")
+        if keys:
+            limiter = impl.limiter
+            self.principal = Principal(
+                key_id="k1",
+                account_id="a1",
+                prefix="svc_test_k",
+                environment="test",
+                scopes=scopes if scopes is not None else frozenset({"rpc:read", "rpc:write"}),
+                limiter=limiter.KeyLimiter(rps, 0, 0.0),
+                quota=limiter.DayQuota(0, 0),
+                limits_rps=rps,
+            )
+            registry = SimpleNamespace(recent={KEY: self.principal}, used=set())
+            self.gate = KeyGate(registry, impl.limiter, fastlane)  # type: ignore[arg-type]
+            admission = self.gate.admission
+        else:
+            admission = fastlane.OpenAdmission(self.principal)
+        self.lane = fastlane.Lane(
+            {PATH: self.route, PATH + b"/": self.route},
+            admission,
+            ledger,
+            fastlane.RequestIds(b"test"),
+            cors.answer_headers,
+            error_body,
+            loggable_path,
+        )
+        self.lane.sink = self.recorder
+
+    def request(self, body: bytes | Any, headers: bytes = b"", path: bytes = PATH) -> Any:
+        if not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+        parser = self.impl.http1.RequestParser()
+        parser.feed(
+            b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (path, len(body), headers, body)
+        )
+        return parser.next_event()
+
+    def serve(
+        self, body: bytes | Any, headers: bytes = b"", conn: Any = "c1", path: bytes = PATH
+    ) -> Any:
+        request = self.request(body, headers, path)
+        answer = self.lane.serve(conn, request, "127.0.0.1", "127.0.0.1")
+        if isinstance(answer, tuple):
+            status, head, payload = answer
+            return status, _scrub(head), payload
+        return answer
+
+    def land_all(self, outcome: Any) -> None:
+        """Land every flight sent so far: ``outcome(flight) -> (result, error)``."""
+        groups, self.recorder.groups[:] = list(self.recorder.groups), []
+        for group in groups:
+            for flight in group:
+                self.route.land(flight, *outcome(flight))
+
+    def books(self) -> dict[str, Any]:
+        self.access_log.sync()
+        lines = [_scrub_line(line) for line in self.log_stream.getvalue().splitlines()]
+        stats = {
+            name: (s.ok, s.error, s.cache_hits)
+            for name, s in self.route.stats.items()
+            if s.ok or s.error or s.cache_hits
+        }
+        return {
+            "statuses": {k: dict(v) for k, v in self.statuses.items()},
+            "latency_samples": sum(self.latency.series("rpc").counts),
+            "stats": stats,
+            "coalesced": self.route.coalesced,
+            "refused": dict(self.route.refused),
+            "log": lines,
+            "budget": self.route.budget.held,
+            "delivered": [
+                (conn, status, _scrub(head), body)
+                for conn, status, head, body in self.recorder.delivered
+            ],
+        }
+
+
+def _counter() -> Any:
+    from collections import defaultdict
+
+    return defaultdict(int)
+
+
+def _scrub(headers: bytes) -> bytes:
+    """Header lines with what depends on the clock made constant."""
+    return re.sub(rb"X-RateLimit-Reset: \d+", b"X-RateLimit-Reset: T", headers)
+
+
+def _scrub_line(line: bytes) -> bytes:
+    line = re.sub(rb'"ts":"[^"]+"', b'"ts":"T"', line)
+    return re.sub(rb'"duration_us":\d+', b'"duration_us":D', line)
+
+
+def _call(method: str, params: list[Any] | None = None, id: Any = 1) -> dict[str, Any]:
+    call: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or []}
+    if id is not None:
+        call["id"] = id
+    return call
+
+
+def _both(scenario: Any, **options: Any) -> tuple[Any, Any]:
+    """Run ``scenario(lane)`` on both twins; their results and books must be equal."""
+    compiled, pure = (Lane(impl, **options) for impl in _twins())
+    result_c, result_p = scenario(compiled), scenario(pure)
+    assert result_c == result_p
+    assert compiled.books() == pure.books()
+    return result_c, compiled.books()
+
+
+def _result(flight: Any) -> tuple[bytes | None, bytes | None]:
+    return b'"r:' + flight.method.encode() + b'"', None
+
+
+def test_a_static_answer_is_served_from_the_cache() -> None:
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')
+        return lane.serve(_call("eth_chainId", id=7))
+
+    (status, headers, body), books = _both(scenario)
+    assert status == 200 and body == b'{"jsonrpc":"2.0","id":7,"result":"0x7a69"}'
+    assert b"X-Cache: HIT\r\n" in headers and headers.startswith(b"X-Request-Id: test-1\r\n")
+    assert books["stats"] == {"eth_chainId": (1, 0, 1)}
+    assert books["statuses"]["rpc"] == {200: 1} and books["latency_samples"] == 1
+    assert books["log"] == [
+        b'{"ts":"T","level":"info","msg":"request","request_id":"test-1","peer":"127.0.0.1",'
+        b'"method":"POST","path":"/v1/rpc/ethereum/devnet","status":200,"duration_us":D,'
+        b'"bytes":42,"rpc":"eth_chainId","cache":"HIT"}'
+    ]
+
+
+def test_identical_calls_share_one_flight_and_land_together() -> None:
+    def scenario(lane: Lane) -> Any:
+        first = lane.serve(_call("eth_blockNumber", id=1), conn="a")
+        second = lane.serve(_call("eth_blockNumber", id="x"), conn="b")
+        sent = [[(f.method, f.params) for f in group] for group in lane.recorder.groups]
+        lane.land_all(lambda flight: (b'"0x10"', None))
+        return first, second, sent
+
+    (first, second, sent), books = _both(scenario)
+    assert first == second == "defer"
+    assert sent == [[("eth_blockNumber", b"[]")]]
+    assert books["coalesced"] == 1
+    bodies = [(conn, body) for conn, _, _, body in books["delivered"]]
+    assert bodies == [
+        ("a", b'{"jsonrpc":"2.0","id":1,"result":"0x10"}'),
+        ("b", b'{"jsonrpc":"2.0","id":"x","result":"0x10"}'),
+    ]
+
+
+def test_a_batch_mixes_cache_flights_errors_and_keeps_its_order() -> None:
+    batch = [
+        _call("eth_chainId", id=1),
+        _call("eth_blockNumber", id=2),
+        _call("eth_noSuchMethod", id=3),
+        _call("eth_getBalance", ["0x" + "11" * 20, "0xzz"], id=4),  # a bad block tag
+        {"jsonrpc": "2.0", "id": 5},  # no method
+        _call("eth_blockNumber", id=6),  # joins the flight of id 2
+        _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=None),  # a notification
+        _call("eth_sendRawTransaction", ["0xdead"], id=8),
+    ]
+
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')
+        answer = lane.serve(batch)
+        sent = [[f.method for f in group] for group in lane.recorder.groups]
+        lane.land_all(
+            lambda f: (
+                (None, b'{"code":-32000,"message":"nonce too low"}') if f.spec.write else _result(f)
+            )
+        )
+        return answer, sent
+
+    (answer, sent), books = _both(scenario)
+    assert answer == "defer"
+    assert sent == [["eth_blockNumber", "eth_getBalance"], ["eth_sendRawTransaction"]]
+    ((_, status, headers, body),) = books["delivered"]
+    assert status == 200 and b"X-Cache: PARTIAL" in headers
+    replies = json.loads(body)
+    assert [reply["id"] for reply in replies] == [1, 2, 3, 4, 5, 6, 8]
+    assert replies[0]["result"] == "0x7a69" and replies[1]["result"] == "r:eth_blockNumber"
+    assert replies[2]["error"]["code"] == -32601 and replies[3]["error"]["code"] == -32602
+    assert replies[4]["error"]["code"] == -32600 and replies[5] == replies[1] | {"id": 6}
+    assert replies[6]["error"]["message"] == "nonce too low"
+    assert books["coalesced"] == 1
+    assert books["stats"]["eth_sendRawTransaction"] == (0, 1, 0)
+
+
+def test_handler_only_calls_hand_the_whole_request_off_before_counting_anything() -> None:
+    class Sticky:
+        def __len__(self) -> int:
+            return 1
+
+    def scenario(lane: Lane) -> Any:
+        return (
+            lane.serve(_call("eth_getLogs", [{}])),
+            lane.serve([_call("eth_chainId"), _call("eth_getLogs", [{}], id=2)]),
+            lane.serve(_call("eth_getTransactionCount", ["0x" + "22" * 20, "latest"])),
+            lane.serve(_call("eth_chainId"), path=b"/v1/rpc/ethereum/other"),
+        )
+
+    answers, books = _both(scenario, sticky=Sticky())
+    assert answers == ("handoff",) * 4
+    assert books["stats"] == {} and books["log"] == [] and books["statuses"]["rpc"] == {}
+
+
+def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')
+        return [
+            lane.serve(_call("eth_chainId", id=1), b"X-API-Key: " + KEY + b"\r\n"),
+            lane.serve(_call("eth_chainId", id=2), b"X-API-Key: " + KEY + b"\r\n"),
+            lane.serve(
+                [_call("eth_chainId", id=3), _call("eth_nope", id=4)],
+                b"Authorization: Bearer " + KEY + b"\r\n",
+            ),
+            lane.serve(_call("eth_chainId", id=5)),  # no key: the handler answers 401
+        ]
+
+    answers, books = _both(scenario, keys=True, rps=1)
+    assert answers[0][0] == 200
+    status, headers, body = answers[1]
+    assert status == 429 and b"Retry-After: 1\r\n" in headers
+    assert json.loads(body) == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {
+            "code": -32005,
+            "message": "rate limit exceeded (requests or compute units per second)",
+        },
+    }
+    assert [r["id"] for r in json.loads(answers[2][2])] == [3, 4]
+    assert answers[3] == "handoff"
+    assert books["statuses"]["rpc"] == {200: 1, 429: 2}
+
+
+def test_a_scope_the_key_lacks_is_refused() -> None:
+    def scenario(lane: Lane) -> Any:
+        return lane.serve(_call("eth_sendRawTransaction", ["0x00"]), b"X-API-Key: " + KEY + b"\r\n")
+
+    (status, _, body), _ = _both(scenario, keys=True, scopes=frozenset({"rpc:read"}))
+    assert status == 403 and b"rpc:write" in body
+
+
+def test_answers_over_their_bound_are_refused_and_writes_say_they_may_have_run() -> None:
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"' + b"x" * 200 + b'"')
+        single = lane.serve(_call("eth_chainId"))
+        batch = lane.serve(
+            [_call("eth_blockNumber", id=1), _call("eth_sendRawTransaction", ["0x01"], id=2)]
+        )
+        lane.land_all(lambda f: (b'"' + b"y" * 300 + b'"', None))
+        return single, batch
+
+    (single, batch), books = _both(scenario, max_answer=150)
+    assert b"too large" in single[2]
+    ((_, _, _, body),) = books["delivered"]
+    replies = json.loads(body)
+    assert replies[0]["error"]["message"] == "too large"
+    assert replies[1]["error"]["message"] == "too large, may have run"
+    assert books["budget"] == 0
+
+
+def test_the_process_budget_refuses_replies_as_busy() -> None:
+    def scenario(lane: Lane) -> Any:
+        answer = lane.serve([_call("eth_blockNumber", id=1), _call("eth_gasPrice", id=2)])
+        lane.land_all(_result)
+        return answer
+
+    _, books = _both(scenario, budget=60)
+    ((_, _, _, body),) = books["delivered"]
+    replies = json.loads(body)
+    assert "result" in replies[0] and replies[1]["error"]["message"] == "busy"
+    assert books["budget"] == 0
+
+
+def test_malformed_json_is_a_parse_error() -> None:
+    (status, _, body), books = _both(lambda lane: lane.serve(b"{nope"))
+    assert status == 200 and json.loads(body)["error"]["code"] == -32700
+    assert books["stats"] == {"invalid": (0, 1, 0)}
+
+
+_METHOD_NAMES = [
+    "eth_chainId",
+    "eth_blockNumber",
+    "eth_gasPrice",
+    "eth_getBalance",
+    "eth_call",
+    "eth_sendRawTransaction",
+    "eth_noSuch",
+    "net_version",
+]
+_calls = st.builds(
+    lambda method, tag, ident: _call(
+        method,
+        ["0x" + "33" * 20, tag] if method in ("eth_getBalance", "eth_call") else [],
+        ident,
+    ),
+    st.sampled_from(_METHOD_NAMES),
+    st.sampled_from(["latest", "0x1", "0xzz", "earliest"]),
+    st.one_of(st.none(), st.integers(-5, 5), st.text("ab", max_size=3)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(st.one_of(_calls, st.lists(_calls, min_size=1, max_size=12)), max_size=6),
+    max_answer=st.sampled_from([200, 1 << 20]),
+    fail=st.booleans(),
+)
+def test_any_requests_get_the_same_answers_from_both_twins(
+    requests: list[Any], max_answer: int, fail: bool
+) -> None:
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')
+        answers = [lane.serve(request, conn=i) for i, request in enumerate(requests)]
+        lane.land_all((lambda f: (None, b'{"code":-32000,"message":"down"}')) if fail else _result)
+        return answers
+
+    _both(scenario, max_answer=max_answer)
