@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import secrets
 import struct
-from itertools import accumulate, chain, repeat
-from operator import sub
 from typing import Any
 
 import msgspec
@@ -135,34 +133,6 @@ def peek_call(message: bytes) -> Call | None:
         # RecursionError: nested deeper than the decoder goes; the RPC service's framing
         # answers it with -32700, as it does over HTTP.
         return None
-
-
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_ONE_KIND = bytes.maketrans(b"{}", b"[]")
-_PASSES = 3
-
-
-def too_deep(message: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Is ``message`` (valid JSON) nested deeper than ``limit``?  The framing's rule, so the
-    socket refuses what the HTTP proxy refuses.  Only bytes operations and C-level iteration:
-    a hostile 1 MiB message costs tens of milliseconds, an ordinary call nothing."""
-    if message.count(b"[") + message.count(b"{") <= limit:
-        return False  # the usual case: too few brackets to be that deep
-    # Escapes out (a backslash always starts one), then every quote delimits a string.
-    text = message.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(text.split(b'"')[::2]).translate(_ONE_KIND, _NOT_BRACKETS)
-    # A few passes take the innermost pairs out, one level each: many short branches go.
-    for _ in range(_PASSES):
-        brackets = brackets.replace(b"[]", b"")
-    if len(brackets) <= 2 * (limit - _PASSES):
-        return False  # not even enough brackets left for one chain that deep
-    # Then runs: each piece between two "][" is some "[" then some "]"; the nesting after a
-    # piece's "[" is the "[" so far minus the "]" before it (the split's own brackets cancel).
-    pieces = brackets.split(b"][")
-    opens = list(map(bytes.count, pieces, repeat(b"[")))
-    closes = chain((0,), accumulate(map(sub, map(len, pieces), opens)))
-    deepest: int = max(map(sub, accumulate(opens), closes))
-    return deepest + _PASSES > limit
 
 
 def id_bytes(call: Call) -> bytes:

@@ -43,6 +43,7 @@ from chaingate import netio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
+from chaingate.jsondepth import too_deep
 from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
@@ -62,7 +63,6 @@ from chaingate.ws.protocol import (
     peek_call,
     result_reply,
     text_frame,
-    too_deep,
 )
 from chaingate.ws.registry import Subscription
 
