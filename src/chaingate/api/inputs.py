@@ -3,24 +3,34 @@
 Every mistake of the client is a 400 ``invalid_request`` whose message names the parameter
 (``invalid query parameter 'limit': expected an integer <= 100``), never a 500.  Unknown
 query parameters and body fields are refused too: a typo (``?limt=5``) silently ignored is a
-bug the client never finds.
+bug the client never finds.  So is what a lax reading would guess at: an integer written
+``1e3`` or ``1.0``, a key given twice in one JSON object (which one did the client mean?).
+A body is checked for depth before it is decoded (the decoder recurses per level).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
+from functools import cache
 from typing import Any, TypeVar, get_origin
 
 import msgspec
 
 from chaingate.api.errors import ApiError
 from chaingate.api.types import dec_hook
+from chaingate.framing_constants import MAX_JSON_DEPTH
+from chaingate.jsondepth import outside_strings, too_deep
 
 S = TypeVar("S", bound=msgspec.Struct)
 
 MAX_BODY_BYTES = 256 << 10  # REST bodies are small documents; the edge caps bodies at 1 MiB
 _AT = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.DOTALL)
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+# C0, DEL and C1: no parameter takes one (names, ids, addresses, URLs...).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NO_CONTROL = "control characters (NUL, ESC, line breaks...) are not allowed"
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`")
 _TYPE_WORDS = {
@@ -49,6 +59,13 @@ def decode_query(kind: type[S], items: Iterable[tuple[str, list[str]]]) -> S:
             raise ApiError(400, f"query parameter {_shown(name)} is given more than once")
         else:
             raw[name] = values[0]
+    for name, value in raw.items():
+        if any(_CONTROL.search(v) for v in (value if isinstance(value, list) else [value])):
+            raise ApiError(400, f"invalid query parameter {_shown(name)}: {_NO_CONTROL}")
+    for name in _integer_fields(kind) & raw.keys():
+        # Lax conversion reads "1e3" and "1.0" as integers: only digits are one.
+        if not _INTEGER.fullmatch(raw[name]):
+            raise ApiError(400, f"invalid query parameter {_shown(name)}: expected an integer")
     decoded = _convert(kind, raw, "query parameter")
     for name, value in raw.items():
         # Lax conversion reads the text "null" as None, which for an optional parameter is
@@ -63,13 +80,104 @@ def decode_body(kind: type[S], data: bytes) -> S:
         raise ApiError(400, "a JSON body is required")
     if len(data) > MAX_BODY_BYTES:
         raise ApiError(413, f"the body may be at most {MAX_BODY_BYTES} bytes")
+    if too_deep(data):
+        raise ApiError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed JSON body: {exc}") from None
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed JSON body: not valid UTF-8") from None
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object")
+    members = _members_checking_text(value)
+    if data.count(b":") != members and outside_strings(data).count(b":") != members:
+        # Every ":" outside the strings of valid JSON is one member: the text has more than
+        # the decoded objects only when a key repeats (the decoder kept the last one).
+        raise ApiError(
+            400, f"malformed JSON body: {_repeated_key(data)} is given twice in an object"
+        )
     return _convert(kind, value, "field", strict=True)
+
+
+def _members_checking_text(value: Any) -> int:
+    """How many members the objects of a decoded body hold; 400 naming the first key or
+    string holding a control character (no field takes one; a NUL is no PostgreSQL text)."""
+    members = 0
+    pending: list[tuple[Any, _Where]] = [(value, None)]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, dict):
+            members += len(item)
+            for key, child in item.items():
+                inside = (where, key)
+                if _CONTROL.search(key):
+                    raise ApiError(400, f"invalid field {_shown(_path(inside))}: {_NO_CONTROL}")
+                pending.append((child, inside))
+        elif isinstance(item, list):
+            pending.extend((child, (where, i)) for i, child in enumerate(item))
+        elif isinstance(item, str) and _CONTROL.search(item):
+            raise ApiError(400, f"invalid field {_shown(_path(where))}: {_NO_CONTROL}")
+    return members
+
+
+# Where a value sits in a body: (where its container sits, its key or index); None: the body.
+_Where = tuple["_Where", str | int] | None
+
+
+def _path(where: _Where) -> str:
+    parts: list[str | int] = []
+    while where is not None:
+        where, part = where
+        parts.append(part)
+    text = ""
+    for part in reversed(parts):
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
+    return text
+
+
+def _repeated_key(data: bytes) -> str:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, item in items:
+            if key in seen:
+                raise _Repeated(key)
+            seen[key] = item
+        return seen
+
+    try:
+        json.loads(data, object_pairs_hook=pairs)
+    except _Repeated as repeated:
+        return f"the key {_shown(repeated.key)}"
+    except ValueError:  # what msgspec reads and the stdlib does not (an integer of 5,000 digits)
+        pass
+    return "a key"
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+@cache
+def _integer_fields(kind: type[msgspec.Struct]) -> frozenset[str]:
+    """The fields of ``kind`` that take an integer (alone or with null)."""
+    info = msgspec.inspect.type_info(kind)
+    assert isinstance(info, msgspec.inspect.StructType)
+    found = set()
+    for field in info.fields:
+        kind_of = _bare(field.type)
+        types = kind_of.types if isinstance(kind_of, msgspec.inspect.UnionType) else (kind_of,)
+        if any(isinstance(_bare(t), msgspec.inspect.IntType) for t in types):
+            found.add(field.encode_name)
+    return frozenset(found)
+
+
+def _bare(kind: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    """The type under its constraints (``Annotated[int, Meta(ge=1)]`` -> int)."""
+    while isinstance(kind, msgspec.inspect.Metadata):
+        kind = kind.type
+    return kind
 
 
 def _convert(kind: type[S], raw: dict[str, Any], what: str, *, strict: bool = False) -> S:
