@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 
 from chaingate.metadata.uris import token_id_hex
 from chaingate.store import Store, open_store
@@ -184,6 +185,21 @@ async def test_each_account_has_its_own_refresh_allowance(store: Store) -> None:
     # Who asked when is forgotten after the cool-down.
     assert await rows.prune_nft_refresh_requests(*NET, before=301_000 - 1) == 3  # b, c, d
     assert await ask("b", 400_000) == RefreshGrant(due_at=601_000)
+
+
+async def test_concurrent_refreshes_of_one_account_take_its_allowance_once(store: Store) -> None:
+    rows = rows_of(store)
+    grants: list[RefreshGrant] = []
+
+    async def ask(account: str) -> None:
+        grants.append(await rows.request_nft_refresh(*NET, key(C2, 4), 5000, 300_000, account))
+
+    async with trio.open_nursery() as nursery:
+        for account in ["a"] * 20 + ["b"] * 20:
+            nursery.start_soon(ask, account)
+    accepted = [g for g in grants if not g.left_ms]
+    assert len(accepted) == 2 and {g.due_at for g in accepted} == {5000}, grants
+    assert all(g.left_ms == 300_000 for g in grants if g.left_ms), grants
 
 
 async def test_erc4906_ranges_follow_numeric_order_of_hex_ids(store: Store) -> None:

@@ -392,25 +392,27 @@ class MetaRows:
         )
 
         def request(tx: Any) -> RefreshGrant:
-            mine = tx.query(
-                "SELECT requested_at FROM nft_refresh_requests WHERE chain = ? AND network = ?"
-                " AND contract = ? AND token_id = ? AND account_id = ?",
-                (*document, account),
-            )
-            if mine and now < mine[0][0] + cooldown_ms:
-                return RefreshGrant(left_ms=int(mine[0][0] + cooldown_ms - now))
-            tx.execute(
+            tx.execute(  # the document's requests past their cool-down mean nothing
                 "DELETE FROM nft_refresh_requests WHERE chain = ? AND network = ?"
                 " AND contract = ? AND token_id = ? AND requested_at <= ?",
                 (*document, now - cooldown_ms),
             )
-            tx.execute(
+            # A row left is the account's refresh within the cool-down.  One statement takes
+            # the allowance: of two requests at once, the second finds the first's row.
+            taken = tx.execute(
                 "INSERT INTO nft_refresh_requests"
                 " (chain, network, contract, token_id, account_id, requested_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (chain, network, contract, token_id,"
-                " account_id) DO UPDATE SET requested_at = excluded.requested_at",
+                " account_id) DO NOTHING",
                 (*document, account, now),
             )
+            if not taken:
+                (mine,) = tx.query(
+                    "SELECT requested_at FROM nft_refresh_requests WHERE chain = ?"
+                    " AND network = ? AND contract = ? AND token_id = ? AND account_id = ?",
+                    (*document, account),
+                )
+                return RefreshGrant(left_ms=max(1, int(mine[0] + cooldown_ms - now)))
             rows = tx.query(
                 "SELECT refresh_requested_at, next_retry_at FROM nft_metadata"
                 " WHERE chain = ? AND network = ? AND contract = ? AND token_id = ?",

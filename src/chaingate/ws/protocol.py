@@ -40,8 +40,18 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 RESOURCE_UNAVAILABLE = -32002  # EIP-1474; for refusals the HTTP proxy answers 401/403 to
 LIMIT_EXCEEDED = -32005  # EIP-1474, as the HTTP proxy uses it for 429
-# The framing's own words for JSON nested too deep (the HTTP proxy answers them too).
+# The framing's own words for JSON nested too deep and for bytes that are not UTF-8 (a binary
+# frame's: the HTTP proxy answers them too).
 MSG_TOO_DEEP = f"parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+MSG_BAD_UTF8 = "parse error: body is not valid UTF-8"
+
+
+def utf8(message: bytes) -> bool:
+    try:
+        message.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def frame_header(length: int, opcode: int = TEXT) -> bytes:
@@ -129,9 +139,10 @@ def peek_call(message: bytes) -> Call | None:
         return None
     try:
         return _decode_call(message)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        # RecursionError: nested deeper than the decoder goes; the RPC service's framing
-        # answers it with -32700, as it does over HTTP.
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        # RecursionError: nested deeper than the decoder goes; UnicodeDecodeError: a binary
+        # frame that is not UTF-8.  The RPC service's framing answers both with -32700, as it
+        # does over HTTP.
         return None
 
 
