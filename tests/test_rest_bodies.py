@@ -111,6 +111,12 @@ HOSTILE: list[tuple[bytes, str]] = [
     (b'{"name":"\\ud800"}', "malformed JSON body"),  # a lone surrogate, escaped
     (b'{"name":"a","name":"b"}', "the key 'name' is given twice"),
     (b'{"a":{"b":1,"c":[{"d":2,"d":3}]}}', "the key 'd' is given twice"),
+    (b'{"name":"\\u003a\\u003A","name":"b"}', "the key 'name' is given twice"),
+    (b'{"n\\u0061me":"a","name":"b"}', "the key 'name' is given twice"),
+    (b'{"name":"a\x7fb"}', "'name': control characters"),  # DEL, as it is
+    (b'{"name":"a\xc2\x85b"}', "'name': control characters"),  # NEL (C1), in UTF-8
+    (b'{"name":"a\\u001b[31m"}', "'name': control characters"),
+    (b'{"x":[{"\\u0000":1}]}', "'x[0].\\x00': control characters"),
 ]
 
 
@@ -134,6 +140,9 @@ def test_a_repeated_key_is_refused_even_with_colons_inside_strings(server: Serve
     escaped = b'{"name":"\\"a\\":1","chain":"ethereum","rules":{"n\\u0061me":"z"}}'
     # Escaped quotes and escaped key spellings: one member each, nothing repeated.
     invalid(server.send("POST", "/v1/gas/policies", escaped), "rules.name")
+    # An escaped backslash before "n" is no line break.
+    backslash = {"name": "a\\nb", "chain": "ethereum", "rules": {}}
+    assert server.json("POST", "/v1/gas/policies", backslash).json()["name"] == "a\\nb"
     ok = server.send(
         "POST", "/v1/gas/policies", b'{"name":"a:\\":b","chain":"ethereum","rules":{}}'
     )
