@@ -179,6 +179,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite://{tmp_path}/store.db"
         return
+    with pg_schema() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A URL naming a fresh PostgreSQL schema, dropped on exit (skips without PostgreSQL)."""
     _require_pg()
     import psycopg
     from psycopg import sql

@@ -30,9 +30,11 @@ class ServeProcess:
         observability: str = "",
         keys: bool = False,
         follow: bool = False,
+        store_url: str = "",
     ) -> None:
         """``server`` and ``observability``: extra TOML lines for those sections; ``keys``:
-        API keys on (``create_key`` makes one); ``follow``: the devnet's chain follower on."""
+        API keys on (``create_key`` makes one); ``follow``: the devnet's chain follower on;
+        ``store_url``: the store (else SQLite under ``tmp``)."""
         self.tmp = tmp
         self.port = free_port()
         self.config = tmp / "chaingate.toml"
@@ -43,6 +45,7 @@ class ServeProcess:
             f'data_dir = "{tmp}"\n'
             f"[server]\nport = {self.port}\n{server}"
             f"{auth}"
+            f'[store]\nurl = "{store_url}"\n'
             f'[observability]\nadmin_token = "{ADMIN_TOKEN}"\n{observability}'
             "[chains.ethereum.devnet]\nchain_id = 31337\ntestnet = true\nblock_time = 1.0\n"
             f"[chains.ethereum.devnet.follower]\n{follower}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,31 @@ async def test_a_refresh_is_accepted_then_cooled_down(api: Api) -> None:
         again = await client.post(f"/v1/nfts/ethereum/metadata/{collection}/2/refresh")
     assert first.status_code == 202 and first.json()["status"] == "accepted"
     assert again.status_code == 429 and int(again.headers["retry-after"]) > 0
+
+
+async def test_each_account_has_its_own_refresh_allowance(api: Api) -> None:
+    # Issue 25, item 7: one account's refreshes never refuse another's.
+    gateway = api.handle.gateway
+    assert gateway.store is not None and gateway.keys is not None
+    account = await admin.ensure_account(gateway.store, "other@t", "enterprise")
+    other, _ = await admin.create_key(gateway.store, PEPPER.encode(), account.id, "o", "test")
+    await gateway.keys.refresh()
+    path = f"/v1/nfts/ethereum/metadata/{api.manifest.address('erc721_collection')}/1/refresh"
+    async with api.client() as client:
+        first = await client.post(path)
+        again = await client.post(path)
+    async with api.handle.client(headers={"X-API-Key": other}) as client:
+        theirs = await client.post(path)
+        theirs_again = await client.post(path)
+    assert first.status_code == 202 and again.status_code == 429
+    assert theirs.status_code == 202, theirs.text
+    assert theirs_again.status_code == 429 and int(theirs_again.headers["retry-after"]) > 0
+    # Accepted for a fetch no later than where the first one cools down (5 minutes).
+    scheduled = [
+        datetime.fromisoformat(r.json()["scheduled_at"].replace("Z", "+00:00")).timestamp()
+        for r in (first, theirs)
+    ]
+    assert scheduled[0] <= scheduled[1] <= scheduled[0] + 300 + 1
 
 
 # --- transfers ---------------------------------------------------------------------------------

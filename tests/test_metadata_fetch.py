@@ -552,15 +552,32 @@ async def test_refresh_requests_refetch_with_a_cool_down(
     servers.route("/devnet/updatable/2", reply(body=json_doc(name="after")))
     key = (updatable.lower(), token_id_hex(2))
     events = service.refresher.watch([key])
-    assert (await service.request_refresh(updatable, 2)).status == "accepted"
+    asked = service.now_ms()
+    assert (await service.request_refresh(updatable, 2, "acct_a")).status == "accepted"
     await service.refresher.wait(events, 15)
     assert (await service.nft(updatable, 2)).name == "after"
-    again = await service.request_refresh(updatable, 2)
+    again = await service.request_refresh(updatable, 2, "acct_a")
     assert (again.status, again.retry_after) == ("cooldown", 300)
+    # Another account is not refused for it (issue 25): its refresh is accepted, fetched
+    # where the first one cools down — the document's origin is not asked again before.
+    servers.route("/devnet/updatable/2", reply(body=json_doc(name="later")))
+    fetches = servers.targets().count("/devnet/updatable/2")
+    other = await service.request_refresh(updatable, 2, "acct_b")
+    assert other.status == "accepted"
+    assert 0 <= other.due_at_ms - (asked + 300_000) < 5_000, (other, asked)
+    assert (await service.request_refresh(updatable, 2, "acct_b")).status == "cooldown"
     clock.advance(120)
-    assert (await service.request_refresh(updatable, 2)).retry_after == 180
+    service.refresher.poke()
+    await trio.sleep(2.5)  # a scan or more: nothing is due yet
+    assert servers.targets().count("/devnet/updatable/2") == fetches
+    assert 175 <= (await service.request_refresh(updatable, 2, "acct_a")).retry_after <= 180
+    events = service.refresher.watch([key])
     clock.advance(181)
-    assert (await service.request_refresh(updatable, 2)).status == "accepted"
+    service.refresher.poke()
+    await service.refresher.wait(events, 15)
+    assert servers.targets().count("/devnet/updatable/2") == fetches + 1
+    assert (await service.nft(updatable, 2)).name == "later"
+    assert (await service.request_refresh(updatable, 2, "acct_a")).status == "accepted"
     # The whole contract: its own cool-down, an hour by default.
     assert (await service.request_refresh(updatable, None)).status == "accepted"
     whole = await service.request_refresh(updatable, None)

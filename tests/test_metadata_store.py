@@ -2,7 +2,8 @@
 
 The queue semantics live in SQL, so they are tested on both engines: due rows claimed under a
 lease (never twice), clients' rows first, a refresh or an ERC-4906 event during a fetch not
-lost, the refresh cool-down, ERC-4906 ranges over hex token ids (text order must be numeric
+lost, the refresh cool-down (each account's own, the document's origin asked at most once
+per cool-down), ERC-4906 ranges over hex token ids (text order must be numeric
 order under PostgreSQL's collation too), hints that make a contract due again.
 """
 
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 
 from chaingate.metadata.uris import token_id_hex
 from chaingate.store import Store, open_store
-from chaingate.store.metarows import MetaRows, NftRow, TokenRow
+from chaingate.store.metarows import MetaRows, NftRow, RefreshGrant, TokenRow
 
 C1 = "0x" + "11" * 20
 C2 = "0x" + "22" * 20
@@ -121,23 +123,83 @@ async def test_a_refresh_during_a_fetch_is_not_lost(store: Store) -> None:
 
 async def test_refresh_requests_have_a_cool_down(store: Store) -> None:
     rows = rows_of(store)
-    assert await rows.request_nft_refresh(*NET, key(C1, 3), now=1000, cooldown_ms=300_000) == 0
+    cool = 300_000
+    grant = await rows.request_nft_refresh(*NET, key(C1, 3), now=1000, cooldown_ms=cool)
+    assert grant == RefreshGrant(due_at=1000)
     loaded = (await rows.load_nft_rows(*NET, [key(C1, 3)]))[key(C1, 3)]
     assert (loaded.status, loaded.priority, loaded.next_retry_at) == ("pending", 1, 1000)
-    await rows.save_nft_row(
-        *NET,
-        msgspec.structs.replace(loaded, status="ok", next_retry_at=None, priority=0, updated_at=2),
-        version=loaded.updated_at,
-    )
-    left = await rows.request_nft_refresh(*NET, key(C1, 3), now=61_000, cooldown_ms=300_000)
-    assert left == 240_000
-    assert await rows.request_nft_refresh(*NET, key(C1, 3), now=301_000, cooldown_ms=300_000) == 0
+    await fetched(rows, loaded, at=2000)
+    grant = await rows.request_nft_refresh(*NET, key(C1, 3), now=61_000, cooldown_ms=cool)
+    assert grant == RefreshGrant(left_ms=240_000)
+    grant = await rows.request_nft_refresh(*NET, key(C1, 3), now=301_000, cooldown_ms=cool)
+    assert grant == RefreshGrant(due_at=301_000)
     loaded = (await rows.load_nft_rows(*NET, [key(C1, 3)]))[key(C1, 3)]
     assert (loaded.status, loaded.next_retry_at, loaded.refresh_requested_at) == (
         "stale",
         301_000,
         301_000,
     )
+
+
+async def fetched(rows: MetaRows, row: NftRow, at: int) -> None:
+    """The row claimed and fetched fine at ``at``."""
+    (claimed,) = await rows.claim_nft_rows(*NET, now=at, lease_until=at + 10_000, limit=1)
+    assert (claimed.contract, claimed.token_id) == (row.contract, row.token_id)
+    done = msgspec.structs.replace(
+        claimed, status="ok", fetched_at=at, next_retry_at=None, priority=0, updated_at=at
+    )
+    await rows.save_nft_row(*NET, done, version=claimed.updated_at)
+
+
+async def test_each_account_has_its_own_refresh_allowance(store: Store) -> None:
+    # Issue 25, item 7: A's refresh never refuses B; the document's origin still sees at
+    # most one refresh per cool-down (B's is fetched where A's cools down).
+    rows = rows_of(store)
+    cool, doc = 300_000, key(C1, 9)
+
+    async def ask(account: str, now: int) -> RefreshGrant:
+        return await rows.request_nft_refresh(*NET, doc, now, cool, account)
+
+    assert await ask("a", 1000) == RefreshGrant(due_at=1000)
+    # Not fetched yet: B joins A's fetch, which starts after B asked.
+    assert await ask("b", 1500) == RefreshGrant(due_at=1500)
+    assert await ask("b", 1600) == RefreshGrant(left_ms=299_900)  # B's own allowance
+    await fetched(rows, (await rows.load_nft_rows(*NET, [doc]))[doc], at=2000)
+    # Fetched since: C's refresh is scheduled where A's cool-down ends, not refused.
+    assert await ask("c", 60_000) == RefreshGrant(due_at=301_000)
+    assert await ask("a", 90_000) == RefreshGrant(left_ms=211_000)
+    # Nothing is due before then: the origin is not asked again within the cool-down.
+    assert await rows.claim_nft_rows(*NET, now=300_999, lease_until=400_000, limit=5) == []
+    assert await ask("d", 200_000) == RefreshGrant(due_at=301_000)  # joins the scheduled one
+    (claimed,) = await rows.claim_nft_rows(*NET, now=301_000, lease_until=400_000, limit=5)
+    assert (claimed.token_id, claimed.priority) == (doc[1], 1)
+    # A's allowance is back after its own cool-down; the document's window moved on with
+    # the scheduled refresh (a fetch under way keeps the schedule made meanwhile).
+    assert await ask("a", 301_000) == RefreshGrant(due_at=601_000)
+    done = msgspec.structs.replace(
+        claimed, status="ok", fetched_at=302_000, next_retry_at=None, updated_at=302_000
+    )
+    await rows.save_nft_row(*NET, done, version=claimed.updated_at)
+    saved = (await rows.load_nft_rows(*NET, [doc]))[doc]
+    assert (saved.status, saved.next_retry_at, saved.priority) == ("stale", 601_000, 1)
+    # Who asked when is forgotten after the cool-down.
+    assert await rows.prune_nft_refresh_requests(*NET, before=301_000 - 1) == 3  # b, c, d
+    assert await ask("b", 400_000) == RefreshGrant(due_at=601_000)
+
+
+async def test_concurrent_refreshes_of_one_account_take_its_allowance_once(store: Store) -> None:
+    rows = rows_of(store)
+    grants: list[RefreshGrant] = []
+
+    async def ask(account: str) -> None:
+        grants.append(await rows.request_nft_refresh(*NET, key(C2, 4), 5000, 300_000, account))
+
+    async with trio.open_nursery() as nursery:
+        for account in ["a"] * 20 + ["b"] * 20:
+            nursery.start_soon(ask, account)
+    accepted = [g for g in grants if not g.left_ms]
+    assert len(accepted) == 2 and {g.due_at for g in accepted} == {5000}, grants
+    assert all(g.left_ms == 300_000 for g in grants if g.left_ms), grants
 
 
 async def test_erc4906_ranges_follow_numeric_order_of_hex_ids(store: Store) -> None:

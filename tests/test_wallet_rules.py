@@ -129,6 +129,19 @@ def test_each_operation_rule_refuses_what_it_should() -> None:
         assert text in refusal.message
 
 
+def test_an_allowlist_covers_the_accounts_factory() -> None:
+    listed = parse({"allowed_contracts": [TOKEN]})
+    good = [InnerCall(TOKEN, 0, TRANSFER)]
+    ours = "0x" + "fa" * 20
+    refusal = check_operation(listed, good, 1, 0, factory=OTHER, known_factories=[ours])
+    assert refusal is not None and refusal.rule == "allowed_contracts", refusal
+    assert OTHER in refusal.message
+    for factory in (ours.upper().replace("0X", "0x"), TOKEN.lower(), None):
+        assert check_operation(listed, good, 1, 0, factory=factory, known_factories=[ours]) is None
+    unlisted = parse({"allowed_methods": ["transfer(address,uint256)"]})
+    assert check_operation(unlisted, good, 1, 0, factory=OTHER, known_factories=[ours]) is None
+
+
 def test_usage_rules_refuse_at_their_limits_and_say_when_to_retry() -> None:
     rules = parse(
         {

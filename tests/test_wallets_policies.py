@@ -23,7 +23,16 @@ from eth_account import Account
 from chaingate.devnet.demo import ETH_USD_NOW
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
-from tests.test_wallets_api import GWEI, Api, api, chain, execute, operation
+from tests.test_wallets_api import (
+    GWEI,
+    TAG,
+    Api,
+    api,
+    chain,
+    execute,
+    factory_address,
+    operation,
+)
 
 __all__ = ["api", "chain"]  # fixtures, imported for pytest
 
@@ -213,6 +222,43 @@ async def test_allowed_contracts_checks_every_inner_call(api: Api, version: str)
         )
         assert "cannot tell what the operation calls" in message
     assert (await spend(api, policy))["reserved_operations"] == 2
+
+
+def deploying(version: str, sender: str, call_data: bytes, factory: str, data: bytes) -> Any:
+    """An operation that deploys its account through ``factory`` (v0.6: initCode)."""
+    if version == "0.6":
+        return operation(sender, call_data, initCode="0x" + factory[2:] + data.hex())
+    return operation(sender, call_data, factory=factory, factoryData="0x" + data.hex())
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7"])
+async def test_allowed_contracts_covers_the_factory(api: Api, version: str) -> None:
+    # Issue 25, item 3: the factory's code runs in validation at the paymaster's expense.
+    token = api.manifest.address("erc20_cgt")
+    rogue = checksum_address(api.manifest.address("erc721_collection"))  # any contract
+    approve = execute(token, abi.encode_call(APPROVE, api.manifest.accounts[1], 5))
+    owner, salt = Account.create().address, secrets.randbits(64)
+    ours = api.manifest.address(f"simple_account_factory_{TAG[version]}")
+    create = abi.encode_call("createAccount(address,uint256)", owner, salt)
+    sender = factory_address(api, version, owner, salt)  # no code yet
+    entry = {"entry_point": api.manifest.address(f"entry_point_{TAG[version]}")}
+    policy = await api.policy({"allowed_contracts": [token]})
+
+    # Another contract as the factory, with any data: refused, before any signature.
+    junk = abi.encode_call("setApprovalForAll(address,bool)", api.manifest.accounts[2], True)
+    op = deploying(version, sender, approve, rogue, junk)
+    message = refused(await sponsor(api, policy, op, **entry), 403, policy, "allowed_contracts")
+    assert f"deploys its account through {rogue}, which is neither" in message
+    verdict = await evaluate(api, policy, op, **entry)
+    assert (verdict["allowed"], verdict["rule"]) == (False, "allowed_contracts")
+    # The network's account factory needs no listing; a factory the policy lists passes.
+    good = deploying(version, sender, approve, ours, create)
+    assert ok(await sponsor(api, policy, good, **entry))["entryPoint"] == entry["entry_point"]
+    listed = await api.policy({"allowed_contracts": [token, rogue]})
+    ok(await sponsor(api, listed, op, **entry))
+    # Without an allowlist nothing about targets is restricted, the factory included.
+    ok(await sponsor(api, await api.policy({}), op, **entry))
+    assert (await spend(api, policy))["reserved_operations"] == 1
 
 
 @pytest.mark.parametrize(

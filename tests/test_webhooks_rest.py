@@ -36,7 +36,13 @@ from chaingate.webhooks.variants import verify_a
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
 from tests.test_auth import PEPPER
-from tests.test_outbound_support import HttpServer, RecordingConnector, StaticResolver, reply
+from tests.test_outbound_support import (
+    HttpServer,
+    RecordingConnector,
+    SeenRequest,
+    StaticResolver,
+    reply,
+)
 
 NET = "ethereum/devnet"
 PUBLIC = "93.184.216.34"  # a global unicast address the injected resolver hands out
@@ -690,6 +696,54 @@ async def test_delivery_log_replays_and_rotation(
     assert msgspec.json.decode(requests[4].body)["id"] == event_id
     refused(await hooks.request("POST", path, {"since": "yesterday"}), 400, "'since'")
     refused(await hooks.request("POST", path, {}), 400, "'since'")
+
+
+async def test_an_event_being_delivered_is_not_replayed_at_once(
+    nursery: trio.Nursery, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    # Issue 25, item 4: a replay while an attempt is unanswered would free the event for a
+    # second, concurrent copy.  It is 409 (with Retry-After) until the attempt ends.
+    answer = trio.Event()
+
+    async def slow(request: SeenRequest, stream: trio.abc.Stream) -> None:
+        await answer.wait()
+        await reply(200, b"late")(request, stream)
+
+    receiver = await HttpServer({"/slow": slow}).start(nursery)
+    hooks = await start_hooks(
+        nursery, anvil, store_url, tmp_path, fetcher=Fetcher(OutboundPolicy.dev()), allow_http=True
+    )
+    webhook_id = (await hooks.create(url=f"http://127.0.0.1:{receiver.port}/slow"))["id"]
+    event_id = ok(await hooks.request("POST", f"/v1/webhooks/{webhook_id}/test"), 202)["event_id"]
+    await received(receiver, 1)  # the first attempt is on the wire, unanswered
+
+    replay = f"/v1/webhooks/{webhook_id}/events/{event_id}/replay"
+    answers: list[httpx.Response] = []
+
+    async def replay_once() -> None:
+        answers.append(await hooks.request("POST", replay))
+
+    async with trio.open_nursery() as many:
+        for _ in range(10):
+            many.start_soon(replay_once)
+    for response in answers:
+        refused(response, 409, event_id, "being delivered")
+        assert 1 <= int(response.headers["Retry-After"]) <= 60, response.headers
+    bulk = ok(await hooks.request("POST", f"/v1/webhooks/{webhook_id}/replay", {"since": "0"}), 202)
+    assert bulk == {"replayed": 0}
+    await trio.sleep(1.0)
+    assert len(receiver.requests) == 1  # no second copy went out meanwhile
+
+    answer.set()  # the first attempt is answered and written back
+    await _events_when(hooks, webhook_id, lambda e: e["state"] == "delivered")
+    assert ok(await hooks.request("POST", replay), 202) == {"replayed": 1}
+    requests = await received(receiver, 2)
+    assert [msgspec.json.decode(r.body)["id"] for r in requests] == [event_id, event_id]
+    await _events_when(hooks, webhook_id, lambda e: e["state"] == "delivered")
+    await trio.sleep(0.5)
+    assert len(receiver.requests) == 2
+    attempts = ok(await hooks.request("GET", f"/v1/webhooks/{webhook_id}/attempts"))
+    assert attempts["total"] == 2
 
 
 async def _events_when(hooks: Hooks, webhook_id: str, done: Any) -> dict[str, Any]:

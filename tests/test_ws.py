@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -517,6 +518,27 @@ async def test_deeply_nested_messages_are_parse_errors_and_the_socket_stays(
     (head,) = await collect(client, 1)
     assert head["params"]["subscription"] == sub
     await client.close()
+
+
+async def test_binary_messages_that_are_not_utf8_are_parse_errors_and_the_socket_stays(
+    start_gateway: StartGateway, anvil: AnvilProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A binary frame is not checked for UTF-8 by the WebSocket layer (issue 25: every decode
+    # failure of client input is answered, never a traceback).
+    handle = await start_gateway([anvil.url], network=FOLLOW)
+    client = await Client.open(ws_url(handle))
+    for message in (
+        b'{"jsonrpc":"2.0","id":7,"method":"eth_chainId\xff"}',
+        b'{"jsonrpc":"2.0","id":7,"method":"eth_subscribe","params":["\xc0\xaf"]}',
+        b'[{"jsonrpc":"2.0","id":7,"method":"eth_subscribe","params":["newHeads\xed\xa0\x80"]}]',
+    ):
+        await client.send(message)
+        reply = await client.recv()
+        assert reply["id"] is None and reply["error"]["code"] == -32700, (message, reply)
+        assert reply["error"]["message"] == "parse error: body is not valid UTF-8", reply
+    assert (await client.call("eth_chainId"))["result"] == "0x7a69"
+    await client.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_logs_filter_caps_over_the_socket(

@@ -21,6 +21,7 @@ from chaingate.api.errors import ApiError
 from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, Paged50, Uint256
+from chaingate.api.wallets import iso
 
 # How long a single-token or collection request may wait for a document fetched on its
 # behalf; after that it answers with what is known (status pending) and the fetch goes on.
@@ -118,11 +119,20 @@ class OwnedNftList(msgspec.Struct):
 
 
 class RefreshAccepted(msgspec.Struct):
-    """A refresh was queued; the document is fetched again in the background."""
+    """A refresh was queued; the document is fetched again in the background from
+    ``scheduled_at`` on: now, or where a refresh another account asked for cools down."""
 
     status: Literal["accepted"]
     contract: Address
     token_id: str | None
+    scheduled_at: str  # ISO 8601 UTC
+
+
+_REFRESH = (
+    "Each account has its own cool-down (429 with `Retry-After` within it). The document's "
+    "origin is asked at most once per cool-down whoever asks: a refresh accepted while "
+    "another account's is recent is fetched when that one cools down (`scheduled_at`)."
+)
 
 
 def register(api: RestApi, deps: ApiDeps) -> None:
@@ -266,18 +276,25 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             block_hash=at.block_hash,
         )
 
-    async def refresh(data: Any, contract: Address, token_id: int | None) -> Response:
-        result = await data.metadata.request_refresh(contract, token_id)
+    async def refresh(
+        data: Any, contract: Address, token_id: int | None, principal: Any
+    ) -> Response:
+        account = principal.account_id if principal is not None else ""
+        result = await data.metadata.request_refresh(contract, token_id, account)
         if result.status == "cooldown":
             raise ApiError(
                 429,
-                f"a refresh of this {'token' if token_id is not None else 'collection'} was "
-                f"accepted recently: retry in {result.retry_after} s",
+                f"this account had a refresh of this "
+                f"{'token' if token_id is not None else 'collection'} accepted recently: "
+                f"retry in {result.retry_after} s",
                 code="rate_limited",
                 headers={"Retry-After": str(result.retry_after)},
             )
         accepted = RefreshAccepted(
-            "accepted", contract, None if token_id is None else str(token_id)
+            "accepted",
+            contract,
+            None if token_id is None else str(token_id),
+            iso(result.due_at_ms),
         )
         return json_response(accepted, 202)
 
@@ -285,7 +302,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "POST",
         "/v1/nfts/{chain}/metadata/{contract}/{token_id}/refresh",
         name="refreshNftMetadata",
-        summary="Fetch one NFT's metadata document again (cool-down: 5 minutes)",
+        summary="Fetch one NFT's metadata document again (cool-down: 5 minutes per account)",
+        description=_REFRESH,
         access="data:read",
         path_params=NftPath,
         response=RefreshAccepted,
@@ -298,13 +316,15 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         token_id = int(call.path.token_id)
         if await data.index.nft_token(call.path.contract, token_id, limit=1) is None:
             raise ApiError(404, f"token {token_id} of {call.path.contract} does not exist")
-        return await refresh(data, call.path.contract, token_id)
+        return await refresh(data, call.path.contract, token_id, call.principal)
 
     @api.route(
         "POST",
         "/v1/nfts/{chain}/collection/{contract}/refresh",
         name="refreshNftCollection",
-        summary="Re-read a collection's facts and every document of it (cool-down: 1 hour)",
+        summary="Re-read a collection's facts and every document of it (cool-down: 1 hour per "
+        "account)",
+        description=_REFRESH,
         access="data:read",
         path_params=CollectionPath,
         response=RefreshAccepted,
@@ -316,4 +336,4 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         data = datasets.resolve(call.path.chain, call.principal)
         if await data.index.collection(call.path.contract) is None:
             raise ApiError(404, f"{call.path.contract} has no NFT transfers on {data.key}")
-        return await refresh(data, call.path.contract, None)
+        return await refresh(data, call.path.contract, None, call.principal)

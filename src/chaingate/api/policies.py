@@ -22,10 +22,9 @@ from chaingate.api.types import Address, ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.api.walletsupport import account_of, service_of, unavailable
 from chaingate.store.walletrows import Ledger, PolicyRow
+from chaingate.text import first_unprintable
 from chaingate.wallets.model import Evaluation, PolicyRefused
 from chaingate.wallets.rules import RuleError, Rules, parse_rules, usd_text
-
-Name = msgspec.Meta(min_length=1, max_length=200)
 
 
 class CreatePolicy(msgspec.Struct, forbid_unknown_fields=True):
@@ -98,6 +97,12 @@ _rules_decoder = msgspec.json.Decoder(Rules)
 def _name(value: Any) -> str:
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
         raise ApiError(400, "invalid field 'name': expected a string of 1 to 200 characters")
+    char = first_unprintable(value)
+    if char is not None:
+        # Refused rather than stripped: what the client sees echoed is what it sent.
+        raise ApiError(
+            400, f"invalid field 'name': unprintable character U+{ord(char):04X} is not allowed"
+        )
     return value.strip()
 
 

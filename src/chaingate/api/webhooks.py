@@ -394,6 +394,28 @@ def _event(event: OutboxEvent) -> WebhookEvent:
     )
 
 
+def _not_replayed(
+    webhook_id: str, event_id: str, event: OutboxEvent | None, now_ms: int
+) -> ApiError:
+    """Why ``replay_events`` replayed nothing: the event is missing, cancelled, or leased by a
+    delivery worker (being sent) until its lease ends."""
+    if event is None:
+        return ApiError(404, f"no event {event_id[:64]} of webhook {webhook_id}")
+    if event.state == "cancelled":
+        return ApiError(
+            409,
+            f"event {event.id} was cancelled (its block left the chain): not sent again",
+            code="conflict",
+        )
+    wait = max(1, -(-(event.lease_until - now_ms) // 1000))
+    return ApiError(
+        409,
+        f"event {event.id} is being delivered: replay it once that attempt ends",
+        code="conflict",
+        headers={"Retry-After": str(wait)},
+    )
+
+
 def _attempt(attempt: Attempt) -> DeliveryAttempt:
     try:
         headers = _headers_decoder.decode(attempt.request_headers)
@@ -700,21 +722,17 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404, 409),
         tags=("webhooks",),
         description="Any event but a cancelled one (its block left the chain before it was "
-        "sent). A paused webhook's replayed events wait until it is resumed.",
+        "sent). A paused webhook's replayed events wait until it is resumed. An event being "
+        "delivered at the moment is 409 with `Retry-After`: replay it once that attempt ends "
+        "(never a second copy while the first is unanswered).",
     )
     async def replay_event(call: Call[EventPath, NoInput, None]) -> Any:
         service = service_of(deps)
         row = await owned(call)
-        event = await service.store.get_webhook_event(row.id, call.path.event_id)
-        if event is None:
-            raise ApiError(404, f"no event {call.path.event_id[:64]} of webhook {row.id}")
-        if event.state == "cancelled":
-            raise ApiError(
-                409,
-                f"event {event.id} was cancelled (its block left the chain): not sent again",
-                code="conflict",
-            )
-        count = await service.store.replay_events(row.id, event_id=event.id)
+        count = await service.store.replay_events(row.id, event_id=call.path.event_id)
+        if not count:
+            event = await service.store.get_webhook_event(row.id, call.path.event_id)
+            raise _not_replayed(row.id, call.path.event_id, event, service.store.clock())
         service.wake()
         return Replayed(replayed=count)
 

@@ -145,11 +145,13 @@ RefreshStatus = Literal["accepted", "cooldown"]
 
 
 class RefreshResult(msgspec.Struct, frozen=True, kw_only=True):
-    """The answer to ``request_refresh``: ``accepted`` (queued now) or ``cooldown`` (one was
-    accepted less than the cool-down ago; ``retry_after`` whole seconds until the next)."""
+    """The answer to ``request_refresh``: ``accepted`` (the document is fetched again from
+    ``due_at_ms`` on) or ``cooldown`` (this account had one accepted less than the cool-down
+    ago; ``retry_after`` whole seconds until it may ask again)."""
 
     status: RefreshStatus
     retry_after: int = 0
+    due_at_ms: int = 0
 
 
 class PriceQuote(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,6 @@ inline images — are dropped).  The document itself is bounded by the fetch (ma
 from __future__ import annotations
 
 import base64
-import unicodedata
 from decimal import Decimal
 from typing import Any
 
@@ -30,6 +29,7 @@ import msgspec
 
 from chaingate.metadata.model import Trait
 from chaingate.metadata.uris import substitute_id
+from chaingate.text import unprintable
 
 NAME_MAX = 512
 DESCRIPTION_MAX = 10_000
@@ -56,9 +56,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _clean(text: str, max_chars: int, *, keep_newlines: bool = False) -> str | None:
-    kept = "".join(
-        c for c in text if unicodedata.category(c)[0] != "C" or (keep_newlines and c in "\n\t")
-    ).strip()
+    kept = "".join(c for c in text if not unprintable(c) or (keep_newlines and c in "\n\t")).strip()
     if len(kept) > max_chars:
         kept = kept[: max_chars - 1].rstrip() + "…"
     return kept or None

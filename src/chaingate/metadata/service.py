@@ -54,6 +54,7 @@ log = logging.getLogger("chaingate.metadata")
 MAX_URL_CHARS = 100 * 1024
 MAX_KEYS = 1000  # cached_nfts / tokens per call
 STARTUP_TIMEOUT = 10.0
+REFRESH_REQUESTS_PRUNE_SECONDS = 3600.0
 CONTRACT_DOCUMENT = ""  # the token id column's value for a contract's own document
 ALL_IDS = (token_id_hex(0), token_id_hex(UINT256_MAX))
 
@@ -205,6 +206,7 @@ class MetadataService:
                 nursery.start_soon(self._keep_detecting)
             if self.settings.token_list:
                 nursery.start_soon(self._run_token_list)
+            nursery.start_soon(self._forget_old_refresh_requests)
             task_status.started()
 
     def _use_multicall(self, address: str | None) -> None:
@@ -500,11 +502,15 @@ class MetadataService:
 
     # --- refresh and the indexer's hooks ---------------------------------------------------
 
-    async def request_refresh(self, contract: str, token_id: int | None) -> RefreshResult:
+    async def request_refresh(
+        self, contract: str, token_id: int | None, account: str = ""
+    ) -> RefreshResult:
         """``POST …/refresh``: one token's document, or (``token_id`` None) the whole contract —
         its on-chain facts, its contractURI document and every token document stored for it.
-        Refused with the seconds left while the previous accepted one is within the cool-down
-        (per token ``refresh_cooldown``, per contract ``contract_refresh_cooldown``)."""
+        Each account may have one accepted per cool-down (per token ``refresh_cooldown``, per
+        contract ``contract_refresh_cooldown``), refused with the seconds left; the document's
+        origin still sees at most one refresh per cool-down, so one accepted while another
+        account's is recent is fetched where that one's cool-down ends."""
         lower = _lower(contract)
         now = self.now_ms()
         if token_id is not None:
@@ -515,16 +521,33 @@ class MetadataService:
         else:
             key = (lower, CONTRACT_DOCUMENT)
             cooldown = self.settings.contract_refresh_cooldown
-        left = await self.store.request_nft_refresh(
-            self.chain, self.network, key, now, round(cooldown * 1000)
+        grant = await self.store.request_nft_refresh(
+            self.chain, self.network, key, now, round(cooldown * 1000), account
         )
-        if left:
-            return RefreshResult(status="cooldown", retry_after=max(1, math.ceil(left / 1000)))
+        if grant.left_ms:
+            retry_after = max(1, math.ceil(grant.left_ms / 1000))
+            return RefreshResult(status="cooldown", retry_after=retry_after)
         if token_id is None:
-            await self.store.mark_nfts_due(self.chain, self.network, lower, *ALL_IDS, now)
+            await self.store.mark_nfts_due(
+                self.chain, self.network, lower, *ALL_IDS, now, at=grant.due_at
+            )
             self.tokens_cache.refresh_soon(lower)
         self.refresher.poke()
-        return RefreshResult(status="accepted")
+        return RefreshResult(status="accepted", due_at_ms=grant.due_at)
+
+    async def _forget_old_refresh_requests(self) -> None:
+        # Who asked when matters only within the cool-down: the rest is pruned hourly.
+        longest = max(self.settings.refresh_cooldown, self.settings.contract_refresh_cooldown)
+        while True:
+            before = self.now_ms() - round(longest * 1000)
+            try:
+                await self.store.prune_nft_refresh_requests(self.chain, self.network, before)
+            except StoreError as exc:
+                log.warning(
+                    "metadata refresh requests not pruned",
+                    extra={"fields": {"network": self.label, "error": str(exc)}},
+                )
+            await trio.sleep(REFRESH_REQUESTS_PRUNE_SECONDS)
 
     async def on_new_contract(self, contract: str, standard_hint: str | None = None) -> None:
         """The indexer saw a token contract (``standard_hint``: ERC20 / ERC721 / ERC1155, as

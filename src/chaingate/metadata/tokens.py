@@ -15,7 +15,6 @@ answer would mislead:
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 
 import msgspec
@@ -23,6 +22,7 @@ import msgspec
 from chaingate.evm import abi
 from chaingate.metadata.model import Standard
 from chaingate.metadata.multicall import Call, Result
+from chaingate.text import unprintable
 
 NAME_MAX_CHARS = 256
 SYMBOL_MAX_CHARS = 64
@@ -62,7 +62,7 @@ def probe_calls(contract: str) -> list[Call]:
 
 def clean_text(text: str, max_chars: int) -> str | None:
     """Printable text only (no control or format characters), trimmed and bounded."""
-    kept = "".join(c for c in text if unicodedata.category(c)[0] != "C")
+    kept = "".join(c for c in text if not unprintable(c))
     kept = kept.strip()[:max_chars].strip()
     return kept or None
 

@@ -56,6 +56,14 @@ class NftRow(msgspec.Struct, kw_only=True):
     updated_at: int = 0
 
 
+class RefreshGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """A refresh request's outcome: refused for ``left_ms`` more (the account's cool-down),
+    or accepted (``left_ms`` 0) with the document due at ``due_at`` (epoch ms)."""
+
+    left_ms: int = 0
+    due_at: int = 0
+
+
 _TOKEN_COLUMNS = tuple(TokenRow.__struct_fields__)
 _NFT_COLUMNS = tuple(NftRow.__struct_fields__)
 _TOKEN_SELECT = f"SELECT {', '.join(_TOKEN_COLUMNS)} FROM token_metadata"  # noqa: S608
@@ -352,11 +360,22 @@ class MetaRows:
         await self.run_transaction(save)
 
     async def request_nft_refresh(
-        self, chain: str, network: str, key: tuple[str, str], now: int, cooldown_ms: int
-    ) -> int:
-        """Accept a refresh (due now, first in line) unless one was accepted within the
-        cool-down.  Returns 0 when accepted, else the milliseconds until one may be."""
+        self,
+        chain: str,
+        network: str,
+        key: tuple[str, str],
+        now: int,
+        cooldown_ms: int,
+        account: str = "",
+    ) -> RefreshGrant:
+        """``account`` asks for the document to be fetched again.  Refused (``left_ms``) when
+        the account had one accepted within the cool-down: each account has its own
+        allowance.  Accepted otherwise, and the fetch is due at ``due_at``: now, unless a
+        refresh of the document was accepted (for anyone) within the cool-down — then the
+        one already due is joined, or a fetch is scheduled where the cool-down ends, so the
+        document's origin sees at most one refresh per cool-down however many accounts ask."""
         contract, token_id = key
+        document = (chain, network, contract, token_id)
         fresh = (
             chain,
             network,
@@ -372,35 +391,98 @@ class MetaRows:
             ),
         )
 
-        def request(tx: Any) -> int:
+        def request(tx: Any) -> RefreshGrant:
+            tx.execute(  # the document's requests past their cool-down mean nothing
+                "DELETE FROM nft_refresh_requests WHERE chain = ? AND network = ?"
+                " AND contract = ? AND token_id = ? AND requested_at <= ?",
+                (*document, now - cooldown_ms),
+            )
+            # A row left is the account's refresh within the cool-down.  One statement takes
+            # the allowance: of two requests at once, the second finds the first's row.
+            taken = tx.execute(
+                "INSERT INTO nft_refresh_requests"
+                " (chain, network, contract, token_id, account_id, requested_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (chain, network, contract, token_id,"
+                " account_id) DO NOTHING",
+                (*document, account, now),
+            )
+            if not taken:
+                (mine,) = tx.query(
+                    "SELECT requested_at FROM nft_refresh_requests WHERE chain = ?"
+                    " AND network = ? AND contract = ? AND token_id = ? AND account_id = ?",
+                    (*document, account),
+                )
+                return RefreshGrant(left_ms=max(1, int(mine[0] + cooldown_ms - now)))
             rows = tx.query(
-                "SELECT refresh_requested_at FROM nft_metadata"
+                "SELECT refresh_requested_at, next_retry_at FROM nft_metadata"
                 " WHERE chain = ? AND network = ? AND contract = ? AND token_id = ?",
-                (chain, network, contract, token_id),
+                document,
             )
             if not rows:
                 tx.execute(_NFT_INSERT, fresh)
-                return 0
-            last = rows[0][0]
-            if last is not None and now < last + cooldown_ms:
-                return int(last + cooldown_ms - now)
+                return RefreshGrant(due_at=now)
+            last, next_at = rows[0]
+            if last is None or now >= last + cooldown_ms:
+                tx.execute(
+                    "UPDATE nft_metadata SET refresh_requested_at = ?, next_retry_at = ?,"
+                    " priority = 1, attempts = 0, updated_at = ?,"
+                    " status = CASE WHEN status = 'ok' THEN 'stale' ELSE status END"
+                    " WHERE chain = ? AND network = ? AND contract = ? AND token_id = ?",
+                    (now, now, now, *document),
+                )
+                return RefreshGrant(due_at=now)
+            if last > now:  # a fetch is scheduled already: join it
+                return RefreshGrant(due_at=last)
+            if next_at is not None and next_at <= now:  # due, not started: it will be fresh
+                tx.execute(
+                    "UPDATE nft_metadata SET priority = 1"
+                    " WHERE chain = ? AND network = ? AND contract = ? AND token_id = ?",
+                    document,
+                )
+                return RefreshGrant(due_at=now)
+            # Fetched (or being fetched) since that refresh: once more where its cool-down
+            # ends.  A fetch under way keeps this schedule (save_nft_row sees updated_at).
+            at = last + cooldown_ms
             tx.execute(
                 "UPDATE nft_metadata SET refresh_requested_at = ?, next_retry_at = ?,"
-                " priority = 1, attempts = 0, updated_at = ?,"
-                " status = CASE WHEN status = 'ok' THEN 'stale' ELSE status END"
+                " priority = 1, attempts = 0, updated_at = ?"
                 " WHERE chain = ? AND network = ? AND contract = ? AND token_id = ?",
-                (now, now, now, chain, network, contract, token_id),
+                (at, at, now, *document),
             )
-            return 0
+            return RefreshGrant(due_at=at)
 
-        result: int = await self.run_transaction(request)
+        result: RefreshGrant = await self.run_transaction(request)
         return result
 
+    async def prune_nft_refresh_requests(self, chain: str, network: str, before: int) -> int:
+        """Forget refreshes accepted before ``before`` (past every cool-down)."""
+
+        def prune(tx: Any) -> int:
+            return int(
+                tx.execute(
+                    "DELETE FROM nft_refresh_requests"
+                    " WHERE chain = ? AND network = ? AND requested_at < ?",
+                    (chain, network, before),
+                )
+            )
+
+        count: int = await self.run_transaction(prune)
+        return count
+
     async def mark_nfts_due(
-        self, chain: str, network: str, contract: str, first: str, last: str, now: int
+        self,
+        chain: str,
+        network: str,
+        contract: str,
+        first: str,
+        last: str,
+        now: int,
+        at: int | None = None,
     ) -> int:
-        """Token documents of ``contract`` with ids in [first, last] (hex) are due now, their
-        data kept as ``stale`` (ERC-4906 events, contract refreshes).  Returns the count."""
+        """Token documents of ``contract`` with ids in [first, last] (hex) are due now (or at
+        ``at``, if sooner than already), their data kept as ``stale`` (ERC-4906 events,
+        contract refreshes).  Returns the count."""
+        at = now if at is None else at
 
         def mark(tx: Any) -> int:
             changed: int = tx.execute(
@@ -410,7 +492,7 @@ class MetaRows:
                 " status = CASE WHEN status = 'ok' THEN 'stale' ELSE status END"
                 " WHERE chain = ? AND network = ? AND contract = ?"
                 " AND token_id >= ? AND token_id <= ? AND token_id <> ''",
-                (now, now, now, chain, network, contract, first, last),
+                (now, at, at, chain, network, contract, first, last),
             )
             return changed
 
@@ -423,4 +505,4 @@ def _nft_values_full(row: NftRow) -> list[Any]:
 
 
 # Rows derived from one chain/network (Store.reset_network clears them on a new chain).
-META_TABLES = ("token_metadata", "nft_metadata")
+META_TABLES = ("token_metadata", "nft_metadata", "nft_refresh_requests")

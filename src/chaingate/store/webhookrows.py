@@ -736,7 +736,9 @@ class WebhookRows:
         self, webhook_id: str, *, event_id: str | None = None, failed_since: int | None = None
     ) -> int:
         """Send again: one event (any state but cancelled), or every failed event created at
-        or after ``failed_since``.  A new round of retries each; returns how many."""
+        or after ``failed_since``.  A new round of retries each; returns how many.  An event
+        leased by a delivery worker is left alone: replaying it would free it for a second
+        worker while the first attempt is still unanswered (a copy sent twice at once)."""
         now = self.clock()
         if event_id is not None:
             where = "webhook_id = ? AND id = ? AND state <> 'cancelled'"
@@ -746,11 +748,14 @@ class WebhookRows:
             params = (webhook_id, failed_since or 0)
 
         def replay(tx: Any) -> int:
+            # One statement: on PostgreSQL a claim that commits first is seen by the
+            # re-checked WHERE (the row is locked, then re-read), never overwritten.
             return int(
                 tx.execute(
                     "UPDATE webhook_events SET state = 'pending', retries = 0,"  # noqa: S608
-                    f" next_attempt_at = ?, lease_until = 0, finished_at = NULL WHERE {where}",
-                    (now, *params),
+                    f" next_attempt_at = ?, lease_until = 0, finished_at = NULL WHERE {where}"
+                    " AND lease_until <= ?",
+                    (now, *params, now),
                 )
             )
 

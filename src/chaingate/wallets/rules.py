@@ -12,7 +12,7 @@ USD amounts are whole micro-dollars (``usd_micros``): exact sums, no floats.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -252,15 +252,36 @@ class Refusal(msgspec.Struct, frozen=True):
 
 
 def check_operation(
-    rules: Rules, calls: Sequence[InnerCall], cost_usd: int, now_s: int
+    rules: Rules,
+    calls: Sequence[InnerCall],
+    cost_usd: int,
+    now_s: int,
+    *,
+    factory: str | None = None,
+    known_factories: Collection[str] = (),
 ) -> Refusal | None:
-    """The rules that need only the operation: window, targets, methods, per-operation cost."""
+    """The rules that need only the operation: window, targets (the account's factory among
+    them), methods, per-operation cost.  ``factory``: the one the operation deploys its
+    account through; ``known_factories``: the operator's account factories on its network."""
     if rules.valid_from is not None and now_s < rules.valid_from:
         return Refusal("valid_from", f"the policy is not valid before {_iso(rules.valid_from)}")
     if rules.valid_until is not None and now_s >= rules.valid_until:
         return Refusal("valid_until", f"the policy expired at {_iso(rules.valid_until)}")
     contracts = rules.contracts
     selectors = rules.selectors
+    if (
+        contracts is not None
+        and factory is not None
+        and factory.lower() not in contracts
+        and factory.lower() not in {known.lower() for known in known_factories}
+    ):
+        # The factory's code runs in validation, at the paymaster's expense: an allowlist
+        # that bounds what an operation calls bounds what deploys its account too.
+        return Refusal(
+            "allowed_contracts",
+            f"the operation deploys its account through {factory}, which is neither an "
+            "account factory of this network nor allowed",
+        )
     for i, call in enumerate(calls):
         where = f"call {i + 1} of {len(calls)}" if len(calls) > 1 else "the call"
         if contracts is not None and call.target.lower() not in contracts:

@@ -389,7 +389,14 @@ class WalletService:
         except PolicyRefused as exc:
             raise PolicyRefused(policy.id, exc.refusal) from None
         cost, rate = await self._price(net, rules, op, version)
-        refusal = policy_rules.check_operation(rules, calls, cost or 0, int(now_s))
+        refusal = policy_rules.check_operation(
+            rules,
+            calls,
+            cost or 0,
+            int(now_s),
+            factory=op.factory,
+            known_factories=[net.factory_addresses[version]],
+        )
         if refusal is not None:
             if dry_run:
                 return Evaluation(refusal, cost, version)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import secrets
 import struct
-from itertools import accumulate, chain, repeat
-from operator import sub
 from typing import Any
 
 import msgspec
@@ -42,8 +40,18 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 RESOURCE_UNAVAILABLE = -32002  # EIP-1474; for refusals the HTTP proxy answers 401/403 to
 LIMIT_EXCEEDED = -32005  # EIP-1474, as the HTTP proxy uses it for 429
-# The framing's own words for JSON nested too deep (the HTTP proxy answers them too).
+# The framing's own words for JSON nested too deep and for bytes that are not UTF-8 (a binary
+# frame's: the HTTP proxy answers them too).
 MSG_TOO_DEEP = f"parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+MSG_BAD_UTF8 = "parse error: body is not valid UTF-8"
+
+
+def utf8(message: bytes) -> bool:
+    try:
+        message.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def frame_header(length: int, opcode: int = TEXT) -> bytes:
@@ -131,38 +139,11 @@ def peek_call(message: bytes) -> Call | None:
         return None
     try:
         return _decode_call(message)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        # RecursionError: nested deeper than the decoder goes; the RPC service's framing
-        # answers it with -32700, as it does over HTTP.
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        # RecursionError: nested deeper than the decoder goes; UnicodeDecodeError: a binary
+        # frame that is not UTF-8.  The RPC service's framing answers both with -32700, as it
+        # does over HTTP.
         return None
-
-
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_ONE_KIND = bytes.maketrans(b"{}", b"[]")
-_PASSES = 3
-
-
-def too_deep(message: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Is ``message`` (valid JSON) nested deeper than ``limit``?  The framing's rule, so the
-    socket refuses what the HTTP proxy refuses.  Only bytes operations and C-level iteration:
-    a hostile 1 MiB message costs tens of milliseconds, an ordinary call nothing."""
-    if message.count(b"[") + message.count(b"{") <= limit:
-        return False  # the usual case: too few brackets to be that deep
-    # Escapes out (a backslash always starts one), then every quote delimits a string.
-    text = message.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(text.split(b'"')[::2]).translate(_ONE_KIND, _NOT_BRACKETS)
-    # A few passes take the innermost pairs out, one level each: many short branches go.
-    for _ in range(_PASSES):
-        brackets = brackets.replace(b"[]", b"")
-    if len(brackets) <= 2 * (limit - _PASSES):
-        return False  # not even enough brackets left for one chain that deep
-    # Then runs: each piece between two "][" is some "[" then some "]"; the nesting after a
-    # piece's "[" is the "[" so far minus the "]" before it (the split's own brackets cancel).
-    pieces = brackets.split(b"][")
-    opens = list(map(bytes.count, pieces, repeat(b"[")))
-    closes = chain((0,), accumulate(map(sub, map(len, pieces), opens)))
-    deepest: int = max(map(sub, accumulate(opens), closes))
-    return deepest + _PASSES > limit
 
 
 def id_bytes(call: Call) -> bytes:

@@ -43,6 +43,7 @@ from chaingate import netio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
+from chaingate.jsondepth import too_deep
 from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
@@ -52,6 +53,7 @@ from chaingate.ws.protocol import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     LIMIT_EXCEEDED,
+    MSG_BAD_UTF8,
     MSG_TOO_DEEP,
     PARSE_ERROR,
     RESOURCE_UNAVAILABLE,
@@ -62,7 +64,7 @@ from chaingate.ws.protocol import (
     peek_call,
     result_reply,
     text_frame,
-    too_deep,
+    utf8,
 )
 from chaingate.ws.registry import Subscription
 
@@ -337,6 +339,9 @@ class Session:
             # service's framing answers the same).
             self._answer(error_reply(b"null", PARSE_ERROR, MSG_TOO_DEEP))
             return
+        if not utf8(message):  # a binary frame's bytes inside a string: as HTTP answers it
+            self._answer(error_reply(b"null", PARSE_ERROR, MSG_BAD_UTF8))
+            return
         notification = not bytes(call.id)
         id_raw = id_bytes(call)
         if not notification and id_raw == b"null" and bytes(call.id) != b"null":
@@ -556,11 +561,11 @@ _batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 def _batch_parts(message: bytes, max_batch: int) -> list[tuple[bytes, Call | None]] | None:
     """A batch's calls (raw, peeked) when it holds a subscription call; None otherwise, or
     when the RPC service should answer it whole (not JSON, too deep, empty, too long)."""
-    if message.lstrip()[:1] != b"[" or too_deep(message):
+    if message.lstrip()[:1] != b"[" or too_deep(message) or not utf8(message):
         return None
     try:
         raws = _batch_decoder.decode(message)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
         return None
     if not raws or len(raws) > max_batch:
         return None
