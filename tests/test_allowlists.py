@@ -278,8 +278,10 @@ async def test_origin_list_end_to_end(stack: AuthStack) -> None:
     for headers in ({"Origin": "https://evil.example"}, {"Origin": "https://example.org"}, {}):
         refused = await post(stack, key, call("eth_blockNumber"), headers)
         assert refused.status_code == 403, headers
+        # On a JSON-RPC path the refusal is JSON-RPC, with the call's id.
+        assert refused.json()["id"] == call("eth_blockNumber")["id"]
         error = refused.json()["error"]
-        assert error["code"] == "forbidden"
+        assert error["code"] == -32600
         assert (
             "origin allowlist (https://app.example.com, https://*.example.org)" in error["message"]
         )

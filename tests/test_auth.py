@@ -134,7 +134,10 @@ async def test_unauthenticated_requests_are_401(stack: AuthStack) -> None:
                 )
                 assert response.status_code == 401, (name, path, response.text)
                 body = response.json()
-                assert body["error"]["code"] == "unauthorized" and body["error"]["status"] == 401
+                if path == RPC:  # a JSON-RPC path: a JSON-RPC error, with the call's id
+                    assert body["id"] == CALL["id"] and body["error"]["code"] == -32600
+                else:
+                    assert body["error"] == body["error"] | {"code": "unauthorized", "status": 401}
                 assert_rate_headers(response)
                 assert "retry-after" not in response.headers
     await stack.store.revoke_key(key_id)
@@ -142,6 +145,31 @@ async def test_unauthenticated_requests_are_401(stack: AuthStack) -> None:
     async with stack.client(key) as client:
         revoked = await client.post(RPC, json=CALL)
     assert revoked.status_code == 401 and "revoked" in revoked.json()["error"]["message"]
+
+
+async def test_a_key_in_the_path_works_like_a_header(stack: AuthStack) -> None:
+    """``/v1/rpc/{chain}/{network}/{key}``: for tools that take only a URL."""
+    key, _ = await stack.key()
+    async with stack.client() as client:
+        ok = await client.post(f"{RPC}/{key}", json=CALL)
+        assert ok.status_code == 200 and ok.json()["result"].startswith("0x")
+        assert_rate_headers(ok)
+        wrong = await client.post(f"{RPC}/svc_test_{'B' * 43}", json=CALL)
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == -32600
+        bundler = await client.post(
+            f"/v1/bundler/ethereum/devnet/{key}",
+            json={"jsonrpc": "2.0", "id": 3, "method": "eth_supportedEntryPoints", "params": []},
+        )
+        assert bundler.status_code == 200 and bundler.json()["id"] == 3
+    async with stack.client(key) as client:
+        same = await client.post(f"{RPC}/{key}", json=CALL)
+        assert same.status_code == 200
+    other, _ = await stack.key()
+    async with stack.client(other) as client:
+        two = await client.post(f"{RPC}/{key}", json=CALL)
+        assert two.status_code == 400 and "two different API keys" in two.json()["error"]["message"]
+    logs = stack.handle.raw_logs()
+    assert key.encode() not in logs and f"{RPC}/[redacted]".encode() in logs
 
 
 async def test_both_ways_of_sending_a_key_work(stack: AuthStack) -> None:
@@ -160,7 +188,7 @@ async def test_test_keys_are_refused_on_mainnet_and_accepted_on_devnet(stack: Au
     async with stack.client(test_key) as client:
         assert (await client.post(RPC, json=CALL)).status_code == 200
         refused = await client.post(MAINNET, json=CALL)
-    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == -32600
     assert_rate_headers(refused)
     async with stack.client(live_key) as client:
         assert (await client.post(MAINNET, json=CALL)).status_code == 200

@@ -378,14 +378,16 @@ async def test_bare_lf_requests_are_answered_400_at_once(
 
 async def test_a_key_in_the_url_path_is_redacted_in_the_access_log(stack: AuthStack) -> None:
     key, _ = await stack.key()
+    nowhere = "/v1/rpc/ethereum/nowhere"
     async with stack.client(key) as client:
-        response = await client.post(f"{RPC}/{key}", json={"jsonrpc": "2.0", "id": 1})
-    assert response.status_code == 404
+        served = await client.post(f"{RPC}/{key}", json={"jsonrpc": "2.0", "id": 1})
+        missing = await client.post(f"{nowhere}/{key}", json={"jsonrpc": "2.0", "id": 1})
+    assert served.status_code == 200 and missing.status_code == 404
     logs = stack.handle.raw_logs()
     assert key.encode() not in logs
     assert key[:13].encode() not in logs  # not even the display prefix of the key
-    (line,) = [entry for entry in stack.handle.log_lines() if entry.get("status") == 404]
-    assert line["path"] == f"{RPC}/[redacted]"
+    paths = {entry.get("status"): entry["path"] for entry in stack.handle.log_lines()}
+    assert paths[200] == f"{RPC}/[redacted]" and paths[404] == f"{nowhere}/[redacted]"
 
 
 async def test_two_api_key_headers_are_refused(stack: AuthStack) -> None:
