@@ -56,11 +56,8 @@ cdef enum:
 # Why KeyAdmission.take refused (the pure twin and auth/keygate.py use the same numbers).
 ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
 
-from chaingate.framing_constants import LIMIT_EXCEEDED as _LIMIT_EXCEEDED
-from chaingate.framing_constants import REFUSED as _REFUSED
+from chaingate.refusals import refusal_error
 
-cdef int LIMIT_EXCEEDED = _LIMIT_EXCEEDED
-cdef int REFUSED = _REFUSED
 cdef int INVALID_PARAMS = -32602
 cdef int METHOD_NOT_FOUND = -32601
 cdef str BAD_TAG_MESSAGE = (
@@ -920,11 +917,8 @@ cdef class Lane:
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
         call_id = call.id
         if rejection is not None:
-            body = route._error_reply(
-                call_id or b"null",
-                LIMIT_EXCEEDED if rejection.status == 429 else REFUSED,
-                rejection.message,
-            )
+            error = refusal_error(rejection.status, rejection.code, rejection.message)
+            body = _raw_error_reply(call_id or b"null", error)
             return self._answer(pending, rejection.status, body, MISS, method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
@@ -1067,13 +1061,11 @@ cdef class Lane:
 
     cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
         replies = pending.replies
-        error_reply = pending.route._error_reply
-        message = rejection.message
-        cdef int code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+        error = refusal_error(rejection.status, rejection.code, rejection.message)
         for job in jobs:
             call = (<tuple>job)[1]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = error_reply(call.id, code, message)
+                replies[(<tuple>job)[0]] = _raw_error_reply(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, MISS, "batch", rejection)

@@ -281,7 +281,7 @@ async def test_origin_list_end_to_end(stack: AuthStack) -> None:
         # On a JSON-RPC path the refusal is JSON-RPC, with the call's id.
         assert refused.json()["id"] == call("eth_blockNumber")["id"]
         error = refused.json()["error"]
-        assert error["code"] == -32600
+        assert error["code"] == -32002 and error["data"] == {"status": 403, "code": "forbidden"}
         assert (
             "origin allowlist (https://app.example.com, https://*.example.org)" in error["message"]
         )

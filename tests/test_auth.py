@@ -135,7 +135,8 @@ async def test_unauthenticated_requests_are_401(stack: AuthStack) -> None:
                 assert response.status_code == 401, (name, path, response.text)
                 body = response.json()
                 if path == RPC:  # a JSON-RPC path: a JSON-RPC error, with the call's id
-                    assert body["id"] == CALL["id"] and body["error"]["code"] == -32600
+                    assert body["id"] == CALL["id"] and body["error"]["code"] == -32002
+                    assert body["error"]["data"] == {"status": 401, "code": "unauthorized"}
                 else:
                     assert body["error"] == body["error"] | {"code": "unauthorized", "status": 401}
                 assert_rate_headers(response)
@@ -155,7 +156,7 @@ async def test_a_key_in_the_path_works_like_a_header(stack: AuthStack) -> None:
         assert ok.status_code == 200 and ok.json()["result"].startswith("0x")
         assert_rate_headers(ok)
         wrong = await client.post(f"{RPC}/svc_test_{'B' * 43}", json=CALL)
-        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == -32600
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == -32002
         bundler = await client.post(
             f"/v1/bundler/ethereum/devnet/{key}",
             json={"jsonrpc": "2.0", "id": 3, "method": "eth_supportedEntryPoints", "params": []},
@@ -188,7 +189,7 @@ async def test_test_keys_are_refused_on_mainnet_and_accepted_on_devnet(stack: Au
     async with stack.client(test_key) as client:
         assert (await client.post(RPC, json=CALL)).status_code == 200
         refused = await client.post(MAINNET, json=CALL)
-    assert refused.status_code == 403 and refused.json()["error"]["code"] == -32600
+    assert refused.status_code == 403 and refused.json()["error"]["data"]["code"] == "forbidden"
     assert_rate_headers(refused)
     async with stack.client(live_key) as client:
         assert (await client.post(MAINNET, json=CALL)).status_code == 200

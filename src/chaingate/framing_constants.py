@@ -18,11 +18,10 @@ EXPECT_OTHER = 2
 # States of a client connection in the edge loop (edgeloop: Conn.state).
 IDLE, READING, BUSY, WRITING, LINGER, UPGRADED, CLOSED = 0, 1, 2, 3, 4, 5, 6
 
-# JSON-RPC error codes of refusals on JSON-RPC paths (401/403/429 keep their HTTP status and
-# carry a JSON-RPC body): limits are EIP-1474's "limit exceeded"; keys and scopes are an
-# invalid request, as the hosted providers answer them (docs/decisions/edge.md).
+# JSON-RPC error codes of refusals on JSON-RPC paths (chaingate.refusals): EIP-1474's "limit
+# exceeded" and "resource unavailable".
 LIMIT_EXCEEDED = -32005
-REFUSED = -32600
+RESOURCE_UNAVAILABLE = -32002
 
 # JSON nesting deeper than this is refused (protects the scanner's recursion).
 MAX_JSON_DEPTH = 128

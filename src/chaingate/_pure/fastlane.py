@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
-from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
+from chaingate.refusals import refusal_error
 
 log = logging.getLogger("chaingate.edge")
 
@@ -818,8 +818,8 @@ class Lane:
         admission = self.admission
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
         if rejection is not None:
-            code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
-            body = jsonrpc.error_reply(call.id or b"null", code, rejection.message)
+            error = refusal_error(rejection.status, rejection.code, rejection.message)
+            body = jsonrpc.raw_error_reply(call.id or b"null", error)
             return self._answer(pending, rejection.status, body, b"MISS", method.name, rejection)
         stats = method.stats
         key = (call.method, call.params or b"")
@@ -947,11 +947,11 @@ class Lane:
         over a limit) with its id (notifications nothing), the others keep the errors already
         decided."""
         replies = pending.replies
-        error_reply = pending.route.jsonrpc.error_reply
-        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+        raw_error_reply = pending.route.jsonrpc.raw_error_reply
+        error = refusal_error(rejection.status, rejection.code, rejection.message)
         for index, call, *_ in jobs:
             if call.id is not None:
-                replies[index] = error_reply(call.id, code, rejection.message)
+                replies[index] = raw_error_reply(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"MISS", "batch", rejection)

@@ -36,9 +36,9 @@ from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
 from chaingate.edge.responses import JSON, error_body
 from chaingate.edge.restcache import CacheKey, RestCache
-from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
+from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
@@ -287,16 +287,15 @@ class Routes:
         self, request: Any, rejection: Rejection, rate_headers: bytes, max_batch: int
     ) -> tuple[int, bytes, bytes]:
         """A refusal on a JSON-RPC path: its HTTP status, and a JSON-RPC body with the
-        request's ids (-32005 over a limit, -32600 otherwise) that JSON-RPC clients read."""
+        request's ids that JSON-RPC clients read (chaingate.refusals)."""
         jsonrpc = self._jsonrpc
-        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
-        message = rejection.message
+        error = refusal_error(rejection.status, rejection.code, rejection.message)
         parsed = jsonrpc.parse_request(request.body, max_batch)
         ids = [] if parsed.error else [call.id for call in parsed.calls if call.id is not None]
         if parsed.batch and ids:
-            body = jsonrpc.join_batch([jsonrpc.error_reply(i, code, message) for i in ids])
+            body = jsonrpc.join_batch([jsonrpc.raw_error_reply(i, error) for i in ids])
         else:
-            body = jsonrpc.error_reply(ids[0] if ids else b"null", code, message)
+            body = jsonrpc.raw_error_reply(ids[0] if ids else b"null", error)
         return _rejected(rejection, rate_headers, request, body)
 
     def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:

@@ -25,8 +25,9 @@ import trio
 from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.config import NetworkSettings, RpcSettings
-from chaingate.framing_constants import LIMIT_EXCEEDED, REFUSED
+from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.impl import Impl
+from chaingate.refusals import refusal_error
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
@@ -511,12 +512,11 @@ class RpcService:
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
         """A call the gate refused.  The client still gets a JSON-RPC body (-32005 over a
-        limit, -32600 for a scope the key lacks; with the call's id) so its JSON-RPC library
+        limit, -32002 for a scope the key lacks; with the call's id) so its JSON-RPC library
         can read it; the edge sends it with the gate's HTTP status (429, 403) so HTTP-level
         retry logic works too."""
-        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
-        body = self._jsonrpc.error_reply(id_raw, code, rejection.message)
-        return RpcReply(body, b"MISS", label, rejection)
+        error = refusal_error(rejection.status, rejection.code, rejection.message)
+        return RpcReply(self._jsonrpc.raw_error_reply(id_raw, error), b"MISS", label, rejection)
 
     def _refused_batch(
         self, rejection: Rejection, jobs: list[_Job], replies: list[bytes | None]
@@ -525,11 +525,10 @@ class RpcService:
         limit) with its id for every call that would have gone upstream (notifications get
         none), the errors already decided for the others.  JSON-RPC clients match a batch's
         replies by id, and many cannot read a single object as a batch's answer."""
-        message = rejection.message
-        code = LIMIT_EXCEEDED if rejection.status == 429 else REFUSED
+        error = refusal_error(rejection.status, rejection.code, rejection.message)
         for index, call, *_ in jobs:
             if call.id is not None:
-                replies[index] = self._jsonrpc.error_reply(call.id, code, message)
+                replies[index] = self._jsonrpc.raw_error_reply(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return RpcReply(body, b"MISS", "batch", rejection)
