@@ -78,6 +78,8 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 import chaingate  # noqa: E402
 from benchkit import hookprofile, procs, pyspy, report, runner, threads, tools  # noqa: E402
 from benchkit.hookload import (  # noqa: E402
+    ANVIL_ARGS,
+    PAYMASTER_SIGNER,
     AirdropLoad,
     Delivered,
     ReceiverFailed,
@@ -98,8 +100,6 @@ TARGET_P99_MS = 500.0  # block to delivery
 CHAIN = "ethereum"  # the devnet is the chain's only network
 EVENT_TYPE = "token_transfer"  # variant A
 FOLLOWER_POLL = 0.05
-BLOCK_GAS_LIMIT = 1_000_000_000  # a block of 4,000 new holders needs ~100M gas
-PAYMASTER_SIGNER = "0x" + "5a" * 20  # nothing here signs for the paymaster
 WRK_TIMEOUT_S = 10
 SIGNATURE_SAMPLES = 5
 PROFILE_RATE = 100  # py-spy samples per second
@@ -789,7 +789,7 @@ def bench(
 ) -> Results:
     workdir = Path(tempfile.mkdtemp(prefix="chaingate-bench-hooks-"))
     stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-    anvil = AnvilProcess(extra=("--gas-limit", str(BLOCK_GAS_LIMIT)))
+    anvil = AnvilProcess(extra=ANVIL_ARGS)
     stack.callback(anvil.stop)
     anvil.start()
     anvil_version = tools.anvil_version(anvil_binary(install=False))

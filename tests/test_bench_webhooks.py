@@ -31,8 +31,23 @@ LOADS = ["warm-up (an event per webhook)", "throughput (200 events/s offered)"]
 
 sys.path.insert(0, str(ROOT / "bench"))
 from benchkit import hookprofile  # noqa: E402
-from benchkit.hookload import MinedBlock, Recipients, analyse, percentile  # noqa: E402
+from benchkit.hookload import (  # noqa: E402
+    ANVIL_ARGS,
+    PAYMASTER_SIGNER,
+    AirdropLoad,
+    MinedBlock,
+    Recipients,
+    analyse,
+    percentile,
+    watched_addresses,
+)
 from benchkit.hookreceiver import Record  # noqa: E402
+from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
+from chaingate.devnet.bootstrap import bootstrap_devnet, default_cache_dir  # noqa: E402
+from chaingate.devnet.rpc import DevnetRpc  # noqa: E402
+
+# The default load's block: --rate 4000 x --block-interval 1 s, --per-tx 200.
+FULL_BLOCK, PER_TX = 4000, 200
 
 
 @pytest.mark.bench
@@ -109,6 +124,59 @@ def test_webhooks_bench_smoke(tmp_path: Path) -> None:
             assert re.fullmatch(r"\d+%", row[column]), (column, row)
     assert int(cpu[-1]["receiver"].rstrip("%")) > 0  # wrk kept the receiver busy
     assert 'chaingate_webhook_deliveries_total{outcome="delivered"}' in text
+
+
+def airdrop_block(
+    node: AnvilProcess, cache_dir: Path | None = None
+) -> tuple[AirdropLoad, int, list[str]]:
+    """A devnet on ``node`` bootstrapped as the bench does, and a full-size block's recipients;
+    the deployer's next nonce."""
+    manifest = bootstrap_devnet(
+        node.url, paymaster_signer=PAYMASTER_SIGNER, cache_dir=cache_dir, announce=print
+    )
+    with DevnetRpc(node.url) as rpc:
+        nonce = int(rpc.call("eth_getTransactionCount", manifest.deployer, "latest"), 16)
+    load = AirdropLoad(node.url, manifest.address("erc20_cgt"), manifest.deployer, PER_TX)
+    recipients = Recipients(watched_addresses(FULL_BLOCK // PER_TX, PER_TX)).take(FULL_BLOCK)
+    return load, nonce, recipients
+
+
+def test_a_full_size_block_is_mined_whole(tmp_path: Path) -> None:
+    """The smoke run's blocks hold two airdrops; the default load's hold 20 of 200 new holders
+    (~99.4M gas).  On the node the bench starts, all 20 go into one block and none reverts —
+    also when the devnet state it loads was cached by a node with a lower block gas limit, as
+    bench/indexer_backfill.py's 100M (issue 27: that cut the bench's node to 100M)."""
+    cache = tmp_path / "devnet"
+    cache.mkdir()
+    for compiled in default_cache_dir().glob("solc-*.json"):  # spares a compile, if there
+        shutil.copy(compiled, cache)
+    with AnvilProcess(extra=("--gas-limit", "100000000")) as other:
+        bootstrap_devnet(other.url, paymaster_signer=PAYMASTER_SIGNER, cache_dir=cache)
+    with AnvilProcess(extra=ANVIL_ARGS) as node:
+        load, _, recipients = airdrop_block(node, cache)
+        with load:
+            mined = load.block(recipients)  # raises unless the block holds exactly those sent
+            assert load.failed_transactions([mined]) == 0
+    assert mined.recipients == tuple(recipients)
+
+
+def test_a_block_left_short_says_which_transaction_and_where_it_went() -> None:
+    """On a node whose block gas limit cannot hold the full block (100M), the bench's error
+    names the airdrop left out, its nonce, and why it is still in the pool."""
+    with AnvilProcess(extra=("--gas-limit", "100000000")) as node:
+        load, nonce, recipients = airdrop_block(node)
+        with load, pytest.raises(RuntimeError) as failed:
+            load.block(recipients)
+    message = str(failed.value)
+    assert re.match(
+        r"block \d+ holds 19 of the 20 airdrop transactions sent "
+        r"\(gas used [\d,]+ of its limit 100,000,000\):\n",
+        message,
+    ), message
+    last = f"(nonce {nonce + 19}): still in anvil's pool: its gas limit 6,060,000 did not fit"
+    assert re.search(
+        rf"\n  0x[0-9a-f]{{64}} {re.escape(last)} in the [\d,]+ the block had left$", message
+    ), message
 
 
 def block(number: int, mined_at: float, *recipients: str) -> MinedBlock:

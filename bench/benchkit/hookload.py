@@ -38,6 +38,12 @@ AIRDROP = "airdrop(address[],uint256)"
 # explicit limit spares anvil an estimate (a second execution of every transaction).
 GAS_PER_RECIPIENT = 30_000
 GAS_BASE = 60_000
+# The bench's anvil: a block of the default load (20 airdrops of 200 new holders) uses ~99.4M
+# gas, and anvil adds a transaction to a block only while the gas used so far plus its gas
+# limit fit: 100M would leave the 20th out.
+BLOCK_GAS_LIMIT = 1_000_000_000
+ANVIL_ARGS = ("--gas-limit", str(BLOCK_GAS_LIMIT))
+PAYMASTER_SIGNER = "0x" + "5a" * 20  # the devnet's; nothing here signs for the paymaster
 
 
 class ReceiverFailed(Exception):
@@ -204,13 +210,42 @@ class AirdropLoad:
         mined_at = time.time()
         head = self.rpc.call("eth_getBlockByNumber", "latest", False)
         if sorted(head.get("transactions") or []) != sorted(hashes):
-            raise RuntimeError(
-                f"block {head.get('number')} holds {len(head.get('transactions') or [])} "
-                f"transactions, not the {len(hashes)} sent (block gas limit too low?)"
-            )
+            raise RuntimeError(self.not_whole(head, hashes))
         return MinedBlock(
             int(head["number"], 16), sent_at, mine_called, mined_at, tuple(recipients)
         )
+
+    def not_whole(self, head: Mapping[str, Any], sent: Sequence[str]) -> str:
+        """What became of each transaction sent for the block ``head`` but not in it — its
+        nonce, and whether it is mined elsewhere, still in anvil's pool (and why it did not
+        fit) or gone — and which transactions in it the bench did not send."""
+        included = list(head.get("transactions") or [])
+        left_out = [h for h in sent if h not in included]
+        foreign = [h for h in included if h not in sent]
+        used, limit = int(head["gasUsed"], 16), int(head["gasLimit"], 16)
+        found = self.rpc.batch([("eth_getTransactionByHash", [h]) for h in left_out + foreign])
+        found_left_out, found_foreign = found[: len(left_out)], found[len(left_out) :]
+        lines = [
+            f"block {int(head['number'], 16)} holds {len(included) - len(foreign)} of the "
+            f"{len(sent)} airdrop transactions sent (gas used {used:,} of its limit {limit:,}):"
+        ]
+        for tx_hash, tx in zip(left_out, found_left_out, strict=True):
+            if tx is None:
+                lines.append(f"  {tx_hash}: unknown to the node (dropped, or replaced in its pool)")
+                continue
+            where = "still in anvil's pool"
+            if tx.get("blockNumber") is not None:
+                where = f"mined in block {int(tx['blockNumber'], 16)} instead"
+            elif used + int(tx["gas"], 16) > limit:
+                where += (
+                    f": its gas limit {int(tx['gas'], 16):,} did not fit in the "
+                    f"{limit - used:,} the block had left"
+                )
+            lines.append(f"  {tx_hash} (nonce {int(tx['nonce'], 16)}): {where}")
+        for tx_hash, tx in zip(foreign, found_foreign, strict=True):
+            sender = f"{tx['from']} nonce {int(tx['nonce'], 16)}" if tx else "an unknown sender"
+            lines.append(f"  {tx_hash} (from {sender}): in the block, not sent by the bench")
+        return "\n".join(lines)
 
     def failed_transactions(self, blocks: Iterable[MinedBlock]) -> int:
         """Transactions of these blocks whose receipt says they reverted."""

@@ -367,19 +367,25 @@ class ChaingateServer:
     def stop(self) -> None:
         self.process.stop(signal.SIGTERM, timeout=10.0)
 
-    def impl(self) -> str:
-        """The framing implementation chaingate reported at start-up (compiled or pure)."""
-        try:
-            lines = self.process.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "unknown"
-        for line in lines:
-            if '"chaingate listening"' in line:
-                try:
-                    return str(json.loads(line).get("impl", "unknown"))
-                except ValueError:
-                    break
-        return "unknown"
+    def impl(self, timeout: float = 5.0) -> str:
+        """The framing implementation chaingate reported at start-up (compiled or pure).  Its
+        log is written by a thread of its own, so the line may land a moment after the server
+        first answered: it is waited for up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                lines = self.process.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                if '"chaingate listening"' in line:
+                    try:
+                        return str(json.loads(line).get("impl", "unknown"))
+                    except ValueError:
+                        return "unknown"
+            if time.monotonic() > deadline:
+                return "unknown"
+            time.sleep(0.05)
 
     def metrics(self) -> str:
         request = urllib.request.Request(

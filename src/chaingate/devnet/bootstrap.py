@@ -4,7 +4,8 @@
 the demo assets with their history (``demo``) in three batched stages, checks every contract is
 where the manifest says, and returns the ``Manifest``.  On a fresh node (block 0) the result is
 cached (``state_cache``); the next fresh node with the same inputs gets it by ``anvil_loadState``
-in well under a second.  ``chaingate dev`` and the test fixtures both come through here.
+in well under a second, keeping its own block gas limit.  ``chaingate dev`` and the test fixtures
+both come through here.
 """
 
 from __future__ import annotations
@@ -65,11 +66,11 @@ def bootstrap_devnet(
     cache_dir = cache_dir or default_cache_dir()
     paymaster_signer = checksum_address(paymaster_signer)
     with DevnetRpc(url) as rpc:
-        chain_id, client, head, accounts, proxy_code = rpc.batch(
+        chain_id, client, latest, accounts, proxy_code = rpc.batch(
             [
                 ("eth_chainId", []),
                 ("web3_clientVersion", []),
-                ("eth_blockNumber", []),
+                ("eth_getBlockByNumber", ["latest", False]),
                 ("eth_accounts", []),
                 ("eth_getCode", [DETERMINISTIC_DEPLOYER, "latest"]),
             ]
@@ -90,12 +91,12 @@ def bootstrap_devnet(
                 *accounts,
             ]
         )
-        fresh = int(head, 16) == 0
+        fresh = int(latest["number"], 16) == 0
         if fresh:
             cached = state_cache.load(cache_dir, key)
             if cached is not None:
                 state, manifest = cached
-                rpc.call("anvil_loadState", state)
+                _load_state(rpc, state, latest["gasLimit"])
                 _verify(rpc, manifest, cache_dir)
                 announce(f"devnet: state loaded from cache in {time.monotonic() - started:.2f}s")
                 return manifest
@@ -109,6 +110,19 @@ def bootstrap_devnet(
         + (" (state cached for the next start)" if fresh else "")
     )
     return manifest
+
+
+def _load_state(rpc: DevnetRpc, state: str, gas_limit: str) -> None:
+    """Load a cached state into this fresh node, whose block gas limit stays its own.
+
+    ``anvil_loadState`` also restores the dumping node's block environment, gas limit
+    included: a state cached by a node started with ``--gas-limit 100000000`` would quietly cut
+    a node started with ``--gas-limit 1000000000`` down to 100M, and a block its owner sized
+    for 1e9 would leave transactions in the pool.  The gas limit is the node's setting, not
+    the chain's (the cache key does not hold it), so it is put back.
+    """
+    rpc.call("anvil_loadState", state)
+    rpc.call("evm_setBlockGasLimit", gas_limit)
 
 
 def _deploy(
