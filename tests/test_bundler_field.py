@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import secrets
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -32,7 +36,7 @@ from chaingate.aa.userop import UserOperation, Version
 from chaingate.bundler import rules
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.bundler.sanity import required_prefund
-from chaingate.devnet.anvil import AnvilProcess
+from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
@@ -460,3 +464,59 @@ class _ErrorRecords(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record.getMessage())
+
+
+# --- a minimal config starts (issue 20, item 9) ---------------------------------------------
+
+
+def minimal_config(tmp_path: Path, port: int, *upstreams: str) -> Path:
+    """One EVM network, no chain_id, no manifest: the bundler is on by default."""
+    config = tmp_path / "chaingate.toml"
+    lines = [f'data_dir = "{tmp_path}"', "[server]", f"port = {port}", "[auth]", "enabled = false"]
+    lines += ["[chains.ethereum.devnet]", "testnet = true"]
+    for i, url in enumerate(upstreams):
+        lines += ["[[chains.ethereum.devnet.upstreams]]", f'url = "{url}"', f'name = "node{i}"']
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def test_serve_without_chain_id_takes_the_upstreams_and_refuses_a_disagreement(
+    tmp_path: Path, anvil: AnvilProcess, anvil_factory: Any
+) -> None:
+    port = free_port()
+    config = minimal_config(tmp_path, port, anvil.url)
+    log = tmp_path / "serve.log"
+    command = [sys.executable, "-m", "chaingate", "serve", "--config", str(config)]
+    env = {**os.environ, "CHAINGATE_AUTH__PEPPER": "p" * 40}
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        answer = None
+        while answer is None:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            try:
+                answer = httpx.post(
+                    f"http://127.0.0.1:{port}{PATH}",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []},
+                    timeout=2,
+                ).json()
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert answer["result"] == hex(anvil.chain_id), answer
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    text = log.read_text()
+    assert "needs chain_id" not in text and "Traceback" not in text, text
+    assert text.count("chain id comes from the upstreams") == 1, text
+
+    # Two upstreams on different chains: refused at start, naming both.
+    other = anvil_factory(chain_id=1)
+    minimal_config(tmp_path, free_port(), anvil.url, other.url)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert "error: chains.ethereum.devnet: the upstreams are on different chains" in said, said
+    assert "node0: 31337" in said and "node1: 1" in said and "Traceback" not in said, said

@@ -37,7 +37,7 @@ class Admission:
     def __init__(
         self,
         client: NodeClient,
-        chain_id: int,
+        chain_id: int | None,
         reputation: Reputation,
         limits: sanity.SanityLimits,
         *,
@@ -56,6 +56,8 @@ class Admission:
         self.clock = clock
 
     def user_op_hash(self, op: UserOperation, entry_point: str, version: Version) -> str:
+        if self.chain_id is None:
+            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
         digest = user_op_hash(op, entry_point=entry_point, chain_id=self.chain_id, version=version)
         return "0x" + digest.hex()
 

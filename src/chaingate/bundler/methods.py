@@ -91,7 +91,22 @@ class BundlerMethods:
 
             methods.update(DebugMethods(self.net).methods())
         for name, handler in methods.items():
-            rpc.register(name, _node_errors(name, handler), costs[name])
+            rpc.register(name, self._ready(name, _node_errors(name, handler)), costs[name])
+
+    def _ready(self, method: str, handler: Handler) -> Handler:
+        """Every method waits for the chain id (learned from the upstreams when the config
+        gives none): hashes and bundles depend on it."""
+
+        async def guarded(params: Any, principal: Any) -> Any:
+            if self.net.chain_id is None:
+                raise RpcFault(
+                    UNAVAILABLE,
+                    f"{method}: the bundler of {self.net.key} is waiting for an upstream to "
+                    "answer eth_chainId (or set the network's chain_id)",
+                )
+            return await handler(params, principal)
+
+        return guarded
 
     def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
         version = self.net.version_of(entry_point)
@@ -199,7 +214,7 @@ class BundlerMethods:
 
     async def chain_id(self, params: Any, principal: Any) -> Any:
         _params(params, 0, 0, "[]")
-        return hex(self.net.admission.chain_id)
+        return hex(self.net.chain_id or 0)
 
     # --- beyond the spec -------------------------------------------------------------------
 

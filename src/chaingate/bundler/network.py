@@ -84,7 +84,17 @@ class BundlerNetwork:
         self.inclusion_seconds: deque[float] = deque(maxlen=1000)  # submit to inclusion
         self.eoa_balance: int | None = None  # the bundler key's, read after each bundle
 
-    # --- entry points ----------------------------------------------------------------------
+    # --- chain id and entry points ---------------------------------------------------------
+
+    @property
+    def chain_id(self) -> int | None:
+        """None until learned from the upstreams (no ``chain_id`` configured)."""
+        return self.admission.chain_id
+
+    def set_chain_id(self, chain_id: int) -> None:
+        self.admission.chain_id = chain_id
+        if self.submitter is not None:
+            self.submitter.chain_id = chain_id
 
     def version_of(self, entry_point: Any) -> Version:
         if not isinstance(entry_point, str):
