@@ -135,6 +135,7 @@ def _dev_banner(
             f"  test key  {test_key}   (testnets only)\n"
             f"  live key  {live_key}\n"
             f"            the same on every start: kept in {keys_path}\n"
+            "            no rate or compute-unit limits (the dev account overrides its plan's)\n"
         )
     return f"""
 chaingate dev is up.
