@@ -469,6 +469,54 @@ async def test_factory_reading_code_sizes_fast_path_is_sound(
     assert decisions == {"contract": "accept", "entry-point": "fallback", "no-code": "fallback"}
 
 
+class Refusing(Node):
+    """The real node, refusing the debug_traceCall its ``refuse`` picks (a fault injector)."""
+
+    def __init__(self, url: str, refuse: Any) -> None:
+        super().__init__(url)
+        self.refuse = refuse
+
+    async def call(
+        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    ) -> Any:
+        if method == "debug_traceCall" and self.refuse(list(params)):
+            raise RpcCallError(method, -32000, "refused by the test")
+        return await super().call(method, params, retry_safe=retry_safe)
+
+
+@pytest.mark.parametrize(
+    "refuse",
+    [
+        lambda p: p[2].get("tracer") == "callTracer",  # the first pair, run concurrently
+        lambda p: "tracer" not in p[2],  # the struct log, beside the replay
+        lambda p: "from" in p[0],  # the replay (its own sender)
+    ],
+    ids=["call-tracer", "struct-log", "replay"],
+)
+async def test_a_node_refusing_a_native_trace_is_a_fallback(
+    devnet: Devnet, world: World, refuse: Any
+) -> None:
+    """Never an exception out of the fast path (one raised in a nursery comes wrapped in a
+    group): a Fallback, and the exact path then asks the node itself."""
+    from chaingate.evm.addresses import create2_address
+
+    reader = world.deploy("RuleReadingFactory", b"")
+    salt = secrets.token_bytes(32)
+    sender = create2_address(reader, salt, world.artifacts["RuleMiniAccount"].bytecode)
+    world.rpc.call("anvil_setBalance", sender, hex(10**18))
+    op = world.op("0.7").with_(
+        sender=sender,
+        factory=reader,
+        factory_data=abi.encode_call("deploy(bytes32,address)", salt, world.store),
+    )
+    node = Refusing(devnet[0].url, refuse)
+    try:
+        got = await fasttrace.fast_trace(node, op, world.entry_points["0.7"], "0.7", None)
+    finally:
+        await node.client.aclose()
+    assert isinstance(got, fasttrace.Fallback) and "refused by the test" in got.reason, got
+
+
 # --- sans-IO: build_trace on hand-made traces ---------------------------------------------------
 
 EP = "0x" + "ee" * 20
@@ -851,7 +899,7 @@ UNKNOWN = ("0x" + "91" * 20, "0x" + "92" * 20)
 
 def factory_call(**extra: Any) -> Any:
     inner = frame("CALL", CREATOR, FACTORY, input="0x12345678", output="0x" + "00" * 12 + "11" * 20)
-    return frame("CALL", EP, CREATOR, [inner], input=fasttrace._CREATE_SENDER + "00" * 32, **extra)
+    return frame("CALL", EP, CREATOR, [inner], input=rules._CREATE_SENDER + "00" * 32, **extra)
 
 
 def typed(raw: Any) -> fasttrace._Frame:
@@ -900,6 +948,6 @@ def test_factory_phase_and_its_replay_call() -> None:
         "from": UNKNOWN[0],
         "to": CREATOR,
         "input": phase.input,
-        "gas": hex(0x10 + fasttrace.REPLAY_GAS),
+        "gas": hex(0x10 + fasttrace.REPLAY_GAS + 16 * 36),  # 36 bytes of calldata
     }
     assert fasttrace.factory_phase(typed(frame("CALL", "0x" + "00" * 20, EP, []))) is None

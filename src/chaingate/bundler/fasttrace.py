@@ -52,11 +52,10 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
-from chaingate.bundler import opcodes, tracer
+from chaingate.bundler import opcodes, rules, tracer
 from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
-from chaingate.evm import abi
 from chaingate.evm.keccak import keccak256
 
 __all__ = [
@@ -395,7 +394,7 @@ def _build(
         gas_at[0].count("GAS", gas_at[1])
     # The oracle replayed the first createSender phase (the one the rules judge as the
     # factory's); EXTCODE* anywhere else cannot be judged here.
-    vouched = next((p for p in phases if p.method == _CREATE_SENDER), None)
+    vouched = next((p for p in phases if p.method == rules._CREATE_SENDER), None)
     for phase in phases:
         if phase.extcode and not (factory_extcode_harmless and phase is vouched):
             phase.doubt(f"{phase.extcode} (its target is on the stack)")
@@ -414,7 +413,6 @@ def _assemble(
 ) -> FastTrace | Fallback:
     """The Trace from the phases found (by the steps or statically): storage from the
     prestate, code hashes, and a Fallback if a judged phase is unsure."""
-    from chaingate.bundler import rules
 
     # The exact path's sanity check: a validation that made no call and returned.
     reverted = root.error is not None
@@ -471,25 +469,25 @@ def _assemble(
 
 # --- deploying operations: the factory phase replayed on its own -----------------------------
 
-_CREATE_SENDER = "0x" + abi.selector("createSender(bytes)").hex()
-# Gas the replay gets beyond the phase's own: an execution that ran out of gas nowhere (the
-# rules refuse any that did) takes the same path with more.
+# Gas the replay gets beyond the phase's own and its calldata's: an execution that ran out of
+# gas nowhere (the rules refuse any that did) takes the same path with more.
 REPLAY_GAS = 100_000
 
 
 def factory_phase(root: _Frame) -> _Frame | None:
     """The EntryPoint's first call of ``SenderCreator.createSender``: the factory phase."""
-    return next((c for c in root.calls if _method(c) == _CREATE_SENDER), None)
+    return next((c for c in root.calls if _method(c) == rules._CREATE_SENDER), None)
 
 
 def replay_call(phase: _Frame, sender: str) -> dict[str, Any]:
     """The factory phase as a transaction of its own, from ``sender`` (random: no code can
-    name it), with more gas than the phase had."""
+    name it), with more gas than the phase had (its calldata's cost on top)."""
+    calldata = 16 * (len(phase.input) - 2) // 2
     return {
         "from": sender,
         "to": phase.to,
         "input": phase.input,
-        "gas": hex(int(phase.gas, 16) + REPLAY_GAS),
+        "gas": hex(int(phase.gas, 16) + REPLAY_GAS + calldata),
     }
 
 
@@ -614,7 +612,6 @@ def _build_static(
     entry_point: str,
     version: Version,
 ) -> FastTrace | Fallback:
-    from chaingate.bundler import rules
 
     if root.to is None or root.to.lower() != entry_point:
         raise _NeedSteps("the traced call is not to the EntryPoint")
@@ -738,6 +735,7 @@ async def fast_trace(
         simulations_code = simulations_code_v07()
     tx, override = validation_call(op, entry_point, version, simulations_code)
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
+    failed = ""
     try:
         block = await client.call("eth_blockNumber", [])
         if not isinstance(block, str):
@@ -769,10 +767,12 @@ async def fast_trace(
                     _replay_factory, client, deploying, op, entry_point, block, oracle
                 )
         log: _StructLog = answers["steps"]
-    except RpcCallError as error:
-        return Fallback(f"the node refused a native trace: {error}")
-    except (msgspec.ValidationError, ValueError) as error:
-        return Fallback(f"unexpected native trace: {error}")
+    except* RpcCallError as group:  # alone or from a nursery: the traces run concurrently
+        failed = f"the node refused a native trace: {_first(group)}"
+    except* (msgspec.ValidationError, ValueError) as group:
+        failed = f"unexpected native trace: {_first(group)}"
+    if failed:
+        return Fallback(failed)
     if log.failed != (root.error is not None):
         return Fallback("the struct log and the call trace disagree on the outcome")
     try:
@@ -787,6 +787,11 @@ async def fast_trace(
         )
     except ValueError as error:  # a malformed number in the node's answer
         return Fallback(f"unexpected native trace: {error}")
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _replay_factory(
