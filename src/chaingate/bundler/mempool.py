@@ -240,6 +240,7 @@ class Mempool:
         self._slot: dict[tuple[str, int], str] = {}  # (sender, nonce) -> hash
         self._by_sender: dict[str, set[str]] = {}
         self._entities: Counter[str] = Counter()  # factory/paymaster/aggregator -> live ops
+        self._costs: Counter[str] = Counter()  # paymaster -> its live ops' max_cost (EREP-010)
         self._finals: OrderedDict[str, Entry] = OrderedDict()
 
     # --- lookups ---------------------------------------------------------------------------
@@ -339,29 +340,22 @@ class Mempool:
         """EREP-010: what the paymaster's live operations can cost at most, but the one at
         (sender, nonce) ``replacing`` (a replacement frees its share)."""
         key = paymaster.lower()
-        return sum(
-            max_cost(e)
-            for e in self._live.values()
-            if e.paymaster == key and (e.sender, e.nonce) != replacing
-        )
+        replaced = self._live.get(self._slot.get(replacing, ""))
+        freed = max_cost(replaced) if replaced is not None and replaced.paymaster == key else 0
+        return self._costs[key] - freed
 
     def _seen_stake(self, address: str | None, title: Title) -> Stake:
         """The stake the pool's live operations recorded for ``address`` in this role (the
         highest, if they differ); none seen: unstaked, which binds no limit at count 0."""
-        if address is None:
+        if address is None or (title != "account" and not self._entities[address]):
             return Stake()
         if title == "account":
-            found = (self._live[h].sender_stake for h in self._by_sender.get(address, ()))
-        elif self._entities[address] == 0:
-            return Stake()
+            stakes = [self._live[h].sender_stake for h in self._by_sender.get(address, ())]
+        elif title == "factory":
+            stakes = [e.factory_stake for e in self._live.values() if e.factory == address]
         else:
-            field = "factory_stake" if title == "factory" else "paymaster_stake"
-            found = (
-                getattr(e, field)
-                for e in self._live.values()
-                if (e.factory if title == "factory" else e.paymaster) == address
-            )
-        return max(found, key=lambda s: (s.stake, s.unstake_delay_sec), default=Stake())
+            stakes = [e.paymaster_stake for e in self._live.values() if e.paymaster == address]
+        return max(stakes, key=lambda s: (s.stake, s.unstake_delay_sec), default=Stake())
 
     def _check_known(self, entry: Entry) -> None:
         if entry.hash in self._live:
@@ -745,6 +739,8 @@ class Mempool:
         self._by_sender.setdefault(entry.sender, set()).add(entry.hash)
         for _, address in self._entities_of(entry):
             self._entities[address] += 1
+        if entry.paymaster is not None:
+            self._costs[entry.paymaster] += max_cost(entry)
 
     def _unlink(self, entry: Entry) -> None:
         """Remove from the live indexes (``_order`` is left for the caller)."""
@@ -758,6 +754,10 @@ class Mempool:
             self._entities[address] -= 1
             if self._entities[address] <= 0:
                 del self._entities[address]
+        if entry.paymaster is not None:
+            self._costs[entry.paymaster] -= max_cost(entry)
+            if self._costs[entry.paymaster] <= 0:
+                del self._costs[entry.paymaster]
 
     def _replace(self, entry: Entry, **changes: object) -> Entry:
         new = entry.with_(updated_at=self._clock(), **changes)
