@@ -25,6 +25,7 @@ from chaingate.impl import Impl
 from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle, exchange, parse_responses, post_bytes
 from tests.test_auth import AuthStack, auth_settings, start_auth
+from tests.test_upstream_faults import Records
 from tests.ws_clients import (
     Client,
     RawClient,
@@ -825,22 +826,13 @@ async def test_raw_socket_close_is_clean(start_gateway: StartGateway, anvil: Anv
             await trio.sleep(0.02)
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 async def test_a_client_resetting_the_connection_is_logged_at_debug(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     """A reset (RST, no closing handshake) is a normal end of a client: one debug line, no
     error and no traceback."""
     handle = await start_gateway([anvil.url])
-    records = _Records()
+    records = Records()
     logger = logging.getLogger("chaingate")
     logger.addHandler(records)
     level = logger.level

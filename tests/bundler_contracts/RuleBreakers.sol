@@ -118,6 +118,16 @@ library Breaks {
     }
 }
 
+// The account's prefund to the EntryPoint (its caller), as SimpleAccount pays it.
+library Prefund {
+    function pay(uint256 missing) internal {
+        if (missing > 0) {
+            (bool ok,) = payable(msg.sender).call{value: missing}("");
+            ok;
+        }
+    }
+}
+
 interface Burner {
     function burn() external;
 }
@@ -147,10 +157,7 @@ contract RuleAccount {
         } else {
             Breaks.run(mode, store, address(this));
         }
-        if (missing > 0) {
-            (bool ok,) = payable(msg.sender).call{value: missing}("");
-            ok;
-        }
+        Prefund.pay(missing);
         return 0;
     }
 
@@ -267,10 +274,7 @@ contract RuleTokenAccount {
         } else {
             require(other.balances(address(this)) > 0, "no balance");
         }
-        if (missing > 0) {
-            (bool ok,) = payable(msg.sender).call{value: missing}("");
-            ok;
-        }
+        Prefund.pay(missing);
         return 0;
     }
 
@@ -290,22 +294,16 @@ contract RuleTokenAccount {
 // The smallest account that obeys every rule (RuleAccount's deployment costs more gas than
 // the fast path traces step by step).
 contract RuleMiniAccount {
-    function _pay(uint256 missing) internal returns (uint256) {
-        if (missing > 0) {
-            (bool ok,) = payable(msg.sender).call{value: missing}("");
-            ok;
-        }
-        return 0;
-    }
-
     function validateUserOp(UserOperation06 calldata, bytes32, uint256 missing)
         external returns (uint256) {
-        return _pay(missing);
+        Prefund.pay(missing);
+        return 0;
     }
 
     function validateUserOp(PackedUserOperation07 calldata, bytes32, uint256 missing)
         external returns (uint256) {
-        return _pay(missing);
+        Prefund.pay(missing);
+        return 0;
     }
 
     fallback() external payable {}
