@@ -13,7 +13,6 @@ or raises ``RpcFault`` (its code, message and data are the client's to read).  A
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ import msgspec
 import trio
 
 from chaingate.framing_constants import MAX_JSON_DEPTH
+from chaingate.jsondepth import too_deep
 
 MAX_BATCH = 100
 # Calls of one batch run at once: a batch of user operations validates concurrently, as the
@@ -91,26 +91,9 @@ def _call(item: Any) -> Call:
     return Call(call_id, method, params, notification="id" not in item)
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def _too_deep(body: bytes) -> bool:
-    """Nesting deeper than the RPC framing's bound (strings skipped): refused before the
-    decoder recurses into it."""
-    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
-        return False
-    depth = 0
-    for bracket in _STRING.sub(b"", body).translate(None, _NOT_BRACKETS):
-        depth += 1 if bracket in b"[{" else -1
-        if depth > MAX_JSON_DEPTH:
-            return True
-    return False
-
-
 def parse(body: bytes) -> Parsed | bytes:
     """The calls of a request body, or the whole answer when there is nothing to run."""
-    if _too_deep(body):
+    if too_deep(body):
         fault = RpcFault(PARSE_ERROR, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         return _encoder.encode(_reply(None, fault=fault))
     try:
