@@ -161,7 +161,8 @@ class BundlerService:
         for key, net in self.networks.items():
             if net.chain_id is None:
                 await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
-            await net.load()
+            if net.chain_id is not None:  # else loaded once it is known (_run_network)
+                await net.load()
             if net.submitter is None:
                 log.warning(
                     "no bundler key ([bundler] key or key_file): operations are validated and "
