@@ -248,6 +248,25 @@ async def test_health_needs_no_key(stack: AuthStack) -> None:
         assert (await client.get("/v1/health")).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/v1/health", "/v1/openapi.json"])
+async def test_another_method_on_a_public_route_is_405_without_a_key(
+    stack: AuthStack, path: str
+) -> None:
+    """PUT on a public GET route: 405 with Allow, the same answer with a key or without —
+    not a 401 (a key would change nothing).  A keyed route still asks for the key."""
+    key, _ = await stack.key()
+    answers = []
+    for headers in ({}, {"X-API-Key": key}):
+        async with stack.handle.client(headers=headers) as client:
+            answers.append(await client.put(path, json={}))
+    for answer in answers:
+        assert answer.status_code == 405, answer.text
+        assert "GET" in answer.headers["allow"]
+        assert answer.json()["error"]["status"] == 405
+    async with stack.handle.client() as client:
+        assert (await client.put("/v1/webhooks", json={})).status_code == 401
+
+
 async def test_free_key_at_30_requests_per_second_gets_about_10(stack: AuthStack) -> None:
     key, _ = await stack.key(plan="free")
     outcomes: dict[int, int] = {}

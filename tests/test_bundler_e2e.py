@@ -272,7 +272,7 @@ async def test_a_banned_paymaster_is_refused_and_a_throttled_one_limited(bundler
     paymaster = bundler.manifest.address("verifying_paymaster_v07")
     entry_point = bundler.manifest.address("entry_point_v07")
     stake = await bundler.result("debug_bundler_getStakeStatus", paymaster, entry_point)
-    assert stake["isStaked"] is True and int(stake["stakeInfo"]["stake"], 16) == 10**18
+    assert stake["isStaked"] is True and stake["stakeInfo"]["stake"] == str(10**18)
     await bundler.result(
         "debug_bundler_setReputation",
         [{"address": paymaster, "opsSeen": hex(1000), "opsIncluded": "0x0"}],

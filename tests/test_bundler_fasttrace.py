@@ -10,11 +10,13 @@ sponsored by the devnet's VerifyingPaymaster and self-paid):
 * ``validate_safe`` with the fast path gives the same verdict (result, or fault code and
   message) as without it.
 
-The real SimpleAccount operations of an already deployed account must take the fast path,
-and without the struct log: ``build_static`` (static analysis of the code that ran) must prove
-it unneeded.  Wherever it does, its trace is checked against the one built from the struct
-log (same opcodes, calls, code sizes, out-of-gas; a superset of storage), and the verdict
-against the exact path's, on every operation here.
+The real SimpleAccount operations must take the fast path: an already deployed account's
+without the struct log (``build_static``, static analysis of the code that ran, must prove it
+unneeded), a deploying one's with it and the factory phase replayed alone
+(``factory_oracle``: the targets of its EXTCODE*).  Wherever the static build works, its
+trace is checked against the one built from the struct log (same opcodes, calls, code sizes,
+out-of-gas; a superset of storage), and the verdict against the exact path's, on every
+operation here.
 
 Sans-IO tests: ``build_trace`` and ``build_static`` on hand-made traces (alignment, fallbacks,
 what needs the struct log), and ``opcodes`` (the linear sweep, dead code and the metadata
@@ -53,6 +55,7 @@ from tests.conftest import DEVNET_SIGNER
 from tests.test_aa_devnet import NodeCaller
 from tests.test_bundler_rules import (
     BALANCE,
+    CONTEXT,
     CREATE,
     ENTRY_POINT_CALL,
     FACTORY_OK,
@@ -63,6 +66,7 @@ from tests.test_bundler_rules import (
     OK,
     OOG,
     OWN_STORAGE,
+    PRECOMPILES,
     READ_OTHER,
     TAGS,
     TIMESTAMP,
@@ -252,9 +256,10 @@ RULE_OPS: list[tuple[str, dict[str, Any]]] = [
     ],
     ("account-write-associated", {"mode": WRITE_ASSOCIATED}),
     ("account-own-storage", {"mode": OWN_STORAGE}),
+    ("account-precompiles", {"mode": PRECOMPILES}),
     *[
         (f"paymaster-{mode}", {"paymaster": "unstaked", "paymaster_mode": mode})
-        for mode in (OK, TIMESTAMP, BALANCE, OWN_STORAGE, WRITE_ASSOCIATED, GAS, CREATE)
+        for mode in (OK, TIMESTAMP, BALANCE, OWN_STORAGE, WRITE_ASSOCIATED, GAS, CREATE, CONTEXT)
     ],
     *[
         (f"staked-paymaster-{mode}", {"paymaster": "staked", "paymaster_mode": mode})
@@ -304,8 +309,8 @@ async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, versio
             name.startswith(("account-", "factory-1", "factory-2"))
             and name != "account-own-storage"
         ):
-            if name == "account-write-associated":
-                continue  # allowed, but needs keccak preimages: falls back, accepted exactly
+            if name in ("account-write-associated", "account-precompiles"):
+                continue  # allowed (needs keccak preimages / a precompile refused its input)
             assert decisions[name] != "accept", name
 
 
@@ -403,17 +408,15 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             f"v{version} deployed={deployed} sponsored={sponsored}: {decision}, "
             f"struct log {'skipped' if SKIPPED['last'] else 'fetched'}"
         )
+        assert decision == "accept", (deployed, sponsored, decision)
         if deployed:
-            assert decision == "accept", (deployed, sponsored, decision)
             # SimpleAccount, ERC1967Proxy, VerifyingPaymaster and the EntryPoint's receive
             # reach nothing a rule judges for these selectors: no struct log.
             assert SKIPPED["last"], (deployed, sponsored)
-        else:  # the factory's EXTCODESIZE/CREATE2 need the stack: the exact path judges
-            assert decision == "fallback", (deployed, sponsored, decision)
+        else:  # the factory's CREATE2 needs the struct log, its EXTCODESIZE the replay
             assert not SKIPPED["last"]
-    # Timing: the fast path against the exact one, on the deployed, self-paid shape (the
-    # bench's) and the deployed sponsored one.
-    for shape in ((True, False), (True, True)):
+    # Timing: the fast path against the exact one, on every shape.
+    for shape in SHAPES:
         op = ops[shape]
         before = dict(safemode.FAST_PATH)
         skipped_before = fasttrace.STRUCT_LOG["skipped"]
@@ -426,11 +429,92 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             await validate_safe(node, op, entry_point, version, None, fast_path=False)
             exact_ms.append((time.perf_counter() - started) * 1000)
         assert safemode.FAST_PATH["fast"] - before["fast"] == 5
-        assert fasttrace.STRUCT_LOG["skipped"] - skipped_before == 5
+        assert fasttrace.STRUCT_LOG["skipped"] - skipped_before == (5 if shape[0] else 0)
         print(
-            f"v{version} deployed sponsored={shape[1]}: validate_safe fast "
+            f"v{version} deployed={shape[0]} sponsored={shape[1]}: validate_safe fast "
             f"{statistics.median(fast_ms):.1f} ms, exact {statistics.median(exact_ms):.1f} ms"
         )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_factory_reading_code_sizes_fast_path_is_sound(
+    node: Node, world: World, version: Version
+) -> None:
+    """A factory phase running EXTCODESIZE: of a contract (accepted, fast), of the EntryPoint
+    (OP-054), of an address without code (OP-041) — the replay must never let the fast path
+    accept what the exact one refuses."""
+    from chaingate.evm.addresses import create2_address
+
+    reader = world.deploy("RuleReadingFactory", b"")
+    account_init = world.artifacts["RuleMiniAccount"].bytecode
+    ep = world.entry_points[version]
+    decisions = {}
+    for name, target, rule in (
+        ("contract", world.store, ""),
+        ("entry-point", ep, "OP-054"),
+        ("no-code", "0x" + secrets.token_bytes(20).hex(), "OP-041"),
+    ):
+        salt = secrets.token_bytes(32)
+        sender = create2_address(reader, salt, account_init)
+        world.rpc.call("anvil_setBalance", sender, hex(10**18))
+        op = world.op(version).with_(
+            sender=sender,
+            factory=reader,
+            factory_data=abi.encode_call("deploy(bytes32,address)", salt, target),
+        )
+        decisions[name] = await check_sound(node, op, ep, version)
+        exact = await verdict(node, op, ep, version, fast=False)
+        assert exact[0] == ("refused" if rule else "accepted"), (name, exact)
+        assert rule in str(exact[1]), (name, exact)
+    assert decisions == {"contract": "accept", "entry-point": "fallback", "no-code": "fallback"}
+
+
+class Refusing(Node):
+    """The real node, refusing the debug_traceCall its ``refuse`` picks (a fault injector)."""
+
+    def __init__(self, url: str, refuse: Any) -> None:
+        super().__init__(url)
+        self.refuse = refuse
+
+    async def call(
+        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    ) -> Any:
+        if method == "debug_traceCall" and self.refuse(list(params)):
+            raise RpcCallError(method, -32000, "refused by the test")
+        return await super().call(method, params, retry_safe=retry_safe)
+
+
+@pytest.mark.parametrize(
+    "refuse",
+    [
+        lambda p: p[2].get("tracer") == "callTracer",  # the first pair, run concurrently
+        lambda p: "tracer" not in p[2],  # the struct log, beside the replay
+        lambda p: "from" in p[0],  # the replay (its own sender)
+    ],
+    ids=["call-tracer", "struct-log", "replay"],
+)
+async def test_a_node_refusing_a_native_trace_is_a_fallback(
+    devnet: Devnet, world: World, refuse: Any
+) -> None:
+    """Never an exception out of the fast path (one raised in a nursery comes wrapped in a
+    group): a Fallback, and the exact path then asks the node itself."""
+    from chaingate.evm.addresses import create2_address
+
+    reader = world.deploy("RuleReadingFactory", b"")
+    salt = secrets.token_bytes(32)
+    sender = create2_address(reader, salt, world.artifacts["RuleMiniAccount"].bytecode)
+    world.rpc.call("anvil_setBalance", sender, hex(10**18))
+    op = world.op("0.7").with_(
+        sender=sender,
+        factory=reader,
+        factory_data=abi.encode_call("deploy(bytes32,address)", salt, world.store),
+    )
+    node = Refusing(devnet[0].url, refuse)
+    try:
+        got = await fasttrace.fast_trace(node, op, world.entry_points["0.7"], "0.7", None)
+    finally:
+        await node.client.aclose()
+    assert isinstance(got, fasttrace.Fallback) and "refused by the test" in got.reason, got
 
 
 # --- sans-IO: build_trace on hand-made traces ---------------------------------------------------
@@ -804,3 +888,66 @@ def test_reachable_knows_a_tested_word() -> None:
 
 def test_opcode_table_is_the_collectors() -> None:
     assert set(opcodes.EFFECTS) == tracer._ASSIGNED
+
+
+# --- the factory phase replayed alone (sans-IO) ------------------------------------------------
+
+CREATOR = "0x" + "cc" * 20
+FACTORY = "0x" + "22" * 20
+UNKNOWN = ("0x" + "91" * 20, "0x" + "92" * 20)
+
+
+def factory_call(**extra: Any) -> Any:
+    inner = frame("CALL", CREATOR, FACTORY, input="0x12345678", output="0x" + "00" * 12 + "11" * 20)
+    return frame("CALL", EP, CREATOR, [inner], input=rules._CREATE_SENDER + "00" * 32, **extra)
+
+
+def typed(raw: Any) -> fasttrace._Frame:
+    return msgspec.convert(raw, fasttrace._Frame)
+
+
+def accounts_with(**codes: str) -> dict[str, fasttrace._Account]:
+    accounts = {CREATOR: "0x6001", FACTORY: "0x6002", SENDER: "0x", **codes}
+    return {a: fasttrace._Account(code=c) for a, c in accounts.items()}
+
+
+def oracle(phase: Any, replay: Any, state: dict[str, Any]) -> str | None:
+    op = UserOperation(
+        sender=SENDER, nonce=0, call_data=b"", call_gas_limit=1, verification_gas_limit=1,
+        pre_verification_gas=1, max_fee_per_gas=1, max_priority_fee_per_gas=1,
+        factory=FACTORY, factory_data=b"\x01",
+    )  # fmt: skip
+    return fasttrace.factory_oracle(phase, replay, state, op, entry_point=EP, unknowable=UNKNOWN)
+
+
+def test_factory_oracle_vouches_only_for_a_replay_that_touched_no_code_less_account() -> None:
+    phase = typed(factory_call())
+    replay = msgspec.structs.replace(phase, from_=UNKNOWN[0], gas="0x999")
+    # The sender (being deployed), precompiles and the replay's own sender and coinbase.
+    state = accounts_with(**{ECRECOVER: "0x", UNKNOWN[0]: "0x", UNKNOWN[1]: "0x"})
+    assert oracle(phase, replay, state) is None
+    assert "EntryPoint" in (oracle(phase, replay, accounts_with(**{EP: "0x60"})) or "")
+    assert "no code" in (oracle(phase, replay, accounts_with(**{OTHER: "0x"})) or "")
+    # Another path when replayed (another output, a reverted inner call): no verdict.
+    changed = msgspec.structs.replace(replay, output="0x01")
+    assert "another path" in (oracle(phase, changed, state) or "")
+    inner = msgspec.structs.replace(replay.calls[0], error="execution reverted")
+    assert "another path" in (
+        oracle(phase, msgspec.structs.replace(replay, calls=[inner]), state) or ""
+    )
+
+
+def test_factory_phase_and_its_replay_call() -> None:
+    root = typed(
+        frame("CALL", "0x" + "00" * 20, EP, [frame("CALL", EP, SENDER), factory_call(gas="0x10")])
+    )
+    phase = fasttrace.factory_phase(root)
+    assert phase is not None and phase.to == CREATOR
+    call = fasttrace.replay_call(phase, UNKNOWN[0])
+    assert call == {
+        "from": UNKNOWN[0],
+        "to": CREATOR,
+        "input": phase.input,
+        "gas": hex(0x10 + fasttrace.REPLAY_GAS + 16 * 36),  # 36 bytes of calldata
+    }
+    assert fasttrace.factory_phase(typed(frame("CALL", "0x" + "00" * 20, EP, []))) is None

@@ -9,6 +9,7 @@ from chaingate.aa.userop import UserOperation, Version, user_op_hash
 from chaingate.bundler.errors import (
     BANNED_OPCODE,
     INVALID_PARAMS,
+    PAYMASTER_BALANCE,
     STAKE_TOO_LOW,
     THROTTLED,
     TIME_RANGE,
@@ -20,6 +21,7 @@ from chaingate.bundler.mempool import (
     MempoolLimits,
     Stake,
     effective_tip,
+    max_cost,
     new_entry,
     op_gas,
 )
@@ -669,3 +671,69 @@ def test_valid_until_zero_means_no_limit() -> None:
     e = p.add(make_op(), valid_until=0)
     p.clock.advance(10**6)
     assert p.pool.expire() == [] and e.hash in p.pool
+
+
+# --- EREP-010, STO-041, the precheck (issue 20 and 25) -----------------------------------------
+
+
+def test_a_paymaster_deposit_covers_all_its_live_operations() -> None:
+    p = Pool()
+    pm = addr(0x99)
+    ops = [make_op(addr(0xB0 + i), paymaster=pm) for i in range(3)]
+    cost = max_cost(p.entry(ops[0]))
+    deposit = 3 * cost - 1
+    for op in ops[:2]:
+        p.pool.add(p.entry(op), paymaster_deposit=deposit)
+    assert p.pool.paymaster_pending_cost(pm, (addr(0), 0)) == 2 * cost
+    with pytest.raises(BundlerFault) as fault:
+        p.pool.add(p.entry(ops[2]), paymaster_deposit=deposit)
+    code, message = refused(fault)
+    assert code == PAYMASTER_BALANCE and "too low" in message and "EREP-010" in message
+    # A replacement frees its predecessor's share; a finished operation frees its own.
+    bumped = make_op(addr(0xB1), paymaster=pm, fee=22 * GWEI, tip=3 * GWEI)
+    assert p.pool.paymaster_pending_cost(pm, (addr(0xB1), 0)) == cost
+    p.pool.add(p.entry(bumped), paymaster_deposit=deposit)
+    first = p.entry(ops[0])
+    p.pool.mark_failed(first.hash, "AA23")
+    assert p.pool.paymaster_pending_cost(pm, (addr(0), 0)) == max_cost(p.entry(bumped))
+    p.pool.add(p.entry(ops[2]), paymaster_deposit=deposit)
+
+
+def test_an_operation_touching_a_bundled_senders_storage_waits() -> None:
+    p = Pool()
+    token, other, third = addr(0xC1), addr(0xC2), addr(0xC3)
+    first = p.add(make_op(token))
+    second = p.add(make_op(other), storage=(token,))  # read token's storage in validation
+    unrelated = p.add(make_op(third), storage=(addr(0xDD),))
+    chosen = p.pool.select_bundle(base_fee=GWEI, max_gas=10**8)
+    assert [e.hash for e in chosen.entries] == [first.hash, unrelated.hash]
+    assert not chosen.dropped and p.pool.get(second.hash).status == "pending"  # type: ignore[union-attr]
+    # Alone (its neighbour gone), it is bundled.
+    p.pool.mark_failed(first.hash, "gone")
+    again = p.pool.select_bundle(base_fee=GWEI, max_gas=10**8)
+    assert second.hash in [e.hash for e in again.entries]
+
+
+def test_precheck_refuses_what_needs_no_validation_and_changes_nothing() -> None:
+    p = Pool()
+    sender = addr(0xE1)
+    added = [p.add(make_op(sender, nonce=key << 64)) for key in range(4)]
+    before = p.pool.entries()
+    with pytest.raises(BundlerFault) as fault:
+        p.pool.precheck(p.entry(make_op(sender, nonce=4 << 64)))
+    assert refused(fault)[0] == STAKE_TOO_LOW and "unstaked" in refused(fault)[1]
+    with pytest.raises(BundlerFault) as fault:
+        p.pool.precheck(p.entry(make_op(sender, nonce=0)))
+    assert "already known" in refused(fault)[1]
+    cheap = make_op(sender, nonce=0, data=b"\x09")  # same slot, same fees: underpriced
+    with pytest.raises(BundlerFault) as fault:
+        p.pool.precheck(p.entry(cheap))
+    assert "underpriced" in refused(fault)[1]
+    # A replacement of one of its four is no fifth operation.
+    p.pool.precheck(p.entry(make_op(sender, nonce=0, fee=30 * GWEI, tip=3 * GWEI)))
+    # A staked sender (as its operations recorded) may have more.
+    rich = addr(0xE2)
+    for key in range(4):
+        p.add(make_op(rich, nonce=key << 64), sender_stake=STAKED)
+    p.pool.precheck(p.entry(make_op(rich, nonce=4 << 64)))
+    assert p.pool.entries()[: len(before)] == before and len(added) == 4

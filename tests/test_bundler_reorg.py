@@ -141,7 +141,7 @@ async def test_manual_mode_a_reorged_operation_is_pending_again_then_included_on
     # Exactly once on the final chain; nothing left to bundle.
     logs = events_for(b.node, entry_point, sent)
     assert len(logs) == 1 and logs[0]["blockHash"] == again["blockHash"], logs
-    assert await b.result("debug_bundler_sendBundleNow") is None
+    assert await b.result("debug_bundler_sendBundleNow") == "ok"
     assert await b.result("debug_bundler_dumpMempool") == []
 
 

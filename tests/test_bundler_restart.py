@@ -267,7 +267,7 @@ async def test_kill_9_with_operations_in_the_mempool_loses_none_and_bundles_each
     check_once_on_chain(server, sent, first_block)
     # Settled: nothing waits, and another bundle finds nothing to send.
     assert await server.result("debug_bundler_dumpMempool") == []
-    assert await server.result("debug_bundler_sendBundleNow") is None
+    assert await server.result("debug_bundler_sendBundleNow") == "ok"
     for h in sent:
         receipt = await server.result("eth_getUserOperationReceipt", h)
         assert receipt is not None and receipt["success"] is True, receipt

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from chaingate.devnet.anvil import free_port
 from chaingate.devnet.npm import cache_root
 from tests.helpers import read_dev_banner
@@ -67,6 +69,21 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
         result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=10)
         reply = json.loads(result.stdout)
         assert reply["jsonrpc"] == "2.0" and reply["result"].startswith("0x")
+        # The dev keys have no limits (a Growth key allows 100 requests a second): 900 calls
+        # in three batches, all answered.
+        assert "no rate or compute-unit limits" in text, text
+        key = re.search(r"X-API-Key: (svc_test_\S+?)'", command)
+        assert key, command
+        burst = [{"jsonrpc": "2.0", "id": i, "method": "eth_blockNumber"} for i in range(300)]
+        for _ in range(3):
+            answered = httpx.post(
+                f"http://127.0.0.1:{port}/v1/rpc/ethereum/devnet",
+                json=burst,
+                headers={"X-API-Key": key.group(1)},
+                timeout=30,
+            )
+            assert answered.status_code == 200, answered.text
+            assert all("result" in item for item in answered.json()), answered.text[:300]
         health = subprocess.run(
             ["curl", "-s", f"http://127.0.0.1:{port}/v1/health"],
             capture_output=True,

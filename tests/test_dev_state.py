@@ -14,11 +14,12 @@ import msgspec
 import pytest
 
 from chaingate.auth import apikeys
+from chaingate.auth.plans import Plans
 from chaingate.devnet import chainfile, persist, statedump
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import definition_key
 from chaingate.devnet.chainfile import ChainFileError, SavedChain
-from chaingate.devnet.devkeys import DEV_EMAIL, DevKeys, issue_dev_keys
+from chaingate.devnet.devkeys import DEV_EMAIL, DEV_LIMITS, DevKeys, issue_dev_keys
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.manifest import load_manifest
 from chaingate.devnet.rpc import DevnetRpc
@@ -339,8 +340,16 @@ async def test_dev_keys_are_kept_while_valid_and_replaced_when_not(
     path = tmp_path / "dev-keys.json"
     async with open_store(store_url, tmp_path) as store:
         await store.migrate()
+        # An account from an older data dir (the plan's limits, no overrides of its own).
+        await store.create_account(DEV_EMAIL, "growth")
         first = await issue_dev_keys(store, PEPPER, path)
         assert first.new == ("test", "live")
+        # Sized for development: every limit of its plan overridden, unlimited (0).
+        dev = await store.find_account_by_email(DEV_EMAIL)
+        assert dev is not None and dev.limits == DEV_LIMITS
+        limits = Plans.load(Path("config/plans.toml")).limits(dev.plan, dev.limits)
+        assert set(msgspec.structs.asdict(limits).values()) == {0}
+        assert Plans.load(Path("config/plans.toml")).limits(dev.plan).requests_per_second > 0
         assert apikeys.environment_of(first.keys.test.encode()) == "test"
         assert apikeys.environment_of(first.keys.live.encode()) == "live"
         assert msgspec.json.decode(path.read_bytes(), type=DevKeys) == first.keys

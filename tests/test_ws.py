@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import struct
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from chaingate.impl import Impl
 from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle, exchange, parse_responses, post_bytes
 from tests.test_auth import AuthStack, auth_settings, start_auth
+from tests.test_upstream_faults import Records
 from tests.ws_clients import (
     Client,
     RawClient,
@@ -821,6 +824,37 @@ async def test_raw_socket_close_is_clean(start_gateway: StartGateway, anvil: Anv
     with trio.fail_after(5):
         while handle.gateway.ws.sessions:
             await trio.sleep(0.02)
+
+
+async def test_a_client_resetting_the_connection_is_logged_at_debug(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    """A reset (RST, no closing handshake) is a normal end of a client: one debug line, no
+    error and no traceback."""
+    handle = await start_gateway([anvil.url])
+    records = Records()
+    logger = logging.getLogger("chaingate")
+    logger.addHandler(records)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        client = await RawClient.open(handle.port, WS_PATH)
+        await client.send_json({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"})
+        opcode, _ = await client.frame()
+        assert opcode == 0x1
+        # SO_LINGER 0: close() sends RST instead of FIN.
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.sock.close()
+        with trio.fail_after(5):
+            while handle.gateway.ws.sessions:
+                await trio.sleep(0.02)
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
+    errors = [r for r in records.records if r.levelno >= logging.WARNING]
+    assert errors == [], [(r.getMessage(), r.exc_info) for r in errors]
+    lost = [r for r in records.records if r.getMessage() == "websocket connection lost"]
+    assert len(lost) == 1 and lost[0].levelno == logging.DEBUG
 
 
 async def test_rate_limits_over_the_socket_are_json_rpc_errors(stack: AuthStack) -> None:

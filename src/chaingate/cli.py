@@ -135,6 +135,7 @@ def _dev_banner(
             f"  test key  {test_key}   (testnets only)\n"
             f"  live key  {live_key}\n"
             f"            the same on every start: kept in {keys_path}\n"
+            "            no rate or compute-unit limits (the dev account overrides its plan's)\n"
         )
     return f"""
 chaingate dev is up.
@@ -470,8 +471,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (config.ConfigError, PlanError) as exc:
         _say(f"error: {exc}")
         return 2
-    trio.run(_serve, gateway)
+    try:
+        trio.run(_serve, gateway)
+    except BaseExceptionGroup as group:
+        # A config error found while starting (the bundler's upstreams on different chains,
+        # say): the same one line as one found before; anything else as it was.
+        found, rest = group.split(config.ConfigError)
+        if found is None or rest is not None:
+            raise
+        for error in _leaves(found):
+            _say(f"error: {error}")
+        return 2
     return 0
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions of a group, nested groups flattened (trio nests one per nursery)."""
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 async def _migrate(store: Store) -> tuple[list[int], list[AppliedMigration]]:

@@ -69,6 +69,9 @@ library Breaks {
     uint256 constant ORIGIN = 17;
     uint256 constant GASPRICE = 18;
     uint256 constant BLOCKHASH = 19;
+    uint256 constant PRECOMPILES = 20; // calls 0x1..0x9 with 1,000 gas: some run out (OP-062)
+    uint256 constant FAILING = 21; // RuleAccount: reverts once setFailing(true) was called
+    uint256 constant CONTEXT = 22; // RulePaymaster: returns a context (EREP-050)
 
     function run(uint256 mode, RuleStore store, address sender) internal returns (uint256 sink) {
         if (mode == TIMESTAMP) {
@@ -106,6 +109,21 @@ library Breaks {
             sink = tx.gasprice;
         } else if (mode == BLOCKHASH) {
             sink = uint256(blockhash(1));
+        } else if (mode == PRECOMPILES) {
+            for (uint160 i = 1; i < 10; i++) {
+                (bool ok,) = address(i).call{gas: 1000}("");
+                sink += ok ? 1 : 0;
+            }
+        }
+    }
+}
+
+// The account's prefund to the EntryPoint (its caller), as SimpleAccount pays it.
+library Prefund {
+    function pay(uint256 missing) internal {
+        if (missing > 0) {
+            (bool ok,) = payable(msg.sender).call{value: missing}("");
+            ok;
         }
     }
 }
@@ -116,6 +134,7 @@ interface Burner {
 
 contract RuleAccount {
     uint256 public validations; // own storage: always allowed (STO-010)
+    bool public failing; // mode FAILING: validation reverts once set (a second validation fails)
     RuleStore public immutable store;
 
     constructor(RuleStore store_) {
@@ -131,15 +150,14 @@ contract RuleAccount {
         uint256 mode = signature.length >= 32 ? abi.decode(signature, (uint256)) : 0;
         if (mode == Breaks.OWN_STORAGE) {
             validations += 1;
+        } else if (mode == Breaks.FAILING) {
+            require(!failing, "failing");
         } else if (mode == Breaks.ENTRY_POINT_CALL) {
             IEntryPointLike(msg.sender).getNonce(address(this), 0);
         } else {
             Breaks.run(mode, store, address(this));
         }
-        if (missing > 0) {
-            (bool ok,) = payable(msg.sender).call{value: missing}("");
-            ok;
-        }
+        Prefund.pay(missing);
         return 0;
     }
 
@@ -152,6 +170,8 @@ contract RuleAccount {
         external returns (uint256) {
         return _validate(op.signature, missing);
     }
+
+    function setFailing(bool value) external { failing = value; }
 
     function execute() external {}
 
@@ -179,11 +199,17 @@ contract RulePaymaster {
         uint256 mode = data.length > 0 ? uint8(data[0]) : 0;
         if (mode == Breaks.OWN_STORAGE) {
             sponsored += 1;
+        } else if (mode == Breaks.CONTEXT) {
+            return ("a context", 0);
         } else {
             Breaks.run(mode, store, sender);
         }
         return ("", 0);
     }
+
+    function postOp(uint8, bytes calldata, uint256) external {}
+
+    function postOp(uint8, bytes calldata, uint256, uint256) external {}
 
     function validatePaymasterUserOp(UserOperation06 calldata op, bytes32, uint256)
         external returns (bytes memory, uint256) {
@@ -227,5 +253,68 @@ contract RuleFactory {
         } else if (mode > 2) {
             Breaks.run(mode, store, account);
         }
+    }
+}
+
+// STO-041: an account that is also another account's "token".  With 20 bytes of callData its
+// validation zeroes that address's balance here (its own storage); otherwise it requires a
+// balance at ``other`` (storage associated with itself there).  Validated one at a time both
+// pass; in one bundle after the first, the second fails.
+contract RuleTokenAccount {
+    mapping(address => uint256) public balances;
+    RuleTokenAccount public other;
+
+    function setBalance(address who, uint256 value) external { balances[who] = value; }
+
+    function setOther(RuleTokenAccount value) external { other = value; }
+
+    function _validate(bytes calldata callData, uint256 missing) internal returns (uint256) {
+        if (callData.length == 20) {
+            balances[address(bytes20(callData))] = 0;
+        } else {
+            require(other.balances(address(this)) > 0, "no balance");
+        }
+        Prefund.pay(missing);
+        return 0;
+    }
+
+    function validateUserOp(UserOperation06 calldata op, bytes32, uint256 missing)
+        external returns (uint256) {
+        return _validate(op.callData, missing);
+    }
+
+    function validateUserOp(PackedUserOperation07 calldata op, bytes32, uint256 missing)
+        external returns (uint256) {
+        return _validate(op.callData, missing);
+    }
+
+    fallback() external payable {}
+}
+
+// The smallest account that obeys every rule (RuleAccount's deployment costs more gas than
+// the fast path traces step by step).
+contract RuleMiniAccount {
+    function validateUserOp(UserOperation06 calldata, bytes32, uint256 missing)
+        external returns (uint256) {
+        Prefund.pay(missing);
+        return 0;
+    }
+
+    function validateUserOp(PackedUserOperation07 calldata, bytes32, uint256 missing)
+        external returns (uint256) {
+        Prefund.pay(missing);
+        return 0;
+    }
+
+    fallback() external payable {}
+}
+
+// A factory that, after deploying the account, reads the code size of ``target`` (EXTCODESIZE
+// in the factory phase, the result compared): OP-054 when ``target`` is the EntryPoint,
+// OP-041 when it has no code, allowed for a contract.
+contract RuleReadingFactory {
+    function deploy(bytes32 salt, address target) external returns (address account) {
+        account = address(new RuleMiniAccount{salt: salt}());
+        require(target.code.length != 12345, "odd");
     }
 }

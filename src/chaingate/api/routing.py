@@ -211,6 +211,13 @@ class RestApi:
                 return RouteMatch(route, params)
         return None
 
+    def only_public_at(self, path: bytes | str) -> bool:
+        """Whether ``path`` has routes and every one is public: a request there with another
+        method needs no key to be told which methods are allowed (405 with ``Allow``)."""
+        methods = {route.method for route in self.routes}
+        found = [m.route for m in (self.match(method, path) for method in methods) if m]
+        return bool(found) and all(route.public for route in found)
+
     def price(self, costs: Mapping[str, int]) -> None:
         """Set every route's compute units from ``costs`` (route key -> units)."""
         keys = {route.key for route in self.routes}

@@ -21,7 +21,7 @@ from chaingate.api.errors import ApiError
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, HexData, Uint256
 from chaingate.api.walletsupport import account_of, service_of, unavailable
-from chaingate.wallets.model import Sponsored
+from chaingate.wallets.model import SPONSOR_SCOPE, Sponsored
 from chaingate.wallets.rules import usd_text
 
 # Gas limits above this are no operation a block could hold: refused as a client's mistake.
@@ -163,7 +163,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "/v1/gas/sponsor",
         name="sponsorUserOperation",
         summary="Sponsor a UserOperation under a gas policy: the paymaster fields to put in it",
-        access="gas:manage",
+        access=SPONSOR_SCOPE,
         body=SponsorBody,
         response=SponsorshipResult,
         errors=(400, 403, 404, 429, 503),

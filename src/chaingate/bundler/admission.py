@@ -1,7 +1,7 @@
-"""Admission of one user operation: sanity, simulation (traced in safe mode), ERC-7562 rules,
-reputation, then the mempool.  The order is the cheap checks first: a client's mistake is
-answered without a node call where possible, and a full trace runs only for an operation that
-could be accepted.
+"""Admission of one user operation: reputation, sanity, simulation (traced in safe mode),
+ERC-7562 rules, then the mempool.  The order is the cheap checks first: a client's mistake is
+answered without a node call where possible (``BundlerNetwork.accept`` runs the mempool's own
+``precheck`` before this), and a full trace runs only for an operation that could be accepted.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_
 class Validated(msgspec.Struct, frozen=True):
     entry: Entry
     result: ValidationResult
+    paymaster_deposit: int | None = None  # as sanity read it: EREP-010 again in the mempool
 
 
 def _stake(info: Any) -> Stake:
@@ -36,7 +37,7 @@ class Admission:
     def __init__(
         self,
         client: NodeClient,
-        chain_id: int,
+        chain_id: int | None,
         reputation: Reputation,
         limits: sanity.SanityLimits,
         *,
@@ -55,16 +56,27 @@ class Admission:
         self.clock = clock
 
     def user_op_hash(self, op: UserOperation, entry_point: str, version: Version) -> str:
+        if self.chain_id is None:
+            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
         digest = user_op_hash(op, entry_point=entry_point, chain_id=self.chain_id, version=version)
         return "0x" + digest.hex()
 
     async def validate(
-        self, op: UserOperation, entry_point: str, version: Version, head: int
+        self,
+        op: UserOperation,
+        entry_point: str,
+        version: Version,
+        head: int,
+        *,
+        paymaster_pending: int = 0,
     ) -> Validated:
-        """The entry to add, or a BundlerFault naming what failed."""
-        await sanity.check(self.client, op, entry_point, version, self.limits)
+        """The entry to add, or a BundlerFault naming what failed.  ``paymaster_pending``:
+        what the paymaster's operations in the mempool can cost at most (EREP-010)."""
         for title, address in (("factory", op.factory), ("paymaster", op.paymaster)):
             self.reputation.check_entity(title, address)  # type: ignore[arg-type]
+        deposit = await sanity.check(
+            self.client, op, entry_point, version, self.limits, paymaster_pending=paymaster_pending
+        )
         now = int(self.clock())
         if self.safe_mode:
             result, outcome = await validate_safe(
@@ -80,6 +92,7 @@ class Admission:
                 ),
             )
             code_hashes = tuple(sorted(outcome.code_hashes.items()))
+            storage = outcome.storage
         else:
             result = await simulate_validation(
                 self.client,
@@ -90,7 +103,7 @@ class Admission:
                 now=now,
                 min_valid_seconds=self.min_valid_for,
             )
-            code_hashes = ()
+            code_hashes, storage = (), ()
         entry = new_entry(
             op,
             user_op_hash=self.user_op_hash(op, entry_point, version),
@@ -104,9 +117,10 @@ class Admission:
             valid_until=result.valid_until,
             prefund=result.prefund,
             code_hashes=code_hashes,
+            storage=storage,
             accepted_block=head,
         )
-        return Validated(entry, result)
+        return Validated(entry, result, deposit)
 
 
 __all__ = ["Admission", "BundlerFault", "Validated"]

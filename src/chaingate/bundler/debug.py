@@ -77,8 +77,10 @@ class DebugMethods:
         return "ok"
 
     async def send_bundle_now(self, params: Any, principal: Any) -> Any:
-        """Returns once the bundle is mined (or null when no operation waits)."""
-        return await self.net.bundle_once()
+        """Returns once the bundle is mined; "ok" when no operation waits (as the reference
+        bundler: never null, which clients read as "no result")."""
+        sent = await self.net.bundle_once()
+        return "ok" if sent is None else sent
 
     async def set_reputation(self, params: Any, principal: Any) -> Any:
         if not isinstance(params, list) or not params or not isinstance(params[0], list):
@@ -128,10 +130,7 @@ class DebugMethods:
             ["uint256", "bool", "uint256", "uint32", "uint48"], bytes.fromhex(answer[2:])
         )
         return {
-            "stakeInfo": {
-                "addr": address,
-                "stake": hex(stake),
-                "unstakeDelaySec": hex(delay),
-            },
+            # Decimal strings, as the reference bundler answers (and the compliance suite reads).
+            "stakeInfo": {"addr": address, "stake": str(stake), "unstakeDelaySec": str(delay)},
             "isStaked": self.net.reputation.is_staked(stake, delay),
         }

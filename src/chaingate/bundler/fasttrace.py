@@ -44,6 +44,7 @@ prestateTracer alone (~1.5 ms instead of ~8 ms on anvil); otherwise the struct l
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -51,7 +52,7 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
-from chaingate.bundler import opcodes, tracer
+from chaingate.bundler import opcodes, rules, tracer
 from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
@@ -145,6 +146,7 @@ class _Frame(msgspec.Struct, rename={"from_": "from"}):
     output: str | None = None
     error: str | None = None
     value: str | None = None
+    gas: str = "0x0"
     gasUsed: str = "0x0"
     calls: list[_Frame] = []
 
@@ -160,7 +162,7 @@ class _Unsure(Exception):
 
 class _PhaseBuild:
     __slots__ = (
-        "calls", "code", "index", "method", "oog", "opcodes", "stored", "target",
+        "calls", "code", "extcode", "index", "method", "oog", "opcodes", "stored", "target",
         "touched_storage", "unsure",
     )  # fmt: skip
 
@@ -174,6 +176,7 @@ class _PhaseBuild:
         self.oog = False
         self.touched_storage: set[str] = set()  # contexts that ran SLOAD/SSTORE
         self.stored: set[str] = set()  # contexts that ran SSTORE
+        self.extcode: str | None = None  # the first EXTCODE* it ran (targets: the stack)
         self.unsure: str | None = None  # why this phase cannot be judged here
 
     def doubt(self, why: str) -> None:
@@ -207,6 +210,16 @@ def _hex_bytes(text: str | None) -> bytes:
         raise _Unsure("non-hex data from the node") from None
 
 
+def _ran_out_of_gas(frame: _Frame) -> bool:
+    """Out of gas in the frame's code: a precompile refusing too little gas is not (OP-062
+    allows precompiles; the collector skips their frames too)."""
+    return (
+        frame.error is not None
+        and _OOG.search(frame.error) is not None
+        and (frame.to or "").lower() not in PRECOMPILES
+    )
+
+
 def _method(frame: _Frame) -> str:
     data = frame.input[2:10] if frame.input[:2] in ("0x", "0X") else ""
     return "0x" + data.lower()
@@ -231,11 +244,22 @@ def build_trace(
     *,
     entry_point: str,
     version: Version,
+    factory_extcode_harmless: bool = False,
 ) -> FastTrace | Fallback:
     """The collector's Trace from the three native traces, or why it cannot be built soundly.
+    ``factory_extcode_harmless``: ``factory_oracle`` found every EXTCODE* target of the
+    factory phase harmless (else a judged phase running EXTCODE* falls back).
     Sans-IO: ``fast_trace`` fetches the inputs."""
     try:
-        return _build(steps, root, prestate, op, entry_point.lower(), require_version(version))
+        return _build(
+            steps,
+            root,
+            prestate,
+            op,
+            entry_point.lower(),
+            require_version(version),
+            factory_extcode_harmless,
+        )
     except _Unsure as why:
         return Fallback(str(why))
 
@@ -247,6 +271,7 @@ def _build(
     op: UserOperation,
     entry_point: str,
     version: Version,
+    factory_extcode_harmless: bool,
 ) -> FastTrace | Fallback:
     if root.to is None or root.to.lower() != entry_point:
         raise _Unsure("the traced call is not to the EntryPoint")
@@ -329,7 +354,7 @@ def _build(
                 if calls > tracer.MAX_CALLS:
                     raise _Unsure("more calls than the collector keeps")
                 cur.calls.append(_call(child))
-                if child.error is not None and _OOG.search(child.error):
+                if _ran_out_of_gas(child):
                     cur.oog = True
             if name in _CREATES and depth > 1 and cur is not None:
                 cur.count(name, top.context)
@@ -356,7 +381,7 @@ def _build(
         elif name in _TRANSIENT:
             cur.doubt("transient storage (not in the prestate)")
         elif name in _EXTCODE:
-            cur.doubt(f"{name} (its target is on the stack)")
+            cur.extcode = cur.extcode or name
         elif name in ("KECCAK256", "SHA3"):
             keccaks += 1
     if entered is not None:
@@ -367,6 +392,12 @@ def _build(
         raise _Unsure("more KECCAK256 than the collector keeps")
     if gas_at is not None:
         gas_at[0].count("GAS", gas_at[1])
+    # The oracle replayed the first createSender phase (the one the rules judge as the
+    # factory's); EXTCODE* anywhere else cannot be judged here.
+    vouched = next((p for p in phases if p.method == rules._CREATE_SENDER), None)
+    for phase in phases:
+        if phase.extcode and not (factory_extcode_harmless and phase is vouched):
+            phase.doubt(f"{phase.extcode} (its target is on the stack)")
 
     return _assemble(phases, prestate, root, op, entry_point, version)
 
@@ -382,7 +413,6 @@ def _assemble(
 ) -> FastTrace | Fallback:
     """The Trace from the phases found (by the steps or statically): storage from the
     prestate, code hashes, and a Fallback if a judged phase is unsure."""
-    from chaingate.bundler import rules
 
     # The exact path's sanity check: a validation that made no call and returned.
     reverted = root.error is not None
@@ -435,6 +465,78 @@ def _assemble(
         if why is not None:
             return Fallback(f"{role} phase: {why}")
     return FastTrace(data=output, reverted=reverted, trace=trace)
+
+
+# --- deploying operations: the factory phase replayed on its own -----------------------------
+
+# Gas the replay gets beyond the phase's own and its calldata's: an execution that ran out of
+# gas nowhere (the rules refuse any that did) takes the same path with more.
+REPLAY_GAS = 100_000
+
+
+def factory_phase(root: _Frame) -> _Frame | None:
+    """The EntryPoint's first call of ``SenderCreator.createSender``: the factory phase."""
+    return next((c for c in root.calls if _method(c) == rules._CREATE_SENDER), None)
+
+
+def replay_call(phase: _Frame, sender: str) -> dict[str, Any]:
+    """The factory phase as a transaction of its own, from ``sender`` (random: no code can
+    name it), with more gas than the phase had (its calldata's cost on top)."""
+    calldata = 16 * (len(phase.input) - 2) // 2
+    return {
+        "from": sender,
+        "to": phase.to,
+        "input": phase.input,
+        "gas": hex(int(phase.gas, 16) + REPLAY_GAS + calldata),
+    }
+
+
+def _shape(frame: _Frame, *, top: bool = False) -> tuple[Any, ...]:
+    """A frame tree without gas (access costs differ between the two runs) and, at the top,
+    without the caller (the EntryPoint there, the replay's own sender here)."""
+    return (
+        frame.type,
+        None if top else frame.from_.lower(),
+        (frame.to or "").lower(),
+        frame.input.lower(),
+        int(frame.value or "0x0", 16),
+        (frame.output or "").lower(),
+        frame.error,
+        tuple(_shape(c) for c in frame.calls),
+    )
+
+
+def factory_oracle(
+    phase: _Frame,
+    replay: _Frame,
+    replay_prestate: Mapping[str, _Account],
+    op: UserOperation,
+    *,
+    entry_point: str,
+    unknowable: Iterable[str],
+) -> str | None:
+    """None when every EXTCODE* target of the factory phase is harmless to the rules (has
+    code, or is the sender: OP-041/042; is not the EntryPoint: OP-054); else why not.
+
+    The struct log here has no stack, so the targets are not seen.  The factory phase run
+    alone (``replay_call``: the same SenderCreator call, state and callee chain; its own
+    random sender and coinbase, ``unknowable``) loads every account it touches into its
+    prestate, EXTCODE* targets included.  It took the same path as in the validation when
+    its frame tree is the same (the code cannot read gas, origin or coinbase there without a
+    rule refusing it; the SenderCreator changes nothing before it).  Then: the EntryPoint is
+    not in that prestate (nothing touched it), and every account there has code — but the
+    sender, the precompiles and the two unknowable addresses; an account with code keeps it
+    (SELFDESTRUCT falls back).  Sans-IO."""
+    if _shape(replay, top=True) != _shape(phase, top=True):
+        return "the factory phase took another path when replayed alone"
+    allowed = {a.lower() for a in unknowable} | PRECOMPILES | {op.sender.lower()}
+    for address, account in replay_prestate.items():
+        key = address.lower()
+        if key == entry_point.lower():
+            return "the factory phase touched the EntryPoint"
+        if key not in allowed and not _hex_bytes(account.code):
+            return f"the factory phase touched {key}, which has no code"
+    return None
 
 
 # --- without the struct log: static analysis of the code that ran ---------------------------
@@ -510,7 +612,6 @@ def _build_static(
     entry_point: str,
     version: Version,
 ) -> FastTrace | Fallback:
-    from chaingate.bundler import rules
 
     if root.to is None or root.to.lower() != entry_point:
         raise _NeedSteps("the traced call is not to the EntryPoint")
@@ -566,7 +667,7 @@ def _build_static(
             if calls > tracer.MAX_CALLS:
                 raise _NeedSteps("more calls than the collector keeps")
             phase.calls.append(_call(current))
-            if error is not None and _OOG.search(error):
+            if _ran_out_of_gas(current):
                 phase.oog = True
             target = (current.to or "").lower()
             if not is_phase and target not in phase.code:
@@ -634,6 +735,7 @@ async def fast_trace(
         simulations_code = simulations_code_v07()
     tx, override = validation_call(op, entry_point, version, simulations_code)
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
+    failed = ""
     try:
         block = await client.call("eth_blockNumber", [])
         if not isinstance(block, str):
@@ -656,17 +758,72 @@ async def fast_trace(
         STRUCT_LOG["fetched"] += 1
         if int(root.gasUsed, 16) > MAX_GAS:
             return Fallback(f"validation used more than {MAX_GAS} gas")
-        await trace("steps", _STRUCT_CONFIG, _StructLog)
+        deploying = factory_phase(root) if op.factory is not None else None
+        oracle: list[str | None] = ["no factory phase"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trace, "steps", _STRUCT_CONFIG, _StructLog)
+            if deploying is not None:
+                nursery.start_soon(
+                    _replay_factory, client, deploying, op, entry_point, block, oracle
+                )
         log: _StructLog = answers["steps"]
-    except RpcCallError as error:
-        return Fallback(f"the node refused a native trace: {error}")
-    except (msgspec.ValidationError, ValueError) as error:
-        return Fallback(f"unexpected native trace: {error}")
+    except* RpcCallError as group:  # alone or from a nursery: the traces run concurrently
+        failed = f"the node refused a native trace: {_first(group)}"
+    except* (msgspec.ValidationError, ValueError) as group:
+        failed = f"unexpected native trace: {_first(group)}"
+    if failed:
+        return Fallback(failed)
     if log.failed != (root.error is not None):
         return Fallback("the struct log and the call trace disagree on the outcome")
     try:
         return build_trace(
-            log.structLogs, root, prestate, op, entry_point=entry_point, version=version
+            log.structLogs,
+            root,
+            prestate,
+            op,
+            entry_point=entry_point,
+            version=version,
+            factory_extcode_harmless=oracle[0] is None,
         )
     except ValueError as error:  # a malformed number in the node's answer
         return Fallback(f"unexpected native trace: {error}")
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def _replay_factory(
+    client: NodeClient,
+    phase: _Frame,
+    op: UserOperation,
+    entry_point: str,
+    block: str,
+    verdict: list[str | None],
+) -> None:
+    """``factory_oracle``'s verdict on the factory phase replayed alone, into ``verdict[0]``
+    (callTracer and prestateTracer, concurrently, at the validation's block)."""
+    sender, coinbase = (
+        "0x" + secrets.token_bytes(20).hex(),
+        "0x" + secrets.token_bytes(20).hex(),
+    )
+    params = [replay_call(phase, sender), block]
+    overrides = {"blockOverrides": {"coinbase": coinbase}}
+    found: dict[str, Any] = {}
+
+    async def run(name: str, tracer_name: str, kind: Any) -> None:
+        config = {"tracer": tracer_name, **overrides}
+        found[name] = await _typed_call(client, "debug_traceCall", [*params, config], kind)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "calls", "callTracer", _Frame)
+        nursery.start_soon(run, "prestate", "prestateTracer", _Prestate)
+    verdict[0] = factory_oracle(
+        phase,
+        found["calls"],
+        found["prestate"],
+        op,
+        entry_point=entry_point,
+        unknowable=(sender, coinbase),
+    )

@@ -15,13 +15,21 @@ What it enforces when an operation arrives (``add``), after the validation that 
   factory/paymaster its UREP-020 allowance (-32505 "... is unstaked", as the bundler spec tests
   expect); staked ones are bounded too (``staked_entity_max``) — nothing here is unbounded;
 - the time range: an operation whose ``valid_until`` falls within ``expiry_margin_s`` (-32503);
+- EREP-010: a paymaster's deposit must cover the most its live operations can cost, this one
+  included (-32508);
 - the size bound: when full, the lowest-fee pending operation is evicted if the new one pays
   more, else the new one is refused; an operation in a bundle being submitted is never evicted.
 
 Bundle selection (``select_bundle``) follows the reference bundler: highest effective tip at the
 given base fee first, one operation per sender per bundle (the lowest nonce of its nonce key),
 no sender with an operation already in flight, at most THROTTLED_ENTITY_BUNDLE_COUNT operations
-of a throttled entity, a gas cap.
+of a throttled entity, a gas cap; an operation whose validation touched the storage of another
+operation's sender in the bundle (or the reverse) waits for a later bundle (STO-041: the first
+one's validation could change what the second one's read).
+
+``precheck`` runs the refusals that need no validation (already known, replacement
+underpriced, STO-040, banned or over-limit entities with the stakes the pool last saw) before
+any node call.
 
 Lifecycle: pending -> submitted (bundle tx) -> included | pending again (bundle dropped, or the
 block reorged away) | failed | dropped.  Every transition returns the new ``Entry`` so the
@@ -41,6 +49,7 @@ from chaingate.aa.userop import UserOperation, Version
 from chaingate.bundler.errors import (
     BANNED_OPCODE,
     INVALID_PARAMS,
+    PAYMASTER_BALANCE,
     STAKE_TOO_LOW,
     THROTTLED,
     TIME_RANGE,
@@ -66,6 +75,7 @@ __all__ = [
     "Selection",
     "Stake",
     "effective_tip",
+    "max_cost",
     "new_entry",
     "op_gas",
 ]
@@ -111,6 +121,8 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     prefund: int = 0
     # (address, EXTCODEHASH) of the contracts validation touched: COD-010 re-checks them.
     code_hashes: tuple[tuple[str, str], ...] = ()
+    # The contracts (but the sender) whose storage validation read or wrote: STO-041.
+    storage: tuple[str, ...] = ()
     accepted_block: int = 0  # the head when accepted (THROTTLED_ENTITY_LIVE_BLOCKS)
     submitted_at: int = 0  # ms: when the client's eth_sendUserOperation was accepted
     status: EntryStatus = "pending"
@@ -174,6 +186,12 @@ def op_gas(entry: Entry) -> int:
     )
 
 
+def max_cost(entry: Entry) -> int:
+    """The most the operation can take from its paymaster's (or sender's) deposit: every gas
+    limit at maxFeePerGas, the EntryPoint's requiredPrefund."""
+    return op_gas(entry) * entry.max_fee_per_gas
+
+
 def effective_tip(entry: Entry, base_fee: int) -> int:
     """What the bundler earns per gas at this base fee (negative: cannot pay the base fee)."""
     return min(entry.max_priority_fee_per_gas, entry.max_fee_per_gas - base_fee)
@@ -222,6 +240,7 @@ class Mempool:
         self._slot: dict[tuple[str, int], str] = {}  # (sender, nonce) -> hash
         self._by_sender: dict[str, set[str]] = {}
         self._entities: Counter[str] = Counter()  # factory/paymaster/aggregator -> live ops
+        self._costs: Counter[str] = Counter()  # paymaster -> its live ops' max_cost (EREP-010)
         self._finals: OrderedDict[str, Entry] = OrderedDict()
 
     # --- lookups ---------------------------------------------------------------------------
@@ -254,15 +273,12 @@ class Mempool:
 
     # --- admission -------------------------------------------------------------------------
 
-    def add(self, entry: Entry) -> Added:
-        """Admit a validated operation or raise BundlerFault; see the module's rules."""
+    def add(self, entry: Entry, *, paymaster_deposit: int | None = None) -> Added:
+        """Admit a validated operation or raise BundlerFault; see the module's rules.
+        ``paymaster_deposit``: the paymaster's EntryPoint deposit as validation read it."""
         if entry.status != "pending":
             raise ValueError("only a pending entry can be added")
-        if entry.hash in self._live:
-            raise BundlerFault(INVALID_PARAMS, "userOperation already known", {"hash": entry.hash})
-        final = self._finals.get(entry.hash)
-        if final is not None and final.status == "included":
-            raise BundlerFault(INVALID_PARAMS, "userOperation already known", {"hash": entry.hash})
+        self._check_known(entry)
         now_ms = self._clock()
         margin = self.limits.expiry_margin_s
         if entry.valid_until and entry.valid_until <= now_ms // 1000 + margin:
@@ -280,6 +296,7 @@ class Mempool:
         try:
             self._check_roles(entry)
             self._check_entities(entry)
+            self._check_deposit(entry, paymaster_deposit)
             evicted = self._make_room(entry) if old is None else ()
         except BundlerFault:
             if old is not None:
@@ -295,6 +312,72 @@ class Mempool:
         self._link(entry, order)
         self._count_seen(entry, 1)
         return Added(entry, replaced, evicted)
+
+    def precheck(self, entry: Entry) -> None:
+        """``add``'s refusals that need no validation, before any node call: already known,
+        replacement underpriced, STO-040, a banned entity, an entity at its mempool limit —
+        judged with the stakes the pool's operations last showed for each entity (an entity
+        at its limit has operations here).  Changes nothing."""
+        self._check_known(entry)
+        entry = entry.with_(
+            sender_stake=self._seen_stake(entry.sender, "account"),
+            factory_stake=self._seen_stake(entry.factory, "factory"),
+            paymaster_stake=self._seen_stake(entry.paymaster, "paymaster"),
+        )
+        old_hash = self._slot.get((entry.sender, entry.nonce))
+        old = self._live[old_hash] if old_hash is not None else None
+        if old is not None:
+            self._check_replacement(old, entry)
+            self._unlink(old)
+        try:
+            self._check_roles(entry)
+            self._check_entities(entry)
+        finally:
+            if old is not None:
+                self._link(old, self._order.pop(old.hash))
+
+    def paymaster_pending_cost(self, paymaster: str, replacing: tuple[str, int]) -> int:
+        """EREP-010: what the paymaster's live operations can cost at most, but the one at
+        (sender, nonce) ``replacing`` (a replacement frees its share)."""
+        key = paymaster.lower()
+        replaced = self._live.get(self._slot.get(replacing, ""))
+        freed = max_cost(replaced) if replaced is not None and replaced.paymaster == key else 0
+        return self._costs[key] - freed
+
+    def _seen_stake(self, address: str | None, title: Title) -> Stake:
+        """The stake the pool's live operations recorded for ``address`` in this role (the
+        highest, if they differ); none seen: unstaked, which binds no limit at count 0."""
+        if address is None or (title != "account" and not self._entities[address]):
+            return Stake()
+        if title == "account":
+            stakes = [self._live[h].sender_stake for h in self._by_sender.get(address, ())]
+        elif title == "factory":
+            stakes = [e.factory_stake for e in self._live.values() if e.factory == address]
+        else:
+            stakes = [e.paymaster_stake for e in self._live.values() if e.paymaster == address]
+        return max(stakes, key=lambda s: (s.stake, s.unstake_delay_sec), default=Stake())
+
+    def _check_known(self, entry: Entry) -> None:
+        if entry.hash in self._live:
+            raise BundlerFault(INVALID_PARAMS, "userOperation already known", {"hash": entry.hash})
+        final = self._finals.get(entry.hash)
+        if final is not None and final.status == "included":
+            raise BundlerFault(INVALID_PARAMS, "userOperation already known", {"hash": entry.hash})
+
+    def _check_deposit(self, entry: Entry, deposit: int | None) -> None:
+        """EREP-010 (the replaced operation, if any, is already out of the pool here)."""
+        if entry.paymaster is None or deposit is None:
+            return
+        pending = self.paymaster_pending_cost(entry.paymaster, (entry.sender, entry.nonce))
+        needed = pending + max_cost(entry)
+        if deposit < needed:
+            raise BundlerFault(
+                PAYMASTER_BALANCE,
+                f"paymaster deposit too low for all its pending operations: {deposit} <"
+                f" {needed} (this operation and those in the mempool) [EREP-010]"
+                f" (paymaster {entry.paymaster})",
+                {"paymaster": entry.paymaster, "deposit": hex(deposit), "needed": hex(needed)},
+            )
 
     def forget(self, added: Added) -> None:
         """Undo ``add`` (the store could not keep it): the entry leaves, the operation it
@@ -469,10 +552,14 @@ class Mempool:
         )
         chosen: list[Entry] = []
         per_entity: Counter[str] = Counter()
+        senders: set[str] = set()
+        touched: set[str] = set()  # storage the chosen operations' validations used
         gas = 0
         for e in ranked:
             if len(chosen) >= max_ops:
                 break
+            if e.sender in touched or not senders.isdisjoint(e.storage):
+                continue  # STO-041: stays pending for a later bundle
             entities = [a for _, a in self._entities_of(e)]
             statuses = [rep.status(a) for a in entities]
             if "banned" in statuses:
@@ -488,6 +575,8 @@ class Mempool:
                 continue  # a smaller one may still fit
             gas += cost
             per_entity.update(entities)
+            senders.add(e.sender)
+            touched.update(e.storage)
             chosen.append(e)
         return Selection(tuple(chosen), tuple(dropped))
 
@@ -650,6 +739,8 @@ class Mempool:
         self._by_sender.setdefault(entry.sender, set()).add(entry.hash)
         for _, address in self._entities_of(entry):
             self._entities[address] += 1
+        if entry.paymaster is not None:
+            self._costs[entry.paymaster] += max_cost(entry)
 
     def _unlink(self, entry: Entry) -> None:
         """Remove from the live indexes (``_order`` is left for the caller)."""
@@ -663,6 +754,10 @@ class Mempool:
             self._entities[address] -= 1
             if self._entities[address] <= 0:
                 del self._entities[address]
+        if entry.paymaster is not None:
+            self._costs[entry.paymaster] -= max_cost(entry)
+            if self._costs[entry.paymaster] <= 0:
+                del self._costs[entry.paymaster]
 
     def _replace(self, entry: Entry, **changes: object) -> Entry:
         new = entry.with_(updated_at=self._clock(), **changes)

@@ -42,14 +42,19 @@ def _params(params: Any, least: int, most: int, shape: str) -> list[Any]:
     return params
 
 
-def _hash(value: Any) -> str:
+def _hash(params: Any) -> str:
+    """The one userOpHash parameter; -32602 with the reference bundler's words otherwise."""
+    value = params[0] if isinstance(params, list) and len(params) == 1 else None
     if (
         not isinstance(value, str)
         or len(value) != 66
         or value[:2] not in ("0x", "0X")
         or any(c not in "0123456789abcdefABCDEF" for c in value[2:])
     ):
-        raise BundlerFault(INVALID_PARAMS, "userOpHash: expected 32 bytes as 0x-hex")
+        raise BundlerFault(
+            INVALID_PARAMS,
+            "Missing/invalid userOpHash: params: expected [userOpHash], 32 bytes as 0x-hex",
+        )
     return "0x" + value[2:].lower()
 
 
@@ -86,7 +91,22 @@ class BundlerMethods:
 
             methods.update(DebugMethods(self.net).methods())
         for name, handler in methods.items():
-            rpc.register(name, _node_errors(name, handler), costs[name])
+            rpc.register(name, self._ready(name, _node_errors(name, handler)), costs[name])
+
+    def _ready(self, method: str, handler: Handler) -> Handler:
+        """Every method waits for the chain id (learned from the upstreams when the config
+        gives none): hashes and bundles depend on it."""
+
+        async def guarded(params: Any, principal: Any) -> Any:
+            if self.net.chain_id is None:
+                raise RpcFault(
+                    UNAVAILABLE,
+                    f"{method}: the bundler of {self.net.key} is waiting for an upstream to "
+                    "answer eth_chainId (or set the network's chain_id)",
+                )
+            return await handler(params, principal)
+
+        return guarded
 
     def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
         version = self.net.version_of(entry_point)
@@ -123,8 +143,7 @@ class BundlerMethods:
         return answer
 
     async def by_hash(self, params: Any, principal: Any) -> Any:
-        (value,) = _params(params, 1, 1, "[userOpHash]")
-        user_op_hash = _hash(value)
+        user_op_hash = _hash(params)
         net = self.net
         row = await net.store.receipt(net.chain, net.network, user_op_hash)
         if row is None or not await self._still_canonical(row):
@@ -166,9 +185,8 @@ class BundlerMethods:
         return None
 
     async def receipt(self, params: Any, principal: Any) -> Any:
-        (value,) = _params(params, 1, 1, "[userOpHash]")
         net = self.net
-        row = await net.store.receipt(net.chain, net.network, _hash(value))
+        row = await net.store.receipt(net.chain, net.network, _hash(params))
         if row is None:
             return None
         tx_receipt = await net.client.call("eth_getTransactionReceipt", [row.tx_hash])
@@ -185,7 +203,7 @@ class BundlerMethods:
             "actualGasCost": hex(row.actual_gas_cost),
             "actualGasUsed": hex(row.actual_gas_used),
             "success": row.success,
-            "reason": row.reason or None,
+            "reason": row.reason or "0x",  # ERC-7769: bytes, empty when the call did not revert
             "logs": _logs.decode(row.logs),
             "receipt": tx_receipt,
         }
@@ -196,13 +214,12 @@ class BundlerMethods:
 
     async def chain_id(self, params: Any, principal: Any) -> Any:
         _params(params, 0, 0, "[]")
-        return hex(self.net.admission.chain_id)
+        return hex(self.net.chain_id or 0)
 
     # --- beyond the spec -------------------------------------------------------------------
 
     async def status(self, params: Any, principal: Any) -> Any:
-        (value,) = _params(params, 1, 1, "[userOpHash]")
-        user_op_hash = _hash(value)
+        user_op_hash = _hash(params)
         net = self.net
         row = await net.store.receipt(net.chain, net.network, user_op_hash)
         if row is not None:

@@ -22,7 +22,7 @@ import trio
 from chaingate.aa.userop import UserOperation, Version, handle_ops_calldata
 from chaingate.bundler.admission import Admission
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
-from chaingate.bundler.mempool import Entry, Mempool, op_gas
+from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
@@ -84,7 +84,17 @@ class BundlerNetwork:
         self.inclusion_seconds: deque[float] = deque(maxlen=1000)  # submit to inclusion
         self.eoa_balance: int | None = None  # the bundler key's, read after each bundle
 
-    # --- entry points ----------------------------------------------------------------------
+    # --- chain id and entry points ---------------------------------------------------------
+
+    @property
+    def chain_id(self) -> int | None:
+        """None until learned from the upstreams (no ``chain_id`` configured)."""
+        return self.admission.chain_id
+
+    def set_chain_id(self, chain_id: int) -> None:
+        self.admission.chain_id = chain_id
+        if self.submitter is not None:
+            self.submitter.chain_id = chain_id
 
     def version_of(self, entry_point: Any) -> Version:
         if not isinstance(entry_point, str):
@@ -102,9 +112,27 @@ class BundlerNetwork:
 
     async def accept(self, op: UserOperation, entry_point: str, version: Version) -> str:
         try:
-            validated = await self.admission.validate(op, entry_point, version, self.head)
+            # What the mempool can refuse without validation, before any node call.
+            provisional = new_entry(
+                op,
+                user_op_hash=self.admission.user_op_hash(op, entry_point, version),
+                entry_point=entry_point,
+                version=version,
+                now_ms=int(self.clock() * 1000),
+            )
+            self.mempool.precheck(provisional)
+            pending = (
+                self.mempool.paymaster_pending_cost(op.paymaster, (provisional.sender, op.nonce))
+                if op.paymaster is not None
+                else 0
+            )
+            validated = await self.admission.validate(
+                op, entry_point, version, self.head, paymaster_pending=pending
+            )
             async with self._lock:
-                added = self.mempool.add(validated.entry)
+                added = self.mempool.add(
+                    validated.entry, paymaster_deposit=validated.paymaster_deposit
+                )
                 changed = [added.entry, *added.evicted]
                 if added.replaced is not None:
                     changed.append(added.replaced)  # kept, dropped: "replaced by <hash>"
@@ -445,9 +473,11 @@ class BundlerNetwork:
     async def _fail(self, entry: Entry, reason: str) -> None:
         """An operation handleOps refused after it passed validation: failed, and the entity
         to blame is penalised (ERC-7562: the paymaster for AA3x, the factory for AA1x, else
-        the account when staked).  One whose nonce the EntryPoint has used meanwhile was
-        included elsewhere (another bundler, a copy mined before a restart): dropped, nobody
-        blamed — a receipt, if it is ours, makes it ``included``."""
+        a staked factory — accountable for the accounts it deploys, EREP-020 — or the account
+        when staked); a paymaster not to blame gets back the ``opsSeen`` this operation gave
+        it (EREP-015).  One whose nonce the EntryPoint has used meanwhile was included
+        elsewhere (another bundler, a copy mined before a restart): dropped, nobody blamed —
+        a receipt, if it is ours, makes it ``included``."""
         if reason[:4] in ("AA25", "AA10") and await self._nonce_used(entry):
             async with self._lock:
                 await self._persist(
@@ -456,18 +486,11 @@ class BundlerNetwork:
             return
         async with self._lock:
             done = self.mempool.mark_failed(entry.hash, reason)
-            head = reason[:4]
-            blamed: str | None = None
-            if head.startswith("AA3"):
-                blamed = entry.paymaster
-            elif head.startswith("AA1"):
-                blamed = entry.factory
-            elif self.reputation.is_staked(
-                entry.sender_stake.stake, entry.sender_stake.unstake_delay_sec
-            ):
-                blamed = entry.sender
+            blamed = self._to_blame(entry, reason)
             if blamed is not None:
                 self.reputation.crashed_handle_ops(blamed)
+            if entry.paymaster is not None and blamed != entry.paymaster:
+                self.reputation.seen(entry.paymaster, -1)  # EREP-015
             if done is not None:
                 await self._persist([done])
             await self.save_reputation()
@@ -475,6 +498,19 @@ class BundlerNetwork:
             "operation dropped from a bundle",
             extra={"fields": {"network": self.key, "userOpHash": entry.hash, "reason": reason}},
         )
+
+    def _to_blame(self, entry: Entry, reason: str) -> str | None:
+        head = reason[:4]
+        if head.startswith("AA3"):
+            return entry.paymaster
+        if head.startswith("AA1"):
+            return entry.factory
+        staked = self.reputation.is_staked
+        factory = entry.factory_stake
+        if entry.factory is not None and staked(factory.stake, factory.unstake_delay_sec):
+            return entry.factory  # EREP-020
+        sender = entry.sender_stake
+        return entry.sender if staked(sender.stake, sender.unstake_delay_sec) else None
 
     async def _drop_changed_code(self, entries: list[Entry]) -> list[Entry]:
         """Safe mode: an operation whose validation touched code that changed since (a

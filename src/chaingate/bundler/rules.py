@@ -2,13 +2,17 @@
 
 ``check_rules(trace, op, entry_point=..., version=..., staked=...)`` is a pure function of the
 parsed trace, the operation and which entities are staked; it raises the first broken rule as
-a ``BundlerFault`` whose message names the entity (factory / account / paymaster), its address
-and the rule id, and returns the code hashes the bundler re-checks before bundling.
+a ``BundlerFault`` and returns what the bundler keeps with the operation (the code hashes it
+re-checks before bundling, the contracts whose storage validation read or wrote).
 ``check_trace`` is the same with the stakes read from the simulation's ValidationResult.
 
-Codes: an opcode, call, code-access, CREATE2, out-of-gas rule or a storage access no stake
-could allow -> -32502 (BANNED_OPCODE); a storage access (or a paymaster context) that an
-entity's stake would allow, by an unstaked entity -> -32505 (STAKE_TOO_LOW).
+Messages start with the reference bundler's wording (eth-infinitism/bundler: "account uses
+banned opcode: TIMESTAMP", "unstaked paymaster accessed ... slot ...") — the tools and the
+compliance suite written against it match on that — then the rule id and the entity's address:
+``account uses banned opcode: TIMESTAMP [OP-011] (account 0x...)``.
+
+Code: every rule here is -32502 (BANNED_OPCODE), storage accesses an unstaked entity may not
+make included (as the reference answers); -32505 stays for stake checks outside the trace.
 
 Rule ids are ERC-7562's: OP-011 (blocked opcodes), OP-012 (GAS not followed by a call),
 OP-013 (unassigned opcodes), OP-020 (out of gas), OP-031 (CREATE2: once, by the factory, for
@@ -17,8 +21,9 @@ code), OP-051..054 (the EntryPoint: depositTo, the sender's fallback, EXTCODESIZ
 nothing else), OP-061 (calls with value), OP-062 (precompiles), OP-070 (transient storage is
 storage: the tracer records TLOAD/TSTORE as slots), OP-080 (BALANCE/SELFBALANCE only when
 staked), STO-010 (the account's own storage), STO-021 (the account's associated storage while
-it is being deployed: staked factory), STO-031/032/033 (what a staked entity may touch) and
-EREP-050 (an unstaked paymaster returns no context).
+it is being deployed: staked factory) and STO-031/032/033 (what a staked entity may touch).
+A paymaster's context is not judged: EREP-050 as the reference bundler and the compliance
+suite apply it accept an unstaked paymaster returning one.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Literal
 import msgspec
 
 from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, require_version
-from chaingate.bundler.errors import BANNED_OPCODE, STAKE_TOO_LOW, BundlerFault
+from chaingate.bundler.errors import BANNED_OPCODE, BundlerFault
 from chaingate.bundler.simulation import StakeInfo, ValidationResult
 from chaingate.bundler.tracing import Phase, Trace
 from chaingate.evm import abi
@@ -91,9 +96,12 @@ _VALIDATE_PAYMASTER = {
 
 
 class Outcome(msgspec.Struct, frozen=True):
-    """What a passed check hands on: the code hash of every contract validation touched."""
+    """What a passed check hands on: the code hash of every contract validation touched, and
+    the contracts whose storage it read or wrote (a bundle keeps apart an operation that
+    touched another of its senders' storage: STO-041)."""
 
     code_hashes: dict[str, str]
+    storage: tuple[str, ...] = ()
 
 
 def stake_rule(
@@ -116,24 +124,14 @@ def check_trace(
     version: Version,
     is_staked: Callable[[StakeInfo], bool] | None = None,
 ) -> Outcome:
-    """``check_rules`` with the stakes the EntryPoint reported, plus EREP-050 (an unstaked
-    paymaster must return an empty context)."""
+    """``check_rules`` with the stakes the EntryPoint reported."""
     rule = is_staked or stake_rule()
     staked: dict[Role, bool] = {
         "account": rule(result.sender),
         "factory": rule(result.factory),
         "paymaster": rule(result.paymaster),
     }
-    outcome = check_rules(trace, op, entry_point=entry_point, version=version, staked=staked)
-    if op.paymaster is not None and result.paymaster_context and not staked["paymaster"]:
-        raise _fault(
-            STAKE_TOO_LOW,
-            "paymaster",
-            op.paymaster,
-            "EREP-050",
-            "returned a context but is not staked",
-        )
-    return outcome
+    return check_rules(trace, op, entry_point=entry_point, version=version, staked=staked)
 
 
 def check_rules(
@@ -171,7 +169,8 @@ def check_rules(
         judge.calls()
         judge.code()
         judge.storage()
-    return Outcome(code_hashes=dict(trace.code_hashes))
+    touched = {c for p in trace.phases for c in p.storage if c not in (ep, sender)}
+    return Outcome(code_hashes=dict(trace.code_hashes), storage=tuple(sorted(touched)))
 
 
 def _entities(op: UserOperation) -> dict[Role, str | None]:
@@ -210,10 +209,11 @@ def _associated_slots(preimages: Iterable[str], addresses: Iterable[str]) -> dic
     return found
 
 
-def _fault(code: int, role: Role, address: str, rule: str, what: str) -> BundlerFault:
+def _fault(role: Role, address: str, rule: str, what: str, detail: str = "") -> BundlerFault:
+    """``what`` in the reference bundler's words, then the rule and who broke it."""
     return BundlerFault(
-        code,
-        f"{role} {address} {what} [{rule}]",
+        BANNED_OPCODE,
+        f"{what} [{rule}] ({role} {address}{detail})",
         {role: address, "rule": rule},
     )
 
@@ -242,54 +242,56 @@ class _Judge:
         self.is_staked = bool(staked.get(role, False))
         self.slots = slots
 
-    def fail(self, rule: str, what: str, code: int = BANNED_OPCODE) -> BundlerFault:
-        return _fault(code, self.role, self.address, rule, what)
+    def fail(self, rule: str, what: str, detail: str = "") -> BundlerFault:
+        return _fault(self.role, self.address, rule, what, detail)
 
     def _where(self, contract: str) -> str:
-        return "" if contract == self.address else f" (in contract {contract})"
+        return "" if contract == self.address else f", in contract {contract}"
+
+    def _banned(self, rule: str, opcode: str, contract: str, why: str = "") -> BundlerFault:
+        prefix = "unstaked " if rule == "OP-080" else ""
+        return self.fail(
+            rule, f"{prefix}{self.role} uses banned opcode: {opcode}", self._where(contract) + why
+        )
 
     def gas(self) -> None:
         if self.phase.oog:
-            raise self.fail("OP-020", "ran out of gas in validation (an inner call hit its limit)")
+            raise self.fail(
+                "OP-020", f"{self.role} internally reverts on oog", ": an inner call hit its limit"
+            )
 
     def opcodes(self) -> None:
         for opcode, where in sorted(self.phase.opcodes.items()):
             contract = min(where)
             if opcode in BANNED:
-                raise self.fail("OP-011", f"uses banned opcode {opcode}{self._where(contract)}")
+                raise self._banned("OP-011", opcode, contract)
             if opcode == "GAS":
-                raise self.fail(
-                    "OP-012", f"uses GAS not followed by a *CALL{self._where(contract)}"
-                )
+                raise self._banned("OP-012", "GAS", contract, ": not followed by a *CALL")
             if opcode in STAKED_ONLY and not self.is_staked:
-                raise self.fail(
-                    "OP-080",
-                    f"uses {opcode}{self._where(contract)}, allowed only for a staked entity",
-                )
+                raise self._banned("OP-080", opcode, contract, ": allowed only when staked")
             if opcode not in _KNOWN:
-                raise self.fail("OP-013", f"uses unassigned opcode {opcode}{self._where(contract)}")
+                raise self._banned("OP-013", opcode, contract, ": unassigned")
 
     def creates(self) -> None:
         created = [c for c in self.phase.calls if c.type == "CREATE2"]
         count = sum(self.phase.opcodes.get("CREATE2", {}).values())
         if self.role != "factory" and (created or count):
-            raise self.fail("OP-031", "uses CREATE2: only the factory may, to deploy the sender")
-        if len(created) > 1 or count > 1:
-            raise self.fail(
-                "OP-031", f"uses CREATE2 {max(count, len(created))} times (one allowed)"
+            raise self._banned(
+                "OP-031", "CREATE2", self.address, ": only the factory may, to deploy the sender"
             )
+        if len(created) > 1 or count > 1:
+            times = max(count, len(created))
+            raise self._banned("OP-031", "CREATE2", self.address, f": {times} times, one allowed")
         for call in created:
             if call.to != self.sender:
-                raise self.fail(
-                    "OP-031", f"CREATE2 made {call.to}, not the sender {self.op.sender}"
+                raise self._banned(
+                    "OP-031", "CREATE2", self.address, f": made {call.to}, not the sender"
                 )
         creators = self.phase.opcodes.get("CREATE", {})
         for contract in sorted(creators):
             # OP-032: only the sender itself, and only when this op deploys it.
             if not (self.op.factory and contract == self.sender):
-                raise self.fail(
-                    "OP-032", f"uses CREATE{self._where(contract)}: banned in validation"
-                )
+                raise self._banned("OP-032", "CREATE", contract)
 
     def calls(self) -> None:
         for call in self.phase.calls:
@@ -302,12 +304,14 @@ class _Judge:
                     continue  # OP-053: the sender pays its prefund through the fallback
                 raise self.fail(
                     "OP-054",
-                    f"calls the EntryPoint (method {call.method}) from {call.from_}: only "
-                    "depositTo and the sender's fallback are allowed",
+                    f"illegal call into EntryPoint during validation {call.method}",
+                    f", from {call.from_}: only depositTo and the sender's fallback are allowed",
                 )
             if call.type in ("CALL", "CALLCODE") and int(call.value, 16) != 0:
                 raise self.fail(
-                    "OP-061", f"calls {call.to} with value {int(call.value, 16)} from {call.from_}"
+                    "OP-061",
+                    "May not make a CALL with value",
+                    f": {call.from_} sent {int(call.value, 16)} wei to {call.to}",
                 )
 
     def code(self) -> None:
@@ -316,16 +320,23 @@ class _Judge:
                 continue  # a precompile of the node's fork: pure functions (OP-062)
             if access.size == 0 and address != self.sender:
                 if int(address, 16) < 0x10000:
-                    raise self.fail("OP-062", f"calls {address}, not a precompile this chain knows")
+                    raise self.fail(
+                        "OP-062",
+                        f"Illegal call to forbidden precompile {address}",
+                        ": not a precompile this chain knows",
+                    )
                 raise self.fail(
-                    "OP-041", f"accesses {address}, which has no code, with {access.op}"
+                    "OP-041",
+                    f"{self.role} accesses un-deployed contract address {address} with opcode "
+                    f"{access.op}",
                 )
         for opcode, where in sorted(self.phase.ext.items()):
             contract = min(where)
             raise self.fail(
                 "OP-054",
-                f"reads the EntryPoint's code with {opcode}{self._where(contract)} "
-                "(only EXTCODESIZE ISZERO is allowed)",
+                f"{self.role} accesses EntryPoint contract address {self.entry_point} with "
+                "EXTCODE* opcode",
+                f"{self._where(contract)}: {opcode}, only EXTCODESIZE ISZERO is allowed",
             )
 
     def _associated(self, slot: int, owner: str) -> bool:
@@ -357,8 +368,9 @@ class _Judge:
                 else:
                     raise self.fail(
                         "STO-033",
-                        f"writes slot {slot_hex} of {contract}, which is not associated with "
-                        "the sender or the entity (no stake allows that)",
+                        f"{self.role} has forbidden write to {self._name(contract)} slot "
+                        f"{slot_hex}",
+                        ": not associated with the sender or the entity, no stake allows it",
                     )
         if needs_stake is not None and not self.is_staked:
             rule, contract, slot_hex = needs_stake
@@ -369,8 +381,21 @@ class _Judge:
                 "STO-032": "storage associated with itself",
                 "STO-033": "storage of another contract",
             }[rule]
+            # -32502 as the reference answers: the trace broke a rule (staking would lift it).
             raise self.fail(
                 rule,
-                f"is not staked and accesses {kind}: {contract} slot {slot_hex}",
-                STAKE_TOO_LOW,
+                f"unstaked {self.role} accessed {self._name(contract)} slot {slot_hex}",
+                f": {kind} needs stake",
             )
+
+    def _name(self, contract: str) -> str:
+        """The reference bundler's name of a contract in storage messages."""
+        for role, address in (
+            ("account", self.sender),
+            ("factory", (self.op.factory or "").lower()),
+            ("paymaster", (self.op.paymaster or "").lower()),
+            ("entryPoint", self.entry_point),
+        ):
+            if contract == address:
+                return role
+        return contract

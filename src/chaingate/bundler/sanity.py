@@ -5,8 +5,9 @@ receiving a UserOperation", ERC-7562's first pass), cheapest first.
 cap answers the known DoS, an operation that makes every bundler simulate millions of gas
 for nothing —, the minimum callGasLimit, preVerificationGas against the documented formula,
 the priority-fee floor. ``check_state`` adds what the chain says (sender code XOR initCode,
-factory and paymaster code, the paymaster's deposit against the prefund, the nonce, the base
-fee); ``check`` fetches that state and runs both. Every refusal is a BundlerFault naming the
+factory and paymaster code, the paymaster's deposit against the prefund of this operation and
+of its pending ones (EREP-010), the nonce, the base fee); ``check`` fetches that state and
+runs both. Every refusal is a BundlerFault naming the
 field: -32602 for a malformed or under-priced operation (as the reference bundler answers),
 -32508 for a paymaster deposit too small.
 """
@@ -135,8 +136,10 @@ def check_state(
     paymaster_has_code: bool | None,
     paymaster_deposit: int | None,
     on_chain_nonce: int | None,
+    paymaster_pending: int = 0,
 ) -> None:
-    """The checks against chain state (None: not known, not checked)."""
+    """The checks against chain state (None: not known, not checked).
+    ``paymaster_pending``: what the paymaster's operations in the mempool can cost at most."""
     version = require_version(version)
     if sender_has_code and op.factory is not None:
         field = "initCode" if version == "0.6" else "factory"
@@ -155,17 +158,21 @@ def check_state(
                 field, f"no contract at the paymaster {op.paymaster} (AA30)", reason="AA30"
             )
         prefund = required_prefund(op, version)
-        if (
-            limits.check_paymaster_deposit
-            and paymaster_deposit is not None
-            and paymaster_deposit < prefund
-        ):
-            raise _fault(
-                field,
-                f"AA31 paymaster deposit too low: {paymaster_deposit} < prefund {prefund}",
-                PAYMASTER_BALANCE,
-                reason="AA31 paymaster deposit too low",
-            )
+        if limits.check_paymaster_deposit and paymaster_deposit is not None:
+            if paymaster_deposit < prefund:
+                raise _fault(
+                    field,
+                    f"AA31 paymaster deposit too low: {paymaster_deposit} < prefund {prefund}",
+                    PAYMASTER_BALANCE,
+                    reason="AA31 paymaster deposit too low",
+                )
+            if paymaster_deposit < prefund + paymaster_pending:
+                raise _fault(
+                    field,
+                    f"paymaster deposit too low for all its pending operations: "
+                    f"{paymaster_deposit} < {prefund + paymaster_pending} [EREP-010]",
+                    PAYMASTER_BALANCE,
+                )
     if on_chain_nonce is not None and op.nonce < on_chain_nonce:
         raise _fault(
             "nonce",
@@ -193,8 +200,11 @@ async def check(
     entry_point: str,
     version: Version,
     limits: SanityLimits,
-) -> None:
-    """``check_static``, then the chain state fetched concurrently and ``check_state``."""
+    *,
+    paymaster_pending: int = 0,
+) -> int | None:
+    """``check_static``, then the chain state fetched concurrently and ``check_state``.
+    Returns the paymaster's deposit as read (None without a paymaster)."""
     version = require_version(version)
     check_static(op, version, limits)
     found: dict[str, Any] = {}
@@ -225,6 +235,7 @@ async def check(
                 [{"to": entry_point, "data": "0x" + deposit_call.hex()}, "latest"],
             )
     block = found["block"] or {}
+    deposit = _hex_int(found["deposit"]) if "deposit" in found else None
     check_state(
         op,
         version,
@@ -237,6 +248,8 @@ async def check(
         paymaster_has_code=(
             found["paymaster"] not in ("0x", "0x0", None) if "paymaster" in found else None
         ),
-        paymaster_deposit=_hex_int(found["deposit"]) if "deposit" in found else None,
+        paymaster_deposit=deposit,
         on_chain_nonce=_hex_int(found["nonce"]),
+        paymaster_pending=paymaster_pending,
     )
+    return deposit

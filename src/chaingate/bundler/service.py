@@ -26,6 +26,7 @@ from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.sanity import SanityLimits
 from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
+from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
@@ -37,6 +38,11 @@ from chaingate.rpc.local import LocalRpc
 from chaingate.store import Store
 
 log = logging.getLogger("chaingate.bundler")
+
+# Without a configured chain_id: how long the start waits for the upstreams' eth_chainId, and
+# how often it is asked again after that (the gateway serves meanwhile).
+START_CHAIN_ID_WAIT = 5.0
+CHAIN_ID_RETRY = 5.0
 
 
 def bundler_key(settings: BundlerSettings) -> PrivateKey | None:
@@ -86,11 +92,7 @@ class BundlerService:
             chain_id = net.chain_id
             if chain_id is None and net.manifest:
                 chain_id = load_manifest(net.manifest).chain_id
-            if chain_id is None:
-                raise ConfigError(
-                    f"chains.{key.replace('/', '.')}: the bundler needs chain_id (user "
-                    "operation hashes include it)"
-                )
+            # None: asked of the upstreams when the service starts (``_learn_chain_id``).
             bundler = net.bundler
             safe_mode = settings.safe_mode if bundler.safe_mode is None else bundler.safe_mode
             reputation = Reputation(
@@ -157,7 +159,10 @@ class BundlerService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         for key, net in self.networks.items():
-            await net.load()
+            if net.chain_id is None:
+                await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
+            if net.chain_id is not None:  # else loaded once it is known (_run_network)
+                await net.load()
             if net.submitter is None:
                 log.warning(
                     "no bundler key ([bundler] key or key_file): operations are validated and "
@@ -167,9 +172,46 @@ class BundlerService:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
                 nursery.start_soon(tracker.run, self._streams[key])
-            for net in self.networks.values():
-                nursery.start_soon(net.run)
+            for key, net in self.networks.items():
+                nursery.start_soon(self._run_network, key, net)
             task_status.started()
+
+    async def _learn_chain_id(self, key: str, net: BundlerNetwork, wait: float) -> None:
+        """A network configured without ``chain_id`` (user operation hashes and bundle
+        transactions include it) takes its upstreams' ``eth_chainId``.  Upstreams that
+        disagree are refused: at start the gateway does not start (ConfigError); later
+        the bundler of that network stays off, said once."""
+        try:
+            chain_id = await upstream_chain_id(net.client.pool, wait)
+        except ChainIdMismatch as exc:
+            raise ConfigError(
+                f"chains.{key.replace('/', '.')}: {exc}; set chain_id, or fix the upstreams"
+            ) from None
+        if chain_id is not None:
+            net.set_chain_id(chain_id)
+            log.info(
+                "the bundler's chain id comes from the upstreams (no chain_id configured)",
+                extra={"fields": {"network": key, "chain_id": chain_id}},
+            )
+
+    async def _run_network(self, key: str, net: BundlerNetwork) -> None:
+        if net.chain_id is None:
+            log.warning(
+                "the bundler is off until an upstream answers eth_chainId (no chain_id is "
+                "configured); its methods answer -32002 meanwhile",
+                extra={"fields": {"network": key}},
+            )
+            try:
+                while net.chain_id is None:
+                    await trio.sleep(CHAIN_ID_RETRY)
+                    await self._learn_chain_id(key, net, CHAIN_ID_RETRY)
+            except ConfigError as exc:
+                log.error(
+                    "the bundler stays off", extra={"fields": {"network": key, "error": str(exc)}}
+                )
+                return
+            await net.load()
+        await net.run()
 
     # --- metrics ---------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class Submitter:
         self,
         client: NodeClient,
         key: PrivateKey,
-        chain_id: int,
+        chain_id: int | None,
         *,
         resend_after: float,
         max_resends: int = 5,
@@ -113,6 +113,8 @@ class Submitter:
 
     def sign(self, to: str, data: bytes, gas: int, fees: Fees, nonce: int) -> tuple[bytes, str]:
         """(raw transaction, its hash): known before it is sent, so it can be stored first."""
+        if self.chain_id is None:
+            raise RuntimeError("the chain id is not known yet")  # no bundle runs before it
         raw = Eip1559(
             chain_id=self.chain_id,
             nonce=nonce,

@@ -91,6 +91,9 @@ _JS = r"""{
   stopped: false,
   gasAt: null,
   extPending: null,
+  // Per open frame (enter..exit), whether it is a precompile: one running out of gas is a
+  // precompile refusing its input, not the validation's code (OP-062 allows precompiles).
+  precompiles: [],
 
   count: function (map, key, sub) {
     var m = map[key];
@@ -208,6 +211,7 @@ _JS = r"""{
 
   enterInner: function (frame) {
     if (this.stopped || this.cur === null) { return; }
+    this.precompiles.push(isPrecompiled(frame.getTo()));
     if (this.calls >= @MAX_CALLS@) { this.overflow = true; return; }
     this.calls++;
     var value = frame.getValue();
@@ -222,8 +226,11 @@ _JS = r"""{
 
   exit: function (result) {
     if (this.stopped || this.cur === null) { return; }
+    var precompile = this.precompiles.pop();
     var error = result.getError();
-    if (error !== undefined && /out ?of ?gas/i.test(String(error))) { this.cur.oog = true; }
+    if (!precompile && error !== undefined && /out ?of ?gas/i.test(String(error))) {
+      this.cur.oog = true;
+    }
   },
 
   fault: function (log, db) {

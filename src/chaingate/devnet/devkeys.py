@@ -4,6 +4,9 @@ Dev only: the two keys (test and live) sit in clear in ``<data dir>/dev-keys.jso
 beside the store that holds their hashes — a production deployment never keeps a key.  On each
 start a kept key is reused while the store still accepts it (same pepper, not revoked);
 otherwise a new one replaces it.  Dev keys of earlier runs that are not kept are revoked.
+
+The dev account is sized for development: its own limits override its plan's, every one
+unlimited (0), so a script sending user operations in a loop never meets a 429.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import msgspec
 import trio
 
 from chaingate.auth import admin, apikeys
+from chaingate.auth.plans import Limits
 from chaingate.store import Store
 
 KEYS_FILE = "dev-keys.json"
 DEV_EMAIL = "dev@chaingate.localhost"
 DEV_PLAN = "growth"
+# Every limit of the plan overridden with 0: unlimited (config/plans.toml's convention).
+DEV_LIMITS = msgspec.json.encode({name: 0 for name in Limits.__struct_fields__}).decode()
 ENVIRONMENTS = ("test", "live")
 
 
@@ -56,6 +62,8 @@ def _write(path: Path, keys: DevKeys) -> None:
 async def issue_dev_keys(store: Store, pepper: bytes, path: Path) -> Issued:
     """The dev account's test and live keys: the kept ones while valid, new ones otherwise."""
     account = await admin.ensure_account(store, DEV_EMAIL, DEV_PLAN)
+    if account.limits != DEV_LIMITS:  # also the account of a data dir from before
+        await store.set_plan(account.id, DEV_PLAN, DEV_LIMITS)
     rows = await store.list_keys(account.id)
     active = {row.key_hash: row for row in rows if row.revoked_at is None}
     kept = await trio.to_thread.run_sync(_read, path)

@@ -339,8 +339,8 @@ class Routes:
         compute-unit buckets, day quota, usage), then the app."""
         match = self._rest_api.match(request.method, path)
         route = match.route if match is not None else None
-        if route is not None and route.public:
-            return await self._asgi.handle(request, path, peer)
+        if route.public if route is not None else self._rest_api.only_public_at(path):
+            return await self._asgi.handle(request, path, peer)  # (another method: its 405)
         gate = self._gate
         scope = route.scope if route is not None else rest_scope(path)
         principal = gate.authenticate(request, peer, None, scope)

@@ -19,8 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import trio
+
+from chaingate.framing_constants import MAX_JSON_DEPTH
+from chaingate.jsondepth import too_deep
 
 MAX_BATCH = 100
+# Calls of one batch run at once: a batch of user operations validates concurrently, as the
+# same calls sent on parallel requests would, no more at a time than a WebSocket connection's
+# calls (ws.max_inflight's default).
+MAX_CONCURRENT = 16
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -85,9 +93,12 @@ def _call(item: Any) -> Call:
 
 def parse(body: bytes) -> Parsed | bytes:
     """The calls of a request body, or the whole answer when there is nothing to run."""
+    if too_deep(body):
+        fault = RpcFault(PARSE_ERROR, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        return _encoder.encode(_reply(None, fault=fault))
     try:
         document = _decoder.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return _encoder.encode(_reply(None, fault=RpcFault(PARSE_ERROR, "not JSON")))
     if isinstance(document, list):
         if not document:
@@ -128,34 +139,46 @@ class LocalRpc:
         return sum(self._methods.get(c.method, (None, 1))[1] for c in calls)
 
     async def run(self, parsed: Parsed, principal: Any) -> tuple[list[dict[str, Any] | None], int]:
-        """Each call's reply in order (None for a notification), and how many were errors."""
-        replies: list[dict[str, Any] | None] = []
-        errors = 0
-        for call in parsed.calls:
-            fault = call.error
-            result: Any = None
-            if fault is None:
-                entry = self._methods.get(call.method)
-                if entry is None:
-                    known = ", ".join(sorted(self._methods)) or "none yet"
-                    fault = RpcFault(
-                        METHOD_NOT_FOUND,
-                        f"{call.method[:64]} is not served on {self.label} (served: {known})",
-                    )
-                else:
-                    try:
-                        result = await entry[0](call.params, principal)
-                    except RpcFault as exc:
-                        fault = exc
-            if fault is not None:
-                errors += 1
-            if call.notification:
-                replies.append(None)
-            elif fault is not None:
-                replies.append(_reply(call.id, fault=fault))
+        """Each call's reply in order (None for a notification), and how many were errors.
+        A batch's calls run concurrently, MAX_CONCURRENT at a time."""
+        calls = parsed.calls
+        outcomes: list[tuple[dict[str, Any] | None, bool]] = [(None, False)] * len(calls)
+
+        async def one(index: int, limiter: trio.CapacityLimiter) -> None:
+            async with limiter:
+                outcomes[index] = await self._run_one(calls[index], principal)
+
+        if len(calls) == 1:
+            outcomes[0] = await self._run_one(calls[0], principal)
+        else:
+            limiter = trio.CapacityLimiter(MAX_CONCURRENT)
+            async with trio.open_nursery() as nursery:
+                for index in range(len(calls)):
+                    nursery.start_soon(one, index, limiter)
+        return [reply for reply, _ in outcomes], sum(failed for _, failed in outcomes)
+
+    async def _run_one(self, call: Call, principal: Any) -> tuple[dict[str, Any] | None, bool]:
+        """(the reply, None for a notification; whether it failed)."""
+        fault = call.error
+        result: Any = None
+        if fault is None:
+            entry = self._methods.get(call.method)
+            if entry is None:
+                known = ", ".join(sorted(self._methods)) or "none yet"
+                fault = RpcFault(
+                    METHOD_NOT_FOUND,
+                    f"{call.method[:64]} is not served on {self.label} (served: {known})",
+                )
             else:
-                replies.append(_reply(call.id, result=result))
-        return replies, errors
+                try:
+                    result = await entry[0](call.params, principal)
+                except RpcFault as exc:
+                    fault = exc
+        if call.notification:
+            return None, fault is not None
+        if fault is not None:
+            return _reply(call.id, fault=fault), True
+        return _reply(call.id, result=result), False
 
 
 def load_costs(path: Path) -> dict[str, int]:

@@ -12,6 +12,12 @@ permissionless.js work unchanged:
 
 The operation must carry its ``factory``/``initCode`` when the wallet is not deployed: the
 answer holds only paymaster fields, so an initCode filled in here would be signed and lost.
+
+Both methods need the scope REST ``POST /v1/gas/sponsor`` needs (``SPONSOR_SCOPE``,
+``gas:manage``) beside the endpoint's ``bundler:send``: the stub data reveals what a policy
+would sponsor, the data spends its budget — one rule at both doors.  Without it: -32002 with
+``data: {"status": 403, "code": "forbidden"}``, as a scope refusal inside JSON-RPC reads
+elsewhere (WebSocket calls).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from chaingate.aa.userop import UserOperation, Version, from_init_code, from_pay
 from chaingate.evm.addresses import checksum_address
 from chaingate.rpc.local import INTERNAL_ERROR, INVALID_PARAMS, LocalRpc, RpcFault
 from chaingate.wallets.model import (
+    SPONSOR_SCOPE,
     Evaluation,
     InvalidOperation,
     PolicyRefused,
@@ -136,6 +143,17 @@ def to_user_operation(raw: RpcUserOperation, version: Version) -> UserOperation:
     )
 
 
+def _require_sponsor_scope(method: str, principal: Any) -> None:
+    scopes: frozenset[str] = getattr(principal, "scopes", frozenset())
+    if SPONSOR_SCOPE not in scopes:
+        raise RpcFault(
+            UNAVAILABLE,
+            f"{method} needs the {SPONSOR_SCOPE} scope (as POST /v1/gas/sponsor): this key "
+            "lacks it",
+            {"status": 403, "code": "forbidden", "scope": SPONSOR_SCOPE},
+        )
+
+
 class Erc7677:
     """The two methods for one network, registered on its ``LocalRpc``."""
 
@@ -206,6 +224,7 @@ class Erc7677:
             raise RpcFault(INTERNAL_ERROR, f"cannot sponsor this operation: {exc}") from None
 
     async def stub_data(self, params: Any, principal: Any) -> Any:
+        _require_sponsor_scope("pm_getPaymasterStubData", principal)
         given = self._params(params)
         outcome = await self._sponsor(given, principal, dry_run=True)
         assert isinstance(outcome, Evaluation)
@@ -240,6 +259,7 @@ class Erc7677:
         }
 
     async def data(self, params: Any, principal: Any) -> Any:
+        _require_sponsor_scope("pm_getPaymasterData", principal)
         done = await self._sponsor(self._params(params), principal, dry_run=False)
         assert isinstance(done, Sponsored)
         if done.version == "0.6":

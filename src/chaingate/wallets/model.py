@@ -47,6 +47,9 @@ class Evaluation(msgspec.Struct, frozen=True):
 
 # With API keys off (a closed network), every caller is this one account.
 LOCAL_ACCOUNT = "local"
+# The scope that lets a key spend a gas policy's budget, at both doors: REST
+# ``POST /v1/gas/sponsor`` and ERC-7677's ``pm_*`` on the bundler path.
+SPONSOR_SCOPE = "gas:manage"
 
 
 def account_of(principal: Any) -> str:

@@ -155,8 +155,19 @@ class Session:
                     self.closing = True  # no more pushes: what is queued is the last of it
                     await self._drain()
                     nursery.cancel_scope.cancel()
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the peer went away
+            except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as gone:
+                # The peer went away (a reset, most often): normal for a client, so said at
+                # debug — never an error with a traceback.  (The nursery wraps it in a group.)
+                self.abort("connection lost")
+                log.debug(
+                    "websocket connection lost",
+                    extra={
+                        "fields": {
+                            "request_id": self.request_id,
+                            "error": repr(gone.exceptions[0])[:200],
+                        }
+                    },
+                )
         self._nursery = None
 
     def abort(self, reason: str) -> None:
