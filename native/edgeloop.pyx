@@ -284,7 +284,8 @@ cdef class Loop:
         if conn.state == CLOSED or conn.state == UPGRADED:
             return
         body = self._error_body(status, message)
-        cdef bytes response = self._build_response(status, self._date.line() + JSON, body, False)
+        headers = self._note(conn, None, status, len(body)) + JSON
+        cdef bytes response = self._build_response(status, self._date.line() + headers, body, False)
         send(conn.fd, PyBytes_AS_STRING(response), PyBytes_GET_SIZE(response), MSG_NOSIGNAL)
         self.close(conn)
 
@@ -396,7 +397,8 @@ cdef class Loop:
                     conn.after = CLOSE
                     break
                 body = self._error_body(status, request.message)
-                self._queue(conn, self._build_response(status, self._date.line() + JSON, body, False))
+                headers = self._note(conn, None, status, len(body)) + JSON
+                self._queue(conn, self._build_response(status, self._date.line() + headers, body, False))
                 conn.after = DRAIN
                 break
             conn.request = request
@@ -424,20 +426,31 @@ cdef class Loop:
         budget = self._budget
         if self.unsent_bytes > self._max_unsent or budget.held >= budget.limit:
             self.overloaded += 1
-            return 503, OVERLOADED_HEADERS, self._error_body(503, "server overloaded: retry shortly")
+            body = self._error_body(503, "server overloaded: retry shortly")
+            return 503, self._note(conn, request, 503, len(body)) + OVERLOADED_HEADERS, body
         if request.content_encoding is None and request.upgrade is None:
             try:
                 answer = self._serve(conn, request, conn.peer, conn.group)
             except Exception:
                 log.exception("unhandled error in the fast lane")
                 request.keep_alive = False
-                return 500, JSON, self._error_body(500, INTERNAL_ERROR)
+                body = self._error_body(500, INTERNAL_ERROR)
+                return 500, self._note(conn, request, 500, len(body)) + JSON, body
             if type(answer) is tuple:
                 return answer
             if answer != HANDOFF:
                 return None  # deferred: the lane delivers it
         self._handoff(conn, request)
         return None
+
+    cdef bytes _note(self, Conn conn, request, int status, Py_ssize_t size):
+        lane = self._lane
+        request_id = lane.ids.take(request.request_id if request is not None else None)
+        method = request.method if request is not None else b"-"
+        path = lane.log_path(request.path) if request is not None else "-"
+        lane.ledger.note("other", status, request_id, conn.peer, method, path, monotonic(), size,
+                         "", b"")
+        return b"X-Request-Id: " + request_id + b"\r\n"
 
     cdef bint _wants_coding(self, request, bytes body) except -1:
         accept = request.accept_encoding

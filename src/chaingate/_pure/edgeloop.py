@@ -196,7 +196,8 @@ class Loop:
         if conn.state == CLOSED or conn.state == UPGRADED:
             return
         body = self._error_body(status, message)
-        response = self._http1.build_response(status, self._date.line() + JSON, body, False)
+        headers = self._note(conn, None, status, len(body)) + JSON
+        response = self._http1.build_response(status, self._date.line() + headers, body, False)
         try:
             conn.sock.send(response)
         except OSError:
@@ -306,9 +307,9 @@ class Loop:
                     conn.after = CLOSE  # hung up mid-request: nobody left to answer
                     break
                 body = self._error_body(status, request.message)
+                headers = self._note(conn, None, status, len(body)) + JSON
                 self._queue(
-                    conn,
-                    self._http1.build_response(status, self._date.line() + JSON, body, False),
+                    conn, self._http1.build_response(status, self._date.line() + headers, body, False)
                 )
                 conn.after = DRAIN
                 break
@@ -337,7 +338,7 @@ class Loop:
             # its bound: shed new work before it grows.
             self.overloaded += 1
             body = self._error_body(503, "server overloaded: retry shortly")
-            return 503, _OVERLOADED_HEADERS, body
+            return 503, self._note(conn, request, 503, len(body)) + _OVERLOADED_HEADERS, body
         if request.content_encoding is None and request.upgrade is None:
             try:
                 answer = self._lane.serve(conn, request, conn.peer, conn.group)
@@ -345,13 +346,26 @@ class Loop:
                 # A bug of ours costs this request a 500, never the loop.
                 log.exception("unhandled error in the fast lane")
                 request.keep_alive = False
-                return 500, JSON, self._error_body(500, INTERNAL_ERROR)
+                body = self._error_body(500, INTERNAL_ERROR)
+                return 500, self._note(conn, request, 500, len(body)) + JSON, body
             if type(answer) is tuple:
                 return answer
             if answer != "handoff":
                 return None  # deferred: the lane delivers it
         self._handoff(conn, request)
         return None
+
+    def _note(self, conn: Conn, request: Any, status: int, size: int) -> bytes:
+        """Count and log an answer the loop gives itself (a framing error, a 503 when
+        overloaded, a bug's 500) like every other; its ``X-Request-Id`` line."""
+        lane = self._lane
+        request_id = lane.ids.take(request.request_id if request is not None else None)
+        method = request.method if request is not None else b"-"
+        path = lane.log_path(request.path) if request is not None else "-"
+        lane.ledger.note(
+            "other", status, request_id, conn.peer, method, path, time.perf_counter(), size, "", b""
+        )
+        return b"X-Request-Id: " + request_id + b"\r\n"
 
     def _wants_coding(self, request: Any, body: bytes) -> bool:
         """Might the client's Accept-Encoding turn this answer into a coded one?  (The size

@@ -1,0 +1,199 @@
+"""The hot path's budget, counted rather than timed: timing on a shared machine is noise, counts
+are not.
+
+In a process of its own (nothing else of the test session in it), a gateway with API keys on
+runs on the compiled twins; one client process sends requests on one keep-alive connection,
+one after the other or ``depth`` at a time, so every request costs the same whatever the
+machine is doing.  Per request, on the event loop's thread only, it counts:
+
+* Python-level calls (``sys.setprofile``: functions entered, C functions called from Python);
+* system calls (``strace -c`` attached to that thread alone), without ``futex``: lock hand-offs
+  between the loop and the log writer's thread depend on timing, the rest is the work.
+
+What runs on its own meanwhile (timers) is counted in an idle window as long as the loaded one
+and taken off.  Each count must stay under the budget written in tests/test_hot_path_costs.py;
+a budget is raised only on purpose, with the reason in the commit that raises it.
+
+    python -m tests.hot_path_probe ANVIL_URL KIND WORKDIR     # prints one JSON line
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import trio
+
+from chaingate import impl as impl_module
+from tests.test_auth import auth_settings, start_auth
+
+RPC = "/v1/rpc/ethereum/devnet"
+REQUESTS = 500
+
+
+def _batch() -> bytes:
+    account = "0x" + "11" * 20
+    calls = [
+        ("eth_blockNumber", []),
+        ("eth_chainId", []),
+        ("eth_gasPrice", []),
+        ("net_version", []),
+    ]
+    calls += [("eth_getBalance", [account, "latest"])] * 2
+    calls += [
+        ("eth_getTransactionCount", [account, "latest"]),
+        ("eth_getCode", [account, "latest"]),
+    ]
+    calls += [("eth_getBalance", ["0x" + f"{i:040x}", "latest"]) for i in range(1, 11)]
+    calls += [("eth_blockNumber", []), ("eth_chainId", [])]
+    return json.dumps(
+        [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls, 1)]
+    ).encode()
+
+
+BODIES = {
+    "chainid": b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
+    "block": b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
+    "batch": _batch(),
+}
+
+
+CLIENT = r"""
+import re, socket, sys
+port, key, count, depth = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3]), int(sys.argv[5])
+with socket.create_connection(("127.0.0.1", port)) as sock:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    body = sys.stdin.buffer.read()  # the go signal: the counting has begun
+    request = (
+        b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
+        % (sys.argv[4].encode(), key, len(body), body)
+    )
+    data = b""
+    for _ in range(count // depth):
+        sock.sendall(request * depth)  # ``depth`` requests pipelined, then their answers
+        answered = 0
+        while answered < depth:
+            head = data.find(b"\r\n\r\n")
+            length = head >= 0 and re.search(rb"(?i)content-length: *(\d+)", data[:head])
+            if not length or len(data) < head + 4 + int(length.group(1)):
+                data += sock.recv(65536)
+                continue
+            if not data.startswith(b"HTTP/1.1 200"):
+                sys.exit(data[:300])
+            data = data[head + 4 + int(length.group(1)) :]
+            answered += 1
+"""
+
+
+async def _client(port: int, key: str, body: bytes, count: int, depth: int = 1) -> None:
+    """``count`` requests on one keep-alive connection, ``depth`` at a time (pipelined),
+    from a process of its own: its work, and its share of an interpreter, are not counted."""
+    await trio.run_process(
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)], stdin=body
+    )
+
+
+async def _started_client(port: int, key: str, count: int, depth: int) -> Any:
+    """The client process, started and connected, waiting for its body on stdin."""
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)],
+        stdin=subprocess.PIPE,
+    )
+
+
+class _Strace:
+    """``strace -c`` on one thread (the event loop's), summary read when it stops."""
+
+    def __init__(self, tid: int) -> None:
+        self._process = subprocess.Popen(
+            ["strace", "-c", "-p", str(tid)],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self._process.stderr is not None
+        line = self._process.stderr.readline()  # "strace: Process N attached"
+        assert "attached" in line, line
+
+    def stop(self) -> int:
+        """The number of system calls made meanwhile, lock hand-offs (futex) left out."""
+        self._process.send_signal(signal.SIGINT)
+        _, err = self._process.communicate(timeout=30)
+        # "% time  seconds  usecs/call  calls  [errors]  syscall"
+        rows = [line.split() for line in err.splitlines() if line[:1] in " 0123456789"]
+        counts = {row[-1]: int(row[3]) for row in rows if len(row) >= 5 and row[3].isdigit()}
+        return counts["total"] - counts.get("futex", 0)
+
+
+async def _counted(work: Any) -> tuple[tuple[int, int], float]:
+    """((Python calls, system calls) of the event loop's thread while ``work`` ran, and how
+    long that took)."""
+    calls = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event == "call" or event == "c_call":
+            calls += 1
+
+    tracer = _Strace(threading.get_native_id())
+    started = trio.current_time()
+    try:
+        sys.setprofile(profile)
+        try:
+            await work()
+        finally:
+            sys.setprofile(None)
+    finally:
+        syscalls = tracer.stop()
+    return (calls, syscalls), trio.current_time() - started
+
+
+async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
+    settings = auth_settings(
+        SimpleNamespace(url=anvil_url),  # type: ignore[arg-type]
+        f"sqlite:///{workdir / 'keys.db'}",
+        workdir,
+        # Nothing on a timer that need not be.
+        auth={"refresh_interval": 3600, "usage_flush_interval": 3600},
+        rpc={"probe_interval": 3600},
+        bundler={"enabled": False},
+        webhooks={"enabled": False},
+    )
+    async with trio.open_nursery() as nursery:
+        stack = await start_auth(nursery, impl_module.compiled(), settings)
+        key, _ = await stack.key(plan="enterprise")  # unlimited: nothing is throttled
+        port = stack.handle.gateway.port
+        body = BODIES[kind.split("-")[0]]
+        depth = 10 if kind.endswith("-pipelined") else 1
+        await _client(port, key, body, 50)  # warm: the cache, the upstream connections
+        client = await _started_client(port, key, REQUESTS, depth)
+
+        async def run() -> None:
+            assert client.stdin is not None
+            await client.stdin.send_all(body)
+            await client.stdin.aclose()
+            assert await client.wait() == 0
+
+        loaded, seconds = await _counted(run)
+
+        async def idle_for_as_long() -> None:
+            await trio.sleep(seconds)
+
+        idle, _ = await _counted(idle_for_as_long)
+        nursery.cancel_scope.cancel()
+    return {
+        "calls": (loaded[0] - idle[0]) / REQUESTS,
+        "syscalls": (loaded[1] - idle[1]) / REQUESTS,
+    }
+
+
+if __name__ == "__main__":
+    url, which, where = sys.argv[1:4]
+    print(json.dumps(trio.run(_probe, url, which, Path(where))))
