@@ -2,8 +2,10 @@
 node provider looks like from chaingate, on loopback.  The certificate comes from a private CA
 made with ``trustme``; chaingate trusts it through the upstream's ``ca_file``.
 
-Used by bench/h2_upstream.py and by tests/test_h2_upstream.py (which tunes the stream limit
-and ``keepalive_requests`` — after that many streams nginx sends a graceful GOAWAY).
+Used by bench/h2_upstream.py and by tests/test_h2_upstream.py, which tunes what a provider's
+edge does to a client: the stream limit; ``keepalive_requests`` (after that many streams nginx
+sends a graceful GOAWAY); ``body_preread`` below 64k (then nginx refuses, with REFUSED_STREAM,
+a stream with a body that arrives before the client acknowledged nginx's SETTINGS); no HTTP/2.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def tls_nginx_conf(
     *,
     max_streams: int,
     keepalive_requests: int,
+    http2: bool = True,
+    body_preread: str = "64k",
 ) -> str:
     # The worker runs as root when the master does: the test's and the bench's work
     # directories sit under private (0700) temporary directories nobody else may enter.
@@ -58,6 +62,7 @@ http {{
     # it: for HTTP/2 with a GOAWAY whose last-stream-id is the last stream it accepted.
     keepalive_requests {keepalive_requests};
     http2_max_concurrent_streams {max_streams};
+    http2_body_preread_size {body_preread};
 
     upstream node {{
         server {LOOPBACK}:{upstream_port};
@@ -66,7 +71,7 @@ http {{
     }}
 
     server {{
-        listen {LOOPBACK}:{port} ssl http2;
+        listen {LOOPBACK}:{port} ssl{" http2" if http2 else ""};
         ssl_certificate {workdir}/cert.pem;
         ssl_certificate_key {workdir}/key.pem;
         location / {{
@@ -90,6 +95,8 @@ class TlsNginx:
         *,
         max_streams: int = 128,
         keepalive_requests: int = 1_000_000,
+        http2: bool = True,
+        body_preread: str = "64k",
     ) -> None:
         self.port = free_port()
         self.workdir = workdir
@@ -109,6 +116,8 @@ class TlsNginx:
                 upstream_port,
                 max_streams=max_streams,
                 keepalive_requests=keepalive_requests,
+                http2=http2,
+                body_preread=body_preread,
             )
         )
         argv = [
