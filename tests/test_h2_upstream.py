@@ -179,7 +179,7 @@ async def test_bodies_larger_than_every_window_cross_flow_control(
     params = [
         {"to": target, "data": "0x" + "cd" * 200_000, "gas": hex(25_000_000)},
         "latest",
-        {target: {"code": "0x62%06x6000f3" % size}},  # RETURN(0, size): `size` zero bytes
+        {target: {"code": f"0x62{size:06x}6000f3"}},  # RETURN(0, size): `size` zero bytes
     ]
     async with gw.client() as client:
         reply = (await client.post(RPC, json=call("eth_call", params))).json()
