@@ -37,6 +37,7 @@ from benchkit.tools import find_tool  # noqa: E402
 IN_CI = os.environ.get("CI", "").lower() == "true"
 RPC = "/v1/rpc/ethereum/devnet"
 ACCOUNT = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+ADMIN = {"Authorization": "Bearer test-admin-token"}
 
 StartNginx = Callable[..., TlsNginx]
 
@@ -165,6 +166,14 @@ async def test_alpn_decides_and_http_version_forces(
     refusing = upstream_named(gw, "forced-h2")
     assert refusing.connections == []
     assert refusing.health.state_down and refusing.health.errors.get("connect", 0) >= 1
+    async with gw.client() as client:
+        metrics = (await client.get("/metrics", headers=ADMIN)).text
+    http2 = {
+        line.split('upstream="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("chaingate_upstream_http2_connections{")
+    }
+    assert http2 == {"auto": 1, "forced-http1": 0, "fallback": 0, "forced-h2": 0}
 
 
 async def test_bodies_larger_than_every_window_cross_flow_control(
