@@ -107,7 +107,7 @@ async def wait_for_nonce(node: AnvilProcess, expected: int) -> None:
             await trio.sleep(0.02)
 
 
-async def test_calls_batches_and_200_concurrent_streams_share_one_http2_connection(
+async def test_calls_batches_and_200_concurrent_calls_share_one_http2_connection(
     start_gateway: StartGateway, start_nginx: StartNginx, anvil: AnvilProcess
 ) -> None:
     nginx = start_nginx(anvil.port)
@@ -125,7 +125,7 @@ async def test_calls_batches_and_200_concurrent_streams_share_one_http2_connecti
             body = call("eth_getBalance", [accounts[index], "latest"], index)
             answers[index] = (await client.post(RPC, json=body)).json()
 
-        async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:  # (httpx sends up to 100 at once)
             for index in range(200):
                 nursery.start_soon(balance, index)
     assert sorted(answers) == list(range(200))

@@ -56,6 +56,9 @@ from chaingate.rpc.hpack_cache import MemoDecoder, StaticEncoder
 STREAM_WINDOW = 1 << 20  # what the server may send on one stream before we acknowledge it
 CONNECTION_WINDOW = 16 << 20  # the same for all streams together
 MAX_STREAMS = 512  # streams open at once, whatever the server allows
+# Streams opened before the server's SETTINGS arrive: the least RFC 9113 (6.5.2) recommends a
+# server to allow, so that a burst on a new connection is not refused wholesale.
+FIRST_STREAMS = 100
 MAX_HEADER_LIST = 64 << 10
 
 
@@ -140,6 +143,7 @@ class Http2Connection(Wire):
         self._extra_headers = headers  # checked when the configuration was loaded
         self._blocked: dict[int, _Stream] = {}  # streams whose body waits for a window
         self._last_received = trio.current_time()
+        self._stream_limit = FIRST_STREAMS  # until the server's SETTINGS say otherwise
         h2 = H2Connection(
             H2Configuration(
                 client_side=True,
@@ -174,9 +178,7 @@ class Http2Connection(Wire):
     @property
     def capacity(self) -> int:
         """Streams this connection may have open at once (0 once it drains)."""
-        if self.draining:
-            return 0
-        return min(self._h2.remote_settings.max_concurrent_streams, MAX_STREAMS)
+        return 0 if self.draining else self._stream_limit
 
     def submit(self, body: bytes, deadline: float) -> Future[Any]:
         """Send one JSON-RPC body on a stream of its own (or queue it for the next free one);
@@ -280,7 +282,9 @@ class Http2Connection(Wire):
             elif isinstance(event, WindowUpdated):
                 self._resume_bodies()
             elif isinstance(event, RemoteSettingsChanged):
-                self._start_waiting()  # the stream limit may have grown
+                limit = self._h2.remote_settings.max_concurrent_streams
+                self._stream_limit = min(limit, MAX_STREAMS)
+                self._start_waiting()  # the limit may have grown
             elif isinstance(event, ConnectionTerminated):
                 self._on_goaway(event)
             if self.closed:
