@@ -14,6 +14,10 @@ p99 and CPU per request (chaingate's, and nginx's: HTTP/2 costs the server too) 
 with the means and the h2 / http1 ratios.  Each chaingate's /metrics must show the transport
 it was told to use (``chaingate_upstream_http2_connections``).
 
+Then the transport alone: the pool's ``Upstream.send`` in this process (no edge, no wrk),
+``eth_blockNumber`` from 32 concurrent callers to the same nginx, calls/s and this process's
+CPU per call, for both transports, alternating, ``--rounds`` times.
+
 Exit status: 0 all good; 1 some run had errors; 2 a server failed or answered wrongly;
 3 nginx or wrk is missing; 130 interrupted.
 """
@@ -30,7 +34,9 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import trio
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
@@ -38,9 +44,13 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 from benchkit import procs, report, tools  # noqa: E402
 from benchkit.tlsnginx import TlsNginx  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
+from chaingate import impl  # noqa: E402
+from chaingate.config import UpstreamSettings  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary  # noqa: E402
+from chaingate.rpc.pool import Upstream  # noqa: E402
 
-TRANSPORTS = ("h2", "http1")
+Transport = Literal["h2", "http1"]
+TRANSPORTS: tuple[Transport, Transport] = ("h2", "http1")
 BIG_ANSWER_BYTES = 32 << 10
 TARGET = "0x" + "ab" * 20
 
@@ -156,6 +166,40 @@ def measure(
     return run
 
 
+def transport_alone(nginx: TlsNginx, transport: Transport, calls: int) -> tuple[float, float]:
+    """``calls`` eth_blockNumber through ``Upstream.send`` from 32 concurrent callers in this
+    process: (calls/s, CPU µs per call)."""
+    body = SCENARIOS[0].body
+    settings = UpstreamSettings(url=nginx.url, ca_file=str(nginx.ca_file), http_version=transport)
+
+    async def run() -> tuple[float, float]:
+        async with trio.open_nursery() as nursery:
+            upstream = Upstream(settings, impl.select(), nursery)
+            await upstream.send(body, trio.current_time() + 10)  # connected before the clock
+            left = calls
+
+            async def caller() -> None:
+                nonlocal left
+                while left > 0:
+                    left -= 1
+                    answer = await upstream.send(body, trio.current_time() + 10)
+                    if answer.status != 200:
+                        raise Failed(f"{transport}: HTTP {answer.status} from nginx")
+
+            wall, cpu = time.perf_counter(), time.process_time()
+            async with trio.open_nursery() as callers:
+                for _ in range(32):
+                    callers.start_soon(caller)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            upstream.close()
+            nursery.cancel_scope.cancel()
+        return calls / wall, cpu / calls * 1e6
+
+    rate, cpu_us = trio.run(run)
+    say(f"[transport alone] {transport:5}: {rate:8.0f} calls/s, {cpu_us:.1f} µs CPU/call")
+    return rate, cpu_us
+
+
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} µs"
 
@@ -169,7 +213,12 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
 
-def render(runs: list[Run], opts: argparse.Namespace, versions: dict[str, str]) -> str:
+def render(
+    runs: list[Run],
+    alone: list[tuple[str, float, float]],
+    opts: argparse.Namespace,
+    versions: dict[str, str],
+) -> str:
     lines = [
         "# chaingate upstream transports: HTTP/2 vs HTTP/1.1 (both over TLS, through nginx)",
         "",
@@ -219,6 +268,26 @@ def render(runs: list[Run], opts: argparse.Namespace, versions: dict[str, str]) 
         )
     lines += [
         "",
+        "## The transport alone (Upstream.send → nginx, in process, 32 callers)",
+        "",
+        "| transport | calls/s | CPU µs/call | runs |",
+        "|---|---:|---:|---|",
+    ]
+    alone_means: dict[str, tuple[float, float]] = {}
+    for transport in TRANSPORTS:
+        measured = [(rate, cpu) for name, rate, cpu in alone if name == transport]
+        if not measured:
+            continue
+        rate = statistics.fmean(r for r, _ in measured)
+        cpu = statistics.fmean(c for _, c in measured)
+        alone_means[transport] = (rate, cpu)
+        each = ", ".join(f"{r:.0f}/s {c:.0f} µs" for r, c in measured)
+        lines.append(f"| {transport} | {rate:.0f} | {cpu:.1f} | {each} |")
+    if len(alone_means) == 2:
+        (h2_rate, h2_cpu), (h1_rate, h1_cpu) = alone_means["h2"], alone_means["http1"]
+        lines.append(f"| h2 / http1 | {_ratio(h2_rate, h1_rate)} | {_ratio(h2_cpu, h1_cpu)} | |")
+    lines += [
+        "",
         "## Every run",
         "",
         "| scenario | transport | req/s | p50 ms | p99 ms | chaingate µs/req | nginx µs/req "
@@ -244,11 +313,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=32, help="wrk connections")
     parser.add_argument("--rounds", type=int, default=2, help="runs per scenario and transport")
     parser.add_argument("--smoke", action="store_true", help="1 s runs, one round")
+    parser.add_argument(
+        "--calls", type=int, default=5000, help="calls per transport-alone measurement"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-h2-upstream.md"))
     opts = parser.parse_args(argv)
     opts.warmup = 1 if opts.smoke else 2
     if opts.smoke:
-        opts.duration, opts.rounds = 1, 1
+        opts.duration, opts.rounds, opts.calls = 1, 1, 300
     return opts
 
 
@@ -265,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, procs.ChaingateServer] = {}
     nginx: TlsNginx | None = None
     runs: list[Run] = []
+    alone: list[tuple[str, float, float]] = []
     try:
         with AnvilProcess() as node:
             nginx = TlsNginx(binaries["nginx"], workdir / "nginx", node.port).start()
@@ -291,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         runs.append(run)
             check_transport(servers)
+            for server in servers.values():
+                server.stop()  # the transport alone gets the machine to itself
+            for round_index in range(opts.rounds):
+                order = TRANSPORTS if round_index % 2 == 0 else TRANSPORTS[::-1]
+                for transport in order:
+                    alone.append((transport, *transport_alone(nginx, transport, opts.calls)))
             versions = {
                 "nginx": tools.nginx_version(binaries["nginx"]),
                 "anvil": tools.anvil_version(anvil_binary()),
@@ -309,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         if nginx is not None:
             nginx.stop()
-    text = render(runs, opts, versions)
+    text = render(runs, alone, opts, versions)
     opts.out.write_text(text)
     say(f"\nreport written to {opts.out}\n")
     say(text)
