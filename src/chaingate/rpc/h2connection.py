@@ -238,7 +238,7 @@ class Http2Connection(Wire):
                     upstream=self.name,
                 )
             )
-        if self.waiting and self.waiting[0].deadline <= now:
+        if self.waiting:
             kept: collections.deque[_Stream] = collections.deque()
             for request in self.waiting:
                 if request.deadline <= now:
