@@ -16,7 +16,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from chaingate.rpc.connection import UpstreamConnection
 from chaingate.rpc.h2connection import Http2Connection
 from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle
+from tests.http_relay import HttpRelay
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -39,7 +40,7 @@ RPC = "/v1/rpc/ethereum/devnet"
 ACCOUNT = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 ADMIN = {"Authorization": "Bearer test-admin-token"}
 
-StartNginx = Callable[..., TlsNginx]
+StartNginx = Callable[..., Awaitable[TlsNginx]]
 
 
 @pytest.fixture
@@ -53,10 +54,11 @@ def start_nginx(tmp_path: Path) -> Iterator[StartNginx]:
         pytest.skip(reason)
     started: list[TlsNginx] = []
 
-    def start(node_port: int, **options: Any) -> TlsNginx:
+    async def start(node_port: int, **options: Any) -> TlsNginx:
         server = TlsNginx(binary, tmp_path / f"nginx-{len(started)}", node_port, **options)
         started.append(server)
-        return server.start()
+        # In a thread: its readiness check may go through a relay served by this test's loop.
+        return await trio.to_thread.run_sync(server.start)
 
     yield start
     for server in started:
@@ -110,7 +112,7 @@ async def wait_for_nonce(node: AnvilProcess, expected: int) -> None:
 async def test_calls_batches_and_200_concurrent_calls_share_one_http2_connection(
     start_gateway: StartGateway, start_nginx: StartNginx, anvil: AnvilProcess
 ) -> None:
-    nginx = start_nginx(anvil.port)
+    nginx = await start_nginx(anvil.port)
     gw = await start_gateway([h2_upstream(nginx)])
     assert (await gw.rpc("eth_chainId"))["result"] == "0x7a69"
     async with gw.client() as client:
@@ -142,8 +144,8 @@ async def test_calls_batches_and_200_concurrent_calls_share_one_http2_connection
 async def test_alpn_decides_and_http_version_forces(
     start_gateway: StartGateway, start_nginx: StartNginx, anvil: AnvilProcess
 ) -> None:
-    both = start_nginx(anvil.port)
-    http1_only = start_nginx(anvil.port, http2=False)
+    both = await start_nginx(anvil.port)
+    http1_only = await start_nginx(anvil.port, http2=False)
     gw = await start_gateway(
         [
             h2_upstream(both, "auto"),
@@ -181,7 +183,7 @@ async def test_bodies_larger_than_every_window_cross_flow_control(
 ) -> None:
     """A 200 kB request (nginx's window for a request body is 64 kB) and a 3 MB answer (ours
     is 1 MiB per stream): both need WINDOW_UPDATEs, and arrive intact."""
-    nginx = start_nginx(anvil.port)
+    nginx = await start_nginx(anvil.port)
     gw = await start_gateway([h2_upstream(nginx)])
     size = 1_500_000
     target = "0x" + "ab" * 20
@@ -206,7 +208,7 @@ async def test_streams_nginx_refuses_are_sent_again_and_a_write_runs_once(
     that arrives before the client acknowledged its SETTINGS — the first streams of each new
     connection.  Refused means not processed: the write goes again, and runs exactly once."""
     node = anvil_factory()
-    nginx = start_nginx(node.port, body_preread="1k")
+    nginx = await start_nginx(node.port, body_preread="1k")
     (raw,) = signed_transfers(node, 1)
     gw = await start_gateway([h2_upstream(nginx)], rpc={"probe_interval": 60})
     await trio.sleep(0.1)
@@ -231,7 +233,7 @@ async def test_a_graceful_goaway_mid_burst_loses_and_duplicates_no_write(
     streams at or below its last-stream-id are answered on the closing connection; those above
     were not processed and go again on a new one.  25 writes sent at once: 25 transactions."""
     node = anvil_factory()
-    nginx = start_nginx(node.port, keepalive_requests=10)
+    nginx = await start_nginx(node.port, keepalive_requests=10)
     raws = signed_transfers(node, 25)
     gw = await start_gateway([h2_upstream(nginx)], rpc={"probe_interval": 60})
     replies: dict[int, Any] = {}
@@ -260,7 +262,7 @@ async def test_a_graceful_goaway_mid_burst_loses_and_duplicates_no_write(
 async def test_reads_fail_over_when_the_h2_upstream_dies_under_load(
     start_gateway: StartGateway, start_nginx: StartNginx, anvil: AnvilProcess
 ) -> None:
-    edges = {"edge-a": start_nginx(anvil.port), "edge-b": start_nginx(anvil.port)}
+    edges = {"edge-a": await start_nginx(anvil.port), "edge-b": await start_nginx(anvil.port)}
     gw = await start_gateway(
         [h2_upstream(edge, name) for name, edge in edges.items()], rpc={"probe_interval": 0.2}
     )
@@ -306,7 +308,7 @@ async def test_a_write_whose_h2_connection_dies_mid_request_is_never_sent_elsewh
     """The write's stream reached nginx (its node is stopped, so no answer comes), then the
     edge dies: the outcome is unknown, and the other upstream never sees the transaction."""
     nodes = {"edge-a": anvil_factory(), "edge-b": anvil_factory()}
-    edges = {name: start_nginx(node.port) for name, node in nodes.items()}
+    edges = {name: await start_nginx(node.port) for name, node in nodes.items()}
     gw = await start_gateway(
         [h2_upstream(edge, name) for name, edge in edges.items()], rpc={"probe_interval": 60}
     )
@@ -335,3 +337,48 @@ async def test_a_write_whose_h2_connection_dies_mid_request_is_never_sent_elsewh
     await trio.sleep(0.3)
     assert nonce(nodes[other]) == 0
     assert nonce(nodes[chosen]) in (0, 1)  # whatever the node made of the bytes it had
+
+
+async def test_a_hedged_read_leaves_the_slow_h2_connection_serving(
+    start_gateway: StartGateway, start_nginx: StartNginx, anvil: AnvilProcess, nursery: Any
+) -> None:
+    """A read held behind one edge is raced on the other and won there.  Over HTTP/1.1 the
+    slow connection would be set aside (answers come in order); over HTTP/2 the held answer
+    blocks only its own stream, so the connection keeps serving and is never stalled."""
+    slow: dict[str, bool] = {}
+
+    def holder(name: str) -> Callable[[bytes], float]:
+        return lambda body: 0.8 if slow.get(name) and b"eth_getBalance" in body else 0.0
+
+    relays = {name: HttpRelay(anvil.port, delay=holder(name)) for name in ("edge-a", "edge-b")}
+    for relay in relays.values():
+        await nursery.start(relay.serve)
+    gw = await start_gateway(
+        [h2_upstream(await start_nginx(relay.port), name) for name, relay in relays.items()],
+        rpc={"probe_interval": 60},
+        network={
+            "hedging": {
+                "enabled": True,
+                "budget": 0.5,
+                "burst": 5,
+                "min_delay": 0.02,
+                "max_delay": 0.1,
+            }
+        },
+    )
+    await trio.sleep(0.2)  # the first probe round: both connected
+    first = pool_of(gw).ranked()[0]
+    (conn,) = first.connections
+    slow[first.name] = True
+    started = trio.current_time()
+    reply = await gw.rpc("eth_getBalance", [ACCOUNT, "latest"])
+    assert "result" in reply and trio.current_time() - started < 0.6
+    assert pool_of(gw).hedger.won == 1
+    assert first.stalled == set()
+    assert len(conn.pending) == 1  # the held stream, still open beside the others
+    slow[first.name] = False
+    with trio.fail_after(5):
+        while conn.pending:  # the held answer arrives on its own stream
+            await trio.sleep(0.05)
+    assert first.connections == [conn] and not conn.closed
+    assert first.health.errors == {}
