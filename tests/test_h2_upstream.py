@@ -231,21 +231,16 @@ async def test_a_graceful_goaway_mid_burst_loses_and_duplicates_no_write(
 ) -> None:
     """nginx ends a connection with GOAWAY after 10 streams (``keepalive_requests``): the
     streams at or below its last-stream-id are answered on the closing connection; those above
-    were not processed and go again on a new one.  25 writes sent at once: 25 transactions."""
+    were not processed and go again on a new one.  25 writes at once: 25 transactions."""
     node = anvil_factory()
     nginx = await start_nginx(node.port, keepalive_requests=10)
     raws = signed_transfers(node, 25)
-    gw = await start_gateway([h2_upstream(nginx)], rpc={"probe_interval": 60})
-    replies: dict[int, Any] = {}
+    # One upstream request per call: the client's batch becomes 25 streams sent together.
+    gw = await start_gateway([h2_upstream(nginx, max_batch=1)], rpc={"probe_interval": 60})
+    await trio.sleep(0.1)  # the first probe: the connection is open before the burst
+    batch = [call("eth_sendRawTransaction", [raw], i) for i, raw in enumerate(raws)]
     async with gw.client() as client:
-
-        async def send(index: int) -> None:
-            body = call("eth_sendRawTransaction", [raws[index]], index)
-            replies[index] = (await client.post(RPC, json=body)).json()
-
-        async with trio.open_nursery() as nursery:
-            for index in range(25):
-                nursery.start_soon(send, index)
+        replies = {reply["id"]: reply for reply in (await client.post(RPC, json=batch)).json()}
     failed = {i: r for i, r in replies.items() if "result" not in r}
     assert not failed, failed
     assert len({reply["result"] for reply in replies.values()}) == 25
