@@ -39,6 +39,10 @@ def test_environment_overrides_file_values() -> None:
     assert settings.data_dir == "/tmp/x"
 
 
+def _upstream(**upstream: object) -> dict[str, object]:
+    return {"chains": {"eth": {"main": {"upstreams": [upstream]}}}}
+
+
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
@@ -58,6 +62,11 @@ def test_environment_overrides_file_values() -> None:
             {"chains": {"eth": {"main": {"family": "cosmos", "upstreams": [{"url": "http://a"}]}}}},
             "family",
         ),
+        (_upstream(url="http://a", http_version="h2"), "needs an https:// url"),
+        (_upstream(url="https://a", http_version="http2"), "http_version"),
+        (_upstream(url="https://a", headers={"Host": "b"}), "chaingate's to set"),
+        (_upstream(url="https://a", headers={"Connection": "close"}), "chaingate's to set"),
+        (_upstream(url="https://a", headers={":path": "/x"}), "invalid upstream header"),
     ],
 )
 def test_invalid_settings_name_the_problem(mapping: dict, message: str) -> None:

@@ -68,9 +68,9 @@ async def test_metrics_count_requests_errors_cache_latency_and_upstreams(
     assert _sample(text, "chaingate_request_duration_seconds_bucket", route="rpc", le="+Inf") == 4
     # Every line is a comment or "name{labels} value".
     for line in text.strip().splitlines():
-        assert line.startswith("# ") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+", line), (
-            line
-        )
+        assert line.startswith("# ") or re.fullmatch(
+            r"[a-z_][a-z0-9_]*(\{[^}]*\})? -?[0-9.e+-]+", line
+        ), line
 
 
 async def test_request_id_is_returned_and_logged(

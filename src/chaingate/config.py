@@ -79,6 +79,22 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     shutdown_grace: float = 10.0
 
 
+# Headers chaingate writes itself on upstream requests, or that HTTP/2 forbids (RFC 9113 8.2.2).
+RESERVED_UPSTREAM_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "te",
+    }
+)
+
+
 class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     url: str
     name: str = ""
@@ -87,8 +103,13 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     headers: dict[str, str] = {}
     # For https:// upstreams behind a private CA: a PEM bundle to trust instead of the system's.
     ca_file: str | None = None
+    # https:// only: "auto" offers HTTP/2 and HTTP/1.1 by ALPN and uses what the node picks;
+    # "h2" insists on HTTP/2 (a node that refuses it cannot be connected); "http1" never
+    # offers it.  HTTP/2 is one multiplexed connection; HTTP/1.1 a few pipelined ones.
+    http_version: Literal["auto", "h2", "http1"] = "auto"
     timeout: float = 10.0
     connect_timeout: float = 3.0
+    # HTTP/1.1 connections; with HTTP/2 one is used, another only while all its streams are.
     max_connections: int = 8
     # Requests in flight on one connection (HTTP/1.1 pipelining) before another is opened.
     pipeline_depth: int = 32
@@ -633,9 +654,20 @@ def _validate(settings: Settings) -> None:
                 if name in names:
                     raise ConfigError(f"{where}: two upstreams named {name!r}; set distinct names")
                 names.add(name)
+                if upstream.http_version == "h2" and parts.scheme != "https":
+                    raise ConfigError(f'{where}: http_version = "h2" needs an https:// url')
                 for header, value in upstream.headers.items():
-                    if any(c in header + value for c in "\r\n") or not header.strip():
+                    if (
+                        any(c in header + value for c in "\r\n")
+                        or not header.strip()
+                        or not header.isascii()
+                        or any(c in header for c in " :\t")
+                    ):
                         raise ConfigError(f"{where}: invalid upstream header {header!r}")
+                    if header.lower() in RESERVED_UPSTREAM_HEADERS:
+                        raise ConfigError(
+                            f"{where}: upstream header {header!r} is chaingate's to set"
+                        )
                 if upstream.pipeline_depth < 1 or upstream.max_connections < 1:
                     raise ConfigError(f"{where}: pipeline_depth and max_connections must be >= 1")
 

@@ -269,6 +269,12 @@ def register_service_families(gateway: Gateway) -> None:
         upstreams(lambda u, labels: [(labels, len(u.connections))]),
     )
     registry.family(
+        "chaingate_upstream_http2_connections",
+        "gauge",
+        "Open connections to the upstream that speak HTTP/2 (chosen by ALPN).",
+        upstreams(lambda u, labels: [(labels, sum(1 for c in u.connections if c.multiplexed))]),
+    )
+    registry.family(
         "chaingate_upstream_head_block",
         "gauge",
         "The head the upstream last reported to a probe (even when judged an outlier).",

@@ -1,13 +1,15 @@
 """One keep-alive HTTP/1.1 connection to an upstream node, shared by many client requests.
 
-Requests are pipelined: each ``submit`` writes its bytes at once (or queues them behind bytes
-the kernel has not taken yet) and returns a future; one reader task parses the responses, which
-HTTP/1.1 delivers in request order, and resolves the futures first-in first-out.
+Requests are pipelined: each ``submit`` frames its JSON-RPC body and writes the bytes at once
+(or queues them behind bytes the kernel has not taken yet) and returns a future; one reader
+task parses the responses, which HTTP/1.1 delivers in request order, and resolves the futures
+first-in first-out.
 
 The connection knows exactly which requests reached the wire: every request records the
-stream offset where its bytes start, and the connection counts the bytes handed to the kernel.
-When the connection breaks, a request whose first byte was never handed over fails with
-``sent=False`` (safe to send elsewhere, even a write); every other one fails with ``sent=True``.
+stream offset where its bytes start, and the connection counts the bytes handed to the kernel
+(``Wire``, shared with the HTTP/2 connection of h2connection.py).  When the connection breaks,
+a request whose first byte was never handed over fails with ``sent=False`` (safe to send
+elsewhere, even a write); every other one fails with ``sent=True``.
 """
 
 from __future__ import annotations
@@ -15,16 +17,21 @@ from __future__ import annotations
 import collections
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
 
 from chaingate import netio
-from chaingate.rpc.errors import BAD_RESPONSE, CONNECTION_LOST, UpstreamError
+from chaingate.rpc.errors import BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
 from chaingate.rpc.future import Future
+
+HTTP1, H2 = "http/1.1", "h2"  # ALPN protocol ids
 
 
 class Transport(Protocol):
+    protocol: str  # what ALPN chose: HTTP1 (also without TLS or without ALPN) or H2
+
     def try_send(self, data: bytes) -> int: ...
 
     async def send_all(self, data: bytes) -> None: ...
@@ -37,11 +44,12 @@ class Transport(Protocol):
 class PlainTransport:
     """A raw non-blocking socket: writes go straight to the kernel when it has room."""
 
-    __slots__ = ("_eager", "_sock")
+    __slots__ = ("_eager", "_sock", "protocol")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._eager = False
+        self.protocol = HTTP1
 
     def try_send(self, data: bytes) -> int:
         return netio.try_send(self._sock, data)
@@ -61,10 +69,11 @@ class PlainTransport:
 class TlsTransport:
     """TLS through ``trio.SSLStream``; every write goes through the connection's writer task."""
 
-    __slots__ = ("_stream",)
+    __slots__ = ("_stream", "protocol")
 
     def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
         self._stream = stream
+        self.protocol = stream.selected_alpn_protocol() or HTTP1
 
     def try_send(self, data: bytes) -> int:
         return 0
@@ -106,17 +115,18 @@ class Pending:
         self.deadline = deadline
 
 
-class UpstreamConnection:
-    """A pipelined connection; run ``run()`` in a nursery for as long as it lives."""
+class Wire:
+    """The sending half shared by both connection kinds: an output buffer, a writer task, and
+    the count of bytes handed to the transport (what makes ``sent`` exact).  A subclass reads
+    in ``_read_loop`` and fails its requests in ``abort``; ``run()`` runs both loops."""
 
-    def __init__(self, name: str, transport: Transport, parser: Any, http_error: type) -> None:
+    multiplexed = False  # answers come in request order (HTTP/1.1), not by stream
+
+    def __init__(self, name: str, transport: Transport) -> None:
         self.name = name
-        self.pending: collections.deque[Pending] = collections.deque()
         self.closed = False
         self.last_active = trio.current_time()
         self._transport = transport
-        self._parser = parser
-        self._http_error = http_error
         self._out = bytearray()
         self._writer_busy = False
         self._queued = 0  # bytes submitted so far (stream offset of the next request)
@@ -124,14 +134,75 @@ class UpstreamConnection:
         self._wake_writer = trio.Event()
         self._scope = trio.CancelScope()
 
-    def submit(self, data: bytes, deadline: float) -> Future[Any]:
-        """Queue one request; the future yields the parsed response or raises UpstreamError."""
+    def abort(self, kind: str, message: str) -> None:
+        raise NotImplementedError
+
+    async def _read_loop(self) -> None:
+        raise NotImplementedError
+
+    def _write(self, data: bytes) -> None:
+        """Queue bytes behind those already queued; the writer task sends them."""
+        self._queued += len(data)
+        self._out += data
+        if not self._writer_busy:
+            self._wake_writer.set()
+
+    async def run(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop)
+                    await self._read_loop()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.abort(CONNECTION_LOST, "connection closed")
+            self._transport.close()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake_writer.wait()
+                self._wake_writer = trio.Event()
+                while self._out:
+                    data = bytes(self._out)
+                    self._out.clear()
+                    # Counted as sent before the await: if the connection dies mid-write, any
+                    # of these bytes may have left, so their requests must not be resent.
+                    self._sent += len(data)
+                    self._writer_busy = True
+                    await self._transport.send_all(data)
+                    self._writer_busy = False
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.abort(CONNECTION_LOST, f"send failed: {exc.__class__.__name__}")
+
+
+class UpstreamConnection(Wire):
+    """A pipelined connection; run ``run()`` in a nursery for as long as it lives."""
+
+    def __init__(
+        self,
+        name: str,
+        transport: Transport,
+        parser: Any,
+        http_error: type,
+        frame: Callable[[bytes], bytes],
+    ) -> None:
+        super().__init__(name, transport)
+        self.pending: collections.deque[Pending] = collections.deque()
+        self._parser = parser
+        self._http_error = http_error
+        self._frame = frame
+
+    def submit(self, body: bytes, deadline: float) -> Future[Any]:
+        """Queue one JSON-RPC body; the future yields the parsed response or raises
+        UpstreamError."""
         future: Future[Any] = Future()
         if self.closed:
             future.set_exception(
                 UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name)
             )
             return future
+        data = self._frame(body)
         busy = bool(self.pending)
         self.pending.append(Pending(future, self._queued, deadline))
         self._queued += len(data)
@@ -168,16 +239,15 @@ class UpstreamConnection:
             )
         self._scope.cancel()
 
-    async def run(self) -> None:
-        try:
-            with self._scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write_loop)
-                    await self._read_loop()
-                    nursery.cancel_scope.cancel()
-        finally:
-            self.abort(CONNECTION_LOST, "connection closed")
-            self._transport.close()
+    def expire(self, now: float, idle_after: float) -> None:
+        """Abort on a head request past its deadline: HTTP/1.1 answers in order, so a stuck
+        head blocks the whole pipeline (retry-safe calls behind it move to another node).
+        Close when idle for ``idle_after`` seconds."""
+        if self.pending:
+            if self.pending[0].deadline <= now:
+                self.abort(TIMEOUT, "no answer before the deadline")
+        elif now - self.last_active > idle_after:
+            self.abort(TIMEOUT, "idle connection closed")
 
     async def _read_loop(self) -> None:
         parser = self._parser
@@ -210,20 +280,3 @@ class UpstreamConnection:
                     return
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.abort(CONNECTION_LOST, f"connection error: {exc.__class__.__name__}")
-
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self._wake_writer.wait()
-                self._wake_writer = trio.Event()
-                while self._out:
-                    data = bytes(self._out)
-                    self._out.clear()
-                    # Counted as sent before the await: if the connection dies mid-write, any
-                    # of these bytes may have left, so their requests must not be resent.
-                    self._sent += len(data)
-                    self._writer_busy = True
-                    await self._transport.send_all(data)
-                    self._writer_busy = False
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.abort(CONNECTION_LOST, f"send failed: {exc.__class__.__name__}")

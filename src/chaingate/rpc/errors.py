@@ -12,6 +12,9 @@ THROTTLED = "throttled"  # the node answered 429
 BAD_RESPONSE = "bad_response"  # the answer was not valid HTTP or JSON-RPC
 UNAVAILABLE = "unavailable"  # no upstream was left to try before the deadline
 HEAD_OUTLIER = "head_outlier"  # the upstream's head is beyond any plausible lead (probes)
+# The node refused the call unprocessed (HTTP/2: REFUSED_STREAM, or a stream above a GOAWAY's
+# last-stream-id): sent again, even a write, on another stream (pool.py, Upstream.send).
+REFUSED = "refused"
 
 INTERNAL_ERROR = -32603
 

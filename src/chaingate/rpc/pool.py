@@ -8,6 +8,9 @@ Retry rules (see docs/decisions.md):
 
 * a call that provably never left (connect failure, or its bytes were still queued when the
   connection broke) may always go to the next upstream — reads and writes alike;
+* a call an HTTP/2 node provably did not process (its stream refused with REFUSED_STREAM, or
+  above a GOAWAY's last-stream-id) is sent again to the same node on another stream, at most
+  ``MAX_REFUSALS`` times (``Upstream.send``), then to the next — reads and writes alike;
 * a node's 429 means it refused the call unexecuted, so it too may go elsewhere;
 * anything else (timeout, connection lost after sending, 5xx) is retried only for calls the
   method table marks retry-safe.  A write gets an "outcome unknown" error instead.
@@ -18,10 +21,16 @@ asks every upstream for its head each ``probe_interval``; ``HeadJudge`` (heads.p
 heads against each other and the follower — that measures head lag, decides the head finality
 is judged from, and is how a failed upstream is probed back in.  Every move in or out of
 rotation is logged once, with the pool, the upstream's name and the reason.
+
+Transport: an ``https://`` upstream offers HTTP/2 and HTTP/1.1 by ALPN (``http_version``
+forces one).  HTTP/2 is one multiplexed connection (h2connection.py) — another only when its
+streams are all in use, up to ``max_connections``; HTTP/1.1 is a few pipelined connections
+(connection.py).  Both give the same guarantees about what was sent.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -33,20 +42,23 @@ import trio
 
 from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
 from chaingate.impl import Impl
-from chaingate.rpc.connection import UpstreamConnection, open_transport
+from chaingate.rpc.connection import H2, HTTP1, UpstreamConnection, open_transport
 from chaingate.rpc.errors import (
     BAD_RESPONSE,
     CONNECT,
     HEAD_OUTLIER,
     HTTP_STATUS,
+    REFUSED,
     THROTTLED,
-    TIMEOUT,
     UNAVAILABLE,
     UpstreamError,
 )
 from chaingate.rpc.future import Future
+from chaingate.rpc.h2connection import Http2Connection
 from chaingate.rpc.heads import HeadJudge, Witness, witness_head
 from chaingate.rpc.hedging import Hedger
+
+Connection = UpstreamConnection | Http2Connection
 
 log = logging.getLogger("chaingate.upstream")
 
@@ -55,6 +67,9 @@ FAILOVER_STATUSES = frozenset({401, 403, 404, 408, 500, 502, 503, 504})
 MAX_THROTTLE_SECONDS = 30.0
 IDLE_CONNECTION_SECONDS = 60.0
 WATCHDOG_INTERVAL = 0.1
+MAX_REFUSALS = 2  # sends again of a call an HTTP/2 node refused unprocessed (per upstream)
+# ALPN offers by ``http_version``: HTTP/2 first where it may be chosen.
+ALPN = {"auto": [H2, HTTP1], "h2": [H2], "http1": [HTTP1]}
 
 UP, LAGGING, DOWN = 0, 1, 2
 
@@ -146,43 +161,75 @@ class Upstream:
             f"{name}: {value}\r\n".encode() for name, value in settings.headers.items()
         )
         self._impl = impl
-        self._nursery = pipeline_nursery
-        self._tls_context = (
-            ssl.create_default_context(cafile=settings.ca_file) if self.tls else None
+        self._frame = functools.partial(
+            impl.http1.build_request, self._path, self._host_header, self._headers
         )
-        self.connections: list[UpstreamConnection] = []
+        self._nursery = pipeline_nursery
+        self._tls_context: ssl.SSLContext | None = None
+        if self.tls:
+            self._tls_context = ssl.create_default_context(cafile=settings.ca_file)
+            self._tls_context.set_alpn_protocols(ALPN[settings.http_version])
+        self.connections: list[Connection] = []
         # Connections whose oldest request was abandoned to a hedge: nothing more is pipelined
         # behind that slow answer (HTTP/1.1 answers in order) until they drain.
-        self.stalled: set[UpstreamConnection] = set()
+        self.stalled: set[Connection] = set()
         self.closed = False
-        self._opening: Future[UpstreamConnection] | None = None
+        self._opening: Future[Connection] | None = None
         self.health = Health()
 
-    def frame(self, body: bytes) -> bytes:
-        build: Any = self._impl.http1.build_request
-        result: bytes = build(self._path, self._host_header, self._headers, body)
-        return result
+    async def send(
+        self,
+        body: bytes,
+        deadline: float,
+        *,
+        prefer_idle: bool = False,
+        using: list[tuple[Upstream, Connection]] | None = None,
+    ) -> Any:
+        """One JSON-RPC body to this node: its HTTP response, or UpstreamError.
 
-    async def acquire(self, *, prefer_idle: bool = False) -> UpstreamConnection:
+        A call the node refused unprocessed (HTTP/2) goes again on another stream — of a new
+        connection after a GOAWAY — at most MAX_REFUSALS times: not a failure of the node, and
+        safe for a write.  ``using`` collects the connections tried (for the hedger)."""
+        refusals = 0
+        while True:
+            conn = await self.acquire(prefer_idle=prefer_idle)
+            if using is not None:
+                using.append((self, conn))
+            try:
+                return await conn.submit(body, deadline).wait()
+            except UpstreamError as exc:
+                if exc.kind != REFUSED or refusals == MAX_REFUSALS:
+                    raise
+                refusals += 1
+                self.health.errors[REFUSED] = self.health.errors.get(REFUSED, 0) + 1
+
+    async def acquire(self, *, prefer_idle: bool = False) -> Connection:
         """A connection for one more request: fill the first with room, else open another.
 
         Filling one connection before the next keeps pipelines deep, which is what makes
-        the proxy cheap per request; ``prefer_idle`` (used for writes) looks for a connection
-        with nothing in flight, so a write never waits behind — or dies with — a slow read.
+        the proxy cheap per request; ``prefer_idle`` (used for writes) looks for an HTTP/1.1
+        connection with nothing in flight, so a write never waits behind — or dies with — a
+        slow read.  (HTTP/2 streams wait on nobody: a write shares the connection.)
         """
         settings = self.settings
         if self.closed:
             raise UpstreamError(UNAVAILABLE, "pool shut down", sent=False, upstream=self.name)
         while True:
-            least: UpstreamConnection | None = None
+            least: Connection | None = None
             for conn in self.connections:
-                if self.stalled and conn in self.stalled:
-                    if conn.pending:
-                        continue
-                    self.stalled.discard(conn)
                 in_flight = len(conn.pending)
-                if in_flight == 0 or (not prefer_idle and in_flight < settings.pipeline_depth):
-                    return conn
+                if isinstance(conn, Http2Connection):
+                    if conn.draining:
+                        continue
+                    if in_flight < conn.capacity:
+                        return conn
+                else:
+                    if self.stalled and conn in self.stalled:
+                        if in_flight:
+                            continue
+                        self.stalled.discard(conn)
+                    if in_flight == 0 or (not prefer_idle and in_flight < settings.pipeline_depth):
+                        return conn
                 if least is None or in_flight < len(least.pending):
                     least = conn
             if self._opening is not None:
@@ -194,10 +241,10 @@ class Upstream:
                 return least
             return await self._open()
 
-    async def _open(self) -> UpstreamConnection:
+    async def _open(self) -> Connection:
         # Tasks that need a connection while this one opens wait on ``opening`` and share
         # its outcome, so a dead node costs one connect attempt, not one per waiting call.
-        opening: Future[UpstreamConnection] = Future()
+        opening: Future[Connection] = Future()
         self._opening = opening
         try:
             try:
@@ -211,9 +258,7 @@ class Upstream:
                     sent=False,
                     upstream=self.name,
                 ) from None
-            http1: Any = self._impl.http1
-            parser = http1.ResponseParser(max_body=self.settings.max_response_bytes)
-            conn = UpstreamConnection(self.name, transport, parser, http1.HttpError)
+            conn = self._connection(transport)
             self.connections.append(conn)
             self._nursery.start_soon(self._run_connection, conn)
         except BaseException as exc:
@@ -228,7 +273,32 @@ class Upstream:
         opening.set_result(conn)
         return conn
 
-    async def _run_connection(self, conn: UpstreamConnection) -> None:
+    def _connection(self, transport: Any) -> Connection:
+        """The connection for what ALPN chose."""
+        http1: Any = self._impl.http1
+        if transport.protocol == H2:
+            return Http2Connection(
+                self.name,
+                transport,
+                authority=self._host_header,
+                path=self._path,
+                headers=[
+                    (name.lower().encode(), value.encode())
+                    for name, value in self.settings.headers.items()
+                ],
+                max_body=self.settings.max_response_bytes,
+                response_type=http1.Response,
+            )
+        if self.settings.http_version == "h2":
+            transport.close()
+            raise UpstreamError(
+                CONNECT, "the upstream did not agree to HTTP/2 (ALPN)", sent=False,
+                upstream=self.name,
+            )  # fmt: skip
+        parser = http1.ResponseParser(max_body=self.settings.max_response_bytes)
+        return UpstreamConnection(self.name, transport, parser, http1.HttpError, self._frame)
+
+    async def _run_connection(self, conn: Connection) -> None:
         try:
             await conn.run()
         finally:
@@ -237,15 +307,10 @@ class Upstream:
             self.stalled.discard(conn)
 
     def expire(self, now: float) -> None:
-        """Abort connections whose oldest request is past its deadline; close idle ones."""
+        """Fail requests past their deadline (each connection kind its way); close idle
+        connections."""
         for conn in list(self.connections):
-            if conn.pending:
-                if conn.pending[0].deadline <= now:
-                    # HTTP/1.1 answers in order: a stuck head blocks the whole pipeline, so
-                    # the connection goes; retry-safe calls behind it move to another node.
-                    conn.abort(TIMEOUT, "no answer before the deadline")
-            elif now - conn.last_active > IDLE_CONNECTION_SECONDS:
-                conn.abort(TIMEOUT, "idle connection closed")
+            conn.expire(now, IDLE_CONNECTION_SECONDS)
 
     def close(self) -> None:
         """The pool is shutting down: abort every connection and open no new one (its nursery
@@ -371,7 +436,7 @@ class UpstreamPool:
         hedge_won = False
         failures: list[UpstreamError] = []
         primary_done = trio.Event()
-        using: list[tuple[Upstream, UpstreamConnection]] = []
+        using: list[tuple[Upstream, Connection]] = []
 
         async def attempt(upstreams: list[Upstream], hedge: bool, scope: trio.CancelScope) -> None:
             nonlocal winner, hedge_won
@@ -413,7 +478,7 @@ class UpstreamPool:
             first.health.note_latency(elapsed)
             if using:
                 upstream, conn = using[-1]
-                if conn.pending and not conn.closed:
+                if conn.pending and not conn.closed and not conn.multiplexed:
                     upstream.stalled.add(conn)
             self._rerank()
         return winner
@@ -425,7 +490,7 @@ class UpstreamPool:
         deadline: float,
         parse: bool,
         order: list[Upstream],
-        using: list[tuple[Upstream, UpstreamConnection]] | None = None,
+        using: list[tuple[Upstream, Connection]] | None = None,
     ) -> tuple[Upstream, Any, Any]:
         batch = body[0] == 0x5B  # "["
         parsed: Any = None
@@ -436,10 +501,9 @@ class UpstreamPool:
                 break
             attempt_deadline = min(deadline, now + upstream.settings.timeout)
             try:
-                conn = await upstream.acquire(prefer_idle=not retry_safe)
-                if using is not None:
-                    using.append((upstream, conn))  # the hedger's: which pipeline it is in
-                response = await conn.submit(upstream.frame(body), attempt_deadline).wait()
+                response = await upstream.send(
+                    body, attempt_deadline, prefer_idle=not retry_safe, using=using
+                )
             except UpstreamError as exc:
                 self._failed(upstream, exc)
                 last = exc
@@ -560,8 +624,7 @@ class UpstreamPool:
         now = trio.current_time()
         deadline = now + min(upstream.settings.timeout, max(self._rpc.probe_interval * 2, 1.0))
         try:
-            conn = await upstream.acquire()
-            response = await conn.submit(upstream.frame(self._probe_body), deadline).wait()
+            response = await upstream.send(self._probe_body, deadline)
         except UpstreamError as exc:
             results[upstream.name] = (None, exc.kind, 0.0)
             return

@@ -92,8 +92,7 @@ async def upstream_call(
     if len(calls) == 1:
         body = body[1:-1]
     deadline = trio.current_time() + upstream.settings.timeout
-    conn = await upstream.acquire()
-    response = await conn.submit(upstream.frame(body), deadline).wait()
+    response = await upstream.send(body, deadline)
     try:
         replies = [_decode_one(response.body)] if len(calls) == 1 else _decode_many(response.body)
     except msgspec.DecodeError:
