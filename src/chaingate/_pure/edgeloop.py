@@ -309,7 +309,8 @@ class Loop:
                 body = self._error_body(status, request.message)
                 headers = self._note(conn, None, status, len(body)) + JSON
                 self._queue(
-                    conn, self._http1.build_response(status, self._date.line() + headers, body, False)
+                    conn,
+                    self._http1.build_response(status, self._date.line() + headers, body, False),
                 )
                 conn.after = DRAIN
                 break
@@ -359,7 +360,7 @@ class Loop:
         """Count and log an answer the loop gives itself (a framing error, a 503 when
         overloaded, a bug's 500) like every other; its ``X-Request-Id`` line."""
         lane = self._lane
-        request_id = lane.ids.take(request.request_id if request is not None else None)
+        request_id: bytes = lane.ids.take(request.request_id if request is not None else None)
         method = request.method if request is not None else b"-"
         path = lane.log_path(request.path) if request is not None else "-"
         lane.ledger.note(
