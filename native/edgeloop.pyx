@@ -83,9 +83,18 @@ cdef extern from "sys/socket.h" nogil:
     ssize_t send(int fd, const void *buf, size_t n, int flags)
     ssize_t sendmsg(int fd, const msghdr *msg, int flags)
     int shutdown(int fd, int how)
+    int setsockopt(int fd, int level, int name, const void *value, unsigned int length)
     enum:
         MSG_NOSIGNAL
         SHUT_WR
+
+cdef extern from "netinet/in.h" nogil:
+    enum: IPPROTO_TCP
+
+cdef extern from "netinet/tcp.h" nogil:
+    enum: TCP_QUICKACK
+
+cdef int ONE = 1
 
 cdef extern from "unistd.h" nogil:
     int close(int fd)
@@ -384,6 +393,8 @@ cdef class Loop:
                     if conn.state != READING:
                         conn.state = READING
                         conn.since = monotonic()
+                    # The rest of the request is on its way: ACK now (see the pure twin).
+                    setsockopt(conn.fd, IPPROTO_TCP, TCP_QUICKACK, &ONE, sizeof(int))
                 elif self.closing:
                     conn.after = CLOSE
                 elif conn.state != IDLE:

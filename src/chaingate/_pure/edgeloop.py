@@ -59,6 +59,13 @@ KEEP, CLOSE, DRAIN = 0, 1, 2
 _EPOLL_FLAGS = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
 
 
+def _quick_ack(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+    except OSError:
+        pass  # not TCP
+
+
 class Conn:
     """One client connection as the loop keeps it."""
 
@@ -294,6 +301,9 @@ class Loop:
                     if conn.state != READING:
                         conn.state = READING
                         conn.since = time.monotonic()
+                    # The rest of the request is on its way: ACK now, or a client that sends
+                    # its head and body apart without TCP_NODELAY waits our delayed ACK.
+                    _quick_ack(conn.sock)
                 elif self.closing:
                     conn.after = CLOSE
                 elif conn.state != IDLE:

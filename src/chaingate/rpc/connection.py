@@ -60,6 +60,7 @@ class PlainTransport:
     async def receive(self) -> bytes:
         data = await netio.recv_next(self._sock, self._eager)
         self._eager = len(data) == netio.RECV_SIZE
+        netio.quick_ack(self._sock)
         return data
 
     def close(self) -> None:
@@ -82,7 +83,9 @@ class TlsTransport:
         await self._stream.send_all(data)
 
     async def receive(self) -> bytes:
-        return bytes(await self._stream.receive_some(netio.RECV_SIZE))
+        data = bytes(await self._stream.receive_some(netio.RECV_SIZE))
+        netio.quick_ack(self._stream.transport_stream.socket)  # type: ignore[arg-type]
+        return data
 
     def close(self) -> None:
         self._stream.transport_stream.socket.close()
