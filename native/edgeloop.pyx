@@ -56,6 +56,7 @@ cdef extern from "sys/epoll.h" nogil:
         EPOLLERR
         EPOLLHUP
         EPOLL_CTL_ADD
+        EPOLL_CTL_MOD
         EPOLL_CTL_DEL
         EPOLL_CLOEXEC
 
@@ -108,6 +109,7 @@ cdef extern from "time.h" nogil:
         long tv_nsec
     int clock_gettime(int clk_id, timespec *tp)
     enum: CLOCK_MONOTONIC
+    enum: CLOCK_REALTIME
 
 
 cdef inline double monotonic() noexcept:
@@ -133,7 +135,9 @@ cdef enum:
     CLOSE = 1
     DRAIN = 2
 
-cdef unsigned int EPOLL_FLAGS = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET
+# Writability is watched only once an answer did not fit in the kernel (see the pure twin).
+cdef unsigned int EPOLL_FLAGS = EPOLLIN | EPOLLRDHUP | EPOLLET
+cdef unsigned int EPOLL_WRITING = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET
 
 
 cdef class Conn:
@@ -154,6 +158,7 @@ cdef class Conn:
     cdef public bint ready
     cdef public int after
     cdef Py_ssize_t drained
+    cdef bint watching
 
 
 cdef class Loop:
@@ -185,6 +190,8 @@ cdef class Loop:
     cdef public long long overloaded
     cdef public dict framing_errors
     cdef char _buffer[RECV_SIZE]
+    cdef long long _date_second
+    cdef bytes _date_bytes
 
     def __init__(self, http1, lane, *, tuple limits, Py_ssize_t max_unsent_bytes,
                  int max_auth_failures, Py_ssize_t compress_min, budget, date, error_body,
@@ -202,6 +209,8 @@ cdef class Loop:
         self._compress_min = compress_min
         self._budget = budget
         self._date = date
+        self._date_second = -1
+        self._date_bytes = b""
         self._error_body = error_body
         self._handoff = handoff
         self._encode = encode
@@ -236,6 +245,15 @@ cdef class Loop:
             close(self._wake)
             self._epfd = -1
 
+    cdef inline bytes _date_line(self):
+        """The Date header line, formatted by ``date`` once per second."""
+        cdef timespec ts
+        clock_gettime(CLOCK_REALTIME, &ts)
+        if ts.tv_sec != self._date_second:
+            self._date_second = ts.tv_sec
+            self._date_bytes = self._date.line()
+        return self._date_bytes
+
     cdef void _schedule(self, Conn conn) except *:
         cdef unsigned long long one = 1
         if not self._again and not self._polling:
@@ -263,6 +281,7 @@ cdef class Loop:
         conn.ready = False
         conn.after = KEEP
         conn.drained = 0
+        conn.watching = False
         self.conns[conn.fd] = conn
         memset(&event, 0, sizeof(event))
         event.events = EPOLL_FLAGS
@@ -294,7 +313,7 @@ cdef class Loop:
             return
         body = self._error_body(status, message)
         headers = self._note(conn, None, status, len(body)) + JSON
-        cdef bytes response = self._build_response(status, self._date.line() + headers, body, False)
+        cdef bytes response = self._build_response(status, self._date_line() + headers, body, False)
         send(conn.fd, PyBytes_AS_STRING(response), PyBytes_GET_SIZE(response), MSG_NOSIGNAL)
         self.close(conn)
 
@@ -409,7 +428,7 @@ cdef class Loop:
                     break
                 body = self._error_body(status, request.message)
                 headers = self._note(conn, None, status, len(body)) + JSON
-                self._queue(conn, self._build_response(status, self._date.line() + headers, body, False))
+                self._queue(conn, self._build_response(status, self._date_line() + headers, body, False))
                 conn.after = DRAIN
                 break
             conn.request = request
@@ -508,7 +527,7 @@ cdef class Loop:
         cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
         cdef bint has_content = size > 0 and status >= 200 and status != 204 and status != 304
         cdef bytes response
-        headers = self._date.line() + headers
+        headers = self._date_line() + headers
         if has_content and size >= LARGE_BODY:
             self._queue(conn, self._build_response_head(status, headers, size, keep_alive, http10))
             if request.method != b"HEAD":
@@ -556,10 +575,17 @@ cdef class Loop:
         return sent
 
     cdef void _flush(self, Conn conn) except *:
+        cdef epoll_event event
         if conn.out:
             if self._send_out(conn) < 0:
                 return
             if conn.out:
+                if not conn.watching:
+                    conn.watching = True
+                    memset(&event, 0, sizeof(event))
+                    event.events = EPOLL_WRITING
+                    event.data.fd = conn.fd
+                    epoll_ctl(self._epfd, EPOLL_CTL_MOD, conn.fd, &event)
                 if conn.state != WRITING and conn.state != BUSY:
                     conn.state = WRITING
                     conn.since = monotonic()

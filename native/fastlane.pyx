@@ -660,21 +660,72 @@ cdef class Ledger:
             self._second_text = _time.strftime(
                 "%Y-%m-%dT%H:%M:%S", _time.gmtime(second)
             ).encode()
+        # Each text field JSON-encoded once per distinct value (peers, paths, labels repeat);
+        # request_id is the client's (checked: letters, digits, . _ : -) or ours: never escaped.
+        cdef bytes ts = self._second_text
         cdef bytes peer_json = self._encoded(peer)
-        cdef bytes path_json = self._encoded(path)
         cdef bytes method_json = self._encoded(method.decode("latin-1"))
+        cdef bytes path_json = self._encoded(path)
         cdef bytes label_json = self._encoded(label) if label else b""
         cdef long long duration = <long long>(elapsed * 1000000)
-        # request_id: the client's (checked: letters, digits, . _ : -) or ours, never escaped.
-        cdef bytes line = b'{"ts":"%s.%03dZ","level":"info","msg":"request","request_id":"%s",' \
-            b'"peer":%s,"method":%s,"path":%s,"status":%d,"duration_us":%d,"bytes":%d' % (
-                self._second_text, millis, request_id, peer_json, method_json, path_json,
-                status, duration, size)
+        cdef Py_ssize_t n = (
+            LINE_FIXED + PyBytes_GET_SIZE(ts) + PyBytes_GET_SIZE(request_id)
+            + PyBytes_GET_SIZE(peer_json) + PyBytes_GET_SIZE(method_json)
+            + PyBytes_GET_SIZE(path_json)
+            + int_width(status) + int_width(duration) + int_width(size)
+        )
         if label:
-            line += b',"rpc":' + label_json
+            n += 7 + PyBytes_GET_SIZE(label_json)
         if cache:
-            line += b',"cache":"' + cache + b'"'
-        self._write_line(line + b"}\n")
+            n += 11 + PyBytes_GET_SIZE(cache)
+        cdef bytes line = PyBytes_FromStringAndSize(NULL, n)
+        cdef char* q = PyBytes_AS_STRING(line)
+        q = _put(q, b'{"ts":"', 7)
+        q = _put_bytes(q, ts)
+        q[0] = 46  # "."
+        q[1] = 48 + millis // 100
+        q[2] = 48 + (millis // 10) % 10
+        q[3] = 48 + millis % 10
+        q += 4
+        q = _put(q, b'Z","level":"info","msg":"request","request_id":"', 48)
+        q = _put_bytes(q, request_id)
+        q = _put(q, b'","peer":', 9)
+        q = _put_bytes(q, peer_json)
+        q = _put(q, b',"method":', 10)
+        q = _put_bytes(q, method_json)
+        q = _put(q, b',"path":', 8)
+        q = _put_bytes(q, path_json)
+        q = _put(q, b',"status":', 10)
+        q += write_int(q, status)
+        q = _put(q, b',"duration_us":', 15)
+        q += write_int(q, duration)
+        q = _put(q, b',"bytes":', 9)
+        q += write_int(q, size)
+        if label:
+            q = _put(q, b',"rpc":', 7)
+            q = _put_bytes(q, label_json)
+        if cache:
+            q = _put(q, b',"cache":"', 10)
+            q = _put_bytes(q, cache)
+            q[0] = 34
+            q += 1
+        q = _put(q, b"}\n", 2)
+        self._write_line(line)
+
+
+# Bytes of an access-log line besides its fields: the names, quotes, commas, braces, ".mmm".
+cdef Py_ssize_t LINE_FIXED = 7 + 4 + 48 + 9 + 10 + 8 + 10 + 15 + 9 + 2
+
+
+cdef inline char* _put(char* q, const char* text, Py_ssize_t n) noexcept:
+    memcpy(q, text, n)
+    return q + n
+
+
+cdef inline char* _put_bytes(char* q, bytes data) noexcept:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    memcpy(q, PyBytes_AS_STRING(data), n)
+    return q + n
 
 
 cdef class Pending:

@@ -56,7 +56,10 @@ _OVERLOADED_HEADERS = JSON + b"Retry-After: 1\r\n"
 # What to do once an answer has been written.
 KEEP, CLOSE, DRAIN = 0, 1, 2
 
-_EPOLL_FLAGS = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
+# Writability is watched only once an answer did not fit in the kernel: on loopback every send
+# is acknowledged at once, and an EPOLLOUT edge per answer would be a wake-up per answer.
+_EPOLL_FLAGS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+_EPOLL_WRITING = _EPOLL_FLAGS | select.EPOLLOUT
 
 
 def _quick_ack(sock: socket.socket) -> None:
@@ -86,6 +89,7 @@ class Conn:
         "sock",
         "state",
         "unsent",
+        "watching",
     )
 
     def __init__(self, sock: socket.socket, peer: str, group: str, parser: Any, now: float) -> None:
@@ -105,6 +109,7 @@ class Conn:
         self.ready = False  # input may be waiting in the kernel (unread)
         self.after = KEEP
         self.drained = 0  # input discarded while lingering
+        self.watching = False  # writability registered (an answer waited for the kernel)
 
 
 class Loop:
@@ -466,6 +471,9 @@ class Loop:
                 return
             self._sent(conn, sent)
             if conn.out:
+                if not conn.watching:
+                    conn.watching = True
+                    self._epoll.modify(conn.fd, _EPOLL_WRITING)
                 # The rest waits for the kernel (EPOLLOUT).  A connection busy with its next
                 # request stays busy; the answer it is waiting for queues behind.
                 if conn.state != WRITING and conn.state != BUSY:
