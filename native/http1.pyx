@@ -7,6 +7,7 @@ only in how it gets there: it walks the buffer with C pointers and builds the he
 request lazily, because the RPC hot path never looks at it.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memchr, memcmp, memcpy
 
@@ -123,6 +124,7 @@ cdef bytes _lower(const unsigned char* p, Py_ssize_t n):
     return out
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class HttpError:
     """A framing failure: the peer gets ``status`` (server side) and the connection closes."""
 
@@ -137,6 +139,7 @@ cdef class HttpError:
         return f"HttpError({self.status}, {self.message!r})"
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Request:
     """One complete client request.  Header names are lower-cased; values are OWS-stripped."""
 
@@ -171,6 +174,7 @@ cdef class Request:
         self._headers = value
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Response:
     """One complete upstream response."""
 
@@ -203,6 +207,7 @@ cdef list _collect_headers(bytes block):
     return out
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class _Head:
     cdef Py_ssize_t content_length
     cdef object transfer_encoding

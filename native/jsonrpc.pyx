@@ -9,6 +9,7 @@ objects, and replies are assembled with a single allocation.
 
 import json
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp, memcpy
@@ -81,6 +82,7 @@ cdef void _init():
 _init()
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Call:
     cdef public object id
     cdef public object method
@@ -96,6 +98,7 @@ cdef class Call:
         self.message = message
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedRequest:
     cdef public bint batch
     cdef public list calls
@@ -109,6 +112,7 @@ cdef class ParsedRequest:
         self.message = message
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Reply:
     cdef public object id
     cdef public object result
@@ -120,6 +124,7 @@ cdef class Reply:
         self.error = error
 
 
+@cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedResponse:
     cdef public bint batch
     cdef public list replies

@@ -10,6 +10,7 @@ hooks, and only then is everything else cancelled.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 from pathlib import Path
@@ -361,6 +362,10 @@ class Gateway:
                     }
                 },
             )
+            # Everything built at start-up lives as long as the process: out of the collector's
+            # way, so that a full collection walks only what requests leave behind (it took
+            # ~20 ms, a stall for every connection, before).
+            gc.freeze()
             task_status.started(port)
             await self._shutdown.wait()
             log.info("shutting down: draining connections")
