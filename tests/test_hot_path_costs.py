@@ -22,17 +22,16 @@ from tests.conftest import IN_CI
 ROOT = Path(__file__).resolve().parents[1]
 
 # (Python calls, system calls) per request.  Measured when set (2026-11-26): chainid 56 / 5.1,
-# chainid-pipelined 9 / 0.57, block 270 / 12.0, batch 371 / 12.0 (an upstream read costs one
-# setsockopt more since it asks for a quick ACK: netio.quick_ack says why).  The edge before the native
+# chainid-pipelined 7 / 0.56, block 177 / 10.1, batch 264 / 10.0.  The edge before the native
 # loop, measured the same way: 119 / 4.1, 64 / 1.4, 283 / 9.1, 751 / 9.1.  (One request at a
 # time on one connection, the loop pays one more epoll_wait and trio's re-arming of it per
-# turn; answers that wait together leave in one send.  A proxied call still costs trio several
-# turns: see rpc/service.py, send_flights.)
+# turn; answers that wait together leave in one send.  An upstream read asks for a quick ACK,
+# one setsockopt: see netio.quick_ack.)
 BUDGETS = {
-    "chainid": (70, 5.6),
-    "chainid-pipelined": (15, 0.8),
-    "block": (310, 13.0),
-    "batch": (420, 13.0),
+    "chainid": (65, 5.6),
+    "chainid-pipelined": (10, 0.7),
+    "block": (200, 11.0),
+    "batch": (300, 11.0),
 }
 
 

@@ -35,6 +35,7 @@ import logging
 import math
 import re
 import ssl
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -202,6 +203,23 @@ class Upstream:
                     raise
                 refusals += 1
                 self.health.errors[REFUSED] = self.health.errors.get(REFUSED, 0) + 1
+
+    def ready(self, *, prefer_idle: bool = False) -> UpstreamConnection | None:
+        """An open HTTP/1.1 connection with room for one more request right now, as
+        ``acquire`` would choose it; None when it would have to wait (open one, an HTTP/2
+        connection's refusals to retry): then ``acquire``'s path is taken."""
+        if self.closed:
+            return None
+        depth = self.settings.pipeline_depth
+        for conn in self.connections:
+            if not isinstance(conn, UpstreamConnection) or conn.closed:
+                return None
+            if self.stalled and conn in self.stalled:
+                continue
+            in_flight = len(conn.pending)
+            if in_flight == 0 or (not prefer_idle and in_flight < depth):
+                return conn
+        return None
 
     async def acquire(self, *, prefer_idle: bool = False) -> Connection:
         """A connection for one more request: fill the first with room, else open another.
@@ -411,6 +429,97 @@ class UpstreamPool:
             return await self._exchange(body, retry_safe, deadline, True, order)
         return await self._hedged(body, deadline, order, self.hedger)
 
+    def submit(
+        self, body: bytes, *, retry_safe: bool, deadline: float, done: Callable[[Any], None]
+    ) -> None:
+        """``request_parsed`` for a caller that would rather be called back than wait:
+        ``done`` gets ``(upstream, response, parsed)`` or the ``UpstreamError``, exactly once.
+
+        When the first upstream has an HTTP/1.1 connection with room, the request goes on it
+        at once and its answer is judged where it is read (the connection's reader): no task.
+        Anything that must wait — a connection to open, another upstream to try after a
+        failure, a hedge — continues in a task, by ``request_parsed``'s own rules."""
+        order = self._ranked
+        if order and (self.hedger is None or not retry_safe or len(order) < 2):
+            upstream = order[0]
+            conn = upstream.ready(prefer_idle=not retry_safe)
+            started = trio.current_time()
+            if conn is not None and started < deadline:
+                attempt_deadline = min(deadline, started + upstream.settings.timeout)
+                conn.submit(body, attempt_deadline).add_done_callback(
+                    functools.partial(
+                        self._first_attempt, upstream, started, body, retry_safe, deadline, done
+                    )
+                )
+                return
+        self._continue(body, retry_safe, deadline, done, None, None)
+
+    def _first_attempt(
+        self,
+        upstream: Upstream,
+        started: float,
+        body: bytes,
+        retry_safe: bool,
+        deadline: float,
+        done: Callable[[Any], None],
+        answered: Future[Any],
+    ) -> None:
+        try:
+            response = answered.result()
+        except UpstreamError as exc:
+            self._failed(upstream, exc)
+            failure = exc
+        else:
+            try:
+                parsed = self._judge(upstream, response, body, True, started)
+            except UpstreamError as exc:
+                failure = exc
+            else:
+                done((upstream, response, parsed))
+                return
+        if failure.sent and not retry_safe:
+            done(failure)
+            return
+        rest = [other for other in self._ranked if other is not upstream]
+        self._continue(body, retry_safe, deadline, done, failure, rest)
+
+    def _continue(
+        self,
+        body: bytes,
+        retry_safe: bool,
+        deadline: float,
+        done: Callable[[Any], None],
+        last: UpstreamError | None,
+        order: list[Upstream] | None,
+    ) -> None:
+        if self._nursery is None:
+            done(last or UpstreamError(UNAVAILABLE, "the pool is not running", sent=False))
+            return
+        self._nursery.start_soon(self._finish, body, retry_safe, deadline, done, last, order)
+
+    async def _finish(
+        self,
+        body: bytes,
+        retry_safe: bool,
+        deadline: float,
+        done: Callable[[Any], None],
+        last: UpstreamError | None,
+        order: list[Upstream] | None,
+    ) -> None:
+        # If this task is cancelled (shutdown), the call may have left: say so.
+        outcome: Any = UpstreamError(UNAVAILABLE, "request cancelled", sent=True)
+        try:
+            if order is None:
+                outcome = await self.request_parsed(body, retry_safe=retry_safe, deadline=deadline)
+            elif order:
+                outcome = await self._exchange(body, retry_safe, deadline, True, order)
+            else:
+                outcome = last
+        except UpstreamError as exc:
+            outcome = exc
+        finally:
+            done(outcome)
+
     def _order(self, prefer: str) -> list[Upstream]:
         first = self._by_name.get(prefer)
         if first is None:
@@ -492,8 +601,6 @@ class UpstreamPool:
         order: list[Upstream],
         using: list[tuple[Upstream, Connection]] | None = None,
     ) -> tuple[Upstream, Any, Any]:
-        batch = body[0] == 0x5B  # "["
-        parsed: Any = None
         last: UpstreamError | None = None
         for upstream in order:
             now = trio.current_time()
@@ -510,62 +617,77 @@ class UpstreamPool:
                 if exc.sent and not retry_safe:
                     raise
                 continue
-            status = response.status
-            if status == 429:
-                self._throttled(upstream, response.retry_after)
-                last = UpstreamError(
-                    THROTTLED,
-                    "upstream rate limit (HTTP 429)",
-                    sent=False,
-                    upstream=upstream.name,
-                    status=429,
-                )
+            try:
+                parsed = self._judge(upstream, response, body, parse, now)
+            except UpstreamError as exc:
+                last = exc
+                if exc.sent and not retry_safe:
+                    raise
                 continue
-            if status in FAILOVER_STATUSES:
-                refused = UpstreamError(
-                    HTTP_STATUS,
-                    f"upstream answered HTTP {status}",
-                    sent=True,
-                    upstream=upstream.name,
-                    status=status,
-                )
-                self._failed(upstream, refused)
-                last = refused
-                if not retry_safe:
-                    raise refused
-                continue
-            if parse:
-                parsed = self._parse_response(response.body)
-                # The usual case inline (the proxy's hot path); the rest in _is_answer.
-                if parsed is not None and (
-                    parsed.batch if batch else not parsed.batch and parsed.replies[0].result
-                ):
-                    answer = True
-                else:
-                    answer = _is_answer(parsed, batch)
-            else:
-                answer = _looks_like_json(response.body)
-            if not answer:
-                bad = UpstreamError(
-                    BAD_RESPONSE,
-                    f"upstream {upstream.name} answered HTTP {status} with no valid JSON-RPC",
-                    sent=True,
-                    upstream=upstream.name,
-                    status=status,
-                )
-                self._failed(upstream, bad)
-                last = bad
-                if not retry_safe:
-                    raise bad
-                continue
-            latency = trio.current_time() - now
-            upstream.health.record_success(latency)
-            if self.hedger is not None:
-                self.hedger.observe(upstream.name, latency)
             return upstream, response, parsed
         raise last or UpstreamError(
             UNAVAILABLE, "no upstream answered before the deadline", sent=False
         )
+
+    def _judge(
+        self,
+        upstream: Upstream,
+        response: Any,
+        body: bytes,
+        parse: bool,
+        started: float,
+    ) -> Any:
+        """One attempt's HTTP answer judged: its JSON-RPC framing (``parse``) when it is an
+        answer, counted a success; else an UpstreamError (throttled, a status to fail over
+        on, not JSON-RPC), counted against the upstream."""
+        status = response.status
+        if status == 429:
+            self._throttled(upstream, response.retry_after)
+            raise UpstreamError(
+                THROTTLED,
+                "upstream rate limit (HTTP 429)",
+                sent=False,
+                upstream=upstream.name,
+                status=429,
+            )
+        if status in FAILOVER_STATUSES:
+            refused = UpstreamError(
+                HTTP_STATUS,
+                f"upstream answered HTTP {status}",
+                sent=True,
+                upstream=upstream.name,
+                status=status,
+            )
+            self._failed(upstream, refused)
+            raise refused
+        parsed: Any = None
+        if parse:
+            parsed = self._parse_response(response.body)
+            batch = body[0] == 0x5B  # "["
+            # The usual case inline (the proxy's hot path); the rest in _is_answer.
+            if parsed is not None and (
+                parsed.batch if batch else not parsed.batch and parsed.replies[0].result
+            ):
+                answer = True
+            else:
+                answer = _is_answer(parsed, batch)
+        else:
+            answer = _looks_like_json(response.body)
+        if not answer:
+            bad = UpstreamError(
+                BAD_RESPONSE,
+                f"upstream {upstream.name} answered HTTP {status} with no valid JSON-RPC",
+                sent=True,
+                upstream=upstream.name,
+                status=status,
+            )
+            self._failed(upstream, bad)
+            raise bad
+        latency = trio.current_time() - started
+        upstream.health.record_success(latency)
+        if self.hedger is not None:
+            self.hedger.observe(upstream.name, latency)
+        return parsed
 
     def _failed(self, upstream: Upstream, exc: UpstreamError) -> None:
         self._failure(upstream, exc.kind)

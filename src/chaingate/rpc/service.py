@@ -16,6 +16,7 @@ becomes error -32005, and a batch over it stops waiting for the reads still in f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -203,7 +204,6 @@ class RpcService:
         self.stats = self.route.stats
         self._invalid = self.route.invalid
         self._unknown = self.route.unknown
-        self._flights: trio.Nursery | None = None
         if settings.family == "solana":
             probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
             parse_head = parse_solana_head
@@ -213,10 +213,7 @@ class RpcService:
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._flights = nursery
-            await nursery.start(self.pool.run)
-            task_status.started()
+        await self.pool.run(task_status=task_status)
 
     @property
     def coalesced(self) -> int:
@@ -580,57 +577,45 @@ class RpcService:
         return outcome
 
     def _dispatch(self, flights: list[Any]) -> None:
-        """The fast lane opened ``flights``: send them upstream as one group."""
-        if self._flights is None:
-            # Not running (a service without its task): nothing can be sent.
-            for flight in flights:
-                self.route.land(flight, *_CANCELLED)
-            return
-        self._flights.start_soon(self.send_flights, flights)
-
-    async def send_flights(self, flights: list[Any]) -> None:
-        """One upstream request for a group of flights (a batch unless it is one call), and
-        each flight landed with its own outcome — every flight lands, whatever happens."""
-        route = self.route
+        """The fast lane opened ``flights``: one upstream request for all of them (a batch
+        unless it is one call); ``_land`` lands each with its own outcome."""
         jsonrpc = self._jsonrpc
-        by_id: dict[int, Any] = {}
+        request_id = self._next_id
+        self._next_id += len(flights)
+        if len(flights) == 1:
+            flight = flights[0]
+            body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
+        else:
+            body = jsonrpc.join_batch(
+                [
+                    jsonrpc.upstream_request(request_id + offset, flight.method, flight.params)
+                    for offset, flight in enumerate(flights)
+                ]
+            )
+        self.pool.submit(
+            body,
+            retry_safe=flights[0].spec.retry,
+            deadline=trio.current_time() + self._timeout,
+            done=functools.partial(self._land, flights, request_id),
+        )
+
+    def _land(self, flights: list[Any], first_id: int, outcome: Any) -> None:
+        """Every flight of a group landed with its own outcome, whatever happens."""
+        route = self.route
         try:
-            request_id = self._next_id
-            self._next_id += len(flights)
-            retry_safe = flights[0].spec.retry
-            deadline = trio.current_time() + self._timeout
-            if len(flights) == 1:
-                flight = flights[0]
-                body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
-            else:
-                parts = []
-                for offset, flight in enumerate(flights):
-                    parts.append(
-                        jsonrpc.upstream_request(request_id + offset, flight.method, flight.params)
-                    )
-                body = jsonrpc.join_batch(parts)
-            by_id = {request_id + offset: flight for offset, flight in enumerate(flights)}
-            try:
-                upstream, response, parsed = await self.pool.request_parsed(
-                    body, retry_safe=retry_safe, deadline=deadline
-                )
-            except UpstreamError as exc:
-                failure = client_error(exc, write=any(flight.spec.write for flight in flights))
+            if isinstance(outcome, UpstreamError):
+                failure = client_error(outcome, write=any(flight.spec.write for flight in flights))
                 for flight in flights:
                     route.land(flight, None, failure)
                 return
+            upstream, response, parsed = outcome
             if len(flights) == 1:
                 # The pool checked the framing: one reply, with a result or an error object.
                 flight = flights[0]
-                by_id.clear()
                 result, error = self._outcome(
-                    parsed.replies[0],
-                    flight.spec.spec,
-                    flight.tag,
-                    flight.key,
-                    upstream.name,
+                    parsed.replies[0], flight.spec.spec, flight.tag, flight.key, upstream.name,
                     response.status,
-                )
+                )  # fmt: skip
                 route.land(flight, result, error)
                 return
             if not parsed.batch:
@@ -639,6 +624,7 @@ class RpcService:
                 for flight in flights:
                     route.land(flight, None, parsed.replies[0].error)
                 return
+            by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
             for reply in parsed.replies:
                 flight = by_id.pop(_int_id(reply.id), None)
                 if flight is None:
