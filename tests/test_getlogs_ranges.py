@@ -20,7 +20,6 @@ import msgspec
 import pytest
 import trio
 
-from chaingate.auth.plans import Limits
 from chaingate.config import LogRangeSettings
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.rpc.logranges import LogRanges, Split
@@ -172,13 +171,13 @@ async def test_over_the_ceiling_is_the_documented_error(
 
 def test_plan_lowers_the_network_limit_never_raises_it() -> None:
     ranges = LogRanges(LogRangeSettings(max_block_range=10_000, upstream_block_range=1_000))
-    assert ranges.limit(None) == (10_000, "logs.max_block_range")
-    assert ranges.limit(Limits(logs_max_block_range=2_000)) == (
+    assert ranges.limit(0) == (10_000, "logs.max_block_range")
+    assert ranges.limit(2_000) == (
         2_000,
         "logs_max_block_range (plan)",
     )
-    assert ranges.limit(Limits(logs_max_block_range=50_000)) == (10_000, "logs.max_block_range")
-    plan_limit = ranges.limit(Limits(logs_max_block_range=2_000))
+    assert ranges.limit(50_000) == (10_000, "logs.max_block_range")
+    plan_limit = ranges.limit(2_000)
     refused = ranges.plan(b'[{"fromBlock":"0x0","toBlock":"0xbb8"}]', 5_000, plan_limit)
     assert isinstance(refused, bytes)
     error = msgspec.json.decode(refused)
@@ -192,11 +191,11 @@ def test_plan_lowers_the_network_limit_never_raises_it() -> None:
         b'[{"fromBlock":"0x10","toBlock":"0x1"}]',
         b"[]",
     ):
-        assert ranges.plan(params, head, ranges.limit(None)) is None, params
+        assert ranges.plan(params, head, ranges.limit(0)) is None, params
     # "latest" is the head: 0..latest at head 5,000 is 5,001 blocks, split.
-    assert isinstance(ranges.plan(b'[{"fromBlock":"0x0"}]', head, ranges.limit(None)), Split)
+    assert isinstance(ranges.plan(b'[{"fromBlock":"0x0"}]', head, ranges.limit(0)), Split)
     # No head known yet: decided after asking a node.
-    assert isinstance(ranges.plan(b'[{"fromBlock":"0x0"}]', None, ranges.limit(None)), Split)
+    assert isinstance(ranges.plan(b'[{"fromBlock":"0x0"}]', None, ranges.limit(0)), Split)
 
 
 async def test_parts_a_node_refuses_are_halved_and_merged_in_order() -> None:
@@ -217,9 +216,9 @@ async def test_parts_a_node_refuses_are_halved_and_merged_in_order() -> None:
         logs = [{"blockNumber": hex(n)} for n in range(first, last + 1) if n % 100 == 0]
         return msgspec.json.encode(logs), None
 
-    split = ranges.plan(b'[{"fromBlock":"0x1","toBlock":"0x1388"}]', 5_000, ranges.limit(None))
+    split = ranges.plan(b'[{"fromBlock":"0x1","toBlock":"0x1388"}]', 5_000, ranges.limit(0))
     assert isinstance(split, Split)
-    result, error = await ranges.fetch(split, stub, ranges.limit(None), 1 << 20, b"{}")
+    result, error = await ranges.fetch(split, stub, ranges.limit(0), 1 << 20, b"{}")
     assert error is None and result is not None
     numbers = [int(entry["blockNumber"], 16) for entry in msgspec.json.decode(result)]
     assert numbers == list(range(100, 5_001, 100))
@@ -233,7 +232,7 @@ async def test_parts_a_node_refuses_are_halved_and_merged_in_order() -> None:
             return b'"0x1388"', None
         return None, b'{"code":-32602,"message":"invalid address"}'
 
-    result, error = await ranges.fetch(split, bad_filter, ranges.limit(None), 1 << 20, b"{}")
+    result, error = await ranges.fetch(split, bad_filter, ranges.limit(0), 1 << 20, b"{}")
     assert result is None and error == b'{"code":-32602,"message":"invalid address"}'
     # Over the answer bound: the caller's error.
 
@@ -242,7 +241,7 @@ async def test_parts_a_node_refuses_are_halved_and_merged_in_order() -> None:
             return b'"0x1388"', None
         return b'["' + b"x" * 1000 + b'"]', None
 
-    result, error = await ranges.fetch(split, big, ranges.limit(None), 3000, b'{"too":"large"}')
+    result, error = await ranges.fetch(split, big, ranges.limit(0), 3000, b'{"too":"large"}')
     assert result is None and error == b'{"too":"large"}'
 
 

@@ -100,7 +100,7 @@ class Gateway:
                     methods,
                     self.impl,
                     self.gate,
-                    limits_of=self.keys.limits_of if self.keys is not None else None,
+                    logs_range_of=self._logs_range_of if self.keys is not None else None,
                 )
         # Chaingate's own calls to each EVM network, and its chain follower.
         self.clients: dict[str, ChainClient] = {}
@@ -278,6 +278,12 @@ class Gateway:
             wallets=self.wallets,
             webhooks=self.webhooks,
         )
+
+    def _logs_range_of(self, principal: Any) -> int:
+        """The widest eth_getLogs range a caller's plan allows (0: the network's limit)."""
+        assert self.keys is not None
+        limits = self.keys.limits_of(principal)
+        return limits.logs_max_block_range if limits is not None else 0
 
     def _key_gate(self, settings: Settings) -> KeyGate:
         if not settings.auth.pepper:

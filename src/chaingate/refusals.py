@@ -1,4 +1,9 @@
-"""Refusals on JSON-RPC paths, as JSON-RPC: what HTTP says with a status, the body says too.
+"""Refusals: why a request is refused (``Rejection``), and how a JSON-RPC path says it.
+
+Every layer that refuses — the key gate, the proxy's allowlist check, the edge — speaks
+``Rejection``; it lives here, below all of them, so that the proxy need not know the gate.
+
+On JSON-RPC paths a refusal is JSON-RPC, as HTTP says it with a status, the body says it too.
 
 A 401, 403 or 429 on ``/v1/rpc/…`` or ``/v1/bundler/…`` keeps its HTTP status (for HTTP-level
 retry logic) and carries a JSON-RPC error with the request's id (for JSON-RPC libraries, which
@@ -15,6 +20,20 @@ import msgspec
 from chaingate.framing_constants import LIMIT_EXCEEDED, RESOURCE_UNAVAILABLE
 
 _encode = msgspec.json.Encoder().encode
+
+
+class Rejection(msgspec.Struct, frozen=True):
+    """Why a request is refused: HTTP status, spec error code, message, extra header lines,
+    and whether the connection is closed after the answer (a client guessing keys)."""
+
+    status: int
+    code: str
+    message: str
+    headers: bytes = b""
+    close: bool = False
+    # False for a request whose Origin the key's allowlist refuses: its answer carries no
+    # CORS headers, so the page that sent it reads nothing (chaingate.edge.cors).
+    cors: bool = True
 
 
 def refusal_error(status: int, code: str, message: str) -> bytes:

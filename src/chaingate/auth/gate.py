@@ -16,6 +16,18 @@ from typing import Any, Protocol
 import msgspec
 
 from chaingate.auth.allowlists import Policy
+from chaingate.refusals import Rejection
+
+__all__ = [
+    "ANONYMOUS",
+    "SCOPES",
+    "Credentials",
+    "Gate",
+    "NetworkInfo",
+    "OpenGate",
+    "Principal",
+    "Rejection",
+]
 
 SCOPES = (
     "rpc:read",
@@ -76,20 +88,6 @@ class Principal:
         # Consumption not yet reported to the other processes (shared limits).
         self.pending_requests = 0
         self.pending_units = 0
-
-
-class Rejection(msgspec.Struct, frozen=True):
-    """Why a request is refused: HTTP status, spec error code, message, extra header lines,
-    and whether the connection is closed after the answer (a client guessing keys)."""
-
-    status: int
-    code: str
-    message: str
-    headers: bytes = b""
-    close: bool = False
-    # False for a request whose Origin the key's allowlist refuses: its answer carries no
-    # CORS headers, so the page that sent it reads nothing (chaingate.edge.cors).
-    cors: bool = True
 
 
 class Credentials:

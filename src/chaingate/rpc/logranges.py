@@ -29,7 +29,6 @@ from typing import NamedTuple
 import msgspec
 import trio
 
-from chaingate.auth.plans import Limits
 from chaingate.chain.ranges import SpanSizer
 from chaingate.config import LogRangeSettings
 from chaingate.framing_constants import LIMIT_EXCEEDED
@@ -117,10 +116,11 @@ class LogRanges:
         self.split_calls = 0  # upstream calls those took
         self.refused = 0  # client calls refused over the limit
 
-    def limit(self, plan: Limits | None) -> Limit:
-        """The widest range for a key on this plan: the smaller of network and plan values."""
+    def limit(self, plan_blocks: int) -> Limit:
+        """The widest range for a key whose plan allows ``plan_blocks`` (0: no plan limit):
+        the smaller of network and plan values."""
         network = Limit(self.max_block_range, "logs.max_block_range")
-        value = plan.logs_max_block_range if plan is not None else 0
+        value = plan_blocks
         if value and (not network.blocks or value < network.blocks):
             return Limit(value, "logs_max_block_range (plan)")
         return network

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import trio
 
-from chaingate.auth.gate import Gate, Principal, Rejection
-from chaingate.auth.plans import Limits
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.impl import Impl
-from chaingate.refusals import refusal_error
+from chaingate.refusals import Rejection, refusal_error
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
 from chaingate.rpc.future import Future
@@ -43,6 +41,25 @@ from chaingate.rpc.methods import (
 )
 from chaingate.rpc.pool import UpstreamPool
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
+
+# Who is calling (the key gate's principal): the proxy reads only its allowlists.
+Principal = Any
+
+
+class Gate(Protocol):
+    """What the proxy asks of the key gate (chaingate.auth implements it)."""
+
+    def admit(
+        self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
+        """Scopes and limits for ``requests`` calls costing ``cu``/``tcu`` units."""
+        ...
+
+    def record(
+        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+    ) -> None:
+        """Count answered calls in the usage meter."""
+        ...
 
 __all__ = ["RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
 
@@ -132,7 +149,7 @@ class RpcService:
         impl: Impl,
         gate: Gate,
         *,
-        limits_of: Callable[[Principal], Limits | None] | None = None,
+        logs_range_of: Callable[[Any], int] | None = None,
     ) -> None:
         self.chain = chain
         self.network = network
@@ -165,7 +182,8 @@ class RpcService:
         self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
         # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
         self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
-        self._limits_of = limits_of or (lambda principal: None)
+        # The widest eth_getLogs range of a caller's plan (0: the network's own limit).
+        self._logs_range_of = logs_range_of or (lambda principal: 0)
         # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
         ryw = settings.read_your_writes
         self.sticky = Stickiness(ryw) if ryw.enabled and settings.family == "evm" else None
@@ -308,7 +326,7 @@ class RpcService:
             return RpcReply(self._bad_tag(call), b"MISS", spec.name)
         split: Split | None = None
         if method == "eth_getLogs" and self.logs is not None:
-            limit = self.logs.limit(self._limits_of(principal))
+            limit = self.logs.limit(self._logs_range_of(principal))
             verdict = self.logs.plan(params, self.pool.head, limit)
             if isinstance(verdict, bytes):  # over the range limit: refused, not charged
                 self.stats[spec.name].error += 1
@@ -404,7 +422,7 @@ class RpcService:
                 continue
             if call.method == "eth_getLogs" and self.logs is not None:
                 if limit is None:
-                    limit = self.logs.limit(self._limits_of(principal))
+                    limit = self.logs.limit(self._logs_range_of(principal))
                 verdict = self.logs.plan(call.params, self.pool.head, limit)
                 if isinstance(verdict, bytes):
                     self.stats[spec.name].error += 1
