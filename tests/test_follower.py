@@ -33,7 +33,8 @@ EMITTER_CODE = "0x60003560006000a100"
 
 async def node_call(url: str, method: str, params: list[Any] | None = None) -> Any:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
-    async with httpx.AsyncClient(timeout=30) as client:
+    # Generous: mining thousands of blocks (a setup step) takes tens of seconds on a busy machine.
+    async with httpx.AsyncClient(timeout=120) as client:
         reply = (await client.post(url, json=body)).json()
     if "error" in reply:
         raise RuntimeError(f"{method}: {reply['error']}")

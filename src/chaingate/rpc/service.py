@@ -1,6 +1,11 @@
 """The JSON-RPC proxy of one chain/network: method table, metering, cache, coalescing, batches.
 
-A request body goes through four steps:
+Most requests never reach this module's ``handle``: the edge's fast lane (``fastlane``, compiled)
+answers them from the state this service owns and shares with it — the ``Route``: the method
+table, the cache, the flights in the air and the counters — and hands this service the groups
+of calls that need a node (``_dispatch``, landed by ``_land``).  ``handle`` answers what the
+lane leaves to Python (allowlisted keys, eth_getLogs, routed reads, WebSocket calls); it follows
+the same rules, in four steps:
 
 1. framing (compiled): split into calls, keeping ids and params as raw bytes;
 2. classification: each call's method spec, its compute units, whether it writes;
