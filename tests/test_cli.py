@@ -84,6 +84,13 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
             )
             assert answered.status_code == 200, answered.text
             assert all("result" in item for item in answered.json()), answered.text[:300]
+        # The key in the URL, as the banner prints it, for tools that take only a URL.
+        keyed = re.search(r"^ {12}(http://\S+/v1/rpc/ethereum/devnet/svc_test_\S+)$", text, re.M)
+        assert keyed, text
+        by_url = httpx.post(
+            keyed.group(1), json={"jsonrpc": "2.0", "id": 9, "method": "eth_chainId"}, timeout=10
+        )
+        assert by_url.json() == {"jsonrpc": "2.0", "id": 9, "result": "0x7a69"}, by_url.text
         health = subprocess.run(
             ["curl", "-s", f"http://127.0.0.1:{port}/v1/health"],
             capture_output=True,

@@ -127,10 +127,15 @@ def _dev_banner(
     collection = manifest.contracts.get("erc721_collection")
     collection_address = collection.address if collection is not None else ""
     key_header = ""
+    key_url = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
     if keys is not None:
         test_key, live_key = keys
         key_header = f" -H 'X-API-Key: {test_key}'"
+        key_url = (
+            f"\n            {rpc}/{test_key}\n"
+            "            (the key in the URL, for MetaMask, cast --rpc-url, Hardhat: README)"
+        )
         key_lines = (
             f"  test key  {test_key}   (testnets only)\n"
             f"  live key  {live_key}\n"
@@ -139,7 +144,7 @@ def _dev_banner(
         )
     return f"""
 chaingate dev is up.
-  JSON-RPC  {rpc}
+  JSON-RPC  {rpc}{key_url}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
   manifest  {manifest_path}
             {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
