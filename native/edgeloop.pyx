@@ -8,7 +8,6 @@ typed object; the read buffer is the loop's own.
 """
 
 import logging
-import time as _time
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.errno cimport EAGAIN, EINTR, errno
@@ -138,6 +137,7 @@ cdef enum:
 # Writability is watched only once an answer did not fit in the kernel (see the pure twin).
 cdef unsigned int EPOLL_FLAGS = EPOLLIN | EPOLLRDHUP | EPOLLET
 cdef unsigned int EPOLL_WRITING = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET
+cdef unsigned int HANGUP = EPOLLRDHUP | EPOLLHUP | EPOLLERR
 
 
 cdef class Conn:
@@ -159,6 +159,7 @@ cdef class Conn:
     cdef public int after
     cdef Py_ssize_t drained
     cdef bint watching
+    cdef bint hangup
 
 
 cdef class Loop:
@@ -282,6 +283,7 @@ cdef class Loop:
         conn.after = KEEP
         conn.drained = 0
         conn.watching = False
+        conn.hangup = False
         self.conns[conn.fd] = conn
         memset(&event, 0, sizeof(event))
         event.events = EPOLL_FLAGS
@@ -318,14 +320,20 @@ cdef class Loop:
         self.close(conn)
 
     def detach(self, Conn conn):
+        if conn.state != BUSY or conn.out:
+            return None
         self._forget(conn)
         conn.state = UPGRADED
         return conn.fd, conn.parser.take_buffered()
 
+    cpdef bint idle(self, Conn conn):
+        """Between requests, holding none the client already sent (see the pure twin)."""
+        return conn.state == IDLE and not conn.ready and not conn.parser.has_partial
+
     def begin_shutdown(self):
         self.closing = True
         for conn in list(self.conns.values()):
-            if (<Conn>conn).state == IDLE:
+            if self.idle(conn):
                 self.close(conn)
 
     # --- events ---------------------------------------------------------------------------
@@ -365,6 +373,10 @@ cdef class Loop:
             conn = <Conn>conn_obj
             if mask & EPOLLOUT and conn.out:
                 self._write(conn)
+            if mask & HANGUP:
+                # The end of stream may have come with the last bytes (see the pure twin).
+                conn.hangup = True
+                conn.ready = True
             if mask & ~(<unsigned int>EPOLLOUT):
                 state = conn.state
                 if state == IDLE or state == READING:
@@ -388,7 +400,7 @@ cdef class Loop:
             return
         if got > 0:
             conn.parser.feed(PyBytes_FromStringAndSize(self._buffer, got))
-            conn.ready = got == RECV_SIZE
+            conn.ready = got == RECV_SIZE or conn.hangup
         else:
             conn.eof = True
             conn.ready = False
@@ -494,8 +506,8 @@ cdef class Loop:
 
     # --- answers --------------------------------------------------------------------------
 
-    def deliver(self, Conn conn, int status, bytes headers, bytes body):
-        if conn.state != BUSY:
+    def deliver(self, Conn conn, request, int status, bytes headers, bytes body):
+        if conn.state != BUSY or conn.request is not request:
             return
         if self._wants_coding(conn.request, body):
             self._encode(conn, status, headers, body)
@@ -539,6 +551,7 @@ cdef class Loop:
             self._queue(conn, response)
         conn.request = None
         conn.state = IDLE
+        conn.since = monotonic()  # idle from this answer on (the sweeper's clock)
         if not keep_alive:
             conn.after = DRAIN if conn.asked_keep_alive and not self.closing else CLOSE
 
@@ -548,31 +561,40 @@ cdef class Loop:
         self.unsent_bytes += PyBytes_GET_SIZE(data)
 
     cdef Py_ssize_t _send_out(self, Conn conn) except -2:
-        """sendmsg of what is queued: the bytes taken, 0 when the kernel has no room, -1
-        when the connection broke (and is closed)."""
+        """Hand the kernel what is queued, MAX_IOV pieces per sendmsg, until it is all taken
+        or the kernel leaves some (EPOLLOUT then says when it has room): the bytes taken, or
+        -1 when the connection broke (and is closed)."""
         cdef iovec iov[MAX_IOV]
         cdef msghdr message
-        cdef Py_ssize_t count = 0
+        cdef Py_ssize_t count, offered, total = 0
         cdef ssize_t sent
         cdef bytes part
-        out = conn.out
-        for part in out:
-            if count == MAX_IOV:
-                break
-            iov[count].iov_base = PyBytes_AS_STRING(part)
-            iov[count].iov_len = PyBytes_GET_SIZE(part)
-            count += 1
-        memset(&message, 0, sizeof(message))
-        message.msg_iov = iov
-        message.msg_iovlen = count
-        sent = sendmsg(conn.fd, &message, MSG_NOSIGNAL)
-        if sent < 0:
-            if errno == EAGAIN or errno == EINTR:
-                return 0
-            self.close(conn)
-            return -1
-        self._sent(conn, sent)
-        return sent
+        while conn.out:
+            count = 0
+            offered = 0
+            for part in conn.out:
+                if count == MAX_IOV:
+                    break
+                iov[count].iov_base = PyBytes_AS_STRING(part)
+                iov[count].iov_len = PyBytes_GET_SIZE(part)
+                offered += PyBytes_GET_SIZE(part)
+                count += 1
+            memset(&message, 0, sizeof(message))
+            message.msg_iov = iov
+            message.msg_iovlen = count
+            sent = sendmsg(conn.fd, &message, MSG_NOSIGNAL)
+            if sent < 0:
+                if errno == EINTR:
+                    continue
+                if errno == EAGAIN:
+                    return total
+                self.close(conn)
+                return -1
+            self._sent(conn, sent)
+            total += sent
+            if sent < offered:
+                return total  # the kernel is full: EPOLLOUT says when it has room
+        return total
 
     cdef void _flush(self, Conn conn) except *:
         cdef epoll_event event
@@ -599,6 +621,7 @@ cdef class Loop:
         if conn.out or conn.state != WRITING:
             return
         conn.state = IDLE
+        conn.since = monotonic()
         self._written(conn)
         if conn.state == IDLE:
             self._resume(conn)

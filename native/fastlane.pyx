@@ -53,8 +53,18 @@ cdef enum:
     STATIC = 1
     FINALIZED = 2
 
-# Why KeyAdmission.take refused (the pure twin and auth/keygate.py use the same numbers).
-ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
+from chaingate.framing_constants import ADMITTED as _ADMITTED
+from chaingate.framing_constants import DAY_QUOTA as _DAY_QUOTA
+from chaingate.framing_constants import NO_READ_SCOPE as _NO_READ_SCOPE
+from chaingate.framing_constants import NO_WRITE_SCOPE as _NO_WRITE_SCOPE
+from chaingate.framing_constants import RATE as _RATE
+
+# Why an admission was refused (one definition, in framing_constants).
+cdef int ADMITTED = _ADMITTED
+cdef int NO_READ_SCOPE = _NO_READ_SCOPE
+cdef int NO_WRITE_SCOPE = _NO_WRITE_SCOPE
+cdef int DAY_QUOTA = _DAY_QUOTA
+cdef int RATE = _RATE
 
 from chaingate.refusals import refusal_error
 
@@ -551,11 +561,6 @@ cdef class KeyAdmission(OpenAdmission):
         self.used.add(principal.key_id)
         return principal
 
-    def take(self, principal, bint reads, bint writes, long long requests, long long tcu):
-        cdef double wait
-        cdef int why = self._take(principal, reads, writes, requests, tcu, &wait)
-        return wait, wall(), why
-
     cdef int _take(self, principal, bint reads, bint writes, long long requests,
                    long long tcu, double* wait_out) except -1:
         cdef double epoch = wall()
@@ -613,7 +618,6 @@ cdef class Ledger:
     cdef object _write_line
     cdef long long _second
     cdef bytes _second_text
-    cdef dict _peers
     cdef dict _json
 
     def __init__(self, dict statuses, dict latency, access_log):
@@ -623,14 +627,15 @@ cdef class Ledger:
         self._write_line = access_log.write_line
         self._second = -1
         self._second_text = b""
-        self._peers = {}
         self._json = {}
 
     cdef bytes _encoded(self, str text):
+        """``text`` as a JSON string; peers, paths and labels repeat, so the short ones are
+        kept (a client cannot grow the table with long ones)."""
         encoded = self._json.get(text)
         if encoded is None:
             encoded = msgspec.json.encode(text)
-            if len(self._json) < 4096:
+            if len(self._json) < 4096 and len(text) <= 256:
                 self._json[text] = encoded
         return encoded
 
@@ -792,9 +797,9 @@ cdef class Pending:
                 result = None
                 error = route.refuse(ANSWER_TOO_LARGE, method.write)
             if result is not None:
-                self.replies[index] = _result_reply(call_id, result)
+                self.replies[index] = route._result_reply(call_id, result)
             else:
-                self.replies[index] = _raw_error_reply(call_id, error)
+                self.replies[index] = route._raw_error_reply(call_id, error)
         if error is None:
             method.stats.ok += 1
         else:
@@ -814,7 +819,7 @@ cdef class Pending:
         self.request.keep_alive = False
         body = self.lane.error_body(500, INTERNAL_ERROR_MESSAGE, None)
         headers = X_REQUEST_ID + self.request_id + b"\r\n" + JSON
-        self.lane.sink.deliver(self.conn, 500, headers, body)
+        self.lane.sink.deliver(self.conn, self.request, 500, headers, body)
 
     cdef void give_up_reads(self) except *:
         cdef Route route = self.route
@@ -830,16 +835,11 @@ cdef class Pending:
             self.units[index] = None
             call = self.calls[index]
             if call.id is not None:
-                self.replies[index] = _raw_error_reply(
+                self.replies[index] = route._raw_error_reply(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
             method.stats.error += 1
             self.lane.admission.record(self.principal, method.name, 1, (<tuple>waiting)[1], 1)
             self.left -= 1
-
-
-# Reply builders: the jsonrpc twin's, bound once the lane knows its jsonrpc module.
-cdef object _result_reply = None
-cdef object _raw_error_reply = None
 
 
 cdef class Lane:
@@ -858,7 +858,6 @@ cdef class Lane:
 
     def __init__(self, dict routes, OpenAdmission admission, Ledger ledger, RequestIds ids,
                  cors, error_body, log_path):
-        global _result_reply, _raw_error_reply
         self.routes = routes
         self.admission = admission
         self.ledger = ledger
@@ -869,10 +868,6 @@ cdef class Lane:
         self.sink = None
         self.served = 0
         self._log_paths = {}
-        for route in routes.values():
-            _result_reply = (<Route>route).jsonrpc.result_reply
-            _raw_error_reply = (<Route>route).jsonrpc.raw_error_reply
-            break
 
     cpdef object serve(self, conn, request, str peer, str group):
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
@@ -883,7 +878,8 @@ cdef class Lane:
         key = None
         if route is None:
             head, _, key = path.rpartition(b"/")
-            route = self.routes.get(head) if (<bytes>key).startswith(KEY_SHAPES) else None
+            if (<bytes>key).startswith(KEY_SHAPES) and not (<bytes>head).endswith(b"/"):
+                route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF
         principal = self.admission.principal(request, group, route.testnet, key)
@@ -919,7 +915,7 @@ cdef class Lane:
         shown = self._log_paths.get(path)
         if shown is None:
             shown = self.log_path(path)
-            if len(self._log_paths) < 1024:
+            if len(self._log_paths) < 1024 and PyBytes_GET_SIZE(path) <= 256:
                 self._log_paths[path] = shown
         pending.path = shown
         if parse_error:
@@ -969,8 +965,8 @@ cdef class Lane:
         call_id = call.id
         if rejection is not None:
             error = refusal_error(rejection.status, rejection.code, rejection.message)
-            body = _raw_error_reply(call_id or b"null", error)
-            return self._answer(pending, rejection.status, body, MISS, method.name, rejection)
+            body = route._raw_error_reply(call_id or b"null", error)
+            return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
         key = (call.method, params if params is not None else b"")
@@ -981,12 +977,12 @@ cdef class Lane:
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
                     stats.error += 1
                     admission.record(pending.principal, method.name, 1, cu, 1)
-                    body = _raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
+                    body = route._raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
                     return self._answer(pending, 200, body, MISS, method.name, None)
                 stats.cache_hits += 1
                 stats.ok += 1
                 admission.record(pending.principal, method.name, 1, cu, 0)
-                body = None if call_id is None else _result_reply(call_id, hit)
+                body = None if call_id is None else route._result_reply(call_id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
         pending.label = method.name
@@ -1062,12 +1058,12 @@ cdef class Lane:
                         fits = pending.admit_reply(
                             PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) + REPLY_OVERHEAD)
                         if fits != FITS:
-                            replies[index] = _raw_error_reply(call_id, route.refuse(
+                            replies[index] = route._raw_error_reply(call_id, route.refuse(
                                 OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE, False))
                             stats.error += 1
                             admission.record(principal, method.name, 1, units, 1)
                             continue
-                        replies[index] = _result_reply(call_id, hit)
+                        replies[index] = route._result_reply(call_id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
                     stats.ok += 1
@@ -1080,7 +1076,7 @@ cdef class Lane:
                 call = (<tuple>job)[1]
                 method = <Method>(<tuple>job)[2]
                 if call.id is not None:
-                    replies[index] = _raw_error_reply(
+                    replies[index] = route._raw_error_reply(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
                 method.stats.error += 1
                 admission.record(principal, method.name, 1, (<tuple>job)[4], 1)
@@ -1104,9 +1100,11 @@ cdef class Lane:
                 else:
                     unsafe.append(flight)
             pending.wait_for(flight, index, method, (<tuple>job)[4])
+        # Decided before sending: a group may land at once (see the pure twin).
+        cdef bint waiting = pending.left > 0
         if safe or unsafe:
             route._send(safe, unsafe)
-        if pending.left:
+        if waiting:
             return DEFER
         return self._batch_answer(pending)
 
@@ -1116,10 +1114,10 @@ cdef class Lane:
         for job in jobs:
             call = (<tuple>job)[1]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = _raw_error_reply(call.id, error)
+                replies[(<tuple>job)[0]] = pending.route._raw_error_reply(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
-        return self._answer(pending, rejection.status, body, MISS, "batch", rejection)
+        return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending):
         parts = [reply for reply in pending.replies if reply is not None]
@@ -1135,7 +1133,7 @@ cdef class Lane:
             answer = self._batch_answer(pending)
         else:
             answer = self._answer(pending, 200, pending.replies[0], MISS, pending.label, None)
-        self.sink.deliver(pending.conn, answer[0], answer[1], answer[2])
+        self.sink.deliver(pending.conn, pending.request, answer[0], answer[1], answer[2])
 
     cdef tuple _answer(self, Pending pending, int status, object body, bytes cache, str label,
                        object rejection):

@@ -56,7 +56,7 @@ class Recorder:
     delivered: list[tuple[Any, int, bytes, bytes]] = field(default_factory=list)
     groups: list[list[Any]] = field(default_factory=list)
 
-    def deliver(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
+    def deliver(self, conn: Any, request: Any, status: int, headers: bytes, body: bytes) -> None:
         self.delivered.append((conn, status, headers, body))
 
 

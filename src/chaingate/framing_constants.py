@@ -18,6 +18,9 @@ EXPECT_OTHER = 2
 # States of a client connection in the edge loop (edgeloop: Conn.state).
 IDLE, READING, BUSY, WRITING, LINGER, UPGRADED, CLOSED = 0, 1, 2, 3, 4, 5, 6
 
+# Why an admission was refused (fastlane.KeyAdmission, auth.keygate.KeyGate.rejection).
+ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
+
 # JSON-RPC error codes of refusals on JSON-RPC paths (chaingate.refusals): EIP-1474's "limit
 # exceeded" and "resource unavailable".
 LIMIT_EXCEEDED = -32005

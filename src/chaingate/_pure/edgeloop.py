@@ -38,6 +38,8 @@ IMPLEMENTATION = "pure"
 
 RECV_SIZE = 65536
 MAX_EVENTS = 256
+# Pieces of answer handed to one sendmsg (the compiled twin's iovec array).
+MAX_PARTS = 64
 # Requests of one connection answered in one visit before the others get their turn.
 FAIRNESS_BATCH = 64
 # Answer bytes gathered for one send before they are written anyway.
@@ -60,6 +62,7 @@ KEEP, CLOSE, DRAIN = 0, 1, 2
 # is acknowledged at once, and an EPOLLOUT edge per answer would be a wake-up per answer.
 _EPOLL_FLAGS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 _EPOLL_WRITING = _EPOLL_FLAGS | select.EPOLLOUT
+_HANGUP = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
 
 def _quick_ack(sock: socket.socket) -> None:
@@ -80,6 +83,7 @@ class Conn:
         "eof",
         "fd",
         "group",
+        "hangup",
         "out",
         "parser",
         "peer",
@@ -110,6 +114,7 @@ class Conn:
         self.after = KEEP
         self.drained = 0  # input discarded while lingering
         self.watching = False  # writability registered (an answer waited for the kernel)
+        self.hangup = False  # the peer closed its side: read until the end of stream
 
 
 class Loop:
@@ -164,8 +169,9 @@ class Loop:
     def close_loop(self) -> None:
         for conn in list(self.conns.values()):
             self.close(conn)
-        self._epoll.close()
-        os.close(self._wake)
+        if not self._epoll.closed:
+            self._epoll.close()
+            os.close(self._wake)
 
     def _schedule(self, conn: Conn) -> None:
         """Visit ``conn`` again soon, even if no event comes for it."""
@@ -216,18 +222,27 @@ class Loop:
             pass
         self.close(conn)
 
-    def detach(self, conn: Conn) -> tuple[int, bytes]:
+    def detach(self, conn: Conn) -> tuple[int, bytes] | None:
         """Give an upgraded connection away: its file descriptor (the caller owns it now) and
-        the bytes read past the request that upgraded it."""
+        the bytes read past the request that upgraded it.  None when it cannot be: closed
+        meanwhile, or earlier answers still waiting for the kernel (``unsent``)."""
+        if conn.state != BUSY or conn.out:
+            return None
         self._forget(conn)
         conn.state = UPGRADED
         return conn.sock.detach(), conn.parser.take_buffered()
+
+    @staticmethod
+    def idle(conn: Conn) -> bool:
+        """Between requests, and holding none the client already sent (buffered, or still in
+        the kernel): a connection that may be closed without losing a request."""
+        return conn.state == IDLE and not conn.ready and not conn.parser.has_partial
 
     def begin_shutdown(self) -> None:
         """Close idle connections now; busy ones close after their answer."""
         self.closing = True
         for conn in list(self.conns.values()):
-            if conn.state == IDLE:
+            if self.idle(conn):
                 self.close(conn)
 
     # --- events ---------------------------------------------------------------------------
@@ -259,6 +274,10 @@ class Loop:
             conn = found
             if mask & select.EPOLLOUT and conn.out:
                 self._write(conn)
+            if mask & _HANGUP:
+                # The end of stream may have come with the last bytes, after which no read
+                # would be short of it: read until recv says so.
+                conn.hangup = conn.ready = True
             if mask & ~select.EPOLLOUT:
                 state = conn.state
                 if state in (IDLE, READING):
@@ -282,7 +301,7 @@ class Loop:
             return
         if data:
             conn.parser.feed(data)
-            conn.ready = len(data) == RECV_SIZE
+            conn.ready = len(data) == RECV_SIZE or conn.hangup
         else:
             conn.eof = True
             conn.ready = False
@@ -397,10 +416,10 @@ class Loop:
 
     # --- answers --------------------------------------------------------------------------
 
-    def deliver(self, conn: Conn, status: int, headers: bytes, body: bytes) -> None:
-        """A deferred answer of the lane."""
-        if conn.state != BUSY:
-            return  # the connection is gone
+    def deliver(self, conn: Conn, request: Any, status: int, headers: bytes, body: bytes) -> None:
+        """A deferred answer of the lane, to ``request``."""
+        if conn.state != BUSY or conn.request is not request:
+            return  # the connection is gone, or this answer was given already
         if self._wants_coding(conn.request, body):
             self._encode(conn, status, headers, body)
             return
@@ -448,6 +467,7 @@ class Loop:
             self._queue(conn, response)
         conn.request = None
         conn.state = IDLE
+        conn.since = time.monotonic()  # idle from this answer on (the sweeper's clock)
         if not keep_alive:
             # Closing a connection the client meant to keep (its key guesses, a bug of ours):
             # pipelined requests may be on their way, and closing on unread input resets
@@ -462,14 +482,8 @@ class Loop:
     def _flush(self, conn: Conn) -> None:
         """Write what is queued in one system call; what the kernel leaves waits for it."""
         if conn.out:
-            try:
-                sent = conn.sock.sendmsg(conn.out)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self.close(conn)
+            if not self._send_out(conn):
                 return
-            self._sent(conn, sent)
             if conn.out:
                 if not conn.watching:
                     conn.watching = True
@@ -483,19 +497,32 @@ class Loop:
         if conn.state != BUSY:
             self._written(conn)
 
+    def _send_out(self, conn: Conn) -> bool:
+        """Hand the kernel what is queued, ``MAX_PARTS`` pieces per system call, until it is
+        all taken or the kernel leaves some (then EPOLLOUT will say when it has room); False
+        when the connection broke (it is closed)."""
+        while conn.out:
+            offered = conn.out[:MAX_PARTS]
+            try:
+                sent = conn.sock.sendmsg(offered)
+            except BlockingIOError:
+                return True
+            except OSError:
+                self.close(conn)
+                return False
+            self._sent(conn, sent)
+            if sent < sum(len(part) for part in offered):
+                return True
+        return True
+
     def _write(self, conn: Conn) -> None:
         """The kernel has room again for a slow reader's answer."""
-        try:
-            sent = conn.sock.sendmsg(conn.out)
-        except BlockingIOError:
+        if not self._send_out(conn):
             return
-        except OSError:
-            self.close(conn)
-            return
-        self._sent(conn, sent)
         if conn.out or conn.state != WRITING:
             return  # more to write, or busy with a request (its answer comes later)
         conn.state = IDLE
+        conn.since = time.monotonic()
         self._written(conn)
         if conn.state == IDLE:
             self._resume(conn)

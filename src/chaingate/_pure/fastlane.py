@@ -26,6 +26,13 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
+from chaingate.framing_constants import (
+    ADMITTED,
+    DAY_QUOTA,
+    NO_READ_SCOPE,
+    NO_WRITE_SCOPE,
+    RATE,
+)
 from chaingate.refusals import refusal_error
 
 log = logging.getLogger("chaingate.edge")
@@ -410,11 +417,6 @@ class OpenAdmission:
     def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
         return self.anonymous
 
-    def take(
-        self, principal: Any, reads: bool, writes: bool, requests: int, tcu: int
-    ) -> tuple[float, float, int]:
-        return 0.0, 0.0, 0
-
     def admit(
         self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Any:
@@ -427,13 +429,9 @@ class OpenAdmission:
         return b""
 
 
-# Why ``KeyAdmission.take`` refused (its third value).
-ADMITTED, NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA, RATE = 0, 1, 2, 3, 4
-
-
 class KeyAdmission:
     """API keys on the fast lane: the cache-hit path of ``KeyGate.authenticate`` and the
-    admission rule of ``KeyGate.admit`` (which calls ``take`` too: one copy of the rule).
+    admission rule of ``KeyGate.admit`` (which calls ``admit`` here: one copy of the rule).
 
     ``principal`` answers only the plain case — a key seen recently, not revoked, without
     allowlists, from an address with no failed-authentication debt — and None otherwise: the
@@ -474,7 +472,7 @@ class KeyAdmission:
         self.used.add(principal.key_id)
         return principal
 
-    def take(
+    def _take(
         self, principal: Any, reads: bool, writes: bool, requests: int, tcu: int
     ) -> tuple[float, float, int]:
         """Scopes, day quota and token buckets: (wait, epoch, why); why is ADMITTED or the
@@ -501,7 +499,7 @@ class KeyAdmission:
     def admit(
         self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Any:
-        wait, epoch, why = self.take(principal, reads, writes, requests, tcu)
+        wait, epoch, why = self._take(principal, reads, writes, requests, tcu)
         if why == ADMITTED:
             return None
         return self.gate.rejection(why, wait, epoch)
@@ -680,7 +678,7 @@ class _Pending:
         self.request.keep_alive = False
         body = self.lane.error_body(500, "internal error; retry with exponential backoff", None)
         headers = b"X-Request-Id: " + self.request_id + b"\r\n" + JSON
-        self.lane.sink.deliver(self.conn, 500, headers, body)
+        self.lane.sink.deliver(self.conn, self.request, 500, headers, body)
 
     def _give_up_reads(self) -> None:
         """Over its bound, a batch stops waiting for retry-safe reads (they could only be
@@ -732,7 +730,8 @@ class Lane:
         if route is None:
             # A key in the path, as tools that take only a URL send it.
             head, _, key = path.rpartition(b"/")
-            route = self.routes.get(head) if key.startswith(KEY_SHAPES) else None
+            if key.startswith(KEY_SHAPES) and not head.endswith(b"/"):
+                route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF
         principal = self.admission.principal(request, group, route.testnet, key)
@@ -782,7 +781,8 @@ class Lane:
         shown = self._log_paths.get(path)
         if shown is None:
             shown = self.log_path(path)
-            if len(self._log_paths) < 1024:  # the endpoints, and their first keyed paths
+            # The endpoints, and their first keyed paths: short values a client cannot grow.
+            if len(self._log_paths) < 1024 and len(path) <= 256:
                 self._log_paths[path] = shown
         return shown
 
@@ -820,7 +820,7 @@ class Lane:
         if rejection is not None:
             error = refusal_error(rejection.status, rejection.code, rejection.message)
             body = jsonrpc.raw_error_reply(call.id or b"null", error)
-            return self._answer(pending, rejection.status, body, b"MISS", method.name, rejection)
+            return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         stats = method.stats
         key = (call.method, call.params or b"")
         if method.cache != NO_CACHE and method.may_be_cached(tag):
@@ -934,9 +934,12 @@ class Lane:
                 flight = route.open_flight(key, call.params, method, tag)
                 (safe if method.retry else unsafe).append(flight)
             pending.wait_for(flight, index, method, units)
+        # Decided before sending: a group may land at once (then finish() answers), and an
+        # answer must be given once.
+        waiting = pending.left > 0
         if safe or unsafe:
             route._send(safe, unsafe)
-        if pending.left:
+        if waiting:
             return DEFER
         return self._batch_answer(pending)
 
@@ -954,7 +957,7 @@ class Lane:
                 replies[index] = raw_error_reply(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
-        return self._answer(pending, rejection.status, body, b"MISS", "batch", rejection)
+        return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     def _batch_answer(self, pending: _Pending) -> Any:
         parts = [reply for reply in pending.replies if reply is not None]
@@ -973,7 +976,7 @@ class Lane:
         else:
             reply = pending.replies[0]
             status, headers, body = self._answer(pending, 200, reply, b"MISS", pending.label, None)
-        self.sink.deliver(pending.conn, status, headers, body)
+        self.sink.deliver(pending.conn, pending.request, status, headers, body)
 
     def _answer(
         self,

@@ -32,10 +32,8 @@ import trio
 from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
+from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.peers import peer_group
-
-# Why an admission was refused (``KeyAdmission.take``; the twins define the same numbers).
-NO_READ_SCOPE, NO_WRITE_SCOPE, DAY_QUOTA = 1, 2, 3
 
 log = logging.getLogger("chaingate.auth")
 
@@ -347,7 +345,7 @@ class KeyGate:
         return self.admission.admit(principal, reads, writes, requests, cu, tcu)  # type: ignore[no-any-return]
 
     def rejection(self, why: int, wait: float, epoch: float) -> Rejection:
-        """The refusal of an admission (``KeyAdmission.take`` said why), counted."""
+        """The refusal of an admission (the fast lane's ``KeyAdmission`` said why), counted."""
         if why == NO_READ_SCOPE:
             self.refusals[(403, "scope")] += 1
             return Rejection(403, "forbidden", "this API key lacks the rpc:read scope")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from collections import defaultdict
 from time import monotonic
@@ -47,7 +48,7 @@ from chaingate.config import ServerSettings
 from chaingate.edge import compression
 from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_limit
 from chaingate.edge.responses import JSON, DateHeader, error_body
-from chaingate.framing_constants import IDLE, LINGER, READING, WRITING
+from chaingate.framing_constants import BUSY, IDLE, LINGER, READING, WRITING
 from chaingate.impl import Impl
 from chaingate.peers import peer_group
 
@@ -60,6 +61,8 @@ FAIRNESS_BATCH = 64
 # How long a connection closing after an error answer may linger, reading and discarding
 # the client's remaining input (see edgeloop: closing on unread input resets the connection).
 LINGER_SECONDS = 2.0
+# How often an upgrade waiting for earlier answers to leave looks again.
+UNSENT_POLL_SECONDS = 0.005
 
 
 class Handler(Protocol):
@@ -302,8 +305,9 @@ class EdgeServer:
 
     def _evict_idle(self, conns: Any) -> bool:
         oldest: Any = None
+        idle = self.loop.idle
         for conn in conns:
-            if conn.state == IDLE and (oldest is None or conn.since < oldest.since):
+            if idle(conn) and (oldest is None or conn.since < oldest.since):
                 oldest = conn
         if oldest is None:
             return False
@@ -366,7 +370,12 @@ class EdgeServer:
             body = error_body(500, "internal error; retry with exponential backoff")
             request.keep_alive = False
         if ticket is not None:
-            await self._upgrade(conn, ticket)
+            try:
+                await self._upgrade(conn, ticket)
+            except Exception:
+                # A bug of ours must cost this connection, never the listener.
+                log.exception("unhandled error while upgrading a connection")
+                self.loop.close(conn)
             return
         if _wants_coding(request, body, self._settings.compress_min_bytes):
             headers, body = await self._encode(request.accept_encoding, status, headers, body)
@@ -401,25 +410,44 @@ class EdgeServer:
     async def _upgrade(self, conn: Any, ticket: Any) -> None:
         upgrades = self._upgrades
         assert upgrades is not None
-        fd, leftover = self.loop.detach(conn)
+        # Answers to requests pipelined before the upgrade go first; the 101 follows them.
+        # (Looked at, not waited on: the loop, not a task, owns the socket and its events;
+        # and this is rare — a client pipelining requests before an upgrade.)
+        with trio.move_on_after(self._settings.client_write_timeout):
+            while conn.state == BUSY and conn.unsent:  # noqa: ASYNC110
+                await trio.sleep(UNSENT_POLL_SECONDS)
+        detached = self.loop.detach(conn)
+        if detached is None:
+            # Closed meanwhile (the client reset it), or its earlier answers never left.
+            upgrades.release_unused(ticket)
+            self.loop.close(conn)
+            return
+        fd, leftover = detached
+        self._upgraded += 1  # counted before the loop forgets it: shutdown waits for it
         self._forget(conn)
-        sock = socket.socket(fileno=fd)
-        self._upgraded += 1
         try:
             try:
-                await netio.send_all(sock, ticket.response)
-            except BaseException:
+                sock = socket.socket(fileno=fd)
+            except OSError:
+                os.close(fd)
                 upgrades.release_unused(ticket)
-                raise
+                return
             try:
-                await upgrades.serve(sock, conn.peer, leftover, ticket)
-            except Exception:
-                # A bug of ours must cost this connection, never the listener.
-                log.exception("unhandled error on an upgraded connection")
-        except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the peer went away
+                try:
+                    await netio.send_all(sock, ticket.response)
+                except BaseException:
+                    upgrades.release_unused(ticket)
+                    raise
+                try:
+                    await upgrades.serve(sock, conn.peer, leftover, ticket)
+                except Exception:
+                    # A bug of ours must cost this connection, never the listener.
+                    log.exception("unhandled error on an upgraded connection")
+            except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # the peer went away
+            finally:
+                netio.close_socket(sock)
         finally:
-            netio.close_socket(sock)
             self._upgraded -= 1
             self._check_drained()
 
@@ -446,7 +474,7 @@ class EdgeServer:
                 age = now - conn.since
                 state = conn.state
                 if state == IDLE:
-                    if age > idle_timeout or self._closing:
+                    if (age > idle_timeout or self._closing) and loop.idle(conn):
                         loop.close(conn)
                 elif state == READING:
                     if age > settings.client_read_timeout:

@@ -387,6 +387,7 @@ class UpstreamPool:
             try:
                 await trio.sleep_forever()
             finally:
+                self._nursery = None  # nothing more can be started in it
                 for upstream in self.upstreams:
                     upstream.close()
 
@@ -469,6 +470,11 @@ class UpstreamPool:
         except UpstreamError as exc:
             self._failed(upstream, exc)
             failure = exc
+        except Exception:
+            # A bug of ours, not the node's: the call may have left, and ``done`` is owed.
+            log.exception("upstream attempt failed unexpectedly")
+            done(UpstreamError(BAD_RESPONSE, "internal error", sent=True, upstream=upstream.name))
+            return
         else:
             try:
                 parsed = self._judge(upstream, response, body, True, started)
@@ -512,7 +518,7 @@ class UpstreamPool:
             if order is None:
                 outcome = await self.request_parsed(body, retry_safe=retry_safe, deadline=deadline)
             elif order:
-                outcome = await self._exchange(body, retry_safe, deadline, True, order)
+                outcome = await self._exchange(body, retry_safe, deadline, True, order, last=last)
             else:
                 outcome = last
         except UpstreamError as exc:
@@ -600,8 +606,11 @@ class UpstreamPool:
         parse: bool,
         order: list[Upstream],
         using: list[tuple[Upstream, Connection]] | None = None,
+        *,
+        last: UpstreamError | None = None,
     ) -> tuple[Upstream, Any, Any]:
-        last: UpstreamError | None = None
+        """``last``: the failure of an attempt made before (``submit``'s first), what the
+        caller hears if no upstream of ``order`` does better."""
         for upstream in order:
             now = trio.current_time()
             if now >= deadline:

@@ -22,6 +22,7 @@ becomes error -32005, and a batch over it stops waiting for the reads still in f
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -33,7 +34,13 @@ from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.impl import Impl
 from chaingate.refusals import Rejection, refusal_error
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
-from chaingate.rpc.errors import INTERNAL_ERROR, UpstreamError, client_error, error_object
+from chaingate.rpc.errors import (
+    INTERNAL_ERROR,
+    UNAVAILABLE,
+    UpstreamError,
+    client_error,
+    error_object,
+)
 from chaingate.rpc.future import Future
 from chaingate.rpc.heads import parse_evm_head, parse_solana_head
 from chaingate.rpc.logranges import Limit, LogRanges, Split
@@ -65,6 +72,9 @@ class Gate(Protocol):
     ) -> None:
         """Count answered calls in the usage meter."""
         ...
+
+
+log = logging.getLogger("chaingate.rpc")
 
 __all__ = ["RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
 
@@ -615,57 +625,70 @@ class RpcService:
                     for offset, flight in enumerate(flights)
                 ]
             )
-        self.pool.submit(
-            body,
-            retry_safe=flights[0].spec.retry,
-            deadline=trio.current_time() + self._timeout,
-            done=functools.partial(self._land, flights, request_id),
-        )
+        try:
+            self.pool.submit(
+                body,
+                retry_safe=flights[0].spec.retry,
+                deadline=trio.current_time() + self._timeout,
+                done=functools.partial(self._land, flights, request_id),
+            )
+        except Exception:
+            # A bug of ours (or a pool already stopped): these calls fail, and nobody waits
+            # on them forever, nor does an identical call join them later.
+            log.exception("sending a group of calls upstream failed")
+            self._land(flights, request_id, UpstreamError(UNAVAILABLE, "internal error", sent=True))
 
     def _land(self, flights: list[Any], first_id: int, outcome: Any) -> None:
         """Every flight of a group landed with its own outcome, whatever happens."""
         route = self.route
         try:
-            if isinstance(outcome, UpstreamError):
-                failure = client_error(outcome, write=any(flight.spec.write for flight in flights))
-                for flight in flights:
-                    route.land(flight, None, failure)
-                return
-            upstream, response, parsed = outcome
-            if len(flights) == 1:
-                # The pool checked the framing: one reply, with a result or an error object.
-                flight = flights[0]
-                result, error = self._outcome(
-                    parsed.replies[0], flight.spec.spec, flight.tag, flight.key, upstream.name,
-                    response.status,
-                )  # fmt: skip
-                route.land(flight, result, error)
-                return
-            if not parsed.batch:
-                # The node refused the batch as a whole (for example: too large); the pool saw
-                # to it that this is an error object.
-                for flight in flights:
-                    route.land(flight, None, parsed.replies[0].error)
-                return
-            by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
-            for reply in parsed.replies:
-                flight = by_id.pop(_int_id(reply.id), None)
-                if flight is None:
-                    continue
-                result, error = self._outcome(
-                    reply, flight.spec.spec, flight.tag, flight.key, upstream.name, response.status
-                )
-                route.land(flight, result, error)
-            if by_id:
-                missing = error_object(
-                    INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
-                )
-                for flight in by_id.values():
-                    route.land(flight, None, missing)
+            self._land_outcome(flights, first_id, outcome)
+        except Exception:
+            log.exception("landing a group of calls failed")
         finally:
             for flight in flights:
                 if not flight.done:
                     route.land(flight, *_CANCELLED)
+
+    def _land_outcome(self, flights: list[Any], first_id: int, outcome: Any) -> None:
+        """The group's answer (or failure) split into each flight's outcome."""
+        route = self.route
+        if isinstance(outcome, UpstreamError):
+            failure = client_error(outcome, write=any(flight.spec.write for flight in flights))
+            for flight in flights:
+                route.land(flight, None, failure)
+            return
+        upstream, response, parsed = outcome
+        if len(flights) == 1:
+            # The pool checked the framing: one reply, with a result or an error object.
+            flight = flights[0]
+            result, error = self._outcome(
+                parsed.replies[0], flight.spec.spec, flight.tag, flight.key, upstream.name,
+                response.status,
+            )  # fmt: skip
+            route.land(flight, result, error)
+            return
+        if not parsed.batch:
+            # The node refused the batch as a whole (for example: too large); the pool saw
+            # to it that this is an error object.
+            for flight in flights:
+                route.land(flight, None, parsed.replies[0].error)
+            return
+        by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
+        for reply in parsed.replies:
+            flight = by_id.pop(_int_id(reply.id), None)
+            if flight is None:
+                continue
+            result, error = self._outcome(
+                reply, flight.spec.spec, flight.tag, flight.key, upstream.name, response.status
+            )
+            route.land(flight, result, error)
+        if by_id:
+            missing = error_object(
+                INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
+            )
+            for flight in by_id.values():
+                route.land(flight, None, missing)
 
     async def _send_one(
         self,
