@@ -1,0 +1,170 @@
+"""``chaingate bench SUBCOMMAND``: the arguments, and which workload runs.
+
+Parsing and ``compare`` need no locust; a workload imports it (through ``engine``) only once its
+arguments are known to be good.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chaingate.benchsuite import compare, plan, results
+from chaingate.benchsuite.targets import TargetError, parse_targets
+
+KEY_ENV = "CHAINGATE_BENCH_KEY"
+REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
+# Workloads still run by a script of bench/ against a devnet it starts itself.
+SCRIPTS = {
+    "proxy": ("run.py", "raw proxy throughput with wrk: chaingate, nginx and the node compared"),
+}
+
+
+def _common(parser: argparse.ArgumentParser, default_users: int) -> None:
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="[NAME=]URL",
+        help="an endpoint to load (repeat for side by side); the first is the ratios' baseline",
+    )
+    parser.add_argument(
+        "--key", help=f"API key sent as X-API-Key to every target (default: ${KEY_ENV})"
+    )
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
+    parser.add_argument(
+        "--users", type=int, default=default_users, help=f"users per target ({default_users})"
+    )
+    parser.add_argument("--shape", choices=plan.SHAPES, default="steady")
+    parser.add_argument("--steps", type=int, default=4, help="steps of --shape step (4)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="per request, seconds (10)")
+    parser.add_argument("--out", type=Path, help="report directory (bench-results/<name>-<time>)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="local worker processes to run the users (0: none)"
+    )
+    parser.add_argument(
+        "--master", action="store_true", help="run as a master for workers on other machines"
+    )
+    parser.add_argument("--expect-workers", type=int, default=1, help="--master: how many")
+    parser.add_argument("--master-bind", default="*", help="--master: address to listen on")
+    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument(
+        "--worker", action="store_true", help="run users for the master at --master-host"
+    )
+    parser.add_argument("--master-host", default="127.0.0.1")
+    parser.add_argument("--verbose", action="store_true", help="locust's own log lines too")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chaingate bench",
+        description="Load tests against any endpoint(s), side by side: HTML report, JSON, CSV.",
+    )
+    commands = parser.add_subparsers(dest="workload", required=True)
+    rpc = commands.add_parser("rpc", help="a JSON-RPC read mix drawn from the chain")
+    _common(rpc, default_users=10)
+    rpc.add_argument(
+        "--profile", default="rpc", help="shipped profile name or TOML file (default: rpc)"
+    )
+    for name, (script, text) in SCRIPTS.items():
+        wrapped = commands.add_parser(
+            name, help=f"{text} (bench/{script}; its own options follow)", add_help=False
+        )
+        wrapped.add_argument("script_args", nargs=argparse.REMAINDER)
+    comparison = commands.add_parser("compare", help="two runs' results.json side by side")
+    comparison.add_argument("a", type=Path)
+    comparison.add_argument("b", type=Path)
+    comparison.add_argument("--out", type=Path, help="also write compare.html there")
+    return parser
+
+
+def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) -> plan.Plan:
+    if args.duration <= 0 or args.users <= 0 or args.steps <= 0 or args.timeout <= 0:
+        raise SystemExit("error: --duration, --users, --steps and --timeout must be positive")
+    if args.workers < 0 or (args.workers and (args.master or args.worker)):
+        raise SystemExit("error: --workers N runs its own workers: not with --master/--worker")
+    try:
+        targets = parse_targets(args.target)
+    except TargetError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    mode = "worker" if args.worker else "master" if args.master else "local"
+    return plan.Plan(
+        scenario=args.workload,
+        targets=targets,
+        users=args.users,
+        duration=args.duration,
+        shape=args.shape,
+        steps=args.steps,
+        key=args.key or os.environ.get(KEY_ENV) or None,
+        timeout=args.timeout,
+        out=args.out or Path("bench-results") / f"{args.workload}-{stamp}",
+        mode=mode,
+        workers=args.workers,
+        expect_workers=args.expect_workers,
+        master_host=args.master_host,
+        master_port=args.master_port,
+        bind_host=args.master_bind,
+        argv=argv,
+        options=options,
+    )
+
+
+def _run_script(script: str, script_args: list[str]) -> int:
+    path = REPO_BENCH / script
+    if not path.exists():
+        print(f"error: {path} not found: this workload runs from a source checkout of chaingate")
+        return 2
+    os.execv(sys.executable, [sys.executable, str(path), *script_args])  # noqa: S606
+
+
+def _compare(args: argparse.Namespace) -> int:
+    try:
+        a, b = results.load(args.a), results.load(args.b)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}")
+        return 2
+    names = (str(args.a), str(args.b))
+    print(compare.text(a, b, names))
+    if args.out:
+        print(f"report: {compare.write(a, b, names, args.out)}")
+    return 0
+
+
+def _scenario_factory(workload: str) -> Callable[..., Any]:
+    if workload == "rpc":
+        from chaingate.benchsuite.scenarios import rpc
+
+        return rpc.scenario
+    raise SystemExit(f"error: unknown workload {workload}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.workload == "compare":
+        return _compare(args)
+    if args.workload in SCRIPTS:
+        return _run_script(SCRIPTS[args.workload][0], args.script_args)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    options = {"profile": args.profile} if args.workload == "rpc" else {}
+    run_plan = _plan(args, argv, options)
+    make_scenario = _scenario_factory(args.workload)
+    from chaingate.benchsuite import engine  # imports locust: gevent patches this process
+
+    try:
+        return engine.run(run_plan, make_scenario)
+    except Exception as exc:  # noqa: BLE001 - a clear line, not a traceback, for a bad target
+        if args.verbose:
+            raise
+        print(f"error: {type(exc).__name__}: {exc}")
+        return 2

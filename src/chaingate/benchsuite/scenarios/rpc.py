@@ -1,0 +1,136 @@
+"""``chaingate bench rpc``: a realistic JSON-RPC read mix against every target side by side."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from locust import User, constant, task
+from locust.contrib.fasthttp import FastHttpUser
+
+from chaingate.benchsuite import chainsample, outcomes, rpcprofile, rpcwire
+from chaingate.benchsuite.plan import Plan
+from chaingate.benchsuite.recorder import Recorder
+from chaingate.benchsuite.targets import Target
+
+
+class RpcScenario:
+    def __init__(self, plan: Plan, recorder: Recorder) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.profile = rpcprofile.load(str(plan.options.get("profile", "rpc")))
+        self.oracle = rpcwire.Oracle()
+        self.pool: chainsample.Pool | None = None
+        self.kinds: list[str] = []
+        self.weights: list[float] = []
+        plan.options["profile"] = self.profile.name
+
+    def headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.plan.key} if self.plan.key else {}
+
+    def prepare(self) -> None:
+        first = self.plan.targets[0]
+        rpc = chainsample.rpc_caller(
+            first.url,
+            self.headers(),
+            self.plan.timeout,
+            lambda: self.recorder.setup_request(first.name),
+        )
+        try:
+            pool = chainsample.sample(rpc, self.profile.sample_blocks, self.profile.lag)
+        except chainsample.SampleError as exc:
+            raise SystemExit(f"error: drawing parameters from {first.shown}: {exc}") from None
+        self.pool = pool
+        self.plan.options["parameters"] = f"from {first.name}: {pool.describe()}"
+        mix = {k: w for k, w in self.profile.mix.items() if chainsample.available(k, pool)}
+        skipped = sorted(set(self.profile.mix) - set(mix))
+        if skipped:
+            self.plan.options["skipped"] = ", ".join(skipped) + " (nothing on the chain to ask)"
+        self.kinds, self.weights = list(mix), list(mix.values())
+        self._preflight()
+
+    def _preflight(self) -> None:
+        """Each kind once to every target, answers compared, before any load."""
+        rng = random.Random(1)
+        for kind in self.kinds:
+            calls, batch = self.calls(kind, rng)
+            for target in self.plan.targets:
+                body, ids = rpcwire.body(calls, batch)
+                self.recorder.setup_request(target.name)
+                try:
+                    raw = chainsample.post(target.url, body, self.headers(), self.plan.timeout)
+                    outcome, detail = rpcwire.judge(
+                        raw, calls, ids, batch, self.oracle, target.name
+                    )
+                except chainsample.SampleError as exc:
+                    outcome, detail = outcomes.ERROR, str(exc)
+                self.recorder.check(f"{kind}: answered alike", target.name, outcome == "ok",
+                                    detail)
+
+    def calls(self, kind: str, rng: random.Random) -> tuple[list[rpcwire.Call], bool]:
+        assert self.pool is not None
+        if kind != rpcprofile.BATCH:
+            return [chainsample.make_call(kind, self.pool, rng, self.profile.logs_range)], False
+        pinned = [k for k in self.kinds if k not in (rpcprofile.BATCH, "eth_blockNumber")]
+        pinned = pinned or ["eth_chainId"]
+        return [
+            chainsample.make_call(rng.choice(pinned), self.pool, rng, self.profile.logs_range)
+            for _ in range(self.profile.batch_size)
+        ], True
+
+    def user_classes(self) -> list[type[User]]:
+        return [
+            type(f"Target{index}", (RpcUser,), {"target": target, "scenario": self, "host": target.url})
+            for index, target in enumerate(self.plan.targets)
+        ]
+
+
+class RpcUser(FastHttpUser):
+    abstract = True
+    wait_time = constant(0)
+    max_retries = 0  # a retry would be a second request the report does not count
+    insecure = False
+    target: Target
+    scenario: RpcScenario
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.network_timeout = self.connection_timeout = self.scenario.plan.timeout
+        super().__init__(*args, **kwargs)
+        self.rng = random.Random()
+        self.headers = {"Content-Type": "application/json", **self.scenario.headers()}
+
+    @task
+    def request(self) -> None:
+        scenario = self.scenario
+        kind = self.rng.choices(scenario.kinds, scenario.weights)[0]
+        calls, batch = scenario.calls(kind, self.rng)
+        body, ids = rpcwire.body(calls, batch)
+        context = {"target": self.target.name, "calls": len(calls)}
+        with self.client.post(
+            self.target.url,
+            data=body,
+            headers=self.headers,
+            name=kind,
+            catch_response=True,
+            context=context,
+        ) as response:
+            if not response.status_code:  # no answer: refused connection, reset, timeout
+                error = response.request_meta.get("exception")
+                response.failure(outcomes.Failure(outcomes.ERROR, f"no answer: {error!r}"))
+                return
+            outcome = outcomes.of_status(response.status_code)
+            if outcome != outcomes.OK:
+                text = (response.content or b"")[:120]
+                response.failure(outcomes.Failure(outcome, f"HTTP {response.status_code}: {text!r}"))
+                return
+            outcome, detail = rpcwire.judge(
+                response.content or b"", calls, ids, batch, scenario.oracle, self.target.name
+            )
+            if outcome == outcomes.OK:
+                response.success()
+            else:
+                response.failure(outcomes.Failure(outcome, detail))
+
+
+def scenario(plan: Plan, recorder: Recorder) -> RpcScenario:
+    return RpcScenario(plan, recorder)
