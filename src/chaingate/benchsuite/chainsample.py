@@ -28,11 +28,12 @@ class SampleError(RuntimeError):
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> bytes:
     """One POST of a JSON body, the raw answer; a clear error for anything but a 2xx."""
-    request = urllib.request.Request(
+    # http(s) only: parse_targets refuses any other scheme.
+    request = urllib.request.Request(  # noqa: S310
         url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 (http/s only)
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
             data: bytes = answer.read()
             return data
     except urllib.error.HTTPError as exc:
@@ -68,12 +69,16 @@ class Pool:
     transactions: list[str]
     contracts: list[str]  # log emitters
     holders: list[str] = field(default_factory=list)  # recipients of Transfer logs
+    # Blocks whose state the node still holds (a full node prunes old state, an archive node
+    # does not): balances and calls are pinned to these.
+    state_blocks: list[int] = field(default_factory=list)
 
     def describe(self) -> str:
         low, high = (self.blocks[0], self.blocks[-1]) if self.blocks else (0, 0)
         return (
-            f"blocks {low}–{high} (head {self.head}): {len(self.addresses)} addresses, "
-            f"{len(self.transactions)} transactions, {len(self.contracts)} log emitters"
+            f"blocks {low} to {high} (head {self.head}): {len(self.addresses)} addresses, "
+            f"{len(self.transactions)} transactions, {len(self.contracts)} log emitters; "
+            f"state read at {len(self.state_blocks)} of them"
         )
 
 
@@ -103,18 +108,32 @@ def sample(rpc: Rpc, blocks: int, lag: int) -> Pool:
             if len(log.get("topics", [])) == 3 and log["topics"][0] == TRANSFER_TOPIC
         }
     )
-    return Pool(chain_id, head, numbers, sorted(addresses), transactions, contracts, holders)
+    pool = Pool(chain_id, head, numbers, sorted(addresses), transactions, contracts, holders)
+    pool.state_blocks = _state_window(rpc, numbers, pool.addresses[0])
+    return pool
+
+
+def _state_window(rpc: Rpc, numbers: list[int], address: str) -> list[int]:
+    """The sampled blocks from the oldest whose state the node answers for, to the newest."""
+    for index, number in enumerate(numbers):
+        try:
+            rpc("eth_getBalance", [address, hex(number)])
+        except SampleError:
+            continue
+        return numbers[index:]
+    return []
 
 
 def make_call(kind: str, pool: Pool, rng: random.Random, logs_range: int) -> Call:
     """One request of ``kind`` with parameters drawn from ``pool``."""
     block = rng.choice(pool.blocks)
+    state_block = rng.choice(pool.state_blocks) if pool.state_blocks else block
     if kind == "eth_blockNumber":
         return Call(kind, [], comparable=False)  # the head moves: checked for shape only
     if kind == "eth_chainId":
         return Call(kind, [], comparable=True)
     if kind == "eth_getBalance":
-        return Call(kind, [rng.choice(pool.addresses), hex(block)], comparable=True)
+        return Call(kind, [rng.choice(pool.addresses), hex(state_block)], comparable=True)
     if kind == "eth_call":
         if pool.contracts:
             holder = rng.choice(pool.holders or pool.addresses)
@@ -122,7 +141,7 @@ def make_call(kind: str, pool: Pool, rng: random.Random, logs_range: int) -> Cal
             target = {"to": rng.choice(pool.contracts), "data": data}
         else:  # a chain without logs: a call to an account, answered "0x"
             target = {"to": rng.choice(pool.addresses), "data": "0x"}
-        return Call(kind, [target, hex(block)], comparable=True)
+        return Call(kind, [target, hex(state_block)], comparable=True)
     if kind == "eth_getTransactionReceipt":
         return Call(kind, [rng.choice(pool.transactions)], comparable=True)
     if kind == "eth_getBlockByNumber":
@@ -134,5 +153,9 @@ def make_call(kind: str, pool: Pool, rng: random.Random, logs_range: int) -> Cal
 
 
 def available(kind: str, pool: Pool) -> bool:
-    """Whether the chain holds what ``kind`` needs (a receipt needs a transaction)."""
-    return kind != "eth_getTransactionReceipt" or bool(pool.transactions)
+    """Whether the chain holds what ``kind`` needs: a receipt a transaction, a balance state."""
+    if kind == "eth_getTransactionReceipt":
+        return bool(pool.transactions)
+    if kind in ("eth_getBalance", "eth_call"):
+        return bool(pool.state_blocks)
+    return True

@@ -147,11 +147,11 @@ def _scenario_factory(workload: str) -> Callable[..., Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SCRIPTS:  # every argument is the script's, --help too
+        return _run_script(SCRIPTS[argv[0]][0], argv[1:])
     args = build_parser().parse_args(argv)
     if args.workload == "compare":
         return _compare(args)
-    if args.workload in SCRIPTS:
-        return _run_script(SCRIPTS[args.workload][0], args.script_args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return engine.run(run_plan, make_scenario)
-    except Exception as exc:  # noqa: BLE001 - a clear line, not a traceback, for a bad target
+    except Exception as exc:  # a clear line, not a traceback, for a bad target
         if args.verbose:
             raise
         print(f"error: {type(exc).__name__}: {exc}")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from chaingate.benchsuite import report
 
-FIGURES = (
+FIGURES: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
     ("answered/s", lambda s: s["rps"]),
     ("p50 ms", lambda s: s["latency_ms"]["p50"]),
     ("p90 ms", lambda s: s["latency_ms"]["p90"]),
@@ -49,7 +49,7 @@ def text(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) -> 
 
 def _cell(value: object) -> str:
     if value is None:
-        return "–"
+        return "-"
     if isinstance(value, float):
         return f"{value:.3f}" if value < 100 else f"{value:.1f}"
     return str(value)

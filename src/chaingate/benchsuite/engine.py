@@ -205,7 +205,9 @@ def _run_worker(plan: Plan, scenario: Scenario, recorder: Recorder) -> int:
 
 def _spawn_workers(plan: Plan, port: int) -> list[subprocess.Popen[bytes]]:
     command = [sys.executable, "-m", "chaingate.benchsuite", *plan.argv]
-    command += ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    # The same arguments (the last of a repeated option wins): a worker, not a master.
+    command += ["--workers", "0", "--worker", "--master-host", "127.0.0.1"]
+    command += ["--master-port", str(port)]
     return [subprocess.Popen(command, env=os.environ.copy()) for _ in range(plan.workers)]
 
 
@@ -223,7 +225,7 @@ def _stop_workers(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _finish(plan: Plan, recorder: Recorder, busy: float | None, run: _Run) -> int:
-    settings = plan.settings()
+    settings = {**plan.settings(), **recorder.notes}
     if run.interrupted:
         settings["interrupted"] = "yes: stopped by a signal before the planned duration"
     data = results.build(

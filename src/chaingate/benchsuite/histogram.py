@@ -24,11 +24,11 @@ def bucket_value(index: int) -> float:
     """A bucket's representative latency (ms): its geometric middle."""
     if index == 0:
         return FLOOR_MS
-    return FLOOR_MS * GROWTH ** (index - 0.5)
+    return float(FLOOR_MS * GROWTH ** (index - 0.5))
 
 
 class Histogram:
-    __slots__ = ("counts", "total", "sum_ms", "max_ms")
+    __slots__ = ("counts", "max_ms", "sum_ms", "total")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}

@@ -65,6 +65,7 @@ class TargetRecord:
     names: dict[str, Tally] = field(default_factory=dict)  # by request name (method, route)
     samples: dict[str, list[str]] = field(default_factory=dict)  # failure messages, by outcome
     setup_requests: int = 0  # sent before the load (sampling, preflight checks)
+    setup_calls: int = 0
 
     def merge(self, other: TargetRecord) -> None:
         for second, tally in other.seconds.items():
@@ -74,7 +75,8 @@ class TargetRecord:
         for kind, messages in other.samples.items():
             kept = self.samples.setdefault(kind, [])
             kept.extend(messages[: SAMPLES_KEPT - len(kept)])
-        self.setup_requests = max(self.setup_requests, other.setup_requests)
+        self.setup_requests += other.setup_requests
+        self.setup_calls += other.setup_calls
 
     def total(self) -> Tally:
         whole = Tally()
@@ -88,8 +90,10 @@ class Recorder:
         self._clock = clock
         self.targets: dict[str, TargetRecord] = {}
         self.checks: list[dict[str, Any]] = []  # correctness checks made before the load
-        # Setup requests are per process; a distributed run's workers each make their own.
-        self.setup_by_source: dict[str, dict[str, int]] = {}
+        self.notes: dict[str, str] = {}  # what the scenario found (parameters drawn, skips)
+        # Setup requests are per process; a distributed run's workers each make their own:
+        # (requests, calls) by source, then target, as each source last reported them.
+        self.setup_by_source: dict[str, dict[str, tuple[int, int]]] = {}
 
     def record(
         self, target: str, name: str, outcome: str, ms: float, calls: int = 1, detail: str = ""
@@ -103,9 +107,10 @@ class Recorder:
             if len(kept) < SAMPLES_KEPT:
                 kept.append(f"{name}: {detail}"[:300])
 
-    def setup_request(self, target: str, count: int = 1) -> None:
+    def setup_request(self, target: str, calls: int = 1) -> None:
         record = self.targets.setdefault(target, TargetRecord())
-        record.setup_requests += count
+        record.setup_requests += 1
+        record.setup_calls += calls
 
     def check(self, check: str, target: str, ok: bool, detail: str = "") -> None:
         entry = {"check": check, "target": target, "ok": ok, "detail": detail[:300]}
@@ -118,6 +123,7 @@ class Recorder:
         data = {
             "targets": {name: _record_to_dict(record) for name, record in self.targets.items()},
             "checks": self.checks,
+            "notes": self.notes,
         }
         self.checks = []
         for record in self.targets.values():
@@ -127,18 +133,25 @@ class Recorder:
         return data
 
     def absorb(self, source: str, data: Mapping[str, Any]) -> None:
+        for note, text in data["notes"].items():
+            self.notes.setdefault(note, text)
         for check in data["checks"]:  # every worker makes the same checks: kept once
             self.check(check["check"], check["target"], check["ok"], check["detail"])
         for name, raw in data["targets"].items():
             record = _record_from_dict(raw)
-            self.setup_by_source.setdefault(source, {})[name] = record.setup_requests
-            record.setup_requests = 0
+            setup = (record.setup_requests, record.setup_calls)
+            self.setup_by_source.setdefault(source, {})[name] = setup
+            record.setup_requests = record.setup_calls = 0
             self.targets.setdefault(name, TargetRecord()).merge(record)
 
-    def setup_requests(self, target: str) -> int:
-        """Setup requests of every process (this one's and each worker's) to ``target``."""
-        own = self.targets[target].setup_requests if target in self.targets else 0
-        return own + sum(counts.get(target, 0) for counts in self.setup_by_source.values())
+    def setup(self, target: str) -> tuple[int, int]:
+        """(requests, calls) sent before the load by every process (this one, each worker)."""
+        record = self.targets.get(target, TargetRecord())
+        requests, calls = record.setup_requests, record.setup_calls
+        for counts in self.setup_by_source.values():
+            more = counts.get(target, (0, 0))
+            requests, calls = requests + more[0], calls + more[1]
+        return requests, calls
 
 
 def _record_to_dict(record: TargetRecord) -> dict[str, Any]:
@@ -147,6 +160,7 @@ def _record_to_dict(record: TargetRecord) -> dict[str, Any]:
         "names": {n: t.to_dict() for n, t in record.names.items()},
         "samples": {k: list(v) for k, v in record.samples.items()},
         "setup_requests": record.setup_requests,
+        "setup_calls": record.setup_calls,
     }
 
 
@@ -156,4 +170,5 @@ def _record_from_dict(data: Mapping[str, Any]) -> TargetRecord:
         names={str(n): Tally.from_dict(t) for n, t in data["names"].items()},
         samples={str(k): [str(m) for m in v] for k, v in data["samples"].items()},
         setup_requests=int(data["setup_requests"]),
+        setup_calls=int(data["setup_calls"]),
     )

@@ -10,7 +10,8 @@ from typing import Any
 from chaingate.benchsuite import outcomes, svg
 
 STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1320px;color:#222;padding:0 16px}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1320px;color:#222;
+padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:6px 0 12px}td,th{border:1px solid #ddd;padding:3px 8px;
 text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}.warn{color:#b00;font-weight:600}
@@ -29,7 +30,7 @@ FAILURE_LABELS = {
 
 
 def _ms(value: object) -> str:
-    return "–" if value is None else f"{float(str(value)):.2f}"
+    return "-" if value is None else f"{float(str(value)):.2f}"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> str:
@@ -115,7 +116,7 @@ def ratio_table(results: Mapping[str, Any]) -> str:
         [
             escape(f"{r['target']} / {r['baseline']}"),
             escape(r["label"]),
-            "–" if r["value"] is None else f"{r['value']:.3f}",
+            "-" if r["value"] is None else f"{r['value']:.3f}",
         ]
         for r in results["ratios"]
     ]
@@ -163,22 +164,25 @@ def charts(results: Mapping[str, Any]) -> str:
                 )
     latency: list[svg.Line] = []
     for i, name in enumerate(names):
-        latency.append(svg.Line(f"{name} p99", [(p["t"], p["p99"]) for p in series[name]],
-                                svg.color(i)))
         latency.append(
-            svg.Line(f"{name} p50", [(p["t"], p["p50"]) for p in series[name]], svg.color(i),
-                     dashed=True)
+            svg.Line(f"{name} p99", [(p["t"], p["p99"]) for p in series[name]], svg.color(i))
+        )
+        latency.append(
+            svg.Line(
+                f"{name} p50", [(p["t"], p["p50"]) for p in series[name]], svg.color(i), dashed=True
+            )
         )
     edges = results["histogram"]["edges_ms"]
     pictures = [
-        svg.line_chart("Throughput (answered requests per second)", throughput, "seconds",
-                       "req/s"),
+        svg.line_chart("Throughput (answered requests per second)", throughput, "seconds", "req/s"),
         svg.line_chart("Failures per second", failures, "seconds", "failures/s"),
         svg.line_chart("Latency percentiles per second", latency, "seconds", "ms"),
         *[
             svg.histogram_chart(
-                f"Latency histogram: {name}", edges, results["histogram"]["counts"][name],
-                svg.color(i)
+                f"Latency histogram: {name}",
+                edges,
+                results["histogram"]["counts"][name],
+                svg.color(i),
             )
             for i, name in enumerate(names)
         ],
@@ -190,16 +194,21 @@ def checks_section(results: Mapping[str, Any]) -> str:
     parts = []
     if results["checks"]:
         rows = [
-            [escape(c["check"]), escape(c.get("target", "")),
-             "ok" if c["ok"] else '<span class="warn">failed</span>', escape(c.get("detail", ""))]
+            [
+                escape(c["check"]),
+                escape(c.get("target", "")),
+                "ok" if c["ok"] else '<span class="warn">failed</span>',
+                escape(c.get("detail", "")),
+            ]
             for c in results["checks"]
         ]
         parts.append(_table(["check", "target", "result", "detail"], rows, left=4))
     for name, samples in results["samples"].items():
         for kind, messages in samples.items():
             items = "".join(f"<li><code>{escape(m)}</code></li>" for m in messages)
-            parts.append(f"<p>{escape(name)}, {escape(FAILURE_LABELS.get(kind, kind))}:</p>"
-                         f"<ul>{items}</ul>")
+            parts.append(
+                f"<p>{escape(name)}, {escape(FAILURE_LABELS.get(kind, kind))}:</p><ul>{items}</ul>"
+            )
     return "".join(parts) or '<p class="muted">No checks failed and no failures.</p>'
 
 

@@ -83,7 +83,7 @@ def build(
         names = record.names if record else {}
         total = record.total() if record else Tally()
         summary = _summary(total, seconds)
-        summary["setup_requests"] = recorder.setup_requests(target.name)
+        summary["setup_requests"], summary["setup_calls"] = recorder.setup(target.name)
         results["totals"][target.name] = summary
         results["by_name"][target.name] = {
             name: _summary(tally, seconds) for name, tally in sorted(names.items())
@@ -131,10 +131,7 @@ def ratios(results: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _figure(summary: Mapping[str, Any], metric: str) -> float | None:
-    if metric == "rps":
-        value = summary["rps"]
-    else:
-        value = summary["latency_ms"][metric]
+    value = summary["rps"] if metric == "rps" else summary["latency_ms"][metric]
     return None if value is None else float(value)
 
 

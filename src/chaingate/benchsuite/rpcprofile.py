@@ -45,8 +45,8 @@ def load(name_or_path: str) -> Profile:
             raise ProfileError(f"profile {path}: {exc.strerror}") from None
     else:
         try:
-            text = (resources.files("chaingate.benchsuite") / "profiles" / f"{name_or_path}.toml")
-            text = text.read_text()
+            shipped = resources.files("chaingate.benchsuite") / "profiles" / f"{name_or_path}.toml"
+            text = shipped.read_text()
         except (FileNotFoundError, OSError):
             raise ProfileError(f"no shipped profile {name_or_path!r} (try rpc)") from None
     try:

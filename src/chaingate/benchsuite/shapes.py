@@ -10,6 +10,7 @@ from locust import LoadTestShape
 
 from chaingate.benchsuite.plan import SHAPES, users_at
 
+
 def shape_class(shape: str, duration: float, users: int, steps: int, targets: int) -> type:
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")

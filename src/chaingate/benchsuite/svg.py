@@ -154,7 +154,7 @@ def histogram_chart(title: str, edges: Sequence[float], counts: Sequence[int], f
         parts.append(
             f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(width - 2, 1):.1f}" '
             f'height="{TOP + plot_h - y:.1f}" fill="{fill}">'
-            f"<title>{edges[index]:g}–{upper} ms: {counts[index]}</title></rect>"
+            f"<title>{edges[index]:g} to {upper} ms: {counts[index]}</title></rect>"
         )
         if slot % max(1, len(shown) // 8) == 0:
             parts.append(

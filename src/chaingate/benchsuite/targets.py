@@ -32,9 +32,7 @@ class Target:
 
 def mask(url: str) -> str:
     parts = urlsplit(url)
-    segments = [
-        s[:4] + "…" if _SECRETISH.match(s) else s for s in parts.path.split("/")
-    ]
+    segments = [s[:4] + "…" if _SECRETISH.match(s) else s for s in parts.path.split("/")]
     query = _KEY_PARAMS.sub(lambda m: m.group(1) + "=…", parts.query)
     netloc = parts.netloc.rsplit("@", 1)[-1]  # user:password@ never shown
     return urlunsplit((parts.scheme, netloc, "/".join(segments), query, ""))

@@ -41,22 +41,22 @@ class RpcScenario:
         except chainsample.SampleError as exc:
             raise SystemExit(f"error: drawing parameters from {first.shown}: {exc}") from None
         self.pool = pool
-        self.plan.options["parameters"] = f"from {first.name}: {pool.describe()}"
+        self.recorder.notes["parameters"] = f"from {first.name}: {pool.describe()}"
         mix = {k: w for k, w in self.profile.mix.items() if chainsample.available(k, pool)}
         skipped = sorted(set(self.profile.mix) - set(mix))
         if skipped:
-            self.plan.options["skipped"] = ", ".join(skipped) + " (nothing on the chain to ask)"
+            self.recorder.notes["skipped"] = ", ".join(skipped) + " (nothing on the chain to ask)"
         self.kinds, self.weights = list(mix), list(mix.values())
         self._preflight()
 
     def _preflight(self) -> None:
         """Each kind once to every target, answers compared, before any load."""
-        rng = random.Random(1)
+        rng = random.Random(1)  # noqa: S311 - a load mix, not a secret
         for kind in self.kinds:
             calls, batch = self.calls(kind, rng)
             for target in self.plan.targets:
                 body, ids = rpcwire.body(calls, batch)
-                self.recorder.setup_request(target.name)
+                self.recorder.setup_request(target.name, len(calls))
                 try:
                     raw = chainsample.post(target.url, body, self.headers(), self.plan.timeout)
                     outcome, detail = rpcwire.judge(
@@ -64,8 +64,7 @@ class RpcScenario:
                     )
                 except chainsample.SampleError as exc:
                     outcome, detail = outcomes.ERROR, str(exc)
-                self.recorder.check(f"{kind}: answered alike", target.name, outcome == "ok",
-                                    detail)
+                self.recorder.check(f"{kind}: answered alike", target.name, outcome == "ok", detail)
 
     def calls(self, kind: str, rng: random.Random) -> tuple[list[rpcwire.Call], bool]:
         assert self.pool is not None
@@ -80,7 +79,11 @@ class RpcScenario:
 
     def user_classes(self) -> list[type[User]]:
         return [
-            type(f"Target{index}", (RpcUser,), {"target": target, "scenario": self, "host": target.url})
+            type(
+                f"Target{index}",
+                (RpcUser,),
+                {"target": target, "scenario": self, "host": target.url},
+            )
             for index, target in enumerate(self.plan.targets)
         ]
 
@@ -96,7 +99,7 @@ class RpcUser(FastHttpUser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.network_timeout = self.connection_timeout = self.scenario.plan.timeout
         super().__init__(*args, **kwargs)
-        self.rng = random.Random()
+        self.rng = random.Random()  # noqa: S311 - a load mix, not a secret
         self.headers = {"Content-Type": "application/json", **self.scenario.headers()}
 
     @task
@@ -108,7 +111,7 @@ class RpcUser(FastHttpUser):
         context = {"target": self.target.name, "calls": len(calls)}
         with self.client.post(
             self.target.url,
-            data=body,
+            data=body,  # type: ignore[arg-type]  # bytes are sent as they are
             headers=self.headers,
             name=kind,
             catch_response=True,
@@ -121,7 +124,9 @@ class RpcUser(FastHttpUser):
             outcome = outcomes.of_status(response.status_code)
             if outcome != outcomes.OK:
                 text = (response.content or b"")[:120]
-                response.failure(outcomes.Failure(outcome, f"HTTP {response.status_code}: {text!r}"))
+                response.failure(
+                    outcomes.Failure(outcome, f"HTTP {response.status_code}: {text!r}")
+                )
                 return
             outcome, detail = rpcwire.judge(
                 response.content or b"", calls, ids, batch, scenario.oracle, self.target.name

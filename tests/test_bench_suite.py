@@ -1,0 +1,343 @@
+"""``chaingate bench``: the load-testing suite against real servers, and its parts alone.
+
+The runs are real: ``chaingate serve`` (API keys on) in front of a bootstrapped devnet anvil,
+and anvil itself as a second target; ``chaingate bench`` runs as its own process, as a user
+runs it (locust monkey-patches a process with gevent, so it never runs inside pytest's).  A
+report's figures are checked against what the target counted itself (chaingate's ``/metrics``).
+The parts without locust (histogram, recorder, answer checks, results, report, compare) are
+tested in process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaingate.benchsuite import compare, outcomes, report, results, rpcprofile, rpcwire
+from chaingate.benchsuite.histogram import Histogram
+from chaingate.benchsuite.plan import users_at
+from chaingate.benchsuite.recorder import Recorder
+from chaingate.benchsuite.targets import TargetError, mask, parse_targets
+from chaingate.devnet.anvil import AnvilProcess
+from chaingate.devnet.manifest import Manifest
+from tests.serve_process import ServeProcess
+
+RUN_TIMEOUT = 180  # a run of a few seconds; this only catches a hang
+RPC_PATH = "/v1/rpc/ethereum/devnet"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chaingate", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+
+
+def counter_sum(metrics: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s series whose labels include ``labels``."""
+    total = 0.0
+    for line in metrics.splitlines():
+        match = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
+        if match and all(f'{k}="{v}"' in match.group(1) for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+class Counts:
+    """What chaingate counted between two reads of its /metrics: HTTP requests to the RPC
+    route, and JSON-RPC calls (a batch's items one each)."""
+
+    def __init__(self, before: str, after: str) -> None:
+        self.requests = counter_sum(after, "chaingate_http_requests_total", route="rpc")
+        self.requests -= counter_sum(before, "chaingate_http_requests_total", route="rpc")
+        self.calls = counter_sum(after, "chaingate_rpc_calls_total")
+        self.calls -= counter_sum(before, "chaingate_rpc_calls_total")
+
+
+@pytest.fixture(scope="module")
+def served(
+    devnet: tuple[AnvilProcess, Manifest], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServeProcess, AnvilProcess, str]]:
+    node, _ = devnet
+    with ServeProcess(tmp_path_factory.mktemp("serve"), node.url, keys=True) as serve:
+        serve.start()
+        yield serve, node, serve.create_key(plan="enterprise")
+
+
+@pytest.fixture(scope="module")
+def two_target_run(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, Counts]:
+    serve, node, key = served
+    out = tmp_path_factory.mktemp("two-targets")
+    before = serve.metrics()
+    done = bench(
+        "rpc",
+        "--target", f"chaingate={serve.base}{RPC_PATH}",
+        "--target", f"anvil={node.url}",
+        "--key", key,
+        "--duration", "4",
+        "--users", "3",
+        "--out", str(out),
+    )  # fmt: skip
+    counts = Counts(before, serve.metrics())
+    data = json.loads((out / "results.json").read_text()) if done.returncode in (0, 1) else {}
+    return done, data, out, counts
+
+
+def test_rpc_two_targets_one_report_whose_figures_match_the_servers_metrics(
+    two_target_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, Counts],
+) -> None:
+    done, data, out, counts = two_target_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    cg, anvil = data["totals"]["chaingate"], data["totals"]["anvil"]
+    # Every request chaingate counted was one the bench sent and recorded: the load's own
+    # requests plus those drawing parameters and checking answers before it.
+    assert cg["requests"] > 50 and anvil["requests"] > 50
+    assert counts.requests == cg["requests"] + cg["setup_requests"]
+    assert counts.calls == cg["calls"] + cg["setup_calls"]
+    assert cg["calls"] > cg["requests"]  # batches were in the mix
+    # Correct before fast: every answer right, the same on both targets.
+    for summary in (cg, anvil):
+        assert summary["answered"] == summary["requests"], summary["outcomes"]
+    assert data["checks"] and all(check["ok"] for check in data["checks"])
+    # Parameters came from the chain: the bootstrapped devnet holds transactions and logs.
+    assert re.search(
+        r"[1-9]\d* transactions, [1-9]\d* log emitters", data["settings"]["parameters"]
+    )
+    # The series adds up to the totals, second by second.
+    assert sum(p["requests"] for p in data["series"]["chaingate"]) == cg["requests"]
+    assert sum(data["histogram"]["counts"]["anvil"]) == anvil["answered"]
+    # Ratios of the second target to the first, in the JSON and in the page.
+    rps = next(r for r in data["ratios"] if r["metric"] == "rps")
+    assert rps["value"] == pytest.approx(anvil["rps"] / cg["rps"], rel=1e-2)
+    page = (out / "report.html").read_text()
+    assert "anvil / chaingate" in page and f"{rps['value']:.3f}" in page
+    assert page.count("<svg") >= 5  # throughput, failures, latency, a histogram per target
+    assert "<script" not in page and not re.search(r'(src|href)="https?:', page)
+    assert data["machine"]["cores"] >= 1 and "load_average_before" in data["machine"]
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0] == "section,target,name,t,metric,value"
+    assert f"totals,chaingate,,,requests,{cg['requests']}" in rows
+    assert "X-API-Key header" in page and data["settings"]["API key"] == "X-API-Key header"
+    assert done.stdout.count(" requests, ") == 2
+
+
+def test_distributed_run_master_and_two_workers_counts_what_the_target_saw(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path: Path
+) -> None:
+    serve, _, key = served
+    before = serve.metrics()
+    done = bench(
+        "rpc",
+        "--target", f"{serve.base}{RPC_PATH}/{key}",  # the key in the URL this time
+        "--duration", "4",
+        "--users", "4",
+        "--workers", "2",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = Counts(before, serve.metrics())
+    data = json.loads((tmp_path / "results.json").read_text())
+    (summary,) = data["totals"].values()
+    assert data["settings"]["load processes"] == "master + 2 workers"
+    assert summary["requests"] > 50 and summary["answered"] == summary["requests"]
+    # Each worker drew its own parameters (setup requests); the sum is what chaingate saw.
+    assert summary["setup_requests"] > 0
+    assert counts.requests == summary["requests"] + summary["setup_requests"]
+    assert counts.calls == summary["calls"] + summary["setup_calls"]
+    # The key in the URL never reaches the report.
+    assert key not in (tmp_path / "report.html").read_text()
+    assert key not in (tmp_path / "results.json").read_text()
+
+
+def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
+    devnet: tuple[AnvilProcess, Manifest], tmp_path: Path
+) -> None:
+    # A server of its own: bad keys make chaingate throttle this address's failed logins.
+    node, _ = devnet
+    (tmp_path / "serve").mkdir()
+    with ServeProcess(tmp_path / "serve", node.url, keys=True) as serve:
+        serve.start()
+        free = serve.create_key(plan="free")  # 10 requests per second
+        url = f"{serve.base}{RPC_PATH}"
+        done = bench(
+            "rpc",
+            "--target", f"limited={url}/{free}",
+            "--target", f"refused={url}/svc_test_{'x' * 43}",
+            "--duration", "3",
+            "--users", "2",
+            "--out", str(tmp_path / "out"),
+        )  # fmt: skip
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    limited, refused = data["totals"]["limited"], data["totals"]["refused"]
+    # A bad key is refused (401), then its address is throttled (429): never an answer.
+    assert refused["outcomes"]["refused"] > 0
+    assert refused["outcomes"]["refused"] + refused["outcomes"]["rate_limited"] == (
+        refused["requests"]
+    )
+    assert refused["latency_ms"]["p50"] is None  # no answer, so no latency
+    assert limited["outcomes"]["ok"] > 0 and limited["outcomes"]["rate_limited"] > 0
+    assert limited["outcomes"]["error"] == limited["outcomes"]["wrong"] == 0
+    # The refused target failed its checks before the load: the exit code says so.
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert any(not c["ok"] and c["target"] == "refused" for c in data["checks"])
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "refused" in page and "rate-limited" in page
+
+
+def test_compare_puts_two_runs_side_by_side(
+    two_target_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, Counts],
+    tmp_path: Path,
+) -> None:
+    _, data, out, _ = two_target_run
+    other = json.loads(json.dumps(data))
+    other["totals"]["chaingate"]["rps"] = data["totals"]["chaingate"]["rps"] * 2
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    done = bench(
+        "compare", str(out / "results.json"), str(tmp_path / "b.json"), "--out", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(
+        row for row in done.stdout.splitlines() if "chaingate" in row and "answered/s" in row
+    )
+    assert line.split()[-1] == "2.000"
+    assert "answered/s" in (tmp_path / "compare.html").read_text()
+
+
+def test_bad_arguments_get_a_clear_error(tmp_path: Path) -> None:
+    done = bench("rpc", "--target", "ftp://example", "--out", str(tmp_path))
+    assert done.returncode != 0 and "expected a http/https URL" in done.stdout + done.stderr
+    done = bench("compare", str(tmp_path / "missing.json"), str(tmp_path / "missing.json"))
+    assert done.returncode == 2 and "missing.json" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    # The proxy workload is bench/run.py, unchanged: its own options.
+    done = bench("proxy", "--help")
+    assert done.returncode == 0 and "--scenarios" in done.stdout
+
+
+def test_serve_never_imports_locust() -> None:
+    probe = "import sys, chaingate.cli; print('locust' in sys.modules or 'gevent' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+# The parts without locust.
+
+
+def test_histogram_percentiles_and_merge_by_addition() -> None:
+    a, b = Histogram(), Histogram()
+    for ms in range(1, 101):
+        (a if ms % 2 else b).add(float(ms))
+    a.merge(Histogram.from_dict(json.loads(json.dumps(b.to_dict()))))
+    assert a.total == 100 and a.max_ms == 100.0
+    assert a.percentile(0.5) == pytest.approx(50, rel=0.02)
+    assert a.percentile(0.99) == pytest.approx(99, rel=0.02)
+    assert sum(a.bins(results.HISTOGRAM_EDGES_MS)) == 100
+    assert Histogram().percentile(0.5) is None
+
+
+def test_recorder_drain_and_absorb_keep_every_request_once() -> None:
+    clock = iter(range(1000, 2000))
+    worker, master = Recorder(clock=lambda: next(clock)), Recorder()
+    worker.record("t", "eth_call", outcomes.OK, 2.0)
+    worker.setup_request("t", calls=3)
+    master.absorb("w1", worker.drain())
+    worker.record("t", "eth_call", outcomes.RATE_LIMITED, 1.0, detail="429")
+    master.absorb("w1", worker.drain())  # setup counts are resent, taken once
+    total = master.targets["t"].total()
+    assert total.requests == 2 and total.outcomes == {"ok": 1, "rate_limited": 1}
+    assert total.latency.total == 1  # a refusal's time is not a latency
+    assert master.setup("t") == (1, 3)
+    assert master.targets["t"].samples["rate_limited"] == ["eth_call: 429"]
+
+
+def test_answers_are_judged_ids_errors_and_agreement_across_targets() -> None:
+    oracle = rpcwire.Oracle()
+    call = rpcwire.Call("eth_getBalance", ["0xab", "0x1"], comparable=True)
+    _, ids = rpcwire.body([call], batch=False)
+
+    def answer(**fields: Any) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": ids[0], **fields}).encode()
+
+    assert rpcwire.judge(answer(result="0x5"), [call], ids, False, oracle, "a")[0] == "ok"
+    outcome, detail = rpcwire.judge(answer(result="0x6"), [call], ids, False, oracle, "b")
+    assert outcome == "wrong" and "differs from a" in detail
+    wrong_id = json.dumps({"jsonrpc": "2.0", "id": 0, "result": "0x5"}).encode()
+    assert rpcwire.judge(wrong_id, [call], ids, False, oracle, "a")[0] == "wrong"
+    limited = answer(error={"code": -32005, "message": "limit"})
+    assert rpcwire.judge(limited, [call], ids, False, oracle, "a")[0] == "rate_limited"
+    refused = answer(error={"code": -32002, "message": "key"})
+    assert rpcwire.judge(refused, [call], ids, False, oracle, "a")[0] == "refused"
+    # A batch answered out of order is right; one with an id missing is not.
+    calls = [call, rpcwire.Call("eth_chainId", [], comparable=True)]
+    _, batch_ids = rpcwire.body(calls, batch=True)
+    items = [{"jsonrpc": "2.0", "id": batch_ids[1], "result": "0x7a69"},
+             {"jsonrpc": "2.0", "id": batch_ids[0], "result": "0x5"}]  # fmt: skip
+    assert rpcwire.judge(json.dumps(items).encode(), calls, batch_ids, True, oracle, "a")[0] == "ok"
+    short = json.dumps(items[:1]).encode()
+    assert rpcwire.judge(short, calls, batch_ids, True, oracle, "a")[0] == "wrong"
+    # Blocks compare by hash: a provider's extra fields are not a difference.
+    block = rpcwire.Call("eth_getBlockByNumber", ["0x1", False], comparable=True)
+    assert oracle.judge(block, {"hash": "0x1", "size": "0x2"}, "a") is None
+    assert oracle.judge(block, {"hash": "0x1", "totalDifficulty": "0x0"}, "b") is None
+
+
+def test_targets_are_named_and_keys_in_urls_masked() -> None:
+    key = "svc_test_" + "k" * 43
+    a, b, c = parse_targets(
+        [
+            f"gw=http://h:8000{RPC_PATH}/{key}",
+            "https://x.example/v2?apikey=a",
+            "https://x.example/v3",
+        ]
+    )
+    assert (a.name, b.name, c.name) == ("gw", "x.example#2", "x.example#3")
+    assert key not in a.shown and a.shown.endswith("/svc_…")
+    assert b.shown == "https://x.example/v2?apikey=…"
+    assert mask("http://user:pw@h/") == "http://h/"
+    with pytest.raises(TargetError):
+        parse_targets(["bad name!=http://h/"])
+    with pytest.raises(TargetError):
+        parse_targets([])
+
+
+def test_profiles_load_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    profile = rpcprofile.load("rpc")
+    assert profile.mix["batch"] > 0 and profile.batch_size == 10
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[mix]\neth_sendRawTransaction = 1\n")
+    with pytest.raises(rpcprofile.ProfileError, match="unknown"):
+        rpcprofile.load(str(bad))
+    with pytest.raises(rpcprofile.ProfileError, match="no shipped profile"):
+        rpcprofile.load("nope")
+
+
+def test_load_shapes() -> None:
+    assert [users_at("step", t, 40, 8, 4) for t in (0, 10, 20, 39)] == [2, 4, 6, 8]
+    assert [users_at("spike", t, 10, 10, 4) for t in (0, 5, 9)] == [2, 10, 2]
+    assert users_at("steady", 3, 10, 7, 4) == 7
+
+
+def test_report_and_compare_of_a_run_without_answers() -> None:
+    recorder = Recorder()
+    recorder.record("a", "eth_call", outcomes.ERROR, 1.0, detail="reset")
+    data = results.build(
+        recorder, scenario="rpc", targets=parse_targets(["a=http://h/"]), settings={},
+        machine={"host": "h", "cores": 2, "cpu": "c", "system": "s", "python": "3",
+                 "load_average_before": "0", "busy_before": None},
+        started=time.time() - 2, stopped=time.time(), checks=[],
+    )  # fmt: skip
+    page = report.render(data)
+    assert "1 errors" in page and "reset" in page
+    assert compare.rows(data, data)[0][:2] == ["a", "answered/s"]
