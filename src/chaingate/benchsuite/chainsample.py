@@ -32,6 +32,15 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> byte
     request = urllib.request.Request(  # noqa: S310
         url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
     )
+    return _fetch(request, timeout)
+
+
+def get(url: str, headers: dict[str, str], timeout: float) -> bytes:
+    """One GET, the raw answer; a clear error for anything but a 2xx."""
+    return _fetch(urllib.request.Request(url, headers=headers), timeout)  # noqa: S310
+
+
+def _fetch(request: urllib.request.Request, timeout: float) -> bytes:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
             data: bytes = answer.read()
@@ -69,6 +78,7 @@ class Pool:
     transactions: list[str]
     contracts: list[str]  # log emitters
     holders: list[str] = field(default_factory=list)  # recipients of Transfer logs
+    tokens: list[str] = field(default_factory=list)  # ERC-20s: Transfer logs of 3 topics
     # Blocks whose state the node still holds (a full node prunes old state, an archive node
     # does not): balances and calls are pinned to these.
     state_blocks: list[int] = field(default_factory=list)
@@ -101,14 +111,15 @@ def sample(rpc: Rpc, blocks: int, lag: int) -> Pool:
                     addresses.add(party.lower())
     logs = rpc("eth_getLogs", [{"fromBlock": hex(numbers[0]), "toBlock": hex(numbers[-1])}])
     contracts = sorted({str(log["address"]).lower() for log in logs})
-    holders = sorted(
-        {
-            "0x" + log["topics"][2][-40:]
-            for log in logs
-            if len(log.get("topics", [])) == 3 and log["topics"][0] == TRANSFER_TOPIC
-        }
-    )
+    erc20 = [
+        log
+        for log in logs
+        if len(log.get("topics", [])) == 3 and log["topics"][0] == TRANSFER_TOPIC
+    ]
+    holders = sorted({"0x" + log["topics"][2][-40:] for log in erc20})
+    tokens = sorted({str(log["address"]).lower() for log in erc20})
     pool = Pool(chain_id, head, numbers, sorted(addresses), transactions, contracts, holders)
+    pool.tokens = tokens
     pool.state_blocks = _state_window(rpc, numbers, pool.addresses[0])
     return pool
 

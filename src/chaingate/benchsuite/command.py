@@ -72,6 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     rpc.add_argument(
         "--profile", default="rpc", help="shipped profile name or TOML file (default: rpc)"
     )
+    ws = commands.add_parser("ws", help="WebSocket subscribers: delivery delay and drops")
+    _common(ws, default_users=20)
+    ws.add_argument("--subscribe", choices=("newHeads", "logs"), default="newHeads")
+    rest = commands.add_parser("rest", help="the data endpoints with addresses from the chain")
+    _common(rest, default_users=10)
+    rest.add_argument("--chain", default="ethereum-devnet", help="dataset (ethereum-devnet)")
+    rest.add_argument(
+        "--rpc", help="JSON-RPC URL to draw addresses from (default: the first target's)"
+    )
     for name, (script, text) in SCRIPTS.items():
         wrapped = commands.add_parser(
             name, help=f"{text} (bench/{script}; its own options follow)", add_help=False
@@ -90,7 +99,8 @@ def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) ->
     if args.workers < 0 or (args.workers and (args.master or args.worker)):
         raise SystemExit("error: --workers N runs its own workers: not with --master/--worker")
     try:
-        targets = parse_targets(args.target)
+        schemes = ("ws", "wss") if args.workload == "ws" else ("http", "https")
+        targets = parse_targets(args.target, schemes)
     except TargetError as exc:
         raise SystemExit(f"error: {exc}") from None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -137,12 +147,28 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The workload's own settings, as the report's header shows them."""
+    if args.workload == "rpc":
+        return {"profile": args.profile}
+    if args.workload == "ws":
+        return {"subscribe": args.subscribe}
+    return {"chain": args.chain, "rpc": args.rpc or "the first target's"}
+
+
 def _scenario_factory(workload: str) -> Callable[..., Any]:
+    # Each import brings locust in (gevent patches the process): only once arguments are good.
     if workload == "rpc":
         from chaingate.benchsuite.scenarios import rpc
 
         return rpc.scenario
-    raise SystemExit(f"error: unknown workload {workload}")
+    if workload == "ws":
+        from chaingate.benchsuite.scenarios import ws
+
+        return ws.scenario
+    from chaingate.benchsuite.scenarios import rest
+
+    return rest.scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    options = {"profile": args.profile} if args.workload == "rpc" else {}
-    run_plan = _plan(args, argv, options)
+    run_plan = _plan(args, argv, _options(args))
     make_scenario = _scenario_factory(args.workload)
     from chaingate.benchsuite import engine  # imports locust: gevent patches this process
 

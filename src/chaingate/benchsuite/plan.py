@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaingate.benchsuite.targets import Target
+from chaingate.benchsuite.targets import Target, mask
 
 SHAPES = ("steady", "step", "spike")
 MODES = ("local", "master", "worker")
@@ -47,7 +47,8 @@ class Plan:
                 else "1"
             ),
         }
-        shown.update(self.options)
+        # A URL among the options may carry a key: shown masked, as targets are.
+        shown.update({k: mask(v) if "://" in str(v) else v for k, v in self.options.items()})
         return shown
 
 

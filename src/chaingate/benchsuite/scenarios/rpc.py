@@ -5,13 +5,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from locust import User, constant, task
-from locust.contrib.fasthttp import FastHttpUser
+from locust import User, task
 
 from chaingate.benchsuite import chainsample, outcomes, rpcprofile, rpcwire
 from chaingate.benchsuite.plan import Plan
 from chaingate.benchsuite.recorder import Recorder
-from chaingate.benchsuite.targets import Target
+from chaingate.benchsuite.scenarios.http import TargetUser, settle
 
 
 class RpcScenario:
@@ -82,24 +81,23 @@ class RpcScenario:
             type(
                 f"Target{index}",
                 (RpcUser,),
-                {"target": target, "scenario": self, "host": target.url},
+                {
+                    "target": target,
+                    "scenario": self,
+                    "host": target.url,
+                    "timeout": self.plan.timeout,
+                },
             )
             for index, target in enumerate(self.plan.targets)
         ]
 
 
-class RpcUser(FastHttpUser):
+class RpcUser(TargetUser):
     abstract = True
-    wait_time = constant(0)
-    max_retries = 0  # a retry would be a second request the report does not count
-    insecure = False
-    target: Target
     scenario: RpcScenario
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.network_timeout = self.connection_timeout = self.scenario.plan.timeout
         super().__init__(*args, **kwargs)
-        self.rng = random.Random()  # noqa: S311 - a load mix, not a secret
         self.headers = {"Content-Type": "application/json", **self.scenario.headers()}
 
     @task
@@ -108,33 +106,20 @@ class RpcUser(FastHttpUser):
         kind = self.rng.choices(scenario.kinds, scenario.weights)[0]
         calls, batch = scenario.calls(kind, self.rng)
         body, ids = rpcwire.body(calls, batch)
-        context = {"target": self.target.name, "calls": len(calls)}
         with self.client.post(
             self.target.url,
             data=body,  # type: ignore[arg-type]  # bytes are sent as they are
             headers=self.headers,
             name=kind,
             catch_response=True,
-            context=context,
+            context={"target": self.target.name, "calls": len(calls)},
         ) as response:
-            if not response.status_code:  # no answer: refused connection, reset, timeout
-                error = response.request_meta.get("exception")
-                response.failure(outcomes.Failure(outcomes.ERROR, f"no answer: {error!r}"))
-                return
-            outcome = outcomes.of_status(response.status_code)
-            if outcome != outcomes.OK:
-                text = (response.content or b"")[:120]
-                response.failure(
-                    outcomes.Failure(outcome, f"HTTP {response.status_code}: {text!r}")
-                )
-                return
-            outcome, detail = rpcwire.judge(
-                response.content or b"", calls, ids, batch, scenario.oracle, self.target.name
+            settle(
+                response,
+                lambda raw: rpcwire.judge(
+                    raw, calls, ids, batch, scenario.oracle, self.target.name
+                ),
             )
-            if outcome == outcomes.OK:
-                response.success()
-            else:
-                response.failure(outcomes.Failure(outcome, detail))
 
 
 def scenario(plan: Plan, recorder: Recorder) -> RpcScenario:
