@@ -26,7 +26,7 @@ from chaingate.benchsuite.histogram import Histogram
 from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import TargetError, mask, parse_targets
-from chaingate.devnet.anvil import AnvilProcess
+from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.manifest import Manifest
 from tests.serve_process import ServeProcess
 
@@ -69,7 +69,7 @@ def served(
     devnet: tuple[AnvilProcess, Manifest], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServeProcess, AnvilProcess, str]]:
     node, _ = devnet
-    with ServeProcess(tmp_path_factory.mktemp("serve"), node.url, keys=True) as serve:
+    with ServeProcess(tmp_path_factory.mktemp("serve"), node.url, keys=True, follow=True) as serve:
         serve.start()
         yield serve, node, serve.create_key(plan="enterprise")
 
@@ -183,8 +183,9 @@ def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
     limited, refused = data["totals"]["limited"], data["totals"]["refused"]
     # A bad key is refused (401), then its address is throttled (429): never an answer.
     assert refused["outcomes"]["refused"] > 0
-    assert refused["outcomes"]["refused"] + refused["outcomes"]["rate_limited"] == (
-        refused["requests"]
+    assert (
+        refused["outcomes"]["refused"] + refused["outcomes"]["rate_limited"]
+        == (refused["requests"])
     )
     assert refused["latency_ms"]["p50"] is None  # no answer, so no latency
     assert limited["outcomes"]["ok"] > 0 and limited["outcomes"]["rate_limited"] > 0
@@ -194,6 +195,68 @@ def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
     assert any(not c["ok"] and c["target"] == "refused" for c in data["checks"])
     page = (tmp_path / "out" / "report.html").read_text()
     assert "refused" in page and "rate-limited" in page
+
+
+def test_ws_subscribers_get_every_head_from_chaingate_and_anvil(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path: Path
+) -> None:
+    serve, node, key = served
+    ws_base = serve.base.replace("http://", "ws://")
+    before = serve.metrics()
+    command = [sys.executable, "-m", "chaingate", "bench", "ws", "--key", key, "--users", "3"]
+    command += ["--target", f"chaingate={ws_base}/v1/ws/ethereum/devnet"]
+    command += ["--target", f"anvil={node.url.replace('http://', 'ws://')}"]
+    command += ["--duration", "8", "--out", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Blocks in the middle of the run: the subscribers are connected, and the last push
+        # has two seconds to arrive before the load stops.
+        time.sleep(4.0)
+        for _ in range(4):
+            rpc_call(node.url, "evm_mine")
+            time.sleep(0.4)
+        output, _ = process.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output
+    data = json.loads((tmp_path / "results.json").read_text())
+    heads = {name: data["by_name"][name]["newHeads"] for name in ("chaingate", "anvil")}
+    for name, summary in heads.items():
+        assert summary["outcomes"]["dropped"] == summary["outcomes"]["wrong"] == 0, name
+        assert summary["answered"] >= 3 * 4, (name, summary)  # 3 connections, 4 blocks
+        assert data["by_name"][name]["subscribe"]["answered"] == 3
+    # Every head chaingate pushed arrived, and nothing else.
+    pushed = counter_sum(serve.metrics(), "chaingate_ws_pushes_total", kind="newHeads")
+    pushed -= counter_sum(before, "chaingate_ws_pushes_total", kind="newHeads")
+    assert pushed == heads["chaingate"]["answered"]
+
+
+def test_rest_data_endpoints_with_addresses_from_the_chain(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path: Path
+) -> None:
+    serve, _, key = served
+    before = serve.metrics()
+    done = bench(
+        "rest", "--target", f"chaingate={serve.base}", "--key", key,
+        "--duration", "3", "--users", "2", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = serve.metrics()
+    data = json.loads((tmp_path / "results.json").read_text())
+    summary = data["totals"]["chaingate"]
+    assert summary["requests"] > 20 and summary["answered"] == summary["requests"]
+    assert set(data["by_name"]["chaingate"]) == {
+        "token balances", "token metadata", "nfts owned", "transfers"
+    }  # fmt: skip
+    # Drawing addresses (JSON-RPC), probing tokens and checking answers, then the load.
+    seen = sum(
+        counter_sum(after, "chaingate_http_requests_total", route=route)
+        - counter_sum(before, "chaingate_http_requests_total", route=route)
+        for route in ("rpc", "rest")
+    )
+    assert seen == summary["requests"] + summary["setup_requests"]
 
 
 def test_compare_puts_two_runs_side_by_side(
