@@ -11,7 +11,9 @@ tested in process.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ from chaingate.benchsuite.targets import TargetError, mask, parse_targets
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.manifest import Manifest
 from tests.serve_process import ServeProcess
+from tests.test_browser import CHROMIUM, node_modules
 
 RUN_TIMEOUT = 180  # a run of a few seconds; this only catches a hang
 RPC_PATH = "/v1/rpc/ethereum/devnet"
@@ -131,6 +134,43 @@ def test_rpc_two_targets_one_report_whose_figures_match_the_servers_metrics(
     assert f"totals,chaingate,,,requests,{cg['requests']}" in rows
     assert "X-API-Key header" in page and data["settings"]["API key"] == "X-API-Key header"
     assert done.stdout.count(" requests, ") == 2
+
+
+def test_report_draws_its_charts_in_chromium_with_nothing_fetched(
+    two_target_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, Counts],
+    tmp_path: Path,
+) -> None:
+    """The page as a person sees it: Debian's chromium driven by Playwright, as
+    tests/test_browser.py does; the PNG is what the README's screenshot is made of."""
+    if not Path(CHROMIUM).exists() or shutil.which("node") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium and node are part of CI (.ci/run installs them)")
+        pytest.skip("needs Debian's chromium and Node.js")
+    _, _, out, _ = two_target_run
+    shown = screenshot(out / "report.html", tmp_path / "report.png")
+    assert shown["requests"] == [(out / "report.html").as_uri()]  # no CDN, no font, no script
+    charts = {chart["title"]: chart for chart in shown["charts"]}
+    for title in ("Throughput (answered requests per second)", "Latency percentiles per second"):
+        assert charts[title]["width"] > 300 and charts[title]["lines"] >= 2, charts[title]
+    for target in ("chaingate", "anvil"):
+        assert charts[f"Latency histogram: {target}"]["bars"] >= 3
+    assert (tmp_path / "report.png").stat().st_size > 20_000
+
+
+def screenshot(report_html: Path, png: Path, width: int = 1360, height: int = 0) -> dict[str, Any]:
+    """Chromium's view of a report: its charts, what it fetched, a PNG of its top ``height``
+    pixels (0: all of it).  docs/bench-report.png was taken with this."""
+    script = png.parent / "report_page.mjs"
+    shutil.copyfile(Path(__file__).parent / "node" / "report_page.mjs", script)
+    (png.parent / "node_modules").symlink_to(node_modules())
+    done = subprocess.run(
+        [shutil.which("node") or "node", str(script), CHROMIUM, report_html.as_uri(), str(png),
+         str(width), str(height)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def test_distributed_run_master_and_two_workers_counts_what_the_target_saw(

@@ -20,6 +20,7 @@ from chaingate.benchsuite.rpcwire import Call
 TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 BALANCE_OF = "0x70a08231"  # balanceOf(address)
 ZERO_ADDRESS = "0x" + "00" * 20
+MAX_TOKENS = 20  # token contracts probed with balanceOf before the load
 
 
 class SampleError(RuntimeError):
@@ -87,8 +88,9 @@ class Pool:
         low, high = (self.blocks[0], self.blocks[-1]) if self.blocks else (0, 0)
         return (
             f"blocks {low} to {high} (head {self.head}): {len(self.addresses)} addresses, "
-            f"{len(self.transactions)} transactions, {len(self.contracts)} log emitters; "
-            f"state read at {len(self.state_blocks)} of them"
+            f"{len(self.transactions)} transactions, {len(self.contracts)} log emitters, "
+            f"{len(self.tokens)} tokens answering balanceOf; state read at "
+            f"{len(self.state_blocks)} of the blocks"
         )
 
 
@@ -119,9 +121,29 @@ def sample(rpc: Rpc, blocks: int, lag: int) -> Pool:
     holders = sorted({"0x" + log["topics"][2][-40:] for log in erc20})
     tokens = sorted({str(log["address"]).lower() for log in erc20})
     pool = Pool(chain_id, head, numbers, sorted(addresses), transactions, contracts, holders)
-    pool.tokens = tokens
     pool.state_blocks = _state_window(rpc, numbers, pool.addresses[0])
+    if pool.state_blocks:
+        pool.tokens = _answering(rpc, tokens[:MAX_TOKENS], holders or pool.addresses, pool)
     return pool
+
+
+def _answering(rpc: Rpc, tokens: list[str], holders: list[str], pool: Pool) -> list[str]:
+    """The tokens whose ``balanceOf`` answers (a contract emitting an ERC-20-like Transfer may
+    still revert it): calls to the rest would measure reverts."""
+    kept = []
+    for token in tokens:
+        call = _balance_of(token, holders[0], pool.state_blocks[-1])
+        try:
+            rpc(call.method, call.params)
+        except SampleError:
+            continue
+        kept.append(token)
+    return kept
+
+
+def _balance_of(token: str, holder: str, block: int) -> Call:
+    data = BALANCE_OF + holder[2:].rjust(64, "0")
+    return Call("eth_call", [{"to": token, "data": data}, hex(block)], comparable=True)
 
 
 def _state_window(rpc: Rpc, numbers: list[int], address: str) -> list[int]:
@@ -146,13 +168,13 @@ def make_call(kind: str, pool: Pool, rng: random.Random, logs_range: int) -> Cal
     if kind == "eth_getBalance":
         return Call(kind, [rng.choice(pool.addresses), hex(state_block)], comparable=True)
     if kind == "eth_call":
-        if pool.contracts:
+        if pool.tokens:
             holder = rng.choice(pool.holders or pool.addresses)
-            data = BALANCE_OF + holder[2:].rjust(64, "0")
-            target = {"to": rng.choice(pool.contracts), "data": data}
-        else:  # a chain without logs: a call to an account, answered "0x"
-            target = {"to": rng.choice(pool.addresses), "data": "0x"}
-        return Call(kind, [target, hex(state_block)], comparable=True)
+            return _balance_of(rng.choice(pool.tokens), holder, state_block)
+        # A chain without tokens: a call to an account, answered "0x".
+        return Call(
+            kind, [{"to": rng.choice(pool.addresses), "data": "0x"}, hex(state_block)], True
+        )
     if kind == "eth_getTransactionReceipt":
         return Call(kind, [rng.choice(pool.transactions)], comparable=True)
     if kind == "eth_getBlockByNumber":

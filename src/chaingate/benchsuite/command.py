@@ -23,6 +23,8 @@ REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
 # Workloads still run by a script of bench/ against a devnet it starts itself.
 SCRIPTS = {
     "proxy": ("run.py", "raw proxy throughput with wrk: chaingate, nginx and the node compared"),
+    "userops": ("bundler.py", "ERC-4337 bundlers: accept rate and submit-to-receipt, vs Alto"),
+    "webhooks": ("webhooks.py", "signed webhooks: block-to-delivery latency and throughput"),
 }
 
 

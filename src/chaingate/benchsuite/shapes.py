@@ -21,7 +21,8 @@ def shape_class(shape: str, duration: float, users: int, steps: int, targets: in
             if elapsed >= duration:
                 return None
             total = users_at(shape, elapsed, duration, users, steps) * targets
-            return total, float(max(total, 1) * 10)  # spawn within ~0.1 s
+            # Spawn within ~0.1 s, at most 100 users a second (locust's own advice).
+            return total, float(min(max(total, 1) * 10, 100))
 
     Shape.__name__ = f"{shape.title()}Shape"
     return Shape
