@@ -28,7 +28,7 @@ from chaingate.benchsuite.histogram import Histogram
 from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import TargetError, mask, parse_targets
-from chaingate.devnet.anvil import AnvilProcess, rpc_call
+from chaingate.devnet.anvil import AnvilProcess, free_port, rpc_call
 from chaingate.devnet.manifest import Manifest
 from tests.serve_process import ServeProcess
 from tests.test_browser import CHROMIUM, node_modules
@@ -321,6 +321,9 @@ def test_compare_puts_two_runs_side_by_side(
 def test_bad_arguments_get_a_clear_error(tmp_path: Path) -> None:
     done = bench("rpc", "--target", "ftp://example", "--out", str(tmp_path))
     assert done.returncode != 0 and "expected a http/https URL" in done.stdout + done.stderr
+    nobody = f"http://127.0.0.1:{free_port()}/"
+    done = bench("rpc", "--target", nobody, "--duration", "1", "--out", str(tmp_path))
+    assert done.returncode == 2 and "error: drawing parameters from" in done.stdout
     done = bench("compare", str(tmp_path / "missing.json"), str(tmp_path / "missing.json"))
     assert done.returncode == 2 and "missing.json" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

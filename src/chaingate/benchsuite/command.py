@@ -97,14 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) -> plan.Plan:
     if args.duration <= 0 or args.users <= 0 or args.steps <= 0 or args.timeout <= 0:
-        raise SystemExit("error: --duration, --users, --steps and --timeout must be positive")
+        raise plan.BenchError("--duration, --users, --steps and --timeout must be positive")
     if args.workers < 0 or (args.workers and (args.master or args.worker)):
-        raise SystemExit("error: --workers N runs its own workers: not with --master/--worker")
+        raise plan.BenchError("--workers N runs its own workers: not with --master/--worker")
     try:
         schemes = ("ws", "wss") if args.workload == "ws" else ("http", "https")
         targets = parse_targets(args.target, schemes)
     except TargetError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        raise plan.BenchError(str(exc)) from None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     mode = "worker" if args.worker else "master" if args.master else "local"
     return plan.Plan(
@@ -184,12 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    run_plan = _plan(args, argv, _options(args))
-    make_scenario = _scenario_factory(args.workload)
-    from chaingate.benchsuite import engine  # imports locust: gevent patches this process
-
     try:
+        run_plan = _plan(args, argv, _options(args))
+        make_scenario = _scenario_factory(args.workload)
+        from chaingate.benchsuite import engine  # imports locust: gevent patches this process
+
         return engine.run(run_plan, make_scenario)
+    except plan.BenchError as exc:
+        print(f"error: {exc}")
+        return 2
     except Exception as exc:  # a clear line, not a traceback, for a bad target
         if args.verbose:
             raise

@@ -10,6 +10,12 @@ from typing import Any
 from chaingate.benchsuite.targets import Target, mask
 
 SHAPES = ("steady", "step", "spike")
+
+
+class BenchError(Exception):
+    """A run that cannot start: bad arguments, a target that cannot be asked (exit 2)."""
+
+
 MODES = ("local", "master", "worker")
 
 

@@ -16,7 +16,7 @@ import msgspec
 from locust import User, task
 
 from chaingate.benchsuite import chainsample, outcomes, rpcwire
-from chaingate.benchsuite.plan import Plan
+from chaingate.benchsuite.plan import BenchError, Plan
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.scenarios.http import TargetUser, settle
 
@@ -64,7 +64,7 @@ class RestScenario:
         try:
             pool = chainsample.sample(rpc, 32, 2)
         except chainsample.SampleError as exc:
-            raise SystemExit(f"error: drawing addresses over JSON-RPC: {exc}") from None
+            raise BenchError(f"drawing addresses over JSON-RPC: {exc}") from None
         self.addresses = sorted(set(pool.holders) | set(pool.addresses))
         self.contracts = self._described(pool.tokens[:MAX_TOKENS])
         self.recorder.notes["parameters"] = (

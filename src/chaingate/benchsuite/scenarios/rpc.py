@@ -8,7 +8,7 @@ from typing import Any
 from locust import User, task
 
 from chaingate.benchsuite import chainsample, outcomes, rpcprofile, rpcwire
-from chaingate.benchsuite.plan import Plan
+from chaingate.benchsuite.plan import BenchError, Plan
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.scenarios.http import TargetUser, settle
 
@@ -38,7 +38,7 @@ class RpcScenario:
         try:
             pool = chainsample.sample(rpc, self.profile.sample_blocks, self.profile.lag)
         except chainsample.SampleError as exc:
-            raise SystemExit(f"error: drawing parameters from {first.shown}: {exc}") from None
+            raise BenchError(f"drawing parameters from {first.shown}: {exc}") from None
         self.pool = pool
         self.recorder.notes["parameters"] = f"from {first.name}: {pool.describe()}"
         mix = {k: w for k, w in self.profile.mix.items() if chainsample.available(k, pool)}
