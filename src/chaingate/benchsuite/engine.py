@@ -60,14 +60,13 @@ def _record_requests(environment: Environment, recorder: Recorder) -> None:
         target = (context or {}).get("target")
         if target is None:
             return
-        if isinstance(exception, outcomes.Failure):
-            outcome = exception.outcome
-        else:
-            outcome = outcomes.ERROR if exception is not None else outcomes.OK
         calls = int((context or {}).get("calls", 1))
-        detail = f"{type(exception).__name__}: {exception}" if exception is not None else ""
         if isinstance(exception, outcomes.Failure):
-            detail = str(exception)
+            outcome, detail = exception.outcome, str(exception)
+        elif exception is not None:
+            outcome, detail = outcomes.ERROR, f"{type(exception).__name__}: {exception}"
+        else:
+            outcome, detail = outcomes.OK, ""
         recorder.record(target, name, outcome, response_time, calls, detail)
 
     def on_user_error(user_instance: User, exception: BaseException, tb: Any, **_: Any) -> None:
@@ -208,7 +207,11 @@ def _spawn_workers(plan: Plan, port: int) -> list[subprocess.Popen[bytes]]:
     # The same arguments (the last of a repeated option wins): a worker, not a master.
     command += ["--workers", "0", "--worker", "--master-host", "127.0.0.1"]
     command += ["--master-port", str(port)]
-    return [subprocess.Popen(command, env=os.environ.copy()) for _ in range(plan.workers)]
+    # Sessions of their own: a Ctrl-C reaches the master alone, which stops them in order.
+    return [
+        subprocess.Popen(command, env=os.environ.copy(), start_new_session=True)
+        for _ in range(plan.workers)
+    ]
 
 
 def _stop_workers(processes: list[subprocess.Popen[bytes]]) -> None:
