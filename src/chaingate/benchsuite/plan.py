@@ -39,6 +39,9 @@ class Plan:
     argv: list[str] = field(default_factory=list)  # this command's own arguments
     options: dict[str, Any] = field(default_factory=dict)  # the scenario's own
 
+    def key_headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.key} if self.key else {}
+
     def settings(self) -> dict[str, Any]:
         """The run's settings as the report's header shows them (no key)."""
         shown: dict[str, Any] = {

@@ -69,7 +69,8 @@ class WsClient:
                         for more in self.ws.events():
                             if isinstance(more, RejectData):
                                 body += more.data
-                    raise WsError(f"upgrade refused: HTTP {event.status_code}", event.status_code)
+                    detail = f"upgrade refused: HTTP {event.status_code} {body[:120]!r}"
+                    raise WsError(detail, event.status_code)
 
     def _feed(self) -> None:
         data = self.sock.recv(RECV_BYTES)

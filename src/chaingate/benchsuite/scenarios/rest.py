@@ -49,9 +49,6 @@ class RestScenario:
         self.kinds: list[str] = []
         self.weights: list[int] = []
 
-    def headers(self) -> dict[str, str]:
-        return {"X-API-Key": self.plan.key} if self.plan.key else {}
-
     def prepare(self) -> None:
         first = self.plan.targets[0]
         on_first = self.rpc_url.startswith(first.url.rstrip("/"))
@@ -60,7 +57,9 @@ class RestScenario:
             if on_first:
                 self.recorder.setup_request(first.name)
 
-        rpc = chainsample.rpc_caller(self.rpc_url, self.headers(), self.plan.timeout, count)
+        rpc = chainsample.rpc_caller(
+            self.rpc_url, self.plan.key_headers(), self.plan.timeout, count
+        )
         try:
             pool = chainsample.sample(rpc, 32, 2)
         except chainsample.SampleError as exc:
@@ -84,7 +83,9 @@ class RestScenario:
             self.recorder.setup_request(first.name)
             path = KINDS["token metadata"][1].format(chain=self.chain, c=token)
             try:
-                chainsample.get(first.url.rstrip("/") + path, self.headers(), self.plan.timeout)
+                chainsample.get(
+                    first.url.rstrip("/") + path, self.plan.key_headers(), self.plan.timeout
+                )
             except chainsample.SampleError:
                 continue
             kept.append(token)
@@ -99,7 +100,7 @@ class RestScenario:
                 self.recorder.setup_request(target.name)
                 try:
                     raw = chainsample.get(
-                        target.url.rstrip("/") + path, self.headers(), self.plan.timeout
+                        target.url.rstrip("/") + path, self.plan.key_headers(), self.plan.timeout
                     )
                     outcome, detail = self.judge(kind, path, subject, raw, target.name)
                 except chainsample.SampleError as exc:
@@ -159,7 +160,7 @@ class RestUser(TargetUser):
         path, subject = scenario.request(kind, self.rng)
         with self.client.get(
             self.target.url.rstrip("/") + path,
-            headers=scenario.headers(),
+            headers=scenario.plan.key_headers(),
             name=kind,
             catch_response=True,
             context={"target": self.target.name},

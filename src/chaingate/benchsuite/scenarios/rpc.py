@@ -24,14 +24,11 @@ class RpcScenario:
         self.weights: list[float] = []
         plan.options["profile"] = self.profile.name
 
-    def headers(self) -> dict[str, str]:
-        return {"X-API-Key": self.plan.key} if self.plan.key else {}
-
     def prepare(self) -> None:
         first = self.plan.targets[0]
         rpc = chainsample.rpc_caller(
             first.url,
-            self.headers(),
+            self.plan.key_headers(),
             self.plan.timeout,
             lambda: self.recorder.setup_request(first.name),
         )
@@ -57,13 +54,17 @@ class RpcScenario:
                 body, ids = rpcwire.body(calls, batch)
                 self.recorder.setup_request(target.name, len(calls))
                 try:
-                    raw = chainsample.post(target.url, body, self.headers(), self.plan.timeout)
+                    raw = chainsample.post(
+                        target.url, body, self.plan.key_headers(), self.plan.timeout
+                    )
                     outcome, detail = rpcwire.judge(
                         raw, calls, ids, batch, self.oracle, target.name
                     )
                 except chainsample.SampleError as exc:
                     outcome, detail = outcomes.ERROR, str(exc)
-                self.recorder.check(f"{kind}: answered alike", target.name, outcome == "ok", detail)
+                self.recorder.check(
+                    f"{kind}: answered alike", target.name, outcome == outcomes.OK, detail
+                )
 
     def calls(self, kind: str, rng: random.Random) -> tuple[list[rpcwire.Call], bool]:
         assert self.pool is not None
@@ -98,7 +99,7 @@ class RpcUser(TargetUser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.headers = {"Content-Type": "application/json", **self.scenario.headers()}
+        self.headers = {"Content-Type": "application/json", **self.scenario.plan.key_headers()}
 
     @task
     def request(self) -> None:

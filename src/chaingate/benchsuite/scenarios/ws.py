@@ -36,9 +36,6 @@ class WsScenario:
         self.first_seen: OrderedDict[str, float] = OrderedDict()
         self.oracle = rpcwire.Oracle()
 
-    def headers(self) -> dict[str, str]:
-        return {"X-API-Key": self.plan.key} if self.plan.key else {}
-
     def params(self) -> list[Any]:
         return [self.subscription] + ([{}] if self.subscription == "logs" else [])
 
@@ -47,14 +44,14 @@ class WsScenario:
         for target in self.plan.targets:
             self.recorder.setup_request(target.name)
             try:
-                client = WsClient(target.url, self.headers(), self.plan.timeout)
+                client = WsClient(target.url, self.plan.key_headers(), self.plan.timeout)
                 client.send_text(_subscribe(1, self.params()))
                 answer = client.recv_text(self.plan.timeout)
                 client.close()
             except (WsError, OSError) as exc:
                 self.recorder.check("subscribes", target.name, False, str(exc))
                 continue
-            ok = answer is not None and "result" in json.loads(answer)
+            ok = answer is not None and "result" in _decoded(answer)
             self.recorder.check("subscribes", target.name, ok, "" if ok else str(answer)[:200])
 
     def first_arrival(self, key: str, now: float) -> float:
@@ -102,7 +99,7 @@ class WsUser(User):
         scenario = self.scenario
         started = time.perf_counter()
         try:
-            client = WsClient(self.target.url, scenario.headers(), scenario.plan.timeout)
+            client = WsClient(self.target.url, scenario.plan.key_headers(), scenario.plan.timeout)
         except WsError as exc:
             self._record("connect", outcomes.of_status(exc.status), _ms(started), str(exc))
             gevent.sleep(1.0)  # a refused target is retried once a second, not in a tight loop
@@ -115,7 +112,7 @@ class WsUser(User):
         started = time.perf_counter()
         client.send_text(_subscribe(1, scenario.params()))
         answer = client.recv_text(scenario.plan.timeout)
-        reply = json.loads(answer) if answer else {}
+        reply = _decoded(answer) if answer else {}
         if "result" not in reply:
             error = reply.get("error", {})
             outcome = outcomes.of_rpc_error(error.get("code")) if error else outcomes.ERROR
@@ -140,7 +137,7 @@ class WsUser(User):
         if text is None:
             return
         now = time.time()
-        push = json.loads(text)
+        push = _decoded(text)
         result = push.get("params", {}).get("result")
         if push.get("method") != "eth_subscription" or not isinstance(result, dict):
             self._record(self.scenario.subscription, outcomes.WRONG, 0.0, text[:200])
@@ -170,6 +167,15 @@ class WsUser(User):
         if self.client is not None:
             self.client.close()
             self.client = None
+
+
+def _decoded(text: str) -> dict[str, Any]:
+    """A JSON object, or {} for anything else (then judged as a wrong answer)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _ms(started: float) -> float:
