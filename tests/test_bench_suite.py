@@ -333,6 +333,7 @@ def test_bad_arguments_get_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_serve_never_imports_locust() -> None:
+    assert "gevent" not in sys.modules  # nor does pytest's process (trio's tests run here)
     probe = "import sys, chaingate.cli; print('locust' in sys.modules or 'gevent' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
