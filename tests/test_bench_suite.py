@@ -201,6 +201,41 @@ def test_distributed_run_master_and_two_workers_counts_what_the_target_saw(
     assert key not in (tmp_path / "results.json").read_text()
 
 
+def test_master_and_a_worker_started_apart_step_shape(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path: Path
+) -> None:
+    """--master/--worker as across machines (here both on loopback), with the step shape."""
+    serve, _, key = served
+    port = str(free_port())
+    common = ["rpc", "--target", f"{serve.base}{RPC_PATH}", "--key", key, "--users", "4"]
+    common += ["--duration", "4", "--shape", "step", "--steps", "2", "--master-port", port]
+    before = serve.metrics()
+    command = [sys.executable, "-m", "chaingate", "bench", *common]
+    master = subprocess.Popen(
+        [*command, "--master", "--master-bind", "127.0.0.1", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [*command, "--worker", "--master-host", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        output, _ = master.communicate(timeout=RUN_TIMEOUT)
+        worker.communicate(timeout=30)
+    finally:
+        for process in (master, worker):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert master.returncode == 0, output
+    data = json.loads((tmp_path / "results.json").read_text())
+    (summary,) = data["totals"].values()
+    counts = Counts(before, serve.metrics())
+    assert counts.requests == summary["requests"] + summary["setup_requests"]
+    assert data["settings"]["shape"] == "step (2 steps)"
+    assert data["settings"]["load processes"] == "master + 1 workers"
+
+
 def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
     devnet: tuple[AnvilProcess, Manifest], tmp_path: Path
 ) -> None:

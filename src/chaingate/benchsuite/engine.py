@@ -32,6 +32,7 @@ from chaingate.benchsuite.shapes import shape_class
 FINAL = "chaingate_final"  # a worker's last recordings, sent as its users have stopped
 WORKER_WAIT = 60.0  # seconds the master waits for its workers to connect
 FINAL_WAIT = 30.0  # seconds it waits for their last recordings once stopped
+WORKER_LEAVE_DELAY = 1.0  # seconds a stopped worker leaves its last messages to go out
 WORKER_EXIT_WAIT = 5.0  # seconds a local worker has to exit after the master quits
 
 log = logging.getLogger("chaingate.bench")
@@ -195,6 +196,13 @@ def _run_worker(plan: Plan, scenario: Scenario, recorder: Recorder) -> int:
 
     def on_stop(**_: Any) -> None:
         runner.send_message(FINAL, recorder.drain())
+        gevent.spawn(leave)
+
+    def leave() -> None:
+        # A run is one-shot: once locust has told the master this worker stopped (right after
+        # this event), the worker is done; it does not wait to be reused.
+        gevent.sleep(WORKER_LEAVE_DELAY)
+        runner.greenlet.kill(block=False)
 
     environment.events.report_to_master.add_listener(on_report)
     environment.events.test_stop.add_listener(on_stop)
