@@ -10,6 +10,7 @@ tested in process.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -18,12 +19,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import standardwebhooks
 
-from chaingate.benchsuite import compare, outcomes, report, results, rpcprofile, rpcwire
+from chaingate.benchsuite import compare, hooksig, outcomes, report, results, rpcprofile, rpcwire
 from chaingate.benchsuite.histogram import Histogram
 from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
@@ -72,7 +76,11 @@ def served(
     devnet: tuple[AnvilProcess, Manifest], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServeProcess, AnvilProcess, str]]:
     node, _ = devnet
-    with ServeProcess(tmp_path_factory.mktemp("serve"), node.url, keys=True, follow=True) as serve:
+    # Webhooks to the bench's receiver on loopback, over plain HTTP: a devnet's settings.
+    hooks = '[outbound]\nallow_cidrs = ["127.0.0.1/32"]\n[webhooks]\nallow_http = true\n'
+    with ServeProcess(
+        tmp_path_factory.mktemp("serve"), node.url, keys=True, follow=True, observability=hooks
+    ) as serve:
         serve.start()
         yield serve, node, serve.create_key(plan="enterprise")
 
@@ -332,6 +340,44 @@ def test_rest_data_endpoints_with_addresses_from_the_chain(
         for route in ("rpc", "rest")
     )
     assert seen == summary["requests"] + summary["setup_requests"]
+
+
+def test_webhooks_every_transaction_delivered_signed_as_chaingate_counted(
+    served: tuple[ServeProcess, AnvilProcess, str], tmp_path: Path
+) -> None:
+    serve, node, key = served
+    before = serve.metrics()
+    done = bench(
+        "webhooks", "--target", f"chaingate={serve.base}", "--key", key, "--drive", node.url,
+        "--rate", "5", "--users", "3", "--duration", "4", "--grace", "5", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    delivery = data["by_name"]["chaingate"]["delivery"]
+    sent = int(data["settings"]["transactions sent"].split()[0])
+    # Each transfer goes to an address exactly one webhook watches: one delivery each, each
+    # signature verified, none missing.
+    assert sent >= 10 and delivery["answered"] == delivery["requests"] == sent, data["samples"]
+    assert delivery["latency_ms"]["p50"] is not None
+    delivered = counter_sum(
+        serve.metrics(), "chaingate_webhook_deliveries_total", outcome="delivered"
+    )
+    delivered -= counter_sum(before, "chaingate_webhook_deliveries_total", outcome="delivered")
+    assert delivered == sent
+    # The bench deleted the webhooks it made.
+    listed = httpx.get(f"{serve.base}/v1/webhooks", headers={"X-API-Key": key}, timeout=10)
+    assert listed.status_code == 200 and listed.json()["total"] == 0, listed.text
+
+
+def test_webhook_signatures_checked_as_standard_webhooks_makes_them() -> None:
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    body = b'{"data": 1}'
+    stamp = datetime.fromtimestamp(1_700_000_000, UTC)
+    signature = standardwebhooks.Webhook(secret).sign("msg_1", stamp, body.decode())
+    assert hooksig.verify(secret, "msg_1", "1700000000", body, signature)
+    assert hooksig.verify(secret, "msg_1", "1700000000", body, f"v1,bm90 {signature}")
+    assert not hooksig.verify(secret, "msg_1", "1700000000", body + b" ", signature)
+    assert not hooksig.verify(secret, "msg_2", "1700000000", body, signature)
 
 
 def test_compare_puts_two_runs_side_by_side(

@@ -38,7 +38,12 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> byte
 
 def get(url: str, headers: dict[str, str], timeout: float) -> bytes:
     """One GET, the raw answer; a clear error for anything but a 2xx."""
-    return _fetch(urllib.request.Request(url, headers=headers), timeout)  # noqa: S310
+    return request("GET", url, headers, timeout)
+
+
+def request(method: str, url: str, headers: dict[str, str], timeout: float) -> bytes:
+    """One request without a body (GET, DELETE), the raw answer; an error but for a 2xx."""
+    return _fetch(urllib.request.Request(url, headers=headers, method=method), timeout)  # noqa: S310
 
 
 def _fetch(request: urllib.request.Request, timeout: float) -> bytes:

@@ -24,7 +24,6 @@ REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
 SCRIPTS = {
     "proxy": ("run.py", "raw proxy throughput with wrk: chaingate, nginx and the node compared"),
     "userops": ("bundler.py", "ERC-4337 bundlers: accept rate and submit-to-receipt, vs Alto"),
-    "webhooks": ("webhooks.py", "signed webhooks: block-to-delivery latency and throughput"),
 }
 
 
@@ -83,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument(
         "--rpc", help="JSON-RPC URL to draw addresses from (default: the first target's)"
     )
+    hooks = commands.add_parser(
+        "webhooks", help="signed webhook deliveries: latency from the block, drops, signatures"
+    )
+    _common(hooks, default_users=10)
+    hooks.add_argument("--chain", default="ethereum-devnet", help="dataset (ethereum-devnet)")
+    hooks.add_argument(
+        "--drive", help="a devnet node's JSON-RPC URL: send transfers between its accounts"
+    )
+    hooks.add_argument("--rate", type=float, default=5.0, help="--drive: transactions/s (5)")
+    hooks.add_argument("--grace", type=float, default=10.0, help="seconds to await stragglers")
+    hooks.add_argument("--receiver", default="127.0.0.1:0", help="HOST:PORT the receiver binds")
+    hooks.add_argument("--receiver-url", help="URL the targets post to (default: the bound one)")
     for name, (script, text) in SCRIPTS.items():
         wrapped = commands.add_parser(
             name, help=f"{text} (bench/{script}; its own options follow)", add_help=False
@@ -155,7 +166,18 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         return {"profile": args.profile}
     if args.workload == "ws":
         return {"subscribe": args.subscribe}
-    return {"chain": args.chain, "rpc": args.rpc or "the first target's"}
+    if args.workload == "rest":
+        return {"chain": args.chain, "rpc": args.rpc or "the first target's"}
+    if args.rate <= 0 or args.grace < 0:
+        raise plan.BenchError("--rate must be positive and --grace at least 0")
+    return {
+        "chain": args.chain,
+        "drive": args.drive or "none: the chain's own traffic",
+        "rate": args.rate,
+        "grace": args.grace,
+        "receiver": args.receiver,
+        "receiver_url": args.receiver_url or "",
+    }
 
 
 def _scenario_factory(workload: str) -> Callable[..., Any]:
@@ -168,6 +190,10 @@ def _scenario_factory(workload: str) -> Callable[..., Any]:
         from chaingate.benchsuite.scenarios import ws
 
         return ws.scenario
+    if workload == "webhooks":
+        from chaingate.benchsuite.scenarios import webhooks
+
+        return webhooks.scenario
     from chaingate.benchsuite.scenarios import rest
 
     return rest.scenario

@@ -39,10 +39,15 @@ log = logging.getLogger("chaingate.bench")
 
 
 class Scenario(Protocol):
+    users: int  # users of each class at the shape's peak
+
     def prepare(self) -> None:
         """Draw parameters from the targets and check their answers (before any load)."""
 
     def user_classes(self) -> list[type[User]]: ...
+
+    def finish(self) -> None:
+        """After the load: what is still to arrive, and cleaning up what prepare made."""
 
 
 ScenarioFactory = Callable[[Plan, Recorder], Scenario]
@@ -89,9 +94,10 @@ def run(plan: Plan, make_scenario: ScenarioFactory) -> int:
 
 
 def _environment(plan: Plan, scenario: Scenario, recorder: Recorder) -> Environment:
-    shape = shape_class(plan.shape, plan.duration, plan.users, plan.steps, len(plan.targets))
+    classes = scenario.user_classes()
+    shape = shape_class(plan.shape, plan.duration, scenario.users, plan.steps, len(classes))
     environment = Environment(
-        user_classes=scenario.user_classes(),
+        user_classes=classes,
         shape_class=shape(),
         stop_timeout=plan.timeout + 1.0,  # users finish the request they are making
         catch_exceptions=True,
@@ -139,6 +145,7 @@ def _run_local(plan: Plan, scenario: Scenario, recorder: Recorder) -> int:
     run.start()
     run.stopped.wait()
     runner.quit()
+    scenario.finish()
     return _finish(plan, recorder, busy, run)
 
 

@@ -40,6 +40,7 @@ class RestScenario:
     def __init__(self, plan: Plan, recorder: Recorder) -> None:
         self.plan = plan
         self.recorder = recorder
+        self.users = plan.users
         self.chain = str(plan.options.get("chain", "ethereum-devnet"))
         given = str(plan.options.get("rpc", ""))
         self.rpc_url = given if "://" in given else default_rpc(plan.targets[0].url, self.chain)
@@ -132,6 +133,9 @@ class RestScenario:
         else:
             differs = None
         return (outcomes.WRONG, differs) if differs else (outcomes.OK, "")
+
+    def finish(self) -> None:
+        """Nothing arrives after the load, and nothing was made."""
 
     def user_classes(self) -> list[type[User]]:
         return [

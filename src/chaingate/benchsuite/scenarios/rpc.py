@@ -17,6 +17,7 @@ class RpcScenario:
     def __init__(self, plan: Plan, recorder: Recorder) -> None:
         self.plan = plan
         self.recorder = recorder
+        self.users = plan.users
         self.profile = rpcprofile.load(str(plan.options.get("profile", "rpc")))
         self.oracle = rpcwire.Oracle()
         self.pool: chainsample.Pool | None = None
@@ -76,6 +77,9 @@ class RpcScenario:
             chainsample.make_call(rng.choice(pinned), self.pool, rng, self.profile.logs_range)
             for _ in range(self.profile.batch_size)
         ], True
+
+    def finish(self) -> None:
+        """Nothing arrives after the load, and nothing was made."""
 
     def user_classes(self) -> list[type[User]]:
         return [

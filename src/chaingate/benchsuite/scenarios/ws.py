@@ -32,6 +32,7 @@ class WsScenario:
     def __init__(self, plan: Plan, recorder: Recorder) -> None:
         self.plan = plan
         self.recorder = recorder
+        self.users = plan.users
         self.subscription = str(plan.options.get("subscribe", "newHeads"))
         self.first_seen: OrderedDict[str, float] = OrderedDict()
         self.oracle = rpcwire.Oracle()
@@ -59,6 +60,9 @@ class WsScenario:
         if len(self.first_seen) > FIRST_SEEN_KEPT:
             self.first_seen.popitem(last=False)
         return first
+
+    def finish(self) -> None:
+        """Nothing arrives after the load, and nothing was made."""
 
     def user_classes(self) -> list[type[User]]:
         return [
