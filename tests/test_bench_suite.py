@@ -33,7 +33,8 @@ from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import TargetError, mask, parse_targets
 from chaingate.devnet.anvil import AnvilProcess, free_port, rpc_call
-from chaingate.devnet.manifest import Manifest
+from chaingate.devnet.manifest import Manifest, dumps
+from chaingate.evm.keys import load_or_create_key
 from tests.serve_process import ServeProcess
 from tests.test_browser import CHROMIUM, node_modules
 
@@ -367,6 +368,43 @@ def test_webhooks_every_transaction_delivered_signed_as_chaingate_counted(
     # The bench deleted the webhooks it made.
     listed = httpx.get(f"{serve.base}/v1/webhooks", headers={"X-API-Key": key}, timeout=10)
     assert listed.status_code == 200 and listed.json()["total"] == 0, listed.text
+
+
+def test_userops_every_operation_accepted_and_included_as_the_bundler_counted(
+    devnet: tuple[AnvilProcess, Manifest], tmp_path: Path
+) -> None:
+    """chaingate's bundler (its own key, unsafe mode) in front of the devnet."""
+    node, manifest = devnet
+    (tmp_path / "manifest.json").write_bytes(dumps(manifest))
+    bundler_key = load_or_create_key(tmp_path / "bundler.key")
+    rpc_call(node.url, "anvil_setBalance", [bundler_key.address, hex(10**21)])
+    serve = ServeProcess(tmp_path, node.url, keys=True, follow=True)
+    config = serve.config.read_text().replace(
+        "testnet = true\n", f'testnet = true\nmanifest = "{tmp_path}/manifest.json"\n', 1
+    )
+    config += f'[bundler]\nkey_file = "{tmp_path}/bundler.key"\nsafe_mode = false\n'
+    serve.config.write_text(config)
+    with serve:
+        serve.start()
+        key = serve.create_key(plan="enterprise")
+        before = serve.metrics()
+        done = bench(
+            "userops", "--target", f"chaingate={serve.base}/v1/bundler/ethereum/devnet",
+            "--key", key, "--node", node.url,
+            "--factory", manifest.address("simple_account_factory_v07"),
+            "--users", "3", "--duration", "4", "--out", str(tmp_path / "out"),
+        )  # fmt: skip
+        accepted = counter_sum(serve.metrics(), "chaingate_bundler_operations_accepted_total")
+        accepted -= counter_sum(before, "chaingate_bundler_operations_accepted_total")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    sent = data["by_name"]["chaingate"]["eth_sendUserOperation"]
+    receipts = data["by_name"]["chaingate"]["receipt"]
+    # Every operation answered with its own hash, every one included with success.
+    assert sent["requests"] >= 6 and sent["answered"] == sent["requests"] == accepted
+    assert receipts["answered"] == receipts["requests"] == sent["requests"]
+    assert receipts["latency_ms"]["p50"] > sent["latency_ms"]["p50"]  # inclusion takes longer
+    assert all(check["ok"] for check in data["checks"])
 
 
 def test_webhook_signatures_checked_as_standard_webhooks_makes_them() -> None:

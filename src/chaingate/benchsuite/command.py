@@ -23,7 +23,7 @@ REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
 # Workloads still run by a script of bench/ against a devnet it starts itself.
 SCRIPTS = {
     "proxy": ("run.py", "raw proxy throughput with wrk: chaingate, nginx and the node compared"),
-    "userops": ("bundler.py", "ERC-4337 bundlers: accept rate and submit-to-receipt, vs Alto"),
+    "alto": ("bundler.py", "chaingate's bundler against Alto on a devnet of its own"),
 }
 
 
@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument(
         "--rpc", help="JSON-RPC URL to draw addresses from (default: the first target's)"
     )
+    ops = commands.add_parser(
+        "userops", help="ERC-4337 operations to bundlers: accept rate, answer, receipt time"
+    )
+    _common(ops, default_users=4)
+    ops.add_argument("--node", required=True, help="the chain's JSON-RPC (a devnet's anvil)")
+    ops.add_argument("--factory", required=True, help="the SimpleAccountFactory's address")
+    ops.add_argument("--entry-point-version", choices=("0.6", "0.7"), default="0.7")
+    ops.add_argument("--entry-point", help="default: the version's canonical address")
     hooks = commands.add_parser(
         "webhooks", help="signed webhook deliveries: latency from the block, drops, signatures"
     )
@@ -168,6 +176,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         return {"subscribe": args.subscribe}
     if args.workload == "rest":
         return {"chain": args.chain, "rpc": args.rpc or "the first target's"}
+    if args.workload == "userops":
+        return {
+            "node": args.node,
+            "factory": args.factory,
+            "version": args.entry_point_version,
+            "entry_point": args.entry_point or "",
+        }
     if args.rate <= 0 or args.grace < 0:
         raise plan.BenchError("--rate must be positive and --grace at least 0")
     return {
@@ -190,6 +205,10 @@ def _scenario_factory(workload: str) -> Callable[..., Any]:
         from chaingate.benchsuite.scenarios import ws
 
         return ws.scenario
+    if workload == "userops":
+        from chaingate.benchsuite.scenarios import userops
+
+        return userops.scenario
     if workload == "webhooks":
         from chaingate.benchsuite.scenarios import webhooks
 

@@ -83,9 +83,11 @@ class WebhooksScenario:
         else:
             first = self.plan.targets[0]
             rpc = chainsample.rpc_caller(
-                default_rpc(first.url, self.chain), self.plan.key_headers(), self.plan.timeout,
+                default_rpc(first.url, self.chain),
+                self.plan.key_headers(),
+                self.plan.timeout,
                 lambda: self.recorder.setup_request(first.name),
-            )  # fmt: skip
+            )
             try:
                 pool = chainsample.sample(rpc, 32, 0)
             except chainsample.SampleError as exc:
@@ -188,9 +190,11 @@ class WebhooksScenario:
     def _block_time(self, target: Target, number: int) -> float:
         if number not in self.block_times:
             rpc = chainsample.rpc_caller(
-                default_rpc(target.url, self.chain), self.plan.key_headers(), self.plan.timeout,
+                default_rpc(target.url, self.chain),
+                self.plan.key_headers(),
+                self.plan.timeout,
                 lambda: self.recorder.setup_request(target.name),
-            )  # fmt: skip
+            )
             block = rpc("eth_getBlockByNumber", [hex(number), False])
             self.block_times[number] = int(block["timestamp"], 16)
         return self.block_times[number]
@@ -231,9 +235,13 @@ class WebhooksScenario:
                 gevent.sleep(0.1)
             for hook, tx_hash in self._missing():
                 self.recorder.record(
-                    hook.target.name, "delivery", outcomes.DROPPED, 0.0, 1,
+                    hook.target.name,
+                    "delivery",
+                    outcomes.DROPPED,
+                    0.0,
+                    1,
                     f"{tx_hash} to {hook.watched} never delivered",
-                )  # fmt: skip
+                )
             self.recorder.notes["transactions sent"] = (
                 f"{len(self.sent)} at {self.rate:g}/s to {len(self.recipients)} watched addresses"
             )
