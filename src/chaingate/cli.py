@@ -709,8 +709,8 @@ def build_parser() -> argparse.ArgumentParser:
     keys.set_defaults(func=cmd_keys)
     bench = commands.add_parser(
         "bench",
-        help="load tests against any endpoint: rpc, ws, rest, proxy, userops, webhooks, "
-        "compare (pip install -e '.[bench]')",
+        help="load tests against any endpoint: rpc, ws, rest, webhooks, userops, proxy, "
+        "alto, compare (pip install -e '.[bench]')",
         add_help=False,
     )
     bench.add_argument("-h", "--help", action="store_true", dest="bench_help")
