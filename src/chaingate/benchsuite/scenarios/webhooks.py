@@ -98,6 +98,8 @@ class WebhooksScenario:
                 address = watched[index % len(watched)]
                 self._create(target, target_index, index, address)
         self.recipients = sorted({hook.watched for hook in self.hooks.values()})
+        # --users counts webhooks here; the load itself is one driver (idle without --drive).
+        self.recorder.notes["users per target"] = "none: one driver sends the transactions"
         self.recorder.notes["webhooks"] = (
             f"{self.plan.users} per target, address_activity, each watching one of "
             f"{len(self.recipients)} addresses; receiver {self.receiver_url}"
