@@ -5,6 +5,7 @@
   Its data dir (locked: one ``chaingate dev`` each) keeps the chain and the keys across starts.
 * ``chaingate serve --config FILE`` — the production entry point.
 * ``chaingate migrate [--config FILE]`` — apply pending database migrations and say which.
+* ``chaingate bench WORKLOAD`` — load tests against any endpoint (``chaingate.benchsuite``).
 """
 
 from __future__ import annotations
@@ -635,6 +636,14 @@ def cmd_keys(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """A fresh interpreter runs the bench: locust patches the process with gevent on import,
+    which must come before anything this one has loaded (trio, ssl)."""
+    help_asked = ["--help"] if args.bench_help else []
+    command = [sys.executable, "-m", "chaingate.benchsuite", *help_asked, *args.bench_args]
+    os.execv(sys.executable, command)  # noqa: S606
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chaingate", description=__doc__.splitlines()[1] if __doc__ else None
@@ -698,6 +707,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--plan", required=True)
     plan.add_argument("--limits", help="JSON overrides, e.g. '{\"requests_per_second\": 500}'")
     keys.set_defaults(func=cmd_keys)
+    bench = commands.add_parser(
+        "bench",
+        help="load tests against any endpoint: rpc, ws, rest, webhooks, userops, proxy, "
+        "alto, compare (pip install -e '.[bench]')",
+        add_help=False,
+    )
+    bench.add_argument("-h", "--help", action="store_true", dest="bench_help")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
     dev.add_argument("--data-dir", help="default: ~/.local/share/chaingate/dev")
     return parser
 

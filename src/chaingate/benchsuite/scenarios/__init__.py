@@ -1,0 +1,1 @@
+"""Workloads on locust: each module gives ``scenario(plan, recorder)`` (imports locust)."""
