@@ -74,6 +74,7 @@ cdef str BAD_TAG_MESSAGE = (
     "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
     "a hex number, a block hash or an EIP-1898 object"
 )
+cdef bytes UNSENT = b'{"code":-32603,"message":"internal error: the call was not sent; retry"}'
 cdef str ANSWER_TOO_LARGE = "answer_too_large"
 cdef str OVERLOADED = "overloaded"
 cdef str INTERNAL_ERROR_MESSAGE = "internal error; retry with exponential backoff"
@@ -468,9 +469,16 @@ cdef class Route:
 
     cdef void _send(self, list safe, list unsafe) except *:
         cdef Py_ssize_t size = self.upstream_batch, start
+        cdef Flight flight
         for flights in (safe, unsafe):
             for start in range(0, len(flights), size):
-                self.dispatch(flights[start:start + size])
+                group = flights[start:start + size]
+                try:
+                    self.dispatch(group)
+                except Exception:
+                    log.exception("unhandled error sending calls upstream")
+                    for flight in group:
+                        self.land(flight, None, UNSENT)
 
     cpdef bytes refuse(self, str reason, bint executed, long long calls=1):
         self.refused[reason] += calls

@@ -424,3 +424,35 @@ def test_any_requests_get_the_same_answers_from_both_twins(
         return answers
 
     _both(scenario, max_answer=max_answer)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["compiled", "pure"])
+def test_a_batch_whose_flights_land_during_serve_is_answered_once(which: int) -> None:
+    lane = Lane(_twins()[which])
+
+    def land_now(group: list[Any]) -> None:  # a dispatch that lands at once
+        for flight in group:
+            lane.route.land(flight, *_result(flight))
+
+    lane.route.dispatch = land_now
+    answer = lane.serve([_call("eth_blockNumber", id=1), _call("eth_gasPrice", id=2)])
+    assert answer == "defer" and len(lane.recorder.delivered) == 1
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["compiled", "pure"])
+def test_a_group_that_cannot_be_sent_fails_its_calls_and_poisons_nothing(which: int) -> None:
+    lane = Lane(_twins()[which])
+    sent: list[list[Any]] = []
+
+    def broken_once(group: list[Any]) -> None:
+        sent.append(group)
+        if len(sent) == 1:
+            raise RuntimeError("simulated: the service could not take it")
+
+    lane.route.dispatch = broken_once
+    assert lane.serve(_call("eth_blockNumber", id=1), conn="c1") == "defer"
+    ((conn, status, _, body),) = lane.recorder.delivered
+    assert conn == "c1" and status == 200 and b"was not sent" in body
+    # The next identical call is sent again, not joined to a flight that never left.
+    assert lane.serve(_call("eth_blockNumber", id=2), conn="c2") == "defer"
+    assert (len(sent) == 2 and not lane.route.flights) or len(lane.route.flights) == 1

@@ -71,6 +71,8 @@ BAD_TAG_MESSAGE = (
     "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
     "a hex number, a block hash or an EIP-1898 object"
 )
+# The error of a call that could not be handed to the upstream side (a bug of ours).
+UNSENT = b'{"code":-32603,"message":"internal error: the call was not sent; retry"}'
 ANSWER_TOO_LARGE = "answer_too_large"
 OVERLOADED = "overloaded"
 
@@ -379,11 +381,19 @@ class Route:
                 pending.fail()
 
     def _send(self, safe: list[Flight], unsafe: list[Flight]) -> None:
-        """Hand new flights to the service, one group per retry class and upstream batch."""
+        """Hand new flights to the service, one group per retry class and upstream batch.  A
+        group that cannot be handed over lands at once with an error: no flight stays in the
+        air for identical calls to join forever."""
         size = self.upstream_batch
         for flights in (safe, unsafe):
             for start in range(0, len(flights), size):
-                self.dispatch(flights[start : start + size])
+                group = flights[start : start + size]
+                try:
+                    self.dispatch(group)
+                except Exception:
+                    log.exception("unhandled error sending calls upstream")
+                    for flight in group:
+                        self.land(flight, None, UNSENT)
 
     # --- answers the lane builds from this route's table ----------------------------------
 
