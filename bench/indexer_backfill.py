@@ -36,6 +36,7 @@ from urllib.parse import quote
 import msgspec
 import trio
 
+from chaingate.data.store import IndexRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
@@ -102,7 +103,9 @@ async def index(
         result.logs = indexer.stats["logs"]
         result.transfers = indexer.stats["transfers"]
         assert gateway.store is not None
-        contract = await gateway.store.index_contract("ethereum", "devnet", token.lower())
+        contract = await IndexRows(gateway.store).index_contract(
+            "ethereum", "devnet", token.lower()
+        )
         result.holders = contract[1].holders if contract[1] is not None else -1
 
         def count(tx: Any) -> int:

@@ -31,6 +31,7 @@ from chaingate.bundler.service import BundlerService
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.chain.store import ChainRows
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.data.service import DataPlane
 from chaingate.edge.asgi import AsgiBridge
@@ -120,7 +121,7 @@ class Gateway:
                     service.chain,
                     service.network,
                     client,
-                    self.store,
+                    ChainRows(self.store),
                     net.follower,
                     finality_depth=net.finality_depth,
                     block_time=net.block_time,

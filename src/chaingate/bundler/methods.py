@@ -25,13 +25,13 @@ from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.bundler.estimation import estimate_gas
 from chaingate.bundler.mempool import Entry
 from chaingate.bundler.network import BundlerNetwork
+from chaingate.bundler.receiptstore import ReceiptRow
 from chaingate.bundler.rpcform import encode_user_operation, parse_user_operation
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.rpc.errors import UpstreamError
 from chaingate.rpc.local import Handler, LocalRpc, RpcFault
-from chaingate.store.bundlerreceipts import ReceiptRow
 
 _logs = msgspec.json.Decoder(list[dict[str, Any]])
 

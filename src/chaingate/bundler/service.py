@@ -31,7 +31,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
-from chaingate.devnet.manifest import load_manifest
+from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc

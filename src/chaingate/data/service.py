@@ -16,10 +16,10 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings
+from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
 from chaingate.data.metrics import register_index_metrics
 from chaingate.data.reader import IndexReader
-from chaingate.devnet.manifest import load_manifest
 from chaingate.metadata.service import MetadataService
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher

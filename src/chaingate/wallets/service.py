@@ -30,21 +30,12 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings
-from chaingate.devnet.manifest import load_manifest
+from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
 from chaingate.store import Store
 from chaingate.store.base import new_id
-from chaingate.store.walletrows import (
-    Counts,
-    Ledger,
-    PolicyRow,
-    PolicyUsage,
-    ReservationRefused,
-    SponsorshipRow,
-    WalletRow,
-)
 from chaingate.wallets import rules as policy_rules
 from chaingate.wallets.erc7677 import Erc7677
 from chaingate.wallets.model import (
@@ -57,6 +48,16 @@ from chaingate.wallets.model import (
 from chaingate.wallets.network import NotServed, Unavailable, WalletNetwork
 from chaingate.wallets.rules import Refusal, Rules, Usage
 from chaingate.wallets.sponsorship import usd_rate, wei_to_usd, worst_case_wei
+from chaingate.wallets.store import (
+    Counts,
+    Ledger,
+    PolicyRow,
+    PolicyUsage,
+    ReservationRefused,
+    SponsorshipRow,
+    WalletRow,
+    WalletRows,
+)
 from chaingate.wallets.tracker import Tracker
 
 log = logging.getLogger("chaingate.wallets")
@@ -81,7 +82,7 @@ class WalletService:
     ) -> None:
         """Keys are ``chain/network``; every EVM network with ``wallets.enabled`` is served,
         and tracked when it is followed."""
-        self.store = store
+        self.store = WalletRows(store)
         self.signer = signer
         self.clock = clock
         self.networks: dict[str, WalletNetwork] = {}
