@@ -86,7 +86,7 @@ async def index(
     gateway = Gateway(settings, access_stream=io.BytesIO())
     # Only the follower and its indexer: no gas oracle competes (its stream is closed, so the
     # follower drops it instead of waiting for it).
-    for stream in gateway._gas_streams.values():
+    for stream in gateway.gas.streams.values():
         stream.close()
     gateway.gas_oracles.clear()
     assert gateway.data is not None

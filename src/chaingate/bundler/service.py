@@ -157,7 +157,21 @@ class BundlerService:
             if endpoint is not None:
                 BundlerMethods(net, debug=self.settings.debug).register(endpoint, costs)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Start the service (requests use its methods): its writers."""
+        await self.run_writers(nursery)
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each network's mempool (loaded from the store), bundling loop and receipt
+        tracker: the single writers of its bundler rows."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         for key, net in self.networks.items():
             if net.chain_id is None:
                 await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)

@@ -109,7 +109,21 @@ class WalletService:
 
     # --- running ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Start the service (requests use its methods): its writers."""
+        await self.run_writers(nursery)
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each followed network's deployment tracker (the writer of its wallet rows and
+        settlements) and the paymaster deposit watch."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
                 nursery.start_soon(tracker.run, self._streams[key])

@@ -211,7 +211,21 @@ class WebhookService:
             matched,
         )
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Start the service (requests use its methods): its writers."""
+        await self.run_writers(nursery)
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each followed network's matcher, the outbox dispatcher, the pending-transaction
+        pollers and the outbox's pruning: the writers of the webhook rows."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
                 await nursery.start(matcher.run, self._streams[key])
