@@ -1,13 +1,14 @@
 """The whole chaingate process: the composition root.
 
 ``Gateway`` opens the store, builds each subsystem's service object and the front door, and
-``run`` starts them in order: auth, the chains' proxies, gas, data, wallets, bundler, webhooks,
-then the followers (every consumer of their events is up by then), then the front door; it
-reports the bound port and waits for ``shutdown()``.  Each service object has
-``run(nursery)`` (and, where it keeps rows of a network, ``run_writers(nursery)``, the tasks
-one process per network runs) and ``shutdown()``.  Shutdown is graceful: the front door
-drains first (in-flight requests finish, up to ``server.shutdown_grace``), then the rest is
-cancelled.
+``run`` starts them.  Each service object has ``run(nursery)`` — what serves requests — and
+``run_writers(nursery)`` — the single writers of a network's rows (followers, indexers,
+trackers, mempools, matchers...), which one process per network runs — and ``shutdown()``.
+The order: every service's ``run`` (auth, the chains' proxies, gas, data, wallets, bundler,
+webhooks), then their writers, the followers last (every consumer of their events is up by
+then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
+Shutdown is graceful: the front door drains first (in-flight requests finish, up to
+``server.shutdown_grace``), then the rest is cancelled.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ log = logging.getLogger("chaingate")
 
 
 class Service(Protocol):
-    """A subsystem as the root runs it: ``run`` starts its tasks in the root's nursery and
-    returns once they are ready; ``shutdown`` is called before they are cancelled."""
+    """A subsystem as the root runs it: ``run`` and ``run_writers`` start tasks in the root's
+    nursery and return once they are ready; ``shutdown`` is called before they are cancelled."""
 
     async def run(self, nursery: trio.Nursery) -> None: ...
+
+    async def run_writers(self, nursery: trio.Nursery) -> None: ...
 
     def shutdown(self) -> None: ...
 
@@ -203,20 +206,13 @@ class Gateway:
         parts += [self.wallets, self.bundler, self.webhooks]
         services = [part for part in parts if part is not None]
         async with trio.open_nursery() as nursery:
-            for service in services:
+            for service in services:  # what serves requests
                 await service.run(nursery)
-            await self.chain.run_writers(nursery)  # the followers: their consumers are up
+            for service in [s for s in services if s is not self.chain] + [self.chain]:
+                await service.run_writers(nursery)  # the followers last: their consumers are up
             port = await self.front.run(nursery)
-            log.info(
-                "chaingate listening",
-                extra={
-                    "fields": {
-                        "host": self.settings.server.host,
-                        "port": port,
-                        "impl": self.impl.name,
-                    }
-                },
-            )
+            fields = {"host": self.settings.server.host, "port": port, "impl": self.impl.name}
+            log.info("chaingate listening", extra={"fields": fields})
             # Everything built at start-up lives as long as the process: out of the collector's
             # way, so that a full collection walks only what requests leave behind (it took
             # ~20 ms, a stall for every connection, before).

@@ -44,11 +44,15 @@ class AuthService:
         return limits.logs_max_block_range if limits is not None else 0
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Ready once the keys are loaded; the usage writer and shared limits run beside."""
+        """What serves requests, ready once the keys are loaded; the usage writer and shared
+        limits run beside."""
         await nursery.start(self.keys.run, self.settings.refresh_interval)
         nursery.start_soon(self.usage_writer.run, self.settings.usage_flush_interval)
         if self.shared is not None:
             nursery.start_soon(self.shared.run)
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """None: every process meters and flushes its own usage (additive rows)."""
 
     def shutdown(self) -> None:
         """Nothing to drain: usage not yet flushed is flushed when the writer is cancelled."""

@@ -158,8 +158,8 @@ class BundlerService:
                 BundlerMethods(net, debug=self.settings.debug).register(endpoint, costs)
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Start the service (requests use its methods): its writers."""
-        await self.run_writers(nursery)
+        """What serves requests: nothing to start (the methods ``register_rpc`` put on
+        each endpoint answer them)."""
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
         """Each network's mempool (loaded from the store), bundling loop and receipt

@@ -89,10 +89,12 @@ class ChainService:
             self.services[key].pool.witness = follower
 
     async def run(self, nursery: trio.Nursery) -> None:
+        """What serves requests: each network's proxy (its upstream pool)."""
         for service in self.services.values():
             await nursery.start(service.run)
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each followed network's follower: the single writer of its chain rows."""
         for follower in self.followers.values():
             await nursery.start(follower.run)
 

@@ -90,8 +90,8 @@ class DataPlane:
         register_index_metrics(registry, self.indexers)
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Start the service (its readers need no task): its writers."""
-        await self.run_writers(nursery)
+        """What serves requests: nothing to start (the index is read through ``readers``
+        and the metadata services' methods)."""
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
         """Each network's metadata service and indexer, ready once every one is: the

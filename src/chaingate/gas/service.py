@@ -35,5 +35,8 @@ class GasService:
         for key, oracle in self.oracles.items():
             await nursery.start(oracle.run, self.streams[key])
 
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """None: the oracles write nothing."""
+
     def shutdown(self) -> None:
         """Nothing to drain: estimates live in memory."""

@@ -110,12 +110,14 @@ class WalletService:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Start the service (requests use its methods): its writers."""
-        await self.run_writers(nursery)
+        """What serves requests (through this object's methods): the paymaster deposit
+        watch, which sponsorship reads."""
+        if self.signer is not None:
+            nursery.start_soon(self._watch_deposits)
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
-        """Each followed network's deployment tracker (the writer of its wallet rows and
-        settlements) and the paymaster deposit watch."""
+        """Each followed network's deployment tracker: the writer of its wallet rows and
+        settlements."""
         await nursery.start(self._writers)
 
     def shutdown(self) -> None:
@@ -127,8 +129,6 @@ class WalletService:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
                 nursery.start_soon(tracker.run, self._streams[key])
-            if self.signer is not None:
-                nursery.start_soon(self._watch_deposits)
             task_status.started()
 
     async def _watch_deposits(self) -> None:

@@ -212,8 +212,8 @@ class WebhookService:
         )
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Start the service (requests use its methods): its writers."""
-        await self.run_writers(nursery)
+        """What serves requests: nothing to start (the REST resource calls this object's
+        methods)."""
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
         """Each followed network's matcher, the outbox dispatcher, the pending-transaction
