@@ -32,6 +32,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import ConfigError, Settings, config_file, methods_path
+from chaingate.dashboard.build import install_dashboard
 from chaingate.data.service import DataPlane
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.lane import build_lane
@@ -190,8 +191,10 @@ class Gateway:
         # A sink of this gateway's own (a given stream) ends with it: its writer thread too.
         self._own_sink = self.access_log.sink if access_stream is not None else None
         # The REST plane: routes priced from config/rest.toml, served by the ASGI app.
-        self.rest = build_api(self._api_deps(), load_costs(config_file(settings, "rest.toml")))
-        self.asgi = AsgiBridge(create_app(self.rest), (settings.server.host, settings.server.port))
+        self.api_deps = self._api_deps()
+        self.rest = build_api(self.api_deps, load_costs(config_file(settings, "rest.toml")))
+        app = create_app(self.rest)
+        self.asgi = AsgiBridge(app, (settings.server.host, settings.server.port))
         self.bundlers = self._bundler_endpoints(settings)
         self.routes = Routes(
             self.services,
@@ -205,6 +208,8 @@ class Gateway:
             self.impl.jsonrpc,
             self.bundlers,
         )
+        # The dashboard (/dashboard/) on the same app; its latency sampler runs with the rest.
+        self.dashboard_sampler = install_dashboard(self, app)
         # Cached REST answers die with the data under them: when any index moves.
         if self.data is not None:
             self.routes.rest_cache.version = self.data.version
@@ -348,6 +353,8 @@ class Gateway:
             await nursery.start(self.ws.run)
             await nursery.start(self.asgi.lifespan)
             nursery.start_soon(self.access_log.run)
+            if self.dashboard_sampler is not None:
+                nursery.start_soon(self.dashboard_sampler.run)
             edge_done = trio.Event()
 
             async def serve_edge(task_status: trio.TaskStatus[int]) -> None:

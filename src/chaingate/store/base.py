@@ -27,6 +27,7 @@ from chaingate.store.bundlerrows import BUNDLER_TABLES, BundlerRows
 from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
 from chaingate.store.indexrows import INDEX_TABLES, IndexRows
 from chaingate.store.metarows import META_TABLES, MetaRows
+from chaingate.store.usagerollups import write_rollups
 from chaingate.store.walletrows import WALLET_SETTLEMENT_COLUMNS, WALLET_TABLES, WalletRows
 from chaingate.store.webhookrows import WEBHOOK_TABLES, WebhookRows
 
@@ -496,6 +497,7 @@ class Store(
 
         def upsert(tx: Tx) -> None:
             tx.executemany(_UPSERT_USAGE, rows)
+            write_rollups(tx, rows)  # the dashboard's hours and days, in the same transaction
 
         await self.run_transaction(upsert)
 
