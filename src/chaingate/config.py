@@ -571,6 +571,8 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     login_failures_per_account: int = 5
     login_failures_per_address: int = 20
     login_window: float = 900.0
+    # How often the overview's latency is sampled from the edge's histogram.
+    latency_sample_seconds: float = 60.0
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True):

@@ -354,7 +354,9 @@ class Gateway:
             await nursery.start(self.asgi.lifespan)
             nursery.start_soon(self.access_log.run)
             if self.dashboard_sampler is not None:
-                nursery.start_soon(self.dashboard_sampler.run)
+                nursery.start_soon(
+                    self.dashboard_sampler.run, self.settings.dashboard.latency_sample_seconds
+                )
             edge_done = trio.Event()
 
             async def serve_edge(task_status: trio.TaskStatus[int]) -> None:
