@@ -69,7 +69,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
     async def shared() -> dict[str, Any]:
         return {
             "csrf_token": dash.csrf_token,
-            "session": g.get("session"),
+            "current": g.get("session"),
             "prefix": PREFIX,
         }
 
