@@ -7,7 +7,10 @@ The browser flow (Chromium, axe-core, keyboard, narrow viewport) is tests/test_d
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from contextlib import aclosing
 from pathlib import Path
@@ -23,6 +26,7 @@ from chaingate.dashboard.store import DashboardRows
 from chaingate.dashboard.throttle import LoginThrottle
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.impl import Impl, select
+from chaingate.store import open_store
 from chaingate.store.base import UsageDelta
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
 
@@ -380,3 +384,43 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
         lines = csv.text.strip().splitlines()
         assert lines[0].startswith("period_start,key_id")
         assert sum(int(line.split(",")[4]) for line in lines[1:]) == 15
+
+
+def test_accounts_set_password_command(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/store.db"
+
+    async def prepare() -> None:
+        store = open_store(url, tmp_path)
+        async with store:
+            await store.migrate()
+            await admin.ensure_account(store, "cli@example.com", "free")
+
+    async def stored() -> Any:
+        store = open_store(url, tmp_path)
+        async with store:
+            account = await store.find_account_by_email("cli@example.com")
+            assert account is not None
+            return await DashboardRows(store).credentials(account.id)
+
+    trio.run(prepare)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINGATE_")}
+    env["CHAINGATE_STORE__URL"] = url
+
+    def run(email: str, password: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chaingate", "accounts", "set-password", email, *extra],
+            input=password + "\n",
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    done = run("cli@example.com", PASSWORD, "--operator")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dashboard password set (operator)" in done.stdout
+    credentials = trio.run(stored)
+    assert credentials.operator and verify_password(PASSWORD, credentials.password_hash)
+    assert run("cli@example.com", "short").returncode == 2
+    missing = run("nobody@example.com", PASSWORD)
+    assert missing.returncode == 1 and "no account for nobody@example.com" in missing.stdout

@@ -55,6 +55,9 @@ CREATE TABLE usage_days (
     PRIMARY KEY (account_id, period, key_id, method)
 );
 
+-- The operator's page: every account's usage of one day.
+CREATE INDEX usage_days_period ON usage_days (period);
+
 -- What was metered before this migration, rolled up once.
 INSERT INTO usage_hours
     (account_id, key_id, method, period, requests, compute_units, errors)
