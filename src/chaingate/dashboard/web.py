@@ -86,7 +86,7 @@ class Dashboard:
     def pre_cookie(self) -> str:
         return "__Host-cg_pre" if self.settings.secure_cookie else "cg_pre"
 
-    def set_cookie(self, response: Response, name: str, value: str, max_age: int | None) -> None:
+    def set_cookie(self, response: Any, name: str, value: str, max_age: int | None) -> None:
         response.set_cookie(
             name,
             value,
@@ -97,7 +97,7 @@ class Dashboard:
             samesite="Strict",
         )
 
-    def clear_cookie(self, response: Response, name: str) -> None:
+    def clear_cookie(self, response: Any, name: str) -> None:
         self.set_cookie(response, name, "", 0)
 
     # --- CSRF --------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ class Dashboard:
             return None
         return await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
 
-    async def start_session(self, account_id: str, operator: bool) -> Response:
+    async def start_session(self, account_id: str, operator: bool) -> Any:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
         token, _ = await self.rows.create_session(
             account_id,
