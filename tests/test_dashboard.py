@@ -424,3 +424,16 @@ def test_accounts_set_password_command(tmp_path: Path) -> None:
     assert run("cli@example.com", "short").returncode == 2
     missing = run("nobody@example.com", PASSWORD)
     assert missing.returncode == 1 and "no account for nobody@example.com" in missing.stdout
+
+
+async def test_the_bare_path_and_static_files(stack: AuthStack) -> None:
+    async with browser(stack) as client:
+        bare = await client.get("/dashboard")
+        assert bare.status_code == 308 and bare.headers["location"] == "/dashboard/"
+        home = await client.get("/dashboard/")
+        assert home.status_code == 303 and home.headers["location"] == "/dashboard/signin"
+        css = await client.get("/dashboard/static/dashboard.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        js = await client.get("/dashboard/static/dashboard.js")
+        assert js.status_code == 200 and "data-copy" in js.text
+        assert (await client.get("/dashboard/static/../../../etc/passwd")).status_code == 404

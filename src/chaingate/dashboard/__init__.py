@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from quart import Blueprint, Response, g, request
+from quart import Blueprint, Response, g, redirect, request
 from quart_trio import QuartTrio
 
 from chaingate.dashboard.web import (
@@ -80,4 +80,9 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
     for module in (signin, usage, keys, webhooks, gas, reference, operator):
         module.register(blueprint, dash)
     app.register_blueprint(blueprint)
+
+    async def bare() -> Any:  # "/dashboard" without its slash: werkzeug would 404 it
+        return redirect(f"{PREFIX}/", 308)
+
+    app.add_url_rule(PREFIX, "dashboard_bare", bare, methods=["GET"])
     return blueprint
