@@ -158,7 +158,7 @@ async def test_security_headers_and_cookie_flags_outside_dev(
         assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
         assert "'unsafe-inline'" not in csp
         assert form.headers["x-frame-options"] == "DENY"
-        assert form.headers["referrer-policy"] == "no-referrer"
+        assert form.headers["referrer-policy"] == "same-origin"
         assert form.headers["cache-control"] == "no-store"
         assert "access-control-allow-origin" not in form.headers
         assert re.search(r"<script(?![^>]*\bsrc=)", form.text) is None  # no inline script

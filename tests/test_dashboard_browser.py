@@ -140,6 +140,7 @@ async def test_the_dashboard_flow_in_a_browser(
     }
     seen = await trio.to_thread.run_sync(run_flow, tmp_path, config)
     steps = json.dumps(seen, indent=1)[:6000]
+    assert "error" not in seen, steps
     assert seen["signedIn"], steps
     keyboard = seen["keyboard"]
     assert keyboard["reachedName"] and keyboard["reachedSubmit"] and keyboard["created"], steps
@@ -165,5 +166,8 @@ async def test_the_dashboard_flow_in_a_browser(
     assert int(seen["overview"]["requests"]) >= 40 and seen["overview"]["charts"] == 3, steps
     narrow = seen["narrow"]
     assert narrow["submitInside"] and narrow["created"], narrow
-    assert all(width <= 390 for key, width in narrow.items() if key.startswith("/")), narrow
+    assert all(width <= 390 for key, width in narrow.items() if key.startswith("/")), (
+        narrow,
+        seen.get("narrowWide"),
+    )
     assert screenshot.exists()

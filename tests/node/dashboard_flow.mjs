@@ -22,7 +22,9 @@ async function rpc(url, method, params, headers = {}) {
 
 function watch(page, label) {
   page.on("console", (message) => {
-    if (message.type() === "error") out.consoleErrors.push(`${label}: ${message.text()}`);
+    if (message.type() === "error") {
+      out.consoleErrors.push(`${label}: ${message.text()} (${message.location()?.url ?? page.url()})`);
+    }
   });
   page.on("pageerror", (error) => out.consoleErrors.push(`${label}: ${error.message}`));
   page.on("dialog", (dialog) => dialog.accept());
@@ -49,10 +51,11 @@ async function tabTo(page, test, limit = 60) {
 }
 
 const browser = await chromium.launch({ executablePath, headless: true });
+let page;
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: cfg.base });
-  const page = await context.newPage();
+  page = await context.newPage();
   watch(page, "desktop");
 
   // 1. Sign in through the one-time link.
@@ -68,6 +71,7 @@ try {
   await page.keyboard.type("browser key");
   out.keyboard.reachedSubmit = await tabTo(page, () =>
     document.activeElement?.matches("#create-key button[type=submit]"));
+  step("keyboard", { ...out.keyboard });
   await Promise.all([page.waitForNavigation(), page.keyboard.press("Enter")]);
   const key = (await page.textContent("#new-key")).trim();
   out.keyboard.created = key.startsWith("svc_test_");
@@ -201,6 +205,21 @@ try {
   for (const path of ["/dashboard/", "/dashboard/keys", "/dashboard/webhooks", hookPath]) {
     await phone.goto(`${cfg.base}${path}`);
     out.narrow[path] = await phone.evaluate(() => document.documentElement.scrollWidth);
+    if (out.narrow[path] > 390) {
+      // What sticks out: for the failure message.
+      out.narrowWide = out.narrowWide || {};
+      out.narrowWide[path] = await phone.evaluate(() =>
+        [...document.querySelectorAll("body *")]
+          .filter((e) => e.getBoundingClientRect().right > 391)
+          .slice(0, 1)
+          .map((e) => {
+            const chain = [];
+            for (let n = e; n; n = n.parentElement) {
+              chain.push(`${n.tagName.toLowerCase()}.${n.className} ${Math.round(n.getBoundingClientRect().width)} ${getComputedStyle(n).overflowX}`);
+            }
+            return chain.join(" < ");
+          }));
+    }
   }
   await phone.goto(`${cfg.base}/dashboard/keys`);
   const box = await phone.locator("#create-key button[type=submit]").boundingBox();
@@ -209,6 +228,15 @@ try {
   await Promise.all([phone.waitForNavigation(), phone.click("#create-key button[type=submit]")]);
   out.narrow.created = (await phone.textContent("#new-key")).trim().startsWith("svc_test_");
   await narrow.close();
+} catch (error) {
+  // What went wrong, where the page was and what it showed: the test prints it.
+  out.error = String(error.stack || error);
+  if (page) {
+    out.errorUrl = page.url();
+    out.errorFocus = await page.evaluate(() =>
+      document.activeElement?.outerHTML?.slice(0, 200)).catch(() => null);
+    out.errorText = (await page.textContent("main").catch(() => "")).slice(0, 1500);
+  }
 } finally {
   await browser.close();
 }

@@ -9,8 +9,8 @@
   session); before sign-in, an HMAC of a pre-session cookie.  A POST without the right token is
   refused (403), and so is one whose ``Origin`` names another host.
 * Headers: a strict Content-Security-Policy (scripts and styles from this origin only, no
-  inline script or style), ``frame-ancestors 'none'``, no referrer (sign-in links carry a
-  token), no caching of pages.
+  inline script or style), ``frame-ancestors 'none'``, no referrer to other sites (sign-in
+  links carry a token), no caching of pages.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": with it browsers send "Origin: null" on the pages' own forms.
+    "Referrer-Policy": "same-origin",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",

@@ -172,7 +172,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         network = request.args.get("network", networks[0] if networks else "")
         sender = request.args.get("sender", "").strip()[:66]
         op_hash = request.args.get("hash", "").strip()[:66]
-        pending = status = None
+        pending = op_status = None
         error = ""
         endpoint = dash.bundlers.get(network)
         if (sender or op_hash) and endpoint is None:
@@ -184,7 +184,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                         endpoint, "chaingate_getPendingUserOperations", [sender], g.session
                     )
                 if op_hash:
-                    status = await _rpc(
+                    op_status = await _rpc(
                         endpoint, "chaingate_getUserOperationStatus", [op_hash], g.session
                     )
             except ApiError as exc:
@@ -198,7 +198,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             sender=sender,
             op_hash=op_hash,
             pending=pending,
-            status=status,
+            op_status=op_status,
             error=error,
         )
 
