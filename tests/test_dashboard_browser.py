@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from chaingate.devnet.npm import npm_install
 from chaingate.gateway import Gateway
 from chaingate.impl import Impl, select
 from chaingate.outbound import OutboundPolicy
+from chaingate.store.base import UsageDelta
 from tests.conftest import make_settings
 from tests.test_auth import PEPPER
 from tests.test_browser import CHROMIUM, PLAYWRIGHT
@@ -120,7 +123,30 @@ async def test_the_dashboard_flow_in_a_browser(
     rows = DashboardRows(store)
     await rows.set_credentials(account.id, operator=True)
     link_token = await rows.create_signin_link(account.id, 600_000)
-    api_key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "rest", "live")
+    api_key, api_row = await admin.create_key(store, PEPPER.encode(), account.id, "rest", "live")
+    # An hour of earlier traffic for the screenshot's charts (seeded: the flow's own requests
+    # arrive in the last minute only).
+    now_minute = int(time.time() // 60)
+    await store.add_usage(
+        [
+            UsageDelta(
+                api_row.id,
+                account.id,
+                method,
+                minute,
+                int(weight * (20 + 12 * (1 + math.sin(minute / 6)))),
+                int(weight * cu * (20 + 12 * (1 + math.sin(minute / 6)))),
+                1 if minute % 17 == 0 else 0,
+            )
+            for minute in range(now_minute - 59, now_minute)
+            for method, weight, cu in (
+                ("eth_call", 3, 26),
+                ("eth_getBalance", 2, 19),
+                ("eth_blockNumber", 4, 10),
+                ("GET /v1/tokens/{chain}/balances/{address}", 1, 50),
+            )
+        ]
+    )
     assert gateway.keys is not None
     await gateway.keys.refresh()
     accounts = rpc_call(anvil.url, "eth_accounts")

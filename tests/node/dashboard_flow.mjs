@@ -193,7 +193,7 @@ try {
     charts: await page.locator("svg.chart").count(),
     lines: await page.locator("svg.chart polyline, svg.chart circle").count(),
   };
-  await page.screenshot({ path: cfg.screenshot, fullPage: false });
+  await page.screenshot({ path: cfg.screenshot, fullPage: true });
 
   // 7. A narrow (390 px) viewport: no sideways scrolling, the key form usable.
   const narrow = await browser.newContext({
@@ -208,17 +208,19 @@ try {
     if (out.narrow[path] > 390) {
       // What sticks out: for the failure message.
       out.narrowWide = out.narrowWide || {};
-      out.narrowWide[path] = await phone.evaluate(() =>
-        [...document.querySelectorAll("body *")]
-          .filter((e) => e.getBoundingClientRect().right > 391)
-          .slice(0, 1)
-          .map((e) => {
-            const chain = [];
-            for (let n = e; n; n = n.parentElement) {
-              chain.push(`${n.tagName.toLowerCase()}.${n.className} ${Math.round(n.getBoundingClientRect().width)} ${getComputedStyle(n).overflowX}`);
-            }
-            return chain.join(" < ");
-          }));
+      out.narrowWide[path] = await phone.evaluate(() => {
+        // Which block, hidden, brings the page back to the viewport's width.
+        const found = [];
+        for (const e of document.querySelectorAll("main > *, main section > *")) {
+          const before = e.style.display;
+          e.style.display = "none";
+          if (document.documentElement.scrollWidth <= 390) {
+            found.push(`${e.tagName.toLowerCase()}#${e.id}.${e.className}`);
+          }
+          e.style.display = before;
+        }
+        return found;
+      });
     }
   }
   await phone.goto(`${cfg.base}/dashboard/keys`);

@@ -5,11 +5,12 @@ from the stylesheet (classes ``s0``, ``s1``, ...), so the markup carries no styl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT = 720, 220
+WIDTH, HEIGHT = 640, 200
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
 
 
@@ -23,6 +24,17 @@ def _number(value: float) -> str:
     return f"{value:.2f}"
 
 
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times 10^k at or above ``value`` (axis labels people read)."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * magnitude >= value:
+            return step * magnitude
+    return 10 * magnitude
+
+
 def line_chart(
     title: str,
     labels: Sequence[str],
@@ -31,8 +43,7 @@ def line_chart(
 ) -> Markup:
     """``labels``: one per point (x axis); ``series``: (name, values) with None for a gap."""
     values = [v for _, points in series for v in points if v is not None]
-    top = max(values) if values else 0.0
-    top = top * 1.1 if top > 0 else 1.0
+    top = nice_ceiling(max(values) if values else 0.0)
     count = max(1, len(labels) - 1)
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = HEIGHT - TOP - BOTTOM
@@ -85,4 +96,5 @@ def line_chart(
         f'<li><span class="swatch s{i % 6}" aria-hidden="true"></span>{escape(name)}</li>'
         for i, (name, _) in enumerate(series)
     )
-    return Markup("".join(parts) + f'<ul class="legend">{legend}</ul>')  # noqa: S704 - escaped
+    caption = f"<figcaption>{escape(title)}</figcaption>"
+    return Markup(caption + "".join(parts) + f'<ul class="legend">{legend}</ul>')  # noqa: S704

@@ -20,6 +20,7 @@ from chaingate.dashboard.web import Dashboard, page, signed_in
 
 # range -> (granularity, minutes per period, periods)
 RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
+API_ROUTES = ("rpc", "bundler", "rest", "ws")
 RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 days"}
 
 
@@ -87,7 +88,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         labels = [label(p, size) for p in summary["periods"]]
         latency_rows = await dash.rows.latency(size, first, end)
         merged: dict[int, list[int]] = {}
-        for period, _route, counts in latency_rows:
+        for period, route, counts in latency_rows:
+            if route not in API_ROUTES:
+                continue  # the dashboard's own pages, /metrics: not the API's latency
             slot = merged.setdefault(period, [0] * 16)
             for i, count in enumerate(counts):
                 slot[i] += count
@@ -107,7 +110,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             ),
             line_chart("Compute units", labels, [("compute units", summary["units"])]),
             line_chart(
-                "Latency of this deployment (all accounts), ms",
+                "Latency (whole deployment), ms",
                 labels,
                 [("p50", p50), ("p99", p99)],
                 " ms",
