@@ -28,7 +28,7 @@ def nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 times 10^k at or above ``value`` (axis labels people read)."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** math.floor(math.log10(value))
+    magnitude = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
         if step * magnitude >= value:
             return step * magnitude

@@ -107,7 +107,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         form = await request.form
         text = form_value(form, "rules")
         try:
-            body = {"rules": _json_object(text, "rules")}
+            body: dict[str, Any] = {"rules": _json_object(text, "rules")}
             status = form_value(form, "status")
             if status in ("active", "paused"):
                 body["status"] = status

@@ -97,9 +97,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         p50: list[float | None] = []
         p99: list[float | None] = []
         for period in summary["periods"]:
-            counts = merged.get(period)
-            low = percentile(counts, 0.5) if counts else None
-            high = percentile(counts, 0.99) if counts else None
+            found = merged.get(period)
+            low = percentile(found, 0.5) if found else None
+            high = percentile(found, 0.99) if found else None
             p50.append(None if low is None else round(low * 1000, 2))
             p99.append(None if high is None else round(high * 1000, 2))
         charts = [
