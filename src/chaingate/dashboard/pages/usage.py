@@ -20,6 +20,7 @@ from chaingate.dashboard.web import Dashboard, page, signed_in
 
 # range -> (granularity, minutes per period, periods)
 RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
+SHOWN_ROWS = 200  # the newest; the CSV has every row
 API_ROUTES = ("rpc", "bundler", "rest", "ws")
 RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 days"}
 
@@ -133,7 +134,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         rows = await dash.rows.usage(account, granularity, first, end)
-        shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:500]
+        shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:SHOWN_ROWS]
         return await page(
             "usage.html",
             title="Usage",
