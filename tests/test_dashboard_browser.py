@@ -1,6 +1,6 @@
 """The dashboard in a real browser: headless Chromium (Debian's ``chromium``) driven by
 Playwright through the issue's flow (tests/node/dashboard_flow.mjs), on a real gateway
-following real anvil, with a webhook receiver on loopback.
+following real anvil, with a webhook receiver on loopback; on SQLite and on PostgreSQL.
 
 Signed in through the one-time link, the script creates a key with the keyboard only, uses
 it on the JSON-RPC path, revokes it (401 within a second), creates a webhook to the
@@ -90,7 +90,7 @@ def run_flow(workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_the_dashboard_flow_in_a_browser(
-    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, tmp_path: Path
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, tmp_path: Path, store_url: str
 ) -> None:
     receiver = Receiver()
     await nursery.start(receiver.serve)
@@ -108,7 +108,7 @@ async def test_the_dashboard_flow_in_a_browser(
             "refresh_interval": 0.1,
             "usage_flush_interval": 0.2,
         },
-        store={"url": f"sqlite://{tmp_path}/store.db"},
+        store={"url": store_url},
         webhooks={"variant": "a", "poll_interval": 0.05, "allow_http": True},
         dashboard={"secure_cookie": False, "latency_sample_seconds": 1.0},
         data_dir=str(tmp_path),
@@ -152,7 +152,8 @@ async def test_the_dashboard_flow_in_a_browser(
     accounts = rpc_call(anvil.url, "eth_accounts")
     assert isinstance(accounts, list)
     base = f"http://127.0.0.1:{gateway.port}"
-    screenshot = DOCS_PNG if os.environ.get("CHAINGATE_SCREENSHOTS") == "1" else tmp_path / "d.png"
+    wanted = os.environ.get("CHAINGATE_SCREENSHOTS") == "1" and store_url.startswith("sqlite")
+    screenshot = DOCS_PNG if wanted else tmp_path / "d.png"
     config = {
         "base": base,
         "link": f"{base}/dashboard/signin/link/{link_token}",
