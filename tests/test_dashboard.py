@@ -437,3 +437,27 @@ async def test_the_bare_path_and_static_files(stack: AuthStack) -> None:
         js = await client.get("/dashboard/static/dashboard.js")
         assert js.status_code == 200 and "data-copy" in js.text
         assert (await client.get("/dashboard/static/../../../etc/passwd")).status_code == 404
+
+
+async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -> None:
+    plain = await signed_in(stack, "plain@example.com")
+    async with aclosing(plain):
+        assert (await plain.get("/dashboard/operator")).status_code == 404
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        wrong = await client.post(
+            "/dashboard/signin/admin", data={"csrf": csrf(form.text), "admin_token": "nope"}
+        )
+        assert wrong.status_code == 401
+        answer = await client.post(
+            "/dashboard/signin/admin",
+            data={"csrf": csrf(form.text), "admin_token": "test-admin-token"},
+        )
+        assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/operator"
+        page = await client.get("/dashboard/operator")
+        assert page.status_code == 200
+        assert "plain@example.com" in page.text and 'id="upstreams"' in page.text
+        assert "up0" in page.text  # the devnet's upstream, by name
+        # No account of its own: account pages send it back to the operator's.
+        home = await client.get("/dashboard/keys")
+        assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"
