@@ -384,6 +384,10 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
         lines = csv.text.strip().splitlines()
         assert lines[0].startswith("period_start,key_id")
         assert sum(int(line.split(",")[4]) for line in lines[1:]) == 15
+        other = await client.get("/dashboard/usage.csv?range=month&key=key_other")
+        assert other.text.strip().splitlines()[1:] == []  # one key's rows: none of another's
+        mine = await client.get(f"/dashboard/usage?range=month&key={row.id}")
+        assert mine.status_code == 200 and "15 requests" in mine.text
 
 
 def test_accounts_set_password_command(tmp_path: Path) -> None:

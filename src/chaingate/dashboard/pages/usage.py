@@ -134,6 +134,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         rows = await dash.rows.usage(account, granularity, first, end)
+        key_id = request.args.get("key", "")
+        if key_id:
+            rows = [row for row in rows if row.key_id == key_id]
         shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:SHOWN_ROWS]
         return await page(
             "usage.html",
@@ -144,6 +147,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             total_rows=len(rows),
             summary=summarise(rows, first, end, size),
             keys=await key_names(dash, account),
+            key_id=key_id,
         )
 
     @bp.route("/usage.csv", methods=["GET"])
@@ -153,6 +157,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         rows = await dash.rows.usage(account, granularity, first, end)
+        key_id = request.args.get("key", "")
+        if key_id:
+            rows = [row for row in rows if row.key_id == key_id]
         names = await key_names(dash, account)
         out = io.StringIO()
         writer = csv.writer(out)

@@ -116,9 +116,16 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             events = await dash.rest("listWebhookEvents", account, path=path, query=events_query)
         except ApiError as exc:
             return await page("error.html", exc.status, title="Webhook", message=exc.message)
+        # What each attempt sent: its event's body (every attempt sends exactly that).
+        bodies = {event["id"]: event["body"] for event in events["events"]}
+        if event_id and event_id not in bodies and dash.api.webhooks is not None:
+            found = await dash.api.webhooks.store.get_webhook_event(hook["id"], event_id)
+            if found is not None:
+                bodies[found.id] = msgspec.json.decode(found.body)
         return await page(
             "webhook.html",
             status,
+            bodies=bodies,
             title=f"Webhook {hook['id']}",
             hook=hook,
             config_text=msgspec.json.format(msgspec.json.encode(hook["config"]), indent=2).decode(),
