@@ -5,9 +5,10 @@ following real anvil, with a webhook receiver on loopback; on SQLite and on Post
 Signed in through the one-time link, the script creates a key with the keyboard only, uses
 it on the JSON-RPC path, revokes it (401 within a second), creates a webhook to the
 receiver, sends a transfer, sees the delivery in the log, replays it (a second arrival),
-pauses and resumes the webhook, compares a policy's ledger with the REST answer, visits every
-page (no console error; axe-core: no serious or critical violation) and uses the key form at
-390 px.  It takes docs/dashboard.png when CHAINGATE_SCREENSHOTS=1 (the README's picture).
+pauses and resumes the webhook, shows a webhook whose URL holds ``<script>`` as text,
+compares a policy's ledger with the REST answer, visits every page (no console error;
+axe-core: no serious or critical violation) and uses the key form at 390 px.  It takes
+docs/dashboard.png when CHAINGATE_SCREENSHOTS=1 (the README's picture).
 
 playwright-core and axe-core are pinned npm packages installed once into chaingate's cache,
 as tests/test_browser.py installs its own.
@@ -180,6 +181,7 @@ async def test_the_dashboard_flow_in_a_browser(
     assert hook["paused"].startswith("paused") and hook["resumed"] == "active", steps
     arrivals = [r for r in receiver.received if r.json().get("id") == hook["eventId"]]
     assert len(arrivals) >= 2, [r.json() for r in receiver.received]  # the replay arrived
+    assert seen["escaped"] == {"scripts": 1, "shown": True}, seen["escaped"]  # <script> as text
     policy = seen["policy"]
     assert policy["rest"] and policy["shown"] == {k: str(v) for k, v in policy["rest"].items()}
     assert seen["consoleErrors"] == [], seen["consoleErrors"]

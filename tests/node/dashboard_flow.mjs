@@ -144,6 +144,17 @@ try {
   await Promise.all([page.waitForNavigation(), page.click("button:text-is('Resume')")]);
   out.webhook.resumed = (await page.textContent("#hook-status")).trim();
 
+  // A webhook whose URL carries markup: shown as text, never run.
+  await page.goto(`${cfg.base}/dashboard/webhooks`);
+  await page.fill("#wh-url", `${cfg.receiver}?name=<script>alert(1)</script>`);
+  await page.fill("#wh-config", JSON.stringify({ addresses: [cfg.watched] }));
+  await Promise.all([page.waitForNavigation(), page.click("#create-webhook button[type=submit]")]);
+  await page.goto(`${cfg.base}/dashboard/webhooks`);
+  out.escaped = {
+    scripts: await page.locator("script").count(),
+    shown: (await page.textContent("#webhooks")).includes("<script>alert(1)</script>"),
+  };
+
   // 5. A gas policy: its ledger on the page equals the REST answer.
   await page.goto(`${cfg.base}/dashboard/policies`);
   await page.fill("#policy-name", "browser policy");
