@@ -165,6 +165,8 @@ async def test_the_dashboard_flow_in_a_browser(
         "sender": accounts[0],
         "apiKey": api_key,
         "screenshot": str(screenshot),
+        # Every page's picture, for a person to look at: CHAINGATE_DASHBOARD_SHOTS=DIR.
+        "shots": os.environ.get("CHAINGATE_DASHBOARD_SHOTS", ""),
     }
     seen = await trio.to_thread.run_sync(run_flow, tmp_path, config)
     steps = json.dumps(seen, indent=1)[:6000]

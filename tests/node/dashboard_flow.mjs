@@ -185,7 +185,9 @@ try {
     "usage": "/dashboard/usage",
     "keys": "/dashboard/keys",
     "webhooks": "/dashboard/webhooks",
+    "webhook": hookPath,
     "policies": "/dashboard/policies",
+    "policy": `/dashboard/policies/${policyId}`,
     "wallets": "/dashboard/wallets",
     "bundler": `/dashboard/bundler?sender=${cfg.watched}`,
     "reference": "/dashboard/reference",
@@ -196,6 +198,9 @@ try {
   for (const [name, path] of Object.entries(pages)) {
     const answer = await page.goto(`${cfg.base}${path}`);
     out.pageStatus[name] = answer.status();
+    if (cfg.shots) {
+      await page.screenshot({ path: `${cfg.shots}/${name.replace(/\W+/g, "-")}.png`, fullPage: true });
+    }
     await axe(page, name);
   }
   await page.goto(`${cfg.base}/dashboard/?range=hour`);
