@@ -465,3 +465,36 @@ async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -
         # No account of its own: account pages send it back to the operator's.
         home = await client.get("/dashboard/keys")
         assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"
+
+
+async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) -> None:
+    client = await signed_in(stack, "rules@example.com")
+    async with aclosing(client):
+        policies = await client.get("/dashboard/policies")
+        created = await client.post(
+            "/dashboard/policies",
+            data={
+                "csrf": csrf(policies.text),
+                "name": "p",
+                "chain": "ethereum-devnet",
+                "rules": '{"max_gas_usd": "5"}',
+            },
+        )
+        assert created.status_code == 303
+        path = created.headers["location"]
+        page = await client.get(path)
+        bad = await client.post(
+            f"{path}/rules",
+            data={"csrf": csrf(page.text), "rules": '{"max_gas_usd": "lots"}', "status": "active"},
+        )
+        assert bad.status_code == 400 and "rules.max_gas_usd" in bad.text, bad.text
+        unknown = await client.post(
+            f"{path}/rules", data={"csrf": csrf(page.text), "rules": '{"colour": 1}'}
+        )
+        assert unknown.status_code == 400 and "rules.colour" in unknown.text
+        good = await client.post(
+            f"{path}/rules",
+            data={"csrf": csrf(page.text), "rules": '{"max_gas_usd": "7"}', "status": "paused"},
+        )
+        assert good.status_code == 200 and "Rules saved" in good.text
+        assert 'id="policy-status">paused<' in good.text
