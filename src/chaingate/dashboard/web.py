@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import trio
 from quart import Response, g, redirect, render_template, request
 
 from chaingate.api.deps import ApiDeps
@@ -151,6 +152,33 @@ class Dashboard:
         )
         self.clear_cookie(response, self.pre_cookie)
         return response
+
+
+async def gather(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Run a page's independent reads at once (a store with a connection pool answers them
+    side by side); the first error cancels the others and is raised."""
+    results: list[Any] = [None] * len(calls)
+
+    async def one(index: int, call: Callable[[], Awaitable[Any]]) -> None:
+        results[index] = await call()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if all(isinstance(leaf, Exception) for leaf in leaves):
+            raise leaves[0] from None  # an ApiError as the page expects it
+        raise
+    return results
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 def peer() -> str:

@@ -16,7 +16,7 @@ from quart import Blueprint, Response, g, request
 from chaingate.dashboard.charts import line_chart
 from chaingate.dashboard.latency import percentile
 from chaingate.dashboard.store import UsageTotal
-from chaingate.dashboard.web import Dashboard, page, signed_in
+from chaingate.dashboard.web import Dashboard, gather, page, signed_in
 
 # range -> (granularity, minutes per period, periods)
 RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
@@ -84,10 +84,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         range_name = chosen_range()
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
-        rows = await dash.rows.usage(account, granularity, first, end)
+        rows, latency_rows, keys = await gather(
+            lambda: dash.rows.usage(account, granularity, first, end),
+            lambda: dash.rows.latency(size, first, end),
+            lambda: key_names(dash, account),
+        )
         summary = summarise(rows, first, end, size)
         labels = [label(p, size) for p in summary["periods"]]
-        latency_rows = await dash.rows.latency(size, first, end)
         merged: dict[int, list[int]] = {}
         for period, route, counts in latency_rows:
             if route not in API_ROUTES:
@@ -124,7 +127,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             ranges=RANGE_NAMES,
             summary=summary,
             charts=charts,
-            keys=await key_names(dash, account),
+            keys=keys,
         )
 
     @bp.route("/usage", methods=["GET"])

@@ -13,7 +13,7 @@ from quart import Blueprint, g, redirect, request
 
 from chaingate.api.chains import ChainNames
 from chaingate.api.errors import ApiError
-from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, signed_in
+from chaingate.dashboard.web import PREFIX, Dashboard, form_value, gather, page, signed_in
 
 EVENT_STATES = ("pending", "delivered", "failed", "cancelled")
 
@@ -110,10 +110,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         if state in EVENT_STATES:
             events_query["state"] = state
         try:
-            attempts = await dash.rest(
-                "listWebhookAttempts", account, path=path, query=attempts_query
+            attempts, events = await gather(
+                lambda: dash.rest("listWebhookAttempts", account, path=path, query=attempts_query),
+                lambda: dash.rest("listWebhookEvents", account, path=path, query=events_query),
             )
-            events = await dash.rest("listWebhookEvents", account, path=path, query=events_query)
         except ApiError as exc:
             return await page("error.html", exc.status, title="Webhook", message=exc.message)
         # What each attempt sent: its event's body (every attempt sends exactly that).
