@@ -175,6 +175,7 @@ async def test_the_dashboard_flow_in_a_browser(
     keyboard = seen["keyboard"]
     assert keyboard["reachedName"] and keyboard["reachedSubmit"] and keyboard["created"], steps
     assert keyboard["reachedCopy"] and keyboard["copyNote"], steps
+    assert keyboard["reachedRevoke"], steps  # revoked with Tab and Enter too
     assert seen["rpcBefore"] == 200 and seen["rpcAfter"] == 401, steps
     assert seen["revokeMs"] < 1000, steps
     hook = seen["webhook"]
