@@ -498,3 +498,46 @@ async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) 
         )
         assert good.status_code == 200 and "Rules saved" in good.text
         assert 'id="policy-status">paused<' in good.text
+
+
+async def test_the_migration_rolls_up_what_was_metered_before(
+    store_url: str, tmp_path: Path
+) -> None:
+    from chaingate.store.migrate import apply_pending, load_migrations
+
+    store = open_store(store_url, tmp_path)
+    async with store:
+        migrations = load_migrations()
+        before = [m for m in migrations if "usage_rollups" not in m.name]
+        await apply_pending(store, before[:11])
+        account = await store.create_account("old@example.com", "free")
+
+        def old_rows(tx: Any) -> None:
+            tx.executemany(
+                "INSERT INTO usage_minutes (key_id, account_id, method, minute, requests,"
+                " compute_units, errors) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    ("key_a", account.id, "eth_call", 1440 * 10 + 5, 2, 52, 0),
+                    ("key_a", account.id, "eth_call", 1440 * 10 + 65, 3, 78, 1),
+                    ("key_a", account.id, "eth_call", 1440 * 11 + 1, 4, 104, 0),
+                ],
+            )
+
+        await store.run_transaction(old_rows)
+        await store.migrate()
+        rows = DashboardRows(store)
+        hours = await rows.usage(account.id, "hour", 0, 1440 * 12)
+        assert [(r.period, r.requests) for r in hours] == [
+            (1440 * 10, 2),
+            (1440 * 10 + 60, 3),
+            (1440 * 11, 4),
+        ]
+        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        assert [(r.period, r.requests, r.errors) for r in days] == [
+            (1440 * 10, 5, 1),
+            (1440 * 11, 4, 0),
+        ]
+        # New usage lands in every rollup with the minutes, in one transaction.
+        await store.add_usage([UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)])
+        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        assert days[-1].requests == 5
