@@ -462,6 +462,11 @@ async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -
         assert page.status_code == 200
         assert "plain@example.com" in page.text and 'id="upstreams"' in page.text
         assert "up0" in page.text  # the devnet's upstream, by name
+        plain_account = await stack.store.find_account_by_email("plain@example.com")
+        assert plain_account is not None
+        detail = await client.get(f"/dashboard/operator/accounts/{plain_account.id}")
+        assert detail.status_code == 200 and "plain@example.com" in detail.text
+        assert (await client.get("/dashboard/operator/accounts/acct_nope")).status_code == 404
         # No account of its own: account pages send it back to the operator's.
         home = await client.get("/dashboard/keys")
         assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"

@@ -203,6 +203,10 @@ try {
     }
     await axe(page, name);
   }
+  // The operator's view of one account (the operator page was the last one visited).
+  const accountPath = await page.getAttribute("#accounts a", "href");
+  out.pageStatus["operator: an account"] = (await page.goto(`${cfg.base}${accountPath}`)).status();
+  await axe(page, "operator: an account");
   await page.goto(`${cfg.base}/dashboard/?range=hour`);
   out.overview = {
     requests: await page.textContent("#total-requests"),

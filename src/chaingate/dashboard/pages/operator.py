@@ -8,7 +8,7 @@ from typing import Any
 
 from quart import Blueprint
 
-from chaingate.dashboard.web import Dashboard, operator_only, page
+from chaingate.dashboard.web import Dashboard, gather, operator_only, page
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -39,4 +39,30 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             active_keys=active_keys,
             health=dash.health(),
             upstreams=dash.upstreams(),
+        )
+
+    @bp.route("/operator/accounts/<account_id>", methods=["GET"])
+    @operator_only
+    async def account(account_id: str) -> Any:
+        found = await dash.store.get_account(account_id[:64])
+        if found is None:
+            return await page("error.html", 404, title="Account", message="No such account.")
+        minute = int(dash.clock() // 60)
+        day = minute // 1440 * 1440
+        keys, rows = await gather(
+            lambda: dash.store.list_keys(found.id),
+            lambda: dash.rows.usage(found.id, "day", day - 29 * 1440, day + 1440),
+        )
+        by_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for row in rows:
+            slot = by_key[row.key_id]
+            slot[0] += row.requests
+            slot[1] += row.compute_units
+            slot[2] += row.errors
+        return await page(
+            "operator_account.html",
+            title=f"Account {found.email}",
+            account=found,
+            keys=keys,
+            by_key=by_key,
         )
