@@ -209,7 +209,18 @@ class Gateway:
             self.bundlers,
         )
         # The dashboard (/dashboard/) on the same app; its latency sampler runs with the rest.
-        self.dashboard_sampler = install_dashboard(self, app)
+        self.dashboard_sampler = install_dashboard(
+            app,
+            settings,
+            store=self.store,
+            rest=self.rest,
+            api=self.api_deps,
+            health=self.health,
+            services=self.services,
+            bundlers=self.bundlers,
+            keys_refresh=self.keys.refresh if self.keys is not None else None,
+            route_latency=self.routes.route_latency,
+        )
         # Cached REST answers die with the data under them: when any index moves.
         if self.data is not None:
             self.routes.rest_cache.version = self.data.version

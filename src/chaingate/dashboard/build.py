@@ -1,26 +1,30 @@
-"""The dashboard put together from a gateway's parts (the gateway calls ``install_dashboard``
-once; nothing here runs per request)."""
+"""The dashboard put together from what the composition root has built (called once; nothing
+here runs per request).  It takes the parts it reads by name, not the gateway, so whichever
+object builds the REST app can install it."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from quart_trio import QuartTrio
 
+from chaingate.api.deps import ApiDeps
+from chaingate.api.routing import RestApi
+from chaingate.config import Settings
 from chaingate.dashboard import install
 from chaingate.dashboard.latency import LatencySampler
 from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.store import DashboardRows
 from chaingate.dashboard.web import Dashboard
 
-if TYPE_CHECKING:
-    from chaingate.gateway import Gateway
 
-
-def upstream_health(gateway: Gateway) -> list[dict[str, Any]]:
+def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each upstream of each RPC service (chaingate.rpc.service.RpcService): up, lagging or
+    down, its latency (moving average) and head."""
     found = []
-    for key, service in gateway.services.items():
+    for key, service in services.items():
         max_lag = service.settings.max_head_lag
         for upstream in service.pool.upstreams:
             health = upstream.health
@@ -37,26 +41,37 @@ def upstream_health(gateway: Gateway) -> list[dict[str, Any]]:
     return found
 
 
-def install_dashboard(gateway: Gateway, app: QuartTrio) -> LatencySampler | None:
-    """Adds the dashboard to the REST app when API keys are on (accounts sign in); its latency
-    sampler, for the gateway's nursery."""
-    settings = gateway.settings
-    store = gateway.store
+def install_dashboard(
+    app: QuartTrio,
+    settings: Settings,
+    *,
+    store: Any,
+    rest: RestApi,
+    api: ApiDeps,
+    health: Callable[[], dict[str, Any]],
+    services: Mapping[str, Any],
+    bundlers: Mapping[str, Any],
+    keys_refresh: Callable[[], Awaitable[None]] | None,
+    route_latency: Mapping[str, Any],
+) -> LatencySampler | None:
+    """Adds the dashboard to the REST app when API keys are on (accounts sign in); returns
+    its latency sampler (``route_latency``: the edge's histogram series by route), for the
+    caller's nursery."""
     if not settings.dashboard.enabled or not settings.auth.enabled or store is None:
         return None
     rows = DashboardRows(store)
     dash = Dashboard(
         rows=rows,
         store=store,
-        rest=RestCalls(gateway.rest),
-        api=gateway.api_deps,
+        rest=RestCalls(rest),
+        api=api,
         settings=settings.dashboard,
         pepper=settings.auth.pepper.encode(),
         admin_token=settings.observability.admin_token,
-        health=gateway.health,
-        upstreams=lambda: upstream_health(gateway),
-        bundlers=gateway.bundlers,
-        keys_refresh=gateway.keys.refresh if gateway.keys is not None else None,
+        health=health,
+        upstreams=lambda: upstream_health(services),
+        bundlers=bundlers,
+        keys_refresh=keys_refresh,
     )
     install(app, dash)
-    return LatencySampler(rows, gateway.routes.route_latency, time.time)
+    return LatencySampler(rows, route_latency, time.time)
