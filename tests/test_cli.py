@@ -98,6 +98,16 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
             timeout=10,
         )
         assert json.loads(health.stdout)["status"] == "ok"
+        # The dashboard's one-time sign-in link: it signs in once.
+        link = re.search(r"^  dashboard (http://\S+/dashboard/signin/link/\S+)$", text, re.M)
+        assert link, text
+        signed = httpx.get(link.group(1), timeout=10)
+        assert signed.status_code == 303 and "cg_session=" in signed.headers["set-cookie"]
+        overview = httpx.get(
+            f"http://127.0.0.1:{port}/dashboard/", cookies=signed.cookies, timeout=10
+        )
+        assert overview.status_code == 200 and "Overview" in overview.text
+        assert httpx.get(link.group(1), timeout=10).status_code == 400
         # Every one-line command it prints answers JSON, as pasted (the data plane included;
         # the wallet it creates is new: 201).
         lines = re.findall(r"^  (curl -s [^\\\n]*?)(?:\s{2,}\(.*\))?$", text, re.MULTILINE)

@@ -5,6 +5,7 @@
   Its data dir (locked: one ``chaingate dev`` each) keeps the chain and the keys across starts.
 * ``chaingate serve --config FILE`` — the production entry point.
 * ``chaingate migrate [--config FILE]`` — apply pending database migrations and say which.
+* ``chaingate accounts set-password EMAIL`` — a dashboard password for an account.
 * ``chaingate bench WORKLOAD`` — load tests against any endpoint (``chaingate.benchsuite``).
 """
 
@@ -30,9 +31,10 @@ from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.bundler.service import bundler_key
 from chaingate.config.manifest import Manifest
+from chaingate.dashboard.accounts import dev_signin_link, set_password_command
 from chaingate.devnet import anvil, chainfile, persist
 from chaingate.devnet.demo import ipfs_documents
-from chaingate.devnet.devkeys import KEYS_FILE, issue_dev_keys
+from chaingate.devnet.devkeys import DEV_EMAIL, KEYS_FILE, issue_dev_keys
 from chaingate.devnet.ipfsgateway import serve_ipfs_gateway
 from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
@@ -118,8 +120,15 @@ def _dev_banner(
     keys_path: Path | None = None,
     webhook_variant: str = "a",
     bundler_address: str = "",
+    dashboard_token: str = "",
 ) -> str:
     base = f"http://{host}:{port}"
+    dashboard = (
+        f"  dashboard {base}/dashboard/signin/link/{dashboard_token}\n"
+        "            (signs you in once; then: chaingate accounts set-password EMAIL)\n"
+        if dashboard_token
+        else ""
+    )
     rpc = f"{base}/v1/rpc/ethereum/devnet"
     hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
     # A demo account with tokens and NFTs, and the demo token and collection.
@@ -151,7 +160,7 @@ chaingate dev is up.
             {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
-{key_lines}
+{dashboard}{key_lines}
 Try:
   curl -s {rpc}{key_header} \\
        -H 'Content-Type: application/json' \\
@@ -306,10 +315,13 @@ async def _bring_up(
             await store.migrate()
             claim = await store.claim_chain(*DEV_NETWORK, prepared.saved.identity)
             issued = None
+            dashboard_token = ""
             if settings.auth.enabled:
                 issued = await issue_dev_keys(
                     store, settings.auth.pepper.encode(), data_dir / DEV_KEYS_FILE
                 )
+                if settings.dashboard.enabled:
+                    dashboard_token = await dev_signin_link(store, DEV_EMAIL)
     except (StoreError, OSError) as exc:  # OSError: the dev keys file could not be written
         _say(f"error: {exc}")
         return 1
@@ -361,6 +373,7 @@ async def _bring_up(
             data_dir / DEV_KEYS_FILE,
             settings.webhooks.variant,
             _bundler_address(settings),
+            dashboard_token,
         )
     )
     return 0
@@ -636,6 +649,20 @@ def cmd_keys(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_accounts(args: argparse.Namespace) -> int:
+    try:
+        settings = config.load(args.config) if args.config else config.from_mapping({})
+        store = open_store(
+            settings.store.url,
+            Path(settings.data_dir).expanduser(),
+            pool_size=settings.store.pool_size,
+        )
+        return set_password_command(store, args.email, args.operator, _say)
+    except (config.ConfigError, StoreError) as exc:
+        _say(f"error: {exc}")
+        return 2
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """A fresh interpreter runs the bench: locust patches the process with gevent on import,
     which must come before anything this one has loaded (trio, ssl)."""
@@ -707,6 +734,21 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--plan", required=True)
     plan.add_argument("--limits", help="JSON overrides, e.g. '{\"requests_per_second\": 500}'")
     keys.set_defaults(func=cmd_keys)
+    accounts = commands.add_parser("accounts", help="dashboard sign-in of accounts")
+    accounts.add_argument("--config", help="path to a TOML file; default: built-in defaults")
+    account_actions = accounts.add_subparsers(dest="action", required=True)
+    set_password = account_actions.add_parser(
+        "set-password",
+        help="set the dashboard password of an account (read from the terminal, or stdin)",
+    )
+    set_password.add_argument("email")
+    set_password.add_argument(
+        "--operator",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="flag the account operator (sees every account and the upstreams), or not",
+    )
+    accounts.set_defaults(func=cmd_accounts)
     bench = commands.add_parser(
         "bench",
         help="load tests against any endpoint: rpc, ws, rest, webhooks, userops, proxy, "

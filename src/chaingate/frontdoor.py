@@ -10,7 +10,7 @@ finish (up to ``server.shutdown_grace``), and the REST app runs its shutdown hoo
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any, Protocol
 
 import trio
@@ -21,6 +21,7 @@ from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Gate
 from chaingate.chain.service import ChainService
 from chaingate.config import ConfigError, Settings, config_file
+from chaingate.dashboard.build import install_dashboard
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.lane import build_lane
 from chaingate.edge.routes import Routes
@@ -55,6 +56,8 @@ class FrontDoor:
         limits_of: Callable[[Any], Any] | None,
         rest_version: Callable[[], tuple[int, ...]] | None,
         access_stream: IO[bytes] | None,
+        health: Callable[[], dict[str, Any]],
+        keys_refresh: Callable[[], Awaitable[None]] | None,
     ) -> None:
         self.settings = settings
         self.access_log = AccessLog(
@@ -64,7 +67,8 @@ class FrontDoor:
         # A sink of this gateway's own (a given stream) ends with it: its writer thread too.
         self._own_sink = self.access_log.sink if access_stream is not None else None
         self.rest = build_api(api, load_costs(config_file(settings, "rest.toml")))
-        self.asgi = AsgiBridge(create_app(self.rest), (settings.server.host, settings.server.port))
+        app = create_app(self.rest)
+        self.asgi = AsgiBridge(app, (settings.server.host, settings.server.port))
         self.bundlers = _rpc_endpoints(settings, chain, rpc_methods)
         self.routes = Routes(
             chain.services,
@@ -77,6 +81,19 @@ class FrontDoor:
             impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
             impl.jsonrpc,
             self.bundlers,
+        )
+        # The dashboard (/dashboard/) on the same app; its latency sampler runs with the rest.
+        self.dashboard_sampler = install_dashboard(
+            app,
+            settings,
+            store=api.store,
+            rest=self.rest,
+            api=api,
+            health=health,
+            services=chain.services,
+            bundlers=self.bundlers,
+            keys_refresh=keys_refresh,
+            route_latency=self.routes.route_latency,
         )
         # Cached REST answers die with the data under them: when any index moves.
         if rest_version is not None:
@@ -108,6 +125,9 @@ class FrontDoor:
         await nursery.start(self.ws.run)
         await nursery.start(self.asgi.lifespan)
         nursery.start_soon(self.access_log.run)
+        if self.dashboard_sampler is not None:
+            interval = self.settings.dashboard.latency_sample_seconds
+            nursery.start_soon(self.dashboard_sampler.run, interval)
         port: int = await nursery.start(self._serve_edge)
         self.asgi.server = (self.settings.server.host, port)
         return port

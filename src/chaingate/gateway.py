@@ -138,6 +138,8 @@ class Gateway:
             limits_of=self.keys.limits_of if self.keys is not None else None,
             rest_version=self.data.version if self.data is not None else None,
             access_stream=access_stream,
+            health=self.health,
+            keys_refresh=self.keys.refresh if self.keys is not None else None,
         )
         # What tests, benches and /metrics read by name.
         self.services, self.clients, self.followers = self.chain.services, clients, followers

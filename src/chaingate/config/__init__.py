@@ -558,6 +558,23 @@ class AuthSettings(msgspec.Struct, forbid_unknown_fields=True):
     redis_url: str = ""
 
 
+class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # The dashboard at /dashboard/ on the server's port (chaingate.dashboard; needs API keys).
+    enabled: bool = True
+    # Session cookies carry Secure (sent over HTTPS only); `chaingate dev` turns it off.
+    secure_cookie: bool = True
+    # A session ends after this long without a request, and this long after sign-in at most.
+    session_idle_minutes: int = 720
+    session_max_hours: int = 168
+    # Failed sign-ins tolerated per account and per client address within login_window
+    # seconds; beyond them sign-in is refused (even with the right password) until it passes.
+    login_failures_per_account: int = 5
+    login_failures_per_address: int = 20
+    login_window: float = 900.0
+    # How often the overview's latency is sampled from the edge's histogram.
+    latency_sample_seconds: float = 60.0
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     rpc: RpcSettings = msgspec.field(default_factory=RpcSettings)
@@ -569,6 +586,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     paymaster: PaymasterSettings = msgspec.field(default_factory=PaymasterSettings)
     webhooks: WebhookSettings = msgspec.field(default_factory=WebhookSettings)
     bundler: BundlerSettings = msgspec.field(default_factory=BundlerSettings)
+    dashboard: DashboardSettings = msgspec.field(default_factory=DashboardSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.

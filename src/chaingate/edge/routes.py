@@ -51,7 +51,8 @@ _ALLOW_POST = b"Allow: POST\r\n"
 _ALLOW_GET = b"Allow: GET\r\n"
 
 
-_ROUTES = ("rpc", "bundler", "rest", "metrics", "ws", "other")
+_ROUTES = ("rpc", "bundler", "rest", "metrics", "ws", "dashboard", "other")
+_DASHBOARD = b"/dashboard"
 _WS_PREFIX = b"/v1/ws/"
 _BUNDLER_PREFIX = b"/v1/bundler/"
 _BUNDLER_SCOPE = "bundler:send"
@@ -240,6 +241,10 @@ class Routes:
                 status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
             else:
                 status, headers, body = await self._rest(request, path, peer)
+        elif path == _DASHBOARD or path.startswith(_DASHBOARD + b"/"):
+            route = "dashboard"  # pages with sessions of their own: no API key, no CORS
+            request.origin = None
+            status, headers, body = await self._asgi.handle(request, path, peer)
         else:
             route = "other"
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")

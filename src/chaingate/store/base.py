@@ -26,6 +26,7 @@ import msgspec
 from chaingate.store import migrate as _migrate
 from chaingate.store.tx import Clock as Clock
 from chaingate.store.tx import Tx as Tx
+from chaingate.store.usagerollups import write_rollups
 
 T = TypeVar("T")
 
@@ -466,6 +467,7 @@ class Store(abc.ABC):
 
         def upsert(tx: Tx) -> None:
             tx.executemany(_UPSERT_USAGE, rows)
+            write_rollups(tx, rows)  # the dashboard's hours and days, in the same transaction
 
         await self.run_transaction(upsert)
 

@@ -1,0 +1,88 @@
+"""The dashboard at ``/dashboard/``: server-rendered pages on the REST app, same port.
+
+``install`` adds its blueprint (templates and static files are package data) to the REST
+app.  Every page reads and writes through the services and route handlers the REST API uses
+(``restcalls``), so a rule lives in one place.  The web layer (sessions, CSRF, headers) is
+``web``; each group of pages is a module of ``pages``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from quart import Blueprint, Response, g, redirect, request
+from quart_trio import QuartTrio
+
+from chaingate.dashboard.web import (
+    PREFIX,
+    SECURITY_HEADERS,
+    Dashboard,
+    form_value,
+    page,
+    same_origin,
+)
+
+__all__ = ["Dashboard", "install"]
+
+
+def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
+    from chaingate.dashboard.pages import gas, keys, operator, reference, signin, usage, webhooks
+
+    blueprint = Blueprint(
+        "dashboard",
+        __name__,
+        url_prefix=PREFIX,
+        template_folder="templates",
+        static_folder="static",
+        static_url_path="/static",
+    )
+
+    @blueprint.before_request
+    async def before() -> Any:
+        if request.endpoint == "dashboard.static":
+            return None
+        g.session = await dash.load_session()
+        if request.method not in ("GET", "HEAD"):
+            form = await request.form
+            if not same_origin() or not dash.csrf_ok(form_value(form, "csrf")):
+                return await page(
+                    "error.html",
+                    403,
+                    title="Refused",
+                    message="This form was refused: its CSRF token is missing or wrong (it "
+                    "may have expired, or come from another site). Reload the page and retry.",
+                )
+        return None
+
+    @blueprint.after_request
+    async def after(response: Response) -> Response:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers[name] = value
+        if request.endpoint != "dashboard.static":
+            response.headers["Cache-Control"] = "no-store"
+        if g.get("new_pre"):
+            dash.set_cookie(response, dash.pre_cookie, g.pre, 3600)
+        return response
+
+    @blueprint.app_context_processor
+    async def shared() -> dict[str, Any]:
+        return {
+            "csrf_token": dash.csrf_token,
+            "current": g.get("session"),
+            "prefix": PREFIX,
+        }
+
+    @blueprint.app_template_filter("ms_time")
+    def ms_time(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    for module in (signin, usage, keys, webhooks, gas, reference, operator):
+        module.register(blueprint, dash)
+    app.register_blueprint(blueprint)
+
+    async def bare() -> Any:  # "/dashboard" without its slash: werkzeug would 404 it
+        return redirect(f"{PREFIX}/", 308)
+
+    app.add_url_rule(PREFIX, "dashboard_bare", bare, methods=["GET"])
+    return blueprint

@@ -1,0 +1,70 @@
+"""Latency over time for the overview: the edge's request-latency histogram (one per route
+class — rpc, bundler, rest, ...), sampled once a minute and added to ``latency_rollups``.
+
+The hot path already pays for the histogram (one bisect per request); sampling it costs
+nothing per request.  Each process adds its own deltas, so with N processes the rollups hold
+the sum — histograms add up.  Percentiles are read from the buckets (interpolated inside
+the bucket that holds them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+
+from chaingate.obs.metrics import LATENCY_BUCKETS
+
+log = logging.getLogger("chaingate.dashboard")
+
+BUCKETS = 16  # LATENCY_BUCKETS and one above the last
+
+
+def percentile(counts: Sequence[int], q: float) -> float | None:
+    """The q-quantile (0..1) in seconds of a bucketed sample, None when it is empty."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    running = 0
+    for i, count in enumerate(counts):
+        if count and running + count >= rank:
+            low = LATENCY_BUCKETS[i - 1] if i > 0 else 0.0
+            high = LATENCY_BUCKETS[i] if i < len(LATENCY_BUCKETS) else LATENCY_BUCKETS[-1] * 2
+            return low + (high - low) * max(0.0, rank - running) / count
+        running += count
+    return LATENCY_BUCKETS[-1]
+
+
+class LatencySampler:
+    def __init__(self, rows: Any, series: Mapping[str, Any], clock: Any) -> None:
+        self._rows = rows
+        self._series = series  # route -> chaingate.obs.metrics.LatencySeries
+        self._clock = clock  # seconds
+        self._last = {route: list(s.counts) for route, s in series.items()}
+
+    async def sample(self) -> None:
+        minute = int(self._clock() // 60)
+        samples = []
+        for route, series in self._series.items():
+            now = list(series.counts)
+            delta = [a - b for a, b in zip(now, self._last[route], strict=True)]
+            if any(delta):
+                samples.append((minute, route, delta))
+            self._last[route] = now
+        if samples:
+            try:
+                await self._rows.add_latency(samples)
+            except Exception:
+                log.exception("latency sample not written")
+
+    async def run(self, interval: float = 60.0) -> None:
+        try:
+            while True:
+                await trio.sleep(interval)
+                await self.sample()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await self.sample()

@@ -1,0 +1,125 @@
+"""Settings → API keys: create (shown once), revoke, allowlists — through
+``chaingate.auth.admin``, the same functions ``chaingate keys`` uses; every process's key
+registry picks a change up within a second, as for the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, g, request
+
+from chaingate.auth import admin, allowlists
+from chaingate.auth.gate import SCOPES
+from chaingate.dashboard.web import Dashboard, form_value, page, signed_in
+from chaingate.store.base import KeyRow
+
+MAX_NAME = 64
+
+
+def shown_lists(row: KeyRow) -> dict[str, list[str]]:
+    if not row.allowlists:
+        return {name: [] for name in admin.LISTS}
+    lists = allowlists.loads(row.allowlists)
+    return {name: [str(entry) for entry in getattr(lists, name)] for name in admin.LISTS}
+
+
+def register(bp: Blueprint, dash: Dashboard) -> None:
+    async def keys_page(status: int = 200, **context: Any) -> Any:
+        rows = await dash.store.list_keys(g.session.account_id)
+        rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
+        return await page(
+            "keys.html",
+            status,
+            title="API keys",
+            keys=rows,
+            scopes=SCOPES,
+            lists={row.id: shown_lists(row) for row in rows},
+            **context,
+        )
+
+    async def owned_key(key_id: str) -> KeyRow | None:
+        rows = await dash.store.list_keys(g.session.account_id)
+        return next((row for row in rows if row.id == key_id), None)
+
+    @bp.route("/keys", methods=["GET"])
+    @signed_in
+    async def keys() -> Any:
+        return await keys_page()
+
+    @bp.route("/keys", methods=["POST"])
+    @signed_in
+    async def create_key() -> Any:
+        form = await request.form
+        name = form_value(form, "name").strip()
+        environment = form_value(form, "environment")
+        chosen = [s for s in form.getlist("scopes") if s in SCOPES]
+        if not 1 <= len(name) <= MAX_NAME or not name.isprintable():
+            return await keys_page(400, error=f"A key needs a name of 1 to {MAX_NAME} characters.")
+        if environment not in ("test", "live"):
+            return await keys_page(400, error="Choose the key's environment: test or live.")
+        # No scope ticked means every scope, as `chaingate keys create` without --scopes.
+        scopes = admin.parse_scopes(" ".join(chosen))
+        key, row = await admin.create_key(
+            dash.store, dash.pepper, g.session.account_id, name, environment, scopes
+        )
+        if dash.keys_refresh is not None:
+            await dash.keys_refresh()  # usable at once in this process
+        return await keys_page(201, new_key=key, new_row=row)
+
+    @bp.route("/keys/<key_id>/revoke", methods=["POST"])
+    @signed_in
+    async def revoke_key(key_id: str) -> Any:
+        row = await owned_key(key_id[:64])
+        if row is None:
+            return await keys_page(404, error="No such key in this account.")
+        await dash.store.revoke_key(row.id)
+        if dash.keys_refresh is not None:
+            await dash.keys_refresh()
+        return await keys_page(
+            message=f"Key {row.name} revoked: every process refuses it within a second."
+        )
+
+    @bp.route("/keys/<key_id>", methods=["GET"])
+    @signed_in
+    async def key_page(key_id: str) -> Any:
+        row = await owned_key(key_id[:64])
+        if row is None:
+            return await page("error.html", 404, title="Not found", message="No such key.")
+        return await page("key.html", title=f"Key {row.name}", key=row, lists=shown_lists(row))
+
+    @bp.route("/keys/<key_id>/allowlists", methods=["POST"])
+    @signed_in
+    async def edit_allowlists(key_id: str) -> Any:
+        row = await owned_key(key_id[:64])
+        if row is None:
+            return await page("error.html", 404, title="Not found", message="No such key.")
+        form = await request.form
+        replace: dict[str, list[str]] = {}
+        clear: set[str] = set()
+        for name in admin.LISTS:
+            text = form_value(form, name).strip()
+            if text:
+                replace[name] = [text]
+            else:
+                clear.add(name)
+        try:
+            updated = await admin.update_allowlists(dash.store, row.id, replace, clear)
+        except admin.AdminError as exc:
+            return await page(
+                "key.html",
+                400,
+                title=f"Key {row.name}",
+                key=row,
+                lists={name: [form_value(form, name)] for name in admin.LISTS},
+                error=str(exc),
+            )
+        if dash.keys_refresh is not None:
+            await dash.keys_refresh()
+        assert updated is not None
+        return await page(
+            "key.html",
+            title=f"Key {row.name}",
+            key=updated,
+            lists=shown_lists(updated),
+            message="Allowlists saved: every process applies them within a second.",
+        )

@@ -1,0 +1,150 @@
+"""Sign-in (password, one-time link, admin token), sign-out, and the account's sessions."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import trio
+from quart import Blueprint, g, redirect, request
+
+from chaingate.dashboard.passwords import (
+    PasswordRejected,
+    check_strength,
+    hash_password,
+    verify_password,
+)
+from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, peer, signed_in
+
+MAX_EMAIL = 320
+
+
+def register(bp: Blueprint, dash: Dashboard) -> None:
+    async def refused(email: str, message: str, status: int = 401) -> Any:
+        return await page("signin.html", status, title="Sign in", email=email, error=message)
+
+    @bp.route("/signin", methods=["GET"])
+    async def signin_form() -> Any:
+        if g.get("session") is not None:
+            return redirect(f"{PREFIX}/", 303)
+        return await page("signin.html", title="Sign in", email="")
+
+    @bp.route("/signin", methods=["POST"])
+    async def signin() -> Any:
+        form = await request.form
+        email = form_value(form, "email").strip()[:MAX_EMAIL]
+        password = form_value(form, "password")
+        now = dash.clock()
+        address = peer()
+        wait = dash.throttle.blocked_for(email, address, now)
+        if wait > 0:
+            return await refused(
+                email,
+                f"Too many failed sign-ins: try again in {int(wait) + 1} seconds.",
+                429,
+            )
+        account = await dash.store.find_account_by_email(email) if email else None
+        credentials = await dash.rows.credentials(account.id) if account is not None else None
+        stored = credentials.password_hash if credentials is not None else None
+        ok = await trio.to_thread.run_sync(verify_password, password, stored)
+        if not ok or account is None or credentials is None:
+            dash.throttle.failed(email, address, now)
+            return await refused(email, "Wrong e-mail or password.")
+        dash.throttle.succeeded(email)
+        return await dash.start_session(account.id, credentials.operator)
+
+    @bp.route("/signin/link/<token>", methods=["GET"])
+    async def signin_link(token: str) -> Any:
+        account_id = await dash.rows.use_signin_link(token[:100])
+        if account_id is None:
+            return await page(
+                "signin.html",
+                400,
+                title="Sign in",
+                email="",
+                error="This sign-in link was used already or has expired: each link signs "
+                "in once. Restart chaingate dev for a new one, or sign in with a password.",
+            )
+        credentials = await dash.rows.credentials(account_id)
+        return await dash.start_session(account_id, bool(credentials and credentials.operator))
+
+    @bp.route("/signin/admin", methods=["POST"])
+    async def signin_admin() -> Any:
+        form = await request.form
+        supplied = form_value(form, "admin_token")
+        now = dash.clock()
+        address = peer()
+        if dash.throttle.blocked_for("admin token", address, now) > 0:
+            return await refused("", "Too many failed sign-ins: try again later.", 429)
+        token = dash.admin_token
+        if not token or not hmac.compare_digest(supplied.encode(), token.encode()):
+            dash.throttle.failed("admin token", address, now)
+            return await refused("", "Wrong admin token.")
+        return await dash.start_session("", True)
+
+    @bp.route("/signout", methods=["POST"])
+    async def signout() -> Any:
+        session = g.get("session")
+        if session is not None:
+            await dash.rows.revoke_session(session.id, session.account_id)
+        response = redirect(f"{PREFIX}/signin", 303)
+        dash.clear_cookie(response, dash.session_cookie)
+        return response
+
+    @bp.route("/account", methods=["GET"])
+    @signed_in
+    async def account_page() -> Any:
+        return await _account(dash)
+
+    @bp.route("/account/sessions/<session_id>/revoke", methods=["POST"])
+    @signed_in
+    async def revoke_session(session_id: str) -> Any:
+        session = g.session
+        if not await dash.rows.revoke_session(session_id[:64], session.account_id):
+            return await _account(dash, error="No such session.", status=404)
+        if session_id == session.id:
+            response = redirect(f"{PREFIX}/signin", 303)
+            dash.clear_cookie(response, dash.session_cookie)
+            return response
+        return await _account(dash, message="Session revoked: it is signed out.")
+
+    @bp.route("/account/password", methods=["POST"])
+    @signed_in
+    async def change_password() -> Any:
+        form = await request.form
+        session = g.session
+        current = form_value(form, "current")
+        new = form_value(form, "new")
+        credentials = await dash.rows.credentials(session.account_id)
+        stored = credentials.password_hash if credentials is not None else None
+        if stored is not None and not await trio.to_thread.run_sync(
+            verify_password, current, stored
+        ):
+            return await _account(dash, error="The current password is wrong.", status=400)
+        try:
+            check_strength(new)
+        except PasswordRejected as exc:
+            return await _account(dash, error=str(exc).capitalize() + ".", status=400)
+        hashed = await trio.to_thread.run_sync(hash_password, new)
+        await dash.rows.set_credentials(session.account_id, password_hash=hashed)
+        # Every session ended with the change, this one too: sign in again.
+        response = redirect(f"{PREFIX}/signin", 303)
+        dash.clear_cookie(response, dash.session_cookie)
+        return response
+
+
+async def _account(dash: Dashboard, message: str = "", error: str = "", status: int = 200) -> Any:
+    session = g.session
+    account = await dash.store.get_account(session.account_id)
+    sessions = await dash.rows.sessions_of(session.account_id)
+    credentials = await dash.rows.credentials(session.account_id)
+    return await page(
+        "account.html",
+        status,
+        title="Account",
+        account=account,
+        sessions=sessions,
+        has_password=bool(credentials and credentials.password_hash),
+        message=message,
+        error=error,
+    )

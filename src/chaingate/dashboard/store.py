@@ -1,0 +1,302 @@
+"""The dashboard's rows: credentials, sessions, one-time sign-in links, and reads of the
+usage and latency rollups.  Portable SQL run through the store's ``run_transaction``, like the
+store's own row modules; tokens are kept as SHA-256 digests, never in clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from chaingate.store import Store
+
+LATENCY_COLUMNS = ", ".join(f"b{i}" for i in range(16))
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Credentials(msgspec.Struct, frozen=True):
+    account_id: str
+    password_hash: str | None
+    operator: bool
+
+
+class Session(msgspec.Struct, frozen=True):
+    id: str
+    account_id: str
+    operator: bool
+    csrf: str
+    address: str
+    user_agent: str
+    created_at: int
+    last_seen_at: int
+    expires_at: int
+    revoked_at: int | None
+
+
+_SESSION_COLUMNS = (
+    "id, account_id, operator, csrf, address, user_agent, created_at, last_seen_at,"
+    " expires_at, revoked_at"
+)
+
+
+def _session(row: Sequence[Any]) -> Session:
+    values = list(row)
+    values[2] = bool(values[2])
+    return Session(*values)
+
+
+class UsageTotal(msgspec.Struct, frozen=True):
+    period: int  # epoch minutes
+    key_id: str
+    method: str
+    requests: int
+    compute_units: int
+    errors: int
+
+
+class DashboardRows:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # --- credentials -------------------------------------------------------------------------
+
+    async def credentials(self, account_id: str) -> Credentials | None:
+        rows = await self.store.run_transaction(
+            lambda tx: tx.query(
+                "SELECT account_id, password_hash, operator FROM dashboard_credentials"
+                " WHERE account_id = ?",
+                (account_id,),
+            ),
+            write=False,
+        )
+        if not rows:
+            return None
+        account, password_hash, operator = rows[0]
+        return Credentials(account, password_hash, bool(operator))
+
+    async def set_credentials(
+        self, account_id: str, *, password_hash: str | None = None, operator: bool | None = None
+    ) -> None:
+        """Set the password (when given) and/or the operator flag (when given); setting a
+        password ends every session of the account."""
+        now = self.store.clock()
+
+        def write(tx: Any) -> None:
+            found = tx.query(
+                "SELECT password_hash, operator FROM dashboard_credentials WHERE account_id = ?",
+                (account_id,),
+            )
+            old_hash, old_operator = found[0] if found else (None, 0)
+            new_hash = password_hash if password_hash is not None else old_hash
+            new_operator = int(operator) if operator is not None else int(old_operator)
+            if found:
+                tx.execute(
+                    "UPDATE dashboard_credentials SET password_hash = ?, operator = ?,"
+                    " updated_at = ? WHERE account_id = ?",
+                    (new_hash, new_operator, now, account_id),
+                )
+            else:
+                tx.execute(
+                    "INSERT INTO dashboard_credentials"
+                    " (account_id, password_hash, operator, updated_at) VALUES (?, ?, ?, ?)",
+                    (account_id, new_hash, new_operator, now),
+                )
+            if password_hash is not None:
+                tx.execute(
+                    "UPDATE dashboard_sessions SET revoked_at = ?"
+                    " WHERE account_id = ? AND revoked_at IS NULL",
+                    (now, account_id),
+                )
+
+        await self.store.run_transaction(write)
+
+    # --- sessions ----------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        account_id: str,
+        operator: bool,
+        address: str,
+        user_agent: str,
+        max_ms: int,
+    ) -> tuple[str, Session]:
+        """A new session: the cookie's token (to send once) and the row (its digest)."""
+        token = secrets.token_urlsafe(32)
+        now = self.store.clock()
+        session = Session(
+            digest(token),
+            account_id,
+            operator,
+            secrets.token_urlsafe(32),
+            address[:64],
+            user_agent[:200],
+            now,
+            now,
+            now + max_ms,
+            None,
+        )
+        values = list(msgspec.structs.astuple(session))
+        values[2] = int(operator)
+        await self.store.run_transaction(
+            lambda tx: tx.execute(
+                f"INSERT INTO dashboard_sessions ({_SESSION_COLUMNS})"  # noqa: S608 - constants
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+        )
+        return token, session
+
+    async def live_session(self, token: str, idle_ms: int) -> Session | None:
+        """The session of a cookie token, if it is neither revoked, expired nor idle too long;
+        its last-seen time moves (at most once a minute: a page view is not a write)."""
+        now = self.store.clock()
+        session_id = digest(token)
+        rows = await self.store.run_transaction(
+            lambda tx: tx.query(
+                f"SELECT {_SESSION_COLUMNS} FROM dashboard_sessions WHERE id = ?",  # noqa: S608
+                (session_id,),
+            ),
+            write=False,
+        )
+        if not rows:
+            return None
+        session = _session(rows[0])
+        if (
+            session.revoked_at is not None
+            or session.expires_at <= now
+            or session.last_seen_at + idle_ms <= now
+        ):
+            return None
+        if now - session.last_seen_at > 60_000:
+            await self.store.run_transaction(
+                lambda tx: tx.execute(
+                    "UPDATE dashboard_sessions SET last_seen_at = ? WHERE id = ?",
+                    (now, session_id),
+                )
+            )
+        return session
+
+    async def sessions_of(self, account_id: str) -> list[Session]:
+        now = self.store.clock()
+        rows = await self.store.run_transaction(
+            lambda tx: tx.query(
+                f"SELECT {_SESSION_COLUMNS} FROM dashboard_sessions"  # noqa: S608 - constants
+                " WHERE account_id = ? AND revoked_at IS NULL AND expires_at > ?"
+                " ORDER BY created_at DESC LIMIT 50",
+                (account_id, now),
+            ),
+            write=False,
+        )
+        return [_session(row) for row in rows]
+
+    async def revoke_session(self, session_id: str, account_id: str) -> bool:
+        now = self.store.clock()
+        changed = await self.store.run_transaction(
+            lambda tx: tx.execute(
+                "UPDATE dashboard_sessions SET revoked_at = ?"
+                " WHERE id = ? AND account_id = ? AND revoked_at IS NULL",
+                (now, session_id, account_id),
+            )
+        )
+        return bool(changed)
+
+    # --- one-time sign-in links --------------------------------------------------------------
+
+    async def create_signin_link(self, account_id: str, ttl_ms: int) -> str:
+        token = secrets.token_urlsafe(32)
+        now = self.store.clock()
+        await self.store.run_transaction(
+            lambda tx: tx.execute(
+                "INSERT INTO dashboard_signin_links (id, account_id, created_at, expires_at,"
+                " used_at) VALUES (?, ?, ?, ?, NULL)",
+                (digest(token), account_id, now, now + ttl_ms),
+            )
+        )
+        return token
+
+    async def use_signin_link(self, token: str) -> str | None:
+        """The account a link signs in, once: the first use marks it used (atomically)."""
+        now = self.store.clock()
+        link_id = digest(token)
+
+        def use(tx: Any) -> str | None:
+            changed = tx.execute(
+                "UPDATE dashboard_signin_links SET used_at = ?"
+                " WHERE id = ? AND used_at IS NULL AND expires_at > ?",
+                (now, link_id, now),
+            )
+            if not changed:
+                return None
+            rows = tx.query(
+                "SELECT account_id FROM dashboard_signin_links WHERE id = ?", (link_id,)
+            )
+            return str(rows[0][0]) if rows else None
+
+        return await self.store.run_transaction(use)
+
+    # --- rollups -----------------------------------------------------------------------------
+
+    async def usage(
+        self, account_id: str | None, granularity: str, first: int, last: int
+    ) -> list[UsageTotal]:
+        """Usage per period, key and method over minutes [first, last): minutes from
+        usage_minutes (an hour's worth at most), hours and days from their rollups.
+        ``account_id`` None: every account (operators)."""
+        if granularity == "minute":
+            table, period = "usage_minutes", "minute"
+        elif granularity == "hour":
+            table, period = "usage_hours", "period"
+        else:
+            table, period = "usage_days", "period"
+        where = f"{period} >= ? AND {period} < ?"
+        params: tuple[Any, ...] = (first, last)
+        if account_id is not None:
+            where = "account_id = ? AND " + where
+            params = (account_id, first, last)
+        sql = (
+            f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
+            f" FROM {table} WHERE {where} GROUP BY {period}, key_id, method"
+            f" ORDER BY {period}, key_id, method"
+        )
+        rows = await self.store.run_transaction(lambda tx: tx.query(sql, params), write=False)
+        return [
+            UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e)) for p, k, m, r, c, e in rows
+        ]
+
+    async def add_latency(self, samples: Sequence[tuple[int, str, Sequence[int]]]) -> None:
+        """Add (minute, route, 16 bucket counts) samples to the minute, hour and day rollups."""
+        rows: dict[tuple[int, int, str], list[int]] = {}
+        for minute, route, counts in samples:
+            for size in (1, 60, 1440):
+                slot = rows.setdefault((size, (minute // size) * size, route), [0] * 16)
+                for i, count in enumerate(counts):
+                    slot[i] += count
+        if not rows:
+            return
+        updates = ", ".join(f"b{i} = latency_rollups.b{i} + excluded.b{i}" for i in range(16))
+        sql = (
+            f"INSERT INTO latency_rollups (granularity, period, route, {LATENCY_COLUMNS})"  # noqa: S608
+            f" VALUES (?, ?, ?, {', '.join('?' * 16)})"
+            f" ON CONFLICT (granularity, period, route) DO UPDATE SET {updates}"
+        )
+        values = [(*key, *counts) for key, counts in sorted(rows.items())]
+        await self.store.run_transaction(lambda tx: tx.executemany(sql, values))
+
+    async def latency(
+        self, granularity: int, first: int, last: int
+    ) -> list[tuple[int, str, list[int]]]:
+        sql = (
+            f"SELECT period, route, {LATENCY_COLUMNS} FROM latency_rollups"  # noqa: S608
+            " WHERE granularity = ? AND period >= ? AND period < ? ORDER BY period, route"
+        )
+        rows = await self.store.run_transaction(
+            lambda tx: tx.query(sql, (granularity, first, last)), write=False
+        )
+        return [(int(row[0]), str(row[1]), [int(v) for v in row[2:]]) for row in rows]

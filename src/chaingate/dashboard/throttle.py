@@ -1,0 +1,71 @@
+"""Sign-in throttling: failures counted per account and per client address (sans-IO).
+
+Past ``per_account`` failures for one e-mail, or ``per_address`` from one address, within
+``window`` seconds, sign-in is refused — even with the right password — until the oldest
+failure leaves the window.  A success clears the account's count (not the address's: one
+address guessing many accounts stays limited).  Counters live in process memory, bounded in
+entries; with N processes behind a balancer an attacker gets at most N times the budget
+(docs/decisions.md, "The dashboard (issue 23)").
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+MAX_TRACKED = 10_000
+
+
+class _Failures:
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, who: str, now: float) -> deque[float] | None:
+        times = self._seen.get(who)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        if not times:
+            del self._seen[who]
+            return None
+        return times
+
+    def blocked_for(self, who: str, now: float) -> float:
+        """Seconds until ``who`` may try again (0: now)."""
+        times = self._recent(who, now)
+        if times is None or len(times) < self.limit:
+            return 0.0
+        return max(0.0, times[-self.limit] + self.window - now)
+
+    def fail(self, who: str, now: float) -> None:
+        times = self._recent(who, now)
+        if times is None:
+            times = self._seen[who] = deque(maxlen=max(1, self.limit))
+        times.append(now)
+        self._seen.move_to_end(who)
+        while len(self._seen) > MAX_TRACKED:
+            self._seen.popitem(last=False)
+
+    def clear(self, who: str) -> None:
+        self._seen.pop(who, None)
+
+
+class LoginThrottle:
+    def __init__(self, per_account: int, per_address: int, window: float) -> None:
+        self._accounts = _Failures(per_account, window)
+        self._addresses = _Failures(per_address, window)
+
+    def blocked_for(self, email: str, address: str, now: float) -> float:
+        return max(
+            self._accounts.blocked_for(email.lower(), now),
+            self._addresses.blocked_for(address, now),
+        )
+
+    def failed(self, email: str, address: str, now: float) -> None:
+        self._accounts.fail(email.lower(), now)
+        self._addresses.fail(address, now)
+
+    def succeeded(self, email: str) -> None:
+        self._accounts.clear(email.lower())

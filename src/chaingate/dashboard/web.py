@@ -1,0 +1,233 @@
+"""The dashboard's web layer: sessions, CSRF, security headers, and what every page shares.
+
+* Sessions: a random token in an HttpOnly, SameSite=Strict cookie (``Secure`` and the
+  ``__Host-`` prefix outside dev); the store keeps its SHA-256 only, so a session can be
+  listed and revoked, and a leaked database holds no usable cookie.  A session is created only
+  by a successful sign-in, with a new token: a cookie planted before sign-in is never promoted
+  (no session fixation).
+* CSRF: every form carries a token.  Signed in, it is the session's own (random, kept with the
+  session); before sign-in, an HMAC of a pre-session cookie.  A POST without the right token is
+  refused (403), and so is one whose ``Origin`` names another host.
+* Headers: a strict Content-Security-Policy (scripts and styles from this origin only, no
+  inline script or style), ``frame-ancestors 'none'``, no referrer to other sites (sign-in
+  links carry a token), no caching of pages.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from quart import Response, g, redirect, render_template, request
+
+from chaingate.api.deps import ApiDeps
+from chaingate.config import DashboardSettings
+from chaingate.dashboard.restcalls import RestCalls
+from chaingate.dashboard.store import DashboardRows, Session
+from chaingate.dashboard.throttle import LoginThrottle
+
+PREFIX = "/dashboard"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # Not "no-referrer": with it browsers send "Origin: null" on the pages' own forms.
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+MAX_FORM_FIELD = 10_000  # characters: bounded input
+
+
+@dataclass
+class Dashboard:
+    """What the pages read from: the same services the REST API uses."""
+
+    rows: DashboardRows
+    store: Any
+    rest: RestCalls
+    api: ApiDeps
+    settings: DashboardSettings
+    pepper: bytes
+    admin_token: str
+    health: Callable[[], dict[str, Any]]
+    upstreams: Callable[[], list[dict[str, Any]]] = list
+    bundlers: Mapping[str, Any] = field(default_factory=dict)
+    keys_refresh: Callable[[], Awaitable[None]] | None = None
+    clock: Callable[[], float] = time.time
+    throttle: LoginThrottle = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.throttle = LoginThrottle(
+            s.login_failures_per_account, s.login_failures_per_address, s.login_window
+        )
+        self._secret = hmac.new(self.pepper, b"chaingate dashboard", hashlib.sha256).digest()
+
+    # --- cookies -----------------------------------------------------------------------------
+
+    @property
+    def session_cookie(self) -> str:
+        return "__Host-cg_session" if self.settings.secure_cookie else "cg_session"
+
+    @property
+    def pre_cookie(self) -> str:
+        return "__Host-cg_pre" if self.settings.secure_cookie else "cg_pre"
+
+    def set_cookie(self, response: Any, name: str, value: str, max_age: int | None) -> None:
+        response.set_cookie(
+            name,
+            value,
+            max_age=max_age,
+            path="/",
+            secure=self.settings.secure_cookie,
+            httponly=True,
+            samesite="Strict",
+        )
+
+    def clear_cookie(self, response: Any, name: str) -> None:
+        self.set_cookie(response, name, "", 0)
+
+    # --- CSRF --------------------------------------------------------------------------------
+
+    def pre_token(self, pre: str) -> str:
+        return hmac.new(self._secret, b"pre:" + pre.encode(), hashlib.sha256).hexdigest()
+
+    def csrf_token(self) -> str:
+        """The token the current page's forms carry."""
+        session: Session | None = g.get("session")
+        if session is not None:
+            return session.csrf
+        pre = g.get("pre") or request.cookies.get(self.pre_cookie, "")
+        if not pre or len(pre) > 100:
+            pre = g.pre = secrets.token_urlsafe(24)
+            g.new_pre = True
+        return self.pre_token(pre)
+
+    def csrf_ok(self, supplied: str) -> bool:
+        session: Session | None = g.get("session")
+        if session is not None:
+            expected = session.csrf
+        else:
+            pre = request.cookies.get(self.pre_cookie, "")
+            if not pre:
+                return False
+            expected = self.pre_token(pre)
+        return bool(supplied) and hmac.compare_digest(supplied.encode(), expected.encode())
+
+    # --- the request's session ---------------------------------------------------------------
+
+    async def load_session(self) -> Session | None:
+        token = request.cookies.get(self.session_cookie, "")
+        if not token or len(token) > 100:
+            return None
+        return await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
+
+    async def start_session(self, account_id: str, operator: bool) -> Any:
+        """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
+        token, _ = await self.rows.create_session(
+            account_id,
+            operator,
+            peer(),
+            request.headers.get("User-Agent", ""),
+            self.settings.session_max_hours * 3_600_000,
+        )
+        response = redirect(f"{PREFIX}/" if account_id else f"{PREFIX}/operator", 303)
+        self.set_cookie(
+            response, self.session_cookie, token, self.settings.session_max_hours * 3600
+        )
+        self.clear_cookie(response, self.pre_cookie)
+        return response
+
+
+async def gather(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Run a page's independent reads at once (a store with a connection pool answers them
+    side by side); the first error cancels the others and is raised."""
+    results: list[Any] = [None] * len(calls)
+
+    async def one(index: int, call: Callable[[], Awaitable[Any]]) -> None:
+        results[index] = await call()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if all(isinstance(leaf, Exception) for leaf in leaves):
+            raise leaves[0] from None  # an ApiError as the page expects it
+        raise
+    return results
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+def peer() -> str:
+    client = request.scope.get("client")
+    return str(client[0]) if client else ""
+
+
+def same_origin() -> bool:
+    """A POST's Origin (when the browser sends one) names this host."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    host = request.headers.get("Host", "")
+    return origin != "null" and urlsplit(origin).netloc == host
+
+
+def form_value(form: Any, name: str, default: str = "") -> str:
+    value = form.get(name, default)
+    return str(value)[:MAX_FORM_FIELD]
+
+
+async def page(template: str, status: int = 200, **context: Any) -> Response:
+    html = await render_template(f"dashboard/{template}", **context)
+    return Response(html, status=status, mimetype="text/html")
+
+
+def signed_in(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Pages of an account: the signed-in session's account, else the sign-in page."""
+
+    @functools.wraps(view)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session: Session | None = g.get("session")
+        if session is None:
+            return redirect(f"{PREFIX}/signin", 303)
+        if not session.account_id:  # an operator signed in with the admin token
+            return redirect(f"{PREFIX}/operator", 303)
+        return await view(*args, **kwargs)
+
+    return wrapper
+
+
+def operator_only(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(view)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session: Session | None = g.get("session")
+        if session is None:
+            return redirect(f"{PREFIX}/signin", 303)
+        if not session.operator:
+            return await page("error.html", 404, message="no such page")
+        return await view(*args, **kwargs)
+
+    return wrapper

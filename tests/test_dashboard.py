@@ -1,0 +1,548 @@
+"""The dashboard over HTTP: sign-in (one-time link, password, admin token), sessions, CSRF,
+headers, escaping, another account's objects, brute force, and pages read from the usage
+rollups — a real gateway on a real store (SQLite and PostgreSQL) in front of real anvil.
+
+The browser flow (Chromium, axe-core, keyboard, narrow viewport) is tests/test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from chaingate.auth import admin
+from chaingate.dashboard.passwords import hash_password, verify_password
+from chaingate.dashboard.store import DashboardRows
+from chaingate.dashboard.throttle import LoginThrottle
+from chaingate.devnet.anvil import AnvilProcess
+from chaingate.impl import Impl, select
+from chaingate.store import open_store
+from chaingate.store.base import UsageDelta
+from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
+
+PASSWORD = "correct horse battery"
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture
+def impl() -> Impl:
+    return select()  # the dashboard is framing-agnostic: one implementation is enough
+
+
+async def _stack(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    **dashboard: Any,
+) -> AuthStack:
+    settings = auth_settings(
+        anvil, store_url, tmp_path, dashboard={"secure_cookie": False, **dashboard}
+    )
+    return await start_auth(nursery, impl, settings)
+
+
+@pytest.fixture
+async def stack(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> AuthStack:
+    return await _stack(nursery, impl, anvil, store_url, tmp_path)
+
+
+async def account_with_password(stack: AuthStack, email: str) -> str:
+    account = await admin.ensure_account(stack.store, email, "free")
+    rows = DashboardRows(stack.store)
+    await rows.set_credentials(account.id, password_hash=hash_password(PASSWORD))
+    return account.id
+
+
+def browser(stack: AuthStack) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=stack.handle.base, timeout=10, follow_redirects=False)
+
+
+def csrf(html: str) -> str:
+    found = _CSRF.search(html)
+    assert found, html[:2000]
+    return found[1]
+
+
+async def sign_in(
+    client: httpx.AsyncClient, email: str, password: str = PASSWORD
+) -> httpx.Response:
+    form = await client.get("/dashboard/signin")
+    assert form.status_code == 200
+    return await client.post(
+        "/dashboard/signin",
+        data={"csrf": csrf(form.text), "email": email, "password": password},
+    )
+
+
+async def signed_in(stack: AuthStack, email: str) -> httpx.AsyncClient:
+    await account_with_password(stack, email)
+    client = browser(stack)
+    answer = await sign_in(client, email)
+    assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/", answer.text
+    return client
+
+
+def test_scrypt_hashes_verify_and_differ() -> None:
+    first, second = hash_password(PASSWORD), hash_password(PASSWORD)
+    assert first != second and first.startswith("scrypt$16384$8$1$")
+    assert verify_password(PASSWORD, first) and not verify_password("wrong password", first)
+    assert not verify_password(PASSWORD, None)
+
+
+def test_throttle_counts_per_account_and_per_address() -> None:
+    throttle = LoginThrottle(per_account=3, per_address=5, window=60)
+    for _ in range(3):
+        throttle.failed("a@x", "1.1.1.1", 0)
+    assert throttle.blocked_for("A@X", "2.2.2.2", 1) > 0  # the account, from anywhere
+    assert throttle.blocked_for("b@x", "1.1.1.1", 1) == 0
+    for _ in range(2):
+        throttle.failed("c@x", "1.1.1.1", 2)
+    assert throttle.blocked_for("d@x", "1.1.1.1", 3) > 0  # the address, whatever the account
+    assert throttle.blocked_for("a@x", "3.3.3.3", 61) == 0  # the window passed
+
+
+async def test_the_one_time_link_signs_in_once(stack: AuthStack) -> None:
+    account = await admin.ensure_account(stack.store, "link@example.com", "free")
+    token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
+    async with browser(stack) as client:
+        first = await client.get(f"/dashboard/signin/link/{token}")
+        assert first.status_code == 303 and first.headers["location"] == "/dashboard/"
+        cookie = first.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        overview = await client.get("/dashboard/")
+        assert overview.status_code == 200 and "<h1>Overview</h1>" in overview.text
+    async with browser(stack) as other:
+        again = await other.get(f"/dashboard/signin/link/{token}")
+        assert again.status_code == 400 and "used already" in again.text
+        assert (await other.get("/dashboard/")).status_code == 303
+
+
+async def test_password_sign_in_and_sign_out(stack: AuthStack) -> None:
+    client = await signed_in(stack, "pw@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        assert page.status_code == 200
+        out = await client.post("/dashboard/signout", data={"csrf": csrf(page.text)})
+        assert out.status_code == 303 and out.headers["location"] == "/dashboard/signin"
+        assert (await client.get("/dashboard/keys")).status_code == 303
+    async with browser(stack) as wrong:
+        refused = await sign_in(wrong, "pw@example.com", "not the password")
+        assert refused.status_code == 401 and "Wrong e-mail or password" in refused.text
+
+
+async def test_security_headers_and_cookie_flags_outside_dev(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, tmp_path: Path
+) -> None:
+    stack = await _stack(
+        nursery, impl, anvil, f"sqlite://{tmp_path}/store.db", tmp_path, secure_cookie=True
+    )
+    account = await admin.ensure_account(stack.store, "secure@example.com", "free")
+    token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        csp = form.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+        assert "'unsafe-inline'" not in csp
+        assert form.headers["x-frame-options"] == "DENY"
+        assert form.headers["referrer-policy"] == "same-origin"
+        assert form.headers["cache-control"] == "no-store"
+        assert "access-control-allow-origin" not in form.headers
+        assert re.search(r"<script(?![^>]*\bsrc=)", form.text) is None  # no inline script
+        assert " style=" not in form.text and "<style" not in form.text
+        answer = await client.get(f"/dashboard/signin/link/{token}")
+        cookie = answer.headers["set-cookie"]
+        assert cookie.startswith("__Host-cg_session=")
+        for flag in ("Secure", "HttpOnly", "SameSite=Strict", "Path=/"):
+            assert flag in cookie, cookie
+
+
+async def test_a_form_without_its_csrf_token_is_refused(stack: AuthStack) -> None:
+    client = await signed_in(stack, "csrf@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        token = csrf(page.text)
+        missing = await client.post("/dashboard/keys", data={"name": "x", "environment": "test"})
+        assert missing.status_code == 403 and "CSRF" in missing.text
+        wrong = await client.post(
+            "/dashboard/keys", data={"csrf": token[:-2] + "xx", "name": "x", "environment": "test"}
+        )
+        assert wrong.status_code == 403
+        elsewhere = await client.post(
+            "/dashboard/keys",
+            data={"csrf": token, "name": "x", "environment": "test"},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert elsewhere.status_code == 403
+        account = await stack.store.find_account_by_email("csrf@example.com")
+        assert account is not None and await stack.store.list_keys(account.id) == []
+        # The sign-in form has one too.
+        async with browser(stack) as fresh:
+            bare = await fresh.post(
+                "/dashboard/signin", data={"email": "csrf@example.com", "password": PASSWORD}
+            )
+            assert bare.status_code == 403
+        made = await client.post(
+            "/dashboard/keys", data={"csrf": token, "name": "x", "environment": "test"}
+        )
+        assert made.status_code == 201
+
+
+async def test_names_are_shown_escaped(stack: AuthStack) -> None:
+    client = await signed_in(stack, "xss@example.com")
+    name = "<script>alert(1)</script>"
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        made = await client.post(
+            "/dashboard/keys", data={"csrf": csrf(page.text), "name": name, "environment": "test"}
+        )
+        assert made.status_code == 201
+        assert name not in made.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in made.text
+        policies = await client.get("/dashboard/policies")
+        created = await client.post(
+            "/dashboard/policies",
+            data={
+                "csrf": csrf(policies.text),
+                "name": name,
+                "chain": "ethereum-devnet",
+                "rules": '{"max_gas_usd": "5"}',
+            },
+        )
+        assert created.status_code == 303, created.text
+        shown = await client.get(created.headers["location"])
+        assert name not in shown.text and "&lt;script&gt;" in shown.text
+
+
+async def test_another_accounts_objects_are_404(stack: AuthStack) -> None:
+    other = await admin.ensure_account(stack.store, "other@example.com", "free")
+    _, other_key = await admin.create_key(stack.store, PEPPER.encode(), other.id, "theirs", "test")
+    client = await signed_in(stack, "mine@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        token = csrf(page.text)
+        assert other_key.id not in page.text
+        assert (await client.get(f"/dashboard/keys/{other_key.id}")).status_code == 404
+        revoke = await client.post(f"/dashboard/keys/{other_key.id}/revoke", data={"csrf": token})
+        assert revoke.status_code == 404
+        rows = await stack.store.list_keys(other.id)
+        assert rows[0].revoked_at is None
+        assert (await client.get("/dashboard/webhooks/wh_notmine")).status_code == 404
+        assert (await client.get("/dashboard/policies/gp_notmine")).status_code == 404
+
+
+async def test_session_fixation_is_refused(stack: AuthStack) -> None:
+    await account_with_password(stack, "fix@example.com")
+    async with browser(stack) as client:
+        planted = "attacker-chosen-session-token"
+        client.cookies.set("cg_session", planted)
+        answer = await sign_in(client, "fix@example.com")
+        assert answer.status_code == 303
+        issued = answer.cookies.get("cg_session")
+        assert issued and issued != planted
+    async with browser(stack) as attacker:
+        attacker.cookies.set("cg_session", planted)
+        assert (await attacker.get("/dashboard/")).status_code == 303  # not signed in
+
+
+async def test_brute_force_is_refused_even_with_the_right_password(stack: AuthStack) -> None:
+    await account_with_password(stack, "brute@example.com")
+    async with browser(stack) as client:
+        for _ in range(5):
+            assert (await sign_in(client, "brute@example.com", "guess guess")).status_code == 401
+        locked = await sign_in(client, "brute@example.com")
+        assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+
+
+async def test_sessions_are_listed_and_revocable(stack: AuthStack) -> None:
+    first = await signed_in(stack, "two@example.com")
+    second = browser(stack)
+    assert (await sign_in(second, "two@example.com")).status_code == 303
+    async with aclosing(first), aclosing(second):
+        account = await first.get("/dashboard/account")
+        ids = re.findall(r"/dashboard/account/sessions/([0-9a-f]{64})/revoke", account.text)
+        assert len(ids) == 2
+        assert "(this one)" in account.text
+        revoked = await first.post(
+            f"/dashboard/account/sessions/{_other_session(account.text, ids)}/revoke",
+            data={"csrf": csrf(account.text)},
+        )
+        assert revoked.status_code == 200 and "Session revoked" in revoked.text
+        assert (await second.get("/dashboard/")).status_code == 303
+        assert (await first.get("/dashboard/")).status_code == 200
+
+
+def _other_session(html: str, ids: list[str]) -> str:
+    """The session that is not marked "(this one)" on the account page."""
+    rows = html.split("<tr>")
+    for row in rows:
+        if "(this one)" not in row:
+            for session_id in ids:
+                if session_id in row:
+                    return session_id
+    raise AssertionError("no other session")
+
+
+async def test_keys_created_in_the_dashboard_work_and_revoke_within_a_second(
+    stack: AuthStack,
+) -> None:
+    client = await signed_in(stack, "keys@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        made = await client.post(
+            "/dashboard/keys",
+            data={
+                "csrf": csrf(page.text),
+                "name": "ci",
+                "environment": "test",
+                "scopes": ["rpc:read"],
+            },
+        )
+        assert made.status_code == 201
+        key = re.search(r'id="new-key" class="secret">(svc_test_[A-Za-z0-9_]+)<', made.text)
+        assert key, made.text
+        body = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
+        async with httpx.AsyncClient(base_url=stack.handle.base) as api:
+            ok = await api.post("/v1/rpc/ethereum/devnet", json=body, headers={"X-API-Key": key[1]})
+            assert ok.status_code == 200 and "result" in ok.json()
+            key_id = re.search(r'data-key-id="(key_[A-Za-z0-9]+)"', made.text)
+            assert key_id
+            revoked_at = time.monotonic()
+            revoke = await client.post(
+                f"/dashboard/keys/{key_id[1]}/revoke", data={"csrf": csrf(made.text)}
+            )
+            assert revoke.status_code == 200 and "revoked" in revoke.text
+            while True:
+                answer = await api.post(
+                    "/v1/rpc/ethereum/devnet", json=body, headers={"X-API-Key": key[1]}
+                )
+                if answer.status_code == 401:
+                    break
+                assert time.monotonic() - revoked_at < 1.0, "still accepted after a second"
+                await trio.sleep(0.02)
+        # Allowlists, validated by the CLI's own rules.
+        edit = await client.get(f"/dashboard/keys/{key_id[1]}")
+        bad = await client.post(
+            f"/dashboard/keys/{key_id[1]}/allowlists",
+            data={
+                "csrf": csrf(edit.text),
+                "origins": "not an origin",
+                "ips": "",
+                "methods": "",
+                "contracts": "",
+            },
+        )
+        assert bad.status_code == 400 and 'role="alert"' in bad.text
+        good = await client.post(
+            f"/dashboard/keys/{key_id[1]}/allowlists",
+            data={
+                "csrf": csrf(edit.text),
+                "origins": "https://app.example",
+                "ips": "10.0.0.0/8",
+                "methods": "eth_call",
+                "contracts": "",
+            },
+        )
+        assert good.status_code == 200 and "https://app.example" in good.text
+
+
+async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> None:
+    client = await signed_in(stack, "usage@example.com")
+    account = await stack.store.find_account_by_email("usage@example.com")
+    assert account is not None
+    _, row = await admin.create_key(stack.store, PEPPER.encode(), account.id, "u", "test")
+    now_minute = int(time.time() // 60)
+    await stack.store.add_usage(
+        [
+            UsageDelta(row.id, account.id, "eth_call", now_minute - 1, 5, 130, 1),
+            UsageDelta(row.id, account.id, "eth_call", now_minute - 2, 3, 78, 0),
+            UsageDelta(row.id, account.id, "eth_blockNumber", now_minute - 90, 7, 7, 0),
+        ]
+    )
+    hours = await DashboardRows(stack.store).usage(account.id, "hour", 0, now_minute + 60)
+    assert sum(r.requests for r in hours) == 15
+    async with aclosing(client):
+        hour = await client.get("/dashboard/?range=hour")
+        assert 'id="total-requests">8<' in hour.text
+        day = await client.get("/dashboard/?range=day")
+        assert 'id="total-requests">15<' in day.text and "<svg" in day.text
+        csv = await client.get("/dashboard/usage.csv?range=month")
+        assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
+        lines = csv.text.strip().splitlines()
+        assert lines[0].startswith("period_start,key_id")
+        assert sum(int(line.split(",")[4]) for line in lines[1:]) == 15
+        other = await client.get("/dashboard/usage.csv?range=month&key=key_other")
+        assert other.text.strip().splitlines()[1:] == []  # one key's rows: none of another's
+        mine = await client.get(f"/dashboard/usage?range=month&key={row.id}")
+        assert mine.status_code == 200 and "15 requests" in mine.text
+
+
+def test_accounts_set_password_command(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/store.db"
+
+    async def prepare() -> None:
+        store = open_store(url, tmp_path)
+        async with store:
+            await store.migrate()
+            await admin.ensure_account(store, "cli@example.com", "free")
+
+    async def stored() -> Any:
+        store = open_store(url, tmp_path)
+        async with store:
+            account = await store.find_account_by_email("cli@example.com")
+            assert account is not None
+            return await DashboardRows(store).credentials(account.id)
+
+    trio.run(prepare)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINGATE_")}
+    env["CHAINGATE_STORE__URL"] = url
+
+    def run(email: str, password: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chaingate", "accounts", "set-password", email, *extra],
+            input=password + "\n",
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    done = run("cli@example.com", PASSWORD, "--operator")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dashboard password set (operator)" in done.stdout
+    credentials = trio.run(stored)
+    assert credentials.operator and verify_password(PASSWORD, credentials.password_hash)
+    assert run("cli@example.com", "short").returncode == 2
+    missing = run("nobody@example.com", PASSWORD)
+    assert missing.returncode == 1 and "no account for nobody@example.com" in missing.stdout
+
+
+async def test_the_bare_path_and_static_files(stack: AuthStack) -> None:
+    async with browser(stack) as client:
+        bare = await client.get("/dashboard")
+        assert bare.status_code == 308 and bare.headers["location"] == "/dashboard/"
+        home = await client.get("/dashboard/")
+        assert home.status_code == 303 and home.headers["location"] == "/dashboard/signin"
+        css = await client.get("/dashboard/static/dashboard.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        js = await client.get("/dashboard/static/dashboard.js")
+        assert js.status_code == 200 and "data-copy" in js.text
+        assert (await client.get("/dashboard/static/../../../etc/passwd")).status_code == 404
+
+
+async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -> None:
+    plain = await signed_in(stack, "plain@example.com")
+    async with aclosing(plain):
+        assert (await plain.get("/dashboard/operator")).status_code == 404
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        wrong = await client.post(
+            "/dashboard/signin/admin", data={"csrf": csrf(form.text), "admin_token": "nope"}
+        )
+        assert wrong.status_code == 401
+        answer = await client.post(
+            "/dashboard/signin/admin",
+            data={"csrf": csrf(form.text), "admin_token": "test-admin-token"},
+        )
+        assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/operator"
+        page = await client.get("/dashboard/operator")
+        assert page.status_code == 200
+        assert "plain@example.com" in page.text and 'id="upstreams"' in page.text
+        assert "up0" in page.text  # the devnet's upstream, by name
+        plain_account = await stack.store.find_account_by_email("plain@example.com")
+        assert plain_account is not None
+        detail = await client.get(f"/dashboard/operator/accounts/{plain_account.id}")
+        assert detail.status_code == 200 and "plain@example.com" in detail.text
+        assert (await client.get("/dashboard/operator/accounts/acct_nope")).status_code == 404
+        # No account of its own: account pages send it back to the operator's.
+        home = await client.get("/dashboard/keys")
+        assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"
+
+
+async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) -> None:
+    client = await signed_in(stack, "rules@example.com")
+    async with aclosing(client):
+        policies = await client.get("/dashboard/policies")
+        created = await client.post(
+            "/dashboard/policies",
+            data={
+                "csrf": csrf(policies.text),
+                "name": "p",
+                "chain": "ethereum-devnet",
+                "rules": '{"max_gas_usd": "5"}',
+            },
+        )
+        assert created.status_code == 303
+        path = created.headers["location"]
+        page = await client.get(path)
+        bad = await client.post(
+            f"{path}/rules",
+            data={"csrf": csrf(page.text), "rules": '{"max_gas_usd": "lots"}', "status": "active"},
+        )
+        assert bad.status_code == 400 and "rules.max_gas_usd" in bad.text, bad.text
+        unknown = await client.post(
+            f"{path}/rules", data={"csrf": csrf(page.text), "rules": '{"colour": 1}'}
+        )
+        assert unknown.status_code == 400 and "rules.colour" in unknown.text
+        good = await client.post(
+            f"{path}/rules",
+            data={"csrf": csrf(page.text), "rules": '{"max_gas_usd": "7"}', "status": "paused"},
+        )
+        assert good.status_code == 200 and "Rules saved" in good.text
+        assert 'id="policy-status">paused<' in good.text
+
+
+async def test_the_migration_rolls_up_what_was_metered_before(
+    store_url: str, tmp_path: Path
+) -> None:
+    from chaingate.store.migrate import apply_pending, load_migrations
+
+    store = open_store(store_url, tmp_path)
+    async with store:
+        migrations = load_migrations()
+        before = [m for m in migrations if "usage_rollups" not in m.name]
+        await apply_pending(store, before[:11])
+        account = await store.create_account("old@example.com", "free")
+
+        def old_rows(tx: Any) -> None:
+            tx.executemany(
+                "INSERT INTO usage_minutes (key_id, account_id, method, minute, requests,"
+                " compute_units, errors) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    ("key_a", account.id, "eth_call", 1440 * 10 + 5, 2, 52, 0),
+                    ("key_a", account.id, "eth_call", 1440 * 10 + 65, 3, 78, 1),
+                    ("key_a", account.id, "eth_call", 1440 * 11 + 1, 4, 104, 0),
+                ],
+            )
+
+        await store.run_transaction(old_rows)
+        await store.migrate()
+        rows = DashboardRows(store)
+        hours = await rows.usage(account.id, "hour", 0, 1440 * 12)
+        assert [(r.period, r.requests) for r in hours] == [
+            (1440 * 10, 2),
+            (1440 * 10 + 60, 3),
+            (1440 * 11, 4),
+        ]
+        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        assert [(r.period, r.requests, r.errors) for r in days] == [
+            (1440 * 10, 5, 1),
+            (1440 * 11, 4, 0),
+        ]
+        # New usage lands in every rollup with the minutes, in one transaction.
+        await store.add_usage([UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)])
+        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        assert days[-1].requests == 5
