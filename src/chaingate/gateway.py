@@ -31,6 +31,9 @@ from chaingate.bundler.service import BundlerService
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.cluster.leases import Leadership, leadership_for
+from chaingate.cluster.metrics import register_leader_metrics
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import ConfigError, Settings, config_file, methods_path
 from chaingate.data.service import DataPlane
 from chaingate.edge.asgi import AsgiBridge
@@ -233,6 +236,13 @@ class Gateway:
             self.ws,
             _reserved_fds(settings),
         )
+        # Who writes what when several processes share the store (chaingate.cluster).
+        self.leadership: Leadership = leadership_for(
+            self.store.backend if self.store is not None else "",
+            settings.store.url,
+            self._role_keys(),
+        )
+        register_leader_metrics(self.registry, self.leadership)
         self._shutdown = trio.Event()
         register_service_families(self)
         register_edge_families(self)
@@ -248,6 +258,21 @@ class Gateway:
         # Each follower witnesses its pool's heads (rpc/heads.py).
         for key, follower in self.followers.items():
             self.services[key].pool.witness = follower
+
+    def _role_keys(self) -> list[RoleKey]:
+        """The single-writer roles this process runs, per followed chain/network."""
+        keys = []
+        for key in self.followers:
+            chain, network = key.split("/", 1)
+            keys.append(RoleKey("follower", chain, network))
+            writers = {
+                "indexer": self.data is not None and key in self.data.indexers,
+                "webhooks": self.webhooks is not None and key in self.webhooks.matchers,
+                "bundler": self.bundler is not None and key in self.bundler.networks,
+                "wallets": self.wallets is not None and key in self.wallets.trackers,
+            }
+            keys.extend(RoleKey(role, chain, network) for role, runs in writers.items() if runs)
+        return keys
 
     def _bundler_endpoints(self, settings: Settings) -> dict[str, LocalRpc]:
         """``/v1/bundler/{chain}/{network}`` of each EVM network: JSON-RPC answered in
@@ -325,6 +350,7 @@ class Gateway:
 
     async def _run(self, task_status: trio.TaskStatus[int]) -> None:
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.leadership.run)
             if self.keys is not None and self.usage_writer is not None:
                 auth = self.settings.auth
                 await nursery.start(self.keys.run, auth.refresh_interval)
@@ -416,6 +442,8 @@ class Gateway:
             "status": "ok" if healthy else "degraded",
             "version": __version__,
             "networks": networks,
+            "worker": os.getpid(),
+            "leads": self.leadership.leads(),
         }
 
 
