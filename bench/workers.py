@@ -162,21 +162,19 @@ def main() -> int:
                     stderr=open(workdir / f"w{workers}.log", "wb"),  # noqa: SIM115
                 )
                 url = f"http://127.0.0.1:{port}"
+                rpc = f"{url}/v1/rpc/ethereum/devnet"
                 try:
                     wait_ready(url, server, workers)
                     time.sleep(1.0)
                     for name, body in scenarios(contract).items():
-                        run_wrk(
-                            url,
-                            body,
-                            key,
-                            argparse.Namespace(**{**vars(opts), "duration": 2}),
-                            workdir,
-                        )
+                        warm = argparse.Namespace(**{**vars(opts), "duration": 2})
+                        run_wrk(rpc, body, key, warm, workdir)
                         pids = tree(server.pid)
                         before = (cpu_seconds(pids), cpu_seconds([anvil.pid or 0]))
                         started = time.monotonic()
-                        row = run_wrk(url, body, key, opts, workdir)
+                        row = run_wrk(rpc, body, key, opts, workdir)
+                        if row["errors"]:
+                            print(f"!! {row['errors']} errors", flush=True)
                         wall = time.monotonic() - started
                         row["chaingate_cpu"] = (cpu_seconds(tree(server.pid)) - before[0]) / wall
                         row["anvil_cpu"] = (cpu_seconds([anvil.pid or 0]) - before[1]) / wall

@@ -14,6 +14,7 @@ Shutdown is graceful: the front door drains first (in-flight requests finish, up
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -28,7 +29,7 @@ from chaingate.auth.keygate import KeyRegistry
 from chaingate.auth.service import AuthService
 from chaingate.bundler.service import BundlerService
 from chaingate.chain.service import ChainService
-from chaingate.cluster.leases import Leadership, leadership_for
+from chaingate.cluster.leases import Leadership, PgLeadership, leadership_for
 from chaingate.cluster.metrics import register_leader_metrics
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import Settings, methods_path
@@ -163,6 +164,8 @@ class Gateway:
             self._role_keys(),
         )
         register_leader_metrics(self.registry, self.leadership)
+        if isinstance(self.leadership, PgLeadership):
+            self._share_writers(self.leadership)
         self._shutdown = trio.Event()
 
     @property
@@ -186,6 +189,17 @@ class Gateway:
         # Which process answered (one of `serve --workers N`, or of several machines) and
         # the roles it leads.
         return {**self.chain.health(), "worker": os.getpid(), "leads": self.leadership.leads()}
+
+    def _share_writers(self, leadership: PgLeadership) -> None:
+        """Other processes may share this store: each single writer runs only where its
+        role is led; every process still follows every network (its WebSocket feed) and
+        delivers webhooks (the outbox is shared with SKIP LOCKED)."""
+        for follower in self.followers.values():
+            role = RoleKey("follower", follower.chain, follower.network)
+            follower.persists = functools.partial(leadership.holds, role)
+        for service in (self.data, self.webhooks, self.bundler, self.wallets):
+            if service is not None:
+                service.leadership = leadership
 
     def _role_keys(self) -> list[RoleKey]:
         """The single-writer roles this process runs, per followed chain/network."""
