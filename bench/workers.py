@@ -1,13 +1,16 @@
 """chaingate serve --workers 2 against 1: proxied and cached RPC paths, with the CPU split.
 
-    python bench/workers.py [--duration 10] [--connections 64] [--threads 2] [--out PATH]
+    python bench/workers.py [--duration 10] [--rounds 3] [--connections 64] [--threads 2]
+                            [--out PATH]
 
 One anvil, one PostgreSQL schema (fresh, dropped at the end), Redis for the shared limits, API
-keys on (one key, sent by every request): the configuration ``--workers N`` needs.  For each
-worker count, one ``chaingate serve`` process tree, and for each scenario a wrk run against
-it; req/s and latency from wrk, CPU seconds of every process from /proc (chaingate's workers
-and parent, anvil, wrk), so the report shows where the 2 cores went.  The load generator and
-the node share the machine with chaingate: read the ratios, and the CPU split beside them.
+keys on (one key, sent by every request): the configuration ``--workers N`` needs.  Both
+``chaingate serve`` process trees (1 worker, 2 workers) run at once and each scenario is
+driven by wrk against them in turns (1, 2, 1, 2...; the report takes the median of
+``--rounds`` turns): req/s and latency from wrk, CPU seconds of every process from /proc
+(chaingate's workers and parent, anvil, wrk), so the report shows where the 2 cores went.
+The load generator and the node share the machine with chaingate: read the ratios, and the
+CPU split beside them.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="")
     opts = parser.parse_args()
     rows: list[dict[str, object]] = []
@@ -141,7 +145,10 @@ def main() -> int:
         store_url = f"{PG_URL}?options=-c%20search_path%3D{schema}"
         pepper = secrets.token_hex(32)
         env = {**os.environ, "CHAINGATE_AUTH__PEPPER": pepper}
+        servers: dict[int, tuple[subprocess.Popen[bytes], str, str]] = {}
         try:
+            # Both process trees up at once, measured in turns (1, 2, 1, 2, ...): the machine's
+            # other load drifts, and each ratio compares runs minutes apart at most.
             for workers in (1, 2):
                 port = free_port()
                 config = workdir / f"w{workers}.toml"
@@ -149,7 +156,7 @@ def main() -> int:
                 chaingate = [sys.executable, "-m", "chaingate"]
                 made = subprocess.run(
                     [*chaingate, "keys", "--config", str(config), "create", "--email",
-                     "bench@workers", "--plan", "enterprise", "--env", "test"],
+                     f"bench{workers}@workers", "--plan", "enterprise", "--env", "test"],
                     env=env, capture_output=True, text=True, check=True,
                 )  # fmt: skip
                 key = next(
@@ -162,15 +169,15 @@ def main() -> int:
                     stderr=open(workdir / f"w{workers}.log", "wb"),  # noqa: SIM115
                 )
                 url = f"http://127.0.0.1:{port}"
-                rpc = f"{url}/v1/rpc/ethereum/devnet"
-                try:
-                    wait_ready(url, server, workers)
-                    time.sleep(1.0)
-                    for name, body in scenarios(contract).items():
-                        warm = argparse.Namespace(**{**vars(opts), "duration": 2})
+                servers[workers] = (server, f"{url}/v1/rpc/ethereum/devnet", key)
+                wait_ready(url, server, workers)
+            time.sleep(1.0)
+            for turn in range(opts.rounds):
+                for name, body in scenarios(contract).items():
+                    for workers, (server, rpc, key) in servers.items():
+                        warm = argparse.Namespace(**{**vars(opts), "duration": 1})
                         run_wrk(rpc, body, key, warm, workdir)
-                        pids = tree(server.pid)
-                        before = (cpu_seconds(pids), cpu_seconds([anvil.pid or 0]))
+                        before = (cpu_seconds(tree(server.pid)), cpu_seconds([anvil.pid or 0]))
                         started = time.monotonic()
                         row = run_wrk(rpc, body, key, opts, workdir)
                         if row["errors"]:
@@ -179,28 +186,41 @@ def main() -> int:
                         row["chaingate_cpu"] = (cpu_seconds(tree(server.pid)) - before[0]) / wall
                         row["anvil_cpu"] = (cpu_seconds([anvil.pid or 0]) - before[1]) / wall
                         row["wrk_cpu"] = row.pop("wrk_cpu_s") / wall
-                        row.update(scenario=name, workers=workers)
+                        row.update(scenario=name, workers=workers, turn=turn)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
-                finally:
-                    server.send_signal(signal.SIGTERM)
-                    server.wait(timeout=30)
         finally:
+            for server, _, _ in servers.values():
+                server.send_signal(signal.SIGTERM)
+            for server, _, _ in servers.values():
+                server.wait(timeout=30)
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA {schema} CASCADE")
     lines = [
-        "| scenario | workers | req/s | ratio | p50 ms | p99 ms | errors"
-        " | CPU chaingate | anvil | wrk |",
+        "| scenario | workers | req/s (median of turns) | ratio | p99 ms | errors"
+        " | CPU chaingate | µs CPU/request | anvil | wrk |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        one = next(r for r in rows if r["scenario"] == row["scenario"] and r["workers"] == 1)
-        lines.append(
-            f"| {row['scenario']} | {row['workers']} | {row['rps']:,.0f} |"
-            f" {float(row['rps']) / float(one['rps']):.2f}x | {row['p50_ms']:.2f} |"
-            f" {row['p99_ms']:.2f} | {row['errors']} | {row['chaingate_cpu']:.2f} |"
-            f" {row['anvil_cpu']:.2f} | {row['wrk_cpu']:.2f} |"
+
+    def median(scenario: str, workers: int, field: str) -> float:
+        values = sorted(
+            float(r[field]) for r in rows if r["scenario"] == scenario and r["workers"] == workers
         )
+        return values[len(values) // 2]
+
+    for name in scenarios("0x"):
+        one = median(name, 1, "rps")
+        for workers in (1, 2):
+            rps, cpu = median(name, workers, "rps"), median(name, workers, "chaingate_cpu")
+            errors = sum(
+                int(r["errors"]) for r in rows if r["scenario"] == name and r["workers"] == workers
+            )
+            lines.append(
+                f"| {name} | {workers} | {rps:,.0f} | {rps / one:.2f}x |"
+                f" {median(name, workers, 'p99_ms'):.2f} | {errors} | {cpu:.2f} |"
+                f" {cpu / rps * 1e6:.1f} | {median(name, workers, 'anvil_cpu'):.2f} |"
+                f" {median(name, workers, 'wrk_cpu'):.2f} |"
+            )
     text = "\n".join(lines)
     print(text)
     if opts.out:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from chaingate import cli
 from chaingate.devnet.anvil import AnvilProcess
@@ -195,3 +197,44 @@ async def test_a_revoked_key_is_refused_by_every_worker_within_a_second(
                 assert time.monotonic() - revoked < 5, refused_at
             assert max(refused_at.values()) <= 1.0, refused_at
             print(f"\nrevocation refused by each worker after {refused_at} s")
+
+
+async def test_one_plan_holds_across_workers(tmp_path: Path, anvil: AnvilProcess) -> None:
+    """A Free key (10 req/s, bursts of 10) driven at 30 req/s over new connections, which the
+    kernel spreads over both workers: about 10 + 10 per second get through, not twice as many
+    (each worker's buckets pay for the other's use, through Redis)."""
+    from chaingate.auth import admin
+    from chaingate.store import open_store
+
+    with pg_schema() as url:
+        serve = ServeProcess(
+            tmp_path,
+            anvil.url,
+            server="workers = 2\n",
+            keys=True,
+            store_url=url,
+            auth=f'redis_url = "{REDIS_URL}"\n',
+        )
+        with serve.start():
+            async with open_store(url, tmp_path) as store:
+                account = await admin.ensure_account(store, "limits@workers", "free")
+                pepper = serve.env["CHAINGATE_AUTH__PEPPER"].encode()
+                key, _ = await admin.create_key(store, pepper, account.id, "k", "test")
+            await trio.sleep(0.5)  # the keys' refresh
+            outcomes: Counter[int] = Counter()
+            workers: set[int] = set()
+            start = time.monotonic()
+            for i in range(150):
+                delay = start + i / 30 - time.monotonic()
+                if delay > 0:
+                    await trio.sleep(delay)
+                worker, status = _probe(serve.base, key)
+                workers.add(worker)
+                outcomes[status] += 1
+            elapsed = time.monotonic() - start
+    assert len(workers) == 2
+    assert set(outcomes) <= {200, 429}, outcomes
+    # The plan's allowance over the time the probes took (each opens a connection: on a busy
+    # machine 150 of them may take longer than 5 s); each worker alone would allow twice it.
+    allowed = 10 + 10 * elapsed
+    assert allowed * 0.85 <= outcomes[200] <= allowed * 1.15, (outcomes, elapsed)
