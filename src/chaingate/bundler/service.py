@@ -224,7 +224,26 @@ class BundlerService:
                     )
                     await nursery.start(led.run)
                 nursery.start_soon(leadership.lead, role, functools.partial(self._term, key, net))
+                nursery.start_soon(self._mirror, leadership, role, net)
             task_status.started()
+
+    @staticmethod
+    async def _mirror(leadership: Leadership, role: RoleKey, net: BundlerNetwork) -> None:
+        """While another process leads, this one's mempool is the store's, a second late at
+        most: what it admits is judged against every process's operations (per-sender limits,
+        replacements, its size), and what the leader bundled or dropped leaves it."""
+        while True:
+            await trio.sleep(PICK_UP_INTERVAL)
+            if leadership.holds(role) or net.chain_id is None:
+                continue
+            try:
+                live = await net.store.bundler_live(net.chain, net.network)
+            except StoreError as exc:
+                log.warning("bundler: store unreadable", extra={"fields": {"error": str(exc)}})
+                continue
+            if not leadership.holds(role):  # not taken meanwhile
+                net.mempool.forget_live()
+                net.mempool.load(live)
 
     async def _term(self, key: str, net: BundlerNetwork) -> None:
         """One leadership term of a network's bundler: what a start after a restart does —
