@@ -179,6 +179,10 @@ class Follower:
         while True:
             try:
                 progressed = await self._step()
+                if not progressed and self._dirty:
+                    # Kept while another process saved, and this one leads now: saved at
+                    # once, not at the next block (a quiet chain may not have one soon).
+                    await self._save()
                 failures = 0
             except (UpstreamError, RpcCallError, Inconsistent, BrokenLink) as exc:
                 failures += 1

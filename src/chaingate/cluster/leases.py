@@ -208,8 +208,15 @@ class PgLeadership(_Roles):
                     # A session that is only slow would keep its locks: end it.
                     await self._close()
         finally:
-            self._lose_all()
+            # Stopping (the process shuts down): the work of each role ends first, then the
+            # session closes, which frees the locks.  The roles are not marked lost: the
+            # follower's last save, made as it stops (in a task of its own, maybe a moment
+            # after the session closed), is still this process's to make — a new leader's
+            # next save moves the cursor on from wherever it leaves it.
             with trio.CancelScope(shield=True):
+                with trio.move_on_after(QUERY_TIMEOUT):
+                    for role in self._roles.values():
+                        await role.idle.wait()
                 await self._close()
 
     async def _connect(self) -> None:
