@@ -214,16 +214,18 @@ class BundlerService:
                 role = RoleKey("bundler", chain, network)
                 tracker = self.trackers.get(key)
                 follower = self._followers.get(key)
+                receipts = None
                 if tracker is not None and follower is not None:
-                    led = RoleStream(
+                    receipts = RoleStream(
                         leadership,
                         role,
                         self._streams[key],
                         tracker.run,
                         replay=window_replay(follower.window),
                     )
-                    await nursery.start(led.run)
-                nursery.start_soon(leadership.lead, role, functools.partial(self._term, key, net))
+                    await nursery.start(functools.partial(receipts.run, own_terms=False))
+                term = functools.partial(self._term, key, net, receipts)
+                nursery.start_soon(leadership.lead, role, term)
                 nursery.start_soon(self._mirror, leadership, role, net)
             task_status.started()
 
@@ -245,7 +247,9 @@ class BundlerService:
                 net.mempool.forget_live()
                 net.mempool.load(live)
 
-    async def _term(self, key: str, net: BundlerNetwork) -> None:
+    async def _term(
+        self, key: str, net: BundlerNetwork, receipts: RoleStream[ChainEvent] | None
+    ) -> None:
         """One leadership term of a network's bundler: what a start after a restart does —
         the mempool as the store has it (what this process kept while another led may have
         been bundled there), bundles in flight settled — then bundling, and taking in what
@@ -256,6 +260,8 @@ class BundlerService:
             net.mempool.forget_live()
             await net.load()
         async with trio.open_nursery() as nursery:
+            if receipts is not None:  # after the load: inclusions find their operations
+                nursery.start_soon(receipts.term)
             nursery.start_soon(self._pick_up, net)
             await self._run_network(key, net)
             nursery.cancel_scope.cancel()

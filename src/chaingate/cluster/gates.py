@@ -55,14 +55,23 @@ class RoleStream(Generic[E]):
         self._replayed = trio.Event()
         self.dropped = 0
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self,
+        *,
+        own_terms: bool = True,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Relay until cancelled.  ``own_terms``: each leadership term runs the consumer;
+        False leaves that to the owner, whose own term for the role awaits ``term()`` once
+        it is ready for the consumer (the bundler loads its mempool first)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.leadership.lead, self.key, self._term)
+            if own_terms:
+                nursery.start_soon(self.leadership.lead, self.key, self.term)
             task_status.started()
             await self._relay()
             nursery.cancel_scope.cancel()
 
-    async def _term(self) -> None:
+    async def term(self) -> None:
         """One leadership term: the consumer on a stream of its own until cancelled."""
         send, receive = trio.open_memory_channel[E](self._buffer)
         replayed = self._replayed = trio.Event()
