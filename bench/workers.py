@@ -1,6 +1,6 @@
 """chaingate serve --workers 2 against 1: proxied and cached RPC paths, with the CPU split.
 
-    python bench/workers.py [--duration 10] [--rounds 3] [--connections 64] [--threads 2]
+    python bench/workers.py [--duration 10] [--rounds 3] [--connections 256] [--threads 2]
                             [--out PATH]
 
 One anvil, one PostgreSQL schema (fresh, dropped at the end), Redis for the shared limits, API
@@ -130,7 +130,7 @@ def run_wrk(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="")
