@@ -31,15 +31,16 @@ class ServeProcess:
         keys: bool = False,
         follow: bool = False,
         store_url: str = "",
+        auth: str = "",
     ) -> None:
         """``server`` and ``observability``: extra TOML lines for those sections; ``keys``:
         API keys on (``create_key`` makes one); ``follow``: the devnet's chain follower on;
-        ``store_url``: the store (else SQLite under ``tmp``)."""
+        ``store_url``: the store (else SQLite under ``tmp``); ``auth``: extra [auth] lines."""
         self.tmp = tmp
         self.port = free_port()
         self.config = tmp / "chaingate.toml"
         self.env = {"CHAINGATE_AUTH__PEPPER": "serve-process-pepper-" + "p" * 32}
-        auth = "[auth]\nrefresh_interval = 0.1\n" if keys else "[auth]\nenabled = false\n"
+        auth = ("[auth]\nrefresh_interval = 0.1\n" if keys else "[auth]\nenabled = false\n") + auth
         follower = "poll_interval = 0.05\n" if follow else "enabled = false\n"
         self.config.write_text(
             f'data_dir = "{tmp}"\n'

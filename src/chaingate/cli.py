@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -30,6 +30,8 @@ from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.bundler.service import bundler_key
+from chaingate.cluster.supervisor import PARENT_ENV, Supervisor, reserve_port, watch_parent
+from chaingate.cluster.workers import check_shared_state, worker_count
 from chaingate.config.manifest import Manifest
 from chaingate.dashboard.accounts import dev_signin_link, set_password_command
 from chaingate.devnet import anvil, chainfile, persist
@@ -98,6 +100,14 @@ async def _watch_signals(stopper: _Stopper, signals: AsyncIterator[int]) -> None
 async def _serve(gateway: Gateway) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            parent = os.environ.get(PARENT_ENV)
+            if parent is not None:  # a worker of `serve --workers N`: gone with its parent
+
+                async def stop_with_parent() -> None:
+                    await watch_parent(int(parent))
+                    gateway.shutdown()
+
+                nursery.start_soon(stop_with_parent)
 
             async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
                 try:
@@ -196,6 +206,8 @@ Try:
   (send a UserOperation with permissionless.js: README, "Bundler")
   curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
+  (worker: the answering process; leads: its single-writer roles — one process here;
+   chaingate serve --workers N on PostgreSQL + Redis: README, "More than one core / machine")
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
 Ctrl-C stops chaingate and anvil.
@@ -481,10 +493,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = config.load(args.config)
+        count = worker_count(args.workers if args.workers is not None else settings.server.workers)
+        check_shared_state(settings, count)
     except config.ConfigError as exc:
         _say(f"error: {exc}")
         return 2
     setup_logging(settings.observability.log_level)
+    if count > 1:
+        return _supervise(args.config, settings, count)
     try:
         gateway = Gateway(settings)
     except (config.ConfigError, PlanError) as exc:
@@ -502,6 +518,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _say(f"error: {error}")
         return 2
     return 0
+
+
+def _supervise(config_path: str, settings: config.Settings, count: int) -> int:
+    """``serve --workers N``: the parent holds the port and keeps N workers running."""
+    try:
+        reservation = reserve_port(settings.server.host, settings.server.port)
+    except OSError as exc:
+        _say(f"error: cannot serve on {settings.server.host}:{settings.server.port}: {exc}")
+        return 2
+    with reservation:
+        port = reservation.getsockname()[1]
+        supervisor = Supervisor(
+            config_path, count, port, shutdown_grace=settings.server.shutdown_grace
+        )
+        return trio.run(supervisor.run)
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
@@ -671,6 +702,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     os.execv(sys.executable, command)  # noqa: S606
 
 
+def _workers_arg(text: str) -> int | Literal["auto"]:
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('a number, or "auto"') from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chaingate", description=__doc__.splitlines()[1] if __doc__ else None
@@ -689,6 +729,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run with a configuration file")
     serve.add_argument(
         "--config", required=True, help="path to a TOML file (see config/chaingate.example.toml)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help='processes on the port (default: [server] workers, 1); "auto": one per CPU. '
+        "More than one needs PostgreSQL (store.url) and Redis (auth.redis_url)",
     )
     serve.set_defaults(func=cmd_serve)
     migrate = commands.add_parser("migrate", help="apply pending database migrations")

@@ -14,8 +14,10 @@ Shutdown is graceful: the front door drains first (in-flight requests finish, up
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
+import os
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -27,6 +29,9 @@ from chaingate.auth.keygate import KeyRegistry
 from chaingate.auth.service import AuthService
 from chaingate.bundler.service import BundlerService
 from chaingate.chain.service import ChainService
+from chaingate.cluster.leases import Leadership, PgLeadership, leadership_for
+from chaingate.cluster.metrics import register_leader_metrics
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import Settings, methods_path
 from chaingate.data.service import DataPlane
 from chaingate.frontdoor import FrontDoor
@@ -153,6 +158,16 @@ class Gateway:
             if part is not None:
                 part.register_metrics(self.registry)
         self.chain.witness_heads()
+        # Who runs which single writer when several processes share the store
+        # (chaingate.cluster): PostgreSQL's advisory locks, or every role here (SQLite).
+        self.leadership: Leadership = leadership_for(
+            self.store.backend if self.store is not None else "",
+            settings.store.url,
+            self._role_keys(),
+        )
+        register_leader_metrics(self.registry, self.leadership)
+        if isinstance(self.leadership, PgLeadership):
+            self._share_writers(self.leadership)
         self._shutdown = trio.Event()
 
     @property
@@ -173,7 +188,35 @@ class Gateway:
         return self.edge.port
 
     def health(self) -> dict[str, Any]:
-        return self.chain.health()
+        # Which process answered (one of `serve --workers N`, or of several machines) and
+        # the roles it leads.
+        return {**self.chain.health(), "worker": os.getpid(), "leads": self.leadership.leads()}
+
+    def _share_writers(self, leadership: PgLeadership) -> None:
+        """Other processes may share this store: each single writer runs only where its
+        role is led; every process still follows every network (its WebSocket feed) and
+        delivers webhooks (the outbox is shared with SKIP LOCKED)."""
+        for follower in self.followers.values():
+            role = RoleKey("follower", follower.chain, follower.network)
+            follower.persists = functools.partial(leadership.holds, role)
+        for service in (self.data, self.webhooks, self.bundler, self.wallets):
+            if service is not None:
+                service.leadership = leadership
+
+    def _role_keys(self) -> list[RoleKey]:
+        """The single-writer roles this process runs, per followed chain/network."""
+        keys: list[RoleKey] = []
+        for key in self.followers:
+            chain, network = key.split("/", 1)
+            keys.append(RoleKey("follower", chain, network))
+            writers = {
+                "indexer": self.data is not None and key in self.data.indexers,
+                "webhooks": self.webhooks is not None and key in self.webhooks.matchers,
+                "bundler": self.bundler is not None and key in self.bundler.networks,
+                "wallets": self.wallets is not None and key in self.wallets.trackers,
+            }
+            keys.extend(RoleKey(role, chain, network) for role, runs in writers.items() if runs)
+        return keys
 
     def _api_deps(self) -> ApiDeps:
         return ApiDeps(
@@ -208,6 +251,7 @@ class Gateway:
         parts += [self.wallets, self.bundler, self.webhooks]
         services = [part for part in parts if part is not None]
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.leadership.run)
             for service in services:  # what serves requests
                 await service.run(nursery)
             for service in [s for s in services if s is not self.chain] + [self.chain]:

@@ -37,6 +37,10 @@ class Health(msgspec.Struct):
     status: str
     version: str
     networks: list[NetworkHealth]
+    # The answering process (one of `serve --workers N`, or one of several machines) and the
+    # single-writer roles it leads, e.g. "follower:ethereum/devnet".
+    worker: int
+    leads: list[str]
 
 
 def register(api: RestApi, deps: ApiDeps) -> None:

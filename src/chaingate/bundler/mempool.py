@@ -705,6 +705,13 @@ class Mempool:
             taken += 1
         return taken
 
+    def forget_live(self) -> None:
+        """A new leader's start (chaingate.cluster): what this process kept while another led
+        may have been bundled, included or dropped there; the store's rows are loaded next."""
+        for entry in list(self._live.values()):
+            self._unlink(entry)
+            self._order.pop(entry.hash, None)
+
     def clear(self) -> list[Entry]:
         """debug_bundler_clearState: every pending operation dropped (those in a bundle being
         submitted stay, or their fate would be lost)."""

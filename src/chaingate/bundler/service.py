@@ -9,6 +9,7 @@ loops run in the service's own nursery, a sibling of the REST plane's.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -30,12 +31,16 @@ from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.leases import Leadership
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
 from chaingate.store import Store
+from chaingate.store.base import StoreError
 
 log = logging.getLogger("chaingate.bundler")
 
@@ -43,6 +48,8 @@ log = logging.getLogger("chaingate.bundler")
 # how often it is asked again after that (the gateway serves meanwhile).
 START_CHAIN_ID_WAIT = 5.0
 CHAIN_ID_RETRY = 5.0
+# How often a leading bundler takes in operations other processes accepted.
+PICK_UP_INTERVAL = 1.0
 
 
 def bundler_key(settings: BundlerSettings) -> PrivateKey | None:
@@ -85,6 +92,11 @@ class BundlerService:
         self.networks: dict[str, BundlerNetwork] = {}
         self.trackers: dict[str, ReceiptTracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._followers = followers
+        # Set when processes share the store: bundling, submission and receipts run only
+        # while this process leads the network's ``bundler`` role (each term loads the
+        # mempool from the store and settles bundles in flight, as a restart does).
+        self.leadership: Leadership | None = None
         for key, net in networks.items():
             if net.family != "evm" or not net.bundler.enabled or key not in clients:
                 continue
@@ -172,6 +184,9 @@ class BundlerService:
     async def _writers(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        if self.leadership is not None:
+            await self._led_writers(self.leadership, task_status)
+            return
         for key, net in self.networks.items():
             if net.chain_id is None:
                 await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
@@ -189,6 +204,78 @@ class BundlerService:
             for key, net in self.networks.items():
                 nursery.start_soon(self._run_network, key, net)
             task_status.started()
+
+    async def _led_writers(
+        self, leadership: Leadership, task_status: trio.TaskStatus[None]
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            for key, net in self.networks.items():
+                chain, network = key.split("/", 1)
+                role = RoleKey("bundler", chain, network)
+                tracker = self.trackers.get(key)
+                follower = self._followers.get(key)
+                receipts = None
+                if tracker is not None and follower is not None:
+                    receipts = RoleStream(
+                        leadership,
+                        role,
+                        self._streams[key],
+                        tracker.run,
+                        replay=window_replay(follower.window),
+                    )
+                    await nursery.start(functools.partial(receipts.run, own_terms=False))
+                term = functools.partial(self._term, key, net, receipts)
+                nursery.start_soon(leadership.lead, role, term)
+                nursery.start_soon(self._mirror, leadership, role, net)
+            task_status.started()
+
+    @staticmethod
+    async def _mirror(leadership: Leadership, role: RoleKey, net: BundlerNetwork) -> None:
+        """While another process leads, this one's mempool is the store's, a second late at
+        most: what it admits is judged against every process's operations (per-sender limits,
+        replacements, its size), and what the leader bundled or dropped leaves it."""
+        while True:
+            await trio.sleep(PICK_UP_INTERVAL)
+            if leadership.holds(role) or net.chain_id is None:
+                continue
+            try:
+                live = await net.store.bundler_live(net.chain, net.network)
+            except StoreError as exc:
+                log.warning("bundler: store unreadable", extra={"fields": {"error": str(exc)}})
+                continue
+            if not leadership.holds(role):  # not taken meanwhile
+                net.mempool.forget_live()
+                net.mempool.load(live)
+
+    async def _term(
+        self, key: str, net: BundlerNetwork, receipts: RoleStream[ChainEvent] | None
+    ) -> None:
+        """One leadership term of a network's bundler: what a start after a restart does —
+        the mempool as the store has it (what this process kept while another led may have
+        been bundled there), bundles in flight settled — then bundling, and taking in what
+        other processes accept."""
+        if net.chain_id is None:
+            await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
+        if net.chain_id is not None:
+            net.mempool.forget_live()
+            await net.load()
+        async with trio.open_nursery() as nursery:
+            if receipts is not None:  # after the load: inclusions find their operations
+                nursery.start_soon(receipts.term)
+            nursery.start_soon(self._pick_up, net)
+            await self._run_network(key, net)
+            nursery.cancel_scope.cancel()
+
+    @staticmethod
+    async def _pick_up(net: BundlerNetwork) -> None:
+        """Operations other processes accepted (they keep them in the store): into this
+        leader's mempool, which takes each one once."""
+        while True:
+            await trio.sleep(PICK_UP_INTERVAL)
+            try:
+                net.mempool.load(await net.store.bundler_live(net.chain, net.network))
+            except StoreError as exc:
+                log.warning("bundler: store unreadable", extra={"fields": {"error": str(exc)}})
 
     async def _learn_chain_id(self, key: str, net: BundlerNetwork, wait: float) -> None:
         """A network configured without ``chain_id`` (user operation hashes and bundle

@@ -27,7 +27,7 @@ import itertools
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -124,6 +124,9 @@ class Follower:
         self._progress: tuple[int | None, int] = (None, -1)
         self.live = False
         self.stats: Counter[str] = Counter()
+        # Whether this process saves the cursor and window (it leads the network's
+        # ``follower`` role, chaingate.cluster); every process follows, for its WebSocket feed.
+        self.persists: Callable[[], bool] = lambda: True
 
     # --- the consumer interface ----------------------------------------------------------
 
@@ -176,6 +179,10 @@ class Follower:
         while True:
             try:
                 progressed = await self._step()
+                if not progressed and self._dirty:
+                    # Kept while another process saved, and this one leads now: saved at
+                    # once, not at the next block (a quiet chain may not have one soon).
+                    await self._save()
                 failures = 0
             except (UpstreamError, RpcCallError, Inconsistent, BrokenLink) as exc:
                 failures += 1
@@ -502,6 +509,11 @@ class Follower:
     async def _save(self) -> None:
         tip = self.window.tip
         if not self._dirty or tip is None:
+            return
+        if not self.persists():
+            # Another process saves: keep what joined (within the window) for when this one
+            # leads, and save it all then.
+            self._unsaved = [b for b in self._unsaved if self.window.holds(b.header)]
             return
         added = [
             StoredBlock(

@@ -44,6 +44,10 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     port: int = 8000
     backlog: int = 1024
     reuse_port: bool = False
+    # Processes serving this port (`chaingate serve`; SO_REUSEPORT spreads connections over
+    # them): a number, or "auto" for the CPUs the process may use.  More than one needs the
+    # store on PostgreSQL and auth.redis_url (docs: README "More than one core / machine").
+    workers: int | Literal["auto"] = 1
     # Client connections at most; 0 derives it from the process's file-descriptor limit (the
     # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
     # store and logs.  A value above what the descriptors allow is lowered to fit.
@@ -647,6 +651,9 @@ def _validate(settings: Settings) -> None:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.server.compress_min_bytes < 0:
         raise ConfigError("server.compress_min_bytes must be >= 0 (0: no compression)")
+    workers = settings.server.workers
+    if workers != "auto" and not 1 <= workers <= 256:
+        raise ConfigError('server.workers must be between 1 and 256, or "auto"')
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
     if settings.store.url and not settings.store.url.startswith(

@@ -15,6 +15,9 @@ import trio
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.leases import Leadership
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
@@ -40,6 +43,10 @@ class DataPlane:
         self.indexers: dict[str, Indexer] = {}
         self.metadata: dict[str, MetadataService] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        # Set when processes share the store: each network's indexer runs only while this
+        # process leads its ``indexer`` role (chaingate.cluster).
+        self.leadership: Leadership | None = None
+        self._followers = followers
         for key, follower in followers.items():
             net = networks[key]
             if not net.indexer.enabled:
@@ -109,5 +116,15 @@ class DataPlane:
             for metadata in self.metadata.values():
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
-                await nursery.start(indexer.run, self._streams[key])
+                if self.leadership is None:
+                    await nursery.start(indexer.run, self._streams[key])
+                    continue
+                led = RoleStream(
+                    self.leadership,
+                    RoleKey("indexer", indexer.chain, indexer.network),
+                    self._streams[key],
+                    indexer.run,
+                    replay=window_replay(self._followers[key].window),
+                )
+                await nursery.start(led.run)
             task_status.started()

@@ -29,6 +29,9 @@ from chaingate.aa.userop import UserOperation, Version, require_version, user_op
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.leases import Leadership
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
@@ -88,6 +91,9 @@ class WalletService:
         self.networks: dict[str, WalletNetwork] = {}
         self.trackers: dict[str, Tracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        # Set when processes share the store: each tracker runs only while this process
+        # leads the network's ``wallets`` role, from the follower's recent window on.
+        self.leadership: Leadership | None = None
         self._followers = followers
         self.deposits: dict[tuple[str, str], int] = {}  # (network, version) -> wei
         for key, net in networks.items():
@@ -128,7 +134,18 @@ class WalletService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                nursery.start_soon(tracker.run, self._streams[key])
+                if self.leadership is None:
+                    nursery.start_soon(tracker.run, self._streams[key])
+                    continue
+                follower = self._followers[key]
+                led = RoleStream(
+                    self.leadership,
+                    RoleKey("wallets", follower.chain, follower.network),
+                    self._streams[key],
+                    tracker.run,
+                    replay=window_replay(follower.window),
+                )
+                await nursery.start(led.run)
             task_status.started()
 
     async def _watch_deposits(self) -> None:

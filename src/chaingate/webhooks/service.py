@@ -20,6 +20,9 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.leases import Leadership
+from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings, WebhookSettings
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPolicy, PoolLimits
@@ -72,7 +75,11 @@ class WebhookService:
         self._networks = networks
         self.matchers: dict[str, NetworkMatcher] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        self._pollers: list[PendingPoller] = []
+        self._pollers: list[tuple[str, PendingPoller]] = []
+        # Set when processes share the store: matching (and pending polls) run only while
+        # this process leads the network's ``webhooks`` role; deliveries run everywhere.
+        self.leadership: Leadership | None = None
+        self._followers = followers
         self.dispatcher = Dispatcher(
             self.store,
             self.variant,
@@ -102,12 +109,15 @@ class WebhookService:
             client = clients.get(key)
             if client is not None and "pending_transaction" in self.variant.event_types.values():
                 self._pollers.append(
-                    PendingPoller(
-                        matcher.label,
-                        client,
-                        matcher.current_index,
-                        matcher.write_unanchored,
-                        interval=settings.pending_poll_interval,
+                    (
+                        key,
+                        PendingPoller(
+                            matcher.label,
+                            client,
+                            matcher.current_index,
+                            matcher.write_unanchored,
+                            interval=settings.pending_poll_interval,
+                        ),
                     )
                 )
 
@@ -228,10 +238,25 @@ class WebhookService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
-                await nursery.start(matcher.run, self._streams[key])
-            await nursery.start(self.dispatcher.run)
-            for poller in self._pollers:
-                nursery.start_soon(poller.run)
+                if self.leadership is None:
+                    await nursery.start(matcher.run, self._streams[key])
+                    continue
+                led = RoleStream(
+                    self.leadership,
+                    RoleKey("webhooks", matcher.chain, matcher.network),
+                    self._streams[key],
+                    matcher.run,
+                    replay=window_replay(self._followers[key].window),
+                )
+                await nursery.start(led.run)
+            await nursery.start(self.dispatcher.run)  # every process delivers (SKIP LOCKED)
+            for key, poller in self._pollers:
+                if self.leadership is None:
+                    nursery.start_soon(poller.run)
+                else:
+                    chain, network = key.split("/", 1)
+                    role = RoleKey("webhooks", chain, network)
+                    nursery.start_soon(self.leadership.lead, role, poller.run)
             nursery.start_soon(self._prune)
             nursery.start_soon(self._analyze)
             pool = self.fetcher.pool

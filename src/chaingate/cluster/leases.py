@@ -1,0 +1,336 @@
+"""Who leads each role: PostgreSQL session-level advisory locks, or this process alone.
+
+``PgLeadership`` keeps one connection of its own (never the store's pool: a session lock
+lives and dies with its session).  Every tick it asks PostgreSQL, in one query, how many
+chaingate processes share the database (each holds the member lock shared), which role locks
+anyone holds, and which this session holds; then it takes or hands over roles by the fair
+share (``roles.decide``).  A query that fails or hangs means the connection is lost: every
+role's work is cancelled at once and the locks are taken again once connected — PostgreSQL
+frees a dead session's locks itself, which is also how a ``kill -9``'d leader's roles come free.
+
+Work runs through ``lead(key, work)``: started when the role is granted, cancelled when it is
+lost or handed over; a handover waits for the work to stop before it unlocks, so two
+processes never run one role's writer at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import psycopg
+import trio
+
+from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, decide, lock_key
+
+log = logging.getLogger("chaingate.cluster")
+
+TICK = 0.5  # seconds between looks at the locks: the handover delay is about one tick
+QUERY_TIMEOUT = 3.0  # a look that takes longer means the connection is lost
+RECONNECT_BACKOFF = (0.2, 0.5, 1.0, 2.0)
+WORK_RETRY = 1.0  # seconds before work that crashed runs again (the role stays held)
+
+Work = Callable[[], Awaitable[object]]
+
+_LOOK = (
+    "SELECT"
+    " (SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'"
+    "   AND database = d.oid AND classid = %(cls)s AND objid = %(member)s AND objsubid = 2"
+    "   AND granted),"
+    " ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
+    "   AND database = d.oid AND classid = %(cls)s AND objid <> %(member)s AND objsubid = 2"
+    "   AND granted AND mode = 'ExclusiveLock'),"
+    " ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
+    "   AND database = d.oid AND classid = %(cls)s AND objid <> %(member)s AND objsubid = 2"
+    "   AND granted AND mode = 'ExclusiveLock' AND pid = pg_backend_pid())"
+    " FROM pg_database d WHERE d.datname = current_database()"
+)
+
+
+class Leadership(Protocol):
+    def register(self, key: RoleKey) -> None: ...
+
+    def holds(self, key: RoleKey) -> bool: ...
+
+    def leads(self) -> list[str]: ...
+
+    def roles(self) -> list[tuple[RoleKey, bool]]: ...
+
+    async def lead(self, key: RoleKey, work: Work) -> None: ...
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None: ...
+
+
+class _Role:
+    def __init__(self, key: RoleKey) -> None:
+        self.key = key
+        self.held = False
+        self.granted = trio.Event()
+        # The role's work now running (a role may have several, e.g. the bundler's loop
+        # and its receipt tracker), and an event set whenever none runs.
+        self.scopes: set[trio.CancelScope] = set()
+        self.idle = trio.Event()
+        self.idle.set()
+
+    def grant(self) -> None:
+        self.held = True
+        self.granted.set()
+
+    def revoke(self) -> None:
+        """Not ours any more: the work stops at its next checkpoint."""
+        self.held = False
+        if self.granted.is_set():  # an unset one may have a waiter: it stays
+            self.granted = trio.Event()
+        for scope in self.scopes:
+            scope.cancel()
+
+
+class _Roles:
+    """The registered roles and the ``lead`` loop both kinds of leadership share."""
+
+    def __init__(self) -> None:
+        self._roles: dict[RoleKey, _Role] = {}
+
+    def register(self, key: RoleKey) -> None:
+        if key not in self._roles:
+            self._roles[key] = _Role(key)
+
+    def holds(self, key: RoleKey) -> bool:
+        role = self._roles.get(key)
+        return role is not None and role.held
+
+    def leads(self) -> list[str]:
+        return [r.key.label for r in self._roles.values() if r.held]
+
+    def roles(self) -> list[tuple[RoleKey, bool]]:
+        return [(r.key, r.held) for r in self._roles.values()]
+
+    async def lead(self, key: RoleKey, work: Work) -> None:
+        """Run ``work`` whenever ``key`` is held here; until cancelled."""
+        self.register(key)
+        role = self._roles[key]
+        while True:
+            await role.granted.wait()
+            if not role.held:  # revoked before this task woke up
+                continue
+            if not role.scopes:
+                role.idle = trio.Event()
+            scope = trio.CancelScope()
+            role.scopes.add(scope)
+            try:
+                with scope:
+                    log.info("leading", extra={"fields": {"role": key.label}})
+                    try:
+                        await work()
+                    except Exception:
+                        log.exception("role work crashed", extra={"fields": {"role": key.label}})
+                    # Work runs until cancelled; one that ended is started again, not at once.
+                    await trio.sleep(WORK_RETRY)
+            finally:
+                role.scopes.discard(scope)
+                if not role.scopes:
+                    role.idle.set()
+            if not role.held:
+                log.info("no longer leading", extra={"fields": {"role": key.label}})
+
+
+class LocalLeadership(_Roles):
+    """One process (SQLite): every role is led here, from the start."""
+
+    def register(self, key: RoleKey) -> None:
+        super().register(key)
+        self._roles[key].grant()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+
+
+class PgLeadership(_Roles):
+    def __init__(self, url: str, *, tick: float = TICK) -> None:
+        super().__init__()
+        self._url = url
+        self.tick = tick
+        self._conn: psycopg.Connection[Any] | None = None
+        # One thread at a time on the connection (psycopg's are not to be shared mid-query).
+        self._limiter = trio.CapacityLimiter(1)
+        self._free_ticks: Counter[RoleKey] = Counter()
+        self._namespace = ""
+        self._member_key = 0
+        self._by_lock: dict[int, RoleKey] = {}
+        self._members = 0
+        self._stable = 0
+        self.connected = False
+        self.stats: Counter[str] = Counter()
+
+    def register(self, key: RoleKey) -> None:
+        super().register(key)
+        self._by_lock[self._lock_of(key)] = key
+
+    @property
+    def members(self) -> int:
+        """Processes sharing the roles, as of the last look (0 while disconnected)."""
+        return self._members if self.connected else 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect (started once connected), then look and act every tick, until cancelled."""
+        failures = 0
+        try:
+            while True:
+                try:
+                    await self._connect()
+                except (psycopg.Error, OSError, trio.TooSlowError) as exc:
+                    if failures == 0:
+                        log.warning(
+                            "leadership: cannot connect to PostgreSQL; retrying",
+                            extra={"fields": {"error": str(exc)}},
+                        )
+                    await trio.sleep(RECONNECT_BACKOFF[min(failures, len(RECONNECT_BACKOFF) - 1)])
+                    failures += 1
+                    continue
+                failures = 0
+                task_status.started()
+                task_status = trio.TASK_STATUS_IGNORED
+                try:
+                    while True:
+                        await self._step()
+                        await trio.sleep(self.tick)
+                except (psycopg.Error, OSError, trio.TooSlowError) as exc:
+                    self.stats["lost"] += 1
+                    log.warning(
+                        "leadership: connection lost; every role stops",
+                        extra={"fields": {"error": str(exc), "leads": self.leads()}},
+                    )
+                    self._lose_all()
+                    # A session that is only slow would keep its locks: end it.
+                    await self._close()
+        finally:
+            # Stopping (the process shuts down): the work of each role ends first, then the
+            # session closes, which frees the locks.  The roles are not marked lost: the
+            # follower's last save, made as it stops (in a task of its own, maybe a moment
+            # after the session closed), is still this process's to make — a new leader's
+            # next save moves the cursor on from wherever it leaves it.
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(QUERY_TIMEOUT):
+                    for role in self._roles.values():
+                        await role.idle.wait()
+                await self._close()
+
+    async def _connect(self) -> None:
+        self.stats["connects"] += 1
+        # A thread given up on (a hung query) keeps its limiter token: a new connection gets
+        # a limiter of its own.
+        self._limiter = trio.CapacityLimiter(1)
+
+        def connect() -> psycopg.Connection[Any]:
+            conn = psycopg.connect(
+                self._url,
+                autocommit=True,
+                connect_timeout=int(QUERY_TIMEOUT) + 1,
+                application_name="chaingate-leases",
+                # A peer that vanished (not a closed socket) is noticed within seconds.
+                keepalives=1,
+                keepalives_idle=2,
+                keepalives_interval=1,
+                keepalives_count=3,
+            )
+            return conn
+
+        conn = self._conn = await self._call(connect)
+        row = await self._call(lambda: conn.execute("SELECT current_schema()").fetchone())
+        self._namespace = str(row[0]) if row and row[0] else ""
+        self._member_key = lock_key(MEMBER_ROLE, self._namespace)
+        self._by_lock = {self._lock_of(key): key for key in self._roles}
+        member = (LOCK_CLASS, self._member_key)
+        await self._call(lambda: conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", member))
+        self.connected = True
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost)."""
+        with trio.fail_after(QUERY_TIMEOUT):
+            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self._limiter)
+
+    def _lock_of(self, key: RoleKey) -> int:
+        return lock_key(key.label, self._namespace)
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        self.connected = False
+        if conn is not None:
+            # Closing the session frees every lock it holds.
+            with trio.move_on_after(QUERY_TIMEOUT):
+                await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True)
+
+    def _lose_all(self) -> None:
+        for role in self._roles.values():
+            if role.held:
+                role.revoke()
+        self.connected = False
+        self._members = 0
+
+    async def _step(self) -> None:
+        conn = self._conn
+        if conn is None:
+            raise psycopg.OperationalError("no connection")
+
+        def look() -> tuple[int, list[int], list[int]]:
+            row = conn.execute(_LOOK, {"cls": LOCK_CLASS, "member": self._member_key}).fetchone()
+            assert row is not None
+            return int(row[0]), list(row[1]), list(row[2])
+
+        members, anywhere, ours = await self._call(look)
+        self._stable = self._stable + 1 if members == self._members else 0
+        self._members = members
+        held_here = {self._by_lock[n] for n in ours if n in self._by_lock}
+        for role in self._roles.values():
+            # A lock this session no longer holds (unlocked behind our back): not ours.
+            if role.held and role.key not in held_here:
+                log.warning("leadership: lock gone", extra={"fields": {"role": role.key.label}})
+                role.revoke()
+        anywhere_set = {self._by_lock[n] for n in anywhere if n in self._by_lock}
+        registered = list(self._roles)
+        for key in registered:
+            free = key not in anywhere_set
+            self._free_ticks[key] = self._free_ticks[key] + 1 if free else 0
+        mine = {key for key in registered if self._roles[key].held}
+        decision = decide(registered, mine, anywhere_set, members, self._free_ticks, self._stable)
+        for key in decision.release:
+            await self._hand_over(conn, self._roles[key])
+        for key in decision.take:
+            await self._try_take(conn, self._roles[key])
+
+    async def _try_take(self, conn: psycopg.Connection[Any], role: _Role) -> None:
+        def take() -> bool:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key))
+            ).fetchone()
+            return bool(row and row[0])
+
+        if await self._call(take):
+            self.stats["taken"] += 1
+            self._free_ticks[role.key] = 0
+            role.grant()
+
+    async def _hand_over(self, conn: psycopg.Connection[Any], role: _Role) -> None:
+        """Stop the role's work, then unlock: the next leader never overlaps this one."""
+        role.revoke()
+        await role.idle.wait()
+
+        def unlock() -> None:
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key)))
+
+        await self._call(unlock)
+        self.stats["handed_over"] += 1
+        self._stable = 0
+        log.info("handed over", extra={"fields": {"role": role.key.label}})
+
+
+def leadership_for(store_backend: str, url: str, keys: Sequence[RoleKey]) -> Leadership:
+    """PostgreSQL's locks when the store is PostgreSQL, else every role led here."""
+    leadership: Leadership = PgLeadership(url) if store_backend == "postgres" else LocalLeadership()
+    for key in keys:
+        leadership.register(key)
+    return leadership

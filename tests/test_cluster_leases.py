@@ -1,0 +1,122 @@
+"""Leadership on real PostgreSQL: roles split between sessions, handed over when one dies,
+stopped at once when the lock's connection is lost; one process on SQLite leads everything."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+import trio
+
+from chaingate.cluster.leases import LocalLeadership, PgLeadership
+from chaingate.cluster.roles import RoleKey, role_keys
+from tests.conftest import pg_schema
+
+KEYS = role_keys(["ethereum/devnet"], ("follower", "indexer", "webhooks", "bundler"))
+TICK = 0.1
+
+
+def _leadership(url: str) -> PgLeadership:
+    leadership = PgLeadership(url, tick=TICK)
+    for key in KEYS:
+        leadership.register(key)
+    return leadership
+
+
+async def _until(condition: object, limit: float = 10.0) -> float:
+    """Seconds until ``condition()`` holds (fails the test after ``limit``)."""
+    start = time.monotonic()
+    with trio.fail_after(limit):
+        while not condition():  # type: ignore[operator]
+            await trio.sleep(0.02)
+    return time.monotonic() - start
+
+
+class Runs:
+    """What ``lead`` ran: per role, how many terms began, and how many run right now."""
+
+    def __init__(self) -> None:
+        self.started: Counter[RoleKey] = Counter()
+        self.running: Counter[RoleKey] = Counter()
+        self.overlaps = 0
+
+    def work(self, key: RoleKey) -> object:
+        async def run() -> None:
+            self.started[key] += 1
+            self.running[key] += 1
+            if self.running[key] > 1:
+                self.overlaps += 1
+            try:
+                await trio.sleep_forever()
+            finally:
+                self.running[key] -= 1
+
+        return run
+
+
+def test_local_leadership_leads_every_role() -> None:
+    local = LocalLeadership()
+    for key in KEYS:
+        local.register(key)
+    assert local.leads() == [k.label for k in KEYS]
+    assert all(held for _, held in local.roles())
+
+
+@pytest.mark.trio
+async def test_two_sessions_split_the_roles_and_one_takes_all_when_the_other_dies() -> None:
+    with pg_schema() as url:
+        first, second = _leadership(url), _leadership(url)
+        runs = Runs()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(first.run)
+            for key in KEYS:
+                nursery.start_soon(first.lead, key, runs.work(key))
+            await _until(lambda: len(first.leads()) == len(KEYS))
+
+            second_scope = trio.CancelScope()
+
+            async def run_second() -> None:
+                with second_scope:
+                    async with trio.open_nursery() as inner:
+                        await inner.start(second.run)
+                        for key in KEYS:
+                            inner.start_soon(second.lead, key, runs.work(key))
+
+            nursery.start_soon(run_second)
+            await _until(lambda: len(first.leads()) == 2 and len(second.leads()) == 2)
+            assert set(first.leads()).isdisjoint(second.leads())
+            assert first.members == 2
+
+            # The second session ends (its process died): the first takes everything back.
+            second_scope.cancel()
+            took = await _until(lambda: len(first.leads()) == len(KEYS))
+            assert took < 5.0
+            await trio.sleep(0.2)
+            assert runs.overlaps == 0
+            assert all(runs.running[key] == 1 for key in KEYS)
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_lost_connection_stops_every_role_at_once_and_they_are_taken_again() -> None:
+    with pg_schema() as url:
+        leadership = _leadership(url)
+        runs = Runs()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(leadership.run)
+            for key in KEYS:
+                nursery.start_soon(leadership.lead, key, runs.work(key))
+            await _until(lambda: len(leadership.leads()) == len(KEYS))
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'chaingate-leases' AND pid <> pg_backend_pid()"
+                    " AND datname = current_database()"
+                )
+            await _until(lambda: leadership.stats["lost"] >= 1)
+            await _until(lambda: len(leadership.leads()) == len(KEYS))
+            assert all(runs.started[key] == 2 for key in KEYS)
+            assert runs.overlaps == 0
+            nursery.cancel_scope.cancel()
