@@ -14,7 +14,6 @@ Shutdown is graceful: the front door drains first (in-flight requests finish, up
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import logging
 import os
@@ -29,10 +28,8 @@ from chaingate.auth.keygate import KeyRegistry
 from chaingate.auth.service import AuthService
 from chaingate.bundler.service import BundlerService
 from chaingate.chain.service import ChainService
-from chaingate.cluster.leases import Leadership, PgLeadership, leadership_for
-from chaingate.cluster.metrics import register_leader_metrics
-from chaingate.cluster.roles import RoleKey
-from chaingate.config import Settings, methods_path
+from chaingate.cluster.wiring import lead_writers
+from chaingate.config import Settings, follows_any, methods_path
 from chaingate.data.service import DataPlane
 from chaingate.frontdoor import FrontDoor
 from chaingate.gas.service import GasService
@@ -79,7 +76,7 @@ class Gateway:
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
-        if settings.auth.enabled or _follows_any(settings):
+        if settings.auth.enabled or follows_any(settings):
             self.store = open_store(
                 settings.store.url,
                 Path(settings.data_dir).expanduser(),
@@ -158,16 +155,12 @@ class Gateway:
             if part is not None:
                 part.register_metrics(self.registry)
         self.chain.witness_heads()
-        # Who runs which single writer when several processes share the store
-        # (chaingate.cluster): PostgreSQL's advisory locks, or every role here (SQLite).
-        self.leadership: Leadership = leadership_for(
-            self.store.backend if self.store is not None else "",
-            settings.store.url,
-            self._role_keys(),
+        # Who runs which single writer when several processes share the store.
+        writers = (self.data, self.webhooks, self.bundler, self.wallets)
+        backend = self.store.backend if self.store is not None else ""
+        self.leadership = lead_writers(
+            backend, settings.store.url, self.registry, self.followers, writers
         )
-        register_leader_metrics(self.registry, self.leadership)
-        if isinstance(self.leadership, PgLeadership):
-            self._share_writers(self.leadership)
         self._shutdown = trio.Event()
 
     @property
@@ -191,32 +184,6 @@ class Gateway:
         # Which process answered (one of `serve --workers N`, or of several machines) and
         # the roles it leads.
         return {**self.chain.health(), "worker": os.getpid(), "leads": self.leadership.leads()}
-
-    def _share_writers(self, leadership: PgLeadership) -> None:
-        """Other processes may share this store: each single writer runs only where its
-        role is led; every process still follows every network (its WebSocket feed) and
-        delivers webhooks (the outbox is shared with SKIP LOCKED)."""
-        for follower in self.followers.values():
-            role = RoleKey("follower", follower.chain, follower.network)
-            follower.persists = functools.partial(leadership.holds, role)
-        for service in (self.data, self.webhooks, self.bundler, self.wallets):
-            if service is not None:
-                service.leadership = leadership
-
-    def _role_keys(self) -> list[RoleKey]:
-        """The single-writer roles this process runs, per followed chain/network."""
-        keys: list[RoleKey] = []
-        for key in self.followers:
-            chain, network = key.split("/", 1)
-            keys.append(RoleKey("follower", chain, network))
-            writers = {
-                "indexer": self.data is not None and key in self.data.indexers,
-                "webhooks": self.webhooks is not None and key in self.webhooks.matchers,
-                "bundler": self.bundler is not None and key in self.bundler.networks,
-                "wallets": self.wallets is not None and key in self.wallets.trackers,
-            }
-            keys.extend(RoleKey(role, chain, network) for role, runs in writers.items() if runs)
-        return keys
 
     def _api_deps(self) -> ApiDeps:
         return ApiDeps(
@@ -278,12 +245,4 @@ def _outbound_policy(settings: Settings) -> OutboundPolicy:
         allow_private=outbound.allow_private,
         allow_cidrs=outbound.allow_cidrs,
         allowed_ports=outbound.allowed_ports,
-    )
-
-
-def _follows_any(settings: Settings) -> bool:
-    return any(
-        net.family == "evm" and net.follower.enabled
-        for networks in settings.chains.values()
-        for net in networks.values()
     )

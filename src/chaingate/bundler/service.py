@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 import trio
@@ -162,6 +162,14 @@ class BundlerService:
                     head=bundler_net.on_head,
                 )
                 self._streams[key] = follower.subscribe("bundler")
+
+    # chaingate.cluster: the single-writer role this service runs, one process per network.
+    writer_role = "bundler"
+
+    @property
+    def writes_for(self) -> Collection[str]:
+        """The networks whose rows this service writes."""
+        return self.networks.keys()
 
     def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None:
         for key, net in self.networks.items():

@@ -739,3 +739,12 @@ def config_file(settings: Settings, name: str) -> Path:
 
 def methods_path(settings: Settings) -> Path:
     return config_file(settings, settings.rpc.methods_file)
+
+
+def follows_any(settings: Settings) -> bool:
+    """Whether some EVM network is followed (so the process needs a store)."""
+    return any(
+        net.family == "evm" and net.follower.enabled
+        for networks in settings.chains.values()
+        for net in networks.values()
+    )

@@ -8,7 +8,7 @@ ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import trio
 
@@ -77,6 +77,14 @@ class DataPlane:
             indexer.add_listener(metadata.on_index_commit)
             self.indexers[key] = indexer
             self.metadata[key] = metadata
+
+    # chaingate.cluster: the single-writer role this service runs, one process per network.
+    writer_role = "indexer"
+
+    @property
+    def writes_for(self) -> Collection[str]:
+        """The networks whose rows this service writes."""
+        return self.indexers.keys()
 
     @property
     def readers(self) -> dict[str, IndexReader]:

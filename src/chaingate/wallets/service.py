@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import msgspec
@@ -112,6 +112,14 @@ class WalletService:
                     paymasters=list(wallet_net.paymasters.values()),
                 )
                 self._streams[key] = follower.subscribe("wallets")
+
+    # chaingate.cluster: the single-writer role this service runs, one process per network.
+    writer_role = "wallets"
+
+    @property
+    def writes_for(self) -> Collection[str]:
+        """The networks whose rows this service writes."""
+        return self.trackers.keys()
 
     # --- running ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import trio
 
@@ -120,6 +120,14 @@ class WebhookService:
                         ),
                     )
                 )
+
+    # chaingate.cluster: the single-writer role this service runs, one process per network.
+    writer_role = "webhooks"
+
+    @property
+    def writes_for(self) -> Collection[str]:
+        """The networks whose rows this service writes."""
+        return self.matchers.keys()
 
     # --- what the REST resource asks -------------------------------------------------------
 

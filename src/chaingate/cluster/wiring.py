@@ -1,0 +1,80 @@
+"""Which single-writer roles a process has, and handing the leadership to what runs them.
+
+The composition root gives the parts by what they hold (a follower per network, the networks
+each writer runs for); nothing here knows the subsystems' types.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Protocol
+
+from chaingate.cluster.leases import Leadership, PgLeadership, leadership_for
+from chaingate.cluster.metrics import register_leader_metrics
+from chaingate.cluster.roles import RoleKey
+from chaingate.obs.metrics import Registry
+
+
+class PersistingFollower(Protocol):
+    chain: str
+    network: str
+    persists: Callable[[], bool]
+
+
+class SingleWriter(Protocol):
+    """A subsystem whose writers run where its role is led (``leadership`` is None: here)."""
+
+    writer_role: str
+    leadership: Leadership | None
+
+    @property
+    def writes_for(self) -> Collection[str]: ...
+
+
+def lead_writers(
+    store_backend: str,
+    url: str,
+    registry: Registry,
+    followers: Mapping[str, PersistingFollower],
+    writers: Iterable[SingleWriter | None],
+) -> Leadership:
+    """Who runs which single writer when several processes share the store: PostgreSQL's
+    advisory locks, or every role here (SQLite); its ``chaingate_leader`` gauge."""
+    present = [writer for writer in writers if writer is not None]
+    roles = role_keys(followers, {w.writer_role: w.writes_for for w in present})
+    leadership = leadership_for(store_backend, url, roles)
+    register_leader_metrics(registry, leadership)
+    if isinstance(leadership, PgLeadership):
+        share_writers(leadership, followers.values(), present)
+    return leadership
+
+
+def role_keys(
+    followed: Iterable[str], writers: Mapping[str, Collection[str] | None]
+) -> list[RoleKey]:
+    """The roles of this process: a follower per followed ``chain/network``, and each writer
+    role (``indexer``, ``webhooks``, …) for the networks it runs on (None: not running)."""
+    keys: list[RoleKey] = []
+    for key in followed:
+        chain, network = key.split("/", 1)
+        keys.append(RoleKey("follower", chain, network))
+        for role, networks in writers.items():
+            if networks is not None and key in networks:
+                keys.append(RoleKey(role, chain, network))
+    return keys
+
+
+def share_writers(
+    leadership: PgLeadership,
+    followers: Iterable[PersistingFollower],
+    services: Iterable[SingleWriter],
+) -> None:
+    """Other processes may share this store: each single writer runs only where its role is
+    led; every process still follows every network (its WebSocket feed) and delivers
+    webhooks (the outbox is shared with SKIP LOCKED)."""
+    for follower in followers:
+        role = RoleKey("follower", follower.chain, follower.network)
+        follower.persists = functools.partial(leadership.holds, role)
+    for service in services:
+        service.leadership = leadership
