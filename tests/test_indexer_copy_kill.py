@@ -1,0 +1,118 @@
+"""``kill -9`` of a real ``chaingate serve`` in the middle of a COPY batch (PostgreSQL).
+
+The process is frozen (SIGSTOP) while the server reports a COPY into ``idx_transfers`` in
+progress on its connection — some rows in, the rest not sent — then killed.  The index must
+hold no part of the batch: its state at its cursor equals the recomputation over the
+canonical chain up to that block, and a restart brings it to the head exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from chaingate.devnet.anvil import AnvilProcess, free_port
+from chaingate.devnet.bootstrap import bootstrap_devnet
+from tests.conftest import DEVNET_SIGNER, PG_URL, pg_schema
+from tests.test_indexer_oracle import (
+    Node,
+    assert_index_matches,
+    canonical,
+    compare,
+    open_index_store,
+    recompute,
+    snapshot,
+)
+from tests.test_indexer_restart import config_text, make_history, serve, wait_for_health
+
+# Batches of ~6,000 transfers: COPYs long enough to be caught in the middle.
+FOLLOWER = "max_log_range = 5000\n"
+INDEXER = "batch_blocks = 2000\nbatch_transfers = 6000\nbatch_seconds = 5\n"
+
+
+def copy_in_progress(conn: psycopg.Connection[Any], schema_relid: str) -> tuple[int, int] | None:
+    """(backend pid, rows processed) of a COPY into the index's transfers under way."""
+    row = conn.execute(
+        "SELECT pid, tuples_processed FROM pg_stat_progress_copy"
+        " WHERE relid = %s::regclass AND tuples_processed > 0",
+        (schema_relid,),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def freeze_mid_copy(pid: int, table: str, limit: float) -> tuple[int, int]:
+    """SIGSTOP ``pid`` while its COPY into ``table`` is under way (retrying on the next batch
+    when it finished in between); the COPY's (backend pid, rows) as it stands frozen."""
+    deadline = time.monotonic() + limit
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if copy_in_progress(conn, table) is None:
+                time.sleep(0.0005)
+                continue
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.2)  # the server takes what was already sent
+            frozen = copy_in_progress(conn, table)
+            if frozen is not None:
+                return frozen
+            os.kill(pid, signal.SIGCONT)  # the COPY ended first: catch the next one
+    raise AssertionError("no COPY into idx_transfers was caught in progress")
+
+
+@pytest.mark.slow
+async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
+    anvil_factory: Callable[..., AnvilProcess], tmp_path: Path
+) -> None:
+    anvil = anvil_factory(extra=["--gas-limit", "100000000"])
+    manifest = bootstrap_devnet(anvil.url, paymaster_signer=DEVNET_SIGNER.address)
+    node = Node(anvil.url)
+    await make_history(node, manifest, logs=24_000, per_tx=1_000, gap=60)
+    head, _ = await node.head()
+    port = free_port()
+    with pg_schema() as store_url:
+        schema = store_url.rsplit("search_path%3D", 1)[-1]
+        config = tmp_path / "chaingate.toml"
+        config.write_text(config_text(tmp_path, port, anvil.url, store_url, FOLLOWER, INDEXER))
+        store = open_index_store(store_url, tmp_path)
+        async with store:
+            process = serve(config)
+            try:
+                await wait_for_health(port, process)
+                _, rows = await trio.to_thread.run_sync(
+                    freeze_mid_copy, process.pid, f"{schema}.idx_transfers", 120.0
+                )
+                process.send_signal(signal.SIGKILL)
+                process.wait(timeout=10)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=10)
+            assert rows > 0, "the COPY had rows in when the process died"
+            # The server rolled the batch back: nothing of it, and everything before it.
+            cursor, got, _ = await snapshot(store)
+            assert cursor is not None, "killed during the first batch: widen the history"
+            number = int(cursor[0])
+            assert number < head, "the kill must land before the head"
+            logs, natives = await canonical(node, number)
+            assert compare(got, recompute(logs, natives)) == []
+            assert all(t[0] <= number for t in got.transfers)
+            # A restart indexes the rest, each block once.
+            process = serve(config)
+            try:
+                await wait_for_health(port, process)
+                await assert_index_matches(store, node, manifest)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=15)
+                except Exception:
+                    process.kill()
+                    process.wait(timeout=5)
+    await node.aclose()
