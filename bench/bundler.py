@@ -68,9 +68,9 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 from benchkit import alto, bundlerload, procs, report, runner, tools  # noqa: E402
 from benchkit.bundlerops import TAGS, BuiltOp, build_ops  # noqa: E402
 from chaingate.aa.userop import Version, require_version  # noqa: E402
+from chaingate.config.manifest import Manifest, dumps, load_manifest  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
-from chaingate.devnet.manifest import Manifest, dumps, load_manifest  # noqa: E402
 from chaingate.evm.keys import PrivateKey, load_or_create_key  # noqa: E402
 
 ALTO_TARGETS = ("alto-unsafe", "alto-safe")

@@ -63,11 +63,11 @@ import chaingate  # noqa: E402
 from benchkit import procs, pyspy, report, runner, scenarios, threads, tools  # noqa: E402
 from benchkit.wrkget import WrkGet  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
+from chaingate.config.manifest import Manifest, save_manifest  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet, default_cache_dir, load_artifacts  # noqa: E402
 from chaingate.devnet.deploy import Tx, TxRunner, create2_tx, manual_mining  # noqa: E402
 from chaingate.devnet.keeper import refresh_price_feeds  # noqa: E402
-from chaingate.devnet.manifest import Manifest, save_manifest  # noqa: E402
 from chaingate.devnet.rpc import DevnetRpc  # noqa: E402
 from chaingate.evm import abi  # noqa: E402
 from chaingate.evm.addresses import checksum_address  # noqa: E402

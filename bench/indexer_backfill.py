@@ -50,6 +50,7 @@ from urllib.parse import quote
 import msgspec
 import trio
 
+from chaingate.data.store import IndexRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
@@ -99,7 +100,7 @@ async def index(
     gateway = Gateway(settings, access_stream=io.BytesIO())
     # Only the follower and its indexer: no gas oracle competes (its stream is closed, so the
     # follower drops it instead of waiting for it).
-    for stream in gateway._gas_streams.values():
+    for stream in gateway.gas.streams.values():
         stream.close()
     gateway.gas_oracles.clear()
     assert gateway.data is not None
@@ -116,7 +117,9 @@ async def index(
         result.logs = indexer.stats["logs"]
         result.transfers = indexer.stats["transfers"]
         assert gateway.store is not None
-        contract = await gateway.store.index_contract("ethereum", "devnet", token.lower())
+        contract = await IndexRows(gateway.store).index_contract(
+            "ethereum", "devnet", token.lower()
+        )
         result.holders = contract[1].holders if contract[1] is not None else -1
 
         def count(tx: Any) -> int:

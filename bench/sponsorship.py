@@ -54,10 +54,10 @@ from benchkit import procs, report, runner, threads, tools, wallets  # noqa: E40
 from benchkit.wrkget import WrkGet  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
 from chaingate.aa.userop import Version  # noqa: E402
+from chaingate.config.manifest import Manifest, dumps  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 from chaingate.devnet.keeper import refresh_price_feeds  # noqa: E402
-from chaingate.devnet.manifest import Manifest, dumps  # noqa: E402
 from chaingate.evm.keys import PrivateKey, load_or_create_key  # noqa: E402
 
 LEVELS = (50,)

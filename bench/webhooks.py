@@ -91,9 +91,9 @@ from benchkit.hookload import (  # noqa: E402
     watched_addresses,
 )
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
+from chaingate.config.manifest import Manifest  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
-from chaingate.devnet.manifest import Manifest  # noqa: E402
 
 TARGET_RATE = 2000.0  # deliveries per second, one process
 TARGET_P99_MS = 500.0  # block to delivery

@@ -26,9 +26,9 @@ import trio
 
 from chaingate import config
 from chaingate import impl as impl_module
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.evm.keccak import keccak256
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway

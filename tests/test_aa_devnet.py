@@ -16,9 +16,9 @@ import pytest
 
 from chaingate.aa import accounts, calls, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc, RpcError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address

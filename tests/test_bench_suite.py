@@ -32,8 +32,8 @@ from chaingate.benchsuite.histogram import Histogram
 from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import TargetError, mask, parse_targets
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port, rpc_call
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm.keys import load_or_create_key
 from tests.serve_process import ServeProcess
 from tests.test_browser import CHROMIUM, node_modules

@@ -19,8 +19,8 @@ from chaingate.aa import accounts
 from chaingate.aa.paymaster import eth_signed_message_hash
 from chaingate.aa.userop import UserOperation, Version, user_op_hash
 from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway

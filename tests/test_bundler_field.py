@@ -36,8 +36,8 @@ from chaingate.aa.userop import UserOperation, Version
 from chaingate.bundler import rules
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.bundler.sanity import required_prefund
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.addresses import create2_address

@@ -29,9 +29,9 @@ from chaingate import impl as impl_module
 from chaingate.aa import accounts
 from chaingate.aa.userop import Version
 from chaingate.auth import admin
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.keeper import refresh_price_feeds
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway

@@ -20,8 +20,8 @@ import trio
 
 from chaingate.aa.userop import Version
 from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.gateway import Gateway

@@ -31,8 +31,8 @@ import trio
 from chaingate.aa import accounts
 from chaingate.aa.userop import Version
 from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey

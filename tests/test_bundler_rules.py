@@ -26,9 +26,9 @@ from chaingate.bundler.errors import BANNED_OPCODE, BundlerFault
 from chaingate.bundler.safemode import validate_safe
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.artifacts import Artifact
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.npm import cache_root
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.devnet.solc import compile_sources

@@ -28,8 +28,8 @@ from chaingate.bundler.errors import (
     BundlerFault,
 )
 from chaingate.chain.client import RpcCallError
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.manifest import Manifest
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.keys import PrivateKey

@@ -13,6 +13,7 @@ import pytest
 from chaingate.aa.userop import UserOperation, user_op_hash
 from chaingate.bundler.mempool import Added, Entry, Mempool, MempoolLimits, Stake, new_entry
 from chaingate.bundler.reputation import Reputation, ReputationEntry
+from chaingate.bundler.store import BundlerRows
 from chaingate.store import Store, open_store
 from chaingate.store.base import StoreError
 
@@ -86,7 +87,7 @@ def admitted(added: Added) -> list[Entry]:
 
 async def assert_mirrors(store: Store, pool: Mempool, network: tuple[str, str] = NET) -> None:
     """The store's live rows are the pool's live entries, state for state."""
-    live = await store.bundler_live(*network)
+    live = await BundlerRows(store).bundler_live(*network)
     assert {e.hash: e for e in live} == {e.hash: e for e in pool.entries()}
 
 
@@ -117,30 +118,32 @@ async def test_restart_loads_the_same_live_entries(store_url: str, tmp_path: Pat
         kept = []
         for e in candidates:
             added = pool.add(e)
-            await first.save_bundler_entries(*NET, admitted(added))
+            await BundlerRows(first).save_bundler_entries(*NET, admitted(added))
             kept.append(added.entry)
         gone = kept.pop()
         clock.now = T0 + 10
         [sub] = pool.mark_submitted([kept[1].hash], TX)
-        await first.save_bundler_entries(*NET, [sub])
+        await BundlerRows(first).save_bundler_entries(*NET, [sub])
         done, stale = pool.mark_included(gone.hash, block_number=3, block_hash=BLOCK, tx_hash=TX)
         assert done is not None and stale == []
-        await first.save_bundler_entries(*NET, [done])
-        await first.save_bundler_entries(*OTHER, admitted(other_pool.add(entry(9))))
+        await BundlerRows(first).save_bundler_entries(*NET, [done])
+        await BundlerRows(first).save_bundler_entries(*OTHER, admitted(other_pool.add(entry(9))))
     second = open_store(store_url, tmp_path)  # the restart: a new store over the same data
     async with second:
-        live = await second.bundler_live(*NET)
+        live = await BundlerRows(second).bundler_live(*NET)
         assert live == [kept[0], sub, kept[2]] == pool.entries()
         assert live[1].nonce == big_nonce and live[1].op.nonce == big_nonce
         assert live[1].status == "submitted" and live[1].bundle_tx == TX
         restarted = pool_of(clock)
         assert restarted.load(live) == 3
         assert restarted.entries() == live
-        included = await second.bundler_get(*NET, gone.hash.upper().replace("0X", "0x"))
+        included = await BundlerRows(second).bundler_get(
+            *NET, gone.hash.upper().replace("0X", "0x")
+        )
         assert included == done
         assert (included.block_number, included.block_hash, included.bundle_tx) == (3, BLOCK, TX)
-        assert await second.bundler_get(*NET, "0x" + "00" * 32) is None
-        assert len(await second.bundler_live(*OTHER)) == 1
+        assert await BundlerRows(second).bundler_get(*NET, "0x" + "00" * 32) is None
+        assert len(await BundlerRows(second).bundler_live(*OTHER)) == 1
 
 
 async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
@@ -148,7 +151,7 @@ async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
     pool = pool_of(clock, max_size=2)
     old = pool.add(entry(1, tip=10**9)).entry
     victim = pool.add(entry(2, tip=10**9, at=T0 + 1)).entry
-    await store.save_bundler_entries(*NET, [old, victim])
+    await BundlerRows(store).save_bundler_entries(*NET, [old, victim])
     clock.now = T0 + 5
     replacing = pool.add(entry(1, tip=2 * 10**9, fee=40 * 10**9, at=T0 + 5))
     assert replacing.replaced is not None and replacing.replaced.hash == old.hash
@@ -156,27 +159,27 @@ async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
     # written first: the whole call fails and none of it stays.
     refused = entry(7).with_(hash="0x" + "ff" * 32, version=None)
     with pytest.raises(StoreError):
-        await store.save_bundler_entries(*NET, [*admitted(replacing), refused])
-    assert await store.bundler_get(*NET, replacing.entry.hash) is None
-    assert await store.bundler_get(*NET, old.hash) == old
+        await BundlerRows(store).save_bundler_entries(*NET, [*admitted(replacing), refused])
+    assert await BundlerRows(store).bundler_get(*NET, replacing.entry.hash) is None
+    assert await BundlerRows(store).bundler_get(*NET, old.hash) == old
     pool.forget(replacing)  # what the service does when the store could not keep it
     # (forget keeps the dropped copy's updated_at, so compare what the pool holds, not when)
-    live = await store.bundler_live(*NET)
+    live = await BundlerRows(store).bundler_live(*NET)
     assert [(e.hash, e.status) for e in live] == [(e.hash, e.status) for e in pool.entries()]
     # Again, kept: the new operation live, the old one's row dropped beside it.
     replacing = pool.add(entry(1, tip=2 * 10**9, fee=40 * 10**9, at=T0 + 5))
-    await store.save_bundler_entries(*NET, admitted(replacing))
-    replaced = await store.bundler_get(*NET, old.hash)
+    await BundlerRows(store).save_bundler_entries(*NET, admitted(replacing))
+    replaced = await BundlerRows(store).bundler_get(*NET, old.hash)
     assert replaced is not None and replaced == replacing.replaced
     assert (replaced.status, replaced.reason) == ("dropped", f"replaced by {replacing.entry.hash}")
     # The pool is full: a richer operation evicts the cheapest, in the same write.
     richer = pool.add(entry(3, tip=3 * 10**9, fee=50 * 10**9, at=T0 + 6))
     assert [e.hash for e in richer.evicted] == [victim.hash]
-    await store.save_bundler_entries(*NET, admitted(richer))
-    evicted = await store.bundler_get(*NET, victim.hash)
+    await BundlerRows(store).save_bundler_entries(*NET, admitted(richer))
+    evicted = await BundlerRows(store).bundler_get(*NET, victim.hash)
     assert evicted == richer.evicted[0] and evicted.status == "dropped"
     await assert_mirrors(store, pool)
-    assert [e.hash for e in await store.bundler_live(*NET)] == [
+    assert [e.hash for e in await BundlerRows(store).bundler_live(*NET)] == [
         replacing.entry.hash,
         richer.entry.hash,
     ]
@@ -184,11 +187,11 @@ async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
 
 async def test_a_known_row_takes_only_the_lifecycle_state(store: Store) -> None:
     first = entry(1)
-    await store.save_bundler_entries(*NET, [first])
+    await BundlerRows(store).save_bundler_entries(*NET, [first])
     # Saving it again with other accepted fields moves the state; the JSON stays as accepted.
     again = first.with_(prefund=999, status="submitted", bundle_tx=TX, updated_at=T0 + 1)
-    await store.save_bundler_entries(*NET, [again, again])
-    got = await store.bundler_get(*NET, first.hash)
+    await BundlerRows(store).save_bundler_entries(*NET, [again, again])
+    got = await BundlerRows(store).bundler_get(*NET, first.hash)
     assert got == first.with_(status="submitted", bundle_tx=TX, updated_at=T0 + 1)
 
 
@@ -196,20 +199,23 @@ async def test_lifecycle_moves_follow_the_mempool(store: Store) -> None:
     clock = Clock()
     pool = pool_of(clock)
     a, b, c = (pool.add(e).entry for e in (entry(1), entry(2, at=T0 + 1), entry(1, 1, at=T0 + 2)))
-    await store.save_bundler_entries(*NET, [a, b, c])
+    await BundlerRows(store).save_bundler_entries(*NET, [a, b, c])
     clock.now = T0 + 10
     submitted = pool.mark_submitted([a.hash, b.hash], TX)
-    await store.save_bundler_entries(*NET, submitted)  # a bundle's operations together
+    await BundlerRows(store).save_bundler_entries(*NET, submitted)  # a bundle's operations together
     await assert_mirrors(store, pool)
-    assert {e.status for e in await store.bundler_live(*NET)} == {"submitted", "pending"}
+    assert {e.status for e in await BundlerRows(store).bundler_live(*NET)} == {
+        "submitted",
+        "pending",
+    }
     clock.now = T0 + 20
     done, stale = pool.mark_included(a.hash, block_number=8, block_hash=BLOCK, tx_hash=TX)
     assert done is not None and stale == []
     back = pool.requeue([b.hash], "bundle dropped")
-    await store.save_bundler_entries(*NET, [done, *back])
+    await BundlerRows(store).save_bundler_entries(*NET, [done, *back])
     await assert_mirrors(store, pool)
-    assert await store.bundler_get(*NET, a.hash) == done
-    got = await store.bundler_get(*NET, b.hash)
+    assert await BundlerRows(store).bundler_get(*NET, a.hash) == done
+    got = await BundlerRows(store).bundler_get(*NET, b.hash)
     assert got is not None and (got.status, got.reason, got.bundle_tx) == (
         "pending",
         "bundle dropped",
@@ -219,48 +225,53 @@ async def test_lifecycle_moves_follow_the_mempool(store: Store) -> None:
     clock.now = T0 + 30
     reverted = pool.revert_inclusion(a.hash)
     assert reverted is not None
-    await store.save_bundler_entries(*NET, [reverted])
+    await BundlerRows(store).save_bundler_entries(*NET, [reverted])
     await assert_mirrors(store, pool)
-    again = await store.bundler_get(*NET, a.hash)
+    again = await BundlerRows(store).bundler_get(*NET, a.hash)
     assert again is not None and (again.status, again.reason) == ("pending", "reorged")
     assert (again.block_number, again.block_hash, again.bundle_tx) == (None, None, None)
     failed = pool.mark_failed(c.hash, "AA23 reverted")
     assert failed is not None
-    await store.save_bundler_entries(*NET, [failed])
+    await BundlerRows(store).save_bundler_entries(*NET, [failed])
     await assert_mirrors(store, pool)
-    assert await store.bundler_get(*NET, c.hash) == failed
+    assert await BundlerRows(store).bundler_get(*NET, c.hash) == failed
 
 
 async def test_prune_deletes_only_old_finished_rows(store: Store) -> None:
     clock = Clock()
     pool, other_pool = pool_of(clock), pool_of(clock)
     rows = [pool.add(entry(i, at=T0 + i)).entry for i in range(1, 6)]
-    await store.save_bundler_entries(*NET, rows)
+    await BundlerRows(store).save_bundler_entries(*NET, rows)
     other = other_pool.add(entry(1)).entry
-    await store.save_bundler_entries(*OTHER, [other])
+    await BundlerRows(store).save_bundler_entries(*OTHER, [other])
     clock.now = T0 + 100
     done, _ = pool.mark_included(rows[0].hash, block_number=1, block_hash=BLOCK, tx_hash=TX)
     failed = pool.mark_failed(rows[1].hash, "AA23")
     submitted = pool.mark_submitted([rows[3].hash], TX)
     assert done is not None and failed is not None
-    await store.save_bundler_entries(*NET, [done, failed, *submitted])
+    await BundlerRows(store).save_bundler_entries(*NET, [done, failed, *submitted])
     clock.now = T0 + 300
     dropped = pool.drop(rows[2].hash, "expired")
     assert dropped is not None
-    await store.save_bundler_entries(*NET, [dropped])
+    await BundlerRows(store).save_bundler_entries(*NET, [dropped])
     clock.now = T0
     other_dropped = other_pool.drop(other.hash, "cleared")
     assert other_dropped is not None
-    await store.save_bundler_entries(*OTHER, [other_dropped])
-    assert await store.bundler_prune(*NET, T0 + 200, limit=1) == 1
-    assert await store.bundler_prune(*NET, T0 + 200) == 1
-    assert await store.bundler_prune(*NET, T0 + 200) == 0
+    await BundlerRows(store).save_bundler_entries(*OTHER, [other_dropped])
+    assert await BundlerRows(store).bundler_prune(*NET, T0 + 200, limit=1) == 1
+    assert await BundlerRows(store).bundler_prune(*NET, T0 + 200) == 1
+    assert await BundlerRows(store).bundler_prune(*NET, T0 + 200) == 0
     await assert_mirrors(store, pool)
-    assert {e.hash for e in await store.bundler_live(*NET)} == {rows[3].hash, rows[4].hash}
-    assert await store.bundler_get(*NET, rows[0].hash) is None
-    assert await store.bundler_get(*NET, rows[1].hash) is None
-    assert await store.bundler_get(*NET, rows[2].hash) == dropped  # too recent
-    assert await store.bundler_get(*OTHER, other.hash) == other_dropped  # another network
+    assert {e.hash for e in await BundlerRows(store).bundler_live(*NET)} == {
+        rows[3].hash,
+        rows[4].hash,
+    }
+    assert await BundlerRows(store).bundler_get(*NET, rows[0].hash) is None
+    assert await BundlerRows(store).bundler_get(*NET, rows[1].hash) is None
+    assert await BundlerRows(store).bundler_get(*NET, rows[2].hash) == dropped  # too recent
+    assert (
+        await BundlerRows(store).bundler_get(*OTHER, other.hash) == other_dropped
+    )  # another network
 
 
 async def test_reputation_rows_round_trip(store: Store) -> None:
@@ -272,8 +283,10 @@ async def test_reputation_rows_round_trip(store: Store) -> None:
     rep.included(pm)
     rep.crashed_handle_ops(fac)
     upserts, deletes = rep.take_changes()
-    await store.bundler_save_reputation(*NET, upserts, deletes, int(rep.decayed_at * 1000))
-    entries, decayed = await store.bundler_load_reputation(*NET)
+    await BundlerRows(store).bundler_save_reputation(
+        *NET, upserts, deletes, int(rep.decayed_at * 1000)
+    )
+    entries, decayed = await BundlerRows(store).bundler_load_reputation(*NET)
     assert entries == [ReputationEntry(pm, 30, 1), ReputationEntry(fac, 10000, 0)]
     assert decayed == 1_000_000
     # A restart: the hours missed while down are applied by the first tick.
@@ -285,54 +298,63 @@ async def test_reputation_rows_round_trip(store: Store) -> None:
     assert again.tick() == 0
     assert again.entry(pm) == ReputationEntry(pm, 30 * 23 // 24 * 23 // 24, 0)
     upserts, deletes = again.take_changes()
-    await store.bundler_save_reputation(*NET, upserts, deletes, int(again.decayed_at * 1000))
-    entries, decayed = await store.bundler_load_reputation(*NET)
+    await BundlerRows(store).bundler_save_reputation(
+        *NET, upserts, deletes, int(again.decayed_at * 1000)
+    )
+    entries, decayed = await BundlerRows(store).bundler_load_reputation(*NET)
     assert decayed == (1000 + 2 * 3600) * 1000
     assert ReputationEntry(pm, 30 * 23 // 24 * 23 // 24, 0) in entries
     again.clear()
     upserts, deletes = again.take_changes()
-    await store.bundler_save_reputation(*NET, upserts, deletes, int(again.decayed_at * 1000))
-    assert await store.bundler_load_reputation(*NET) == ([], None)
-    await store.bundler_save_reputation(*NET, [ReputationEntry(pm, 1, 1)], [], 5)
-    assert await store.bundler_clear_reputation(*NET) == 1
+    await BundlerRows(store).bundler_save_reputation(
+        *NET, upserts, deletes, int(again.decayed_at * 1000)
+    )
+    assert await BundlerRows(store).bundler_load_reputation(*NET) == ([], None)
+    await BundlerRows(store).bundler_save_reputation(*NET, [ReputationEntry(pm, 1, 1)], [], 5)
+    assert await BundlerRows(store).bundler_clear_reputation(*NET) == 1
 
 
 async def test_a_new_chain_empties_the_bundler_rows(store: Store) -> None:
-    await store.save_bundler_entries(*NET, [entry(1)])
-    await store.bundler_save_reputation(*NET, [ReputationEntry(addr(1), 1, 0)], [], 0)
-    await store.save_bundler_entries(*OTHER, [entry(1)])
+    await BundlerRows(store).save_bundler_entries(*NET, [entry(1)])
+    await BundlerRows(store).bundler_save_reputation(*NET, [ReputationEntry(addr(1), 1, 0)], [], 0)
+    await BundlerRows(store).save_bundler_entries(*OTHER, [entry(1)])
     deleted = await store.reset_network(*NET)
     assert deleted["bundler_ops"] == 1 and deleted["bundler_reputation"] == 1
-    assert await store.bundler_live(*NET) == []
-    assert await store.bundler_load_reputation(*NET) == ([], None)
-    assert len(await store.bundler_live(*OTHER)) == 1
+    assert await BundlerRows(store).bundler_live(*NET) == []
+    assert await BundlerRows(store).bundler_load_reputation(*NET) == ([], None)
+    assert len(await BundlerRows(store).bundler_live(*OTHER)) == 1
 
 
 async def test_save_entries_writes_what_the_mempool_returned(store: Store) -> None:
     """The service's path: every Mempool result saved as is, then loaded after a restart."""
     pool = Mempool(Reputation(min_stake=10**18, clock=lambda: 0.0), clock=lambda: T0)
     first = pool.add(entry(1, tip=10**9)).entry
-    await store.save_bundler_entries(*NET, [first])
+    await BundlerRows(store).save_bundler_entries(*NET, [first])
     other = pool.add(entry(2)).entry
     added = pool.add(entry(1, tip=2 * 10**9, fee=40 * 10**9, at=T0 + 1))
     assert added.replaced is not None
-    await store.save_bundler_entries(*NET, [added.entry, added.replaced, other])
+    await BundlerRows(store).save_bundler_entries(*NET, [added.entry, added.replaced, other])
     submitted = pool.mark_submitted([other.hash], TX)
-    await store.save_bundler_entries(*NET, submitted)
+    await BundlerRows(store).save_bundler_entries(*NET, submitted)
     done, stale = pool.mark_included(other.hash, block_number=4, block_hash=BLOCK, tx_hash=TX)
     assert done is not None
-    await store.save_bundler_entries(*NET, [done, *stale])
-    await store.save_bundler_entries(*NET, [])
-    replaced = await store.bundler_get(*NET, first.hash)
+    await BundlerRows(store).save_bundler_entries(*NET, [done, *stale])
+    await BundlerRows(store).save_bundler_entries(*NET, [])
+    replaced = await BundlerRows(store).bundler_get(*NET, first.hash)
     assert replaced is not None and replaced.status == "dropped"
     assert replaced.reason == f"replaced by {added.entry.hash}"
-    assert await store.bundler_get(*NET, other.hash) == done
-    assert await store.bundler_live(*NET) == pool.entries() == [added.entry]
+    assert await BundlerRows(store).bundler_get(*NET, other.hash) == done
+    assert await BundlerRows(store).bundler_live(*NET) == pool.entries() == [added.entry]
 
 
 async def test_reputation_decay_time_round_trips_in_milliseconds(store: Store) -> None:
-    assert await store.bundler_load_reputation(*NET) == ([], None)
+    assert await BundlerRows(store).bundler_load_reputation(*NET) == ([], None)
     rep = Reputation(min_stake=10**18, clock=lambda: 1234.5)
     rep.seen(addr(7))
-    await store.bundler_save_reputation(*NET, *rep.take_changes(), int(rep.decayed_at * 1000))
-    assert await store.bundler_load_reputation(*NET) == ([ReputationEntry(addr(7), 1, 0)], 1234500)
+    await BundlerRows(store).bundler_save_reputation(
+        *NET, *rep.take_changes(), int(rep.decayed_at * 1000)
+    )
+    assert await BundlerRows(store).bundler_load_reputation(*NET) == (
+        [ReputationEntry(addr(7), 1, 0)],
+        1234500,
+    )

@@ -21,10 +21,10 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.keeper import refresh_price_feeds
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address

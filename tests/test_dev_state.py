@@ -15,13 +15,13 @@ import pytest
 
 from chaingate.auth import apikeys
 from chaingate.auth.plans import Plans
+from chaingate.config.manifest import load_manifest
 from chaingate.devnet import chainfile, persist, statedump
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import definition_key
 from chaingate.devnet.chainfile import ChainFileError, SavedChain
 from chaingate.devnet.devkeys import DEV_EMAIL, DEV_LIMITS, DevKeys, issue_dev_keys
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
-from chaingate.devnet.manifest import load_manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey
 from chaingate.store import open_store

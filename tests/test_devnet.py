@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 
 from chaingate import cli
-from chaingate.devnet import erc4337, state_cache
-from chaingate.devnet.anvil import AnvilProcess, free_port
-from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import (
+from chaingate.config.manifest import (
     Manifest,
     ManifestError,
     load_manifest,
     loads,
     save_manifest,
 )
+from chaingate.devnet import erc4337, state_cache
+from chaingate.devnet.anvil import AnvilProcess, free_port
+from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.npm import cache_root
 from chaingate.devnet.rpc import DevnetRpc, RpcError
 from chaingate.evm import abi

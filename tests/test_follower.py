@@ -19,6 +19,7 @@ import trio.testing
 
 from chaingate.chain.events import Apply, ChainEvent, Finalized, Revert
 from chaingate.chain.follower import Follower
+from chaingate.chain.store import ChainRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.gateway import Gateway
 from tests.conftest import make_settings
@@ -138,7 +139,7 @@ def node(anvil_factory: Callable[..., AnvilProcess]) -> AnvilProcess:
 async def assert_stored_chain_is_canonical(run: Run, url: str) -> None:
     store = run.gateway.store
     assert store is not None
-    cursor, rows = await store.load_chain("ethereum", "devnet")
+    cursor, rows = await ChainRows(store).load_chain("ethereum", "devnet")
     assert cursor is not None and rows
     canonical = await canonical_hashes(url, rows[0].number, cursor.number)
     assert {row.number: row.hash for row in rows} == canonical
@@ -431,6 +432,6 @@ async def test_resume_on_a_chain_restarted_fresh_never_finalizes_above_the_head(
     assert finalized == await canonical_hashes(new.url, first_applied, new_head - 2)
     store = second.gateway.store
     assert store is not None
-    cursor, _ = await store.load_chain("ethereum", "devnet")
+    cursor, _ = await ChainRows(store).load_chain("ethereum", "devnet")
     assert cursor is not None and cursor.finalized == new_head - 2
     await assert_stored_chain_is_canonical(second, new.url)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
+from chaingate.config.manifest import Manifest
 from chaingate.data.indexer import IndexCommit, Indexer
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.evm import abi
 from chaingate.gateway import Gateway
 from chaingate.store import Store

@@ -19,7 +19,8 @@ import httpx
 import msgspec
 import trio
 
-from chaingate.devnet.manifest import Manifest
+from chaingate.config.manifest import Manifest
+from chaingate.data.store import IndexRows
 from chaingate.evm import abi
 from chaingate.store import Store, open_store
 
@@ -429,7 +430,7 @@ async def wait_until_indexed(store: Store, node: Node, limit: float = 30) -> tup
     with trio.fail_after(limit):
         while True:
             head = await node.head()
-            cursor = await store.index_cursor("ethereum", "devnet")
+            cursor = await IndexRows(store).index_cursor("ethereum", "devnet")
             if cursor is not None and (cursor.number, cursor.hash) == head:
                 return head
             await trio.sleep(0.02)

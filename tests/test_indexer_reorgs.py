@@ -23,13 +23,13 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chaingate.chain.store import CHAIN_TABLES
+from chaingate.config.manifest import Manifest
+from chaingate.data.store import INDEX_TABLES
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.evm import abi
 from chaingate.store import Store
-from chaingate.store.chainrows import CHAIN_TABLES
-from chaingate.store.indexrows import INDEX_TABLES
 from tests.conftest import DEVNET_SIGNER
 from tests.test_indexer import start_indexed_in
 from tests.test_indexer_oracle import (

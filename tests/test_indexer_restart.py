@@ -18,9 +18,11 @@ import httpx
 import pytest
 import trio
 
+from chaingate.chain.store import ChainRows
+from chaingate.config.manifest import Manifest
+from chaingate.data.store import IndexRows
 from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.evm import abi
 from tests.conftest import DEVNET_SIGNER
 from tests.test_indexer import Start, indexed_starter
@@ -138,7 +140,8 @@ async def test_kill_9_mid_backfill_then_restart(
     port = free_port()
     config = tmp_path / "chaingate.toml"
     config.write_text(config_text(tmp_path, port, anvil.url, store_url, follower, indexer))
-    store = rows = open_index_store(store_url, tmp_path)
+    store = open_index_store(store_url, tmp_path)
+    rows = IndexRows(store)
     async with store:
         process = serve(config)
         try:
@@ -151,7 +154,7 @@ async def test_kill_9_mid_backfill_then_restart(
                         if case != "follower_ahead":
                             break
                         # The case needs the follower's saved cursor above the index's.
-                        followed, _ = await store.load_chain("ethereum", "devnet")
+                        followed, _ = await ChainRows(store).load_chain("ethereum", "devnet")
                         if followed is not None and followed.number > cursor.number:
                             break
                     await trio.sleep(0.01)
@@ -219,7 +222,7 @@ async def test_graceful_stop_mid_backfill_then_restart(
     first.scope.cancel()
     await trio.sleep(0.2)  # the shielded saves of follower and indexer
     async with open_index_store(store_url, tmp_path) as store:  # the gateway closed its own
-        stopped = await store.index_cursor("ethereum", "devnet")
+        stopped = await IndexRows(store).index_cursor("ethereum", "devnet")
     assert stopped is not None and stopped.number < head - 50
     second = await start_indexed(anvil.url, store_url, finality_depth=2)
     await assert_index_matches(second.store, node, manifest)

@@ -8,16 +8,17 @@ from typing import Any
 
 import pytest
 
-from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
-from chaingate.store import Store
-from chaingate.store.base import network_tables
-from chaingate.store.indexbulk import Table, bulk_for
-from chaingate.store.indexrows import (
+from chaingate.data.store import (
     INDEX_TABLES,
     IndexConflict,
     IndexCursor,
+    IndexRows,
 )
-from chaingate.store.metarows import META_TABLES
+from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
+from chaingate.metadata.store import META_TABLES
+from chaingate.store import Store
+from chaingate.store.base import network_tables
+from chaingate.store.indexbulk import Table, bulk_for
 from tests.test_indexer_oracle import open_index_store
 
 TOKEN, NFT = "0x" + "11" * 20, "0x" + "22" * 20
@@ -59,7 +60,7 @@ async def store(store_url: str, tmp_path: Path) -> Any:
 
 
 async def test_commits_rewinds_and_conflicts(store: Store) -> None:
-    rows = store
+    rows = IndexRows(store)
     assert (await rows.load_index("ethereum", "devnet")).cursor is None
     one = block(1, [erc20(1, 0, ZERO_ADDRESS, A, BIG), nft(1, 1, ZERO_ADDRESS, A, BIG)])
     c1 = IndexCursor(1, one.hash)
@@ -155,20 +156,24 @@ async def test_a_batch_that_does_not_extend_the_cursor_is_refused_whole(store: S
     # cursor past transfers never applied.
     one = block(1, [erc20(1, 0, ZERO_ADDRESS, A, 10)])
     c1 = IndexCursor(1, one.hash)
-    await store.commit_index("ethereum", "devnet", expect=None, cursor=c1, blocks=[one])
+    await IndexRows(store).commit_index("ethereum", "devnet", expect=None, cursor=c1, blocks=[one])
     two, three, four = block(2, []), block(3, [erc20(3, 0, A, B, 4)]), block(4, [])
     with pytest.raises(IndexConflict):  # skips block 2
-        await store.commit_index(
+        await IndexRows(store).commit_index(
             "ethereum", "devnet", expect=c1, cursor=IndexCursor(4, four.hash), blocks=[three, four]
         )
     with pytest.raises(IndexConflict):  # the cursor is not the last block's
-        await store.commit_index(
+        await IndexRows(store).commit_index(
             "ethereum", "devnet", expect=c1, cursor=IndexCursor(3, three.hash), blocks=[two]
         )
     with pytest.raises(IndexConflict):  # a gap inside the batch
-        await store.commit_index(
+        await IndexRows(store).commit_index(
             "ethereum", "devnet", expect=c1, cursor=IndexCursor(4, four.hash), blocks=[two, four]
         )
-    state = await store.load_index("ethereum", "devnet")
+    state = await IndexRows(store).load_index("ethereum", "devnet")
     assert state.cursor == c1  # nothing moved
-    assert await store.index_balances("ethereum", "devnet", B.lower(), 0, 10) == (c1, 0, [])
+    assert await IndexRows(store).index_balances("ethereum", "devnet", B.lower(), 0, 10) == (
+        c1,
+        0,
+        [],
+    )

@@ -26,9 +26,9 @@ import trio
 from chaingate import impl as impl_module
 from chaingate.chain.client import ChainClient
 from chaingate.config import MetadataSettings, NetworkSettings, RpcSettings
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address

@@ -27,6 +27,7 @@ from chaingate.devnet import demo
 from chaingate.evm import abi
 from chaingate.metadata.cid import is_cid
 from chaingate.metadata.service import MetadataService
+from chaingate.metadata.store import MetaRows
 from chaingate.metadata.uris import token_id_hex
 from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.store import Store
@@ -643,8 +644,8 @@ async def test_the_indexers_commits_drive_probes_and_refreshes(
 ) -> None:
     from chaingate.data.indexer import IndexCommit
     from chaingate.data.ledger import ContractRow
+    from chaingate.data.store import IndexCursor
     from chaingate.data.transfers import MetadataUpdate
-    from chaingate.store.indexrows import IndexCursor
 
     service = await service_for(nursery, meta_devnet, store, servers, client_context)
     collection = meta_devnet.address("erc721_collection")
@@ -663,7 +664,7 @@ async def test_the_indexers_commits_drive_probes_and_refreshes(
     await service.on_index_commit(commit)
     await service.refresher.wait(events, 15)
     assert (await service.nft(collection, 3)).name == "Devnet #3, again"
-    rows = store
+    rows = MetaRows(store)
     with trio.fail_after(15):  # probed in the background, nobody asked
         while True:
             found = await rows.load_token_rows("ethereum", "devnet", [emitter.lower(), odd.lower()])

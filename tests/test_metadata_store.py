@@ -1,4 +1,4 @@
-"""The metadata rows (migration 0005, store/metarows.py) on SQLite and on PostgreSQL.
+"""The metadata rows (migration 0005, metadata/store.py) on SQLite and on PostgreSQL.
 
 The queue semantics live in SQL, so they are tested on both engines: due rows claimed under a
 lease (never twice), clients' rows first, a refresh or an ERC-4906 event during a fetch not
@@ -16,9 +16,9 @@ import msgspec
 import pytest
 import trio
 
+from chaingate.metadata.store import MetaRows, NftRow, RefreshGrant, TokenRow
 from chaingate.metadata.uris import token_id_hex
 from chaingate.store import Store, open_store
-from chaingate.store.metarows import MetaRows, NftRow, RefreshGrant, TokenRow
 
 C1 = "0x" + "11" * 20
 C2 = "0x" + "22" * 20
@@ -37,7 +37,7 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def rows_of(store: Store) -> MetaRows:
-    return store
+    return MetaRows(store)
 
 
 def key(contract: str, token_id: int | None) -> tuple[str, str]:

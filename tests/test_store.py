@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from chaingate import config
+from chaingate.chain.store import CHAIN_TABLES, ChainCursor, ChainRows, StoredBlock
 from chaingate.store import (
     DuplicateKey,
     KeyRow,
@@ -35,7 +36,6 @@ from chaingate.store import (
     open_store,
 )
 from chaingate.store.base import ChainClaim, network_tables, register_network_table
-from chaingate.store.chainrows import CHAIN_TABLES, ChainCursor, StoredBlock
 from chaingate.store.migrate import apply_pending, load_migrations, split_statements
 from chaingate.store.postgres import redact, to_pyformat
 
@@ -566,24 +566,24 @@ async def test_chain_window_saves_prunes_and_rewinds(store_url: str, tmp_path: P
 
     async with open_store(store_url, tmp_path) as s:
         await s.migrate()
-        assert await s.load_chain("ethereum", "mainnet") == (None, [])
-        await s.save_chain(
+        assert await ChainRows(s).load_chain("ethereum", "mainnet") == (None, [])
+        await ChainRows(s).save_chain(
             "ethereum", "mainnet", ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
             keep_from=2,
         )  # fmt: skip
-        cursor, rows = await s.load_chain("ethereum", "mainnet")
+        cursor, rows = await ChainRows(s).load_chain("ethereum", "mainnet")
         assert cursor == ChainCursor(5, "0xa5", 3)
         assert [r.number for r in rows] == [2, 3, 4, 5]  # block 1 fell out of the window
         assert rows[-1] == block(5)
         # A reorg to a shorter branch: 4' replaces 4, 5 goes, in one save.
-        await s.save_chain(
+        await ChainRows(s).save_chain(
             "ethereum", "mainnet", ChainCursor(4, "0xb4", 3), [block(4, "b")], keep_from=2
         )
-        cursor, rows = await s.load_chain("ethereum", "mainnet")
+        cursor, rows = await ChainRows(s).load_chain("ethereum", "mainnet")
         assert cursor == ChainCursor(4, "0xb4", 3)
         assert [(r.number, r.hash) for r in rows] == [(2, "0xa2"), (3, "0xa3"), (4, "0xb4")]
         # Another network's state is its own.
-        assert await s.load_chain("ethereum", "sepolia") == (None, [])
+        assert await ChainRows(s).load_chain("ethereum", "sepolia") == (None, [])
 
 
 async def test_claiming_another_chain_resets_only_that_networks_derived_state(
@@ -595,7 +595,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
     async with open_store(store_url, tmp_path) as s:
         await s.migrate()
         for network in ("devnet", "sepolia"):
-            await s.save_chain(
+            await ChainRows(s).save_chain(
                 "ethereum", network, ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
                 keep_from=2,
             )  # fmt: skip
@@ -603,27 +603,29 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
         # Rows kept before identities were recorded: they may come from any chain.
         first = await s.claim_chain("ethereum", "devnet", "0xgenesis:one")
         assert first == ChainClaim(None, True, {"chain_cursors": 1, "chain_blocks": 4})
-        assert await s.load_chain("ethereum", "devnet") == (None, [])
+        assert await ChainRows(s).load_chain("ethereum", "devnet") == (None, [])
         assert await s.chain_identity("ethereum", "devnet") == "0xgenesis:one"
         # The same chain again: nothing happens to what the follower stores from now on.
-        await s.save_chain(
+        await ChainRows(s).save_chain(
             "ethereum", "devnet", ChainCursor(1, "0xa1", -1), [block(1)], keep_from=0
         )
         assert await s.claim_chain("ethereum", "devnet", "0xgenesis:one") == ChainClaim(
             "0xgenesis:one", False, {}
         )
-        assert (await s.load_chain("ethereum", "devnet"))[0] == ChainCursor(1, "0xa1", -1)
+        assert (await ChainRows(s).load_chain("ethereum", "devnet"))[0] == ChainCursor(
+            1, "0xa1", -1
+        )
         # Another chain: reset, and recorded.
         again = await s.claim_chain("ethereum", "devnet", "0xgenesis:two")
         assert again == ChainClaim("0xgenesis:one", True, {"chain_cursors": 1, "chain_blocks": 1})
-        assert await s.load_chain("ethereum", "devnet") == (None, [])
+        assert await ChainRows(s).load_chain("ethereum", "devnet") == (None, [])
         assert await s.chain_identity("ethereum", "devnet") == "0xgenesis:two"
         # A new identity on an empty network still says it reset (the chain changed).
         assert await s.claim_chain("ethereum", "devnet", "0xgenesis:three") == ChainClaim(
             "0xgenesis:two", True, {}
         )
         # Other networks and everything not derived from a chain are untouched.
-        cursor, rows = await s.load_chain("ethereum", "sepolia")
+        cursor, rows = await ChainRows(s).load_chain("ethereum", "sepolia")
         assert cursor == ChainCursor(5, "0xa5", 3) and len(rows) == 4
         assert await s.get_account(account.id) == account
         assert await s.chain_identity("ethereum", "sepolia") is None
@@ -632,7 +634,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
             "chain_cursors": 1,
             "chain_blocks": 4,
         }
-        assert await s.load_chain("ethereum", "sepolia") == (None, [])
+        assert await ChainRows(s).load_chain("ethereum", "sepolia") == (None, [])
         assert await s.reset_network("ethereum", "sepolia") == {}
 
 

@@ -27,10 +27,10 @@ from eth_account.messages import encode_defunct
 from chaingate.aa.paymaster import decode_paymaster_data, verifying_paymaster_hash
 from chaingate.aa.userop import UserOperation, handle_ops_calldata, user_op_hash
 from chaingate.auth import admin
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.keeper import refresh_price_feeds
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address

@@ -25,8 +25,8 @@ from eth_account import Account
 from psycopg import sql
 
 from chaingate.auth import admin
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.store import open_store
 from tests.conftest import DEVNET_SIGNER, PG_URL
 from tests.test_indexer_restart import wait_for_health

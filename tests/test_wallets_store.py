@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from chaingate.store import Store, open_store
-from chaingate.store.walletrows import (
+from chaingate.wallets.store import (
     Counts,
     Deployment,
     PolicyRow,
     Settlement,
     SponsorshipRow,
     WalletRow,
+    WalletRows,
 )
 
 NET = ("ethereum", "devnet")
@@ -38,7 +39,7 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
 async def _settled(store: Store) -> tuple[str, str]:
     """A wallet deployed by, and a sponsorship settled in, block BLOCK; (policy, account)."""
     account = (await store.create_account("w@t", "free")).id
-    await store.add_wallet(
+    await WalletRows(store).add_wallet(
         WalletRow(
             chain=NET[0],
             network=NET[1],
@@ -52,7 +53,7 @@ async def _settled(store: Store) -> tuple[str, str]:
         )
     )
     policy = f"gp_{account[-8:]}"
-    await store.add_policy(
+    await WalletRows(store).add_policy(
         PolicyRow(
             id=policy,
             account_id=account,
@@ -66,7 +67,7 @@ async def _settled(store: Store) -> tuple[str, str]:
             updated_at=1,
         )
     )
-    await store.reserve_sponsorship(
+    await WalletRows(store).reserve_sponsorship(
         account,
         SponsorshipRow(
             id=f"sp_{account[-8:]}",
@@ -87,8 +88,10 @@ async def _settled(store: Store) -> tuple[str, str]:
         wants=lambda _: Counts(),
         decide=lambda policy, usage: None,
     )
-    await store.record_deployments(*NET, [Deployment(WALLET, 5, BLOCK, "0x" + "dd" * 32, 5000)])
-    settled = await store.settle_sponsorships(
+    await WalletRows(store).record_deployments(
+        *NET, [Deployment(WALLET, 5, BLOCK, "0x" + "dd" * 32, 5000)]
+    )
+    settled = await WalletRows(store).settle_sponsorships(
         *NET, [Settlement(HASH, 5, BLOCK, "0x" + "dd" * 32, 4 * 10**14, True)]
     )
     assert settled == 1
@@ -99,23 +102,23 @@ async def test_a_new_chain_forgets_deployments_and_settlements_but_keeps_the_rec
     store: Store,
 ) -> None:
     policy, account = await _settled(store)
-    ledger = await store.policy_ledger(policy, now_ms=100)
+    ledger = await WalletRows(store).policy_ledger(policy, now_ms=100)
     assert (ledger.settled_operations, ledger.settled_usd) == (1, 1_200_000)
     deleted = await store.reset_network(*NET)
     assert deleted["wallet_deployments"] == 1
     assert deleted["sponsorships.settled_block"] == 1
-    [wallet] = await store.get_wallet(account, WALLET)
+    [wallet] = await WalletRows(store).get_wallet(account, WALLET)
     assert wallet.deploy_tx is None  # counterfactual again; the record stays
-    ledger = await store.policy_ledger(policy, now_ms=100)
+    ledger = await WalletRows(store).policy_ledger(policy, now_ms=100)
     assert ledger.settled_operations == 0 and ledger.released_operations == 1
     assert await store.reset_network(*NET) == {}  # nothing left to forget
 
 
 async def test_a_reorg_undoes_its_blocks_deployments_and_settlements(store: Store) -> None:
     policy, account = await _settled(store)
-    await store.revert_block(*NET, "0x" + "ee" * 32)  # another block: nothing changes
-    assert (await store.policy_ledger(policy, now_ms=100)).settled_operations == 1
-    await store.revert_block(*NET, BLOCK)
-    [wallet] = await store.get_wallet(account, WALLET)
+    await WalletRows(store).revert_block(*NET, "0x" + "ee" * 32)  # another block: nothing changes
+    assert (await WalletRows(store).policy_ledger(policy, now_ms=100)).settled_operations == 1
+    await WalletRows(store).revert_block(*NET, BLOCK)
+    [wallet] = await WalletRows(store).get_wallet(account, WALLET)
     assert wallet.deploy_tx is None
-    assert (await store.policy_ledger(policy, now_ms=100)).settled_operations == 0
+    assert (await WalletRows(store).policy_ledger(policy, now_ms=100)).settled_operations == 0

@@ -44,7 +44,6 @@ from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher, IPAddress, OutboundPolicy, TcpConnector
 from chaingate.store import Store, open_store
 from chaingate.store.base import new_id
-from chaingate.store.webhookrows import Attempt, Due, NewEvent, OutboxEvent, WebhookRow
 from chaingate.webhooks.delivery import (
     Admission,
     Dispatcher,
@@ -54,6 +53,7 @@ from chaingate.webhooks.delivery import (
 )
 from chaingate.webhooks.mailer import Mailer, MailError
 from chaingate.webhooks.model import event_id
+from chaingate.webhooks.store import Attempt, Due, NewEvent, OutboxEvent, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import VARIANT_A, VARIANT_B, Variant, new_secret, verify_a
 from tests.webhook_receiver import Receiver, tls_pair
 
@@ -123,7 +123,7 @@ async def make_webhook(store: Store, account_id: str, url: str, variant: Variant
         created_at=now,
         updated_at=now,
     )
-    return await store.create_webhook(row, limit=0)
+    return await WebhookRows(store).create_webhook(row, limit=0)
 
 
 async def add_events(store: Store, variant: Variant, hook: WebhookRow, count: int) -> list[str]:
@@ -149,7 +149,7 @@ async def add_events(store: Store, variant: Variant, hook: WebhookRow, count: in
             created_at_ms=now,
         )
 
-    assert await store.add_events(events, render) == count
+    assert await WebhookRows(store).add_events(events, render) == count
     return [e.id for e in events]
 
 
@@ -164,7 +164,7 @@ def make_dispatcher(
     **settings: Any,
 ) -> Dispatcher:
     return Dispatcher(
-        store,
+        WebhookRows(store),
         variant,
         WebhookSettings(variant=variant.name, **settings),  # type: ignore[arg-type]
         fetcher,
@@ -175,12 +175,12 @@ def make_dispatcher(
 
 
 async def attempts_of(store: Store, hook: WebhookRow, event: str | None = None) -> list[Attempt]:
-    found, _ = await store.list_webhook_attempts(hook.id, event, offset=0, limit=100)
+    found, _ = await WebhookRows(store).list_webhook_attempts(hook.id, event, offset=0, limit=100)
     return sorted(found, key=lambda a: (a.event_id, a.attempt))
 
 
 async def event_row(store: Store, hook: WebhookRow, event: str) -> OutboxEvent:
-    row = await store.get_webhook_event(hook.id, event)
+    row = await WebhookRows(store).get_webhook_event(hook.id, event)
     assert row is not None
     return row
 
@@ -419,7 +419,9 @@ async def test_an_event_is_delivered_once_signed_with_both_secrets_of_a_rotation
         hook = await make_webhook(store, account.id, url, variant)
         previous, current = hook.secret, new_secret()
         now = store.clock()
-        await store.rotate_webhook_secret(account.id, hook.id, current, now + 3_600_000, now)
+        await WebhookRows(store).rotate_webhook_secret(
+            account.id, hook.id, current, now + 3_600_000, now
+        )
         [event] = await add_events(store, variant, hook, 1)
         dispatcher = make_dispatcher(store, variant, fetcher)
         registry = Registry()
@@ -521,7 +523,7 @@ async def test_variant_a_retries_on_schedule_then_pauses_and_mails_the_owner_onc
         assert {(a.status, a.error) for a in attempts} == {(500, "receiver answered 500")}
         row = await event_row(store, hook, event)
         assert (row.state, row.attempts, row.retries, row.last_status) == ("failed", 6, 6, 500)
-        paused = await store.get_webhook(account.id, hook.id)
+        paused = await WebhookRows(store).get_webhook(account.id, hook.id)
         assert paused is not None and paused.status == "paused"
         assert paused.status_reason == (
             f"5 retries of event {event} failed (last: receiver answered 500)"
@@ -582,7 +584,7 @@ async def test_variant_b_fails_the_event_after_seven_retries_and_keeps_the_webho
         assert gaps == pytest.approx([1, 5, 30, 300, 1800, 7200, 28800], abs=0.25)
         row = await event_row(store, hook, event)
         assert (row.state, row.attempts, row.retries, row.last_status) == ("failed", 8, 8, 503)
-        active = await store.get_webhook(account.id, hook.id)
+        active = await WebhookRows(store).get_webhook(account.id, hook.id)
         assert active is not None and (active.status, active.status_reason) == ("active", None)
         assert receiver.received[8].json()["id"] == later
         stats = dispatcher.stats
@@ -649,7 +651,9 @@ async def test_timeouts_dropped_connections_redirects_and_gone(
             due_after = row.next_attempt_at - (attempt.started_at + attempt.latency_ms)
             assert 9_990 <= due_after <= 10_010
         assert (gone.status, rows["/gone"].state) == (410, "failed")
-        statuses = {p: await store.get_webhook(account.id, h.id) for p, h in hooks.items()}
+        statuses = {
+            p: await WebhookRows(store).get_webhook(account.id, h.id) for p, h in hooks.items()
+        }
         assert {p: (w.status, w.status_reason) for p, w in statuses.items() if w} == {
             "/hang": ("active", None),
             "/drop": ("active", None),
@@ -793,9 +797,11 @@ async def test_claims_come_in_outbox_order_before_and_after_the_outbox_is_analyz
         account = await store.create_account("owner@example.com", "free")
         hook = await make_webhook(store, account.id, "https://receiver.example/", VARIANT_A)
         events = await add_events(store, VARIANT_A, hook, 30)
-        first = await store.claim_due_events(store.clock(), 10, 60_000)
-        await store.analyze_outbox()  # PostgreSQL's statistics refreshed (SQLite's too)
-        second = await store.claim_due_events(store.clock(), 100, 60_000)
+        first = await WebhookRows(store).claim_due_events(store.clock(), 10, 60_000)
+        await WebhookRows(
+            store
+        ).analyze_outbox()  # PostgreSQL's statistics refreshed (SQLite's too)
+        second = await WebhookRows(store).claim_due_events(store.clock(), 100, 60_000)
     assert [d.event.id for d in first + second] == events  # by sequence, each once
     assert [d.event.sequence for d in first + second] == list(range(1, 31))
 

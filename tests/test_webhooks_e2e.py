@@ -28,9 +28,9 @@ import trio
 from standardwebhooks.webhooks import Webhook
 
 from chaingate.auth import admin
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.gateway import Gateway

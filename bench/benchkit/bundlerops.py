@@ -19,7 +19,7 @@ import trio
 
 from chaingate.aa import accounts, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
-from chaingate.devnet.manifest import Manifest
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey

@@ -29,13 +29,13 @@ from chaingate import config
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.bundler.service import bundler_key
+from chaingate.config.manifest import Manifest
 from chaingate.devnet import anvil, chainfile, persist
 from chaingate.devnet.demo import ipfs_documents
 from chaingate.devnet.devkeys import KEYS_FILE, issue_dev_keys
 from chaingate.devnet.ipfsgateway import serve_ipfs_gateway
 from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey, load_or_create_key

@@ -1,10 +1,14 @@
-"""The whole chaingate process: one nursery owning every service, one port for every client.
+"""The whole chaingate process: the composition root.
 
-``Gateway.run`` starts, in order: each chain/network's RPC service (its upstream pool), the
-REST app's lifespan, the access-log flusher, and the edge listener; it then reports the bound
-port and waits for ``shutdown()``.  Shutdown is graceful: the edge stops accepting and drains
-(in-flight requests finish, up to ``server.shutdown_grace``), the REST app runs its shutdown
-hooks, and only then is everything else cancelled.
+``Gateway`` opens the store, builds each subsystem's service object and the front door, and
+``run`` starts them.  Each service object has ``run(nursery)`` — what serves requests — and
+``run_writers(nursery)`` — the single writers of a network's rows (followers, indexers,
+trackers, mempools, matchers...), which one process per network runs — and ``shutdown()``.
+The order: every service's ``run`` (auth, the chains' proxies, gas, data, wallets, bundler,
+webhooks), then their writers, the followers last (every consumer of their events is up by
+then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
+Shutdown is graceful: the front door drains first (in-flight requests finish, up to
+``server.shutdown_grace``), then the rest is cancelled.
 """
 
 from __future__ import annotations
@@ -12,49 +16,43 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import trio
 
-from chaingate import __version__
-from chaingate.api.app import create_app
-from chaingate.api.build import build_api, load_costs
 from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Gate, OpenGate
-from chaingate.auth.keygate import KeyGate, KeyRegistry
-from chaingate.auth.plans import Plans
-from chaingate.auth.shared import SharedLimits
-from chaingate.auth.usage import UsageWriter
+from chaingate.auth.keygate import KeyRegistry
+from chaingate.auth.service import AuthService
 from chaingate.bundler.service import BundlerService
-from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
-from chaingate.chain.follower import Follower
-from chaingate.config import ConfigError, Settings, config_file, methods_path
+from chaingate.chain.service import ChainService
+from chaingate.config import Settings, methods_path
 from chaingate.data.service import DataPlane
-from chaingate.edge.asgi import AsgiBridge
-from chaingate.edge.lane import build_lane
-from chaingate.edge.routes import Routes
-from chaingate.edge.server import EdgeServer
-from chaingate.gas.oracle import GasOracle
+from chaingate.frontdoor import FrontDoor
+from chaingate.gas.service import GasService
+from chaingate.gateway_metrics import register_edge_families, register_service_families
 from chaingate.impl import Impl, select
-from chaingate.obs.gateway_families import register_edge_families, register_service_families
-from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry
-from chaingate.obs.sink import LogSink, stderr_sink
 from chaingate.outbound import Fetcher, OutboundPolicy
-from chaingate.rpc.local import LocalRpc
-from chaingate.rpc.local import load_costs as load_rpc_costs
 from chaingate.rpc.methods import MethodTable
-from chaingate.rpc.service import RpcService
 from chaingate.store import Store, open_store
 from chaingate.wallets.service import WalletService
 from chaingate.wallets.signer import paymaster_signer
 from chaingate.webhooks.service import WebhookService, webhook_delivery_fetcher
-from chaingate.ws.endpoint import WsEndpoint
 
 log = logging.getLogger("chaingate")
+
+
+class Service(Protocol):
+    """A subsystem as the root runs it: ``run`` and ``run_writers`` start tasks in the root's
+    nursery and return once they are ready; ``shutdown`` is called before they are cancelled."""
+
+    async def run(self, nursery: trio.Nursery) -> None: ...
+
+    async def run_writers(self, nursery: trio.Nursery) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class Gateway:
@@ -76,235 +74,116 @@ class Gateway:
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
-        self.keys: KeyRegistry | None = None
-        self.usage_writer: UsageWriter | None = None
-        self.shared: SharedLimits | None = None
         if settings.auth.enabled or _follows_any(settings):
             self.store = open_store(
                 settings.store.url,
                 Path(settings.data_dir).expanduser(),
                 pool_size=settings.store.pool_size,
             )
+        # API keys, plans and usage (chaingate.auth), unless a gate is given.
+        self.auth: AuthService | None = None
         if gate is None and settings.auth.enabled:
-            gate = self._key_gate(settings)
-        self.gate: Gate = gate or OpenGate()
-        methods = MethodTable.load(methods_path(settings))
-        self.services: dict[str, RpcService] = {}
-        for chain, networks in settings.chains.items():
-            for network, net in networks.items():
-                self.services[f"{chain}/{network}"] = RpcService(
-                    chain,
-                    network,
-                    net,
-                    settings.rpc,
-                    methods,
-                    self.impl,
-                    self.gate,
-                    logs_range_of=self._logs_range_of if self.keys is not None else None,
-                )
-        # Chaingate's own calls to each EVM network, and its chain follower.
-        self.clients: dict[str, ChainClient] = {}
-        self.followers: dict[str, Follower] = {}
-        for key, service in self.services.items():
-            net = service.settings
-            if net.family != "evm":
-                continue
-            client = ChainClient(
-                service.pool,
-                timeout=settings.rpc.request_timeout,
-                max_batch=min(u.max_batch for u in net.upstreams),
-            )
-            self.clients[key] = client
-            if net.follower.enabled and self.store is not None:
-                self.followers[key] = Follower(
-                    service.chain,
-                    service.network,
-                    client,
-                    self.store,
-                    net.follower,
-                    finality_depth=net.finality_depth,
-                    block_time=net.block_time,
-                    ws_urls=[u.ws_url for u in net.upstreams if u.ws_url],
-                )
+            assert self.store is not None
+            self.auth = AuthService(settings, self.store, self.impl)
+        self.gate: Gate = gate or (self.auth.gate if self.auth is not None else OpenGate())
+        # Each network's proxy, chaingate's own client of it, and its follower.
+        self.chain = ChainService(
+            settings,
+            MethodTable.load(methods_path(settings)),
+            self.impl,
+            self.gate,
+            self.store,
+            logs_range_of=self.auth.logs_range_of if self.auth is not None else None,
+        )
+        networks = self.chain.networks
+        followers, clients = self.chain.followers, self.chain.clients
         # Gas prices, recomputed by each followed network's oracle on every new head.
-        self.gas_oracles: dict[str, GasOracle] = {}
-        self._gas_streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        for key, follower in self.followers.items():
-            service = self.services[key]
-            self.gas_oracles[key] = GasOracle(
-                service.chain, service.network, service.settings, self.clients[key]
-            )
-            self._gas_streams[key] = follower.subscribe("gas")
-        # Token/NFT data of each followed network (chaingate.data): its index, fed by its
-        # follower, and its metadata, fetched through the SSRF-safe outbound fetcher.
+        self.gas = GasService(followers, clients, networks)
+        # Token/NFT data (chaingate.data), fetched through the SSRF-safe outbound fetcher;
+        # wallets and sponsorship; the ERC-4337 bundler; signed webhooks.
         self.fetcher = Fetcher(outbound_policy or _outbound_policy(settings))
         self.data: DataPlane | None = None
-        if self.store is not None:
-            self.data = DataPlane(
-                self.store,
-                self.followers,
-                self.clients,
-                {key: service.settings for key, service in self.services.items()},
-                self.fetcher,
-            )
-        # Smart wallets, gas policies and sponsorship (chaingate.wallets).
         self.wallets: WalletService | None = None
-        if self.store is not None:
-            self.wallets = WalletService(
-                self.store,
-                self.followers,
-                self.clients,
-                {key: service.settings for key, service in self.services.items()},
-                paymaster_signer(settings),
-            )
-        # The ERC-4337 bundler (chaingate.bundler): its mempool in the store, its loops in a
-        # nursery of its own.
         self.bundler: BundlerService | None = None
+        self.webhooks: WebhookService | None = None
+        if self.store is not None:
+            self.data = DataPlane(self.store, followers, clients, networks, self.fetcher)
+            self.wallets = WalletService(
+                self.store, followers, clients, networks, paymaster_signer(settings)
+            )
         if self.store is not None and settings.bundler.enabled:
             self.bundler = BundlerService(
-                self.store,
-                settings.bundler,
-                self.followers,
-                self.clients,
-                {key: service.settings for key, service in self.services.items()},
+                self.store, settings.bundler, followers, clients, networks
             )
-        # Signed webhooks (chaingate.webhooks): matched on the followers, delivered from the
-        # outbox through a fetcher of their own (keep-alive connections per receiver).
-        self.webhooks: WebhookService | None = None
         if self.store is not None and settings.webhooks.enabled:
             self.webhooks = WebhookService(
                 self.store,
                 settings.webhooks,
-                self.followers,
-                self.clients,
-                {key: service.settings for key, service in self.services.items()},
+                followers,
+                clients,
+                networks,
                 webhook_fetcher or webhook_delivery_fetcher(self.fetcher.policy, settings.webhooks),
                 limits=self.keys.account_limits if self.keys is not None else lambda _a: None,
                 metadata=self.data.metadata if self.data is not None else None,
             )
         self.registry = Registry()
-        self.access_log = AccessLog(
-            enabled=settings.observability.access_log,
-            sink=_log_sink(access_stream, settings.observability.log_buffer_bytes),
-        )
-        # A sink of this gateway's own (a given stream) ends with it: its writer thread too.
-        self._own_sink = self.access_log.sink if access_stream is not None else None
-        # The REST plane: routes priced from config/rest.toml, served by the ASGI app.
-        self.rest = build_api(self._api_deps(), load_costs(config_file(settings, "rest.toml")))
-        self.asgi = AsgiBridge(create_app(self.rest), (settings.server.host, settings.server.port))
-        self.bundlers = self._bundler_endpoints(settings)
-        self.routes = Routes(
-            self.services,
-            self.asgi,
-            self.rest,
+        self.front = FrontDoor(
+            settings,
+            self.impl,
+            self.chain,
             self.gate,
             self.registry,
-            self.access_log,
-            settings.observability.admin_token,
-            self.impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
-            self.impl.jsonrpc,
-            self.bundlers,
+            self._api_deps(),
+            [s for s in (self.wallets, self.bundler) if s is not None],
+            limits_of=self.keys.limits_of if self.keys is not None else None,
+            rest_version=self.data.version if self.data is not None else None,
+            access_stream=access_stream,
         )
-        # Cached REST answers die with the data under them: when any index moves.
-        if self.data is not None:
-            self.routes.rest_cache.version = self.data.version
-        # WebSocket subscriptions: upgraded by the edge, fed by each network's follower.
-        self.ws = WsEndpoint(
-            self.services,
-            self.gate,
-            self.access_log,
-            settings.ws,
-            self.keys.limits_of if self.keys is not None else None,
-        )
-        self.ws.attach(self.followers, self.clients)
-        # One budget of answer bytes for every RPC service (rpc/answers.py): batches being
-        # assembled that hold all of it make the edge shed new work at the door.
-        self.answers = RpcService.share_answers(
-            self.services.values(),
-            self.impl.fastlane.AnswerBudget(settings.rpc.max_assembling_bytes),
-        )
-        self.lane = build_lane(self.impl, self.services, self.gate, self.routes, self.access_log)
-        self.edge = EdgeServer(
-            settings.server,
-            self.impl,
-            self.routes,
-            self.lane,
-            self.answers,
-            self.ws,
-            _reserved_fds(settings),
-        )
-        self._shutdown = trio.Event()
+        # What tests, benches and /metrics read by name.
+        self.services, self.clients, self.followers = self.chain.services, clients, followers
+        self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
+        self.rest, self.asgi = self.front.rest, self.front.asgi
+        self.bundlers, self.routes, self.ws = self.front.bundlers, self.front.routes, self.front.ws
+        self.answers, self.lane, self.edge = self.front.answers, self.front.lane, self.front.edge
         register_service_families(self)
         register_edge_families(self)
-        self.ws.register_metrics(self.registry)
-        if self.data is not None:
-            self.data.register_metrics(self.registry)
-        if self.wallets is not None:
-            self.wallets.register_metrics(self.registry)
-        if self.bundler is not None:
-            self.bundler.register_metrics(self.registry)
-        if self.webhooks is not None:
-            self.webhooks.register_metrics(self.registry)
-        # Each follower witnesses its pool's heads (rpc/heads.py).
-        for key, follower in self.followers.items():
-            self.services[key].pool.witness = follower
+        for part in (self.ws, self.data, self.wallets, self.bundler, self.webhooks):
+            if part is not None:
+                part.register_metrics(self.registry)
+        self.chain.witness_heads()
+        self._shutdown = trio.Event()
 
-    def _bundler_endpoints(self, settings: Settings) -> dict[str, LocalRpc]:
-        """``/v1/bundler/{chain}/{network}`` of each EVM network: JSON-RPC answered in
-        process, by the methods each subsystem registers (ERC-7677 from the wallets)."""
-        endpoints = {key: LocalRpc(key) for key in self.clients}
-        costs = load_rpc_costs(config_file(settings, "bundler.toml"))
-        try:
-            if self.wallets is not None:
-                self.wallets.register_rpc(endpoints, costs)
-            if self.bundler is not None:
-                self.bundler.register_rpc(endpoints, costs)
-        except KeyError as exc:
-            raise ConfigError(f"config/bundler.toml does not price {exc.args[0]}") from None
-        return endpoints
+    @property
+    def keys(self) -> KeyRegistry | None:
+        """The key registry (None without API keys, or with a given gate)."""
+        return self.auth.keys if self.auth is not None else None
+
+    @property
+    def usage_writer(self) -> Any:
+        return self.auth.usage_writer if self.auth is not None else None
+
+    @property
+    def shared(self) -> Any:
+        return self.auth.shared if self.auth is not None else None
+
+    @property
+    def port(self) -> int:
+        return self.edge.port
+
+    def health(self) -> dict[str, Any]:
+        return self.chain.health()
 
     def _api_deps(self) -> ApiDeps:
         return ApiDeps(
             health=self.health,
             store=self.store,
-            evm_networks={
-                key: service.settings
-                for key, service in self.services.items()
-                if service.settings.family == "evm"
-            },
-            gas_oracles=self.gas_oracles,
+            evm_networks={k: n for k, n in self.chain.networks.items() if n.family == "evm"},
+            gas_oracles=self.gas.oracles,
             indexes=self.data.readers if self.data is not None else {},
             metadata=self.data.metadata if self.data is not None else {},
             wallets=self.wallets,
             webhooks=self.webhooks,
         )
-
-    def _logs_range_of(self, principal: Any) -> int:
-        """The widest eth_getLogs range a caller's plan allows (0: the network's limit)."""
-        assert self.keys is not None
-        limits = self.keys.limits_of(principal)
-        return limits.logs_max_block_range if limits is not None else 0
-
-    def _key_gate(self, settings: Settings) -> KeyGate:
-        if not settings.auth.pepper:
-            raise ConfigError(
-                "auth.pepper is required when API keys are enabled: set CHAINGATE_AUTH__PEPPER "
-                "to a long random secret (it must stay the same, or every key stops working)"
-            )
-        assert self.store is not None
-        plans = Plans.load(config_file(settings, settings.auth.plans_file))
-        self.keys = KeyRegistry(self.store, plans, settings.auth.pepper.encode(), self.impl.limiter)
-        key_gate = KeyGate(self.keys, self.impl.limiter, self.impl.fastlane)
-        self.usage_writer = UsageWriter(self.store, key_gate.meter, self.keys)
-        if settings.auth.redis_url:
-            self.shared = key_gate.shared = SharedLimits(
-                settings.auth.redis_url, self.keys.account_quota
-            )
-        return key_gate
-
-    @property
-    def port(self) -> int:
-        return self.edge.port
 
     def shutdown(self) -> None:
         """Begin a graceful shutdown (idempotent)."""
@@ -320,54 +199,20 @@ class Gateway:
                         log.info("store migrated", extra={"fields": {"applied": applied}})
                 await self._run(task_status)
         finally:
-            if self._own_sink is not None:
-                self._own_sink.close()
+            self.front.close()
 
     async def _run(self, task_status: trio.TaskStatus[int]) -> None:
+        parts: list[Service | None] = [self.auth, self.chain, self.gas, self.data]
+        parts += [self.wallets, self.bundler, self.webhooks]
+        services = [part for part in parts if part is not None]
         async with trio.open_nursery() as nursery:
-            if self.keys is not None and self.usage_writer is not None:
-                auth = self.settings.auth
-                await nursery.start(self.keys.run, auth.refresh_interval)
-                nursery.start_soon(self.usage_writer.run, auth.usage_flush_interval)
-            if self.shared is not None:
-                nursery.start_soon(self.shared.run)
-            for service in self.services.values():
-                await nursery.start(service.run)
-            for key, oracle in self.gas_oracles.items():
-                await nursery.start(oracle.run, self._gas_streams[key])
-            if self.data is not None:
-                await nursery.start(self.data.run)
-            if self.wallets is not None:
-                await nursery.start(self.wallets.run)
-            if self.bundler is not None:
-                await nursery.start(self.bundler.run)
-            if self.webhooks is not None:
-                await nursery.start(self.webhooks.run)
-            for follower in self.followers.values():
-                await nursery.start(follower.run)
-            await nursery.start(self.ws.run)
-            await nursery.start(self.asgi.lifespan)
-            nursery.start_soon(self.access_log.run)
-            edge_done = trio.Event()
-
-            async def serve_edge(task_status: trio.TaskStatus[int]) -> None:
-                try:
-                    await self.edge.serve(task_status=task_status)
-                finally:
-                    edge_done.set()
-
-            port = await nursery.start(serve_edge)
-            self.asgi.server = (self.settings.server.host, port)
-            log.info(
-                "chaingate listening",
-                extra={
-                    "fields": {
-                        "host": self.settings.server.host,
-                        "port": port,
-                        "impl": self.impl.name,
-                    }
-                },
-            )
+            for service in services:  # what serves requests
+                await service.run(nursery)
+            for service in [s for s in services if s is not self.chain] + [self.chain]:
+                await service.run_writers(nursery)  # the followers last: their consumers are up
+            port = await self.front.run(nursery)
+            fields = {"host": self.settings.server.host, "port": port, "impl": self.impl.name}
+            log.info("chaingate listening", extra={"fields": fields})
             # Everything built at start-up lives as long as the process: out of the collector's
             # way, so that a full collection walks only what requests leave behind (it took
             # ~20 ms, a stall for every connection, before).
@@ -375,48 +220,10 @@ class Gateway:
             task_status.started(port)
             await self._shutdown.wait()
             log.info("shutting down: draining connections")
-            self.edge.begin_shutdown()
-            with trio.move_on_after(self.settings.server.shutdown_grace):
-                await edge_done.wait()
-            self.asgi.request_shutdown()
+            await self.front.shutdown()
+            for service in reversed(services):
+                service.shutdown()
             nursery.cancel_scope.cancel()
-
-    def health(self) -> dict[str, Any]:
-        # Never raises, whatever a component holds: one odd value (say a head of 5,000 hex
-        # digits) must not turn the health of every network into a 500.
-        def number(value: Any) -> int | None:
-            return value if type(value) is int and -(1 << 63) <= value < 1 << 64 else None
-
-        networks = []
-        healthy = True
-        for key, service in self.services.items():
-            entry: dict[str, Any] = {"chain": service.chain, "network": service.network}
-            try:
-                up = service.pool.upstreams_up
-                entry["upstreams"] = len(service.pool.upstreams)
-                entry["upstreams_up"] = up
-                entry["head"] = number(service.pool.head)
-                follower = self.followers.get(key)
-                if follower is not None:
-                    block, finalized = follower.progress
-                    entry["follower"] = {
-                        "block": number(block),
-                        "finalized": number(finalized),
-                        "live": bool(follower.live),
-                    }
-            except Exception:
-                log.exception(
-                    "health: network state unreadable", extra={"fields": {"network": key}}
-                )
-                entry["error"] = "state unreadable"
-                up = 0
-            healthy = healthy and up > 0
-            networks.append(entry)
-        return {
-            "status": "ok" if healthy else "degraded",
-            "version": __version__,
-            "networks": networks,
-        }
 
 
 def _outbound_policy(settings: Settings) -> OutboundPolicy:
@@ -426,26 +233,6 @@ def _outbound_policy(settings: Settings) -> OutboundPolicy:
         allow_cidrs=outbound.allow_cidrs,
         allowed_ports=outbound.allowed_ports,
     )
-
-
-def _log_sink(stream: IO[bytes] | None, max_bytes: int) -> LogSink:
-    """The access log's sink: its own on a given stream, else the process's stderr sink."""
-    if stream is not None:
-        return LogSink(stream, max_bytes)
-    sink = stderr_sink()
-    sink.max_bytes = max_bytes
-    return sink
-
-
-def _reserved_fds(settings: Settings) -> int:
-    """Descriptors the edge must leave for chaingate's own connections."""
-    upstream = sum(
-        u.max_connections + (1 if u.ws_url else 0)
-        for networks in settings.chains.values()
-        for net in networks.values()
-        for u in net.upstreams
-    )
-    return upstream + settings.store.pool_size + 8  # + Redis and the store's files
 
 
 def _follows_any(settings: Settings) -> bool:

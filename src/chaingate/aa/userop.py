@@ -20,7 +20,7 @@ from chaingate.evm.addresses import address_bytes, checksum_address
 from chaingate.evm.keccak import keccak256
 
 if TYPE_CHECKING:
-    from chaingate.devnet.manifest import Manifest
+    from chaingate.config.manifest import Manifest
 
 Version = Literal["0.6", "0.7"]
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")

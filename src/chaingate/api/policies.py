@@ -21,10 +21,10 @@ from chaingate.api.sponsor import SponsorOperation, to_user_operation
 from chaingate.api.types import Address, ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.api.walletsupport import account_of, service_of, unavailable
-from chaingate.store.walletrows import Ledger, PolicyRow
 from chaingate.text import first_unprintable
 from chaingate.wallets.model import Evaluation, PolicyRefused
 from chaingate.wallets.rules import RuleError, Rules, parse_rules, usd_text
+from chaingate.wallets.store import Ledger, PolicyRow
 
 
 class CreatePolicy(msgspec.Struct, forbid_unknown_fields=True):

@@ -22,7 +22,7 @@ from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, Paged25, Uint256
 from chaingate.api.walletsupport import account_of, service_of, unavailable
-from chaingate.store.walletrows import WalletRow
+from chaingate.wallets.store import WalletRow
 
 
 class CreateWallet(msgspec.Struct, forbid_unknown_fields=True):

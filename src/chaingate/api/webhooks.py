@@ -29,11 +29,11 @@ from chaingate.api.types import ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.evm.addresses import checksum_address
 from chaingate.store import new_id
-from chaingate.store.webhookrows import Attempt, OutboxEvent, WebhookLimitReached, WebhookRow
 from chaingate.wallets.model import account_of
 from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
 from chaingate.webhooks.model import Kind
 from chaingate.webhooks.service import MAX_URL_LENGTH, UrlRefused, WebhookService
+from chaingate.webhooks.store import Attempt, OutboxEvent, WebhookLimitReached, WebhookRow
 from chaingate.webhooks.variants import new_secret
 
 Url = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_URL_LENGTH)]

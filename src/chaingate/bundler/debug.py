@@ -10,10 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
-from chaingate.bundler.methods import address_param
 from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.reputation import ReputationEntry
-from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.bundler.rpcform import address_param, encode_user_operation
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 

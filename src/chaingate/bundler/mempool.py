@@ -33,7 +33,7 @@ any node call.
 
 Lifecycle: pending -> submitted (bundle tx) -> included | pending again (bundle dropped, or the
 block reorged away) | failed | dropped.  Every transition returns the new ``Entry`` so the
-caller persists exactly what changed (``chaingate.store.bundlerrows``).
+caller persists exactly what changed (``chaingate.bundler.store``).
 """
 
 from __future__ import annotations

@@ -25,13 +25,13 @@ from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.bundler.estimation import estimate_gas
 from chaingate.bundler.mempool import Entry
 from chaingate.bundler.network import BundlerNetwork
-from chaingate.bundler.rpcform import encode_user_operation, parse_user_operation
+from chaingate.bundler.receiptstore import ReceiptRow
+from chaingate.bundler.rpcform import address_param, encode_user_operation, parse_user_operation
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.rpc.errors import UpstreamError
 from chaingate.rpc.local import Handler, LocalRpc, RpcFault
-from chaingate.store.bundlerreceipts import ReceiptRow
 
 _logs = msgspec.json.Decoder(list[dict[str, Any]])
 
@@ -56,16 +56,6 @@ def _hash(params: Any) -> str:
             "Missing/invalid userOpHash: params: expected [userOpHash], 32 bytes as 0x-hex",
         )
     return "0x" + value[2:].lower()
-
-
-def address_param(value: Any, name: str) -> str:
-    """A parameter that must be an address, checksummed; -32602 naming it otherwise."""
-    try:
-        if not isinstance(value, str) or value[:2] not in ("0x", "0X") or len(value) != 42:
-            raise ValueError
-        return checksum_address(bytes.fromhex(value[2:]))
-    except ValueError:
-        raise BundlerFault(INVALID_PARAMS, f"{name}: expected an address") from None
 
 
 class BundlerMethods:

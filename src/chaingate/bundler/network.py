@@ -23,8 +23,10 @@ from chaingate.aa.userop import UserOperation, Version, handle_ops_calldata
 from chaingate.bundler.admission import Admission
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
+from chaingate.bundler.receiptstore import ReceiptRow
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
+from chaingate.bundler.store import BundlerRows
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
 from chaingate.bundler.tracing import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
@@ -33,7 +35,6 @@ from chaingate.evm import abi
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
-from chaingate.store.bundlerreceipts import ReceiptRow
 
 log = logging.getLogger("chaingate.bundler")
 
@@ -65,7 +66,7 @@ class BundlerNetwork:
         self.chain, self.network = key.split("/", 1)
         self.settings = settings
         self.client = client
-        self.store = store
+        self.store = BundlerRows(store)
         self.entry_points = entry_points
         self._versions = {address.lower(): version for version, address in entry_points.items()}
         self.mempool = mempool

@@ -20,11 +20,11 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_event
+from chaingate.bundler.receiptstore import BundlerReceiptRows, ReceiptRow
 from chaingate.chain.consumer import consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
 from chaingate.evm import abi
 from chaingate.store import Store
-from chaingate.store.bundlerreceipts import ReceiptRow
 
 log = logging.getLogger("chaingate.bundler")
 
@@ -103,7 +103,7 @@ class ReceiptTracker:
         reverted: Reverted,
         head: Head,
     ) -> None:
-        self.store = store
+        self.store = BundlerReceiptRows(store)
         self.chain = chain
         self.network = network
         self._entry_points = {a.lower() for a in entry_points}

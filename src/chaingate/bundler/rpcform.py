@@ -256,3 +256,13 @@ def encode_user_operation(op: UserOperation, version: Version) -> dict[str, Any]
         out["paymasterData"] = _hex(op.paymaster_data)
     out["signature"] = _hex(op.signature)
     return out
+
+
+def address_param(value: Any, name: str) -> str:
+    """A parameter that must be an address, checksummed; -32602 naming it otherwise."""
+    try:
+        if not isinstance(value, str) or value[:2] not in ("0x", "0X") or len(value) != 42:
+            raise ValueError
+        return checksum_address(bytes.fromhex(value[2:]))
+    except ValueError:
+        raise BundlerFault(INVALID_PARAMS, f"{name}: expected an address") from None

@@ -31,7 +31,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
-from chaingate.devnet.manifest import load_manifest
+from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
@@ -157,7 +157,21 @@ class BundlerService:
             if endpoint is not None:
                 BundlerMethods(net, debug=self.settings.debug).register(endpoint, costs)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """What serves requests: nothing to start (the methods ``register_rpc`` put on
+        each endpoint answer them)."""
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each network's mempool (loaded from the store), bundling loop and receipt
+        tracker: the single writers of its bundler rows."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         for key, net in self.networks.items():
             if net.chain_id is None:
                 await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)

@@ -16,8 +16,10 @@ makes the eth_call (the "unsafe mode" path: no tracing).
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any, Protocol
 
 import msgspec
@@ -141,18 +143,32 @@ def parse_validation_data(data: int) -> ParsedValidationData:
 # --- building the call -----------------------------------------------------------------------
 
 
+# Shipped with the package (``chaingate serve`` never runs npm): the deployedBytecode of the
+# pinned npm artifact, written and checked identical by ``python -m chaingate.devnet.shipped``.
+SIMULATIONS_V07 = "artifacts/EntryPointSimulations-v07.json"
+
+
+class ShippedCode(msgspec.Struct, frozen=True):
+    contract: str
+    source: str  # the npm package version it was taken from
+    sha256: str  # of the code: a damaged copy is refused
+    deployedBytecode: str
+
+
+def read_shipped_code(data: bytes) -> ShippedCode:
+    shipped = msgspec.json.decode(data, type=ShippedCode)
+    code = bytes.fromhex(shipped.deployedBytecode.removeprefix("0x"))
+    if not code or hashlib.sha256(code).hexdigest() != shipped.sha256:
+        raise RuntimeError(f"the shipped {shipped.contract} code does not match its sha256")
+    return shipped
+
+
 @functools.cache
 def simulations_code_v07() -> bytes:
     """EntryPointSimulations v0.7 runtime code from the pinned npm artifact (the reference
-    bundler puts the same deployedBytecode in its state override)."""
-    from chaingate.devnet.artifacts import aa_artifacts  # npm install on first use only
-
-    artifact = aa_artifacts({"sim": ("v07", "EntryPointSimulations")}, announce=lambda _: None)[
-        "sim"
-    ]
-    if not artifact.deployed_bytecode:
-        raise RuntimeError("the EntryPointSimulations artifact has no deployedBytecode")
-    return artifact.deployed_bytecode
+    bundler puts the same deployedBytecode in its state override), shipped in the package."""
+    data = (resources.files("chaingate.bundler") / SIMULATIONS_V07).read_bytes()
+    return bytes.fromhex(read_shipped_code(data).deployedBytecode.removeprefix("0x"))
 
 
 def validation_call(

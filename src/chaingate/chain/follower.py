@@ -46,10 +46,10 @@ from chaingate.chain.events import (
     transaction_hashes,
 )
 from chaingate.chain.heads import HeadNotifier
+from chaingate.chain.store import ChainCursor, StoredBlock
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
 from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
-from chaingate.store.chainrows import ChainCursor, StoredBlock
 
 log = logging.getLogger("chaingate.follower")
 
@@ -66,7 +66,7 @@ class Inconsistent(Exception):
 
 
 class ChainStore(Protocol):
-    """What the follower needs from the store (``chaingate.store.Store`` provides it)."""
+    """What the follower needs from the store (``chaingate.chain.store.ChainRows`` provides it)."""
 
     async def load_chain(
         self, chain: str, network: str

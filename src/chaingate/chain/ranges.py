@@ -7,7 +7,6 @@ the range's headers in batches, linkage checked.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,30 +15,12 @@ import msgspec
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Block, BlockHeader, Log, header_from_rpc, transaction_hashes
 from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
+from chaingate.rpc.spansizer import SpanSizer
 
 
 class FetchError(Exception):
     """The node's answers cannot be used as they are (a reorg while reading, a malformed
     object, a block it does not know): retry later."""
-
-
-class SpanSizer:
-    """The block span to ask a node for in one eth_getLogs: halved when the node refuses a
-    span, grown back by a quarter after a success at the full span.  Sans-IO: shared by the
-    follower's fetcher and the proxy's splitting of clients' ranges (rpc/logranges.py)."""
-
-    def __init__(self, max_range: int) -> None:
-        self.max_range = max(1, max_range)
-        self.span = self.max_range
-        self.splits = 0
-
-    def shrink(self, span: int) -> None:
-        self.span = max(1, span // 2)
-        self.splits += 1
-
-    def grow(self, span: int) -> None:
-        if span == self.span:
-            self.span = min(self.max_range, math.ceil(span * 1.25))
 
 
 class RangeFetcher(SpanSizer):

@@ -10,6 +10,6 @@
   transaction.
 * ``reader`` — the read model the REST endpoints use (``IndexReader``).
 
-The SQL lives in ``chaingate.store.indexrows``.  This package's ``__init__`` imports nothing:
+The SQL lives in ``chaingate.data.store``.  This package's ``__init__`` imports nothing:
 the store imports ``transfers`` and ``ledger``, and the indexer imports the store.
 """

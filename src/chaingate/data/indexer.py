@@ -1,6 +1,6 @@
 """The indexer service: one per followed EVM network, consuming the follower's event stream.
 
-State in the store (``chaingate.store.indexrows``): the index's own **cursor** (number and
+State in the store (``chaingate.data.store``): the index's own **cursor** (number and
 hash of the last block whose effects it holds), the hashes of the last ``keep`` blocks, every
 transfer, and the balances and counters derived from them.  Effects and cursor are committed
 in one transaction, and the cursor moves by compare-and-set, so a crash never loses or
@@ -51,10 +51,10 @@ from chaingate.data.fetch import (
 )
 from chaingate.data.ledger import ContractRow
 from chaingate.data.reader import IndexReader
+from chaingate.data.store import IndexConflict, IndexCursor, IndexRows, IndexState
 from chaingate.data.transfers import DecodedBlock, MetadataUpdate, NativeTransfer, decode_block
 from chaingate.rpc.errors import UpstreamError
-from chaingate.store.base import StoreError
-from chaingate.store.indexrows import IndexConflict, IndexCursor, IndexRows, IndexState
+from chaingate.store.base import Store, StoreError
 
 log = logging.getLogger("chaingate.indexer")
 
@@ -66,7 +66,7 @@ MIN_KEEP = 4096
 
 
 class IndexStore(Protocol):
-    """What the indexer needs from the store (``chaingate.store.indexrows.IndexRows``)."""
+    """What the indexer needs from the store (``chaingate.data.store.IndexRows``)."""
 
     async def load_index(self, chain: str, network: str) -> IndexState: ...
 
@@ -106,7 +106,7 @@ class Indexer:
         self,
         chain: str,
         network: str,
-        store: IndexRows,
+        store: Store,
         client: ChainClient | None,
         settings: IndexerSettings,
         *,
@@ -117,7 +117,7 @@ class Indexer:
         self.network = network
         self.label = f"{chain}/{network}"
         _check(settings, self.label)
-        self._store: IndexStore = store
+        self._store: IndexStore = IndexRows(store)
         self._client = client
         self.settings = settings
         self.keep = settings.keep_blocks or max(MIN_KEEP, finality_depth + 1)

@@ -1,6 +1,6 @@
 """Sans-IO: what transfers do to balances, holdings, supplies and the counts derived from them.
 
-The state (rows in ``chaingate.store.indexrows``):
+The state (rows in ``chaingate.data.store``):
 
 * ERC-20 **balances** per (holder, contract) and, per contract, the **supply** seen minted
   minus burned and the number of **holders** (addresses with a positive balance);

@@ -20,8 +20,9 @@ from typing import Literal
 import msgspec
 
 from chaingate.data.ledger import ContractRow
+from chaingate.data.store import Direction, IndexCursor, IndexRows, TransferRow
 from chaingate.data.transfers import Standard
-from chaingate.store.indexrows import Direction, IndexCursor, IndexRows, TransferRow
+from chaingate.store import Store
 
 
 class InvalidCursor(ValueError):
@@ -174,8 +175,8 @@ def _limit(limit: int) -> int:
 class IndexReader:
     """Reads one chain/network's index (any number of readers; they never write)."""
 
-    def __init__(self, store: IndexRows, chain: str, network: str) -> None:
-        self._store = store
+    def __init__(self, store: Store, chain: str, network: str) -> None:
+        self._store = IndexRows(store)
         self.chain = chain
         self.network = network
 

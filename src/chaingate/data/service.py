@@ -16,10 +16,10 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings
+from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
 from chaingate.data.metrics import register_index_metrics
 from chaingate.data.reader import IndexReader
-from chaingate.devnet.manifest import load_manifest
 from chaingate.metadata.service import MetadataService
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher
@@ -89,7 +89,21 @@ class DataPlane:
     def register_metrics(self, registry: Registry) -> None:
         register_index_metrics(registry, self.indexers)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """What serves requests: nothing to start (the index is read through ``readers``
+        and the metadata services' methods)."""
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each network's metadata service and indexer, ready once every one is: the
+        writers of its index and metadata rows (one process per network runs them)."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Ready once every metadata service and indexer is; runs until cancelled."""
         async with trio.open_nursery() as nursery:
             for metadata in self.metadata.values():

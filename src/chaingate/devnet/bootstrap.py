@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from chaingate.config.manifest import SCHEMA, Contract, Manifest
 from chaingate.devnet import demo, erc4337, state_cache
 from chaingate.devnet.artifacts import Artifact, aa_artifacts, fingerprint
 from chaingate.devnet.deploy import (
@@ -26,7 +27,6 @@ from chaingate.devnet.deploy import (
     TxRunner,
     manual_mining,
 )
-from chaingate.devnet.manifest import SCHEMA, Contract, Manifest
 from chaingate.devnet.npm import cache_root
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.devnet.solc import SOLC_VERSION, compile_sources, devnet_sources

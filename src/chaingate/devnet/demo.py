@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from chaingate.config.manifest import Contract, Kind
 from chaingate.devnet.artifacts import Artifact
 from chaingate.devnet.deploy import Planned, Tx, create2_tx
-from chaingate.devnet.manifest import Contract, Kind
 from chaingate.evm import abi
 
 ZERO_SALT = bytes(32)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaingate.devnet.manifest import Contract
+from chaingate.config.manifest import Contract
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.addresses import create2_address
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from chaingate.config.manifest import Contract, Kind
 from chaingate.devnet.artifacts import Artifact
 from chaingate.devnet.deploy import Planned, Tx, create2_tx
-from chaingate.devnet.manifest import Contract, Kind
 from chaingate.evm import abi
 from chaingate.evm.addresses import same_address
 

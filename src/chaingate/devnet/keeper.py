@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
+from chaingate.config.manifest import Manifest
 from chaingate.devnet.demo import ETH_USD_NOW, NATIVE_PRICE_FEED, TOKENS, usd_answer
 from chaingate.devnet.deploy import Tx, TxRunner
-from chaingate.devnet.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 

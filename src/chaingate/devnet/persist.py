@@ -21,11 +21,11 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from chaingate.config.manifest import Manifest, ManifestError, load_manifest, save_manifest
 from chaingate.devnet import chainfile, statedump
 from chaingate.devnet.bootstrap import bootstrap_devnet, definition_key, verify_devnet
 from chaingate.devnet.chainfile import ChainFileError, SavedChain
 from chaingate.devnet.deploy import BootstrapError
-from chaingate.devnet.manifest import Manifest, ManifestError, load_manifest, save_manifest
 from chaingate.devnet.rpc import DevnetRpc, RpcError
 
 # A dump of a large devnet (100,000 logs) takes seconds; a node that takes this long is stuck.

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from chaingate.devnet import manifest as manifest_io
-from chaingate.devnet.manifest import Manifest
+from chaingate.config import manifest as manifest_io
+from chaingate.config.manifest import Manifest
 
 KEEP = 4
 # Modules whose behaviour shapes the bootstrapped state: their source is part of the key.

@@ -20,10 +20,10 @@ from chaingate.metadata.model import Standard, Trait
 from chaingate.metadata.multicall import Call, Multicall, Result
 from chaingate.metadata.nft import Document, DocumentError, parse_document
 from chaingate.metadata.refresher import Unavailable
+from chaingate.metadata.store import NftRow
 from chaingate.metadata.tokencache import TokenCache
 from chaingate.metadata.uris import shown_uri, substitute_id
 from chaingate.rpc.errors import UpstreamError
-from chaingate.store.metarows import NftRow
 
 _traits_encoder = msgspec.json.Encoder()
 # How long a document fetch waits for the contract's standard (a probe is one batch).

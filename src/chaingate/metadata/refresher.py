@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 import trio
 
+from chaingate.metadata.store import MetaRows, NftRow
 from chaingate.store import StoreError
-from chaingate.store.metarows import MetaRows, NftRow
 
 log = logging.getLogger("chaingate.metadata")
 

@@ -19,7 +19,7 @@ import trio
 
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, MetadataSettings
-from chaingate.devnet.manifest import Manifest
+from chaingate.config.manifest import Manifest
 from chaingate.evm.addresses import address_bytes, checksum_address
 from chaingate.metadata import tokens as token_calls
 from chaingate.metadata.amounts import format_units, usd_value
@@ -40,13 +40,13 @@ from chaingate.metadata.nftfetch import NftFetcher, decode_traits
 from chaingate.metadata.prices import PriceBook
 from chaingate.metadata.refresher import Key, Refresher
 from chaingate.metadata.settings import check_settings, manifest_feeds, manifest_multicall
+from chaingate.metadata.store import MetaRows, NftRow
 from chaingate.metadata.tokencache import TokenCache
 from chaingate.metadata.tokenlist import TokenList
 from chaingate.metadata.uris import UINT256_MAX, public_url, token_id_hex
 from chaingate.outbound import Fetcher
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store, StoreError
-from chaingate.store.metarows import NftRow
 
 log = logging.getLogger("chaingate.metadata")
 
@@ -121,7 +121,7 @@ class MetadataService:
         self.network = network
         self.settings = settings
         self.client = client
-        self.store = store
+        self.store = MetaRows(store)
         self._clock = clock
         if chain_id is None and manifest is not None:
             chain_id = manifest.chain_id

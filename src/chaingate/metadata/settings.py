@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from chaingate.config import MetadataSettings
-from chaingate.devnet.manifest import Manifest
+from chaingate.config.manifest import Manifest
 from chaingate.evm.addresses import address_bytes
 
 

@@ -26,9 +26,9 @@ from chaingate.metadata import tokens
 from chaingate.metadata.model import STANDARDS, Standard, TokenMetadata
 from chaingate.metadata.multicall import Call, Multicall
 from chaingate.metadata.refresher import next_retry_at
+from chaingate.metadata.store import MetaRows, TokenRow
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import StoreError
-from chaingate.store.metarows import MetaRows, TokenRow
 
 log = logging.getLogger("chaingate.metadata")
 

@@ -29,9 +29,9 @@ from typing import NamedTuple
 import msgspec
 import trio
 
-from chaingate.chain.ranges import SpanSizer
 from chaingate.config import LogRangeSettings
 from chaingate.framing_constants import LIMIT_EXCEEDED
+from chaingate.rpc.spansizer import SpanSizer
 
 # (result, error): exactly one is raw JSON bytes (as in service.py).
 Outcome = tuple[bytes | None, bytes | None]

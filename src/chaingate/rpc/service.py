@@ -76,7 +76,7 @@ class Gate(Protocol):
 
 log = logging.getLogger("chaingate.rpc")
 
-__all__ = ["RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
+__all__ = ["Gate", "RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
 
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602

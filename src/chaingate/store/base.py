@@ -1,8 +1,10 @@
-"""The store interface: row types, errors, and every operation written once in portable SQL.
+"""The store engine: errors, ids and clocks, migrations, what resets a network's derived rows,
+and the accounts, keys and usage of the auth subsystem, written once in portable SQL.
 
 A backend (``sqlite.py``, ``postgres.py``) only knows how to run a synchronous function inside
-one transaction on a worker thread (``run_transaction``) and how to serialize migrations.  The
-SQL lives here, with ``?`` placeholders; the PostgreSQL backend translates them to ``%s``.
+one transaction on a worker thread (``run_transaction``) and how to serialize migrations.  SQL
+(here and in each subsystem's ``store.py``) uses ``?`` placeholders; the PostgreSQL backend
+translates them to ``%s``.
 Queries take user data as parameters only — the few SQL strings assembled below are joined
 from constants at import time.
 
@@ -17,23 +19,16 @@ import secrets
 import string
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import msgspec
 
 from chaingate.store import migrate as _migrate
-from chaingate.store.bundlerreceipts import RECEIPT_TABLES, BundlerReceiptRows
-from chaingate.store.bundlerrows import BUNDLER_TABLES, BundlerRows
-from chaingate.store.chainrows import CHAIN_TABLES, ChainRows
-from chaingate.store.indexrows import INDEX_TABLES, IndexRows
-from chaingate.store.metarows import META_TABLES, MetaRows
-from chaingate.store.walletrows import WALLET_SETTLEMENT_COLUMNS, WALLET_TABLES, WalletRows
-from chaingate.store.webhookrows import WEBHOOK_TABLES, WebhookRows
+from chaingate.store.tx import Clock as Clock
+from chaingate.store.tx import Tx as Tx
 
 T = TypeVar("T")
 
-# Milliseconds since the epoch; injectable so tests control time.
-Clock = Callable[[], int]
 Granularity = Literal["minute", "hour", "day"]
 BUCKET_MINUTES: Mapping[str, int] = {"minute": 1, "hour": 60, "day": 1440}
 
@@ -104,18 +99,6 @@ class UsageRow(msgspec.Struct, frozen=True):
     requests: int
     compute_units: int
     errors: int
-
-
-class Tx(Protocol):
-    """One open transaction, used from the worker thread that runs it."""
-
-    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
-        """Run one statement; return the number of rows it changed."""
-        ...
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
-
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
 
 
 _ACCOUNT_COLUMNS = "id, email, plan, limits, created_at, updated_at"
@@ -198,12 +181,6 @@ def register_network_columns(table: str, *columns: str) -> None:
     _NETWORK_COLUMNS[table] = columns
 
 
-register_network_table(*CHAIN_TABLES, *INDEX_TABLES, *META_TABLES, *WALLET_TABLES, *WEBHOOK_TABLES)
-register_network_table(*RECEIPT_TABLES)
-register_network_table(*BUNDLER_TABLES)
-register_network_columns(*WALLET_SETTLEMENT_COLUMNS)
-
-
 class ChainClaim(msgspec.Struct, frozen=True):
     """What ``Store.claim_chain`` found and did."""
 
@@ -232,17 +209,10 @@ def _delete_network(tx: Tx, chain: str, network: str) -> dict[str, int]:
     return deleted
 
 
-class Store(
-    ChainRows,
-    IndexRows,
-    MetaRows,
-    WalletRows,
-    WebhookRows,
-    BundlerReceiptRows,
-    BundlerRows,
-    abc.ABC,
-):
-    """Async data access for accounts, keys, usage and the chain follower's state.
+class Store(abc.ABC):
+    """The store engine: connections, transactions, migrations, and the auth subsystem's
+    accounts, keys and usage.  Every other subsystem keeps its rows beside it
+    (``chaingate.<subsystem>.store``), built on this engine's ``run_transaction``.
 
     Use as ``async with store:``.
     """

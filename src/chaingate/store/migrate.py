@@ -12,13 +12,11 @@ from __future__ import annotations
 import re
 from importlib import resources
 from importlib.abc import Traversable
-from typing import TYPE_CHECKING
 
 import msgspec
 import trio
 
-if TYPE_CHECKING:
-    from chaingate.store.base import Store, Tx
+from chaingate.store.tx import Transactions, Tx
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -105,7 +103,9 @@ def _has_code(statement: str) -> bool:
     return bool(text.strip())
 
 
-async def apply_pending(store: Store, migrations: list[Migration] | None = None) -> list[int]:
+async def apply_pending(
+    store: Transactions, migrations: list[Migration] | None = None
+) -> list[int]:
     """Apply the migrations not yet recorded; return the versions applied by this call."""
     if migrations is None:
         migrations = await trio.to_thread.run_sync(load_migrations)  # file reads
@@ -133,7 +133,7 @@ async def apply_pending(store: Store, migrations: list[Migration] | None = None)
     return applied
 
 
-async def applied(store: Store) -> list[AppliedMigration]:
+async def applied(store: Transactions) -> list[AppliedMigration]:
     """What ``schema_migrations`` records, by version."""
 
     def select(tx: Tx) -> list[AppliedMigration]:

@@ -22,7 +22,8 @@ elsewhere (WebSocket calls).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import msgspec
 
@@ -38,10 +39,27 @@ from chaingate.wallets.model import (
     Sponsored,
     account_of,
 )
-from chaingate.wallets.network import Unavailable
+from chaingate.wallets.network import Unavailable, WalletNetwork
 
-if TYPE_CHECKING:
-    from chaingate.wallets.service import WalletService
+
+class Sponsor(Protocol):
+    """What the methods need of the wallet service (``WalletService``)."""
+
+    @property
+    def networks(self) -> Mapping[str, WalletNetwork]: ...
+
+    async def sponsor(
+        self,
+        account_id: str,
+        key: str,
+        policy_id: str,
+        op: UserOperation,
+        entry_point: str | None,
+        *,
+        dry_run: bool = False,
+        fill_init_code: bool = True,
+    ) -> Sponsored | Evaluation: ...
+
 
 # A refusal by the policy: an application error (JSON-RPC leaves -32000..-32099 to servers).
 POLICY_REFUSED = -32001
@@ -157,7 +175,7 @@ def _require_sponsor_scope(method: str, principal: Any) -> None:
 class Erc7677:
     """The two methods for one network, registered on its ``LocalRpc``."""
 
-    def __init__(self, service: WalletService, key: str) -> None:
+    def __init__(self, service: Sponsor, key: str) -> None:
         self.service = service
         self.key = key
 

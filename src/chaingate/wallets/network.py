@@ -19,7 +19,7 @@ from chaingate.aa.userop import MANIFEST_TAG as _TAG
 from chaingate.aa.userop import Version, entry_point_address
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, NetworkSettings
-from chaingate.devnet.manifest import Manifest
+from chaingate.config.manifest import Manifest
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.metadata.multicall import Multicall

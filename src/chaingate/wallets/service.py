@@ -30,21 +30,12 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings
-from chaingate.devnet.manifest import load_manifest
+from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
 from chaingate.store import Store
 from chaingate.store.base import new_id
-from chaingate.store.walletrows import (
-    Counts,
-    Ledger,
-    PolicyRow,
-    PolicyUsage,
-    ReservationRefused,
-    SponsorshipRow,
-    WalletRow,
-)
 from chaingate.wallets import rules as policy_rules
 from chaingate.wallets.erc7677 import Erc7677
 from chaingate.wallets.model import (
@@ -57,6 +48,16 @@ from chaingate.wallets.model import (
 from chaingate.wallets.network import NotServed, Unavailable, WalletNetwork
 from chaingate.wallets.rules import Refusal, Rules, Usage
 from chaingate.wallets.sponsorship import usd_rate, wei_to_usd, worst_case_wei
+from chaingate.wallets.store import (
+    Counts,
+    Ledger,
+    PolicyRow,
+    PolicyUsage,
+    ReservationRefused,
+    SponsorshipRow,
+    WalletRow,
+    WalletRows,
+)
 from chaingate.wallets.tracker import Tracker
 
 log = logging.getLogger("chaingate.wallets")
@@ -81,7 +82,7 @@ class WalletService:
     ) -> None:
         """Keys are ``chain/network``; every EVM network with ``wallets.enabled`` is served,
         and tracked when it is followed."""
-        self.store = store
+        self.store = WalletRows(store)
         self.signer = signer
         self.clock = clock
         self.networks: dict[str, WalletNetwork] = {}
@@ -108,12 +109,26 @@ class WalletService:
 
     # --- running ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """What serves requests (through this object's methods): the paymaster deposit
+        watch, which sponsorship reads."""
+        if self.signer is not None:
+            nursery.start_soon(self._watch_deposits)
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each followed network's deployment tracker: the writer of its wallet rows and
+        settlements."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
                 nursery.start_soon(tracker.run, self._streams[key])
-            if self.signer is not None:
-                nursery.start_soon(self._watch_deposits)
             task_status.started()
 
     async def _watch_deposits(self) -> None:

@@ -23,7 +23,7 @@ from chaingate.aa.userop import (
 from chaingate.chain.consumer import consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.store import Store
-from chaingate.store.walletrows import Deployment, Settlement
+from chaingate.wallets.store import Deployment, Settlement, WalletRows
 
 log = logging.getLogger("chaingate.wallets")
 
@@ -38,7 +38,7 @@ class Tracker:
         entry_points: Sequence[str],
         paymasters: Sequence[str],
     ) -> None:
-        self.store = store
+        self.store = WalletRows(store)
         self.chain = chain
         self.network = network
         self._entry_points = {a.lower() for a in entry_points}

@@ -33,8 +33,8 @@ from chaingate.config import WebhookSettings
 from chaingate.obs.metrics import LatencyHistogram, Registry, Sample
 from chaingate.outbound import Fetcher, FetchError, FetchLimits
 from chaingate.store.base import StoreError
-from chaingate.store.webhookrows import Attempt, Due, Outcome
 from chaingate.webhooks.mailer import Mailer, pause_notice
+from chaingate.webhooks.store import Attempt, Due, Outcome
 from chaingate.webhooks.variants import Variant
 
 log = logging.getLogger("chaingate.webhooks.delivery")
@@ -67,7 +67,7 @@ _headers_encoder = msgspec.json.Encoder()
 
 
 class DeliveryStore(Protocol):
-    """What delivery needs of the store (``chaingate.store.webhookrows``)."""
+    """What delivery needs of the store (``chaingate.webhooks.store``)."""
 
     async def claim_due_events(self, now: int, limit: int, lease_ms: int) -> list[Due]: ...
 

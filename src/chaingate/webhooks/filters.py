@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
-from chaingate.api.types import Address, Uint256
 from chaingate.evm import abi
+from chaingate.jsonvalues import Address, Uint256
 from chaingate.webhooks.model import Kind
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")

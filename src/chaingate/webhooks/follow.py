@@ -31,7 +31,6 @@ from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
-from chaingate.store.webhookrows import NewEvent, WebhookRow
 from chaingate.webhooks.filters import Filter
 from chaingate.webhooks.matcher import BlockData, MatchIndex, Subscription, parse_call_traces
 from chaingate.webhooks.model import (
@@ -44,6 +43,7 @@ from chaingate.webhooks.model import (
     event_id,
     removal_id,
 )
+from chaingate.webhooks.store import NewEvent, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant
 
 log = logging.getLogger("chaingate.webhooks")
@@ -92,7 +92,7 @@ class NetworkMatcher:
         self.chain = chain
         self.network = network
         self.label = f"{chain}/{network}"
-        self._store = store
+        self._store = WebhookRows(store)
         self._client = client
         self._variant = variant
         self._chain_id = chain_id

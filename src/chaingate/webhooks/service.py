@@ -26,12 +26,12 @@ from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPoli
 from chaingate.outbound.url import parse_url
 from chaingate.store import Store
 from chaingate.store.base import StoreError
-from chaingate.store.webhookrows import NewEvent, WebhookRow
 from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
 from chaingate.webhooks.model import event_id
 from chaingate.webhooks.pending import PendingPoller
+from chaingate.webhooks.store import NewEvent, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant, variant
 
 log = logging.getLogger("chaingate.webhooks")
@@ -63,7 +63,7 @@ class WebhookService:
         """Keys are ``chain/network``; every followed EVM network gets a matcher.  Token and
         NFT payloads take their metadata from ``metadata`` (each indexed network's metadata
         service) where the network has one."""
-        self.store = store
+        self.store = WebhookRows(store)
         self.settings = settings
         self.variant: Variant = variant(settings.variant)
         self.fetcher = fetcher
@@ -74,7 +74,7 @@ class WebhookService:
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
         self._pollers: list[PendingPoller] = []
         self.dispatcher = Dispatcher(
-            store,
+            self.store,
             self.variant,
             settings,
             fetcher,
@@ -211,7 +211,21 @@ class WebhookService:
             matched,
         )
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, nursery: trio.Nursery) -> None:
+        """What serves requests: nothing to start (the REST resource calls this object's
+        methods)."""
+
+    async def run_writers(self, nursery: trio.Nursery) -> None:
+        """Each followed network's matcher, the outbox dispatcher, the pending-transaction
+        pollers and the outbox's pruning: the writers of the webhook rows."""
+        await nursery.start(self._writers)
+
+    def shutdown(self) -> None:
+        """Nothing to drain: every write is one transaction, never left half-done."""
+
+    async def _writers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
                 await nursery.start(matcher.run, self._streams[key])

@@ -25,7 +25,7 @@ import logging
 import socket
 from collections import deque
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -45,7 +45,7 @@ from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
 from chaingate.rpc.service import RpcService
-from chaingate.ws.caps import WsCaps, over_budget
+from chaingate.ws.caps import KeyBudgets, WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
 from chaingate.ws.hub import Hub, SubscribeError
 from chaingate.ws.protocol import (
@@ -68,8 +68,19 @@ from chaingate.ws.protocol import (
 )
 from chaingate.ws.registry import Subscription
 
-if TYPE_CHECKING:
-    from chaingate.ws.endpoint import WsEndpoint
+
+class Endpoint(Protocol):
+    """What a session needs of the endpoint that accepted it (``WsEndpoint``)."""
+
+    @property
+    def settings(self) -> WebSocketSettings: ...
+
+    @property
+    def gate(self) -> Gate: ...
+
+    @property
+    def filter_budgets(self) -> KeyBudgets: ...  # logs filter bytes held per key
+
 
 log = logging.getLogger("chaingate.ws")
 
@@ -84,7 +95,7 @@ _decode = msgspec.json.decode
 class Session:
     def __init__(
         self,
-        endpoint: WsEndpoint,
+        endpoint: Endpoint,
         sock: socket.socket,
         peer: str,
         request_id: str,

@@ -7,10 +7,13 @@ disagrees with the stored blocks.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import msgspec
+
+from chaingate.store.base import register_network_table
+from chaingate.store.rows import Rows
 
 T = TypeVar("T")
 
@@ -31,11 +34,8 @@ class StoredBlock(msgspec.Struct, frozen=True):
     body: str  # JSON of chaingate.chain.events.Block
 
 
-class ChainRows:
-    """Mixed into Store; relies on its ``run_transaction`` and ``clock``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
-    clock: Callable[[], int]
+class ChainRows(Rows):
+    """The chain follower's rows (cursor and window) over the store engine."""
 
     async def load_chain(
         self, chain: str, network: str
@@ -104,3 +104,7 @@ class ChainRows:
                 )
 
         await self.run_transaction(save)
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*CHAIN_TABLES)

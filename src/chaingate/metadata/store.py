@@ -9,10 +9,13 @@ dies mid-fetch only delays it by the lease.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+
+from chaingate.store.base import register_network_table
+from chaingate.store.rows import Rows
 
 # Bound on the parameters of one IN (...) list.
 _CHUNK = 400
@@ -108,11 +111,8 @@ def _nft_values(row: NftRow) -> list[Any]:
     return [getattr(row, c) for c in _NFT_COLUMNS if c not in ("contract", "token_id")]
 
 
-class MetaRows:
-    """Mixed into Store; relies on its ``run_transaction`` and ``clock``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
-    clock: Callable[[], int]
+class MetaRows(Rows):
+    """Token and NFT metadata rows over the store engine."""
 
     # --- token facts -----------------------------------------------------------------------
 
@@ -506,3 +506,7 @@ def _nft_values_full(row: NftRow) -> list[Any]:
 
 # Rows derived from one chain/network (Store.reset_network clears them on a new chain).
 META_TABLES = ("token_metadata", "nft_metadata", "nft_refresh_requests")
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*META_TABLES)

@@ -5,16 +5,44 @@ subsystem with families of its own registers them itself: ``WsEndpoint.register_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from chaingate.auth.keygate import KeyGate
-from chaingate.obs.metrics import Sample
+from chaingate.auth.shared import SharedLimits
+from chaingate.chain.follower import Follower
+from chaingate.edge.routes import Routes
+from chaingate.edge.server import EdgeServer
+from chaingate.gas.oracle import GasOracle
+from chaingate.obs.logs import AccessLog
+from chaingate.obs.metrics import Registry, Sample
 from chaingate.obs.sink import LogSink, stderr_sink
+from chaingate.rpc.service import RpcService
 
-if TYPE_CHECKING:
-    from chaingate.gateway import Gateway
-    from chaingate.rpc.service import RpcService
+
+class Gateway(Protocol):
+    """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
+
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def edge(self) -> EdgeServer: ...
+    @property
+    def access_log(self) -> AccessLog: ...
+    @property
+    def routes(self) -> Routes: ...
+    @property
+    def answers(self) -> Any: ...
+    @property
+    def services(self) -> Mapping[str, RpcService]: ...
+    @property
+    def followers(self) -> Mapping[str, Follower]: ...
+    @property
+    def gas_oracles(self) -> Mapping[str, GasOracle]: ...
+    @property
+    def gate(self) -> Any: ...
+    @property
+    def shared(self) -> SharedLimits | None: ...
 
 
 def register_edge_families(gateway: Gateway) -> None:

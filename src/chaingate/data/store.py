@@ -18,7 +18,7 @@ read transaction is one already), so a page, its total and the block it is at ag
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -27,7 +27,9 @@ import msgspec
 from chaingate.data import ledger
 from chaingate.data.ledger import BalanceKey, ContractRow, HoldingKey, OwnerKey, TokenKey, TokenRow
 from chaingate.data.transfers import DecodedBlock, Transfer
+from chaingate.store.base import register_network_table
 from chaingate.store.indexbulk import Bulk, Table, bulk_for
+from chaingate.store.rows import Rows
 
 # Every table of the index: rows derived from one chain/network (Store.reset_network clears them).
 INDEX_TABLES = (
@@ -313,12 +315,8 @@ def _undo_above(tx: Any, bulk: Bulk, where: tuple[str, str], number: int) -> int
     return len(transfers)
 
 
-class IndexRows:
-    """Mixed into Store; relies on its ``run_transaction``, ``clock`` and ``backend``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
-    clock: Callable[[], int]
-    backend: str
+class IndexRows(Rows):
+    """The index's rows (its state and the read model) over the store engine."""
 
     # --- the indexer's state -------------------------------------------------------------
 
@@ -610,3 +608,7 @@ def _check_chain(
 def _cursor(tx: Any, where: tuple[str, str]) -> IndexCursor | None:
     rows = tx.query("SELECT number, hash FROM idx_cursors WHERE chain = ? AND network = ?", where)
     return IndexCursor(int(rows[0][0]), rows[0][1]) if rows else None
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*INDEX_TABLES)

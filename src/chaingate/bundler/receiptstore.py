@@ -12,6 +12,9 @@ from typing import Any
 
 import msgspec
 
+from chaingate.store.base import register_network_table
+from chaingate.store.rows import Rows
+
 RECEIPT_TABLES = ("bundler_receipts",)
 
 _COLUMNS = (
@@ -86,8 +89,8 @@ def _row(values: Sequence[Any]) -> ReceiptRow:
     )
 
 
-class BundlerReceiptRows:
-    run_transaction: Any  # provided by Store
+class BundlerReceiptRows(Rows):
+    """The bundler's receipts of included operations over the store engine."""
 
     async def record_receipts(self, chain: str, network: str, rows: Sequence[ReceiptRow]) -> None:
         if not rows:
@@ -137,3 +140,7 @@ class BundlerReceiptRows:
 
         rows = await self.run_transaction(select, write=False)
         return _row(rows[0]) if rows else None
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*RECEIPT_TABLES)

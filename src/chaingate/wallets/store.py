@@ -9,10 +9,13 @@ requests of one policy, from any number of processes, each see the ones before t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
+
+from chaingate.store.base import register_network_columns, register_network_table
+from chaingate.store.rows import Rows
 
 WALLET_TABLES = ("wallet_deployments",)
 # A sponsorship is the account's record; only its settlement came from the chain.
@@ -152,10 +155,8 @@ def _policy(row: Sequence[Any]) -> PolicyRow:
     return PolicyRow(**dict(zip(_POLICY_COLUMNS, row, strict=True)))
 
 
-class WalletRows:
-    """Mixed into Store; relies on its ``run_transaction``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
+class WalletRows(Rows):
+    """Wallets, gas policies and sponsorships over the store engine."""
 
     # --- wallets ---------------------------------------------------------------------------
 
@@ -527,3 +528,8 @@ def _usage(tx: Any, pid: str, sender: str, day: int, now_ms: int, counts: Counts
         int(spent),
         int(sender_spent),
     )
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*WALLET_TABLES)
+register_network_columns(*WALLET_SETTLEMENT_COLUMNS)

@@ -580,11 +580,11 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
 
 def default_config_dir() -> Path:
     """The repository's ``config/`` in a source checkout, else the copy shipped in the package."""
-    here = Path(__file__).resolve()
-    checkout = here.parents[2] / "config"
+    package = Path(__file__).resolve().parents[1]  # this file is chaingate/config/__init__.py
+    checkout = package.parents[1] / "config"
     if (checkout / "methods.toml").is_file():
         return checkout
-    return here.parent / "_defaults"
+    return package / "_defaults"
 
 
 def _coerce_env_value(raw: str) -> Any:

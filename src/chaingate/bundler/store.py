@@ -8,18 +8,21 @@ requeued together) are each written whole or not at all.  The accepted ``Entry``
 whole as JSON in ``entry``; the lifecycle columns beside it are authoritative and override
 the JSON's copy on load, so a state change never rewrites the JSON.  At start the service
 loads the live rows (``bundler_live``) into a new ``Mempool``: a restart loses no accepted
-operation.  Finished rows are deleted by age (``bundler_prune``).
+operation.  Finished rows are deleted by age (``bundler_prune``).  ``BundlerRows`` also reads
+and writes the receipts of included operations (``receiptstore``): the bundler's one store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from chaingate.bundler.mempool import FINAL, LIVE, Entry
+from chaingate.bundler.receiptstore import BundlerReceiptRows
 from chaingate.bundler.reputation import ReputationEntry
+from chaingate.store.base import register_network_table
 
 BUNDLER_TABLES = ("bundler_ops", "bundler_reputation")
 
@@ -104,11 +107,8 @@ def _entry(row: Sequence[Any]) -> Entry:
     )
 
 
-class BundlerRows:
-    """Mixed into Store; relies on its ``run_transaction`` and ``clock``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
-    clock: Callable[[], int]
+class BundlerRows(BundlerReceiptRows):
+    """The bundler's mempool, reputation and receipt rows over the store engine."""
 
     # --- operations ------------------------------------------------------------------------
 
@@ -237,3 +237,7 @@ class BundlerRows:
 
         cleared: int = await self.run_transaction(clear)
         return cleared
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*BUNDLER_TABLES)

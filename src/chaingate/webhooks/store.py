@@ -10,10 +10,13 @@ transaction (``finish_attempts``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
+
+from chaingate.store.base import register_network_table
+from chaingate.store.rows import Rows
 
 WEBHOOK_TABLES = ("webhook_cursors",)
 
@@ -209,12 +212,8 @@ def _event_values(
     )
 
 
-class WebhookRows:
-    """Mixed into Store; relies on its ``run_transaction``, ``clock`` and ``backend``."""
-
-    run_transaction: Callable[..., Awaitable[Any]]
-    clock: Callable[[], int]
-    backend: str
+class WebhookRows(Rows):
+    """Webhooks, their cursors and the delivery outbox over the store engine."""
 
     # --- subscriptions ---------------------------------------------------------------------
 
@@ -834,3 +833,7 @@ def _write_events(tx: Any, events: Sequence[NewEvent], render: Render, now: int)
     if rows:
         tx.executemany(_INSERT_EVENT, rows)  # one round trip per batch on PostgreSQL
     return len(rows)
+
+
+# Rows derived from one chain/network: emptied by Store.reset_network.
+register_network_table(*WEBHOOK_TABLES)
