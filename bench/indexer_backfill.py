@@ -14,7 +14,8 @@ through ``--holders N`` addresses.  Then, in the same run and against the same n
   ``eth_getLogs`` over 2,000-block ranges and the headers in JSON-RPC batches of 100, decoded
   with msgspec and thrown away (what any indexer must at least do);
 * **chaingate → PostgreSQL** and **chaingate → SQLite** — a real Gateway (follower and indexer,
-  nothing else) backfilling from block 0 into a fresh store until the index's cursor is the
+  nothing else: the follower waits for its slowest consumer, so the webhook matcher and the
+  wallet and bundler trackers are off unless ``--all-consumers``) backfilling from block 0 into a fresh store until the index's cursor is the
   head: decoding, balances, holders, supplies, every transfer row, committed in batches.
 
 ``--baseline OTHER/src`` (a worktree of another commit, e.g. ``git worktree add /tmp/before
@@ -50,7 +51,10 @@ from urllib.parse import quote
 import msgspec
 import trio
 
-from chaingate.data.store import IndexRows
+try:
+    from chaingate.data.store import IndexRows
+except ImportError:  # a --baseline tree from before the store split
+    IndexRows = None  # type: ignore[assignment,misc]
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
@@ -95,12 +99,19 @@ async def index(
     token: str,
     limit: float,
     indexer_settings: dict[str, Any] | None = None,
+    others: bool = False,
 ) -> Result:
-    settings = backfill_settings(url, data_dir, store_url=store_url, indexer=indexer_settings)
+    # Only the follower and its indexer: the follower waits for its slowest consumer, so the
+    # webhook matcher, the wallet and bundler trackers (off unless --all-consumers) would
+    # measure themselves; no gas oracle either (its stream is closed, so the follower drops
+    # it instead of waiting for it).
+    settings = backfill_settings(
+        url, data_dir, store_url=store_url, indexer=indexer_settings, others=others
+    )
     gateway = Gateway(settings, access_stream=io.BytesIO())
-    # Only the follower and its indexer: no gas oracle competes (its stream is closed, so the
-    # follower drops it instead of waiting for it).
-    for stream in gateway.gas.streams.values():
+    gas = getattr(gateway, "gas", None)  # a baseline tree from before the service objects
+    streams = gas.streams if gas is not None else gateway._gas_streams  # type: ignore[attr-defined]
+    for stream in streams.values():
         stream.close()
     gateway.gas_oracles.clear()
     assert gateway.data is not None
@@ -117,9 +128,8 @@ async def index(
         result.logs = indexer.stats["logs"]
         result.transfers = indexer.stats["transfers"]
         assert gateway.store is not None
-        contract = await IndexRows(gateway.store).index_contract(
-            "ethereum", "devnet", token.lower()
-        )
+        rows = IndexRows(gateway.store) if IndexRows is not None else gateway.store
+        contract = await rows.index_contract("ethereum", "devnet", token.lower())
         result.holders = contract[1].holders if contract[1] is not None else -1
 
         def count(tx: Any) -> int:
@@ -177,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-node", action="store_true", help="make the history, print --node, wait"
     )
     parser.add_argument("--node", help="URL,TOKEN of a node --keep-node left running")
+    parser.add_argument(
+        "--all-consumers",
+        action="store_true",
+        help="keep the webhook matcher and the wallet and bundler trackers on",
+    )
     parser.add_argument("--index-one", help=argparse.SUPPRESS)  # a baseline's subprocess
     args = parser.parse_args(argv)
     if args.index_one:
@@ -235,6 +250,7 @@ def index_all(
 ) -> list[tuple[str, Result]]:
     """One indexing run into each store, each from scratch (and one from the baseline)."""
     runs: list[tuple[str, Result]] = []
+    others = args.all_consumers
     trees: list[tuple[str, str | None]] = [("", None)]
     if args.baseline:
         trees.insert(0, (" (baseline)", args.baseline))
@@ -244,14 +260,14 @@ def index_all(
             found = pg_schema(args.pg_url)
             if found is not None:
                 schema, pg_url = found
-                job = [url, head, pg_url, f"{tmp}/pg-{tag}", token, args.timeout, batch]
+                job = [url, head, pg_url, f"{tmp}/pg-{tag}", token, args.timeout, batch, others]
                 try:
                     runs.append((f"PostgreSQL{suffix}", index_with(src, job)))
                 finally:
                     drop_schema(args.pg_url, schema)
         if not args.no_sqlite:
             sqlite_url = f"sqlite://{tmp}/index-{tag}.db"
-            job = [url, head, sqlite_url, f"{tmp}/sq-{tag}", token, args.timeout, batch]
+            job = [url, head, sqlite_url, f"{tmp}/sq-{tag}", token, args.timeout, batch, others]
             runs.append((f"SQLite{suffix}", index_with(src, job)))
     return runs
 

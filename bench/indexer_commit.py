@@ -35,7 +35,7 @@ import trio
 from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
 from chaingate.store import open_store
 from chaingate.store.base import Store, Tx
-from chaingate.store.indexrows import IndexCursor
+from chaingate.data.store import IndexCursor, IndexRows
 
 T = TypeVar("T")
 
@@ -180,6 +180,7 @@ async def commit_all(
     async with store:
         await store.migrate()
         timed(store, timings)
+        rows = IndexRows(store)
         expect: IndexCursor | None = None
         all_batches = list(batches(blocks, args.batch_blocks, args.batch_transfers))
         wall = cpu = 0.0
@@ -189,7 +190,7 @@ async def commit_all(
                 await explain_on(store, args.explain)
             cursor = IndexCursor(batch[-1].number, batch[-1].hash)
             started, cpu_started = time.perf_counter(), time.process_time()
-            await store.commit_index(
+            await rows.commit_index(
                 "ethereum",
                 "devnet",
                 expect=expect,

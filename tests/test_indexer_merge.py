@@ -18,9 +18,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 
 from chaingate.data.ledger import ContractRow, TokenRow
+from chaingate.data.store import IndexCursor, IndexRows
 from chaingate.data.transfers import DecodedBlock, Transfer
 from chaingate.store import Store, open_store
-from chaingate.store.indexrows import IndexCursor
 from tests.conftest import pg_schema
 from tests.test_indexer_units import DictState, transfers
 
@@ -99,13 +99,14 @@ async def scenario(url: str, first: list[Transfer], second: list[Transfer]) -> N
     store = open_store(url, Path("/nonexistent"))  # a URL needs no data dir
     async with store:
         await store.migrate()
+        rows = IndexRows(store)
         state = DictState()
         cursor = None
         # Blocks 1..6 in two batches, then 7..9 as single blocks (the live path).
         chain = blocks_of(first + second, 1, head)
         for batch in (chain[:3], chain[3:6], *([b] for b in chain[6:])):
             new = IndexCursor(batch[-1].number, batch[-1].hash)
-            made = await store.commit_index(
+            made = await rows.commit_index(
                 "ethereum", network, expect=cursor, cursor=new, blocks=batch
             )
             before = set(state.contract)
@@ -117,13 +118,13 @@ async def scenario(url: str, first: list[Transfer], second: list[Transfer]) -> N
         # A rewind to block 6 with another block 7 (empty): blocks 7..9 undone exactly.
         other = DecodedBlock(7, "0x" + "ee" * 32, chain[5].hash, 7, [], [], 0, 0)
         new = IndexCursor(7, other.hash)
-        await store.commit_index(
+        await rows.commit_index(
             "ethereum", network, expect=cursor, cursor=new, blocks=[other], undo_above=6
         )
         state.apply(second, -1, drop_above=6)
         assert await image(store, network) == expected(state)
         # Everything undone: nothing left.
-        await store.commit_index(
+        await rows.commit_index(
             "ethereum", network, expect=new, cursor=IndexCursor(0, "0x0"), undo_above=0
         )
         assert await image(store, network) == ({}, {}, {}, {}, {})
