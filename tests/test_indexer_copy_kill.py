@@ -30,6 +30,7 @@ from tests.test_indexer_oracle import (
     open_index_store,
     recompute,
     snapshot,
+    wait_until_indexed,
 )
 from tests.test_indexer_restart import config_text, make_history, serve, wait_for_health
 
@@ -78,7 +79,7 @@ async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
     anvil = anvil_factory(extra=["--gas-limit", "100000000"])
     manifest = bootstrap_devnet(anvil.url, paymaster_signer=DEVNET_SIGNER.address)
     node = Node(anvil.url)
-    await make_history(node, manifest, logs=24_000, per_tx=1_000, gap=60)
+    await make_history(node, manifest, logs=16_000, per_tx=1_000, gap=60)
     head, _ = await node.head()
     port = free_port()
     with pg_schema() as store_url:
@@ -110,6 +111,7 @@ async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
             process = serve(config)
             try:
                 await wait_for_health(port, process)
+                await wait_until_indexed(store, node, limit=180)  # a shared machine is slow
                 await assert_index_matches(store, node, manifest)
             finally:
                 process.send_signal(signal.SIGTERM)

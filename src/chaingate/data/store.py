@@ -365,6 +365,11 @@ class IndexRows(Rows):
         merged = self.backend == "postgres"
 
         def commit(tx: Any) -> list[ContractRow]:
+            if merged:
+                # Derived rows and their cursor commit together: a server crash that loses
+                # the last commits loses both, and they are indexed again from the node.  No
+                # need to wait for the WAL flush.
+                tx.execute("SET LOCAL synchronous_commit = off")
             _move_cursor(tx, where, expect, cursor, now)
             bulk = bulk_for(tx, where)  # one per transaction: it owns the staging tables
             if undo_above is not None:
