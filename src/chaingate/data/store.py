@@ -370,6 +370,8 @@ class IndexRows(Rows):
                 # the last commits loses both, and they are indexed again from the node.  No
                 # need to wait for the WAL flush.
                 tx.execute("SET LOCAL synchronous_commit = off")
+                # The merges' estimated costs are guesses (see pgmerge): never pay JIT for them.
+                tx.execute("SET LOCAL jit = off")
             _move_cursor(tx, where, expect, cursor, now)
             bulk = bulk_for(tx, where)  # one per transaction: it owns the staging tables
             if undo_above is not None:
