@@ -163,14 +163,17 @@ class NetworkMatcher:
                 wait = math.inf
                 if self._backlog:
                     wait = max(0.0, self._backlog_due - trio.current_time())
+                event: ChainEvent | None = None
+                # Only the wait is timed: handling an event is never cut short.
                 with trio.move_on_after(wait):
                     try:
                         event = await events.receive()
                     except trio.EndOfChannel:
                         break
-                    await self._retrying("matching", functools.partial(self._handle, event))
+                if event is None:
+                    await self._retrying("matching", self._flush)  # the backlog waited enough
                     continue
-                await self._retrying("matching", self._flush)  # the backlog waited enough
+                await self._retrying("matching", functools.partial(self._handle, event))
             await self._retrying("matching", self._flush)
 
     async def _retrying(self, what: str, step: Callable[[], Any]) -> None:
