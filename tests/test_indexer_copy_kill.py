@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +34,36 @@ from tests.test_indexer_oracle import (
     snapshot,
     wait_until_indexed,
 )
-from tests.test_indexer_restart import config_text, make_history, serve, wait_for_health
+from tests.test_indexer_restart import config_text, make_history, wait_for_health
 
 # Batches of ~6,000 transfers: COPYs long enough to be caught in the middle.
 FOLLOWER = "max_log_range = 5000\n"
 INDEXER = "batch_blocks = 2000\nbatch_transfers = 6000\nbatch_seconds = 5\n"
+
+
+def serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``chaingate serve``, its log kept (a failed restart says why)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "chaingate", "serve", "--config", str(config)],
+            stdout=out,
+            stderr=out,
+        )
+
+
+def server_state(schema: str) -> str:
+    """What the server's sessions and the stored cursors say (for a failure's message)."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        sessions = conn.execute(
+            "SELECT pid, state, wait_event_type, wait_event, now() - xact_start,"
+            " left(query, 100) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            " AND state <> 'idle' AND pid <> pg_backend_pid()"
+        ).fetchall()
+        cursors = [
+            conn.execute(f"SELECT * FROM {schema}.{table}").fetchall()
+            for table in ("idx_cursors", "chain_cursors", "webhook_cursors")
+        ]
+    return f"sessions: {sessions}\ncursors: {cursors}"
 
 
 def copy_in_progress(conn: psycopg.Connection[Any], schema_relid: str) -> tuple[int, int] | None:
@@ -88,7 +115,7 @@ async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
         config.write_text(config_text(tmp_path, port, anvil.url, store_url, FOLLOWER, INDEXER))
         store = open_index_store(store_url, tmp_path)
         async with store:
-            process = serve(config)
+            process = serve(config, tmp_path / "serve.log")
             try:
                 await wait_for_health(port, process)
                 _, rows = await trio.to_thread.run_sync(freeze_mid_copy, process.pid, schema, 120.0)
@@ -107,11 +134,21 @@ async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
             logs, natives = await canonical(node, number)
             assert compare(got, recompute(logs, natives)) == []
             assert all(t[0] <= number for t in got.transfers)
-            # A restart indexes the rest, each block once.
-            process = serve(config)
+            # A restart indexes the rest, each block once.  The chain moves on meanwhile (as in
+            # test_indexer_restart): an index behind a follower that is at the head waits for
+            # the next block to fetch the gap (the follower does not resume from the index).
+            a = manifest.accounts
+            await node.send({"from": a[1], "to": a[2], "value": hex(10**16)})
+            process = serve(config, tmp_path / "serve.log")
             try:
                 await wait_for_health(port, process)
-                await wait_until_indexed(store, node, limit=180)  # a shared machine is slow
+                try:
+                    await wait_until_indexed(store, node, limit=180)  # a shared machine is slow
+                except trio.TooSlowError:
+                    tail = (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
+                    raise AssertionError(
+                        f"the restart did not reach the head:\n{tail}\n{server_state(schema)}"
+                    ) from None
                 await assert_index_matches(store, node, manifest)
             finally:
                 process.send_signal(signal.SIGTERM)
