@@ -15,8 +15,9 @@ through ``--holders N`` addresses.  Then, in the same run and against the same n
   with msgspec and thrown away (what any indexer must at least do);
 * **chaingate → PostgreSQL** and **chaingate → SQLite** — a real Gateway (follower and indexer,
   nothing else: the follower waits for its slowest consumer, so the webhook matcher and the
-  wallet and bundler trackers are off unless ``--all-consumers``) backfilling from block 0 into a fresh store until the index's cursor is the
-  head: decoding, balances, holders, supplies, every transfer row, committed in batches.
+  wallet and bundler trackers are off unless ``--all-consumers``) backfilling from block 0
+  into a fresh store until the index's cursor is the head: decoding, balances, holders,
+  supplies, every transfer row, committed in batches.
 
 ``--baseline OTHER/src`` (a worktree of another commit, e.g. ``git worktree add /tmp/before
 main``) indexes the same history into each store a second time, in a subprocess importing

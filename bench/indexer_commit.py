@@ -32,10 +32,10 @@ from urllib.parse import quote
 import psycopg
 import trio
 
+from chaingate.data.store import IndexCursor, IndexRows
 from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
 from chaingate.store import open_store
 from chaingate.store.base import Store, Tx
-from chaingate.data.store import IndexCursor, IndexRows
 
 T = TypeVar("T")
 
