@@ -3,11 +3,11 @@
 For each applied block: the network's active webhooks (loaded with the filters version they
 had) are matched against the block — its logs, and where some webhook needs them its full
 transactions, their receipts and the call traces — and the events are written to the outbox
-in the same transaction that moves the matcher's cursor (``Store.commit_matches``).  That
+in the same transaction that moves the matcher's cursor (``WebhookRows.commit_matches``).  That
 commit fails when a webhook changed meanwhile; the block is then matched again with the new
 filters, so a webhook created or patched is matched from exactly the block its answer names.
 
-A reverted block's events are taken back (``Store.revert_matches``): never sent ones are
+A reverted block's events are taken back (``WebhookRows.revert_matches``): never sent ones are
 cancelled, the others followed by a compensating event.  On start, and whenever the follower
 hands a block that does not extend the cursor (the matcher was down, or behind), the missed
 blocks are fetched (``RangeFetcher``) and blocks matched on a branch the chain left are

@@ -248,7 +248,7 @@ class WebhookService:
                 await pool.aclose()
 
     async def _analyze(self) -> None:
-        """Keep the outbox's statistics current while it churns (see Store.analyze_outbox)."""
+        """Keep the outbox's statistics current while it churns (see WebhookRows.analyze_outbox)."""
         analyzed = 0
         while True:
             await trio.sleep(ANALYZE_INTERVAL)
