@@ -116,8 +116,10 @@ def backfill_settings(
     *,
     store_url: str | None = None,
     indexer: dict[str, Any] | None = None,
+    others: bool = True,
 ) -> config.Settings:
-    """A gateway following the devnet at ``url`` from block 0 (no keys, no access log)."""
+    """A gateway following the devnet at ``url`` from block 0 (no keys, no access log);
+    ``others=False``: without the follower's other consumers (webhooks, wallets, bundler)."""
     mapping: dict[str, Any] = {
         "server": {"port": 0},
         "auth": {"enabled": False},
@@ -138,6 +140,11 @@ def backfill_settings(
     }
     if store_url is not None:
         mapping["store"] = {"url": store_url}
+    if not others:
+        mapping["webhooks"] = {"enabled": False}
+        devnet = mapping["chains"]["ethereum"]["devnet"]
+        devnet["wallets"] = {"enabled": False}
+        devnet["bundler"] = {"enabled": False}
     return config.from_mapping(mapping, environ={})
 
 

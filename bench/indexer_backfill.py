@@ -2,6 +2,7 @@
 
     python bench/indexer_backfill.py [--logs 100000] [--per-tx 500] [--gap 50]
                                      [--holders distinct|N] [--pg-url URL] [--smoke]
+                                     [--baseline OTHER/src] [--keep-node | --node URL,TOKEN]
 
 Builds a devnet (the same bootstrap as ``chaingate dev``) on a fresh anvil, then makes
 history: ``--logs`` ERC-20 Transfer logs from airdrops of ``--per-tx`` recipients each, with
@@ -13,8 +14,19 @@ through ``--holders N`` addresses.  Then, in the same run and against the same n
   ``eth_getLogs`` over 2,000-block ranges and the headers in JSON-RPC batches of 100, decoded
   with msgspec and thrown away (what any indexer must at least do);
 * **chaingate → PostgreSQL** and **chaingate → SQLite** — a real Gateway (follower and indexer,
-  nothing else) backfilling from block 0 into a fresh store until the index's cursor is the
-  head: decoding, balances, holders, supplies, every transfer row, committed in batches.
+  nothing else: the follower waits for its slowest consumer, so the webhook matcher and the
+  wallet and bundler trackers are off unless ``--all-consumers``) backfilling from block 0
+  into a fresh store until the index's cursor is the head: decoding, balances, holders,
+  supplies, every transfer row, committed in batches.
+
+``--baseline OTHER/src`` (a worktree of another commit, e.g. ``git worktree add /tmp/before
+main``) indexes the same history into each store a second time, in a subprocess importing
+chaingate from that tree: before/after against the same node, in the same run.
+
+Making the history is most of a run (anvil slows down as its state grows: ~16 minutes for
+100,000 logs to distinct holders): ``--keep-node`` makes it, prints ``--node URL,TOKEN`` and
+keeps the node until interrupted; runs given that ``--node`` (and the same ``--logs``) only
+measure.
 
 Prints seconds, logs/s and transfers/s for each, and each one's throughput as a ratio to the
 reference (reference seconds / its seconds): both share the node, the machine and the moment.
@@ -24,8 +36,12 @@ The index is checked at the end (transfer rows and holder count).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import json
+import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +52,10 @@ from urllib.parse import quote
 import msgspec
 import trio
 
-from chaingate.data.store import IndexRows
+try:
+    from chaingate.data.store import IndexRows
+except ImportError:  # a --baseline tree from before the store split
+    IndexRows = None  # type: ignore[assignment,misc]
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
@@ -81,12 +100,19 @@ async def index(
     token: str,
     limit: float,
     indexer_settings: dict[str, Any] | None = None,
+    others: bool = False,
 ) -> Result:
-    settings = backfill_settings(url, data_dir, store_url=store_url, indexer=indexer_settings)
+    # Only the follower and its indexer: the follower waits for its slowest consumer, so the
+    # webhook matcher, the wallet and bundler trackers (off unless --all-consumers) would
+    # measure themselves; no gas oracle either (its stream is closed, so the follower drops
+    # it instead of waiting for it).
+    settings = backfill_settings(
+        url, data_dir, store_url=store_url, indexer=indexer_settings, others=others
+    )
     gateway = Gateway(settings, access_stream=io.BytesIO())
-    # Only the follower and its indexer: no gas oracle competes (its stream is closed, so the
-    # follower drops it instead of waiting for it).
-    for stream in gateway.gas.streams.values():
+    gas = getattr(gateway, "gas", None)  # a baseline tree from before the service objects
+    streams = gas.streams if gas is not None else gateway._gas_streams  # type: ignore[attr-defined]
+    for stream in streams.values():
         stream.close()
     gateway.gas_oracles.clear()
     assert gateway.data is not None
@@ -103,9 +129,8 @@ async def index(
         result.logs = indexer.stats["logs"]
         result.transfers = indexer.stats["transfers"]
         assert gateway.store is not None
-        contract = await IndexRows(gateway.store).index_contract(
-            "ethereum", "devnet", token.lower()
-        )
+        rows = IndexRows(gateway.store) if IndexRows is not None else gateway.store
+        contract = await rows.index_contract("ethereum", "devnet", token.lower())
         result.holders = contract[1].holders if contract[1] is not None else -1
 
         def count(tx: Any) -> int:
@@ -158,7 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="index runs per store")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per store, seconds")
     parser.add_argument("--smoke", action="store_true", help="tiny run: checks the harness")
+    parser.add_argument("--baseline", help="another tree's src/: indexed again from it")
+    parser.add_argument(
+        "--keep-node", action="store_true", help="make the history, print --node, wait"
+    )
+    parser.add_argument("--node", help="URL,TOKEN of a node --keep-node left running")
+    parser.add_argument(
+        "--all-consumers",
+        action="store_true",
+        help="keep the webhook matcher and the wallet and bundler trackers on",
+    )
+    parser.add_argument("--index-one", help=argparse.SUPPRESS)  # a baseline's subprocess
     args = parser.parse_args(argv)
+    if args.index_one:
+        job = json.loads(args.index_one)
+        print(msgspec.json.encode(trio.run(index, *job)).decode())
+        return 0
     if args.smoke:
         args.logs, args.per_tx, args.gap, args.timeout = 1_000, 100, 20, 120.0
     holders = 0 if args.holders == "distinct" else int(args.holders)
@@ -167,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in (("batch_blocks", args.batch_blocks), ("batch_transfers", args.batch_transfers))
         if v
     }
+    if args.node:
+        # A node that already holds the history (--keep-node): measure only.
+        url, token = args.node.split(",")
+        with tempfile.TemporaryDirectory() as tmp:
+            return measure(args, url, token, tmp, holders, batch)
     with (
         AnvilProcess(extra=["--gas-limit", "100000000"]) as node,
         tempfile.TemporaryDirectory() as tmp,
@@ -180,45 +225,66 @@ def main(argv: list[str] | None = None) -> int:
         make_history(node.url, token, manifest.deployer, args.logs, args.per_tx, args.gap, holders)
         head = int(str(rpc_call(node.url, "eth_blockNumber")), 16)
         print(f"  {head:,} blocks in {time.perf_counter() - made:.1f}s", file=sys.stderr)
-        ref: Counts = reference(node.url, head)
-        runs: list[tuple[str, Result]] = []
-        for _ in range(args.repeat):
-            runs += index_all(args, node.url, head, token, tmp, batch)
+        if args.keep_node:
+            # Making 100,000 logs of history takes minutes: keep the node for later runs.
+            print(f"--node {node.url},{token}", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(3600)
+            return 0
+        return measure(args, node.url, token, tmp, holders, batch)
+
+
+def measure(
+    args: argparse.Namespace, url: str, token: str, tmp: str, holders: int, batch: dict[str, Any]
+) -> int:
+    head = int(str(rpc_call(url, "eth_blockNumber")), 16)
+    ref: Counts = reference(url, head)
+    runs: list[tuple[str, Result]] = []
+    for _ in range(args.repeat):
+        runs += index_all(args, url, head, token, tmp, batch)
     return print_report(args, head, holders, ref, runs)
 
 
 def index_all(
     args: argparse.Namespace, url: str, head: int, token: str, tmp: str, batch: dict[str, Any]
 ) -> list[tuple[str, Result]]:
-    """One indexing run into each store, each from scratch."""
+    """One indexing run into each store, each from scratch (and one from the baseline)."""
     runs: list[tuple[str, Result]] = []
-    tag = secrets.token_hex(3)
-    if not args.no_pg:
-        found = pg_schema(args.pg_url)
-        if found is not None:
-            schema, pg_url = found
-            try:
-                runs.append(
-                    (
-                        "PostgreSQL",
-                        trio.run(
-                            index, url, head, pg_url, f"{tmp}/pg-{tag}", token, args.timeout, batch
-                        ),
-                    )
-                )
-            finally:
-                drop_schema(args.pg_url, schema)
-    if not args.no_sqlite:
-        sqlite_url = f"sqlite://{tmp}/index-{tag}.db"
-        runs.append(
-            (
-                "SQLite",
-                trio.run(
-                    index, url, head, sqlite_url, f"{tmp}/sq-{tag}", token, args.timeout, batch
-                ),
-            )
-        )
+    others = args.all_consumers
+    trees: list[tuple[str, str | None]] = [("", None)]
+    if args.baseline:
+        trees.insert(0, (" (baseline)", args.baseline))
+    for suffix, src in trees:
+        tag = secrets.token_hex(3)
+        if not args.no_pg:
+            found = pg_schema(args.pg_url)
+            if found is not None:
+                schema, pg_url = found
+                job = [url, head, pg_url, f"{tmp}/pg-{tag}", token, args.timeout, batch, others]
+                try:
+                    runs.append((f"PostgreSQL{suffix}", index_with(src, job)))
+                finally:
+                    drop_schema(args.pg_url, schema)
+        if not args.no_sqlite:
+            sqlite_url = f"sqlite://{tmp}/index-{tag}.db"
+            job = [url, head, sqlite_url, f"{tmp}/sq-{tag}", token, args.timeout, batch, others]
+            runs.append((f"SQLite{suffix}", index_with(src, job)))
     return runs
+
+
+def index_with(src: str | None, job: list[Any]) -> Result:
+    """``index(*job)`` here, or in a subprocess importing chaingate from ``src``."""
+    if src is None:
+        return trio.run(index, *job)
+    done = subprocess.run(
+        [sys.executable, __file__, "--index-one", json.dumps(job)],
+        env={**os.environ, "PYTHONPATH": src},
+        capture_output=True,
+        check=True,
+        timeout=float(job[5]) + 120,
+    )
+    return msgspec.json.decode(done.stdout.splitlines()[-1], type=Result)
 
 
 def print_report(

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from chaingate.data import ledger
+from chaingate.data import ledger, pgmerge
 from chaingate.data.ledger import BalanceKey, ContractRow, HoldingKey, OwnerKey, TokenKey, TokenRow
 from chaingate.data.transfers import DecodedBlock, Transfer
 from chaingate.store.base import register_network_table
@@ -303,6 +303,12 @@ def _undo_above(tx: Any, bulk: Bulk, where: tuple[str, str], number: int) -> int
     ]
     writes = ledger.plan(ledger.effects(transfers, -1), _TxState(bulk), drop_above=number)
     _write(bulk, writes)
+    _delete_above(tx, where, number)
+    return len(transfers)
+
+
+def _delete_above(tx: Any, where: tuple[str, str], number: int) -> None:
+    """The undone blocks' transfers and hashes, and the contracts first seen in them."""
     for table, column in (
         ("idx_transfers", "block_number"),
         ("idx_blocks", "number"),
@@ -312,7 +318,6 @@ def _undo_above(tx: Any, bulk: Bulk, where: tuple[str, str], number: int) -> int
             f"DELETE FROM {table} WHERE chain = ? AND network = ? AND {column} > ?",  # noqa: S608
             (*where, number),
         )
-    return len(transfers)
 
 
 class IndexRows(Rows):
@@ -357,19 +362,43 @@ class IndexRows(Rows):
         where = (chain, network)
         now = self.clock()
 
+        merged = self.backend == "postgres"
+
         def commit(tx: Any) -> list[ContractRow]:
+            if merged:
+                # Derived rows and their cursor commit together: a server crash that loses
+                # the last commits loses both, and they are indexed again from the node.  No
+                # need to wait for the WAL flush.
+                tx.execute("SET LOCAL synchronous_commit = off")
+                # The merges' estimated costs are guesses (see pgmerge): never pay JIT for them.
+                tx.execute("SET LOCAL jit = off")
             _move_cursor(tx, where, expect, cursor, now)
             bulk = bulk_for(tx, where)  # one per transaction: it owns the staging tables
             if undo_above is not None:
-                _undo_above(tx, bulk, where, undo_above)
-            transfers = [t for b in blocks for t in b.transfers]
+                if merged:
+                    pgmerge.merge(
+                        tx, where, undo_above, pgmerge.NO_END, sign=-1, drop_above=undo_above
+                    )
+                    _delete_above(tx, where, undo_above)
+                else:
+                    _undo_above(tx, bulk, where, undo_above)
             bulk.insert(
                 "idx_transfers",
                 _TRANSFER_INSERT,
                 [row for b in blocks for row in _transfer_values(chain, network, b)],
             )
-            writes = ledger.plan(ledger.effects(transfers), _TxState(bulk))
-            _write(bulk, writes)
+            if merged:
+                # The ledger in SQL, from the rows just copied: no state comes back to Python.
+                new_contracts = (
+                    pgmerge.merge(tx, where, blocks[0].number - 1, blocks[-1].number, sign=1)
+                    if blocks
+                    else []
+                )
+            else:
+                transfers = [t for b in blocks for t in b.transfers]
+                writes = ledger.plan(ledger.effects(transfers), _TxState(bulk))
+                _write(bulk, writes)
+                new_contracts = writes.new_contracts
             tx.execute(
                 "DELETE FROM idx_blocks WHERE chain = ? AND network = ? AND number < ?",
                 (chain, network, keep_from),
@@ -383,7 +412,7 @@ class IndexRows(Rows):
                     if b.number >= keep_from
                 ],
             )
-            return writes.new_contracts
+            return new_contracts
 
         result: list[ContractRow] = await self.run_transaction(commit)
         return result

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -56,6 +57,10 @@ RECONCILE_DEPTH = 128
 # (then its symbol and decimals are null in the payload).
 TOKEN_WAIT = 3.0
 METADATA_CHUNK = 500
+# History blocks (a backfill) are committed together, up to this many or this late after the
+# first: a live block is committed on its own, at once.
+BACKLOG_BLOCKS = 500
+BACKLOG_SECONDS = 0.5
 
 _filter_decoder = msgspec.json.Decoder(Filter)
 _TRANSIENT = (StoreError, FetchError, UpstreamError, RpcCallError, ValueError)
@@ -105,6 +110,9 @@ class NetworkMatcher:
         self._hooks: dict[str, WebhookRow] = {}
         self._dirty = True
         self._reloading = trio.Lock()  # the matcher and the pending poller both reload
+        # History blocks (Apply with live=False) matched and committed together.
+        self._backlog: list[Block] = []
+        self._backlog_due = math.inf
         self.stats: Counter[str] = Counter()
 
     @property
@@ -151,8 +159,22 @@ class NetworkMatcher:
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
         async with events:
-            async for event in events:
+            while True:
+                wait = math.inf
+                if self._backlog:
+                    wait = max(0.0, self._backlog_due - trio.current_time())
+                event: ChainEvent | None = None
+                # Only the wait is timed: handling an event is never cut short.
+                with trio.move_on_after(wait):
+                    try:
+                        event = await events.receive()
+                    except trio.EndOfChannel:
+                        break
+                if event is None:
+                    await self._retrying("matching", self._flush)  # the backlog waited enough
+                    continue
                 await self._retrying("matching", functools.partial(self._handle, event))
+            await self._retrying("matching", self._flush)
 
     async def _retrying(self, what: str, step: Callable[[], Any]) -> None:
         """Run ``step`` until it succeeds: the follower waits for us meanwhile, so nothing is
@@ -210,9 +232,51 @@ class NetworkMatcher:
         if self._dirty:
             await self._reload()
         if isinstance(event, Apply):
+            if not event.live and self._held(event.block):
+                if len(self._backlog) >= BACKLOG_BLOCKS:
+                    await self._flush()
+                return
+            await self._flush()
             await self._apply(event.block)
         elif isinstance(event, Revert):
+            await self._flush()
             await self._revert(event.block)
+
+    # --- the backfill's backlog ------------------------------------------------------------
+
+    def _held(self, block: Block) -> bool:
+        """Take a history block into the backlog (True) if it extends the cursor or the
+        backlog; a block that does not is handled one by one."""
+        header = block.header
+        if self._backlog:
+            tip = self._backlog[-1].header
+            if header.hash == tip.hash:
+                return True  # handled again after a failed flush: held already
+            at: tuple[int, str] | None = (tip.number, tip.hash)
+        else:
+            at = self._cursor
+        if at is None or header.number != at[0] + 1 or header.parent_hash != at[1]:
+            return False
+        if not self._backlog:
+            self._backlog_due = trio.current_time() + BACKLOG_SECONDS
+        self._backlog.append(block)
+        return True
+
+    async def _flush(self) -> None:
+        """Match the backlog and commit its events with its last block as the cursor: one
+        transaction for many history blocks (each one's own would pace the follower, which
+        waits for its slowest consumer, to the store's round trips)."""
+        blocks = self._backlog
+        if not blocks:
+            return
+        while True:
+            try:
+                await self._commit_many(blocks)
+                break
+            except _Stale:
+                self._dirty = True
+                await self._reload()
+        self._backlog = []
 
     # --- blocks ----------------------------------------------------------------------------
 
@@ -239,23 +303,32 @@ class NetworkMatcher:
                 await self._reload()
 
     async def _commit(self, block: Block) -> None:
-        header = block.header
-        matches = await self._matches(block) if self._hooks else []
-        events = [self._event(m, header.number, header.hash) for m in matches]
+        await self._commit_many([block])
+
+    async def _commit_many(self, blocks: Sequence[Block]) -> None:
+        """Match ``blocks`` (consecutive) and commit their events with the last one as the
+        cursor, in one transaction."""
+        events = []
+        for block in blocks:
+            header = block.header
+            matches = await self._matches(block) if self._hooks else []
+            events += [self._event(m, header.number, header.hash) for m in matches]
         version = self._version
+        last = blocks[-1].header
         done = await self._store.commit_matches(
             self.chain,
             self.network,
             version,
-            (header.number, header.hash),
+            (last.number, last.hash),
             events,
             self._render,
         )
         if not done:
             self.stats["stale_commits"] += 1
             raise _Stale()
-        self._cursor = (header.number, header.hash)
-        self.stats["blocks"] += 1
+        self._cursor = (last.number, last.hash)
+        self.stats["blocks"] += len(blocks)
+        self.stats["commits"] += 1
         if events:
             self.stats["events"] += len(events)
             self._on_events()
