@@ -129,7 +129,7 @@ async def index(
         result.logs = indexer.stats["logs"]
         result.transfers = indexer.stats["transfers"]
         assert gateway.store is not None
-        rows = IndexRows(gateway.store) if IndexRows is not None else gateway.store
+        rows: Any = IndexRows(gateway.store) if IndexRows is not None else gateway.store
         contract = await rows.index_contract("ethereum", "devnet", token.lower())
         result.holders = contract[1].holders if contract[1] is not None else -1
 

@@ -153,7 +153,7 @@ class TimedTx:
             self._timings.add(label(sql), time.perf_counter() - started)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
-        return self._timed(self._inner.execute, sql, params)
+        return int(self._timed(self._inner.execute, sql, params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._timed(self._inner.executemany, sql, rows)

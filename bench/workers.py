@@ -26,6 +26,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
@@ -135,7 +136,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="")
     opts = parser.parse_args()
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     schema = f"cg_bench_{secrets.token_hex(4)}"
     with tempfile.TemporaryDirectory() as tmp, AnvilProcess() as anvil:
         workdir = Path(tmp)
@@ -179,7 +180,7 @@ def main() -> int:
                         run_wrk(rpc, body, key, warm, workdir)
                         before = (cpu_seconds(tree(server.pid)), cpu_seconds([anvil.pid or 0]))
                         started = time.monotonic()
-                        row = run_wrk(rpc, body, key, opts, workdir)
+                        row: dict[str, Any] = dict(run_wrk(rpc, body, key, opts, workdir))
                         if row["errors"]:
                             print(f"!! {row['errors']} errors", flush=True)
                         wall = time.monotonic() - started
