@@ -546,3 +546,39 @@ async def test_the_migration_rolls_up_what_was_metered_before(
         await store.add_usage([UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)])
         days = await rows.usage(account.id, "day", 0, 1440 * 12)
         assert days[-1].requests == 5
+
+
+async def test_numbers_typed_by_a_client_are_400_never_500(stack: AuthStack) -> None:
+    client = await signed_in(stack, "digits@example.com")
+    async with aclosing(client):
+        for path in ("/dashboard/webhooks", "/dashboard/policies", "/dashboard/wallets"):
+            for bad in ("²", "1" * 5000, "0", "-1", "1e3"):
+                answer = await client.get(path, params={"page": bad})
+                assert answer.status_code == 400, (path, bad, answer.status_code)
+                assert "invalid field &#39;page&#39;: expected a whole number" in answer.text
+            assert (await client.get(path, params={"page": "2"})).status_code == 200
+        form = await client.get("/dashboard/webhooks")
+        for bad in ("²", "9" * 5000):
+            created = await client.post(
+                "/dashboard/webhooks",
+                data={
+                    "csrf": csrf(form.text),
+                    "url": "https://example.com/hook",
+                    "chain": "ethereum",
+                    "event_type": "address_activity",
+                    "confirmations": bad,
+                },
+            )
+            assert created.status_code == 400, created.status_code
+            assert "invalid field &#39;confirmations&#39;" in created.text
+
+
+def test_small_int_reads_ascii_digits_of_bounded_length() -> None:
+    from chaingate.api.errors import ApiError
+    from chaingate.dashboard.web import small_int
+
+    assert small_int(" 42 ", "n", 100) == 42 and small_int("0", "n", 9, low=0) == 0
+    for bad in ("²", "٣", "1" * 5000, "", "101", "0", "+1", "1_0"):
+        with pytest.raises(ApiError) as refused:
+            small_int(bad, "n", 100)
+        assert refused.value.status == 400 and "invalid field 'n'" in refused.value.message

@@ -14,6 +14,7 @@ from typing import Any
 from quart import Blueprint, Response, g, redirect, request
 from quart_trio import QuartTrio
 
+from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
     PREFIX,
     SECURITY_HEADERS,
@@ -54,6 +55,11 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
                     "may have expired, or come from another site). Reload the page and retry.",
                 )
         return None
+
+    @blueprint.errorhandler(ApiError)
+    async def refused(exc: ApiError) -> Any:
+        # A page's own bad input (a page number, a JSON field) read outside its form handling.
+        return await page("error.html", exc.status, title="Refused", message=exc.message)
 
     @blueprint.after_request
     async def after(response: Response) -> Response:

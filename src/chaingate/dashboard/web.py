@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import trio
 from quart import Response, g, redirect, render_template, request
 
+from chaingate.api.chains import ChainNames
 from chaingate.api.deps import ApiDeps
+from chaingate.api.errors import ApiError
 from chaingate.config import DashboardSettings
 from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.store import DashboardRows, Session
@@ -51,6 +54,8 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 MAX_FORM_FIELD = 10_000  # characters: bounded input
+MAX_PAGE = 99_999
+_SMALL_INT_DIGITS = 9  # below int()'s digit limit, and a count no page needs more of
 
 
 @dataclass
@@ -193,6 +198,42 @@ def same_origin() -> bool:
         return True
     host = request.headers.get("Host", "")
     return origin != "null" and urlsplit(origin).netloc == host
+
+
+def small_int(value: str, field: str, high: int, low: int = 1) -> int:
+    """A whole number from ``low`` to ``high`` typed by a client, else a 400 naming ``field``.
+
+    ASCII digits only and a bounded length: ``str.isdigit`` also accepts characters such as
+    "²" that ``int`` refuses, and ``int`` refuses more than 4300 digits."""
+    text = value.strip()
+    if text.isascii() and text.isdigit() and len(text) <= _SMALL_INT_DIGITS:
+        number = int(text)
+        if low <= number <= high:
+            return number
+    raise ApiError(400, f"invalid field '{field}': expected a whole number from {low} to {high}")
+
+
+def page_number(field: str = "page") -> str:
+    """The query's page number (1 when absent), as the REST handlers read it."""
+    value = request.args.get(field, "")
+    return str(small_int(value, field, MAX_PAGE)) if value else "1"
+
+
+def json_object(text: str, field: str) -> dict[str, Any]:
+    """A form field holding a JSON object (empty: ``{}``), else a 400 naming ``field``."""
+    try:
+        value = msgspec.json.decode(text.strip() or "{}")
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"invalid field '{field}': not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"invalid field '{field}': expected a JSON object")
+    return value
+
+
+def chain_names(dash: Dashboard) -> list[str]:
+    """The EVM chains' names, for a form's chain choice."""
+    names = ChainNames(dash.api.evm_networks)
+    return sorted({names.name_of(key) for key in dash.api.evm_networks})
 
 
 def form_value(form: Any, name: str, default: str = "") -> str:
