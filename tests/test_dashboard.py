@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from chaingate.auth import admin
 from chaingate.dashboard.passwords import hash_password, verify_password
@@ -265,6 +266,63 @@ async def test_brute_force_is_refused_even_with_the_right_password(stack: AuthSt
             assert (await sign_in(client, "brute@example.com", "guess guess")).status_code == 401
         locked = await sign_in(client, "brute@example.com")
         assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+
+
+async def test_side_by_side_wrong_attempts_are_each_counted(stack: AuthStack) -> None:
+    """Counted before the (slow) check: 12 requests sent at once get the 5 guesses the
+    budget allows, the others a 429, and the right password is then refused too."""
+    await account_with_password(stack, "rush@example.com")
+    answers: list[int] = []
+    async with browser(stack) as client:
+        token = csrf((await client.get("/dashboard/signin")).text)
+
+        async def guess(n: int) -> None:
+            data = {"csrf": token, "email": "rush@example.com", "password": f"guess {n:08}"}
+            answers.append((await client.post("/dashboard/signin", data=data)).status_code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(12):
+                nursery.start_soon(guess, n)
+        assert sorted(answers) == [401] * 5 + [429] * 7, answers
+        assert (await sign_in(client, "rush@example.com")).status_code == 429
+
+
+def test_an_attempt_is_counted_before_its_check_and_a_success_takes_it_back() -> None:
+    throttle = LoginThrottle(per_account=2, per_address=3, window=60)
+    assert throttle.attempt("a@x", "1.1.1.1", 0) == 0
+    assert throttle.attempt("a@x", "1.1.1.1", 1) == 0
+    assert throttle.attempt("a@x", "1.1.1.1", 2) > 0  # two in flight: the third waits
+    throttle.succeeded("a@x", "1.1.1.1", 1)
+    assert throttle.attempt("b@x", "1.1.1.1", 3) == 0  # the success is no failure: 2 of 3
+    assert throttle.attempt("c@x", "1.1.1.1", 4) == 0
+    assert throttle.attempt("d@x", "1.1.1.1", 5) > 0
+
+
+async def test_password_hashing_refuses_once_its_queue_is_full() -> None:
+    import threading
+
+    from chaingate.dashboard.web import HashingBusy, PasswordHashing
+
+    hashing = PasswordHashing(threads=1, max_waiting=1)
+    release = threading.Event()
+    refused: list[int] = []
+
+    async def check(n: int) -> None:
+        try:
+            await hashing.run(release.wait, 10)
+        except HashingBusy:
+            refused.append(n)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(check, 0)  # runs
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(check, 1)  # waits
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(check, 2)  # refused
+        await trio.testing.wait_all_tasks_blocked()
+        assert refused == [2]
+        release.set()
+    assert refused == [2]
 
 
 async def test_sessions_are_listed_and_revocable(stack: AuthStack) -> None:

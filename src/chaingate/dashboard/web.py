@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -58,6 +59,26 @@ MAX_PAGE = 99_999
 _SMALL_INT_DIGITS = 9  # below int()'s digit limit, and a count no page needs more of
 
 
+class HashingBusy(Exception):
+    """Too many password checks are waiting for a CPU: answer 429 rather than queue more."""
+
+
+class PasswordHashing:
+    """scrypt (~16 MiB, tens of ms of CPU each) on its own limiter, one thread per CPU, with
+    a bounded queue: unauthenticated requests cannot take every core and thread, or
+    hundreds of MiB, by sending sign-ins side by side."""
+
+    def __init__(self, threads: int | None = None, max_waiting: int | None = None) -> None:
+        threads = threads or os.cpu_count() or 1
+        self.limiter = trio.CapacityLimiter(threads)
+        self.max_waiting = max_waiting if max_waiting is not None else 4 * threads
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.limiter.statistics().tasks_waiting >= self.max_waiting:
+            raise HashingBusy
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+
 @dataclass
 class Dashboard:
     """What the pages read from: the same services the REST API uses."""
@@ -74,6 +95,7 @@ class Dashboard:
     bundlers: Mapping[str, Any] = field(default_factory=dict)
     keys_refresh: Callable[[], Awaitable[None]] | None = None
     clock: Callable[[], float] = time.time
+    hashing: PasswordHashing = field(default_factory=PasswordHashing)
     throttle: LoginThrottle = field(init=False)
 
     def __post_init__(self) -> None:

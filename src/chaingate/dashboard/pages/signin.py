@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-import trio
 from quart import Blueprint, g, redirect, request
 
 from chaingate.dashboard.passwords import (
@@ -14,9 +13,18 @@ from chaingate.dashboard.passwords import (
     hash_password,
     verify_password,
 )
-from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, peer, signed_in
+from chaingate.dashboard.web import (
+    PREFIX,
+    Dashboard,
+    HashingBusy,
+    form_value,
+    page,
+    peer,
+    signed_in,
+)
 
 MAX_EMAIL = 320
+BUSY = "The server is busy checking other sign-ins: try again in a few seconds."
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -36,7 +44,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         password = form_value(form, "password")
         now = dash.clock()
         address = peer()
-        wait = dash.throttle.blocked_for(email, address, now)
+        # Counted before the check: side-by-side requests cannot exceed the budget.
+        wait = dash.throttle.attempt(email, address, now)
         if wait > 0:
             return await refused(
                 email,
@@ -46,11 +55,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         account = await dash.store.find_account_by_email(email) if email else None
         credentials = await dash.rows.credentials(account.id) if account is not None else None
         stored = credentials.password_hash if credentials is not None else None
-        ok = await trio.to_thread.run_sync(verify_password, password, stored)
+        try:
+            ok = await dash.hashing.run(verify_password, password, stored)
+        except HashingBusy:
+            return await refused(email, BUSY, 429)
         if not ok or account is None or credentials is None:
-            dash.throttle.failed(email, address, now)
             return await refused(email, "Wrong e-mail or password.")
-        dash.throttle.succeeded(email)
+        dash.throttle.succeeded(email, address, now)
         return await dash.start_session(account.id, credentials.operator)
 
     @bp.route("/signin/link/<token>", methods=["GET"])
@@ -117,15 +128,15 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         new = form_value(form, "new")
         credentials = await dash.rows.credentials(session.account_id)
         stored = credentials.password_hash if credentials is not None else None
-        if stored is not None and not await trio.to_thread.run_sync(
-            verify_password, current, stored
-        ):
-            return await _account(dash, error="The current password is wrong.", status=400)
         try:
+            if stored is not None and not await dash.hashing.run(verify_password, current, stored):
+                return await _account(dash, error="The current password is wrong.", status=400)
             check_strength(new)
+            hashed = await dash.hashing.run(hash_password, new)
         except PasswordRejected as exc:
             return await _account(dash, error=str(exc).capitalize() + ".", status=400)
-        hashed = await trio.to_thread.run_sync(hash_password, new)
+        except HashingBusy:
+            return await _account(dash, error=BUSY, status=429)
         await dash.rows.set_credentials(session.account_id, password_hash=hashed)
         # Every session ended with the change, this one too: sign in again.
         response = redirect(f"{PREFIX}/signin", 303)
