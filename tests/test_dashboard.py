@@ -530,6 +530,45 @@ async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -
         assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"
 
 
+async def admin_session(client: httpx.AsyncClient, token: str) -> httpx.Response:
+    form = await client.get("/dashboard/signin")
+    return await client.post(
+        "/dashboard/signin/admin", data={"csrf": csrf(form.text), "admin_token": token}
+    )
+
+
+async def test_rotating_the_admin_token_ends_its_sessions(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    stack: AuthStack,
+) -> None:
+    """A second gateway on the same store, configured with a new admin token: a session
+    opened with the old token is not accepted there, one opened with the new token is."""
+    settings = auth_settings(
+        anvil,
+        store_url,
+        tmp_path / "rotated",
+        dashboard={"secure_cookie": False},
+        observability={"admin_token": "rotated-admin-token"},
+    )
+    rotated = await start_auth(nursery, impl, settings)
+    async with browser(stack) as old, browser(rotated) as new:
+        assert (await admin_session(old, "test-admin-token")).status_code == 303
+        assert (await old.get("/dashboard/operator")).status_code == 200
+        new.cookies.set("cg_session", old.cookies["cg_session"])
+        refused = await new.get("/dashboard/operator")
+        assert refused.status_code == 303 and refused.headers["location"] == "/dashboard/signin"
+        new.cookies.clear()
+        assert (await admin_session(new, "rotated-admin-token")).status_code == 303
+        assert (await new.get("/dashboard/operator")).status_code == 200
+    async with browser(stack) as old:
+        old.cookies.set("cg_session", new.cookies["cg_session"])
+        assert (await old.get("/dashboard/operator")).status_code == 303
+
+
 async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) -> None:
     client = await signed_in(stack, "rules@example.com")
     async with aclosing(client):

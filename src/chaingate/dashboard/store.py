@@ -38,11 +38,12 @@ class Session(msgspec.Struct, frozen=True):
     last_seen_at: int
     expires_at: int
     revoked_at: int | None
+    credential: str = ""  # admin-token sessions: the token's fingerprint (``web``)
 
 
 _SESSION_COLUMNS = (
     "id, account_id, operator, csrf, address, user_agent, created_at, last_seen_at,"
-    " expires_at, revoked_at"
+    " expires_at, revoked_at, credential"
 )
 
 
@@ -126,6 +127,7 @@ class DashboardRows:
         address: str,
         user_agent: str,
         max_ms: int,
+        credential: str = "",
     ) -> tuple[str, Session]:
         """A new session: the cookie's token (to send once) and the row (its digest)."""
         token = secrets.token_urlsafe(32)
@@ -141,13 +143,14 @@ class DashboardRows:
             now,
             now + max_ms,
             None,
+            credential,
         )
         values = list(msgspec.structs.astuple(session))
         values[2] = int(operator)
         await self.store.run_transaction(
             lambda tx: tx.execute(
                 f"INSERT INTO dashboard_sessions ({_SESSION_COLUMNS})"  # noqa: S608 - constants
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         )

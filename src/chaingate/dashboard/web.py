@@ -162,7 +162,21 @@ class Dashboard:
         token = request.cookies.get(self.session_cookie, "")
         if not token or len(token) > 100:
             return None
-        return await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
+        session = await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
+        if session is not None and not session.account_id:
+            # Opened with the admin token: only while that token is still the configured one.
+            current = self.admin_fingerprint()
+            if not current or not hmac.compare_digest(session.credential, current):
+                return None
+        return session
+
+    def admin_fingerprint(self) -> str:
+        """What an admin-token session keeps of the token: an HMAC, so a leaked database
+        holds no token, and a rotated token no longer matches."""
+        if not self.admin_token:
+            return ""
+        token = self.admin_token.encode()
+        return hmac.new(self._secret, b"admin token:" + token, hashlib.sha256).hexdigest()
 
     async def start_session(self, account_id: str, operator: bool) -> Any:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
@@ -172,6 +186,7 @@ class Dashboard:
             peer(),
             request.headers.get("User-Agent", ""),
             self.settings.session_max_hours * 3_600_000,
+            credential="" if account_id else self.admin_fingerprint(),
         )
         response = redirect(f"{PREFIX}/" if account_id else f"{PREFIX}/operator", 303)
         self.set_cookie(
