@@ -569,6 +569,103 @@ async def test_rotating_the_admin_token_ends_its_sessions(
         assert (await old.get("/dashboard/operator")).status_code == 303
 
 
+async def _sign_in_from(
+    client: httpx.AsyncClient, forwarded_for: str, email: str, password: str = PASSWORD
+) -> int:
+    form = await client.get("/dashboard/signin")
+    answer = await client.post(
+        "/dashboard/signin",
+        data={"csrf": csrf(form.text), "email": email, "password": password},
+        headers={"X-Forwarded-For": forwarded_for},
+    )
+    return answer.status_code
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_behind_a_trusted_proxy_the_client_is_read_from_x_forwarded_for(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    trusted: bool,
+) -> None:
+    """One address's failures lock out that address only, not everyone behind the proxy;
+    from an untrusted peer the header is ignored (a client could send any)."""
+    proxies = ["127.0.0.0/8", "10.0.0.0/8"] if trusted else []
+    stack = await _stack(
+        nursery,
+        impl,
+        anvil,
+        store_url,
+        tmp_path,
+        trusted_proxies=proxies,
+        login_failures_per_address=3,
+    )
+    await account_with_password(stack, "proxied@example.com")
+    async with browser(stack) as client:
+        for n in range(3):
+            # The left part is the client's own claim: a trusted proxy's hop is skipped.
+            spoof = f"198.51.100.{n}, 203.0.113.1, 10.0.0.2"
+            assert await _sign_in_from(client, spoof, f"guess{n}@example.com", "x") == 401
+        assert await _sign_in_from(client, "203.0.113.1", "proxied@example.com") == 429
+        other = await _sign_in_from(client, "203.0.113.2", "proxied@example.com")
+        assert other == (303 if trusted else 429)
+
+
+async def test_the_admin_token_is_throttled_per_address_apart_from_e_mails(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    stack = await _stack(
+        nursery, impl, anvil, store_url, tmp_path, trusted_proxies=["127.0.0.1/32"]
+    )
+    async with browser(stack) as client:
+        for _ in range(5):  # an e-mail field reading "admin token" is just an e-mail
+            assert await _sign_in_from(client, "203.0.113.9", "admin token", "x") == 401
+
+        async def admin_from(address: str, token: str) -> int:
+            form = await client.get("/dashboard/signin")
+            answer = await client.post(
+                "/dashboard/signin/admin",
+                data={"csrf": csrf(form.text), "admin_token": token},
+                headers={"X-Forwarded-For": address},
+            )
+            client.cookies.delete("cg_session")
+            return answer.status_code
+
+        assert await admin_from("203.0.113.9", "test-admin-token") == 303
+        for _ in range(5):
+            assert await admin_from("203.0.113.7", "wrong") == 401
+        assert await admin_from("203.0.113.7", "test-admin-token") == 429
+        assert await admin_from("203.0.113.8", "test-admin-token") == 303  # not a global lock
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_the_origin_check_reads_x_forwarded_host_from_a_trusted_proxy(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    trusted: bool,
+) -> None:
+    proxies = ["127.0.0.1/32"] if trusted else []
+    stack = await _stack(nursery, impl, anvil, store_url, tmp_path, trusted_proxies=proxies)
+    await account_with_password(stack, "origin@example.com")
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        data = {"csrf": csrf(form.text), "email": "origin@example.com", "password": PASSWORD}
+        site = {"Origin": "https://chaingate.example", "X-Forwarded-Host": "chaingate.example"}
+        answer = await client.post("/dashboard/signin", data=data, headers=site)
+        assert answer.status_code == (303 if trusted else 403)
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        data = {"csrf": csrf(form.text), "email": "origin@example.com", "password": PASSWORD}
+        elsewhere = {"Origin": "https://evil.example", "X-Forwarded-Host": "chaingate.example"}
+        answer = await client.post("/dashboard/signin", data=data, headers=elsewhere)
+        assert answer.status_code == 403
+
+
 async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) -> None:
     client = await signed_in(stack, "rules@example.com")
     async with aclosing(client):
@@ -679,3 +776,10 @@ def test_small_int_reads_ascii_digits_of_bounded_length() -> None:
         with pytest.raises(ApiError) as refused:
             small_int(bad, "n", 100)
         assert refused.value.status == 400 and "invalid field 'n'" in refused.value.message
+
+
+def test_trusted_proxies_must_be_networks() -> None:
+    from chaingate import config
+
+    with pytest.raises(config.ConfigError, match=r"dashboard\.trusted_proxies"):
+        config.from_mapping({"dashboard": {"trusted_proxies": ["not a net"]}}, environ={})

@@ -21,7 +21,6 @@ from chaingate.dashboard.web import (
     Dashboard,
     form_value,
     page,
-    same_origin,
 )
 
 __all__ = ["Dashboard", "install"]
@@ -46,7 +45,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         g.session = await dash.load_session()
         if request.method not in ("GET", "HEAD"):
             form = await request.form
-            if not same_origin() or not dash.csrf_ok(form_value(form, "csrf")):
+            if not dash.same_origin() or not dash.csrf_ok(form_value(form, "csrf")):
                 return await page(
                     "error.html",
                     403,

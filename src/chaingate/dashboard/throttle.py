@@ -66,6 +66,9 @@ class LoginThrottle:
     def __init__(self, per_account: int, per_address: int, window: float) -> None:
         self._accounts = _Failures(per_account, window)
         self._addresses = _Failures(per_address, window)
+        # The admin token: per address only, apart from e-mails and password sign-ins, so
+        # failures from one address lock out that address, not the operator everywhere.
+        self._admin = _Failures(per_account, window)
 
     def blocked_for(self, email: str, address: str, now: float) -> float:
         return max(
@@ -88,3 +91,13 @@ class LoginThrottle:
         """The attempt counted at ``at`` was right: it is no failure."""
         self._accounts.clear(email.lower())
         self._addresses.undo(address, at)
+
+    def admin_attempt(self, address: str, now: float) -> float:
+        """An admin-token attempt, counted before its check (as ``attempt``)."""
+        wait = self._admin.blocked_for(address, now)
+        if wait <= 0:
+            self._admin.fail(address, now)
+        return wait
+
+    def admin_succeeded(self, address: str, at: float) -> None:
+        self._admin.undo(address, at)

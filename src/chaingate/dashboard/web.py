@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import time
@@ -104,6 +105,47 @@ class Dashboard:
             s.login_failures_per_account, s.login_failures_per_address, s.login_window
         )
         self._secret = hmac.new(self.pepper, b"chaingate dashboard", hashlib.sha256).digest()
+        self._proxies = [ipaddress.ip_network(cidr) for cidr in s.trusted_proxies]
+
+    # --- the client behind a reverse proxy ---------------------------------------------------
+
+    def _trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.strip())
+        except ValueError:
+            return False
+        return any(ip in network for network in self._proxies)
+
+    def client_address(self) -> str:
+        """The client's address: the peer's, or, from a trusted proxy, the nearest address
+        in X-Forwarded-For that is not itself a trusted proxy (the left part of the header
+        is whatever the client sent, so it is read from the right)."""
+        address = peer()
+        if not self._trusted(address):
+            return address
+        forwarded = request.headers.get("X-Forwarded-For", "")[:2000].split(",")
+        for hop in reversed(forwarded):
+            hop = hop.strip()
+            if hop and not self._trusted(hop):
+                return hop[:64]
+            address = hop or address
+        return address
+
+    def site_host(self) -> str:
+        """The host the browser addressed: from a trusted proxy, its X-Forwarded-Host (a
+        proxy may rewrite Host), else the Host header."""
+        if self._trusted(peer()):
+            forwarded = request.headers.get("X-Forwarded-Host", "")
+            if forwarded:
+                return forwarded.split(",")[-1].strip()
+        return request.headers.get("Host", "")
+
+    def same_origin(self) -> bool:
+        """A POST's Origin (when the browser sends one) names this site."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        return origin != "null" and urlsplit(origin).netloc == self.site_host()
 
     # --- cookies -----------------------------------------------------------------------------
 
@@ -183,7 +225,7 @@ class Dashboard:
         token, _ = await self.rows.create_session(
             account_id,
             operator,
-            peer(),
+            self.client_address(),
             request.headers.get("User-Agent", ""),
             self.settings.session_max_hours * 3_600_000,
             credential="" if account_id else self.admin_fingerprint(),
@@ -226,15 +268,6 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
 def peer() -> str:
     client = request.scope.get("client")
     return str(client[0]) if client else ""
-
-
-def same_origin() -> bool:
-    """A POST's Origin (when the browser sends one) names this host."""
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return True
-    host = request.headers.get("Host", "")
-    return origin != "null" and urlsplit(origin).netloc == host
 
 
 def small_int(value: str, field: str, high: int, low: int = 1) -> int:

@@ -19,7 +19,6 @@ from chaingate.dashboard.web import (
     HashingBusy,
     form_value,
     page,
-    peer,
     signed_in,
 )
 
@@ -43,7 +42,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         email = form_value(form, "email").strip()[:MAX_EMAIL]
         password = form_value(form, "password")
         now = dash.clock()
-        address = peer()
+        address = dash.client_address()
         # Counted before the check: side-by-side requests cannot exceed the budget.
         wait = dash.throttle.attempt(email, address, now)
         if wait > 0:
@@ -84,13 +83,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         form = await request.form
         supplied = form_value(form, "admin_token")
         now = dash.clock()
-        address = peer()
-        if dash.throttle.blocked_for("admin token", address, now) > 0:
+        address = dash.client_address()
+        if dash.throttle.admin_attempt(address, now) > 0:
             return await refused("", "Too many failed sign-ins: try again later.", 429)
         token = dash.admin_token
         if not token or not hmac.compare_digest(supplied.encode(), token.encode()):
-            dash.throttle.failed("admin token", address, now)
             return await refused("", "Wrong admin token.")
+        dash.throttle.admin_succeeded(address, now)
         return await dash.start_session("", True)
 
     @bp.route("/signout", methods=["POST"])
