@@ -120,16 +120,38 @@ async def test_the_one_time_link_signs_in_once(stack: AuthStack) -> None:
     account = await admin.ensure_account(stack.store, "link@example.com", "free")
     token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
     async with browser(stack) as client:
-        first = await client.get(f"/dashboard/signin/link/{token}")
+        first = await use_link(client, token)
         assert first.status_code == 303 and first.headers["location"] == "/dashboard/"
         cookie = first.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         overview = await client.get("/dashboard/")
         assert overview.status_code == 200 and "<h1>Overview</h1>" in overview.text
     async with browser(stack) as other:
-        again = await other.get(f"/dashboard/signin/link/{token}")
+        again = await use_link(other, token)
         assert again.status_code == 400 and "used already" in again.text
         assert (await other.get("/dashboard/")).status_code == 303
+
+
+async def use_link(client: httpx.AsyncClient, token: str) -> httpx.Response:
+    """Open a sign-in link (which uses nothing) and press its button."""
+    opened = await client.get(f"/dashboard/signin/link/{token}")
+    assert opened.status_code == 200 and 'id="use-link"' in opened.text
+    return await client.post(f"/dashboard/signin/link/{token}", data={"csrf": csrf(opened.text)})
+
+
+async def test_opening_a_link_uses_nothing_and_its_post_needs_the_csrf_token(
+    stack: AuthStack,
+) -> None:
+    account = await admin.ensure_account(stack.store, "prefetch@example.com", "free")
+    token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
+    async with browser(stack) as scanner:
+        for _ in range(3):  # a prefetcher, a link scanner, a preview
+            assert (await scanner.get(f"/dashboard/signin/link/{token}")).status_code == 200
+        # Login CSRF: another site's form posting the link has no CSRF token of this browser.
+        forged = await scanner.post(f"/dashboard/signin/link/{token}", data={})
+        assert forged.status_code == 403
+    async with browser(stack) as client:
+        assert (await use_link(client, token)).status_code == 303
 
 
 async def test_password_sign_in_and_sign_out(stack: AuthStack) -> None:
@@ -164,7 +186,14 @@ async def test_security_headers_and_cookie_flags_outside_dev(
         assert "access-control-allow-origin" not in form.headers
         assert re.search(r"<script(?![^>]*\bsrc=)", form.text) is None  # no inline script
         assert " style=" not in form.text and "<style" not in form.text
-        answer = await client.get(f"/dashboard/signin/link/{token}")
+        opened = await client.get(f"/dashboard/signin/link/{token}")
+        pre = opened.headers["set-cookie"].split(";")[0]  # Secure: httpx keeps it off http
+        assert pre.startswith("__Host-cg_pre=")
+        answer = await client.post(
+            f"/dashboard/signin/link/{token}",
+            data={"csrf": csrf(opened.text)},
+            headers={"Cookie": pre},
+        )
         cookie = answer.headers["set-cookie"]
         assert cookie.startswith("__Host-cg_session=")
         for flag in ("Secure", "HttpOnly", "SameSite=Strict", "Path=/"):
@@ -199,7 +228,54 @@ async def test_a_form_without_its_csrf_token_is_refused(stack: AuthStack) -> Non
         made = await client.post(
             "/dashboard/keys", data={"csrf": token, "name": "x", "environment": "test"}
         )
-        assert made.status_code == 201
+        assert made.status_code == 303
+
+
+async def shown_once(client: httpx.AsyncClient, made: httpx.Response) -> httpx.Response:
+    """Follow a creation's redirect: the page with the new key."""
+    assert made.status_code == 303, made.text
+    shown = await client.get(made.headers["location"])
+    assert shown.status_code == 200
+    return shown
+
+
+async def test_a_refresh_after_creating_a_key_shows_it_no_more_and_mints_none(
+    stack: AuthStack,
+) -> None:
+    client = await signed_in(stack, "refresh@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        made = await client.post(
+            "/dashboard/keys", data={"csrf": csrf(page.text), "name": "once", "environment": "test"}
+        )
+        location = made.headers["location"]
+        first = await client.get(location)
+        assert re.search(r'id="new-key" class="secret">svc_test_', first.text)
+        again = await client.get(location)  # the browser's refresh: a GET
+        assert again.status_code == 200 and 'id="new-key"' not in again.text
+        assert "shown once already" in again.text
+        assert len(await stack.store.list_keys(await _account_of(stack))) == 1
+    # Another session (even of the same account) cannot read a flash it did not make.
+    other = await signed_in(stack, "refresh2@example.com")
+    async with aclosing(other), aclosing(browser(stack)) as third:
+        page = await other.get("/dashboard/keys")
+        made = await other.post(
+            "/dashboard/keys", data={"csrf": csrf(page.text), "name": "own", "environment": "test"}
+        )
+        assert (await third.get(made.headers["location"])).status_code == 303  # signed out
+        account_id = await _account_of(stack, "refresh2@example.com")
+        rows = DashboardRows(stack.store)
+        token, _ = await rows.create_session(account_id, False, "", "", 60_000)
+        third.cookies.set("cg_session", token)
+        stolen = await third.get(made.headers["location"])
+        assert stolen.status_code == 200 and 'id="new-key"' not in stolen.text
+        assert 'id="new-key"' in (await other.get(made.headers["location"])).text
+
+
+async def _account_of(stack: AuthStack, email: str = "refresh@example.com") -> str:
+    account = await stack.store.find_account_by_email(email)
+    assert account is not None
+    return str(account.id)
 
 
 async def test_names_are_shown_escaped(stack: AuthStack) -> None:
@@ -207,10 +283,13 @@ async def test_names_are_shown_escaped(stack: AuthStack) -> None:
     name = "<script>alert(1)</script>"
     async with aclosing(client):
         page = await client.get("/dashboard/keys")
-        made = await client.post(
-            "/dashboard/keys", data={"csrf": csrf(page.text), "name": name, "environment": "test"}
+        made = await shown_once(
+            client,
+            await client.post(
+                "/dashboard/keys",
+                data={"csrf": csrf(page.text), "name": name, "environment": "test"},
+            ),
         )
-        assert made.status_code == 201
         assert name not in made.text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in made.text
         policies = await client.get("/dashboard/policies")
@@ -369,7 +448,11 @@ async def test_keys_created_in_the_dashboard_work_and_revoke_within_a_second(
                 "scopes": ["rpc:read"],
             },
         )
-        assert made.status_code == 201
+        assert made.status_code == 303  # POST-redirect-GET
+        location = made.headers["location"]
+        assert location.startswith("/dashboard/keys?created=")
+        made = await client.get(location)
+        assert made.status_code == 200
         key = re.search(r'id="new-key" class="secret">(svc_test_[A-Za-z0-9_]+)<', made.text)
         assert key, made.text
         body = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}

@@ -212,6 +212,38 @@ class DashboardRows:
 
     # --- one-time sign-in links --------------------------------------------------------------
 
+    # --- one-time flashes ----------------------------------------------------------------------
+
+    async def put_flash(self, session_id: str, body: str, ttl_ms: int) -> str:
+        flash_id = secrets.token_urlsafe(16)
+        expires = self.store.clock() + ttl_ms
+        await self.store.run_transaction(
+            lambda tx: tx.execute(
+                "INSERT INTO dashboard_flashes (id, session_id, body, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (flash_id, session_id, body, expires),
+            )
+        )
+        return flash_id
+
+    async def take_flash(self, flash_id: str, session_id: str) -> str | None:
+        """A flash of this session, once: it is deleted as it is read."""
+        now = self.store.clock()
+
+        def take(tx: Any) -> str | None:
+            rows = tx.query(
+                "SELECT body, expires_at FROM dashboard_flashes WHERE id = ? AND session_id = ?",
+                (flash_id, session_id),
+            )
+            if not rows:
+                return None
+            tx.execute("DELETE FROM dashboard_flashes WHERE id = ?", (flash_id,))
+            body, expires_at = rows[0]
+            return str(body) if int(expires_at) > now else None
+
+        result: str | None = await self.store.run_transaction(take)
+        return result
+
     async def create_signin_link(self, account_id: str, ttl_ms: int) -> str:
         token = secrets.token_urlsafe(32)
         now = self.store.clock()

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import hmac
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 import trio
+from Crypto.Cipher import AES
 from quart import Response, g, redirect, render_template, request
 
 from chaingate.api.chains import ChainNames
@@ -57,6 +59,7 @@ SECURITY_HEADERS = {
 }
 MAX_FORM_FIELD = 10_000  # characters: bounded input
 MAX_PAGE = 99_999
+FLASH_TTL_MS = 5 * 60_000
 _SMALL_INT_DIGITS = 9  # below int()'s digit limit, and a count no page needs more of
 
 
@@ -219,6 +222,36 @@ class Dashboard:
             return ""
         token = self.admin_token.encode()
         return hmac.new(self._secret, b"admin token:" + token, hashlib.sha256).hexdigest()
+
+    # --- one-time flashes (a new key shown after a redirect) ---------------------------------
+
+    def _flash_cipher(self, nonce: bytes) -> Any:
+        token = request.cookies.get(self.session_cookie, "")
+        key = hmac.new(self._secret, b"flash:" + token.encode(), hashlib.sha256).digest()
+        return AES.new(key, AES.MODE_GCM, nonce=nonce)
+
+    async def put_flash(self, text: str) -> str:
+        """Keep ``text`` for this session's next page (read once, within FLASH_TTL); it is
+        encrypted with a key only the session's cookie yields, so the row holds no secret."""
+        session: Session = g.session
+        nonce = secrets.token_bytes(12)
+        sealed, tag = self._flash_cipher(nonce).encrypt_and_digest(text.encode())
+        body = base64.urlsafe_b64encode(nonce + tag + sealed).decode()
+        return await self.rows.put_flash(session.id, body, FLASH_TTL_MS)
+
+    async def take_flash(self, flash_id: str) -> str | None:
+        session: Session | None = g.get("session")
+        if session is None or not flash_id or len(flash_id) > 64:
+            return None
+        body = await self.rows.take_flash(flash_id, session.id)
+        if body is None:
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(body)
+            opened = self._flash_cipher(raw[:12]).decrypt_and_verify(raw[28:], raw[12:28])
+        except ValueError:
+            return None
+        return bytes(opened).decode()
 
     async def start_session(self, account_id: str, operator: bool) -> Any:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""

@@ -64,6 +64,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         return await dash.start_session(account.id, credentials.operator)
 
     @bp.route("/signin/link/<token>", methods=["GET"])
+    async def signin_link_page(token: str) -> Any:
+        # Opening the link uses nothing (prefetchers and scanners open links too); its button
+        # POSTs with this browser's CSRF token, so another site cannot sign you in with its
+        # own link.
+        return await page("signin_link.html", title="Sign in", token=token[:100])
+
+    @bp.route("/signin/link/<token>", methods=["POST"])
     async def signin_link(token: str) -> Any:
         account_id = await dash.rows.use_signin_link(token[:100])
         if account_id is None:
