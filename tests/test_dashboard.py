@@ -866,3 +866,69 @@ def test_trusted_proxies_must_be_networks() -> None:
 
     with pytest.raises(config.ConfigError, match=r"dashboard\.trusted_proxies"):
         config.from_mapping({"dashboard": {"trusted_proxies": ["not a net"]}}, environ={})
+
+
+async def test_the_operator_page_shows_the_newest_accounts_a_page_at_a_time(
+    stack: AuthStack,
+) -> None:
+    from chaingate.dashboard.pages.operator import ACCOUNTS_PER_PAGE
+
+    made = []
+    for n in range(ACCOUNTS_PER_PAGE + 5):
+        account = await admin.ensure_account(stack.store, f"many{n:03}@example.com", "free")
+        made.append(account.id)
+        if n == 0:
+            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k1", "test")
+            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k2", "test")
+    async with browser(stack) as client:
+        assert (await admin_session(client, "test-admin-token")).status_code == 303
+        first = await client.get("/dashboard/operator")
+        assert first.status_code == 200
+        newest = f"many{ACCOUNTS_PER_PAGE + 4:03}@example.com"
+        assert newest in first.text and "many000@example.com" not in first.text
+        assert 'id="older-accounts"' in first.text
+        second = await client.get("/dashboard/operator?page=2")
+        assert "many000@example.com" in second.text and newest not in second.text
+        row = re.search(r"many000@example.com</td><td>free</td><td>(\d+)</td>", second.text)
+        assert row and row[1] == "2", second.text[-3000:]  # live keys, counted by the database
+        found = await client.get("/dashboard/operator", params={"q": "MANY003"})
+        assert "many003@example.com" in found.text and "many004@" not in found.text
+        assert (await client.get("/dashboard/operator?page=²")).status_code == 400
+
+
+async def test_the_prune_deletes_ended_sessions_used_links_and_old_latency(
+    stack: AuthStack,
+) -> None:
+    rows = DashboardRows(stack.store)
+    account = await admin.ensure_account(stack.store, "prune@example.com", "free")
+    now = stack.store.clock()
+    day_ms = 86_400_000
+    live, _ = await rows.create_session(account.id, False, "", "", day_ms)
+    _, ended_row = await rows.create_session(account.id, False, "", "", 1)
+    _, recent_row = await rows.create_session(account.id, False, "", "", day_ms)
+    await rows.revoke_session(recent_row.id, account.id)  # revoked now: kept a while
+    await stack.store.run_transaction(
+        lambda tx: tx.execute(
+            "UPDATE dashboard_sessions SET expires_at = ? WHERE id = ?",
+            (now - 8 * day_ms, ended_row.id),
+        )
+    )
+    used = await rows.create_signin_link(account.id, 60_000)
+    assert await rows.use_signin_link(used) == account.id
+    await rows.create_signin_link(account.id, -1)  # expired
+    unused = await rows.create_signin_link(account.id, 60_000)
+    minute = now // 60_000
+    counts = [1] + [0] * 15
+    await rows.add_latency([(minute - 3 * 1440, "rpc", counts), (minute - 10, "rpc", counts)])
+    deleted = await rows.prune()
+    assert deleted["sessions"] == 1 and deleted["signin_links"] == 2, deleted
+    assert deleted["latency"] == 1, deleted  # the 3-day-old minute (its hour and day stay)
+    assert await rows.live_session(live, 60_000) is not None
+    assert len(await rows.sessions_of(account.id)) == 1
+    assert await rows.use_signin_link(unused) == account.id
+    left = await stack.store.run_transaction(
+        lambda tx: tx.query("SELECT granularity, period FROM latency_rollups ORDER BY 1, 2"),
+        write=False,
+    )
+    assert [g for g, _ in left] == [1, 60, 60, 1440, 1440], left
+    assert (await rows.prune())["sessions"] == 0

@@ -53,6 +53,30 @@ def _session(row: Sequence[Any]) -> Session:
     return Session(*values)
 
 
+class AccountSummary(msgspec.Struct, frozen=True):
+    """A row of the operator's page: an account, its live keys and its usage of one day."""
+
+    id: str
+    email: str
+    plan: str
+    created_at: int
+    active_keys: int = 0
+    requests: int = 0
+    compute_units: int = 0
+    errors: int = 0
+
+
+# What the prune keeps: ended sessions a week (the account page lists only live ones), and
+# latency by the minute 2 days and by the hour 32 (the overview reads the last hour by the
+# minute, the last day by the hour, 30 days by the day).
+ENDED_SESSION_KEEP_MS = 7 * 86_400_000
+LATENCY_KEEP_MINUTES = {1: 2 * 1440, 60: 32 * 1440}
+
+
+def _in(values: Sequence[str]) -> str:
+    return ", ".join("?" for _ in values)
+
+
 class UsageTotal(msgspec.Struct, frozen=True):
     period: int  # epoch minutes
     key_id: str
@@ -304,6 +328,87 @@ class DashboardRows:
         return [
             UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e)) for p, k, m, r, c, e in rows
         ]
+
+    async def operator_accounts(
+        self, limit: int, offset: int, day: int, email_contains: str = ""
+    ) -> list[AccountSummary]:
+        """Accounts newest first, a page at a time, with their live keys and their usage of
+        ``day`` (epoch minutes) counted and summed by the database."""
+
+        def read(tx: Any) -> list[AccountSummary]:
+            where, params = "", []
+            if email_contains:
+                where, params = " WHERE LOWER(email) LIKE ?", [f"%{email_contains.lower()}%"]
+            accounts = tx.query(
+                f"SELECT id, email, plan, created_at FROM accounts{where}"  # noqa: S608
+                " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+            ids = [str(row[0]) for row in accounts]
+            if not ids:
+                return []
+            keys = dict(
+                tx.query(
+                    "SELECT account_id, COUNT(*) FROM api_keys"  # noqa: S608 - placeholders
+                    f" WHERE revoked_at IS NULL AND account_id IN ({_in(ids)})"
+                    " GROUP BY account_id",
+                    ids,
+                )
+            )
+            usage = {
+                row[0]: row[1:]
+                for row in tx.query(
+                    "SELECT account_id, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
+                    f" FROM usage_days WHERE period = ? AND account_id IN ({_in(ids)})"
+                    " GROUP BY account_id",
+                    (day, *ids),
+                )
+            }
+            return [
+                AccountSummary(
+                    str(a),
+                    str(email),
+                    str(plan),
+                    int(created),
+                    int(keys.get(a, 0)),
+                    *(int(v) for v in usage.get(a, (0, 0, 0))),
+                )
+                for a, email, plan, created in accounts
+            ]
+
+        result: list[AccountSummary] = await self.store.run_transaction(read, write=False)
+        return result
+
+    async def prune(self) -> dict[str, int]:
+        """Delete what no page reads any more: ended sessions, used or expired sign-in links
+        and flashes, and fine-grained latency past what the overview shows."""
+        now = self.store.clock()
+        minute = now // 60_000
+        ended = now - ENDED_SESSION_KEEP_MS
+
+        def delete(tx: Any) -> dict[str, int]:
+            counts = {
+                "sessions": tx.execute(
+                    "DELETE FROM dashboard_sessions WHERE expires_at < ? OR revoked_at < ?",
+                    (ended, ended),
+                ),
+                "signin_links": tx.execute(
+                    "DELETE FROM dashboard_signin_links WHERE used_at IS NOT NULL"
+                    " OR expires_at < ?",
+                    (now,),
+                ),
+                "flashes": tx.execute("DELETE FROM dashboard_flashes WHERE expires_at < ?", (now,)),
+                "latency": 0,
+            }
+            for granularity, keep in LATENCY_KEEP_MINUTES.items():
+                counts["latency"] += tx.execute(
+                    "DELETE FROM latency_rollups WHERE granularity = ? AND period < ?",
+                    (granularity, minute - keep),
+                )
+            return counts
+
+        result: dict[str, int] = await self.store.run_transaction(delete)
+        return result
 
     async def add_latency(self, samples: Sequence[tuple[int, str, Sequence[int]]]) -> None:
         """Add (minute, route, 16 bucket counts) samples to the minute, hour and day rollups."""
