@@ -515,6 +515,10 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
     )
     hours = await DashboardRows(stack.store).usage(account.id, "hour", 0, now_minute + 60)
     assert sum(r.requests for r in hours) == 15
+    rows = DashboardRows(stack.store)
+    one_key = await rows.usage(account.id, "hour", 0, now_minute + 60, key_id=row.id)
+    assert sum(r.requests for r in one_key) == 15  # the key filter is the query's
+    assert await rows.usage(account.id, "hour", 0, now_minute + 60, key_id="key_other") == []
     async with aclosing(client):
         hour = await client.get("/dashboard/?range=hour")
         assert 'id="total-requests">8<' in hour.text

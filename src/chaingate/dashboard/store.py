@@ -181,8 +181,10 @@ class DashboardRows:
         return token, session
 
     async def live_session(self, token: str, idle_ms: int) -> Session | None:
-        """The session of a cookie token, if it is neither revoked, expired nor idle too long;
-        its last-seen time moves (at most once a minute: a page view is not a write)."""
+        """The session of a cookie token, if it is neither revoked, expired nor idle too long.
+        Its last-seen time moves at most once a minute: a page view within the minute is a
+        read only, the first one after it also a small write transaction (on SQLite,
+        serialised with every other writer)."""
         now = self.store.clock()
         session_id = digest(token)
         rows = await self.store.run_transaction(
@@ -303,11 +305,16 @@ class DashboardRows:
     # --- rollups -----------------------------------------------------------------------------
 
     async def usage(
-        self, account_id: str | None, granularity: str, first: int, last: int
+        self,
+        account_id: str | None,
+        granularity: str,
+        first: int,
+        last: int,
+        key_id: str = "",
     ) -> list[UsageTotal]:
         """Usage per period, key and method over minutes [first, last): minutes from
         usage_minutes (an hour's worth at most), hours and days from their rollups.
-        ``account_id`` None: every account (operators)."""
+        ``account_id`` None: every account (operators); ``key_id``: that key's only."""
         if granularity == "minute":
             table, period = "usage_minutes", "minute"
         elif granularity == "hour":
@@ -319,6 +326,9 @@ class DashboardRows:
         if account_id is not None:
             where = "account_id = ? AND " + where
             params = (account_id, first, last)
+        if key_id:
+            where += " AND key_id = ?"
+            params = (*params, key_id)
         sql = (
             f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
             f" FROM {table} WHERE {where} GROUP BY {period}, key_id, method"
