@@ -101,13 +101,23 @@ def test_chaingate_dev_serves_prints_working_curl_lines_and_stops_cleanly(tmp_pa
         # The dashboard's one-time sign-in link: it signs in once.
         link = re.search(r"^  dashboard (http://\S+/dashboard/signin/link/\S+)$", text, re.M)
         assert link, text
-        signed = httpx.get(link.group(1), timeout=10)
+
+        def use_link(url: str) -> httpx.Response:
+            # Opening it shows a button (it uses nothing); the button POSTs with CSRF.
+            with httpx.Client(timeout=10) as browser:
+                opened = browser.get(url)
+                assert opened.status_code == 200
+                token = re.search(r'name="csrf" value="([^"]+)"', opened.text)
+                assert token, opened.text
+                return browser.post(url, data={"csrf": token[1]})
+
+        signed = use_link(link.group(1))
         assert signed.status_code == 303 and "cg_session=" in signed.headers["set-cookie"]
         overview = httpx.get(
             f"http://127.0.0.1:{port}/dashboard/", cookies=signed.cookies, timeout=10
         )
         assert overview.status_code == 200 and "Overview" in overview.text
-        assert httpx.get(link.group(1), timeout=10).status_code == 400
+        assert use_link(link.group(1)).status_code == 400
         # Every one-line command it prints answers JSON, as pasted (the data plane included;
         # the wallet it creates is new: 201).
         lines = re.findall(r"^  (curl -s [^\\\n]*?)(?:\s{2,}\(.*\))?$", text, re.MULTILINE)

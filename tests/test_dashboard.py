@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from chaingate.auth import admin
 from chaingate.dashboard.passwords import hash_password, verify_password
@@ -119,16 +120,38 @@ async def test_the_one_time_link_signs_in_once(stack: AuthStack) -> None:
     account = await admin.ensure_account(stack.store, "link@example.com", "free")
     token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
     async with browser(stack) as client:
-        first = await client.get(f"/dashboard/signin/link/{token}")
+        first = await use_link(client, token)
         assert first.status_code == 303 and first.headers["location"] == "/dashboard/"
         cookie = first.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         overview = await client.get("/dashboard/")
         assert overview.status_code == 200 and "<h1>Overview</h1>" in overview.text
     async with browser(stack) as other:
-        again = await other.get(f"/dashboard/signin/link/{token}")
+        again = await use_link(other, token)
         assert again.status_code == 400 and "used already" in again.text
         assert (await other.get("/dashboard/")).status_code == 303
+
+
+async def use_link(client: httpx.AsyncClient, token: str) -> httpx.Response:
+    """Open a sign-in link (which uses nothing) and press its button."""
+    opened = await client.get(f"/dashboard/signin/link/{token}")
+    assert opened.status_code == 200 and 'id="use-link"' in opened.text
+    return await client.post(f"/dashboard/signin/link/{token}", data={"csrf": csrf(opened.text)})
+
+
+async def test_opening_a_link_uses_nothing_and_its_post_needs_the_csrf_token(
+    stack: AuthStack,
+) -> None:
+    account = await admin.ensure_account(stack.store, "prefetch@example.com", "free")
+    token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
+    async with browser(stack) as scanner:
+        for _ in range(3):  # a prefetcher, a link scanner, a preview
+            assert (await scanner.get(f"/dashboard/signin/link/{token}")).status_code == 200
+        # Login CSRF: another site's form posting the link has no CSRF token of this browser.
+        forged = await scanner.post(f"/dashboard/signin/link/{token}", data={})
+        assert forged.status_code == 403
+    async with browser(stack) as client:
+        assert (await use_link(client, token)).status_code == 303
 
 
 async def test_password_sign_in_and_sign_out(stack: AuthStack) -> None:
@@ -163,7 +186,14 @@ async def test_security_headers_and_cookie_flags_outside_dev(
         assert "access-control-allow-origin" not in form.headers
         assert re.search(r"<script(?![^>]*\bsrc=)", form.text) is None  # no inline script
         assert " style=" not in form.text and "<style" not in form.text
-        answer = await client.get(f"/dashboard/signin/link/{token}")
+        opened = await client.get(f"/dashboard/signin/link/{token}")
+        pre = opened.headers["set-cookie"].split(";")[0]  # Secure: httpx keeps it off http
+        assert pre.startswith("__Host-cg_pre=")
+        answer = await client.post(
+            f"/dashboard/signin/link/{token}",
+            data={"csrf": csrf(opened.text)},
+            headers={"Cookie": pre},
+        )
         cookie = answer.headers["set-cookie"]
         assert cookie.startswith("__Host-cg_session=")
         for flag in ("Secure", "HttpOnly", "SameSite=Strict", "Path=/"):
@@ -198,7 +228,54 @@ async def test_a_form_without_its_csrf_token_is_refused(stack: AuthStack) -> Non
         made = await client.post(
             "/dashboard/keys", data={"csrf": token, "name": "x", "environment": "test"}
         )
-        assert made.status_code == 201
+        assert made.status_code == 303
+
+
+async def shown_once(client: httpx.AsyncClient, made: httpx.Response) -> httpx.Response:
+    """Follow a creation's redirect: the page with the new key."""
+    assert made.status_code == 303, made.text
+    shown = await client.get(made.headers["location"])
+    assert shown.status_code == 200
+    return shown
+
+
+async def test_a_refresh_after_creating_a_key_shows_it_no_more_and_mints_none(
+    stack: AuthStack,
+) -> None:
+    client = await signed_in(stack, "refresh@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/keys")
+        made = await client.post(
+            "/dashboard/keys", data={"csrf": csrf(page.text), "name": "once", "environment": "test"}
+        )
+        location = made.headers["location"]
+        first = await client.get(location)
+        assert re.search(r'id="new-key" class="secret">svc_test_', first.text)
+        again = await client.get(location)  # the browser's refresh: a GET
+        assert again.status_code == 200 and 'id="new-key"' not in again.text
+        assert "shown once already" in again.text
+        assert len(await stack.store.list_keys(await _account_of(stack))) == 1
+    # Another session (even of the same account) cannot read a flash it did not make.
+    other = await signed_in(stack, "refresh2@example.com")
+    async with aclosing(other), aclosing(browser(stack)) as third:
+        page = await other.get("/dashboard/keys")
+        made = await other.post(
+            "/dashboard/keys", data={"csrf": csrf(page.text), "name": "own", "environment": "test"}
+        )
+        assert (await third.get(made.headers["location"])).status_code == 303  # signed out
+        account_id = await _account_of(stack, "refresh2@example.com")
+        rows = DashboardRows(stack.store)
+        token, _ = await rows.create_session(account_id, False, "", "", 60_000)
+        third.cookies.set("cg_session", token)
+        stolen = await third.get(made.headers["location"])
+        assert stolen.status_code == 200 and 'id="new-key"' not in stolen.text
+        assert 'id="new-key"' in (await other.get(made.headers["location"])).text
+
+
+async def _account_of(stack: AuthStack, email: str = "refresh@example.com") -> str:
+    account = await stack.store.find_account_by_email(email)
+    assert account is not None
+    return str(account.id)
 
 
 async def test_names_are_shown_escaped(stack: AuthStack) -> None:
@@ -206,10 +283,13 @@ async def test_names_are_shown_escaped(stack: AuthStack) -> None:
     name = "<script>alert(1)</script>"
     async with aclosing(client):
         page = await client.get("/dashboard/keys")
-        made = await client.post(
-            "/dashboard/keys", data={"csrf": csrf(page.text), "name": name, "environment": "test"}
+        made = await shown_once(
+            client,
+            await client.post(
+                "/dashboard/keys",
+                data={"csrf": csrf(page.text), "name": name, "environment": "test"},
+            ),
         )
-        assert made.status_code == 201
         assert name not in made.text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in made.text
         policies = await client.get("/dashboard/policies")
@@ -267,6 +347,63 @@ async def test_brute_force_is_refused_even_with_the_right_password(stack: AuthSt
         assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
 
 
+async def test_side_by_side_wrong_attempts_are_each_counted(stack: AuthStack) -> None:
+    """Counted before the (slow) check: 12 requests sent at once get the 5 guesses the
+    budget allows, the others a 429, and the right password is then refused too."""
+    await account_with_password(stack, "rush@example.com")
+    answers: list[int] = []
+    async with browser(stack) as client:
+        token = csrf((await client.get("/dashboard/signin")).text)
+
+        async def guess(n: int) -> None:
+            data = {"csrf": token, "email": "rush@example.com", "password": f"guess {n:08}"}
+            answers.append((await client.post("/dashboard/signin", data=data)).status_code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(12):
+                nursery.start_soon(guess, n)
+        assert sorted(answers) == [401] * 5 + [429] * 7, answers
+        assert (await sign_in(client, "rush@example.com")).status_code == 429
+
+
+def test_an_attempt_is_counted_before_its_check_and_a_success_takes_it_back() -> None:
+    throttle = LoginThrottle(per_account=2, per_address=3, window=60)
+    assert throttle.attempt("a@x", "1.1.1.1", 0) == 0
+    assert throttle.attempt("a@x", "1.1.1.1", 1) == 0
+    assert throttle.attempt("a@x", "1.1.1.1", 2) > 0  # two in flight: the third waits
+    throttle.succeeded("a@x", "1.1.1.1", 1)
+    assert throttle.attempt("b@x", "1.1.1.1", 3) == 0  # the success is no failure: 2 of 3
+    assert throttle.attempt("c@x", "1.1.1.1", 4) == 0
+    assert throttle.attempt("d@x", "1.1.1.1", 5) > 0
+
+
+async def test_password_hashing_refuses_once_its_queue_is_full() -> None:
+    import threading
+
+    from chaingate.dashboard.web import HashingBusy, PasswordHashing
+
+    hashing = PasswordHashing(threads=1, max_waiting=1)
+    release = threading.Event()
+    refused: list[int] = []
+
+    async def check(n: int) -> None:
+        try:
+            await hashing.run(release.wait, 10)
+        except HashingBusy:
+            refused.append(n)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(check, 0)  # runs
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(check, 1)  # waits
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(check, 2)  # refused
+        await trio.testing.wait_all_tasks_blocked()
+        assert refused == [2]
+        release.set()
+    assert refused == [2]
+
+
 async def test_sessions_are_listed_and_revocable(stack: AuthStack) -> None:
     first = await signed_in(stack, "two@example.com")
     second = browser(stack)
@@ -311,7 +448,11 @@ async def test_keys_created_in_the_dashboard_work_and_revoke_within_a_second(
                 "scopes": ["rpc:read"],
             },
         )
-        assert made.status_code == 201
+        assert made.status_code == 303  # POST-redirect-GET
+        location = made.headers["location"]
+        assert location.startswith("/dashboard/keys?created=")
+        made = await client.get(location)
+        assert made.status_code == 200
         key = re.search(r'id="new-key" class="secret">(svc_test_[A-Za-z0-9_]+)<', made.text)
         assert key, made.text
         body = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
@@ -374,6 +515,10 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
     )
     hours = await DashboardRows(stack.store).usage(account.id, "hour", 0, now_minute + 60)
     assert sum(r.requests for r in hours) == 15
+    rows = DashboardRows(stack.store)
+    one_key = await rows.usage(account.id, "hour", 0, now_minute + 60, key_id=row.id)
+    assert sum(r.requests for r in one_key) == 15  # the key filter is the query's
+    assert await rows.usage(account.id, "hour", 0, now_minute + 60, key_id="key_other") == []
     async with aclosing(client):
         hour = await client.get("/dashboard/?range=hour")
         assert 'id="total-requests">8<' in hour.text
@@ -472,6 +617,142 @@ async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -
         assert home.status_code == 303 and home.headers["location"] == "/dashboard/operator"
 
 
+async def admin_session(client: httpx.AsyncClient, token: str) -> httpx.Response:
+    form = await client.get("/dashboard/signin")
+    return await client.post(
+        "/dashboard/signin/admin", data={"csrf": csrf(form.text), "admin_token": token}
+    )
+
+
+async def test_rotating_the_admin_token_ends_its_sessions(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    stack: AuthStack,
+) -> None:
+    """A second gateway on the same store, configured with a new admin token: a session
+    opened with the old token is not accepted there, one opened with the new token is."""
+    settings = auth_settings(
+        anvil,
+        store_url,
+        tmp_path / "rotated",
+        dashboard={"secure_cookie": False},
+        observability={"admin_token": "rotated-admin-token"},
+    )
+    rotated = await start_auth(nursery, impl, settings)
+    async with browser(stack) as old, browser(rotated) as new:
+        assert (await admin_session(old, "test-admin-token")).status_code == 303
+        assert (await old.get("/dashboard/operator")).status_code == 200
+        new.cookies.set("cg_session", old.cookies["cg_session"])
+        refused = await new.get("/dashboard/operator")
+        assert refused.status_code == 303 and refused.headers["location"] == "/dashboard/signin"
+        new.cookies.clear()
+        assert (await admin_session(new, "rotated-admin-token")).status_code == 303
+        assert (await new.get("/dashboard/operator")).status_code == 200
+    async with browser(stack) as old:
+        old.cookies.set("cg_session", new.cookies["cg_session"])
+        assert (await old.get("/dashboard/operator")).status_code == 303
+
+
+async def _sign_in_from(
+    client: httpx.AsyncClient, forwarded_for: str, email: str, password: str = PASSWORD
+) -> int:
+    form = await client.get("/dashboard/signin")
+    answer = await client.post(
+        "/dashboard/signin",
+        data={"csrf": csrf(form.text), "email": email, "password": password},
+        headers={"X-Forwarded-For": forwarded_for},
+    )
+    return answer.status_code
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_behind_a_trusted_proxy_the_client_is_read_from_x_forwarded_for(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    trusted: bool,
+) -> None:
+    """One address's failures lock out that address only, not everyone behind the proxy;
+    from an untrusted peer the header is ignored (a client could send any)."""
+    proxies = ["127.0.0.0/8", "10.0.0.0/8"] if trusted else []
+    stack = await _stack(
+        nursery,
+        impl,
+        anvil,
+        store_url,
+        tmp_path,
+        trusted_proxies=proxies,
+        login_failures_per_address=3,
+    )
+    await account_with_password(stack, "proxied@example.com")
+    async with browser(stack) as client:
+        for n in range(3):
+            # The left part is the client's own claim: a trusted proxy's hop is skipped.
+            spoof = f"198.51.100.{n}, 203.0.113.1, 10.0.0.2"
+            assert await _sign_in_from(client, spoof, f"guess{n}@example.com", "x") == 401
+        assert await _sign_in_from(client, "203.0.113.1", "proxied@example.com") == 429
+        other = await _sign_in_from(client, "203.0.113.2", "proxied@example.com")
+        assert other == (303 if trusted else 429)
+
+
+async def test_the_admin_token_is_throttled_per_address_apart_from_e_mails(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    stack = await _stack(
+        nursery, impl, anvil, store_url, tmp_path, trusted_proxies=["127.0.0.1/32"]
+    )
+    async with browser(stack) as client:
+        for _ in range(5):  # an e-mail field reading "admin token" is just an e-mail
+            assert await _sign_in_from(client, "203.0.113.9", "admin token", "x") == 401
+
+        async def admin_from(address: str, token: str) -> int:
+            form = await client.get("/dashboard/signin")
+            answer = await client.post(
+                "/dashboard/signin/admin",
+                data={"csrf": csrf(form.text), "admin_token": token},
+                headers={"X-Forwarded-For": address},
+            )
+            client.cookies.delete("cg_session")
+            return answer.status_code
+
+        assert await admin_from("203.0.113.9", "test-admin-token") == 303
+        for _ in range(5):
+            assert await admin_from("203.0.113.7", "wrong") == 401
+        assert await admin_from("203.0.113.7", "test-admin-token") == 429
+        assert await admin_from("203.0.113.8", "test-admin-token") == 303  # not a global lock
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_the_origin_check_reads_x_forwarded_host_from_a_trusted_proxy(
+    nursery: trio.Nursery,
+    impl: Impl,
+    anvil: AnvilProcess,
+    store_url: str,
+    tmp_path: Path,
+    trusted: bool,
+) -> None:
+    proxies = ["127.0.0.1/32"] if trusted else []
+    stack = await _stack(nursery, impl, anvil, store_url, tmp_path, trusted_proxies=proxies)
+    await account_with_password(stack, "origin@example.com")
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        data = {"csrf": csrf(form.text), "email": "origin@example.com", "password": PASSWORD}
+        site = {"Origin": "https://chaingate.example", "X-Forwarded-Host": "chaingate.example"}
+        answer = await client.post("/dashboard/signin", data=data, headers=site)
+        assert answer.status_code == (303 if trusted else 403)
+    async with browser(stack) as client:
+        form = await client.get("/dashboard/signin")
+        data = {"csrf": csrf(form.text), "email": "origin@example.com", "password": PASSWORD}
+        elsewhere = {"Origin": "https://evil.example", "X-Forwarded-Host": "chaingate.example"}
+        answer = await client.post("/dashboard/signin", data=data, headers=elsewhere)
+        assert answer.status_code == 403
+
+
 async def test_policy_rules_are_checked_by_the_apis_own_rules(stack: AuthStack) -> None:
     client = await signed_in(stack, "rules@example.com")
     async with aclosing(client):
@@ -546,3 +827,112 @@ async def test_the_migration_rolls_up_what_was_metered_before(
         await store.add_usage([UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)])
         days = await rows.usage(account.id, "day", 0, 1440 * 12)
         assert days[-1].requests == 5
+
+
+async def test_numbers_typed_by_a_client_are_400_never_500(stack: AuthStack) -> None:
+    client = await signed_in(stack, "digits@example.com")
+    async with aclosing(client):
+        for path in ("/dashboard/webhooks", "/dashboard/policies", "/dashboard/wallets"):
+            for bad in ("²", "1" * 5000, "0", "-1", "1e3"):
+                answer = await client.get(path, params={"page": bad})
+                assert answer.status_code == 400, (path, bad, answer.status_code)
+                assert "invalid field &#39;page&#39;: expected a whole number" in answer.text
+            assert (await client.get(path, params={"page": "2"})).status_code == 200
+        form = await client.get("/dashboard/webhooks")
+        for bad in ("²", "9" * 5000):
+            created = await client.post(
+                "/dashboard/webhooks",
+                data={
+                    "csrf": csrf(form.text),
+                    "url": "https://example.com/hook",
+                    "chain": "ethereum",
+                    "event_type": "address_activity",
+                    "confirmations": bad,
+                },
+            )
+            assert created.status_code == 400, created.status_code
+            assert "invalid field &#39;confirmations&#39;" in created.text
+
+
+def test_small_int_reads_ascii_digits_of_bounded_length() -> None:
+    from chaingate.api.errors import ApiError
+    from chaingate.dashboard.web import small_int
+
+    assert small_int(" 42 ", "n", 100) == 42 and small_int("0", "n", 9, low=0) == 0
+    for bad in ("²", "٣", "1" * 5000, "", "101", "0", "+1", "1_0"):
+        with pytest.raises(ApiError) as refused:
+            small_int(bad, "n", 100)
+        assert refused.value.status == 400 and "invalid field 'n'" in refused.value.message
+
+
+def test_trusted_proxies_must_be_networks() -> None:
+    from chaingate import config
+
+    with pytest.raises(config.ConfigError, match=r"dashboard\.trusted_proxies"):
+        config.from_mapping({"dashboard": {"trusted_proxies": ["not a net"]}}, environ={})
+
+
+async def test_the_operator_page_shows_the_newest_accounts_a_page_at_a_time(
+    stack: AuthStack,
+) -> None:
+    from chaingate.dashboard.pages.operator import ACCOUNTS_PER_PAGE
+
+    made = []
+    for n in range(ACCOUNTS_PER_PAGE + 5):
+        account = await admin.ensure_account(stack.store, f"many{n:03}@example.com", "free")
+        made.append(account.id)
+        if n == 0:
+            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k1", "test")
+            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k2", "test")
+    async with browser(stack) as client:
+        assert (await admin_session(client, "test-admin-token")).status_code == 303
+        first = await client.get("/dashboard/operator")
+        assert first.status_code == 200
+        newest = f"many{ACCOUNTS_PER_PAGE + 4:03}@example.com"
+        assert newest in first.text and "many000@example.com" not in first.text
+        assert 'id="older-accounts"' in first.text
+        second = await client.get("/dashboard/operator?page=2")
+        assert "many000@example.com" in second.text and newest not in second.text
+        row = re.search(r"many000@example.com</td><td>free</td><td>(\d+)</td>", second.text)
+        assert row and row[1] == "2", second.text[-3000:]  # live keys, counted by the database
+        found = await client.get("/dashboard/operator", params={"q": "MANY003"})
+        assert "many003@example.com" in found.text and "many004@" not in found.text
+        assert (await client.get("/dashboard/operator?page=²")).status_code == 400
+
+
+async def test_the_prune_deletes_ended_sessions_used_links_and_old_latency(
+    stack: AuthStack,
+) -> None:
+    rows = DashboardRows(stack.store)
+    account = await admin.ensure_account(stack.store, "prune@example.com", "free")
+    now = stack.store.clock()
+    day_ms = 86_400_000
+    live, _ = await rows.create_session(account.id, False, "", "", day_ms)
+    _, ended_row = await rows.create_session(account.id, False, "", "", 1)
+    _, recent_row = await rows.create_session(account.id, False, "", "", day_ms)
+    await rows.revoke_session(recent_row.id, account.id)  # revoked now: kept a while
+    await stack.store.run_transaction(
+        lambda tx: tx.execute(
+            "UPDATE dashboard_sessions SET expires_at = ? WHERE id = ?",
+            (now - 8 * day_ms, ended_row.id),
+        )
+    )
+    used = await rows.create_signin_link(account.id, 60_000)
+    assert await rows.use_signin_link(used) == account.id
+    await rows.create_signin_link(account.id, -1)  # expired
+    unused = await rows.create_signin_link(account.id, 60_000)
+    minute = now // 60_000
+    counts = [1] + [0] * 15
+    await rows.add_latency([(minute - 3 * 1440, "rpc", counts), (minute - 10, "rpc", counts)])
+    deleted = await rows.prune()
+    assert deleted["sessions"] == 1 and deleted["signin_links"] == 2, deleted
+    assert deleted["latency"] == 1, deleted  # the 3-day-old minute (its hour and day stay)
+    assert await rows.live_session(live, 60_000) is not None
+    assert len(await rows.sessions_of(account.id)) == 1
+    assert await rows.use_signin_link(unused) == account.id
+    left = await stack.store.run_transaction(
+        lambda tx: tx.query("SELECT granularity, period FROM latency_rollups ORDER BY 1, 2"),
+        write=False,
+    )
+    assert [g for g, _ in left] == [1, 60, 60, 1440, 1440], left
+    assert (await rows.prune())["sessions"] == 0

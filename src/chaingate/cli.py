@@ -135,7 +135,8 @@ def _dev_banner(
     base = f"http://{host}:{port}"
     dashboard = (
         f"  dashboard {base}/dashboard/signin/link/{dashboard_token}\n"
-        "            (signs you in once; then: chaingate accounts set-password EMAIL)\n"
+        "            (open it and press Sign in, once; then: chaingate accounts set-password"
+        " EMAIL)\n"
         if dashboard_token
         else ""
     )

@@ -577,6 +577,9 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     login_window: float = 900.0
     # How often the overview's latency is sampled from the edge's histogram.
     latency_sample_seconds: float = 60.0
+    # Reverse proxies (CIDRs) whose X-Forwarded-For names the client (sign-in throttling) and
+    # whose X-Forwarded-Host names the site (the forms' Origin check); empty: none trusted.
+    trusted_proxies: list[str] = []
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True):
@@ -647,6 +650,11 @@ def _validate(settings: Settings) -> None:
             ipaddress.ip_network(cidr)
         except ValueError:
             raise ConfigError(f"outbound.allow_cidrs: not a network: {cidr!r}") from None
+    for cidr in settings.dashboard.trusted_proxies:
+        try:
+            ipaddress.ip_network(cidr)
+        except ValueError:
+            raise ConfigError(f"dashboard.trusted_proxies: not a network: {cidr!r}") from None
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.server.compress_min_bytes < 0:

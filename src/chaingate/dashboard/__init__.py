@@ -14,13 +14,13 @@ from typing import Any
 from quart import Blueprint, Response, g, redirect, request
 from quart_trio import QuartTrio
 
+from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
     PREFIX,
     SECURITY_HEADERS,
     Dashboard,
     form_value,
     page,
-    same_origin,
 )
 
 __all__ = ["Dashboard", "install"]
@@ -45,7 +45,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         g.session = await dash.load_session()
         if request.method not in ("GET", "HEAD"):
             form = await request.form
-            if not same_origin() or not dash.csrf_ok(form_value(form, "csrf")):
+            if not dash.same_origin() or not dash.csrf_ok(form_value(form, "csrf")):
                 return await page(
                     "error.html",
                     403,
@@ -54,6 +54,11 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
                     "may have expired, or come from another site). Reload the page and retry.",
                 )
         return None
+
+    @blueprint.errorhandler(ApiError)
+    async def refused(exc: ApiError) -> Any:
+        # A page's own bad input (a page number, a JSON field) read outside its form handling.
+        return await page("error.html", exc.status, title="Refused", message=exc.message)
 
     @blueprint.after_request
     async def after(response: Response) -> Response:

@@ -1,5 +1,6 @@
 """Latency over time for the overview: the edge's request-latency histogram (one per route
 class — rpc, bundler, rest, ...), sampled once a minute and added to ``latency_rollups``.
+The same task prunes the dashboard's tables about hourly (``DashboardRows.prune``).
 
 The hot path already pays for the histogram (one bisect per request); sampling it costs
 nothing per request.  Each process adds its own deltas, so with N processes the rollups hold
@@ -20,6 +21,7 @@ from chaingate.obs.metrics import LATENCY_BUCKETS
 log = logging.getLogger("chaingate.dashboard")
 
 BUCKETS = 16  # LATENCY_BUCKETS and one above the last
+PRUNE_SECONDS = 3600.0
 
 
 def percentile(counts: Sequence[int], q: float) -> float | None:
@@ -60,11 +62,28 @@ class LatencySampler:
             except Exception:
                 log.exception("latency sample not written")
 
-    async def run(self, interval: float = 60.0) -> None:
+    async def prune(self) -> None:
         try:
+            deleted = await self._rows.prune()
+        except Exception:
+            log.exception("dashboard tables not pruned")
+            return
+        if any(deleted.values()):
+            log.info("dashboard tables pruned: %s", deleted)
+
+    async def run(self, interval: float = 60.0) -> None:
+        """Sample every ``interval``; prune the dashboard's tables at start and then about
+        hourly (each process does, and a delete of what is gone already costs little)."""
+        samples_per_prune = max(1, int(PRUNE_SECONDS // max(interval, 1e-3)))
+        try:
+            await self.prune()
+            count = 0
             while True:
                 await trio.sleep(interval)
                 await self.sample()
+                count += 1
+                if count % samples_per_prune == 0:
+                    await self.prune()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
                 await self.sample()

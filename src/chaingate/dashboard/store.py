@@ -38,11 +38,12 @@ class Session(msgspec.Struct, frozen=True):
     last_seen_at: int
     expires_at: int
     revoked_at: int | None
+    credential: str = ""  # admin-token sessions: the token's fingerprint (``web``)
 
 
 _SESSION_COLUMNS = (
     "id, account_id, operator, csrf, address, user_agent, created_at, last_seen_at,"
-    " expires_at, revoked_at"
+    " expires_at, revoked_at, credential"
 )
 
 
@@ -50,6 +51,30 @@ def _session(row: Sequence[Any]) -> Session:
     values = list(row)
     values[2] = bool(values[2])
     return Session(*values)
+
+
+class AccountSummary(msgspec.Struct, frozen=True):
+    """A row of the operator's page: an account, its live keys and its usage of one day."""
+
+    id: str
+    email: str
+    plan: str
+    created_at: int
+    active_keys: int = 0
+    requests: int = 0
+    compute_units: int = 0
+    errors: int = 0
+
+
+# What the prune keeps: ended sessions a week (the account page lists only live ones), and
+# latency by the minute 2 days and by the hour 32 (the overview reads the last hour by the
+# minute, the last day by the hour, 30 days by the day).
+ENDED_SESSION_KEEP_MS = 7 * 86_400_000
+LATENCY_KEEP_MINUTES = {1: 2 * 1440, 60: 32 * 1440}
+
+
+def _in(values: Sequence[str]) -> str:
+    return ", ".join("?" for _ in values)
 
 
 class UsageTotal(msgspec.Struct, frozen=True):
@@ -126,6 +151,7 @@ class DashboardRows:
         address: str,
         user_agent: str,
         max_ms: int,
+        credential: str = "",
     ) -> tuple[str, Session]:
         """A new session: the cookie's token (to send once) and the row (its digest)."""
         token = secrets.token_urlsafe(32)
@@ -141,21 +167,24 @@ class DashboardRows:
             now,
             now + max_ms,
             None,
+            credential,
         )
         values = list(msgspec.structs.astuple(session))
         values[2] = int(operator)
         await self.store.run_transaction(
             lambda tx: tx.execute(
                 f"INSERT INTO dashboard_sessions ({_SESSION_COLUMNS})"  # noqa: S608 - constants
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         )
         return token, session
 
     async def live_session(self, token: str, idle_ms: int) -> Session | None:
-        """The session of a cookie token, if it is neither revoked, expired nor idle too long;
-        its last-seen time moves (at most once a minute: a page view is not a write)."""
+        """The session of a cookie token, if it is neither revoked, expired nor idle too long.
+        Its last-seen time moves at most once a minute: a page view within the minute is a
+        read only, the first one after it also a small write transaction (on SQLite,
+        serialised with every other writer)."""
         now = self.store.clock()
         session_id = digest(token)
         rows = await self.store.run_transaction(
@@ -209,6 +238,38 @@ class DashboardRows:
 
     # --- one-time sign-in links --------------------------------------------------------------
 
+    # --- one-time flashes ----------------------------------------------------------------------
+
+    async def put_flash(self, session_id: str, body: str, ttl_ms: int) -> str:
+        flash_id = secrets.token_urlsafe(16)
+        expires = self.store.clock() + ttl_ms
+        await self.store.run_transaction(
+            lambda tx: tx.execute(
+                "INSERT INTO dashboard_flashes (id, session_id, body, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (flash_id, session_id, body, expires),
+            )
+        )
+        return flash_id
+
+    async def take_flash(self, flash_id: str, session_id: str) -> str | None:
+        """A flash of this session, once: it is deleted as it is read."""
+        now = self.store.clock()
+
+        def take(tx: Any) -> str | None:
+            rows = tx.query(
+                "SELECT body, expires_at FROM dashboard_flashes WHERE id = ? AND session_id = ?",
+                (flash_id, session_id),
+            )
+            if not rows:
+                return None
+            tx.execute("DELETE FROM dashboard_flashes WHERE id = ?", (flash_id,))
+            body, expires_at = rows[0]
+            return str(body) if int(expires_at) > now else None
+
+        result: str | None = await self.store.run_transaction(take)
+        return result
+
     async def create_signin_link(self, account_id: str, ttl_ms: int) -> str:
         token = secrets.token_urlsafe(32)
         now = self.store.clock()
@@ -244,11 +305,16 @@ class DashboardRows:
     # --- rollups -----------------------------------------------------------------------------
 
     async def usage(
-        self, account_id: str | None, granularity: str, first: int, last: int
+        self,
+        account_id: str | None,
+        granularity: str,
+        first: int,
+        last: int,
+        key_id: str = "",
     ) -> list[UsageTotal]:
         """Usage per period, key and method over minutes [first, last): minutes from
         usage_minutes (an hour's worth at most), hours and days from their rollups.
-        ``account_id`` None: every account (operators)."""
+        ``account_id`` None: every account (operators); ``key_id``: that key's only."""
         if granularity == "minute":
             table, period = "usage_minutes", "minute"
         elif granularity == "hour":
@@ -260,6 +326,9 @@ class DashboardRows:
         if account_id is not None:
             where = "account_id = ? AND " + where
             params = (account_id, first, last)
+        if key_id:
+            where += " AND key_id = ?"
+            params = (*params, key_id)
         sql = (
             f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
             f" FROM {table} WHERE {where} GROUP BY {period}, key_id, method"
@@ -269,6 +338,87 @@ class DashboardRows:
         return [
             UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e)) for p, k, m, r, c, e in rows
         ]
+
+    async def operator_accounts(
+        self, limit: int, offset: int, day: int, email_contains: str = ""
+    ) -> list[AccountSummary]:
+        """Accounts newest first, a page at a time, with their live keys and their usage of
+        ``day`` (epoch minutes) counted and summed by the database."""
+
+        def read(tx: Any) -> list[AccountSummary]:
+            where, params = "", []
+            if email_contains:
+                where, params = " WHERE LOWER(email) LIKE ?", [f"%{email_contains.lower()}%"]
+            accounts = tx.query(
+                f"SELECT id, email, plan, created_at FROM accounts{where}"  # noqa: S608
+                " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+            ids = [str(row[0]) for row in accounts]
+            if not ids:
+                return []
+            keys = dict(
+                tx.query(
+                    "SELECT account_id, COUNT(*) FROM api_keys"  # noqa: S608 - placeholders
+                    f" WHERE revoked_at IS NULL AND account_id IN ({_in(ids)})"
+                    " GROUP BY account_id",
+                    ids,
+                )
+            )
+            usage = {
+                row[0]: row[1:]
+                for row in tx.query(
+                    "SELECT account_id, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
+                    f" FROM usage_days WHERE period = ? AND account_id IN ({_in(ids)})"
+                    " GROUP BY account_id",
+                    (day, *ids),
+                )
+            }
+            return [
+                AccountSummary(
+                    str(a),
+                    str(email),
+                    str(plan),
+                    int(created),
+                    int(keys.get(a, 0)),
+                    *(int(v) for v in usage.get(a, (0, 0, 0))),
+                )
+                for a, email, plan, created in accounts
+            ]
+
+        result: list[AccountSummary] = await self.store.run_transaction(read, write=False)
+        return result
+
+    async def prune(self) -> dict[str, int]:
+        """Delete what no page reads any more: ended sessions, used or expired sign-in links
+        and flashes, and fine-grained latency past what the overview shows."""
+        now = self.store.clock()
+        minute = now // 60_000
+        ended = now - ENDED_SESSION_KEEP_MS
+
+        def delete(tx: Any) -> dict[str, int]:
+            counts = {
+                "sessions": tx.execute(
+                    "DELETE FROM dashboard_sessions WHERE expires_at < ? OR revoked_at < ?",
+                    (ended, ended),
+                ),
+                "signin_links": tx.execute(
+                    "DELETE FROM dashboard_signin_links WHERE used_at IS NOT NULL"
+                    " OR expires_at < ?",
+                    (now,),
+                ),
+                "flashes": tx.execute("DELETE FROM dashboard_flashes WHERE expires_at < ?", (now,)),
+                "latency": 0,
+            }
+            for granularity, keep in LATENCY_KEEP_MINUTES.items():
+                counts["latency"] += tx.execute(
+                    "DELETE FROM latency_rollups WHERE granularity = ? AND period < ?",
+                    (granularity, minute - keep),
+                )
+            return counts
+
+        result: dict[str, int] = await self.store.run_transaction(delete)
+        return result
 
     async def add_latency(self, samples: Sequence[tuple[int, str, Sequence[int]]]) -> None:
         """Add (minute, route, 16 bucket counts) samples to the minute, hour and day rollups."""

@@ -2,10 +2,12 @@
 
 Past ``per_account`` failures for one e-mail, or ``per_address`` from one address, within
 ``window`` seconds, sign-in is refused — even with the right password — until the oldest
-failure leaves the window.  A success clears the account's count (not the address's: one
-address guessing many accounts stays limited).  Counters live in process memory, bounded in
-entries; with N processes behind a balancer an attacker gets at most N times the budget
-(docs/decisions.md, "The dashboard (issue 23)").
+failure leaves the window.  An attempt is counted *before* its password is checked
+(``attempt``), so requests sent side by side cannot each pass the check while the others are
+still hashing; a success then takes its own attempt back and clears the account's count (not
+the address's other failures: one address guessing many accounts stays limited).
+Counters live in process memory, bounded in entries; with N processes behind a balancer an
+attacker gets at most N times the budget (docs/decisions.md, "The dashboard (issue 23)").
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ class _Failures:
         while len(self._seen) > MAX_TRACKED:
             self._seen.popitem(last=False)
 
+    def undo(self, who: str, at: float) -> None:
+        """Take back one attempt counted at ``at``."""
+        times = self._seen.get(who)
+        if times is not None and at in times:
+            times.remove(at)
+            if not times:
+                del self._seen[who]
+
     def clear(self, who: str) -> None:
         self._seen.pop(who, None)
 
@@ -56,6 +66,9 @@ class LoginThrottle:
     def __init__(self, per_account: int, per_address: int, window: float) -> None:
         self._accounts = _Failures(per_account, window)
         self._addresses = _Failures(per_address, window)
+        # The admin token: per address only, apart from e-mails and password sign-ins, so
+        # failures from one address lock out that address, not the operator everywhere.
+        self._admin = _Failures(per_account, window)
 
     def blocked_for(self, email: str, address: str, now: float) -> float:
         return max(
@@ -63,9 +76,28 @@ class LoginThrottle:
             self._addresses.blocked_for(address, now),
         )
 
+    def attempt(self, email: str, address: str, now: float) -> float:
+        """Count an attempt before checking it; the seconds to wait (0: go ahead, counted)."""
+        wait = self.blocked_for(email, address, now)
+        if wait <= 0:
+            self.failed(email, address, now)
+        return wait
+
     def failed(self, email: str, address: str, now: float) -> None:
         self._accounts.fail(email.lower(), now)
         self._addresses.fail(address, now)
 
-    def succeeded(self, email: str) -> None:
+    def succeeded(self, email: str, address: str, at: float) -> None:
+        """The attempt counted at ``at`` was right: it is no failure."""
         self._accounts.clear(email.lower())
+        self._addresses.undo(address, at)
+
+    def admin_attempt(self, address: str, now: float) -> float:
+        """An admin-token attempt, counted before its check (as ``attempt``)."""
+        wait = self._admin.blocked_for(address, now)
+        if wait <= 0:
+            self._admin.fail(address, now)
+        return wait
+
+    def admin_succeeded(self, address: str, at: float) -> None:
+        self._admin.undo(address, at)

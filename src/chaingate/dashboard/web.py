@@ -15,9 +15,12 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import hmac
+import ipaddress
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,10 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import trio
+from Crypto.Cipher import AES
 from quart import Response, g, redirect, render_template, request
 
+from chaingate.api.chains import ChainNames
 from chaingate.api.deps import ApiDeps
+from chaingate.api.errors import ApiError
 from chaingate.config import DashboardSettings
 from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.store import DashboardRows, Session
@@ -51,6 +58,29 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 MAX_FORM_FIELD = 10_000  # characters: bounded input
+MAX_PAGE = 99_999
+FLASH_TTL_MS = 5 * 60_000
+_SMALL_INT_DIGITS = 9  # below int()'s digit limit, and a count no page needs more of
+
+
+class HashingBusy(Exception):
+    """Too many password checks are waiting for a CPU: answer 429 rather than queue more."""
+
+
+class PasswordHashing:
+    """scrypt (~16 MiB, tens of ms of CPU each) on its own limiter, one thread per CPU, with
+    a bounded queue: unauthenticated requests cannot take every core and thread, or
+    hundreds of MiB, by sending sign-ins side by side."""
+
+    def __init__(self, threads: int | None = None, max_waiting: int | None = None) -> None:
+        threads = threads or os.cpu_count() or 1
+        self.limiter = trio.CapacityLimiter(threads)
+        self.max_waiting = max_waiting if max_waiting is not None else 4 * threads
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.limiter.statistics().tasks_waiting >= self.max_waiting:
+            raise HashingBusy
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
 
 @dataclass
@@ -69,6 +99,7 @@ class Dashboard:
     bundlers: Mapping[str, Any] = field(default_factory=dict)
     keys_refresh: Callable[[], Awaitable[None]] | None = None
     clock: Callable[[], float] = time.time
+    hashing: PasswordHashing = field(default_factory=PasswordHashing)
     throttle: LoginThrottle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +108,47 @@ class Dashboard:
             s.login_failures_per_account, s.login_failures_per_address, s.login_window
         )
         self._secret = hmac.new(self.pepper, b"chaingate dashboard", hashlib.sha256).digest()
+        self._proxies = [ipaddress.ip_network(cidr) for cidr in s.trusted_proxies]
+
+    # --- the client behind a reverse proxy ---------------------------------------------------
+
+    def _trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.strip())
+        except ValueError:
+            return False
+        return any(ip in network for network in self._proxies)
+
+    def client_address(self) -> str:
+        """The client's address: the peer's, or, from a trusted proxy, the nearest address
+        in X-Forwarded-For that is not itself a trusted proxy (the left part of the header
+        is whatever the client sent, so it is read from the right)."""
+        address = peer()
+        if not self._trusted(address):
+            return address
+        forwarded = request.headers.get("X-Forwarded-For", "")[:2000].split(",")
+        for hop in reversed(forwarded):
+            hop = hop.strip()
+            if hop and not self._trusted(hop):
+                return hop[:64]
+            address = hop or address
+        return address
+
+    def site_host(self) -> str:
+        """The host the browser addressed: from a trusted proxy, its X-Forwarded-Host (a
+        proxy may rewrite Host), else the Host header."""
+        if self._trusted(peer()):
+            forwarded = request.headers.get("X-Forwarded-Host", "")
+            if forwarded:
+                return forwarded.split(",")[-1].strip()
+        return request.headers.get("Host", "")
+
+    def same_origin(self) -> bool:
+        """A POST's Origin (when the browser sends one) names this site."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        return origin != "null" and urlsplit(origin).netloc == self.site_host()
 
     # --- cookies -----------------------------------------------------------------------------
 
@@ -135,16 +207,61 @@ class Dashboard:
         token = request.cookies.get(self.session_cookie, "")
         if not token or len(token) > 100:
             return None
-        return await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
+        session = await self.rows.live_session(token, self.settings.session_idle_minutes * 60_000)
+        if session is not None and not session.account_id:
+            # Opened with the admin token: only while that token is still the configured one.
+            current = self.admin_fingerprint()
+            if not current or not hmac.compare_digest(session.credential, current):
+                return None
+        return session
+
+    def admin_fingerprint(self) -> str:
+        """What an admin-token session keeps of the token: an HMAC, so a leaked database
+        holds no token, and a rotated token no longer matches."""
+        if not self.admin_token:
+            return ""
+        token = self.admin_token.encode()
+        return hmac.new(self._secret, b"admin token:" + token, hashlib.sha256).hexdigest()
+
+    # --- one-time flashes (a new key shown after a redirect) ---------------------------------
+
+    def _flash_cipher(self, nonce: bytes) -> Any:
+        token = request.cookies.get(self.session_cookie, "")
+        key = hmac.new(self._secret, b"flash:" + token.encode(), hashlib.sha256).digest()
+        return AES.new(key, AES.MODE_GCM, nonce=nonce)
+
+    async def put_flash(self, text: str) -> str:
+        """Keep ``text`` for this session's next page (read once, within FLASH_TTL); it is
+        encrypted with a key only the session's cookie yields, so the row holds no secret."""
+        session: Session = g.session
+        nonce = secrets.token_bytes(12)
+        sealed, tag = self._flash_cipher(nonce).encrypt_and_digest(text.encode())
+        body = base64.urlsafe_b64encode(nonce + tag + sealed).decode()
+        return await self.rows.put_flash(session.id, body, FLASH_TTL_MS)
+
+    async def take_flash(self, flash_id: str) -> str | None:
+        session: Session | None = g.get("session")
+        if session is None or not flash_id or len(flash_id) > 64:
+            return None
+        body = await self.rows.take_flash(flash_id, session.id)
+        if body is None:
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(body)
+            opened = self._flash_cipher(raw[:12]).decrypt_and_verify(raw[28:], raw[12:28])
+        except ValueError:
+            return None
+        return bytes(opened).decode()
 
     async def start_session(self, account_id: str, operator: bool) -> Any:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
         token, _ = await self.rows.create_session(
             account_id,
             operator,
-            peer(),
+            self.client_address(),
             request.headers.get("User-Agent", ""),
             self.settings.session_max_hours * 3_600_000,
+            credential="" if account_id else self.admin_fingerprint(),
         )
         response = redirect(f"{PREFIX}/" if account_id else f"{PREFIX}/operator", 303)
         self.set_cookie(
@@ -186,13 +303,40 @@ def peer() -> str:
     return str(client[0]) if client else ""
 
 
-def same_origin() -> bool:
-    """A POST's Origin (when the browser sends one) names this host."""
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return True
-    host = request.headers.get("Host", "")
-    return origin != "null" and urlsplit(origin).netloc == host
+def small_int(value: str, field: str, high: int, low: int = 1) -> int:
+    """A whole number from ``low`` to ``high`` typed by a client, else a 400 naming ``field``.
+
+    ASCII digits only and a bounded length: ``str.isdigit`` also accepts characters such as
+    "²" that ``int`` refuses, and ``int`` refuses more than 4300 digits."""
+    text = value.strip()
+    if text.isascii() and text.isdigit() and len(text) <= _SMALL_INT_DIGITS:
+        number = int(text)
+        if low <= number <= high:
+            return number
+    raise ApiError(400, f"invalid field '{field}': expected a whole number from {low} to {high}")
+
+
+def page_number(field: str = "page") -> str:
+    """The query's page number (1 when absent), as the REST handlers read it."""
+    value = request.args.get(field, "")
+    return str(small_int(value, field, MAX_PAGE)) if value else "1"
+
+
+def json_object(text: str, field: str) -> dict[str, Any]:
+    """A form field holding a JSON object (empty: ``{}``), else a 400 naming ``field``."""
+    try:
+        value = msgspec.json.decode(text.strip() or "{}")
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"invalid field '{field}': not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"invalid field '{field}': expected a JSON object")
+    return value
+
+
+def chain_names(dash: Dashboard) -> list[str]:
+    """The EVM chains' names, for a form's chain choice."""
+    names = ChainNames(dash.api.evm_networks)
+    return sorted({names.name_of(key) for key in dash.api.evm_networks})
 
 
 def form_value(form: Any, name: str, default: str = "") -> str:

@@ -11,41 +11,28 @@ from typing import Any
 import msgspec
 from quart import Blueprint, g, redirect, request
 
-from chaingate.api.chains import ChainNames
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.restcalls import principal_for
-from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, signed_in
+from chaingate.dashboard.web import (
+    PREFIX,
+    Dashboard,
+    chain_names,
+    form_value,
+    json_object,
+    page,
+    page_number,
+    signed_in,
+)
 from chaingate.rpc import local as local_rpc
 
 EXAMPLE_RULES = '{\n  "max_gas_usd": "20",\n  "max_per_user_per_day": 10\n}'
 
 
-def _json_object(text: str, field: str) -> dict[str, Any]:
-    try:
-        value = msgspec.json.decode(text.strip() or "{}")
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, f"invalid field '{field}': not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, f"invalid field '{field}': expected a JSON object")
-    return value
-
-
-def _page_number(value: str | None) -> str:
-    return value if value and value.isdigit() and 0 < int(value) < 100_000 else "1"
-
-
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    def chains() -> list[str]:
-        names = ChainNames(dash.api.evm_networks)
-        return sorted({names.name_of(key) for key in dash.api.evm_networks})
-
     async def policies_page(status: int = 200, **context: Any) -> Any:
+        query = {"page": page_number()}  # a bad one: the 400 page
         try:
-            listed = await dash.rest(
-                "listGasPolicies",
-                g.session.account_id,
-                query={"page": _page_number(request.args.get("page"))},
-            )
+            listed = await dash.rest("listGasPolicies", g.session.account_id, query=query)
         except ApiError as exc:
             listed = {"policies": [], "page": 1, "total": 0, "limit": 25}
             context.setdefault("error", exc.message)
@@ -54,7 +41,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             status,
             title="Gas policies",
             listed=listed,
-            chains=chains(),
+            chains=chain_names(dash),
             example_rules=EXAMPLE_RULES,
             **context,
         )
@@ -72,7 +59,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             body = {
                 "name": form_value(form, "name"),
                 "chain": form_value(form, "chain"),
-                "rules": _json_object(form_value(form, "rules"), "rules"),
+                "rules": json_object(form_value(form, "rules"), "rules"),
             }
             created = await dash.rest("createGasPolicy", g.session.account_id, body=body)
         except ApiError as exc:
@@ -107,7 +94,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         form = await request.form
         text = form_value(form, "rules")
         try:
-            body: dict[str, Any] = {"rules": _json_object(text, "rules")}
+            body: dict[str, Any] = {"rules": json_object(text, "rules")}
             status = form_value(form, "status")
             if status in ("active", "paused"):
                 body["status"] = status
@@ -126,7 +113,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         form = await request.form
         text = form_value(form, "user_operation")
         try:
-            body = {"user_operation": _json_object(text, "user_operation")}
+            body = {"user_operation": json_object(text, "user_operation")}
             result = await dash.rest(
                 "evaluateGasPolicy", g.session.account_id, path={"id": policy_id[:64]}, body=body
             )
@@ -143,9 +130,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         error = ""
         detail = None
         try:
-            listed = await dash.rest(
-                "listWallets", account, query={"page": _page_number(request.args.get("page"))}
-            )
+            listed = await dash.rest("listWallets", account, query={"page": page_number()})
         except ApiError as exc:
             listed = {"wallets": [], "page": 1, "total": 0}
             error = exc.message

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, g, request
+import msgspec
+from quart import Blueprint, g, redirect, request
 
 from chaingate.auth import admin, allowlists
 from chaingate.auth.gate import SCOPES
-from chaingate.dashboard.web import Dashboard, form_value, page, signed_in
+from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, signed_in
 from chaingate.store.base import KeyRow
 
 MAX_NAME = 64
@@ -44,7 +45,19 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/keys", methods=["GET"])
     @signed_in
     async def keys() -> Any:
-        return await keys_page()
+        created = request.args.get("created", "")
+        if not created:
+            return await keys_page()
+        shown = await dash.take_flash(created)
+        if shown is None:
+            return await keys_page(
+                message="The new key was shown once already: chaingate keeps only its hash."
+            )
+        new = msgspec.json.decode(shown)
+        row = await owned_key(str(new["id"]))
+        if row is None:
+            return await keys_page()
+        return await keys_page(new_key=new["key"], new_row=row)
 
     @bp.route("/keys", methods=["POST"])
     @signed_in
@@ -64,7 +77,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         )
         if dash.keys_refresh is not None:
             await dash.keys_refresh()  # usable at once in this process
-        return await keys_page(201, new_key=key, new_row=row)
+        # POST-redirect-GET: a refresh re-reads the page, it cannot mint a second key.
+        flash = await dash.put_flash(msgspec.json.encode({"id": row.id, "key": key}).decode())
+        return redirect(f"{PREFIX}/keys?created={flash}", 303)
 
     @bp.route("/keys/<key_id>/revoke", methods=["POST"])
     @signed_in

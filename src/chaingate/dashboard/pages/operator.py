@@ -1,42 +1,38 @@
-"""The operator's view (the admin token's holder, or an account flagged operator): every
-account with its usage today, and the upstreams' health."""
+"""The operator's view (the admin token's holder, or an account flagged operator): the
+accounts, newest first a page at a time (searchable by e-mail), with their live keys and
+usage today, and the upstreams' health."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-from quart import Blueprint
+from quart import Blueprint, request
 
-from chaingate.dashboard.web import Dashboard, gather, operator_only, page
+from chaingate.dashboard.web import Dashboard, gather, operator_only, page, page_number
+
+ACCOUNTS_PER_PAGE = 100
+MAX_SEARCH = 320
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/operator", methods=["GET"])
     @operator_only
     async def operator() -> Any:
-        accounts = await dash.store.accounts_changed_since(0)
-        minute = int(dash.clock() // 60)
-        day = minute // 1440 * 1440
-        rows = await dash.rows.usage(None, "day", day, day + 1440)
-        keys = await dash.store.list_keys()
-        today: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        account_of = {key.id: key.account_id for key in keys}
-        for row in rows:
-            slot = today[account_of.get(row.key_id, "")]
-            slot[0] += row.requests
-            slot[1] += row.compute_units
-            slot[2] += row.errors
-        active_keys: dict[str, int] = defaultdict(int)
-        for key in keys:
-            if key.revoked_at is None:
-                active_keys[key.account_id] += 1
+        number = int(page_number())
+        search = request.args.get("q", "").strip()[:MAX_SEARCH]
+        day = int(dash.clock() // 60) // 1440 * 1440
+        # One more than a page: whether there is a next one.
+        accounts = await dash.rows.operator_accounts(
+            ACCOUNTS_PER_PAGE + 1, (number - 1) * ACCOUNTS_PER_PAGE, day, search
+        )
         return await page(
             "operator.html",
             title="Operator",
-            accounts=accounts[:500],
-            today=today,
-            active_keys=active_keys,
+            accounts=accounts[:ACCOUNTS_PER_PAGE],
+            page_number=number,
+            more=len(accounts) > ACCOUNTS_PER_PAGE,
+            search=search,
             health=dash.health(),
             upstreams=dash.upstreams(),
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-import trio
 from quart import Blueprint, g, redirect, request
 
 from chaingate.dashboard.passwords import (
@@ -14,9 +13,17 @@ from chaingate.dashboard.passwords import (
     hash_password,
     verify_password,
 )
-from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, peer, signed_in
+from chaingate.dashboard.web import (
+    PREFIX,
+    Dashboard,
+    HashingBusy,
+    form_value,
+    page,
+    signed_in,
+)
 
 MAX_EMAIL = 320
+BUSY = "The server is busy checking other sign-ins: try again in a few seconds."
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -35,8 +42,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         email = form_value(form, "email").strip()[:MAX_EMAIL]
         password = form_value(form, "password")
         now = dash.clock()
-        address = peer()
-        wait = dash.throttle.blocked_for(email, address, now)
+        address = dash.client_address()
+        # Counted before the check: side-by-side requests cannot exceed the budget.
+        wait = dash.throttle.attempt(email, address, now)
         if wait > 0:
             return await refused(
                 email,
@@ -46,14 +54,23 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         account = await dash.store.find_account_by_email(email) if email else None
         credentials = await dash.rows.credentials(account.id) if account is not None else None
         stored = credentials.password_hash if credentials is not None else None
-        ok = await trio.to_thread.run_sync(verify_password, password, stored)
+        try:
+            ok = await dash.hashing.run(verify_password, password, stored)
+        except HashingBusy:
+            return await refused(email, BUSY, 429)
         if not ok or account is None or credentials is None:
-            dash.throttle.failed(email, address, now)
             return await refused(email, "Wrong e-mail or password.")
-        dash.throttle.succeeded(email)
+        dash.throttle.succeeded(email, address, now)
         return await dash.start_session(account.id, credentials.operator)
 
     @bp.route("/signin/link/<token>", methods=["GET"])
+    async def signin_link_page(token: str) -> Any:
+        # Opening the link uses nothing (prefetchers and scanners open links too); its button
+        # POSTs with this browser's CSRF token, so another site cannot sign you in with its
+        # own link.
+        return await page("signin_link.html", title="Sign in", token=token[:100])
+
+    @bp.route("/signin/link/<token>", methods=["POST"])
     async def signin_link(token: str) -> Any:
         account_id = await dash.rows.use_signin_link(token[:100])
         if account_id is None:
@@ -73,13 +90,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         form = await request.form
         supplied = form_value(form, "admin_token")
         now = dash.clock()
-        address = peer()
-        if dash.throttle.blocked_for("admin token", address, now) > 0:
+        address = dash.client_address()
+        if dash.throttle.admin_attempt(address, now) > 0:
             return await refused("", "Too many failed sign-ins: try again later.", 429)
         token = dash.admin_token
         if not token or not hmac.compare_digest(supplied.encode(), token.encode()):
-            dash.throttle.failed("admin token", address, now)
             return await refused("", "Wrong admin token.")
+        dash.throttle.admin_succeeded(address, now)
         return await dash.start_session("", True)
 
     @bp.route("/signout", methods=["POST"])
@@ -117,15 +134,15 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         new = form_value(form, "new")
         credentials = await dash.rows.credentials(session.account_id)
         stored = credentials.password_hash if credentials is not None else None
-        if stored is not None and not await trio.to_thread.run_sync(
-            verify_password, current, stored
-        ):
-            return await _account(dash, error="The current password is wrong.", status=400)
         try:
+            if stored is not None and not await dash.hashing.run(verify_password, current, stored):
+                return await _account(dash, error="The current password is wrong.", status=400)
             check_strength(new)
+            hashed = await dash.hashing.run(hash_password, new)
         except PasswordRejected as exc:
             return await _account(dash, error=str(exc).capitalize() + ".", status=400)
-        hashed = await trio.to_thread.run_sync(hash_password, new)
+        except HashingBusy:
+            return await _account(dash, error=BUSY, status=429)
         await dash.rows.set_credentials(session.account_id, password_hash=hashed)
         # Every session ended with the change, this one too: sign in again.
         response = redirect(f"{PREFIX}/signin", 303)

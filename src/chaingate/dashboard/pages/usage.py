@@ -136,10 +136,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         range_name = chosen_range()
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
-        rows = await dash.rows.usage(account, granularity, first, end)
-        key_id = request.args.get("key", "")
-        if key_id:
-            rows = [row for row in rows if row.key_id == key_id]
+        key_id = request.args.get("key", "")[:64]  # filtered by the database
+        rows = await dash.rows.usage(account, granularity, first, end, key_id)
         shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:SHOWN_ROWS]
         return await page(
             "usage.html",
@@ -159,10 +157,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         range_name = chosen_range()
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
-        rows = await dash.rows.usage(account, granularity, first, end)
-        key_id = request.args.get("key", "")
-        if key_id:
-            rows = [row for row in rows if row.key_id == key_id]
+        key_id = request.args.get("key", "")[:64]  # filtered by the database
+        rows = await dash.rows.usage(account, granularity, first, end, key_id)
         names = await key_names(dash, account)
         out = io.StringIO()
         writer = csv.writer(out)

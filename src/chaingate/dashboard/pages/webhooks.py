@@ -11,28 +11,26 @@ from typing import Any
 import msgspec
 from quart import Blueprint, g, redirect, request
 
-from chaingate.api.chains import ChainNames
 from chaingate.api.errors import ApiError
-from chaingate.dashboard.web import PREFIX, Dashboard, form_value, gather, page, signed_in
+from chaingate.dashboard.web import (
+    PREFIX,
+    Dashboard,
+    chain_names,
+    form_value,
+    gather,
+    json_object,
+    page,
+    page_number,
+    signed_in,
+    small_int,
+)
 
 EVENT_STATES = ("pending", "delivered", "failed", "cancelled")
+MAX_CONFIRMATIONS = 1_000_000  # the REST handler applies its own, tighter, rule
 
 
 def _config(text: str) -> dict[str, Any] | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, f"invalid field 'config': not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, "invalid field 'config': expected a JSON object")
-    return value
-
-
-def _page_number(value: str | None) -> str:
-    return value if value and value.isdigit() and 0 < int(value) < 100_000 else "1"
+    return json_object(text, "config") if text.strip() else None
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -40,14 +38,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         service = dash.api.webhooks
         return list(service.variant.event_types) if service is not None else []
 
-    def chains() -> list[str]:
-        names = ChainNames(dash.api.evm_networks)
-        return sorted({names.name_of(key) for key in dash.api.evm_networks})
-
     async def list_page(status: int = 200, **context: Any) -> Any:
         account = g.session.account_id
         filter_status = request.args.get("status", "")
-        query = {"page": _page_number(request.args.get("page"))}
+        query = {"page": page_number()}
         if filter_status in ("active", "paused", "disabled"):
             query["status"] = filter_status
         try:
@@ -62,7 +56,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             listed=listed,
             filter_status=filter_status,
             event_types=event_types(),
-            chains=chains(),
+            chains=chain_names(dash),
             **context,
         )
 
@@ -86,9 +80,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                 body["config"] = config
             confirmations = form_value(form, "confirmations").strip()
             if confirmations:
-                if not confirmations.isdigit():
-                    raise ApiError(400, "invalid field 'confirmations': expected an integer")
-                body["confirmations"] = int(confirmations)
+                body["confirmations"] = small_int(
+                    confirmations, "confirmations", MAX_CONFIRMATIONS, low=0
+                )
             created = await dash.rest("createWebhook", g.session.account_id, body=body)
         except ApiError as exc:
             return await list_page(exc.status, error=exc.message, form=dict(form))
@@ -103,10 +97,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await page("error.html", exc.status, title="Webhook", message=exc.message)
         event_id = request.args.get("event_id", "").strip()[:64]
         state = request.args.get("state", "")
-        attempts_query = {"page": _page_number(request.args.get("page"))}
+        attempts_query = {"page": page_number()}
         if event_id:
             attempts_query["event_id"] = event_id
-        events_query = {"page": _page_number(request.args.get("events_page"))}
+        events_query = {"page": page_number("events_page")}
         if state in EVENT_STATES:
             events_query["state"] = state
         try:
@@ -165,9 +159,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                 body["config"] = config
             confirmations = form_value(form, "confirmations").strip()
             if confirmations:
-                if not confirmations.isdigit():
-                    raise ApiError(400, "invalid field 'confirmations': expected an integer")
-                body["confirmations"] = int(confirmations)
+                body["confirmations"] = small_int(
+                    confirmations, "confirmations", MAX_CONFIRMATIONS, low=0
+                )
         except ApiError as exc:
             return await detail(webhook_id, exc.status, error=exc.message)
         return await act(webhook_id, "updateWebhook", "saved", body=body)
