@@ -40,7 +40,7 @@ from chaingate.dashboard.store import DashboardRows
 from chaingate.gateway import Gateway
 from chaingate.store import new_id, open_store
 from chaingate.store.base import UsageDelta
-from chaingate.webhooks.store import WebhookRow
+from chaingate.webhooks.store import WebhookRow, WebhookRows
 
 PEPPER = "bench-pepper-" + "0" * 32
 METHODS = ("eth_call", "eth_getBalance", "eth_blockNumber", "eth_getLogs", "GET /v1/usage")
@@ -96,7 +96,7 @@ async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
         created_at=now,
         updated_at=now,
     )
-    await store.create_webhook(hook, limit=0)
+    await WebhookRows(store).create_webhook(hook, limit=0)
     events = attempts // 2
     body = json.dumps({"id": "evt", "event_type": "address_activity", "data": {"value": "1"}})
     headers = json.dumps([["content-type", "application/json"], ["webhook-id", "evt"]])
