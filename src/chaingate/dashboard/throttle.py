@@ -7,7 +7,7 @@ failure leaves the window.  An attempt is counted *before* its password is check
 still hashing; a success then takes its own attempt back and clears the account's count (not
 the address's other failures: one address guessing many accounts stays limited).
 Counters live in process memory, bounded in entries; with N processes behind a balancer an
-attacker gets at most N times the budget (docs/decisions.md, "The dashboard (issue 23)").
+attacker gets at most N times the budget (docs/decisions/dashboard.md).
 """
 
 from __future__ import annotations
