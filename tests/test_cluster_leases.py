@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from chaingate.cluster.leases import LocalLeadership, PgLeadership
-from chaingate.cluster.roles import RoleKey, role_keys
+from chaingate.cluster.roles import LOCK_CLASS, RoleKey, role_keys
 from tests.conftest import pg_schema
 
 KEYS = role_keys(["ethereum/devnet"], ("follower", "indexer", "webhooks", "bundler"))
@@ -120,3 +120,49 @@ async def test_a_lost_connection_stops_every_role_at_once_and_they_are_taken_aga
             assert all(runs.started[key] == 2 for key in KEYS)
             assert runs.overlaps == 0
             nursery.cancel_scope.cancel()
+
+
+def _lock_held(url: str, leadership: PgLeadership, key: RoleKey) -> bool:
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+            " WHERE d.datname = current_database() AND l.locktype = 'advisory'"
+            " AND l.classid = %s AND l.objid::bigint = %s AND l.objsubid = 2 AND l.granted",
+            (LOCK_CLASS, leadership._lock_of(key)),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.trio
+async def test_shutdown_keeps_the_lock_until_a_write_on_its_way_ends_then_allows_none() -> None:
+    """The follower's saves run under ``writing``: at shutdown the lock (so the role) is not
+    freed under one on its way, and none starts once it is."""
+    follower = next(k for k in KEYS if k.role == "follower")
+    with pg_schema() as url:
+        leadership = _leadership(url)
+        async with trio.open_nursery() as nursery:
+            run_scope = trio.CancelScope()
+
+            async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with run_scope:
+                    await leadership.run(task_status=task_status)
+
+            await nursery.start(run)
+            await _until(lambda: leadership.holds(follower))
+            writing, release = trio.Event(), trio.Event()
+
+            async def save() -> None:
+                with leadership.writing(follower) as leads:
+                    assert leads
+                    writing.set()
+                    await release.wait()
+
+            nursery.start_soon(save)
+            await writing.wait()
+            run_scope.cancel()  # the process shuts down
+            await trio.sleep(0.5)
+            assert _lock_held(url, leadership, follower)  # not freed under the save
+            release.set()
+            await _until(lambda: not _lock_held(url, leadership, follower), limit=5)
+            with leadership.writing(follower) as leads:
+                assert not leads  # no save starts once the session is closed

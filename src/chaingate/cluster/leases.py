@@ -15,9 +15,10 @@ processes never run one role's writer at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import psycopg
@@ -30,6 +31,7 @@ log = logging.getLogger("chaingate.cluster")
 TICK = 0.5  # seconds between looks at the locks: the handover delay is about one tick
 QUERY_TIMEOUT = 3.0  # a look that takes longer means the connection is lost
 RECONNECT_BACKOFF = (0.2, 0.5, 1.0, 2.0)
+SHUTDOWN_GRACE = 0.2  # seconds for the roles' last writes to start as the process stops
 WORK_RETRY = 1.0  # seconds before work that crashed runs again (the role stays held)
 
 Work = Callable[[], Awaitable[object]]
@@ -54,6 +56,8 @@ class Leadership(Protocol):
 
     def holds(self, key: RoleKey) -> bool: ...
 
+    def writing(self, key: RoleKey) -> contextlib.AbstractContextManager[bool]: ...
+
     def leads(self) -> list[str]: ...
 
     def roles(self) -> list[tuple[RoleKey, bool]]: ...
@@ -73,8 +77,18 @@ class _Role:
         # The role's work now running (a role may have several, e.g. the bundler's loop
         # and its receipt tracker), and an event set whenever none runs.
         self.scopes: set[trio.CancelScope] = set()
+        # Writes made under ``writing`` now on their way (the follower's saves).
+        self.writes = 0
         self.idle = trio.Event()
         self.idle.set()
+
+    def busy(self) -> None:
+        if self.idle.is_set():
+            self.idle = trio.Event()
+
+    def done(self) -> None:
+        if not self.scopes and not self.writes:
+            self.idle.set()
 
     def grant(self) -> None:
         self.held = True
@@ -103,6 +117,23 @@ class _Roles:
         role = self._roles.get(key)
         return role is not None and role.held
 
+    @contextlib.contextmanager
+    def writing(self, key: RoleKey) -> Iterator[bool]:
+        """Whether ``key`` is held here (write only if so); until the block ends the role
+        counts as busy, so it is not handed over, nor its lock freed at shutdown, under a
+        write on its way."""
+        role = self._roles.get(key)
+        if role is None or not role.held:
+            yield False
+            return
+        role.busy()
+        role.writes += 1
+        try:
+            yield True
+        finally:
+            role.writes -= 1
+            role.done()
+
     def leads(self) -> list[str]:
         return [r.key.label for r in self._roles.values() if r.held]
 
@@ -117,8 +148,7 @@ class _Roles:
             await role.granted.wait()
             if not role.held:  # revoked before this task woke up
                 continue
-            if not role.scopes:
-                role.idle = trio.Event()
+            role.busy()
             scope = trio.CancelScope()
             role.scopes.add(scope)
             try:
@@ -132,8 +162,7 @@ class _Roles:
                     await trio.sleep(WORK_RETRY)
             finally:
                 role.scopes.discard(scope)
-                if not role.scopes:
-                    role.idle.set()
+                role.done()
             if not role.held:
                 log.info("no longer leading", extra={"fields": {"role": key.label}})
 
@@ -208,15 +237,18 @@ class PgLeadership(_Roles):
                     # A session that is only slow would keep its locks: end it.
                     await self._close()
         finally:
-            # Stopping (the process shuts down): the work of each role ends first, then the
-            # session closes, which frees the locks.  The roles are not marked lost: the
-            # follower's last save, made as it stops (in a task of its own, maybe a moment
-            # after the session closed), is still this process's to make — a new leader's
-            # next save moves the cursor on from wherever it leaves it.
+            # Stopping (the process shuts down): the roles' tasks unwind, and a follower's
+            # last save starts as its task does (under ``writing``): a moment for those to
+            # begin, then until every role's work and writes have ended.  Then every role is
+            # given up, so no write starts any more, and the session closes, which frees the
+            # locks: nothing of this process's is written after that.
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(QUERY_TIMEOUT):
+                    await trio.sleep(SHUTDOWN_GRACE)
                     for role in self._roles.values():
                         await role.idle.wait()
+                for role in self._roles.values():
+                    role.revoke()
                 await self._close()
 
     async def _connect(self) -> None:
