@@ -122,3 +122,53 @@ async def test_cursor_writes_are_compare_and_set(store_url: str, tmp_path: Path)
             CHAIN, NETWORK, 0, (6, block_hash(6)), [], lambda *_: "", expect=(5, block_hash(5))
         )
         assert await stored_cursor(store) == (6, block_hash(6))
+
+
+async def test_an_event_another_writer_inserts_meanwhile_is_kept_once(tmp_path: Path) -> None:
+    """PostgreSQL's COPY path: the existence check takes no lock, so another transaction may
+    insert the same event id between the check and the write; the write then skips it (ON
+    CONFLICT DO NOTHING) instead of failing the whole batch."""
+    import psycopg
+
+    from chaingate.store.base import new_id
+    from chaingate.webhooks.model import event_id
+    from chaingate.webhooks.store import NewEvent
+    from tests.conftest import pg_schema
+    from tests.test_webhook_delivery import add_events, make_webhook
+
+    with pg_schema() as url:
+        async with opened(url, tmp_path) as store:
+            account = await store.create_account("owner@example.com", "free")
+            hook = await make_webhook(store, account.id, "https://example.com/", VARIANT_A)
+            (first,) = await add_events(store, VARIANT_A, hook, 1)
+            racing = event_id(hook.id, f"test|{new_id('')}")
+            other = event_id(hook.id, f"test|{new_id('')}")
+            events = [
+                NewEvent(id=i, webhook_id=hook.id, event_type=VARIANT_A.type_name("test"))
+                for i in (racing, other)
+            ]
+            with psycopg.connect(url) as conn:
+                # Another writer's transaction holds the same id, not yet committed.
+                conn.execute(
+                    "INSERT INTO webhook_events SELECT %s, webhook_id, account_id, chain,"
+                    " network, sequence + 100, event_type, block_number, block_hash,"
+                    " deliver_at_block, original_id, body, state, attempts, retries,"
+                    " next_attempt_at, lease_until, created_at"
+                    " FROM webhook_events WHERE id = %s",
+                    (racing, first),
+                )
+                written: list[int] = []
+
+                async def write() -> None:
+                    written.append(await WebhookRows(store).add_events(events, lambda *_: "{}"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(write)
+                    await trio.sleep(0.5)  # the write has checked, and waits on that row
+                    conn.commit()
+            assert written == [1]  # ``other`` only
+            with psycopg.connect(url) as conn:
+                rows = conn.execute(
+                    "SELECT id FROM webhook_events WHERE id = ANY(%s)", ([racing, other],)
+                ).fetchall()
+            assert sorted(r[0] for r in rows) == sorted([racing, other])

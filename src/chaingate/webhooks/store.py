@@ -210,6 +210,7 @@ _INSERT_EVENT_COLUMNS = (
     " block_hash, deliver_at_block, original_id, body, state, attempts, retries,"
     " next_attempt_at, lease_until, created_at"
 )
+_EVENT_STAGE = "cg_event_stage"  # a session's scratch table for COPY (PostgreSQL)
 _INSERT_EVENT = (
     f"INSERT INTO webhook_events ({_INSERT_EVENT_COLUMNS})"  # noqa: S608 - constants only
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0, ?, 0, ?)"
@@ -959,9 +960,11 @@ def _next_sequence(tx: Any, webhook_id: str, count: int) -> int | None:
 def _write_events(
     tx: Any, events: Sequence[NewEvent], render: Render, now: int, *, set_based: bool
 ) -> int:
-    """Insert the events not written before, numbering each webhook's in order.  On
-    PostgreSQL (``set_based``) in a fixed number of round trips: one UPDATE reserves every
-    webhook's numbers, one COPY writes the events."""
+    """Insert the events not written before, numbering each webhook's in order; how many
+    were.  On PostgreSQL (``set_based``) in a fixed number of round trips: one UPDATE reserves
+    every webhook's numbers, one COPY stages the events and one INSERT ... ON CONFLICT DO
+    NOTHING keeps those another transaction did not write meanwhile (the check below takes
+    no lock; a numbered event skipped so leaves a gap in its webhook's sequence)."""
     if not events:
         return 0
     ids = [e.id for e in events]
@@ -1004,14 +1007,26 @@ def _write_events(
     if not rows:
         return 0
     copier = getattr(getattr(tx, "_cursor", None), "copy", None) if set_based else None
-    if copier is not None:
-        # COPY: the bodies stream in, no statement per event.
-        with copier(f"COPY webhook_events ({_INSERT_EVENT_COLUMNS}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((*row[:12], "pending", 0, 0, row[12], 0, row[13]))
-    else:
+    if copier is None:
         tx.executemany(_INSERT_EVENT, rows)
-    return len(rows)
+        return len(rows)
+    # COPY (the bodies stream in, no statement per event) into a scratch table: COPY itself
+    # cannot skip an id another writer inserted since the check.
+    if tx.query(f"SELECT to_regclass('pg_temp.{_EVENT_STAGE}') IS NULL")[0][0]:
+        tx.execute(
+            f"CREATE TEMP TABLE {_EVENT_STAGE} ON COMMIT DELETE ROWS"  # noqa: S608 - constants
+            f" AS SELECT {_INSERT_EVENT_COLUMNS} FROM webhook_events WITH NO DATA"
+        )
+    else:
+        tx.execute(f"DELETE FROM {_EVENT_STAGE}")  # noqa: S608 - a write earlier in this tx
+    with copier(f"COPY {_EVENT_STAGE} ({_INSERT_EVENT_COLUMNS}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row((*row[:12], "pending", 0, 0, row[12], 0, row[13]))
+    inserted: int = tx.execute(
+        f"INSERT INTO webhook_events ({_INSERT_EVENT_COLUMNS})"  # noqa: S608 - constants only
+        f" SELECT {_INSERT_EVENT_COLUMNS} FROM {_EVENT_STAGE} ON CONFLICT (id) DO NOTHING"
+    )
+    return inserted
 
 
 def _reserve_sequences(
