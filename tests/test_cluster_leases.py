@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from chaingate.cluster.leases import LocalLeadership, PgLeadership
-from chaingate.cluster.roles import RoleKey, role_keys
+from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, lock_key, role_keys
 from tests.conftest import pg_schema
 
 KEYS = role_keys(["ethereum/devnet"], ("follower", "indexer", "webhooks", "bundler"))
@@ -120,3 +120,122 @@ async def test_a_lost_connection_stops_every_role_at_once_and_they_are_taken_aga
             assert all(runs.started[key] == 2 for key in KEYS)
             assert runs.overlaps == 0
             nursery.cancel_scope.cancel()
+
+
+def _lock_held(url: str, leadership: PgLeadership, key: RoleKey) -> bool:
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+            " WHERE d.datname = current_database() AND l.locktype = 'advisory'"
+            " AND l.classid = %s AND l.objid::bigint = %s AND l.objsubid = 2 AND l.granted",
+            (LOCK_CLASS, leadership._lock_of(key)),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.trio
+async def test_shutdown_keeps_the_lock_until_a_write_on_its_way_ends_then_allows_none() -> None:
+    """The follower's saves run under ``writing``: at shutdown the lock (so the role) is not
+    freed under one on its way, and none starts once it is."""
+    follower = next(k for k in KEYS if k.role == "follower")
+    with pg_schema() as url:
+        leadership = _leadership(url)
+        async with trio.open_nursery() as nursery:
+            run_scope = trio.CancelScope()
+
+            async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with run_scope:
+                    await leadership.run(task_status=task_status)
+
+            await nursery.start(run)
+            await _until(lambda: leadership.holds(follower))
+            writing, release = trio.Event(), trio.Event()
+
+            async def save() -> None:
+                with leadership.writing(follower) as leads:
+                    assert leads
+                    writing.set()
+                    await release.wait()
+
+            nursery.start_soon(save)
+            await writing.wait()
+            run_scope.cancel()  # the process shuts down
+            await trio.sleep(0.5)
+            assert _lock_held(url, leadership, follower)  # not freed under the save
+            release.set()
+            await _until(lambda: not _lock_held(url, leadership, follower), limit=5)
+            with leadership.writing(follower) as leads:
+                assert not leads  # no save starts once the session is closed
+
+
+@pytest.mark.trio
+async def test_a_connect_that_fails_leaves_no_session_behind_to_count_as_a_member() -> None:
+    """The member lock cannot be had (held exclusively here): the connect times out.  Its
+    session is closed, not left waiting for the member lock (which it would take as a
+    phantom member, skewing every process's share, once free)."""
+    with pg_schema() as url, psycopg.connect(url, autocommit=True) as blocker:
+        row = blocker.execute("SELECT current_schema()").fetchone()
+        assert row is not None
+        member = (LOCK_CLASS, lock_key(MEMBER_ROLE, str(row[0])))
+        blocker.execute("SELECT pg_advisory_lock(%s, %s)", member)
+
+        def waiting() -> int:
+            found = blocker.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+                " AND objid::bigint = %s AND objsubid = 2 AND NOT granted",
+                member,
+            ).fetchone()
+            return int(found[0]) if found else 0
+
+        leadership = _leadership(url)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leadership.run)
+            await _until(lambda: leadership.stats["connects"] >= 2, limit=15)
+            await trio.sleep(1.0)  # the second attempt waits for the lock by now
+            assert waiting() == 1  # only the second attempt's session
+            blocker.execute("SELECT pg_advisory_unlock(%s, %s)", member)
+            await _until(lambda: leadership.connected, limit=15)
+            await trio.sleep(5 * TICK)
+            assert leadership.members == 1
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_work_slow_to_stop_keeps_its_lock_while_the_ticks_go_on() -> None:
+    """A handover waits a bounded time for the role's work to stop; work still busy keeps
+    the lock (never an overlap) while the leadership keeps looking, and is unlocked once it
+    stops."""
+    with pg_schema() as url:
+        leadership = PgLeadership(url, tick=TICK, handover_wait=0.3)
+        for key in KEYS:
+            leadership.register(key)
+        release = trio.Event()
+
+        async def stubborn() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await release.wait()  # e.g. a shielded commit
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(leadership.run)
+            for key in KEYS:
+                nursery.start_soon(leadership.lead, key, stubborn)
+            await _until(lambda: len(leadership.leads()) == len(KEYS))
+            with psycopg.connect(url, autocommit=True) as other:
+                # A second member: this process is now above its share and hands over.
+                other.execute(
+                    "SELECT pg_advisory_lock_shared(%s, %s)", (LOCK_CLASS, leadership._member_key)
+                )
+                await _until(lambda: leadership.stats["handovers_delayed"] >= 1)
+                looks = leadership.stats["looks"]
+                await trio.sleep(10 * TICK)
+                assert leadership.stats["looks"] >= looks + 3  # the ticks go on
+                given_up = [k for k in KEYS if not leadership.holds(k)]
+                assert given_up and all(_lock_held(url, leadership, k) for k in given_up)
+                assert leadership.stats["handed_over"] == 0
+                release.set()
+                await _until(lambda: leadership.stats["handed_over"] >= 1)
+                await _until(lambda: not _lock_held(url, leadership, given_up[0]))
+                nursery.cancel_scope.cancel()

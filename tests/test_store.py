@@ -567,23 +567,59 @@ async def test_chain_window_saves_prunes_and_rewinds(store_url: str, tmp_path: P
     async with open_store(store_url, tmp_path) as s:
         await s.migrate()
         assert await ChainRows(s).load_chain("ethereum", "mainnet") == (None, [])
-        await ChainRows(s).save_chain(
+        assert await ChainRows(s).save_chain(
             "ethereum", "mainnet", ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
-            keep_from=2,
+            keep_from=2, expect=None,
         )  # fmt: skip
         cursor, rows = await ChainRows(s).load_chain("ethereum", "mainnet")
         assert cursor == ChainCursor(5, "0xa5", 3)
         assert [r.number for r in rows] == [2, 3, 4, 5]  # block 1 fell out of the window
         assert rows[-1] == block(5)
         # A reorg to a shorter branch: 4' replaces 4, 5 goes, in one save.
-        await ChainRows(s).save_chain(
-            "ethereum", "mainnet", ChainCursor(4, "0xb4", 3), [block(4, "b")], keep_from=2
-        )
+        assert await ChainRows(s).save_chain(
+            "ethereum", "mainnet", ChainCursor(4, "0xb4", 3), [block(4, "b")], keep_from=2,
+            expect=(5, "0xa5"),
+        )  # fmt: skip
         cursor, rows = await ChainRows(s).load_chain("ethereum", "mainnet")
         assert cursor == ChainCursor(4, "0xb4", 3)
         assert [(r.number, r.hash) for r in rows] == [(2, "0xa2"), (3, "0xa3"), (4, "0xb4")]
         # Another network's state is its own.
         assert await ChainRows(s).load_chain("ethereum", "sepolia") == (None, [])
+
+
+async def test_a_chain_save_from_a_cursor_no_longer_stored_changes_nothing(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A saver that lost the follower role (another process saved since) neither moves the
+    cursor back nor deletes the blocks above its own cursor."""
+
+    def block(n: int, tag: str = "a") -> StoredBlock:
+        return StoredBlock(n, f"0x{tag}{n}", f"0x{tag}{n - 1}", f'{{"n":{n}}}')
+
+    async with open_store(store_url, tmp_path) as s:
+        await s.migrate()
+        rows = ChainRows(s)
+        assert await rows.save_chain(
+            "ethereum", "devnet", ChainCursor(3, "0xa3", 1), [block(n) for n in range(1, 4)],
+            keep_from=0, expect=None,
+        )  # fmt: skip
+        # The new leader saves on from 3 to 6.
+        assert await rows.save_chain(
+            "ethereum", "devnet", ChainCursor(6, "0xa6", 4), [block(n) for n in range(4, 7)],
+            keep_from=0, expect=(3, "0xa3"),
+        )  # fmt: skip
+        # The old leader's late save, from the cursor it last wrote, and a first save racing.
+        assert not await rows.save_chain(
+            "ethereum", "devnet", ChainCursor(4, "0xb4", 1), [block(4, "b")], keep_from=0,
+            expect=(3, "0xa3"),
+        )  # fmt: skip
+        assert not await rows.save_chain(
+            "ethereum", "devnet", ChainCursor(2, "0xa2", 1), [], keep_from=0, expect=None
+        )
+        cursor, stored = await rows.load_chain("ethereum", "devnet")
+        assert cursor == ChainCursor(6, "0xa6", 4)
+        assert [(r.number, r.hash) for r in stored] == [(n, f"0xa{n}") for n in range(1, 7)]
+        assert await rows.chain_cursor("ethereum", "devnet") == (6, "0xa6")
 
 
 async def test_claiming_another_chain_resets_only_that_networks_derived_state(
@@ -597,7 +633,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
         for network in ("devnet", "sepolia"):
             await ChainRows(s).save_chain(
                 "ethereum", network, ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
-                keep_from=2,
+                keep_from=2, expect=None,
             )  # fmt: skip
         account = await s.create_account("ada@example.com", "free")
         # Rows kept before identities were recorded: they may come from any chain.
@@ -607,7 +643,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
         assert await s.chain_identity("ethereum", "devnet") == "0xgenesis:one"
         # The same chain again: nothing happens to what the follower stores from now on.
         await ChainRows(s).save_chain(
-            "ethereum", "devnet", ChainCursor(1, "0xa1", -1), [block(1)], keep_from=0
+            "ethereum", "devnet", ChainCursor(1, "0xa1", -1), [block(1)], keep_from=0, expect=None
         )
         assert await s.claim_chain("ethereum", "devnet", "0xgenesis:one") == ChainClaim(
             "0xgenesis:one", False, {}

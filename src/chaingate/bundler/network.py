@@ -36,6 +36,9 @@ from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
 
+# methods.UNAVAILABLE's code: not available in this process now.
+NOT_LEADING = -32002
+
 log = logging.getLogger("chaingate.bundler")
 
 # handleOps' own gas beyond its operations' limits (the loop, events, the beneficiary's pay).
@@ -75,6 +78,10 @@ class BundlerNetwork:
         self.submitter = submitter
         self.clock = clock
         self.mode = settings.mode
+        # Whether this process leads the network's ``bundler`` role (chaingate.cluster): asked
+        # right before a bundle transaction is signed and sent, so a process that lost the
+        # role (its lease session died) does not send one the new leader sends too.
+        self.leads: Callable[[], bool] = lambda: True
         self.head = 0
         self._wake = trio.Event()
         self._head_moved = trio.Event()
@@ -304,6 +311,13 @@ class BundlerNetwork:
                 log.exception("bundle attempt failed", extra={"fields": {"network": self.key}})
                 await trio.sleep(self.settings.bundle_interval)
 
+    def _still_leading(self) -> None:
+        if not self.leads():
+            self.bundles["not_leading"] += 1
+            raise BundlerFault(
+                NOT_LEADING, f"{self.key}: another process leads this network's bundler now"
+            )
+
     async def _prune_loop(self) -> None:
         """Finished operations are kept ``keep_finished`` for lookups, then deleted."""
         while True:
@@ -326,10 +340,14 @@ class BundlerNetwork:
             # Stored as submitted under the hash before it is sent: a crash in between finds
             # it in _settle_unfinished (the node does not know it: back to pending).
             nonce = await self.submitter.next_nonce()
+            self._still_leading()
             raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce)
             async with self._lock:
                 submitted = self.mempool.mark_submitted([e.hash for e in entries], bundle_tx)
                 await self._persist(submitted)
+            # Stored as submitted but not sent: the next leader's term settles it (the node
+            # does not know it, so its operations go back to pending).
+            self._still_leading()
             try:
                 await self.submitter.send_raw(raw)
             except (RpcCallError, UpstreamError):
@@ -341,6 +359,7 @@ class BundlerNetwork:
 
             async def record_copy(copy: str) -> None:
                 # A fee bump's copy is stored before it is sent, like the first one.
+                self._still_leading()
                 async with self._lock:
                     await self._persist(self.mempool.mark_submitted(hashes, copy))
 

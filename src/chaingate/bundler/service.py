@@ -232,6 +232,7 @@ class BundlerService:
                         replay=window_replay(follower.window),
                     )
                     await nursery.start(functools.partial(receipts.run, own_terms=False))
+                net.leads = functools.partial(leadership.holds, role)
                 term = functools.partial(self._term, key, net, receipts)
                 nursery.start_soon(leadership.lead, role, term)
                 nursery.start_soon(self._mirror, leadership, role, net)

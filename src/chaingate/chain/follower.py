@@ -23,6 +23,7 @@ stream into its own per-client queues.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -80,7 +81,10 @@ class ChainStore(Protocol):
         added: Sequence[StoredBlock],
         *,
         keep_from: int,
-    ) -> None: ...
+        expect: tuple[int, str] | None,
+    ) -> bool: ...
+
+    async def chain_cursor(self, chain: str, network: str) -> tuple[int, str] | None: ...
 
 
 class Follower:
@@ -125,8 +129,19 @@ class Follower:
         self.live = False
         self.stats: Counter[str] = Counter()
         # Whether this process saves the cursor and window (it leads the network's
-        # ``follower`` role, chaingate.cluster); every process follows, for its WebSocket feed.
-        self.persists: Callable[[], bool] = lambda: True
+        # ``follower`` role, chaingate.cluster), held while a save is on its way; every
+        # process follows, for its WebSocket feed.
+        self.may_save: Callable[[], contextlib.AbstractContextManager[bool]] = lambda: (
+            contextlib.nullcontext(True)
+        )
+        # The stored cursor as this process last loaded or wrote it: a save moves it from
+        # there (compare-and-set).  ``_adopt``: read it again first (a new leadership term,
+        # or a save that found another process had saved).
+        self._expect: tuple[int, str] | None = None
+        self._adopt = False
+        # The cursor of a save cut short (cancelled, or its answer lost): it may have been
+        # committed all the same, and is then where the next save moves from.
+        self._unsure: tuple[int, str] | None = None
 
     # --- the consumer interface ----------------------------------------------------------
 
@@ -224,6 +239,7 @@ class Follower:
         cursor, stored = await self._store.load_chain(self.chain, self.network)
         if cursor is None:
             return
+        self._expect = (cursor.number, cursor.hash)
         try:
             for row in stored:
                 if row.number <= cursor.number:
@@ -510,21 +526,51 @@ class Follower:
         tip = self.window.tip
         if not self._dirty or tip is None:
             return
-        if not self.persists():
-            # Another process saves: keep what joined (within the window) for when this one
-            # leads, and save it all then.
-            self._unsaved = [b for b in self._unsaved if self.window.holds(b.header)]
-            return
-        added = [
-            StoredBlock(
-                b.header.number, b.header.hash, b.header.parent_hash, _encode_block(b).decode()
+        with self.may_save() as leads:
+            if not leads:
+                # Another process saves: keep what joined (within the window) for when this
+                # one leads, and save it all then, from wherever that one left the cursor.
+                self._unsaved = [b for b in self._unsaved if self.window.holds(b.header)]
+                self._adopt = True
+                return
+            if self._adopt or self._unsure is not None:
+                stored = await self._store.chain_cursor(self.chain, self.network)
+                if self._adopt or stored == self._unsure:
+                    self._expect = stored
+                self._adopt, self._unsure = False, None
+            added = [
+                StoredBlock(
+                    b.header.number, b.header.hash, b.header.parent_hash, _encode_block(b).decode()
+                )
+                for b in self._unsaved
+                if self.window.holds(b.header)
+            ]
+            cursor = ChainCursor(tip.header.number, tip.header.hash, self._finalized)
+            keep_from = tip.header.number - self.window.keep + 1
+            try:
+                saved = await self._store.save_chain(
+                    self.chain,
+                    self.network,
+                    cursor,
+                    added,
+                    keep_from=keep_from,
+                    expect=self._expect,
+                )
+            except BaseException:
+                self._unsure = (cursor.number, cursor.hash)
+                raise
+        if not saved:
+            # Another process saved since this one last did (it led the network meanwhile):
+            # nothing was written.  Kept for the next save, which starts from its cursor.
+            self.stats["stale_saves"] += 1
+            log.warning(
+                "follower: the stored cursor moved under this process; not saved",
+                extra={"fields": {"network": self.label, "expected": self._expect}},
             )
-            for b in self._unsaved
-            if self.window.holds(b.header)
-        ]
-        cursor = ChainCursor(tip.header.number, tip.header.hash, self._finalized)
-        keep_from = tip.header.number - self.window.keep + 1
-        await self._store.save_chain(self.chain, self.network, cursor, added, keep_from=keep_from)
+            self._unsaved = [b for b in self._unsaved if self.window.holds(b.header)]
+            self._adopt = True
+            return
+        self._expect = (cursor.number, cursor.hash)
         self._unsaved = []
         self._dirty = False
         self._publish()

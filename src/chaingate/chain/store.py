@@ -2,7 +2,9 @@
 
 A save is one transaction: the blocks that joined, the ones a reorg removed, the pruning of
 the window's tail and the cursor move together, so a restart never sees a cursor that
-disagrees with the stored blocks.
+disagrees with the stored blocks.  It is a compare-and-set from the cursor the saver last
+wrote or loaded: a process that lost the network's follower role (chaingate.cluster) while a
+save was on its way changes nothing, never the new leader's cursor or blocks.
 """
 
 from __future__ import annotations
@@ -60,6 +62,19 @@ class ChainRows(Rows):
         )
         return result
 
+    async def chain_cursor(self, chain: str, network: str) -> tuple[int, str] | None:
+        """The stored cursor's (number, hash), without the window: where a new saver starts."""
+
+        def select(tx: Any) -> tuple[int, str] | None:
+            rows = tx.query(
+                "SELECT number, hash FROM chain_cursors WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+            return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+        found: tuple[int, str] | None = await self.run_transaction(select, write=False)
+        return found
+
     async def save_chain(
         self,
         chain: str,
@@ -68,13 +83,32 @@ class ChainRows(Rows):
         added: Sequence[StoredBlock],
         *,
         keep_from: int,
-    ) -> None:
-        """Move the cursor; store ``added`` (replacing rows at those heights); drop rows above
-        the cursor (a reorg to a shorter chain) and below ``keep_from`` (the window's tail)."""
+        expect: tuple[int, str] | None,
+    ) -> bool:
+        """Move the cursor from ``expect`` (None: no cursor stored yet); store ``added``
+        (replacing rows at those heights); drop rows above the cursor (a reorg to a shorter
+        chain) and below ``keep_from`` (the window's tail).  False, and nothing changed, when
+        the stored cursor is not ``expect`` (another process saved since)."""
         now = self.clock()
         rows = [(chain, network, b.number, b.hash, b.parent_hash, b.body) for b in added]
 
-        def save(tx: Any) -> None:
+        def save(tx: Any) -> bool:
+            # The cursor first: its row lock also orders a concurrent saver behind this one.
+            if expect is None:
+                moved = tx.execute(
+                    "INSERT INTO chain_cursors"
+                    " (chain, network, number, hash, finalized, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (chain, network, cursor.number, cursor.hash, cursor.finalized, now),
+                )
+            else:
+                moved = tx.execute(
+                    "UPDATE chain_cursors SET number = ?, hash = ?, finalized = ?, updated_at = ?"
+                    " WHERE chain = ? AND network = ? AND number = ? AND hash = ?",
+                    (cursor.number, cursor.hash, cursor.finalized, now, chain, network, *expect),
+                )
+            if moved != 1:
+                return False
             tx.execute(
                 "DELETE FROM chain_blocks"
                 " WHERE chain = ? AND network = ? AND (number > ? OR number < ?)",
@@ -90,20 +124,10 @@ class ChainRows(Rows):
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     [r for r in rows if r[2] >= keep_from],
                 )
-            changed = tx.execute(
-                "UPDATE chain_cursors SET number = ?, hash = ?, finalized = ?, updated_at = ?"
-                " WHERE chain = ? AND network = ?",
-                (cursor.number, cursor.hash, cursor.finalized, now, chain, network),
-            )
-            if changed == 0:
-                tx.execute(
-                    "INSERT INTO chain_cursors"
-                    " (chain, network, number, hash, finalized, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (chain, network, cursor.number, cursor.hash, cursor.finalized, now),
-                )
+            return True
 
-        await self.run_transaction(save)
+        saved: bool = await self.run_transaction(save)
+        return saved
 
 
 # Rows derived from one chain/network: emptied by Store.reset_network.

@@ -15,9 +15,10 @@ processes never run one role's writer at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import psycopg
@@ -30,6 +31,10 @@ log = logging.getLogger("chaingate.cluster")
 TICK = 0.5  # seconds between looks at the locks: the handover delay is about one tick
 QUERY_TIMEOUT = 3.0  # a look that takes longer means the connection is lost
 RECONNECT_BACKOFF = (0.2, 0.5, 1.0, 2.0)
+# How long a handover waits for the role's work to stop before it keeps the lock for now
+# (work that is slow to honour cancellation, e.g. a shielded commit) and ticks on.
+HANDOVER_WAIT = 2 * QUERY_TIMEOUT
+SHUTDOWN_GRACE = 0.2  # seconds for the roles' last writes to start as the process stops
 WORK_RETRY = 1.0  # seconds before work that crashed runs again (the role stays held)
 
 Work = Callable[[], Awaitable[object]]
@@ -54,6 +59,8 @@ class Leadership(Protocol):
 
     def holds(self, key: RoleKey) -> bool: ...
 
+    def writing(self, key: RoleKey) -> contextlib.AbstractContextManager[bool]: ...
+
     def leads(self) -> list[str]: ...
 
     def roles(self) -> list[tuple[RoleKey, bool]]: ...
@@ -73,8 +80,18 @@ class _Role:
         # The role's work now running (a role may have several, e.g. the bundler's loop
         # and its receipt tracker), and an event set whenever none runs.
         self.scopes: set[trio.CancelScope] = set()
+        # Writes made under ``writing`` now on their way (the follower's saves).
+        self.writes = 0
         self.idle = trio.Event()
         self.idle.set()
+
+    def busy(self) -> None:
+        if self.idle.is_set():
+            self.idle = trio.Event()
+
+    def done(self) -> None:
+        if not self.scopes and not self.writes:
+            self.idle.set()
 
     def grant(self) -> None:
         self.held = True
@@ -103,6 +120,23 @@ class _Roles:
         role = self._roles.get(key)
         return role is not None and role.held
 
+    @contextlib.contextmanager
+    def writing(self, key: RoleKey) -> Iterator[bool]:
+        """Whether ``key`` is held here (write only if so); until the block ends the role
+        counts as busy, so it is not handed over, nor its lock freed at shutdown, under a
+        write on its way."""
+        role = self._roles.get(key)
+        if role is None or not role.held:
+            yield False
+            return
+        role.busy()
+        role.writes += 1
+        try:
+            yield True
+        finally:
+            role.writes -= 1
+            role.done()
+
     def leads(self) -> list[str]:
         return [r.key.label for r in self._roles.values() if r.held]
 
@@ -117,8 +151,7 @@ class _Roles:
             await role.granted.wait()
             if not role.held:  # revoked before this task woke up
                 continue
-            if not role.scopes:
-                role.idle = trio.Event()
+            role.busy()
             scope = trio.CancelScope()
             role.scopes.add(scope)
             try:
@@ -132,8 +165,7 @@ class _Roles:
                     await trio.sleep(WORK_RETRY)
             finally:
                 role.scopes.discard(scope)
-                if not role.scopes:
-                    role.idle.set()
+                role.done()
             if not role.held:
                 log.info("no longer leading", extra={"fields": {"role": key.label}})
 
@@ -150,10 +182,16 @@ class LocalLeadership(_Roles):
 
 
 class PgLeadership(_Roles):
-    def __init__(self, url: str, *, tick: float = TICK) -> None:
+    def __init__(
+        self, url: str, *, tick: float = TICK, handover_wait: float = HANDOVER_WAIT
+    ) -> None:
         super().__init__()
         self._url = url
         self.tick = tick
+        self.handover_wait = handover_wait
+        # Roles given up whose work had not stopped within ``handover_wait``: their locks
+        # are kept (no overlap) and freed on a later tick, once the work has stopped.
+        self._handing: set[RoleKey] = set()
         self._conn: psycopg.Connection[Any] | None = None
         # One thread at a time on the connection (psycopg's are not to be shared mid-query).
         self._limiter = trio.CapacityLimiter(1)
@@ -188,6 +226,7 @@ class PgLeadership(_Roles):
                             "leadership: cannot connect to PostgreSQL; retrying",
                             extra={"fields": {"error": str(exc)}},
                         )
+                    await self._close()
                     await trio.sleep(RECONNECT_BACKOFF[min(failures, len(RECONNECT_BACKOFF) - 1)])
                     failures += 1
                     continue
@@ -208,15 +247,18 @@ class PgLeadership(_Roles):
                     # A session that is only slow would keep its locks: end it.
                     await self._close()
         finally:
-            # Stopping (the process shuts down): the work of each role ends first, then the
-            # session closes, which frees the locks.  The roles are not marked lost: the
-            # follower's last save, made as it stops (in a task of its own, maybe a moment
-            # after the session closed), is still this process's to make — a new leader's
-            # next save moves the cursor on from wherever it leaves it.
+            # Stopping (the process shuts down): the roles' tasks unwind, and a follower's
+            # last save starts as its task does (under ``writing``): a moment for those to
+            # begin, then until every role's work and writes have ended.  Then every role is
+            # given up, so no write starts any more, and the session closes, which frees the
+            # locks: nothing of this process's is written after that.
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(QUERY_TIMEOUT):
+                    await trio.sleep(SHUTDOWN_GRACE)
                     for role in self._roles.values():
                         await role.idle.wait()
+                for role in self._roles.values():
+                    role.revoke()
                 await self._close()
 
     async def _connect(self) -> None:
@@ -239,13 +281,23 @@ class PgLeadership(_Roles):
             )
             return conn
 
-        conn = self._conn = await self._call(connect)
-        row = await self._call(lambda: conn.execute("SELECT current_schema()").fetchone())
-        self._namespace = str(row[0]) if row and row[0] else ""
-        self._member_key = lock_key(MEMBER_ROLE, self._namespace)
+        conn = await self._call(connect)
+        try:
+            row = await self._call(lambda: conn.execute("SELECT current_schema()").fetchone())
+            namespace = str(row[0]) if row and row[0] else ""
+            member = (LOCK_CLASS, lock_key(MEMBER_ROLE, namespace))
+            await self._call(lambda: conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", member))
+        except BaseException:
+            # A session left behind might still take the member lock (a phantom member
+            # that skews every process's share): its query cancelled (a backend waiting
+            # for a lock does not notice its client left), then closed, never reused.
+            await _close_connection(conn, cancel=True)
+            raise
+        # Only a session that holds the member lock is this process's.
+        self._namespace = namespace
+        self._member_key = member[1]
         self._by_lock = {self._lock_of(key): key for key in self._roles}
-        member = (LOCK_CLASS, self._member_key)
-        await self._call(lambda: conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", member))
+        self._conn = conn
         self.connected = True
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
@@ -259,10 +311,9 @@ class PgLeadership(_Roles):
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
         self.connected = False
+        self._handing.clear()  # closing the session frees every lock it holds
         if conn is not None:
-            # Closing the session frees every lock it holds.
-            with trio.move_on_after(QUERY_TIMEOUT):
-                await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True)
+            await _close_connection(conn)
 
     def _lose_all(self) -> None:
         for role in self._roles.values():
@@ -282,9 +333,16 @@ class PgLeadership(_Roles):
             return int(row[0]), list(row[1]), list(row[2])
 
         members, anywhere, ours = await self._call(look)
+        self.stats["looks"] += 1
         self._stable = self._stable + 1 if members == self._members else 0
         self._members = members
         held_here = {self._by_lock[n] for n in ours if n in self._by_lock}
+        for key in sorted(self._handing, key=lambda k: k.label):
+            if key not in held_here:
+                self._handing.discard(key)
+            elif self._roles[key].idle.is_set():  # its work stopped at last: unlock now
+                self._handing.discard(key)
+                await self._unlock(conn, self._roles[key])
         for role in self._roles.values():
             # A lock this session no longer holds (unlocked behind our back): not ours.
             if role.held and role.key not in held_here:
@@ -315,10 +373,23 @@ class PgLeadership(_Roles):
             role.grant()
 
     async def _hand_over(self, conn: psycopg.Connection[Any], role: _Role) -> None:
-        """Stop the role's work, then unlock: the next leader never overlaps this one."""
+        """Stop the role's work, then unlock: the next leader never overlaps this one.  Work
+        that has not stopped within ``handover_wait`` keeps the lock, and the ticks go on
+        (noticing a lost connection, other handovers); a later tick unlocks it."""
         role.revoke()
-        await role.idle.wait()
+        with trio.move_on_after(self.handover_wait):
+            await role.idle.wait()
+        if not role.idle.is_set():
+            self.stats["handovers_delayed"] += 1
+            self._handing.add(role.key)
+            log.warning(
+                "leadership: the role's work has not stopped yet; its lock is kept for now",
+                extra={"fields": {"role": role.key.label}},
+            )
+            return
+        await self._unlock(conn, role)
 
+    async def _unlock(self, conn: psycopg.Connection[Any], role: _Role) -> None:
         def unlock() -> None:
             conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key)))
 
@@ -326,6 +397,20 @@ class PgLeadership(_Roles):
         self.stats["handed_over"] += 1
         self._stable = 0
         log.info("handed over", extra={"fields": {"role": role.key.label}})
+
+
+async def _close_connection(conn: psycopg.Connection[Any], *, cancel: bool = False) -> None:
+    """Close ``conn`` (its session's locks go with it), given up after QUERY_TIMEOUT;
+    ``cancel``: first cancel the query it may be running (a thread given up on)."""
+
+    def close() -> None:
+        if cancel:
+            with contextlib.suppress(psycopg.Error):
+                conn.cancel_safe(timeout=QUERY_TIMEOUT)
+        conn.close()
+
+    with trio.CancelScope(shield=True), trio.move_on_after(2 * QUERY_TIMEOUT):
+        await trio.to_thread.run_sync(close, abandon_on_cancel=True)
 
 
 def leadership_for(store_backend: str, url: str, keys: Sequence[RoleKey]) -> Leadership:

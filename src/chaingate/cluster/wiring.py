@@ -6,6 +6,7 @@ each writer runs for); nothing here knows the subsystems' types.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
@@ -19,7 +20,7 @@ from chaingate.obs.metrics import Registry
 class PersistingFollower(Protocol):
     chain: str
     network: str
-    persists: Callable[[], bool]
+    may_save: Callable[[], contextlib.AbstractContextManager[bool]]
 
 
 class SingleWriter(Protocol):
@@ -75,6 +76,6 @@ def share_writers(
     webhooks (the outbox is shared with SKIP LOCKED)."""
     for follower in followers:
         role = RoleKey("follower", follower.chain, follower.network)
-        follower.persists = functools.partial(leadership.holds, role)
+        follower.may_save = functools.partial(leadership.writing, role)
     for service in services:
         service.leadership = leadership

@@ -44,7 +44,7 @@ from chaingate.webhooks.model import (
     event_id,
     removal_id,
 )
-from chaingate.webhooks.store import NewEvent, WebhookRow, WebhookRows
+from chaingate.webhooks.store import NewEvent, WebhookCursorMoved, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant
 
 log = logging.getLogger("chaingate.webhooks")
@@ -156,6 +156,8 @@ class NetworkMatcher:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        # One leadership term: another process may have led this network since the last one.
+        self._forget()
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
         async with events:
@@ -176,6 +178,15 @@ class NetworkMatcher:
                 await self._retrying("matching", functools.partial(self._handle, event))
             await self._retrying("matching", self._flush)
 
+    def _forget(self) -> None:
+        """Drop what this process knew of the network's progress (its cursor and any history
+        blocks held but not committed): the stored cursor is loaded next, and blocks it
+        lacks are fetched again (``_catch_up``)."""
+        self._backlog = []
+        self._backlog_due = math.inf
+        self._cursor = None
+        self._dirty = True
+
     async def _retrying(self, what: str, step: Callable[[], Any]) -> None:
         """Run ``step`` until it succeeds: the follower waits for us meanwhile, so nothing is
         skipped.  A bug skips the event, loudly, rather than stopping every consumer."""
@@ -184,6 +195,15 @@ class NetworkMatcher:
             try:
                 await step()
                 return
+            except WebhookCursorMoved as exc:
+                # Another process moved the stored cursor (it led this network meanwhile):
+                # go on from where it left it.
+                self.stats["moved_cursors"] += 1
+                log.warning(
+                    f"webhook matcher: {what}: the stored cursor moved; reloading",
+                    extra={"fields": {"network": self.label, "error": str(exc)[:300]}},
+                )
+                self._forget()
             except _TRANSIENT as exc:
                 failures += 1
                 self.stats["errors"] += 1
@@ -322,6 +342,7 @@ class NetworkMatcher:
             (last.number, last.hash),
             events,
             self._render,
+            expect=self._cursor,
         )
         if not done:
             self.stats["stale_commits"] += 1
@@ -345,6 +366,7 @@ class NetworkMatcher:
             parent,
             self._variant.render_removal,
             removal_id,
+            expect=cursor,
         )
         self._cursor = parent
         self.stats["reverted_blocks"] += 1
@@ -381,6 +403,7 @@ class NetworkMatcher:
         numbers = sorted({top, *(n for n, _ in matched)} | {n - 1 for n, _ in matched if n > 0})
         canonical = await canonical_hashes(client, numbers)
         lowest: tuple[int, str] | None = None
+        at: tuple[int, str] = self._cursor  # the stored cursor, as each revert leaves it
         for number, block_hash in [(top, self._cursor[1]), *matched]:
             if canonical.get(number) == block_hash:
                 continue
@@ -393,14 +416,16 @@ class NetworkMatcher:
                 parent,
                 self._variant.render_removal,
                 removal_id,
+                expect=at,
             )
+            at = self._cursor = parent
             self.stats["reverted_blocks"] += 1
             if lowest is None or parent_number < lowest[0]:
                 lowest = parent
         if lowest is not None:
             if lowest[1] == "":
                 raise FetchError(f"block {lowest[0]} is not known to the node")
-            await self._store.move_webhook_cursor(self.chain, self.network, lowest)
+            await self._store.move_webhook_cursor(self.chain, self.network, lowest, expect=at)
             self._cursor = lowest
             self._on_events()
 

@@ -23,6 +23,11 @@ WEBHOOK_TABLES = ("webhook_cursors",)
 MAX_CLAIM = 1000
 
 
+class WebhookCursorMoved(Exception):
+    """The matcher's stored cursor is not where this writer left it (another process led the
+    network meanwhile): nothing was written; reload the cursor and go on from there."""
+
+
 class WebhookLimitReached(Exception):
     """The account has as many webhooks as its limit allows."""
 
@@ -205,6 +210,7 @@ _INSERT_EVENT_COLUMNS = (
     " block_hash, deliver_at_block, original_id, body, state, attempts, retries,"
     " next_attempt_at, lease_until, created_at"
 )
+_EVENT_STAGE = "cg_event_stage"  # a session's scratch table for COPY (PostgreSQL)
 _INSERT_EVENT = (
     f"INSERT INTO webhook_events ({_INSERT_EVENT_COLUMNS})"  # noqa: S608 - constants only
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0, ?, 0, ?)"
@@ -411,20 +417,32 @@ class WebhookRows(Rows):
         cursor: tuple[int, str],
         events: Sequence[NewEvent],
         render: Render,
+        *,
+        expect: tuple[int, str] | None,
     ) -> bool:
-        """Write ``events`` (those not written before) and move the cursor to ``cursor``, in
-        one transaction — only if the network's filters are still at ``version``; False (and
-        nothing written) when they changed: match again with the new ones."""
+        """Write ``events`` (those not written before) and move the cursor from ``expect`` to
+        ``cursor``, in one transaction — only if the network's filters are still at
+        ``version``; False (and nothing written) when they changed: match again with the new
+        ones.  ``WebhookCursorMoved`` (nothing written) when the stored cursor is not
+        ``expect``."""
         now = self.clock()
         set_based = self.backend == "postgres"
 
         def commit(tx: Any) -> bool:
-            moved = tx.execute(
-                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
-                " WHERE chain = ? AND network = ? AND filters_version = ?",
-                (cursor[0], cursor[1], chain, network, version),
-            )
-            if moved == 0:
+            where = (chain, network)
+            if _set_cursor(tx, where, expect, cursor, version) == 0:
+                row = tx.query(
+                    "SELECT filters_version, block_number, block_hash FROM webhook_cursors"
+                    " WHERE chain = ? AND network = ?",
+                    where,
+                )
+                if row:
+                    at = (int(row[0][1]), str(row[0][2])) if row[0][1] is not None else None
+                    if at != expect:
+                        raise _cursor_moved(where, expect, tx)
+                    return False  # the filters changed
+                if expect is not None:
+                    raise _cursor_moved(where, expect, tx)
                 if version != 0:
                     return False
                 # No row yet (no webhook was ever created here): make it, at version 0.
@@ -449,13 +467,20 @@ class WebhookRows(Rows):
         parent: tuple[int, str],
         render_removal: RenderRemoval,
         removal_id: Callable[[str], str],
+        *,
+        expect: tuple[int, str] | None,
     ) -> tuple[int, int]:
         """``block_hash`` left the chain: its events that no attempt has touched are cancelled,
         the others get a compensating event each (sequence after every event so far); the
-        cursor moves to ``parent``.  (cancelled, compensated)."""
+        cursor moves from ``expect`` to ``parent`` (``WebhookCursorMoved``, nothing done, if
+        it is not at ``expect``).  (cancelled, compensated)."""
         now = self.clock()
 
         def revert(tx: Any) -> tuple[int, int]:
+            # The cursor first: a writer that is not the one this matcher follows changes
+            # nothing (and its row lock orders a concurrent writer behind this one).
+            if _set_cursor(tx, (chain, network), expect, parent) == 0:
+                raise _cursor_moved((chain, network), expect, tx)
             cancelled = tx.execute(
                 "UPDATE webhook_events SET state = 'cancelled', finished_at = ?"
                 " WHERE chain = ? AND network = ? AND block_hash = ? AND original_id IS NULL"
@@ -492,11 +517,6 @@ class WebhookRows(Rows):
                     _event_values(removal, hook, sequence, body, now, original_id=original.id),
                 )
                 compensated += 1
-            tx.execute(
-                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
-                " WHERE chain = ? AND network = ?",
-                (parent[0], parent[1], chain, network),
-            )
             return cancelled, compensated
 
         result: tuple[int, int] = await self.run_transaction(revert)
@@ -521,15 +541,20 @@ class WebhookRows(Rows):
         found: list[tuple[int, str]] = await self.run_transaction(select, write=False)
         return found
 
-    async def move_webhook_cursor(self, chain: str, network: str, cursor: tuple[int, str]) -> None:
-        """Set the matcher's cursor without writing events (after undoing orphaned blocks)."""
+    async def move_webhook_cursor(
+        self,
+        chain: str,
+        network: str,
+        cursor: tuple[int, str],
+        *,
+        expect: tuple[int, str] | None,
+    ) -> None:
+        """Move the matcher's cursor from ``expect`` to ``cursor`` without writing events
+        (after undoing orphaned blocks); ``WebhookCursorMoved`` if it is not at ``expect``."""
 
         def move(tx: Any) -> None:
-            tx.execute(
-                "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
-                " WHERE chain = ? AND network = ?",
-                (cursor[0], cursor[1], chain, network),
-            )
+            if _set_cursor(tx, (chain, network), expect, cursor) == 0:
+                raise _cursor_moved((chain, network), expect, tx)
 
         await self.run_transaction(move)
 
@@ -880,6 +905,47 @@ class WebhookRows(Rows):
         await self.run_transaction(analyze)
 
 
+def _set_cursor(
+    tx: Any,
+    where: tuple[str, str],
+    expect: tuple[int, str] | None,
+    cursor: tuple[int, str],
+    version: int | None = None,
+) -> int:
+    """Compare-and-set the network's cursor from ``expect`` to ``cursor`` (and, given a
+    ``version``, only at that filters version): the rows changed, 0 or 1."""
+    sql = (
+        "UPDATE webhook_cursors SET block_number = ?, block_hash = ?"
+        " WHERE chain = ? AND network = ?"
+    )
+    args: list[Any] = [cursor[0], cursor[1], *where]
+    if version is not None:
+        sql += " AND filters_version = ?"
+        args.append(version)
+    if expect is None:
+        sql += " AND block_number IS NULL"
+    else:
+        sql += " AND block_number = ? AND block_hash = ?"
+        args += [expect[0], expect[1]]
+    changed: int = tx.execute(sql, tuple(args))
+    return changed
+
+
+def _stored_cursor(tx: Any, where: tuple[str, str]) -> tuple[int, str] | None:
+    rows = tx.query(
+        "SELECT block_number, block_hash FROM webhook_cursors WHERE chain = ? AND network = ?",
+        where,
+    )
+    if not rows or rows[0][0] is None:
+        return None
+    return int(rows[0][0]), str(rows[0][1])
+
+
+def _cursor_moved(where: tuple[str, str], expect: tuple[int, str] | None, tx: Any) -> Exception:
+    at = _stored_cursor(tx, where)
+    return WebhookCursorMoved(f"{where[0]}/{where[1]}: the cursor is at {at}, not {expect}")
+
+
 def _next_sequence(tx: Any, webhook_id: str, count: int) -> int | None:
     """Reserve ``count`` sequence numbers of the webhook; the first, or None if it is gone."""
     if (
@@ -894,9 +960,11 @@ def _next_sequence(tx: Any, webhook_id: str, count: int) -> int | None:
 def _write_events(
     tx: Any, events: Sequence[NewEvent], render: Render, now: int, *, set_based: bool
 ) -> int:
-    """Insert the events not written before, numbering each webhook's in order.  On
-    PostgreSQL (``set_based``) in a fixed number of round trips: one UPDATE reserves every
-    webhook's numbers, one COPY writes the events."""
+    """Insert the events not written before, numbering each webhook's in order; how many
+    were.  On PostgreSQL (``set_based``) in a fixed number of round trips: one UPDATE reserves
+    every webhook's numbers, one COPY stages the events and one INSERT ... ON CONFLICT DO
+    NOTHING keeps those another transaction did not write meanwhile (the check below takes
+    no lock; a numbered event skipped so leaves a gap in its webhook's sequence)."""
     if not events:
         return 0
     ids = [e.id for e in events]
@@ -939,14 +1007,26 @@ def _write_events(
     if not rows:
         return 0
     copier = getattr(getattr(tx, "_cursor", None), "copy", None) if set_based else None
-    if copier is not None:
-        # COPY: the bodies stream in, no statement per event.
-        with copier(f"COPY webhook_events ({_INSERT_EVENT_COLUMNS}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((*row[:12], "pending", 0, 0, row[12], 0, row[13]))
-    else:
+    if copier is None:
         tx.executemany(_INSERT_EVENT, rows)
-    return len(rows)
+        return len(rows)
+    # COPY (the bodies stream in, no statement per event) into a scratch table: COPY itself
+    # cannot skip an id another writer inserted since the check.
+    if tx.query(f"SELECT to_regclass('pg_temp.{_EVENT_STAGE}') IS NULL")[0][0]:
+        tx.execute(
+            f"CREATE TEMP TABLE {_EVENT_STAGE} ON COMMIT DELETE ROWS"  # noqa: S608 - constants
+            f" AS SELECT {_INSERT_EVENT_COLUMNS} FROM webhook_events WITH NO DATA"
+        )
+    else:
+        tx.execute(f"DELETE FROM {_EVENT_STAGE}")  # noqa: S608 - a write earlier in this tx
+    with copier(f"COPY {_EVENT_STAGE} ({_INSERT_EVENT_COLUMNS}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row((*row[:12], "pending", 0, 0, row[12], 0, row[13]))
+    inserted: int = tx.execute(
+        f"INSERT INTO webhook_events ({_INSERT_EVENT_COLUMNS})"  # noqa: S608 - constants only
+        f" SELECT {_INSERT_EVENT_COLUMNS} FROM {_EVENT_STAGE} ON CONFLICT (id) DO NOTHING"
+    )
+    return inserted
 
 
 def _reserve_sequences(
