@@ -32,7 +32,7 @@ their first operations (send 1 wei), built and signed in Python with ``chaingate
 
 1. **probe** — one operation; if the target refuses it, its refusal is reported and the
    version is not measured on that target (Alto's safe mode refuses every operation on
-   anvil 1.7.1: see /work/notes/H7-decisions.md);
+   anvil 1.7.1: see docs/decisions/bundler.md, "ERC-7562 tracing");
 2. **throughput** — ``--ops`` operations sent with ``eth_sendUserOperation`` by
    ``--concurrency`` keep-alive connections at once: accepted operations per second (answers
    carrying the locally computed userOpHash, from the first request to the last answer), the

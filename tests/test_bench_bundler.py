@@ -4,9 +4,9 @@ A few operations per EntryPoint version and target: proves the harness (anvil bo
 the devnet, Alto from npm in unsafe and safe mode on it, SimpleAccounts deployed and funded,
 signed operations built in Python, concurrent eth_sendUserOperation, receipts polled, the
 report).  Figures are checked for form, never against a target.  Alto's safe mode may refuse
-its probe operation (it does on anvil 1.7.1: /work/notes/H7-decisions.md); the report must
-then say so.  Needs Node and npm (Alto installs from npm on first use): without them the test
-is skipped loudly, except under ``CI=true``.
+its probe operation (it does on anvil 1.7.1: docs/decisions/bundler.md, "ERC-7562
+tracing"); the report must then say so.  Needs Node and npm (Alto installs from npm on
+first use): without them the test is skipped loudly, except under ``CI=true``.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def alto_url(
     devnet: tuple[AnvilProcess, Manifest], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """Alto in unsafe mode on the session devnet (its safe mode refuses every operation on
-    anvil 1.7.1: /work/notes/H7-decisions.md)."""
+    anvil 1.7.1: docs/decisions/bundler.md, "ERC-7562 tracing")."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         reason = "!!! ALTO NOT RUN: Node.js/npm missing !!!"
         if IN_CI:

@@ -84,8 +84,8 @@ async def wait_status(b: Bundler, user_op_hash: str, wanted: set[str], wait: flo
 async def receipt_not_in(b: Bundler, user_op_hash: str, block_hash: str) -> dict[str, Any]:
     """The receipt once it names a block other than ``block_hash`` (the orphaned one).  An
     answer whose transaction receipt is null (the orphaned bundle's, asked of the node before
-    the follower took the receipt back) is not it: that answer is a bug of its own, shown by
-    ``test_no_receipt_answer_names_an_orphaned_bundle`` (/work/notes/H8-bugs.md #1)."""
+    the follower took the receipt back) is not it: that answer was a bug of its own, guarded by
+    ``test_no_receipt_answer_names_an_orphaned_bundle``."""
     with trio.fail_after(30):
         while True:
             receipt = await b.result("eth_getUserOperationReceipt", user_op_hash)
@@ -187,7 +187,7 @@ async def test_no_receipt_answer_names_an_orphaned_bundle(
     transaction) — viem's receipt formatter throws on it.  Null (not included) or a full
     receipt, never half of one.  Polled as fast as the endpoint answers from the reorg until
     the operation is included again; a run that misses the window passes (the window is the
-    follower's poll, ~20-100 ms).  KNOWN BUG: /work/notes/H8-bugs.md #1."""
+    follower's poll, ~20-100 ms).  This was a bug once; the test keeps it fixed."""
     b = await start(nursery, module_devnet, tmp_path, mode="manual", safe=False)
     entry_point = b.manifest.address("entry_point_v07")
     op, _ = await sponsored_op(b, "0.7")

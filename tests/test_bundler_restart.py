@@ -346,10 +346,9 @@ async def test_kill_9_after_a_fee_bump_settles_on_the_copy_that_was_mined(
     mined while down, restarted: its operations are included by the copy, once, never
     reported failed on the way, and no entity is blamed.
 
-    KNOWN BUG (/work/notes/H8-bugs.md #2): the ``bundler_first_*`` ids fail — the copy's hash
-    was never stored, so the restart requeues the operations and the first bundle round
-    reports them ``failed`` before the follower reads the block that included them.
-    ``follower_first`` passes only because the follower wins that race."""
+    The ``bundler_first_*`` ids once failed: the copy's hash was never stored, so the restart
+    requeued the operations and the first bundle round reported them ``failed`` before the
+    follower read the block that included them.  They guard that fix."""
     node = server.node
     first_block = int(rpc(node, "eth_blockNumber"), 16) + 1
     await server.start("manual", resend_after=1.0)
