@@ -130,14 +130,19 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             keys=keys,
         )
 
-    @bp.route("/usage", methods=["GET"])
-    @signed_in
-    async def usage_page() -> Any:
+    async def _asked_usage() -> tuple[str, int, int, int, str, str, list[Any]]:
+        """The usage rows the request asks for: its range, the signed-in account, ``?key=``."""
         range_name = chosen_range()
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         key_id = request.args.get("key", "")[:64]  # filtered by the database
         rows = await dash.rows.usage(account, granularity, first, end, key_id)
+        return range_name, size, first, end, account, key_id, list(rows)
+
+    @bp.route("/usage", methods=["GET"])
+    @signed_in
+    async def usage_page() -> Any:
+        range_name, size, first, end, account, key_id, rows = await _asked_usage()
         shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:SHOWN_ROWS]
         return await page(
             "usage.html",
@@ -154,11 +159,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/usage.csv", methods=["GET"])
     @signed_in
     async def usage_csv() -> Any:
-        range_name = chosen_range()
-        granularity, size, first, end = window(range_name, dash.clock())
-        account = g.session.account_id
-        key_id = request.args.get("key", "")[:64]  # filtered by the database
-        rows = await dash.rows.usage(account, granularity, first, end, key_id)
+        range_name, size, _first, _end, account, _key_id, rows = await _asked_usage()
         names = await key_names(dash, account)
         out = io.StringIO()
         writer = csv.writer(out)
