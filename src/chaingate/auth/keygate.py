@@ -70,7 +70,10 @@ class KeyRegistry:
         self._accounts: dict[str, _Account] = {}
         self._key_cursor = 0
         self._account_cursor = 0
+        self._loaded: tuple[int, dict[str, int]] = (-1, {})  # (day, store's totals at start)
         self.used: set[str] = set()  # key ids used since the last touch of last_used_at
+        # SharedLimits when processes share limits (Redis): it grants the day quotas.
+        self.shared: Any = None
 
     @property
     def recent(self) -> dict[bytes, Principal]:
@@ -98,6 +101,17 @@ class KeyRegistry:
         account = self._accounts.get(principal.account_id)
         return None if account is None else account.limits
 
+    def day_limit(self, account_id: str) -> int:
+        """The account's requests per day (0: unlimited or unknown)."""
+        account = self._accounts.get(account_id)
+        return 0 if account is None else account.limits.requests_per_day
+
+    def day_floor(self, account_id: str, day: int) -> int:
+        """Requests the store had counted for the account on ``day`` at start-up (0 for any
+        other day): a floor for the day's shared count, should Redis have lost it."""
+        loaded_day, totals = self._loaded
+        return totals.get(account_id, 0) if day == loaded_day else 0
+
     def account_limits(self, account_id: str) -> Limits | None:
         """The current limits of an account (None: not known to this process)."""
         account = self._accounts.get(account_id)
@@ -105,13 +119,18 @@ class KeyRegistry:
 
     async def load(self) -> None:
         """Everything, once, at start-up; then ``refresh`` keeps it current."""
-        await self.refresh()
         now = time.time()
         totals = await self._store.day_totals(utc_day(now) * 1440)
+        self._loaded = (utc_day(now), {a: requests for a, (requests, _) in totals.items()})
+        await self.refresh()
         for account_id, (requests, _units) in totals.items():
             account = self._accounts.get(account_id)
-            if account is not None:
+            if account is not None and not self._granted(account_id):
                 account.quota.add(utc_day(now), requests)
+
+    def _granted(self, account_id: str) -> bool:
+        """Whether the account's day quota is what Redis granted this process."""
+        return self.shared is not None and self.shared.quotas.holds(account_id)
 
     async def run(
         self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -135,6 +154,9 @@ class KeyRegistry:
         for row in accounts:
             self._apply_account(row)
             self._account_cursor = max(self._account_cursor, row.updated_at)
+        if accounts and self.shared is not None:
+            # Their day quotas granted before any of their keys is in force.
+            await self.shared.accounts_changed([row.id for row in accounts])
         keys = await self._store.keys_changed_since(self._key_cursor - CURSOR_OVERLAP_MS)
         for row in keys:
             self._apply_key(row)
@@ -165,7 +187,8 @@ class KeyRegistry:
             self._accounts[row.id] = _Account(limits, quota)
             return
         account.limits = limits
-        account.quota.set_limit(limits.requests_per_day)
+        if not self._granted(row.id):
+            account.quota.set_limit(limits.requests_per_day)
         for principal in account.keys:
             principal.limiter.set_rates(limits.requests_per_second, limits.compute_units_per_second)
             principal.limits_rps = limits.requests_per_second

@@ -34,8 +34,8 @@ class AuthService:
         self.usage_writer = UsageWriter(store, self.gate.meter, self.keys)
         self.shared: SharedLimits | None = None
         if settings.auth.redis_url:
-            self.shared = self.gate.shared = SharedLimits(
-                settings.auth.redis_url, self.keys.account_quota
+            self.shared = self.gate.shared = self.keys.shared = SharedLimits(
+                settings.auth.redis_url, self.keys
             )
 
     def logs_range_of(self, principal: Any) -> int:
@@ -46,10 +46,10 @@ class AuthService:
     async def run(self, nursery: trio.Nursery) -> None:
         """What serves requests, ready once the keys are loaded; the usage writer and shared
         limits run beside."""
+        if self.shared is not None:
+            nursery.start_soon(self.shared.run)  # first: the keys' first load asks it
         await nursery.start(self.keys.run, self.settings.refresh_interval)
         nursery.start_soon(self.usage_writer.run, self.settings.usage_flush_interval)
-        if self.shared is not None:
-            nursery.start_soon(self.shared.run)
 
     async def run_writers(self, nursery: trio.Nursery) -> None:
         """None: every process meters and flushes its own usage (additive rows)."""

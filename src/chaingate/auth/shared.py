@@ -5,8 +5,9 @@ Every process keeps its own token buckets (``KeyLimiter``) and answers from them
 (``HINCRBY``, which returns the new total) and charges the local buckets for whatever the other
 processes consumed since the last sync (``KeyLimiter.absorb``).  Each bucket thus pays for the
 key's consumption everywhere, one sync late at most; the debt floor of one second's worth pays
-back the extra burst that several full buckets allow at the start.  Day quotas are shared the
-same way, per account and UTC day.
+back the extra burst that several full buckets allow at the start.  Day quotas must hold
+exactly, so they are not shared after the fact but granted beforehand
+(``chaingate.auth.dayquotas``), in the same rhythm.
 
 Redis down: each process keeps enforcing its own limits (fail-open — a Redis outage must not
 take the API down), logs it once, and reports it in ``chaingate_shared_limits_up``.
@@ -21,6 +22,7 @@ from typing import Any
 import coredis
 import trio
 
+from chaingate.auth.dayquotas import DayAllowances
 from chaingate.auth.gate import Principal
 
 log = logging.getLogger("chaingate.auth.shared")
@@ -29,13 +31,19 @@ ACTIVE_SECONDS = 10.0  # keys used here this recently keep absorbing others' con
 KEY_TTL = 86_400 * 2
 
 
+READY_WAIT = 1.0  # how long a key refresh waits for Redis before leaving quotas local
+
+
 class SharedLimits:
-    def __init__(self, url: str, quota_of: Any, interval: float = 0.05) -> None:
+    def __init__(self, url: str, registry: Any, interval: float = 0.05) -> None:
         self._url = url
-        self._quota_of = quota_of  # account id -> DayQuota
         self._interval = interval
         self._active: dict[Principal, float] = {}
         self._seen: dict[bytes, int] = {}  # Redis counter -> total last seen
+        self.quotas = DayAllowances(registry.account_quota, registry.day_limit, registry.day_floor)
+        self._quota_lock = trio.Lock()
+        self._client: Any = None
+        self._ready = trio.Event()
         self.up = False
         self.syncs = 0
         self.failures = 0
@@ -47,12 +55,15 @@ class SharedLimits:
     async def run(self) -> None:
         client = coredis.Redis.from_url(self._url, decode_responses=False)
         async with client:
+            self._client = client
+            self._ready.set()
             while True:
                 await trio.sleep(self._interval)
                 try:
                     await self._sync(client)
                 except (coredis.exceptions.RedisError, OSError, TimeoutError) as exc:
                     self.failures += 1
+                    self.quotas.release_all()  # fail-open: each process on its own view
                     if self.up or self.failures == 1:
                         log.warning(
                             "shared rate limits unavailable: each process enforces its own",
@@ -61,13 +72,34 @@ class SharedLimits:
                     self.up = False
                     await trio.sleep(1.0)  # back off while Redis is away
 
+    async def accounts_changed(self, account_ids: list[str]) -> None:
+        """New or changed accounts (the key registry's refresh, before their keys are in
+        force): their day quotas granted from Redis, so a key is never first used ungranted."""
+        with trio.move_on_after(READY_WAIT):
+            await self._ready.wait()
+        if self._client is None or not (self.up or self.failures == 0):
+            return  # Redis away: the quotas stay local until it is back
+        try:
+            with trio.move_on_after(READY_WAIT):
+                await self._top_up({}, account_ids)
+        except (coredis.exceptions.RedisError, OSError, TimeoutError):
+            log.warning("day quotas not granted from Redis: each process enforces its own")
+
+    async def _top_up(self, used: dict[str, int], accounts: list[str]) -> None:
+        async with self._quota_lock:
+            try:
+                await self.quotas.top_up(self._client, used, accounts)
+            except BaseException:
+                self.quotas.release_all()
+                raise
+
     async def _sync(self, client: Any) -> None:
         now = time.monotonic()
-        day = int(time.time() // 86_400)
         for principal, last in list(self._active.items()):
             if now - last > ACTIVE_SECONDS and not principal.pending_requests:
                 del self._active[principal]
         if not self._active:
+            await self._top_up({}, [])  # still gives back units a starved process needs
             self._mark_up()
             return
         work: list[tuple[Principal, int, int, Any, Any]] = []
@@ -84,12 +116,6 @@ class SharedLimits:
                 per_account[principal.account_id] = (
                     per_account.get(principal.account_id, 0) + requests
                 )
-            day_name = b"cg:day:%d" % day
-            day_totals = {
-                account: pipe.hincrby(day_name, account.encode(), count)
-                for account, count in per_account.items()
-            }
-            pipe.expire(day_name, KEY_TTL)
         for principal, requests, units, total_requests, total_units in work:
             others_requests = self._others(
                 b"r:" + principal.key_id.encode(), await total_requests, requests
@@ -97,13 +123,7 @@ class SharedLimits:
             others_units = self._others(b"c:" + principal.key_id.encode(), await total_units, units)
             if others_requests or others_units:
                 principal.limiter.absorb(now, others_requests, others_units)
-        for account, total in day_totals.items():
-            others = self._others(
-                b"d:%d:" % day + account.encode(), await total, per_account[account]
-            )
-            quota = self._quota_of(account)
-            if others and quota is not None:
-                quota.add(day, others)
+        await self._top_up(per_account, [])
         self.syncs += 1
         self._mark_up()
 
