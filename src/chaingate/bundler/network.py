@@ -26,7 +26,7 @@ from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
 from chaingate.bundler.receiptstore import ReceiptRow
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
-from chaingate.bundler.store import BundlerRows
+from chaingate.bundler.store import BundlerRows, Intent
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
 from chaingate.bundler.tracing import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
@@ -82,6 +82,9 @@ class BundlerNetwork:
         # right before a bundle transaction is signed and sent, so a process that lost the
         # role (its lease session died) does not send one the new leader sends too.
         self.leads: Callable[[], bool] = lambda: True
+        # The leadership term this process began for the role (chaingate.cluster.terms);
+        # None: no other process can lead it (one process), so no fence is compared.
+        self.term: int | None = None
         self.head = 0
         self._wake = trio.Event()
         self._head_moved = trio.Event()
@@ -157,10 +160,23 @@ class BundlerNetwork:
         self._wake.set()
         return added.entry.hash
 
-    async def _persist(self, entries: Sequence[Entry]) -> None:
-        """The new states of entries the mempool moved (what its calls returned)."""
-        if entries:
-            await self.store.save_bundler_entries(self.chain, self.network, entries)
+    async def _persist(self, entries: Sequence[Entry], term: int | None = None) -> None:
+        """The new states of entries the mempool moved (what its calls returned); ``term``:
+        fenced by that leadership term (a bundle's writes)."""
+        if entries and not await self.store.save_bundler_entries(
+            self.chain, self.network, entries, term=term
+        ):
+            self._fenced()
+
+    def _current(self, term: int | None) -> None:
+        """Refuses a bundle's write once a later term began in this process (its mempool is
+        that term's now: not to be touched by the earlier one)."""
+        if term is not None and term != self.term:
+            self._fenced()
+
+    def _fenced(self) -> None:
+        self.bundles["fenced"] += 1
+        raise BundlerFault(NOT_LEADING, f"{self.key}: a later leader's term began; not written")
 
     async def save_reputation(self) -> None:
         changed, removed = self.reputation.take_changes()
@@ -203,11 +219,42 @@ class BundlerNetwork:
             return
         if await self.client.call("eth_getTransactionByHash", [bundle_tx]):
             return
+        if await self._finish_recorded(bundle_tx):
+            return
         # Another copy (a fee bump, or the one before it) may have been mined: an operation
         # whose nonce the EntryPoint has used waits, submitted, for the follower's receipt.
         lost = [e.hash for e in group if not await self._nonce_used(e)]
         back = self.mempool.requeue(lost, "bundle lost in a restart")
         await self._persist(back)
+
+    async def _finish_recorded(self, bundle_tx: str) -> bool:
+        """A bundle transaction recorded but unknown to the node — its sender died or was
+        deposed before, or while, sending it; its request may still be on its way — is sent
+        again, the same bytes: whichever copy arrives, the nonce is used once and the
+        operations are bundled once.  False when there is no record, or its nonce was used
+        by another transaction meanwhile."""
+        if self.submitter is None:
+            return False
+        intent = await self.store.bundler_intent(self.chain, self.network, bundle_tx)
+        if intent is None:
+            return False
+        used = await self.client.call("eth_getTransactionCount", [self.submitter.address, "latest"])
+        if int(used, 16) > intent.nonce:
+            return False
+        try:
+            await self.submitter.send_raw(intent.raw)
+        except (RpcCallError, UpstreamError) as exc:
+            log.warning(
+                "a recorded bundle transaction could not be sent again",
+                extra={"fields": {"network": self.key, "tx": bundle_tx, "error": str(exc)}},
+            )
+            return False
+        self.bundles["finished"] += 1
+        log.info(
+            "a bundle transaction recorded by an earlier term, sent again as recorded",
+            extra={"fields": {"network": self.key, "tx": bundle_tx, "term": intent.term}},
+        )
+        return True
 
     async def _nonce_used(self, entry: Entry) -> bool:
         """Whether the EntryPoint has consumed ``entry``'s nonce (it, or another operation
@@ -332,55 +379,55 @@ class BundlerNetwork:
         if self.submitter is None:
             raise BundlerFault(INVALID_PARAMS, f"{self.key}: no bundler key is configured")
         async with self.submitter.lock:
+            # Every write of this bundle is fenced by the term it began in: once a later term
+            # began (here or in another process), it writes and sends nothing more.
+            term = self.term
             prepared = await self._prepare_bundle()
             if prepared is None:
                 return None
             entries, entry_point, version, gas, fees = prepared
             calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
-            # Stored as submitted under the hash before it is sent: a crash in between finds
-            # it in _settle_unfinished (the node does not know it: back to pending).
             nonce = await self.submitter.next_nonce()
             self._still_leading()
             raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce)
-            async with self._lock:
-                submitted = self.mempool.mark_submitted([e.hash for e in entries], bundle_tx)
-                await self._persist(submitted)
-            # Stored as submitted but not sent: the next leader's term settles it (the node
-            # does not know it, so its operations go back to pending).
+            hashes = [e.hash for e in entries]
+            # The signed transaction and its operations' new state are recorded first, fenced
+            # by this leader's term: a leader deposed meanwhile records nothing and sends
+            # nothing; a later leader finds the record and sends these same bytes (never a
+            # second bundle of these operations) if the node does not know them.
+            await self._record(hashes, Intent(bundle_tx, nonce, raw, term or 0), term)
             self._still_leading()
             try:
                 await self.submitter.send_raw(raw)
             except (RpcCallError, UpstreamError):
-                await self._requeue(entries, "the node refused the bundle transaction")
+                await self._requeue(entries, "the node refused the bundle transaction", term)
                 raise
             self.bundles["sent"] += 1
 
-            hashes = [e.hash for e in entries]
-
-            async def record_copy(copy: str) -> None:
-                # A fee bump's copy is stored before it is sent, like the first one.
+            async def record_copy(copy: str, copy_raw: bytes) -> None:
+                # A fee bump's copy is recorded before it is sent, like the first one.
                 self._still_leading()
-                async with self._lock:
-                    await self._persist(self.mempool.mark_submitted(hashes, copy))
+                await self._record(hashes, Intent(copy, nonce, copy_raw, term or 0), term)
 
             try:
                 mined = await self.submitter.wait_mined(
                     bundle_tx, nonce, entry_point, calldata, gas, fees, before_resend=record_copy
                 )
             except NotMined:
-                await self._requeue(entries, "bundle transaction not mined")
+                await self._requeue(entries, "bundle transaction not mined", term)
                 raise
             if mined.tx_hash != bundle_tx:  # a fee bump's copy was mined
                 async with self._lock:
+                    self._current(term)
                     moved = self.mempool.mark_submitted([e.hash for e in entries], mined.tx_hash)
-                    await self._persist(moved)
+                    await self._persist(moved, term)
             self.bundles["mined" if mined.status else "reverted"] += 1
             self.eoa_balance = await self.submitter.balance()
             await self._followed_to(mined.block_number)
             if not mined.status:
                 # handleOps reverted on chain though the same call passed just before: the
                 # state moved in between.  Its operations are validated again next round.
-                await self._requeue(entries, "bundle transaction reverted")
+                await self._requeue(entries, "bundle transaction reverted", term)
             return {
                 "transactionHash": mined.tx_hash,
                 "blockNumber": hex(mined.block_number),
@@ -389,14 +436,29 @@ class BundlerNetwork:
                 "status": "0x1" if mined.status else "0x0",
             }
 
+    async def _record(self, hashes: list[str], intent: Intent, term: int | None) -> None:
+        """``intent`` and its operations ``submitted`` under its hash, in the store (fenced
+        by ``term`` when other processes may lead), then in the mempool."""
+        async with self._lock:
+            self._current(term)
+            submitted = self.mempool.mark_submitted(hashes, intent.tx_hash)
+            if not await self.store.record_submission(
+                self.chain, self.network, submitted, intent, fenced=term is not None
+            ):
+                # The mempool is the store's again when this process leads next.
+                self._fenced()
+
     def _beneficiary(self) -> str:
         assert self.submitter is not None
         return self.settings.beneficiary or self.submitter.address
 
-    async def _requeue(self, entries: Sequence[Entry], reason: str) -> None:
+    async def _requeue(
+        self, entries: Sequence[Entry], reason: str, term: int | None = None
+    ) -> None:
         async with self._lock:
+            self._current(term)
             back = self.mempool.requeue([e.hash for e in entries], reason)
-            await self._persist(back)
+            await self._persist(back, term)
 
     async def _prepare_bundle(self) -> tuple[list[Entry], str, Version, int, Any] | None:
         """The operations of the next bundle (one entry point's), checked together by

@@ -34,6 +34,7 @@ from chaingate.chain.follower import Follower
 from chaingate.cluster.gates import RoleStream, window_replay
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.terms import RoleTerms
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
@@ -263,6 +264,10 @@ class BundlerService:
         the mempool as the store has it (what this process kept while another led may have
         been bundled there), bundles in flight settled — then bundling, and taking in what
         other processes accept."""
+        # A new term, inside the lease: the previous leader's recording of a bundle fails
+        # from now on, and what it recorded before is settled by the load.
+        role = RoleKey("bundler", net.chain, net.network)
+        net.term = await RoleTerms(net.store.store).begin(role)
         if net.chain_id is None:
             await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
         if net.chain_id is not None:

@@ -22,9 +22,11 @@ import msgspec
 from chaingate.bundler.mempool import FINAL, LIVE, Entry
 from chaingate.bundler.receiptstore import BundlerReceiptRows
 from chaingate.bundler.reputation import ReputationEntry
+from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.terms import still_current
 from chaingate.store.base import register_network_table
 
-BUNDLER_TABLES = ("bundler_ops", "bundler_reputation")
+BUNDLER_TABLES = ("bundler_ops", "bundler_reputation", "bundler_intents")
 
 MAX_LOAD = 100_000  # a network's live operations loaded at start (the mempool bounds them)
 
@@ -66,6 +68,22 @@ _UPSERT_OP = (
     + ") ON CONFLICT (chain, network, hash) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _LIFECYCLE)
 )
+
+_INTENT = (
+    "INSERT INTO bundler_intents (chain, network, tx_hash, nonce, raw, term, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chain, network, tx_hash) DO NOTHING"
+)
+_PRUNE_INTENTS = "DELETE FROM bundler_intents WHERE chain = ? AND network = ? AND created_at < ?"
+
+
+class Intent(msgspec.Struct, frozen=True):
+    """A bundle transaction as signed, recorded before it was sent."""
+
+    tx_hash: str
+    nonce: int
+    raw: bytes
+    term: int
+
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Entry)
@@ -113,20 +131,72 @@ class BundlerRows(BundlerReceiptRows):
     # --- operations ------------------------------------------------------------------------
 
     async def save_bundler_entries(
-        self, chain: str, network: str, entries: Sequence[Entry]
-    ) -> None:
+        self, chain: str, network: str, entries: Sequence[Entry], *, term: int | None = None
+    ) -> bool:
         """Write what Mempool calls returned, in one transaction: a new entry's row is
         inserted, a known one's lifecycle columns take the entry's state (its JSON, fixed at
-        acceptance, is not rewritten)."""
+        acceptance, is not rewritten).  ``term``: only while it is still the newest term of
+        the network's ``bundler`` role (False: nothing written, a later leader began)."""
         if not entries:
-            return
+            return True
         now = self.clock()
         rows = [_op_values(chain, network, e, now) for e in sorted(entries, key=lambda e: e.hash)]
+        role = RoleKey("bundler", chain, network)
 
-        def upsert(tx: Any) -> None:
+        def upsert(tx: Any) -> bool:
+            if term is not None and not still_current(tx, role, term):
+                return False
             tx.executemany(_UPSERT_OP, rows)
+            return True
 
-        await self.run_transaction(upsert)
+        saved: bool = await self.run_transaction(upsert)
+        return saved
+
+    async def record_submission(
+        self,
+        chain: str,
+        network: str,
+        entries: Sequence[Entry],
+        intent: Intent,
+        *,
+        fenced: bool,
+    ) -> bool:
+        """The bundle transaction (``intent``) and its operations, now ``submitted`` under its
+        hash, in one transaction, before it is sent.  ``fenced``: only while ``intent.term``
+        is still the newest term of the network's ``bundler`` role; False (nothing written)
+        when a later leader began meanwhile."""
+        now = self.clock()
+        rows = [_op_values(chain, network, e, now) for e in sorted(entries, key=lambda e: e.hash)]
+        role = RoleKey("bundler", chain, network)
+        values = (chain, network, intent.tx_hash, intent.nonce, intent.raw.hex(), intent.term, now)
+
+        def record(tx: Any) -> bool:
+            if fenced and not still_current(tx, role, intent.term):
+                return False
+            tx.execute(_INTENT, values)
+            if rows:
+                tx.executemany(_UPSERT_OP, rows)
+            return True
+
+        recorded: bool = await self.run_transaction(record)
+        return recorded
+
+    async def bundler_intent(self, chain: str, network: str, tx_hash: str) -> Intent | None:
+        """The recorded bundle transaction of ``tx_hash``, or None (recorded by no one)."""
+
+        def select(tx: Any) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = tx.query(
+                "SELECT tx_hash, nonce, raw, term FROM bundler_intents"
+                " WHERE chain = ? AND network = ? AND tx_hash = ?",
+                (chain, network, tx_hash),
+            )
+            return rows
+
+        rows = await self.run_transaction(select, write=False)
+        if not rows:
+            return None
+        tx_hash, nonce, raw, term = rows[0]
+        return Intent(str(tx_hash), int(nonce), bytes.fromhex(str(raw)), int(term))
 
     async def bundler_get(self, chain: str, network: str, user_op_hash: str) -> Entry | None:
         """One operation in any state (the status method's answer), or None."""
@@ -161,6 +231,7 @@ class BundlerRows(BundlerReceiptRows):
 
         def prune(tx: Any) -> int:
             count: int = tx.execute(_PRUNE, (chain, network, chain, network, before_ms, limit))
+            tx.execute(_PRUNE_INTENTS, (chain, network, before_ms))
             return count
 
         deleted: int = await self.run_transaction(prune)

@@ -156,10 +156,10 @@ class Submitter:
         gas: int,
         fees: Fees,
         *,
-        before_resend: Callable[[str], Awaitable[None]] | None = None,
+        before_resend: Callable[[str, bytes], Awaitable[None]] | None = None,
     ) -> Mined:
         """Until a copy is mined, resending with bumped fees when it stalls;
-        ``before_resend(hash)`` is awaited before a copy is sent (to store its hash first)."""
+        ``before_resend(hash, raw)`` is awaited before a copy is sent (to store it first)."""
         copies = [first]
         resends = 0
         sent_at = trio.current_time()
@@ -189,7 +189,7 @@ class Submitter:
                 fees = fees.bumped()
                 raw, copy = self.sign(to, data, gas, fees, nonce)
                 if before_resend is not None:
-                    await before_resend(copy)
+                    await before_resend(copy, raw)
                 await self.send_raw(raw)
                 copies.append(copy)
                 resends += 1

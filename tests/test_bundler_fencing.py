@@ -1,0 +1,181 @@
+"""The bundler's fence (docs/decisions/cluster.md): each leadership term of ``bundler`` is
+numbered in the store, a bundle transaction is recorded with its term before it is sent, and
+the next leader finishes a recorded transaction the node does not know — sends the same bytes
+— instead of bundling its operations again.  Real PostgreSQL, a real devnet (anvil)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+import trio
+
+from chaingate.bundler.mempool import Entry
+from chaingate.bundler.network import NOT_LEADING, BundlerNetwork
+from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.bundler.store import BundlerRows, Intent
+from chaingate.cluster.leases import PgLeadership
+from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.terms import RoleTerms
+from chaingate.config.manifest import Manifest
+from chaingate.devnet.anvil import AnvilProcess
+from chaingate.devnet.rpc import DevnetRpc
+from chaingate.evm.tx import tx_hash
+from chaingate.gateway import Gateway
+from chaingate.impl import Impl
+from chaingate.outbound import OutboundPolicy
+from chaingate.store import open_store
+from tests.conftest import pg_schema
+from tests.helpers import GatewayHandle
+from tests.test_aa_devnet import TAGS
+from tests.test_bundler_e2e import Bundler, sponsored_op, start_settings
+
+ROLE = RoleKey("bundler", "ethereum", "devnet")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with pg_schema() as url:
+        yield url
+
+
+def intents(url: str) -> list[tuple[str, int, int]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tx_hash, nonce, term FROM bundler_intents ORDER BY created_at"
+        ).fetchall()
+    return [(str(h), int(n), int(t)) for h, n, t in rows]
+
+
+async def test_a_deposed_term_records_and_writes_nothing(pg_url: str, tmp_path: Path) -> None:
+    """The compare itself: once a later term began, the earlier term's record of a bundle and
+    its other writes are refused whole, and the later term's go through."""
+    async with open_store(pg_url, tmp_path) as store:
+        await store.migrate()
+        terms = RoleTerms(store)
+        rows = BundlerRows(store)
+        first = await terms.begin(ROLE)
+        second = await terms.begin(ROLE)
+        assert (first, second) == (1, 2) and await terms.current(ROLE) == 2
+        stale = Intent("0x" + "aa" * 32, 7, b"\x02stale", first)
+        assert not await rows.record_submission("ethereum", "devnet", [], stale, fenced=True)
+        entry = _entry()
+        assert not await rows.save_bundler_entries("ethereum", "devnet", [entry], term=first)
+        assert await rows.bundler_get("ethereum", "devnet", entry.hash) is None
+        assert await rows.bundler_intent("ethereum", "devnet", stale.tx_hash) is None
+        fresh = Intent("0x" + "bb" * 32, 7, b"\x02fresh", second)
+        assert await rows.record_submission("ethereum", "devnet", [entry], fresh, fenced=True)
+        assert await rows.bundler_intent("ethereum", "devnet", fresh.tx_hash) == fresh
+        assert await rows.bundler_get("ethereum", "devnet", entry.hash) is not None
+
+
+def _entry() -> Entry:
+    """A stored operation row (its content does not matter to the fence)."""
+    from tests.test_bundler_store import entry as make_entry
+
+    made: Entry = make_entry()
+    return made
+
+
+async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(
+    nursery: trio.Nursery,
+    impl: Impl,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    """The leader records its bundle transaction and its request leaves for the node; the
+    lease is taken away (its PostgreSQL session ended) before the node sees it.  The next
+    term finds the record, sends the same bytes, and bundles nothing else; the first request,
+    arriving late, changes nothing: one transaction, its nonce used once, the operation
+    included once, by the recorded transaction."""
+    node, manifest = module_devnet
+    settings = start_settings(node, tmp_path, manifest, safe_mode=False, mode="manual")
+    settings = msgspec.structs.replace(
+        settings, store=msgspec.structs.replace(settings.store, url=pg_url)
+    )
+    gateway = Gateway(
+        settings, impl=impl, access_stream=io.BytesIO(), outbound_policy=OutboundPolicy.dev()
+    )
+    await nursery.start(gateway.run)
+    leadership = gateway.leadership
+    assert isinstance(leadership, PgLeadership)
+    assert gateway.bundler is not None
+    net: BundlerNetwork = gateway.bundler.networks["ethereum/devnet"]
+    submitter = net.submitter
+    assert submitter is not None
+    with trio.fail_after(30):
+        while not (leadership.holds(ROLE) and net.term is not None):
+            await trio.sleep(0.05)
+    first_term = net.term
+    bundler = Bundler(GatewayHandle(gateway, io.BytesIO()), node, manifest)
+
+    def nonce(block: str) -> int:
+        with DevnetRpc(node.url) as rpc:
+            return int(rpc.call("eth_getTransactionCount", submitter.address, block), 16)
+
+    op, expected = await sponsored_op(bundler, "0.7")
+    entry_point = manifest.address(f"entry_point_{TAGS['0.7']}")
+    sent = await bundler.result(
+        "eth_sendUserOperation", encode_user_operation(op, "0.7"), entry_point
+    )
+    assert sent == expected
+    before = nonce("latest")
+
+    # The first request to send the bundle is on its way: held, delivered after the handover.
+    real_send = submitter.send_raw
+    in_flight: list[bytes] = []
+    left = trio.Event()
+    arrive = trio.Event()
+
+    async def send_later(raw: bytes) -> None:
+        if not in_flight:
+            in_flight.append(raw)
+            left.set()
+            await arrive.wait()
+        await real_send(raw)
+
+    submitter.send_raw = send_later  # type: ignore[method-assign]
+    first_answer: dict[str, Any] = {}
+
+    async def send_bundle_now() -> None:
+        first_answer.update(await bundler.call("debug_bundler_sendBundleNow"))
+
+    nursery.start_soon(send_bundle_now)
+    with trio.fail_after(30):
+        await left.wait()
+    recorded = intents(pg_url)
+    assert [(h, n) for h, n, _ in recorded] == [(tx_hash(in_flight[0]), before)]
+    assert recorded[0][2] == first_term
+
+    # The lease is taken away: its session ends (as when the leader's connection dies).
+    conn = leadership._conn
+    assert conn is not None
+    lease_pid = conn.info.backend_pid
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (lease_pid,))
+    # The next term (this process again, the only one: as another would) settles the record.
+    with trio.fail_after(30):
+        while not (leadership.holds(ROLE) and net.term is not None and net.term > first_term):
+            await trio.sleep(0.05)
+    receipt = await bundler.receipt(sent)
+    assert receipt["success"] is True
+    assert receipt["receipt"]["transactionHash"] == tx_hash(in_flight[0])
+    assert net.bundles["finished"] == 1
+    # Nothing is left to bundle: the operation was not put back to be bundled a second time.
+    assert (await bundler.result("debug_bundler_sendBundleNow")) is None
+
+    arrive.set()  # the first request arrives at last
+    with trio.fail_after(30):
+        while not first_answer:
+            await trio.sleep(0.05)
+    assert first_answer["error"]["code"] == NOT_LEADING, first_answer
+    assert nonce("latest") == before + 1  # the nonce used once, by one transaction
+    assert [(h, n) for h, n, _ in intents(pg_url)] == [(tx_hash(in_flight[0]), before)]
+    status = await bundler.result("chaingate_getUserOperationStatus", sent)
+    assert status["status"] == "included", status
