@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import psycopg
 import pytest
@@ -33,7 +34,8 @@ from chaingate.store import open_store
 from tests.conftest import pg_schema
 from tests.helpers import GatewayHandle
 from tests.test_aa_devnet import TAGS
-from tests.test_bundler_e2e import Bundler, sponsored_op, start_settings
+from tests.test_bundler_e2e import PATH, Bundler, sponsored_op, start_settings
+from tests.test_bundler_store import entry as make_entry
 
 ROLE = RoleKey("bundler", "ethereum", "devnet")
 
@@ -76,10 +78,7 @@ async def test_a_deposed_term_records_and_writes_nothing(pg_url: str, tmp_path: 
 
 def _entry() -> Entry:
     """A stored operation row (its content does not matter to the fence)."""
-    from tests.test_bundler_store import entry as make_entry
-
-    made: Entry = make_entry()
-    return made
+    return make_entry(1)
 
 
 async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(
@@ -144,7 +143,9 @@ async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(
     first_answer: dict[str, Any] = {}
 
     async def send_bundle_now() -> None:
-        first_answer.update(await bundler.call("debug_bundler_sendBundleNow"))
+        body = {"jsonrpc": "2.0", "id": 1, "method": "debug_bundler_sendBundleNow", "params": []}
+        async with httpx.AsyncClient(base_url=bundler.handle.base, timeout=120) as client:
+            first_answer.update((await client.post(PATH, json=body)).json())
 
     nursery.start_soon(send_bundle_now)
     with trio.fail_after(30):
@@ -167,14 +168,16 @@ async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(
     assert receipt["success"] is True
     assert receipt["receipt"]["transactionHash"] == tx_hash(in_flight[0])
     assert net.bundles["finished"] == 1
-    # Nothing is left to bundle: the operation was not put back to be bundled a second time.
-    assert (await bundler.result("debug_bundler_sendBundleNow")) is None
+    # The operation was not put back to be bundled a second time.
+    assert not net.mempool.has_pending()
 
     arrive.set()  # the first request arrives at last
     with trio.fail_after(30):
         while not first_answer:
             await trio.sleep(0.05)
+    # The deposed term's bundle call ends refused, having written nothing more.
     assert first_answer["error"]["code"] == NOT_LEADING, first_answer
+    await bundler.result("debug_bundler_sendBundleNow")  # nothing to bundle: no transaction
     assert nonce("latest") == before + 1  # the nonce used once, by one transaction
     assert [(h, n) for h, n, _ in intents(pg_url)] == [(tx_hash(in_flight[0]), before)]
     status = await bundler.result("chaingate_getUserOperationStatus", sent)
