@@ -300,3 +300,58 @@ async def test_a_day_quota_admits_exactly_its_size_across_workers(
     assert len(admitted_by) == 2, outcomes
     assert after_burst <= quota, outcomes
     assert statuses == {200: quota, 429: 120 - quota}, outcomes
+
+
+# --- the grants themselves, two processes' views on one Redis ----------------------------------
+
+
+async def test_grants_never_exceed_the_quota_and_starved_units_move() -> None:
+    """Two processes' allowances of one account (quota 10) on real Redis: together they admit
+    exactly 10; the one that stays idle gives its unused units to the one that asks."""
+    import secrets
+
+    import coredis
+
+    from chaingate._pure.limiter import DayQuota
+    from chaingate.auth import dayquotas
+    from chaingate.auth.dayquotas import DayAllowances, utc_day
+
+    account = "acct_test_" + secrets.token_hex(6)
+    quota = 10
+    day = utc_day(time.time())
+    quotas = {name: DayQuota(quota, day) for name in "ab"}
+    views = {
+        name: DayAllowances(lambda _a, q=quotas[name]: q, lambda _a: quota, lambda _a, _d: 0)
+        for name in "ab"
+    }
+    admitted = Counter[str]()
+    client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
+    async with client:
+        for name in "ab":
+            await views[name].top_up(client, {}, [account])
+
+        def take(name: str, n: int) -> None:
+            for _ in range(n):
+                if quotas[name].take(utc_day(time.time()), 1):
+                    admitted[name] += 1
+
+        held_by_b = quotas["b"].room(day)
+        assert held_by_b > 0 and quotas["a"].room(day) + held_by_b <= quota
+        # Only "a" is asked: it takes what it holds and asks for more, until nothing is left
+        # to grant — "b" still holds its units.
+        for _ in range(quota):
+            before = admitted["a"]
+            take("a", 4)
+            await views["a"].top_up(client, {account: admitted["a"] - before})
+        assert admitted["a"] == quota - held_by_b, admitted
+        assert quotas["a"].room(day) == 0  # asked in vain: the account is starved
+        # "b" stays idle past RETURN_AFTER: it gives its units back, and "a" gets them.
+        await trio.sleep(dayquotas.RETURN_AFTER + 0.05)
+        await views["b"].top_up(client, {})
+        assert quotas["b"].room(day) == 0 and views["b"].returned == held_by_b
+        for _ in range(quota):
+            await views["a"].top_up(client, {account: 1})
+            take("a", 4)
+        assert admitted == {"a": quota}, admitted
+        await client.delete([f"cg:dq:{day}:{account}".encode()])
+    print(f"\ngrants: admitted {dict(admitted)}, {held_by_b} moved from b to a")

@@ -44,6 +44,7 @@ class SharedLimits:
         self._quota_lock = trio.Lock()
         self._client: Any = None
         self._ready = trio.Event()
+        self._grant_failed = False
         self.up = False
         self.syncs = 0
         self.failures = 0
@@ -77,12 +78,14 @@ class SharedLimits:
         force): their day quotas granted from Redis, so a key is never first used ungranted."""
         with trio.move_on_after(READY_WAIT):
             await self._ready.wait()
-        if self._client is None or not (self.up or self.failures == 0):
+        if self._client is None or not (self.up or not (self.failures or self._grant_failed)):
             return  # Redis away: the quotas stay local until it is back
         try:
             with trio.move_on_after(READY_WAIT):
                 await self._top_up({}, account_ids)
         except (coredis.exceptions.RedisError, OSError, TimeoutError):
+            # Not tried again on every refresh: only once a sync has found Redis again.
+            self._grant_failed = True
             log.warning("day quotas not granted from Redis: each process enforces its own")
 
     async def _top_up(self, used: dict[str, int], accounts: list[str]) -> None:
