@@ -408,6 +408,28 @@ async def test_usage_is_metered_and_reported(stack: AuthStack) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
 
 
+async def test_last_used_is_recorded_after_the_first_flush_too(stack: AuthStack) -> None:
+    """The usage writer empties the set of used keys in place: the fast lane holds that very
+    set, so a key answered there (once it is known) keeps getting its last-used time."""
+
+    async def last_used_after(since: int) -> int:
+        with trio.fail_after(10):
+            while True:
+                row = next(k for k in await stack.store.list_keys() if k.id == key_id)
+                if row.last_used_at is not None and row.last_used_at > since:
+                    return int(row.last_used_at)
+                await trio.sleep(0.1)
+
+    key, key_id = await stack.key()
+    async with stack.client(key) as client:
+        assert (await client.post(RPC, json=CALL)).status_code == 200  # the handler's path
+        first = await last_used_after(0)
+        await trio.sleep(0.3)
+        for _ in range(3):  # a known key: the fast lane's path
+            assert (await client.post(RPC, json=CALL)).status_code == 200
+        assert await last_used_after(first) > first
+
+
 async def test_day_counter_survives_a_restart(
     nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
 ) -> None:

@@ -49,7 +49,9 @@ class UsageWriter:
                 for key_id, account_id, method, minute, requests, units, errors in rows:
                     self._meter.record(key_id, account_id, method, minute, requests, units, errors)
                 return
-        used, self._registry.used = self._registry.used, set()
+        # Emptied in place: the fast lane holds this very set (a new one would never be read).
+        used = set(self._registry.used)
+        self._registry.used.clear()
         if used:
             now = int(time.time() * 1000)
             try:
