@@ -28,6 +28,7 @@ from chaingate.auth.gate import Principal
 log = logging.getLogger("chaingate.auth.shared")
 
 ACTIVE_SECONDS = 10.0  # keys used here this recently keep absorbing others' consumption
+RECENT_MS = 1000  # another process's use of a key this recent is paid for at the first look
 KEY_TTL = 86_400 * 2
 
 
@@ -105,37 +106,47 @@ class SharedLimits:
             await self._top_up({}, [])  # still gives back units a starved process needs
             self._mark_up()
             return
-        work: list[tuple[Principal, int, int, Any, Any]] = []
+        work: list[tuple[Principal, int, int, Any, Any, Any]] = []
         per_account: dict[str, int] = {}
+        now_ms = int(time.time() * 1000)
         async with client.pipeline(transaction=False) as pipe:
             for principal in self._active:
                 requests, units = principal.pending_requests, principal.pending_units
                 principal.pending_requests = principal.pending_units = 0
                 name = b"cg:rl:" + principal.key_id.encode()
+                synced = pipe.hget(name, b"t")  # when a process last added to it
                 total_requests = pipe.hincrby(name, b"r", requests)
                 total_units = pipe.hincrby(name, b"c", units)
+                pipe.hset(name, {b"t": now_ms})
                 pipe.expire(name, KEY_TTL)
-                work.append((principal, requests, units, total_requests, total_units))
+                work.append((principal, requests, units, total_requests, total_units, synced))
                 per_account[principal.account_id] = (
                     per_account.get(principal.account_id, 0) + requests
                 )
-        for principal, requests, units, total_requests, total_units in work:
+        for principal, requests, units, total_requests, total_units, synced in work:
+            last_sync = await synced
+            recent = last_sync is not None and now_ms - int(last_sync) < RECENT_MS
             others_requests = self._others(
-                b"r:" + principal.key_id.encode(), await total_requests, requests
+                b"r:" + principal.key_id.encode(), await total_requests, requests, recent
             )
-            others_units = self._others(b"c:" + principal.key_id.encode(), await total_units, units)
+            others_units = self._others(
+                b"c:" + principal.key_id.encode(), await total_units, units, recent
+            )
             if others_requests or others_units:
                 principal.limiter.absorb(now, others_requests, others_units)
         await self._top_up(per_account, [])
         self.syncs += 1
         self._mark_up()
 
-    def _others(self, counter: bytes, total: int, mine: int) -> int:
-        """What the other processes added to ``counter`` since this process last looked."""
+    def _others(self, counter: bytes, total: int, mine: int, recent: bool) -> int:
+        """What the other processes added to ``counter`` since this process last looked.
+        At the first look, what came before is history, not a burst to pay for — unless
+        another process added to it within RECENT_MS: then it is the burst they are spending
+        now, paid for here too (the debt floor bounds what that can cost)."""
         last = self._seen.get(counter)
         self._seen[counter] = total
         if last is None:
-            return 0  # first look: what came before is history, not a burst to pay for
+            return max(0, total - mine) if recent else 0
         return max(0, total - last - mine)
 
     def _mark_up(self) -> None:
