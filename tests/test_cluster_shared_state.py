@@ -110,11 +110,8 @@ def cluster(node: AnvilProcess, tmp_path_factory: pytest.TempPathFactory) -> Ite
             cluster = Cluster(serve, url)
             deadline = time.monotonic() + 60
             while True:
-                with httpx.Client(timeout=5) as client:
-                    workers = {
-                        client.get(f"{serve.base}/v1/health").json()["worker"] for _ in range(1)
-                    }
-                for _ in range(20):
+                workers = set()
+                for _ in range(20):  # new connections: the kernel spreads them
                     with httpx.Client(timeout=5) as client:
                         workers.add(client.get(f"{serve.base}/v1/health").json()["worker"])
                 if len(workers) == 2:
