@@ -211,8 +211,11 @@ async def test_a_keys_rate_limit_holds_across_workers_under_a_hammer(
     assert admitted + refused == sum(outcomes.values()), outcomes
     assert len(by_worker) == 2, outcomes
     assert refused > 5 * admitted, outcomes  # it was a hammer
+    # One bucket's worth: its burst and its refill.  Each worker alone would allow twice it.
+    # At its first look each worker pays for the burst the other spent, so the burst may be
+    # paid for twice: as few as the refill alone is fair too, not fewer.
     allowed = rate + rate * elapsed
-    assert allowed * 0.85 <= admitted <= allowed * 1.15, (admitted, allowed, outcomes)
+    assert rate * elapsed * 0.9 <= admitted <= allowed * 1.15, (admitted, allowed, outcomes)
 
 
 # --- c. usage and day quotas -----------------------------------------------------------------
@@ -352,3 +355,61 @@ async def test_grants_never_exceed_the_quota_and_starved_units_move() -> None:
         assert admitted == {"a": quota}, admitted
         await client.delete([f"cg:dq:{day}:{account}".encode()])
     print(f"\ngrants: admitted {dict(admitted)}, {held_by_b} moved from b to a")
+
+
+async def test_a_hung_redis_leaves_limits_local_and_revocation_prompt(
+    node: AnvilProcess, tmp_path: Path
+) -> None:
+    """Redis that accepts connections and never answers (hung, not down): requests are still
+    served on each process's own limits, and a revoked key is still refused within a second
+    (the key refresh does not wait on Redis for long)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # kept open, never answered
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    hung = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    try:
+        with pg_schema() as url:
+            serve = ServeProcess(
+                tmp_path, node.url, keys=True, store_url=url, auth=f'redis_url = "{hung}"\n'
+            )
+            env = {"CHAINGATE_AUTH__REFRESH_INTERVAL": REFRESH}
+            with serve.start(env=env):
+                async with open_store(url, tmp_path) as store:
+                    cluster = Cluster(serve, url)
+                    key = await cluster.key(store, "enterprise", '{"requests_per_day": 1000}')
+                    start = time.monotonic()
+                    while (await cluster.probe(key, call("eth_blockNumber")))[1] != 200:
+                        assert time.monotonic() - start < 15, "never served on local limits"
+                        await trio.sleep(0.1)
+                    statuses = [
+                        (await cluster.probe(key, call("eth_blockNumber")))[1] for _ in range(20)
+                    ]
+                    assert statuses == [200] * 20
+                    row = next(k for k in await store.keys_changed_since(0) if k.prefix in key)
+                    assert await store.revoke_key(row.id)
+                    revoked = time.monotonic()
+                    while (await cluster.probe(key, call("eth_blockNumber")))[1] != 401:
+                        await trio.sleep(0.02)
+                    refused_after = time.monotonic() - revoked
+        print(f"\nhung Redis: revocation refused after {refused_after:.2f} s")
+        assert refused_after <= 1.0
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()

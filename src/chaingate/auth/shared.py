@@ -30,9 +30,11 @@ log = logging.getLogger("chaingate.auth.shared")
 ACTIVE_SECONDS = 10.0  # keys used here this recently keep absorbing others' consumption
 RECENT_MS = 1000  # another process's use of a key this recent is paid for at the first look
 KEY_TTL = 86_400 * 2
-
-
-READY_WAIT = 1.0  # how long a key refresh waits for Redis before leaving quotas local
+SYNC_TIMEOUT = 1.0  # a sync that takes longer means Redis is away (hung, not only down)
+# How long a key refresh waits for Redis (to start, then to grant new accounts' quotas)
+# before it leaves them local: short, since revocations wait behind it.
+READY_WAIT = 1.0
+GRANT_WAIT = 0.25
 
 
 class SharedLimits:
@@ -62,8 +64,14 @@ class SharedLimits:
             while True:
                 await trio.sleep(self._interval)
                 try:
-                    await self._sync(client)
-                except (coredis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                    with trio.fail_after(SYNC_TIMEOUT):
+                        await self._sync(client)
+                except (
+                    coredis.exceptions.RedisError,
+                    OSError,
+                    TimeoutError,
+                    trio.TooSlowError,
+                ) as exc:
                     self.failures += 1
                     self.quotas.release_all()  # fail-open: each process on its own view
                     if self.up or self.failures == 1:
@@ -76,16 +84,19 @@ class SharedLimits:
 
     async def accounts_changed(self, account_ids: list[str]) -> None:
         """New or changed accounts (the key registry's refresh, before their keys are in
-        force): their day quotas granted from Redis, so a key is never first used ungranted."""
+        force): their day quotas granted from Redis, so a key is never first used ungranted.
+        Bounded: after a failure, not tried again until a sync has found Redis again."""
         with trio.move_on_after(READY_WAIT):
             await self._ready.wait()
-        if self._client is None or not (self.up or not (self.failures or self._grant_failed)):
+        if self._client is None or self._grant_failed:
             return  # Redis away: the quotas stay local until it is back
         try:
-            with trio.move_on_after(READY_WAIT):
+            with trio.move_on_after(GRANT_WAIT) as scope:
                 await self._top_up({}, account_ids)
+            failed = scope.cancelled_caught
         except (coredis.exceptions.RedisError, OSError, TimeoutError):
-            # Not tried again on every refresh: only once a sync has found Redis again.
+            failed = True
+        if failed:
             self._grant_failed = True
             log.warning("day quotas not granted from Redis: each process enforces its own")
 
@@ -104,6 +115,7 @@ class SharedLimits:
                 del self._active[principal]
         if not self._active:
             await self._top_up({}, [])  # still gives back units a starved process needs
+            self._grant_failed = False
             self._mark_up()
             return
         work: list[tuple[Principal, int, int, Any, Any, Any]] = []
@@ -136,6 +148,7 @@ class SharedLimits:
                 principal.limiter.absorb(now, others_requests, others_units)
         await self._top_up(per_account, [])
         self.syncs += 1
+        self._grant_failed = False
         self._mark_up()
 
     def _others(self, counter: bytes, total: int, mine: int, recent: bool) -> int:
