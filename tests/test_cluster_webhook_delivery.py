@@ -1,5 +1,5 @@
 """Two ``chaingate serve`` processes on one PostgreSQL both deliver one block's webhook events,
-each event exactly once.
+each event exactly once; and the wake-up that makes it so reaches only its own schema.
 
 Only one process leads ``webhooks:ethereum/devnet`` (it matches blocks and writes the outbox);
 both deliver.  The dispatchers poll the outbox only every 5 s here, so the other process can
@@ -12,6 +12,7 @@ a second at its concurrency, and well under the poll.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -19,8 +20,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 
@@ -30,6 +33,7 @@ from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm import abi
 from chaingate.store import open_store
+from chaingate.webhooks.wakeups import OutboxListener, announce
 from tests.conftest import DEVNET_SIGNER, pg_schema
 from tests.test_cluster_handover import Node, rpc, until
 from tests.webhook_receiver import Receiver
@@ -173,3 +177,49 @@ async def test_two_processes_both_deliver_one_block_and_no_event_twice(
     assert sum(per_process) == EVENTS  # each delivered once, by one of the two
     assert all(count > 0 for count in per_process), per_process
     assert took < POLL, "the non-leader was not woken; it waited for its poll"
+
+
+async def test_a_wake_up_reaches_the_listeners_of_its_schema_at_commit_only() -> None:
+    """``announce`` in a transaction wakes the listeners of the writer's schema when it
+    commits; not when it rolls back, and never another schema's (a deployment of its own)."""
+    with pg_schema() as one, pg_schema() as other:
+        woken: Counter[str] = Counter()
+        listeners = {
+            name: OutboxListener(url, functools.partial(woken.update, [name]))
+            for name, url in (("one", one), ("other", other))
+        }
+        async with trio.open_nursery() as nursery:
+            for listener in listeners.values():
+                nursery.start_soon(listener.run)
+            with trio.fail_after(10):
+                while not all(listener.connects for listener in listeners.values()):
+                    await trio.sleep(0.02)
+            woken.clear()  # each wakes once on connecting
+
+            def write(commit: bool) -> None:
+                with psycopg.connect(one) as conn:  # a transaction, as the store's
+                    announce(_Tx(conn))
+                    if not commit:
+                        conn.rollback()
+
+            await trio.to_thread.run_sync(write, False)
+            await trio.sleep(0.5)
+            assert woken == Counter()
+            await trio.to_thread.run_sync(write, True)
+            with trio.fail_after(5):
+                while woken["one"] == 0:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.3)
+            nursery.cancel_scope.cancel()
+    assert woken == Counter(one=1)
+    assert listeners["one"].heard == 1 and listeners["other"].heard == 0
+
+
+class _Tx:
+    """What ``announce`` needs of the store's transaction: ``execute``."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str) -> None:
+        self.conn.execute(sql)

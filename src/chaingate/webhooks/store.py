@@ -745,6 +745,8 @@ class WebhookRows(Rows):
             return
 
         set_based = self.backend == "postgres"
+        # Given back due now (a shutdown): the other processes may take them at once.
+        due_now = until <= self.clock()
 
         def hold(tx: Any) -> None:
             if set_based:
@@ -753,6 +755,8 @@ class WebhookRows(Rows):
                     " WHERE id = ANY(?::text[])",
                     (until, list(event_ids)),
                 )
+                if due_now:
+                    announce(tx)
                 return
             tx.executemany(
                 "UPDATE webhook_events SET lease_until = 0, next_attempt_at = ? WHERE id = ?",
@@ -873,10 +877,12 @@ class WebhookRows(Rows):
             where = "webhook_id = ? AND state = 'failed' AND created_at >= ?"
             params = (webhook_id, failed_since or 0)
 
+        set_based = self.backend == "postgres"
+
         def replay(tx: Any) -> int:
             # One statement: on PostgreSQL a claim that commits first is seen by the
             # re-checked WHERE (the row is locked, then re-read), never overwritten.
-            return int(
+            replayed = int(
                 tx.execute(
                     "UPDATE webhook_events SET state = 'pending', retries = 0,"  # noqa: S608
                     f" next_attempt_at = ?, lease_until = 0, finished_at = NULL WHERE {where}"
@@ -884,6 +890,9 @@ class WebhookRows(Rows):
                     (now, *params, now),
                 )
             )
+            if replayed and set_based:
+                announce(tx)
+            return replayed
 
         count: int = await self.run_transaction(replay)
         return count
