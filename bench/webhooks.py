@@ -5,6 +5,7 @@ latency, with 1,000 webhooks watching 100,000 addresses.
                              [--block-interval 1.0] [--webhooks 1000] [--addresses 100]
                              [--per-tx 200] [--connections 16] [--urls distinct|shared]
                              [--set KEY=VALUE ...] [--store sqlite|postgresql] [--pg-url URL]
+                             [--workers N] [--redis-url URL]
                              [--profile auto|on|off] [--py-spy PATH] [--out PATH] [--smoke]
 
 Starts on loopback free ports: anvil (block gas limit raised, blocks mined on demand),
@@ -33,6 +34,11 @@ the receiver (``/hooks/<n>``).  Then, with anvil mining a block when the bench s
 4. **reference** — wrk POSTs one delivery the receiver got (its body and headers) straight to
    the receiver at ``--connections`` connections: the receiver's own capacity, and the ratio
    chaingate/direct.
+
+``--workers N`` (N > 1, with ``--store postgresql``): the whole run is made twice, one after
+the other, with one process and then with ``chaingate serve --workers N`` (``[server]
+workers``, limits in Redis at ``--redis-url``: what N > 1 requires); the report starts with
+both side by side, and every worker's CPU (and py-spy profile) is its own.
 
 ``--urls shared`` gives every webhook the same URL (one endpoint: at most 16 deliveries in
 flight to it); ``--set max_per_endpoint=256`` (any ``[webhooks]`` setting, repeatable) tries
