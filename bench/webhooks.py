@@ -1050,7 +1050,11 @@ def profile(opts: Options, runs: Bench, events_per_block: int, seconds: int) -> 
         # the same share: the sampler cannot tell which worker sent what.
         share = phase.cpu.workers[index] / sum(phase.cpu.workers) if sum(phase.cpu.workers) else 1
         cpu = PerWorkerCpu(phase.cpu, share)
-        label = phase.label if len(samplers) == 1 else f"{phase.label}, worker {pid}"
+        label = (
+            phase.label
+            if len(samplers) == 1
+            else f"{phase.label}, worker {pid} (its deliveries estimated from its CPU share)"
+        )
         found.append(
             WorkerProfile(
                 pid,
