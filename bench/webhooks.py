@@ -5,6 +5,7 @@ latency, with 1,000 webhooks watching 100,000 addresses.
                              [--block-interval 1.0] [--webhooks 1000] [--addresses 100]
                              [--per-tx 200] [--connections 16] [--urls distinct|shared]
                              [--set KEY=VALUE ...] [--store sqlite|postgresql] [--pg-url URL]
+                             [--workers N] [--redis-url URL]
                              [--profile auto|on|off] [--py-spy PATH] [--out PATH] [--smoke]
 
 Starts on loopback free ports: anvil (block gas limit raised, blocks mined on demand),
@@ -34,6 +35,11 @@ the receiver (``/hooks/<n>``).  Then, with anvil mining a block when the bench s
    the receiver at ``--connections`` connections: the receiver's own capacity, and the ratio
    chaingate/direct.
 
+``--workers N`` (N > 1, with ``--store postgresql``): the whole run is made twice, one after
+the other, with one process and then with ``chaingate serve --workers N`` (``[server]
+workers``, limits in Redis at ``--redis-url``: what N > 1 requires); the report starts with
+both side by side, and every worker's CPU (and py-spy profile) is its own.
+
 ``--urls shared`` gives every webhook the same URL (one endpoint: at most 16 deliveries in
 flight to it); ``--set max_per_endpoint=256`` (any ``[webhooks]`` setting, repeatable) tries
 another setting.
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import hmac
@@ -122,6 +129,8 @@ class Options:
     settings: tuple[str, ...]  # extra `key = value` lines of [webhooks]
     store: str
     pg_url: str
+    workers: int  # >1: the run is made with 1 worker, then with this many
+    redis_url: str
     profile: str
     py_spy: str | None
     out: Path
@@ -158,6 +167,14 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="N > 1: `chaingate serve --workers N` (PostgreSQL and Redis limits), measured "
+        "after one worker in the same run",
+    )
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="with --workers")
     parser.add_argument("--profile", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--py-spy", help="the py-spy binary (default: on PATH or in the venv)")
     parser.add_argument("--out", type=Path, help="default: bench/results/<UTC>-webhooks.md")
@@ -176,6 +193,10 @@ def parse_args(argv: list[str] | None) -> Options:
             args.profile = "off"
     if min(args.duration, args.rate, args.paced_rate, args.webhooks, args.addresses) < 1:
         parser.error("--duration, --rate, --paced-rate, --webhooks and --addresses must be >= 1")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.workers > 1 and args.store != "postgresql":
+        parser.error("--workers > 1 needs --store postgresql (workers share the outbox)")
     if args.per_tx < 1 or args.connections < 1 or args.block_interval <= 0:
         parser.error("--per-tx and --connections must be >= 1, --block-interval > 0")
     for setting in args.set:
@@ -202,6 +223,8 @@ def parse_args(argv: list[str] | None) -> Options:
         ),
         store=args.store,
         pg_url=args.pg_url,
+        workers=args.workers,
+        redis_url=args.redis_url,
         profile=args.profile,
         py_spy=args.py_spy,
         out=args.out or BENCH_DIR / "results" / f"{stamp}-webhooks.md",
@@ -221,13 +244,26 @@ class WrongAnswer(Exception):
 
 
 def configure(
-    server: procs.ChaingateServer, store_url: str | None, settings: Sequence[str] = ()
+    server: procs.ChaingateServer,
+    store_url: str | None,
+    settings: Sequence[str] = (),
+    *,
+    workers: int = 1,
+    redis_url: str | None = None,
 ) -> None:
     """The generated config plus the webhook deployment: deliveries to the receiver's loopback
     address only, plain HTTP allowed, ``settings`` (``key = value`` lines of [webhooks]); the
     follower from the head, no indexer.  ``store_url`` replaces the SQLite store (the auth
-    keys move with it)."""
+    keys move with it); ``workers`` processes (``[server] workers``) and ``redis_url`` for the
+    shared limits, which more than one worker needs."""
     text = server.config_path.read_text()
+    for anchor, line in (
+        ("shutdown_grace = 2.0\n", f"workers = {workers}\n"),
+        ("[auth]\nenabled = true\n", f'redis_url = "{redis_url}"\n' if redis_url else ""),
+    ):
+        if text.count(anchor) != 1:
+            raise RuntimeError(f"unexpected generated config: no single {anchor!r}")
+        text = text.replace(anchor, anchor + line)
     anchor = "testnet = true\n"
     if text.count(anchor) != 1:
         raise RuntimeError(f"unexpected generated config: no single {anchor!r}")
@@ -361,11 +397,14 @@ class Cpu:
     """CPU seconds used so far by each part sharing the machine."""
 
     at: float  # monotonic
-    loop: float  # chaingate's event loop (main) thread
+    loop: float  # chaingate's event loop (main) threads, every worker together
     others: float  # chaingate's other threads (the store's SQL, the log writer)
     anvil: float
     receiver: float
     bench: float  # this process and its reaped children (wrk)
+    postgres: float = 0.0  # every PostgreSQL process (the server is on this machine)
+    workers: tuple[float, ...] = ()  # each chaingate worker's CPU (all its threads)
+    parent: float = 0.0  # the supervisor of ``--workers N``
 
     def __sub__(self, before: Cpu) -> Cpu:
         return Cpu(
@@ -375,6 +414,9 @@ class Cpu:
             self.anvil - before.anvil,
             self.receiver - before.receiver,
             self.bench - before.bench,
+            self.postgres - before.postgres,
+            tuple(a - b for a, b in zip(self.workers, before.workers, strict=False)),
+            self.parent - before.parent,
         )
 
     def parts(self) -> dict[str, float]:
@@ -384,24 +426,53 @@ class Cpu:
             "anvil": self.anvil,
             "receiver": self.receiver,
             "bench (+ wrk)": self.bench,
+            "PostgreSQL": self.postgres,
         }
 
 
+def postgres_pids() -> list[int]:
+    """Every process named postgres (the server and its backends), when PostgreSQL runs here."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == "postgres":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 class Machine:
-    def __init__(self, chaingate: int, anvil: int, receiver: int) -> None:
-        self.pids = (chaingate, anvil, receiver)
+    """The processes sharing the cores: chaingate's workers (and their supervisor when there
+    are several), anvil, the receiver, PostgreSQL (backends come and go: read at each look)."""
+
+    def __init__(self, workers: Sequence[int], anvil: int, receiver: int, parent: int = 0) -> None:
+        self.workers = tuple(workers)
+        self.parent = parent
+        self.pids = (self.workers[0], anvil, receiver)
+        self.anvil = anvil
+        self.receiver = receiver
+        self.with_postgres = False
+
+    def settle(self) -> None:
+        for pid in self.workers:
+            threads.settle(pid)
 
     def cpu(self) -> Cpu:
-        chaingate, anvil, receiver = self.pids
-        split = threads.split_cpu(chaingate)
+        splits = [threads.split_cpu(pid) for pid in self.workers]
         own = os.times()
         return Cpu(
             time.monotonic(),
-            split.main,
-            split.others,
-            tools.process_cpu_seconds([anvil]),
-            tools.process_cpu_seconds([receiver]),
+            sum(split.main for split in splits),
+            sum(split.others for split in splits),
+            tools.process_cpu_seconds([self.anvil]),
+            tools.process_cpu_seconds([self.receiver]),
             own.user + own.system + own.children_user + own.children_system,
+            tools.process_cpu_seconds(postgres_pids()) if self.with_postgres else 0.0,
+            tuple(split.main + split.others for split in splits),
+            tools.process_cpu_seconds([self.parent]) if self.parent else 0.0,
         )
 
 
@@ -445,7 +516,7 @@ class Bench:
         self.expected_total = 0  # distinct events every phase so far called for
 
     def phase(self, name: str, label: str, events_per_block: int, duration: float) -> Phase:
-        threads.settle(self.machine.pids[0])
+        self.machine.settle()
         before_stats = self.receiver.stats()
         cpu = self.machine.cpu()
         if duration <= 0:
@@ -540,7 +611,8 @@ class Results:
     reference: Reference | None = None
     signatures: int = 0
     metrics: str = ""
-    profile: hookprofile.Profile | None = None
+    profiles: list[WorkerProfile] = field(default_factory=list)
+    workers: int = 1
     notes: list[str] = field(default_factory=list)
 
     def find(self, name: str) -> Phase | None:
@@ -581,8 +653,8 @@ def render(res: Results) -> str:
     lines += [f"| {k} | {v} |" for k, v in res.header.items() if k != "date"]
     lines += ["", *_throughput(res), "", *_latency(res), "", *_correctness(res)]
     lines += ["", *_cpu(res)]
-    if res.profile is not None:
-        lines += ["", *hookprofile.render(res.profile)]
+    for worker in res.profiles:
+        lines += ["", *hookprofile.render(worker.profile)]
     if res.metrics:
         lines += ["", "## chaingate's webhook counters at the end (/metrics)", "", "```"]
         lines += [res.metrics.rstrip(), "```"]
@@ -724,8 +796,9 @@ def _cpu(res: Results) -> list[str]:
         f"## CPU: how the {cores} cores were shared",
         "",
         "| phase | seconds | chaingate event loop | chaingate other threads | anvil | receiver "
-        f"| bench (+ wrk) | all, of {cores} cores | chaingate CPU µs per delivery |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| bench (+ wrk) | PostgreSQL | all, of {cores} cores | chaingate CPU µs per delivery "
+        "| chaingate per worker |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     rows: list[tuple[str, Cpu, int]] = [(p.label, p.cpu, p.delivered.delivered) for p in res.phases]
     if res.reference is not None:
@@ -738,7 +811,8 @@ def _cpu(res: Results) -> list[str]:
         lines.append(
             f"| {label} | {wall:.1f} | "
             + " | ".join(_share(seconds, wall) for seconds in parts.values())
-            + f" | {_share(total, wall * cores)} | {_ms(per)} |"
+            + f" | {_share(total, wall * cores)} | {_ms(per)} "
+            f"| {' + '.join(_share(w, wall) for w in cpu.workers)} |"
         )
     lines += [
         "",
@@ -747,7 +821,9 @@ def _cpu(res: Results) -> list[str]:
         "chaingate's event loop thread runs the follower, the matcher and the dispatcher "
         "(claims, signing, the HTTP exchanges); its other threads run the store's "
         "transactions and the log writer.  The receiver is a process of its own (one "
-        "thread); anvil executes the airdrops when a block is mined.",
+        "thread); anvil executes the airdrops when a block is mined.  PostgreSQL: every "
+        "postgres process on the machine (when the store is PostgreSQL).  With several "
+        "workers the chaingate columns add up every worker; the last column splits them.",
     ]
     return lines
 
@@ -808,12 +884,22 @@ def bench(
     server = procs.ChaingateServer(
         workdir, "chaingate", anvil.url, access_log=True, coalesce=True, auth=auth
     )
-    configure(server, store_url, opts.settings)
+    configure(
+        server,
+        store_url,
+        opts.settings,
+        workers=opts.workers,
+        redis_url=opts.redis_url if opts.store == "postgresql" and opts.workers > 1 else None,
+    )
     server.create_key()
     stack.callback(server.stop)
     server.start(timeout=60.0)
+    workers = wait_for_workers(server, opts.workers)
     impl = server.impl()
-    say(f"chaingate on :{server.port} (impl {impl}), store {opts.store}")
+    say(
+        f"chaingate on :{server.port} (impl {impl}), store {opts.store}, "
+        f"{opts.workers} worker(s): pids {', '.join(map(str, workers))}"
+    )
 
     hooks = create_webhooks(server, receiver, opts)
     say(
@@ -833,7 +919,9 @@ def bench(
         )
         + "; the enterprise plan (no daily quota)"
     )
-    machine = Machine(server.process.pid or 0, anvil.pid or 0, receiver.pid)
+    parent = server.process.pid or 0
+    machine = Machine(workers, anvil.pid or 0, receiver.pid, parent if opts.workers > 1 else 0)
+    machine.with_postgres = opts.store == "postgresql"
     token, sender = manifest.address("erc20_cgt"), manifest.deployer
     with AirdropLoad(anvil.url, token, sender, opts.per_tx) as load:
         runs = Bench(opts, server, receiver, load, hooks, machine)
@@ -859,7 +947,7 @@ def bench(
         res.metrics = webhook_counters(server.metrics())
         want = opts.profile == "on" or (opts.profile == "auto" and not res.targets_met())
         if want:
-            res.profile = profile(opts, runs, rate_block, math.ceil(throughput.cpu.at) + 2)
+            res.profiles = profile(opts, runs, rate_block, math.ceil(throughput.cpu.at) + 2)
     stats = receiver.stats()
     res.header["receiver"] = (
         f"`benchkit/hookreceiver.py`, its own process (Python, one thread, epoll): answers "
@@ -869,31 +957,130 @@ def bench(
     return res
 
 
-def profile(opts: Options, runs: Bench, events_per_block: int, seconds: int) -> hookprofile.Profile:
-    """py-spy samples chaingate for ``seconds`` (the throughput phase's length, load and
-    drain) while the throughput load runs again; its figures are the profile's only."""
+def wait_for_workers(server: procs.ChaingateServer, count: int, timeout: float = 60.0) -> list[int]:
+    """The pids of chaingate's workers once ``count`` of them answer ``/v1/health`` (asked
+    over fresh connections: the kernel spreads connections over the workers)."""
+    parent = server.process.pid or 0
+    if count == 1:
+        return [parent]
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while len(seen) < count:
+        if time.monotonic() > deadline:
+            raise procs.ServerFailed(
+                f"{len(seen)} of {count} workers answered:\n{server.process.log_tail()}"
+            )
+        conn = http.client.HTTPConnection(procs.LOOPBACK, server.port, timeout=5)
+        try:
+            conn.request("GET", "/v1/health")
+            seen.add(int(json.loads(conn.getresponse().read())["worker"]))
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+        finally:
+            conn.close()
+    children = children_of(parent)
+    if seen != set(children):
+        raise procs.ServerFailed(f"workers {sorted(seen)} answered, children are {children}")
+    return sorted(seen)
+
+
+def children_of(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (any of its threads may have started them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+@dataclass
+class WorkerProfile:
+    pid: int
+    profile: hookprofile.Profile
+
+
+def profile(opts: Options, runs: Bench, events_per_block: int, seconds: int) -> list[WorkerProfile]:
+    """py-spy samples each chaingate worker for ``seconds`` (the throughput phase's length,
+    load and drain) while the throughput load runs again; its figures are the profile's
+    only."""
     binary = pyspy.find(opts.py_spy)
     if binary is None:
-        return hookprofile.Profile(
-            label="throughput load",
-            note="py-spy not found: `pip install --target /tmp/pyspy py-spy`, then "
-            "`--py-spy /tmp/pyspy/bin/py-spy` (or put py-spy on PATH)",
-        )
+        return [
+            WorkerProfile(
+                0,
+                hookprofile.Profile(
+                    label="throughput load",
+                    note="py-spy not found: `pip install --target /tmp/pyspy py-spy`, then "
+                    "`--py-spy /tmp/pyspy/bin/py-spy` (or put py-spy on PATH)",
+                ),
+            )
+        ]
     opts.out.parent.mkdir(parents=True, exist_ok=True)
-    raw = opts.out.with_name(f"{opts.out.stem}-profile.txt")
     say(f"profiling the throughput load with {binary} ...")
-    pid = runs.machine.pids[0]
-    threads.settle(pid)
-    with pyspy.Sampler(binary, pid, seconds, raw, rate=PROFILE_RATE) as sampler:
+    runs.machine.settle()
+    raws = {
+        pid: opts.out.with_name(f"{opts.out.stem}-profile-{pid}.txt")
+        for pid in runs.machine.workers
+    }
+    with contextlib.ExitStack() as sampling:
+        samplers = {
+            pid: sampling.enter_context(pyspy.Sampler(binary, pid, seconds, raw, rate=PROFILE_RATE))
+            for pid, raw in raws.items()
+        }
         phase = runs.phase(
             "profiled",
             f"throughput under py-spy ({opts.rate} events/s)",
             events_per_block,
             opts.duration,
         )
-    if sampler.failure:
-        return hookprofile.Profile(label=phase.label, note=sampler.failure)
-    return hookprofile.parse(raw, phase.label, PROFILE_RATE, phase.cpu, phase.delivered.delivered)
+    found = []
+    for index, (pid, sampler) in enumerate(samplers.items()):
+        if sampler.failure:
+            found.append(
+                WorkerProfile(pid, hookprofile.Profile(label=phase.label, note=sampler.failure))
+            )
+            continue
+        # Each worker's CPU from /proc (its share of the phase's), the deliveries split by
+        # the same share: the sampler cannot tell which worker sent what.
+        share = phase.cpu.workers[index] / sum(phase.cpu.workers) if sum(phase.cpu.workers) else 1
+        cpu = PerWorkerCpu(phase.cpu, share)
+        label = (
+            phase.label
+            if len(samplers) == 1
+            else f"{phase.label}, worker {pid} (its deliveries estimated from its CPU share)"
+        )
+        found.append(
+            WorkerProfile(
+                pid,
+                hookprofile.parse(
+                    raws[pid], label, PROFILE_RATE, cpu, round(phase.delivered.delivered * share)
+                ),
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class PerWorkerCpu:
+    """One worker's part of a phase's CPU, for its profile (loop and other threads scaled
+    alike: /proc splits them per process, the report keeps only the sums)."""
+
+    whole: Cpu
+    share: float
+
+    @property
+    def loop(self) -> float:
+        return self.whole.loop * self.share
+
+    @property
+    def others(self) -> float:
+        return self.whole.others * self.share
 
 
 def header(
@@ -911,8 +1098,14 @@ def header(
         "background": report.quietness(busy),
         "chaingate": (
             f"{chaingate.__version__}, impl **{impl}** (CHAINGATE_PURE="
-            f"{pure if pure is not None else 'unset'}), one `chaingate serve` process: the "
-            f"follower on ethereum/devnet (polling every {FOLLOWER_POLL * 1000:.0f} ms), the "
+            f"{pure if pure is not None else 'unset'}), "
+            + (
+                "one `chaingate serve` process: the "
+                if opts.workers == 1
+                else f"**`chaingate serve --workers {opts.workers}`** (limits in Redis; every "
+                "worker follows the network and delivers, one leads the matcher): the "
+            )
+            + f"follower on ethereum/devnet (polling every {FOLLOWER_POLL * 1000:.0f} ms), the "
             "webhook matcher and dispatcher; indexer off (so no token symbol in payloads)"
         ),
         "webhook settings": (
@@ -932,12 +1125,61 @@ def header(
     }
 
 
-def write(res: Results, out: Path) -> None:
-    text = render(res)
+def write(runs: Sequence[Results], out: Path) -> None:
+    text = render(runs[0]) if len(runs) == 1 else render_compared(runs)
     say("\n" + text)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     say(f"report written to {out}")
+
+
+def render_compared(runs: Sequence[Results]) -> str:
+    """1 worker against N, measured one after the other in one run: a summary, then each
+    run's full report."""
+    cores = os.cpu_count() or 1
+    lines = [
+        "# chaingate webhook delivery benchmark: 1 worker against "
+        f"{runs[-1].workers}, {runs[0].header.get('date', '')}",
+        "",
+        "Each row is a full run of its own (fresh anvil, receiver, PostgreSQL schema and "
+        "webhooks), one after the other; the reports follow.  CPU: shares of one core over "
+        "the throughput phase (load and drain), from /proc; the PostgreSQL column is every "
+        "postgres process on the machine (other users' queries included).",
+        "",
+        "| workers | deliveries/s | target >= 2,000 | paced events/s | p99 ms | target <= 500 "
+        "| chaingate per worker | parent | PostgreSQL | receiver | anvil | bench (+wrk) "
+        f"| all, of {cores} cores |",
+        "|---:|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for res in runs:
+        throughput, paced = res.find("throughput"), res.find("paced")
+        if throughput is None or paced is None:
+            lines.append(f"| {res.workers} | (not measured) |||||||||||")
+            continue
+        rate = throughput.delivered.rate
+        p99 = percentile(paced.delivered.latencies_ms, 99)
+        cpu = throughput.cpu
+        wall = cpu.at
+        per_worker = " + ".join(_share(w, wall) for w in cpu.workers) or "n/a"
+        total = sum(cpu.parts().values()) + cpu.parent
+        lines.append(
+            f"| {res.workers} | {rate:.0f} | {_verdict(rate >= TARGET_RATE)} "
+            f"| {paced.delivered.offered_per_s:.0f} | {_ms(p99)} "
+            f"| {_verdict(p99 <= TARGET_P99_MS)} "
+            f"| {per_worker} | {_share(cpu.parent, wall)} | {_share(cpu.postgres, wall)} "
+            f"| {_share(cpu.receiver, wall)} | {_share(cpu.anvil, wall)} "
+            f"| {_share(cpu.bench, wall)} | {_share(total, wall * cores)} |"
+        )
+    first, last = runs[0].find("throughput"), runs[-1].find("throughput")
+    if first is not None and last is not None and first.delivered.rate:
+        lines += [
+            "",
+            f"**{runs[-1].workers} workers / 1 worker: "
+            f"{last.delivered.rate / first.delivered.rate:.2f}x deliveries/s.**",
+        ]
+    for res in runs:
+        lines += ["", "---", "", render(res).replace("\n# ", "\n## ", 1)]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -947,18 +1189,26 @@ def main(argv: list[str] | None = None) -> int:
     except tools.MissingTool as exc:
         say(f"error: {exc}")
         return 3
-    outcome = runner.guarded(
-        lambda stack, busy: bench(opts, wrk_binary, stack, busy),
-        (procs.ServerFailed, WrongAnswer, ReceiverFailed, WrkFailed, RuntimeError, OSError),
-    )
-    if isinstance(outcome, int):
-        return outcome
-    res = outcome.result
-    res.header["background"] = outcome.background
-    res.notes.append(f"whole run took {outcome.seconds:.0f} s")
-    write(res, opts.out)
-    if res.flagged:
-        say(f"{report.FLAG} wrong deliveries or errors in: {', '.join(res.flagged)}")
+    counts = [1, opts.workers] if opts.workers > 1 else [1]
+    runs: list[Results] = []
+    for count in counts:
+        run_opts = dataclasses.replace(opts, workers=count)
+        say(f"=== {count} worker(s) ===")
+        outcome = runner.guarded(
+            lambda stack, busy, o=run_opts: bench(o, wrk_binary, stack, busy),  # type: ignore[misc]
+            (procs.ServerFailed, WrongAnswer, ReceiverFailed, WrkFailed, RuntimeError, OSError),
+        )
+        if isinstance(outcome, int):
+            return outcome
+        res = outcome.result
+        res.workers = count
+        res.header["background"] = outcome.background
+        res.notes.append(f"whole run took {outcome.seconds:.0f} s")
+        runs.append(res)
+    write(runs, opts.out)
+    flagged = [f"{res.workers} worker(s): {label}" for res in runs for label in res.flagged]
+    if flagged:
+        say(f"{report.FLAG} wrong deliveries or errors in: {', '.join(flagged)}")
         return 1
     return 0
 

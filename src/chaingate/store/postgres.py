@@ -106,6 +106,11 @@ class PostgresStore(Store):
         self._pool_size = pool_size
         self._limiter = trio.CapacityLimiter(pool_size)
 
+    @property
+    def url(self) -> str:
+        """The URL connections are made with: for a session of one's own (LISTEN)."""
+        return self._url
+
     async def open(self) -> None:
         if self._pool is None:
             self._pool = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)

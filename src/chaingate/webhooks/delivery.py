@@ -9,9 +9,12 @@ are written in batches: one ``finish_attempts`` call for up to ``FLUSH_BATCH`` o
 every ``FLUSH_INTERVAL``.
 
 Memory is bounded: an event is held from its claim until its outcome (or its give-back) is
-written, and the loop claims only while fewer than ``max_concurrency + claim_batch`` are held;
-an endpoint holds at most ``max_per_endpoint + claim_batch`` of them, events beyond that are
-given back for a second (see ``Admission``).  Delivery is at least once: a process that dies
+written, and the loop claims only while fewer than ``max_concurrency + lookahead`` are held
+(``lookahead``: ``claim_batch``, at most ``max_concurrency``); an endpoint holds at most
+``max_per_endpoint + claim_batch`` of them, events beyond that are given back for a second
+(see ``Admission``).  A process holds no more than it can start soon: what is due beyond
+that stays in the outbox for the other processes sharing it (``serve --workers N``), which
+the writer's commit wakes (``wakeups``).  Delivery is at least once: a process that dies
 leaves its events leased until the lease runs out, and then they are sent again, with the same
 id.  See docs/decisions.md, "Webhook delivery".
 """
@@ -262,8 +265,11 @@ class Dispatcher:
             max(settings.lease_seconds, settings.timeout + 2 * LEASE_MARGIN) * 1000
         )
         self._attempt_ms = round((settings.timeout + LEASE_MARGIN) * 1000)
+        # In flight, plus one more round of them waiting: a claim that took a whole block's
+        # events would leave the other processes sharing the outbox nothing to send.
+        lookahead = min(settings.claim_batch, settings.max_concurrency)
         self._admission = Admission(
-            bound=settings.max_concurrency + settings.claim_batch,
+            bound=settings.max_concurrency + lookahead,
             per_endpoint=settings.max_per_endpoint + settings.claim_batch,
             claim_batch=settings.claim_batch,
         )

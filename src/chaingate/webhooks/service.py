@@ -2,7 +2,8 @@
 
 * a ``NetworkMatcher`` per followed EVM network (the follower's blocks → the outbox), and a
   ``PendingPoller`` for the networks' pending transactions when the variant has them;
-* one ``Dispatcher`` (the outbox → receivers, retries, pauses, the daily quota);
+* one ``Dispatcher`` (the outbox → receivers, retries, pauses, the daily quota), woken on
+  PostgreSQL also by the other processes' writes (``OutboxListener``);
 * a pruner that keeps the delivery log to ``retention_days``.
 
 The REST resource (``chaingate.api.webhooks``) works through the methods below and the store.
@@ -29,6 +30,7 @@ from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPoli
 from chaingate.outbound.url import parse_url
 from chaingate.store import Store
 from chaingate.store.base import StoreError
+from chaingate.store.postgres import PostgresStore
 from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
@@ -36,6 +38,7 @@ from chaingate.webhooks.model import event_id
 from chaingate.webhooks.pending import PendingPoller
 from chaingate.webhooks.store import NewEvent, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant, variant
+from chaingate.webhooks.wakeups import OutboxListener
 
 log = logging.getLogger("chaingate.webhooks")
 
@@ -88,6 +91,12 @@ class WebhookService:
             daily_quota=self.daily_quota,
             mailer=Mailer(settings.smtp) if settings.smtp.url else None,
             clock=clock,
+        )
+        # Processes sharing a PostgreSQL store wake each other's dispatchers (wakeups.py).
+        self.listener = (
+            OutboxListener(store.url, self.dispatcher.wake)
+            if isinstance(store, PostgresStore)
+            else None
         )
         for key, follower in followers.items():
             net = networks[key]
@@ -258,6 +267,8 @@ class WebhookService:
                 )
                 await nursery.start(led.run)
             await nursery.start(self.dispatcher.run)  # every process delivers (SKIP LOCKED)
+            if self.listener is not None:
+                nursery.start_soon(self.listener.run)
             for key, poller in self._pollers:
                 if self.leadership is None:
                     nursery.start_soon(poller.run)

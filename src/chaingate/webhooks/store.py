@@ -5,7 +5,8 @@ a crash leaves both as they were, and the replayed block derives the same event 
 ``ON CONFLICT DO NOTHING`` keeps once.  Delivery workers lease due events
 (``claim_due_events``: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so processes share the
 outbox; SQLite's one writer serialises claims) and write each attempt and its outcome in one
-transaction (``finish_attempts``).
+transaction (``finish_attempts``).  On PostgreSQL a transaction that writes due events also
+wakes the other processes' dispatchers at commit (``wakeups.announce``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import msgspec
 
 from chaingate.store.base import register_network_table
 from chaingate.store.rows import Rows
+from chaingate.webhooks.wakeups import announce
 
 WEBHOOK_TABLES = ("webhook_cursors",)
 
@@ -453,7 +455,8 @@ class WebhookRows(Rows):
                 )
                 if made == 0:
                     return False
-            _write_events(tx, events, render, now, set_based=set_based)
+            if _write_events(tx, events, render, now, set_based=set_based) and set_based:
+                announce(tx)
             return True
 
         done: bool = await self.run_transaction(commit)
@@ -475,6 +478,7 @@ class WebhookRows(Rows):
         cursor moves from ``expect`` to ``parent`` (``WebhookCursorMoved``, nothing done, if
         it is not at ``expect``).  (cancelled, compensated)."""
         now = self.clock()
+        set_based = self.backend == "postgres"
 
         def revert(tx: Any) -> tuple[int, int]:
             # The cursor first: a writer that is not the one this matcher follows changes
@@ -517,6 +521,8 @@ class WebhookRows(Rows):
                     _event_values(removal, hook, sequence, body, now, original_id=original.id),
                 )
                 compensated += 1
+            if compensated and set_based:
+                announce(tx)
             return cancelled, compensated
 
         result: tuple[int, int] = await self.run_transaction(revert)
@@ -566,7 +572,10 @@ class WebhookRows(Rows):
         set_based = self.backend == "postgres"
 
         def insert(tx: Any) -> int:
-            return _write_events(tx, events, render, now, set_based=set_based)
+            written = _write_events(tx, events, render, now, set_based=set_based)
+            if written and set_based:
+                announce(tx)
+            return written
 
         count: int = await self.run_transaction(insert)
         return count
@@ -736,6 +745,8 @@ class WebhookRows(Rows):
             return
 
         set_based = self.backend == "postgres"
+        # Given back due now (a shutdown): the other processes may take them at once.
+        due_now = until <= self.clock()
 
         def hold(tx: Any) -> None:
             if set_based:
@@ -744,6 +755,8 @@ class WebhookRows(Rows):
                     " WHERE id = ANY(?::text[])",
                     (until, list(event_ids)),
                 )
+                if due_now:
+                    announce(tx)
                 return
             tx.executemany(
                 "UPDATE webhook_events SET lease_until = 0, next_attempt_at = ? WHERE id = ?",
@@ -864,10 +877,12 @@ class WebhookRows(Rows):
             where = "webhook_id = ? AND state = 'failed' AND created_at >= ?"
             params = (webhook_id, failed_since or 0)
 
+        set_based = self.backend == "postgres"
+
         def replay(tx: Any) -> int:
             # One statement: on PostgreSQL a claim that commits first is seen by the
             # re-checked WHERE (the row is locked, then re-read), never overwritten.
-            return int(
+            replayed = int(
                 tx.execute(
                     "UPDATE webhook_events SET state = 'pending', retries = 0,"  # noqa: S608
                     f" next_attempt_at = ?, lease_until = 0, finished_at = NULL WHERE {where}"
@@ -875,6 +890,9 @@ class WebhookRows(Rows):
                     (now, *params, now),
                 )
             )
+            if replayed and set_based:
+                announce(tx)
+            return replayed
 
         count: int = await self.run_transaction(replay)
         return count

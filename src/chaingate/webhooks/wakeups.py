@@ -1,0 +1,113 @@
+"""Wake-ups across processes: a process that writes due outbox events says so, every process
+sharing the store hears it (PostgreSQL ``LISTEN``/``NOTIFY``).
+
+With ``serve --workers N`` (or several machines) only the ``webhooks`` leader matches blocks,
+but every process delivers.  The leader wakes its own dispatcher; without a signal the others
+would find a block's events only at their next poll (``poll_interval``, 0.5 s), which is
+latency, and would leave the whole block to the leader.  The writer's transaction sends
+``NOTIFY`` (``announce``, delivered at commit, never for a rolled-back write); each process
+keeps one session of its own listening (``OutboxListener``) and wakes its dispatcher.  The
+payload is the writer's schema: deployments sharing a database in schemas of their own do
+not wake each other.  A lost session is opened again; meanwhile the poll still finds
+everything (a wake-up is only ever a shortcut).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import trio
+
+log = logging.getLogger("chaingate.webhooks.wakeups")
+
+CHANNEL = "chaingate_outbox"
+# How long one wait for notifications lasts in its thread: a cancelled listener's thread ends
+# within this (it is abandoned, not interrupted).
+WAIT_SLICE = 0.5
+CONNECT_TIMEOUT = 5
+RECONNECT = (0.5, 5.0)  # first pause after a lost session, doubling to the second
+
+
+def announce(tx: Any) -> None:
+    """In a writing transaction (PostgreSQL): wake every listener of this schema at commit."""
+    tx.execute(f"SELECT pg_notify('{CHANNEL}', current_schema())")
+
+
+class OutboxListener:
+    """Calls ``wake`` whenever a process sharing the store announces new due events."""
+
+    def __init__(self, url: str, wake: Callable[[], None]) -> None:
+        self._url = url
+        self._wake = wake
+        self.heard = 0
+        self.connects = 0
+
+    async def run(self) -> None:
+        """Listen until cancelled, reconnecting after a lost session."""
+        pause = RECONNECT[0]
+        while True:
+            try:
+                await self._listen()
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "webhooks: outbox wake-ups lost; polling meanwhile",
+                    extra={"fields": {"error": str(exc), "retry_s": pause}},
+                )
+            await trio.sleep(pause)
+            pause = min(pause * 2, RECONNECT[1])
+
+    async def _listen(self) -> None:
+        conn = await trio.to_thread.run_sync(self._connect, abandon_on_cancel=True)
+        try:
+            schema = await trio.to_thread.run_sync(lambda: _schema(conn))
+            self.connects += 1
+            # Events written while this session was down are found by the poll; one claim
+            # now covers the gap without waiting for it.
+            self._wake()
+            while True:
+                heard = await trio.to_thread.run_sync(
+                    lambda: _wait(conn, schema), abandon_on_cancel=True
+                )
+                if heard:
+                    self.heard += heard
+                    self._wake()
+        finally:
+            # The abandoned wait may still hold the connection for up to WAIT_SLICE: close it
+            # in a thread of its own, which waits for it.
+            with trio.CancelScope(shield=True), trio.move_on_after(2 * WAIT_SLICE):
+                await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            self._url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            application_name="chaingate-outbox-listener",
+            # A vanished server (not a closed socket) is noticed within seconds.
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+        )
+        try:
+            conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+def _schema(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT current_schema()").fetchone()
+    return str(row[0]) if row and row[0] is not None else ""
+
+
+def _wait(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Notifications for ``schema`` heard within WAIT_SLICE: returns with the first packet
+    that brings any (a burst of commits is one wake-up)."""
+    return sum(
+        notify.payload == schema for notify in conn.notifies(timeout=WAIT_SLICE, stop_after=1)
+    )
