@@ -527,8 +527,8 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
         csv = await client.get("/dashboard/usage.csv?range=month")
         assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
         lines = csv.text.strip().splitlines()
-        assert lines[0].startswith("period_start,key_id")
-        assert sum(int(line.split(",")[4]) for line in lines[1:]) == 15
+        assert lines[0].startswith("period_start,key_id,key,network,method,requests")
+        assert sum(int(line.split(",")[5]) for line in lines[1:]) == 15
         other = await client.get("/dashboard/usage.csv?range=month&key=key_other")
         assert other.text.strip().splitlines()[1:] == []  # one key's rows: none of another's
         mine = await client.get(f"/dashboard/usage?range=month&key={row.id}")
