@@ -28,7 +28,7 @@ RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 da
 CHARTED_NETWORKS = 5
 # What the network '' stands for: REST calls (of no one network) and usage metered before
 # networks were (migration 0017).
-NO_NETWORK = "(none: REST, or before networks were metered)"
+NO_NETWORK = "(no network)"
 
 
 def network_name(network: str) -> str:
