@@ -1,5 +1,5 @@
 """Usage by network (issue 23, the overview's "by network"): the meter counts per key,
-network, method and minute on every path that meters — the fast lane, the handler, REST —
+network, method and minute on every path that meters — fast lane, handler, bundler, REST —
 on both twins and both stores; the dashboard shows it; ``GET /v1/usage`` keeps its shape
 (the spec has no network breakdown) and sums the networks; usage metered before migration
 0017 keeps network ''.
@@ -24,6 +24,7 @@ from tests.test_dashboard import account_with_password, browser, sign_in
 
 DEVNET = "/v1/rpc/ethereum/devnet"
 MAINNET = "/v1/rpc/ethereum/mainnet"
+BUNDLER = "/v1/bundler/ethereum/devnet"
 
 
 def call(method: str, id: int = 1, params: list[Any] | None = None) -> dict[str, Any]:
@@ -46,6 +47,9 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
         # A write goes to the handler (the slow lane), and fails at the node: an error.
         raw = call("eth_sendRawTransaction", 3, ["0x00"])
         assert (await client.post(MAINNET, json=raw)).status_code == 200
+        # The bundler's endpoint, answered in process.
+        supported = call("eth_supportedEntryPoints", 4)
+        assert (await client.post(BUNDLER, json=supported)).status_code == 200
         # REST calls belong to no one network.
         assert (await client.get("/v1/health")).status_code == 200
         first_report = await client.get("/v1/usage", params={"granularity": "minute"})
@@ -57,6 +61,7 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
             ("ethereum/mainnet", "eth_blockNumber"): (1, 1, 0),
             ("ethereum/mainnet", "eth_chainId"): (1, 0, 0),
             ("ethereum/mainnet", "eth_sendRawTransaction"): (1, 20, 1),
+            ("ethereum/devnet", "eth_supportedEntryPoints"): (1, 1, 0),
         }
         with trio.fail_after(10):  # the usage writer flushes every 0.2 s here
             while True:
@@ -90,7 +95,7 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
         overview = await dashboard.get("/dashboard/?range=hour")
         assert overview.status_code == 200
         table = overview.text.split('id="by-network"', 1)[1].split("</table>", 1)[0]
-        assert "<td><code>ethereum/devnet</code></td><td>3</td>" in table, table
+        assert "<td><code>ethereum/devnet</code></td><td>4</td>" in table, table
         # mainnet: eth_blockNumber, eth_chainId, eth_sendRawTransaction (one error)
         assert "<td><code>ethereum/mainnet</code></td><td>3</td>" in table, table
         assert "<td><code>(no network)</code></td>" in table  # the REST calls
