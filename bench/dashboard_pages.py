@@ -45,6 +45,8 @@ from chaingate.webhooks.store import WebhookRow, WebhookRows
 PEPPER = "bench-pepper-" + "0" * 32
 METHODS = ("eth_call", "eth_getBalance", "eth_blockNumber", "eth_getLogs", "GET /v1/usage")
 KEYS = 5
+# JSON-RPC methods are metered per network (REST calls under ''): spread over two.
+NETWORKS = ("ethereum/mainnet", "polygon/mainnet")
 BATCH = 50_000
 
 
@@ -62,8 +64,11 @@ async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
     for minute in range(end - minutes, end):
         for key_id in key_ids:
             for n, method in enumerate(METHODS):
+                network = "" if method.startswith("GET ") else NETWORKS[n % len(NETWORKS)]
                 deltas.append(
-                    UsageDelta(key_id, account.id, method, minute, 3 + n, 20 + n, minute % 2)
+                    UsageDelta(
+                        key_id, account.id, method, minute, 3 + n, 20 + n, minute % 2, network
+                    )
                 )
         if len(deltas) >= BATCH:
             await store.add_usage(deltas)

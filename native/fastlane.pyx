@@ -515,8 +515,8 @@ cdef class OpenAdmission:
                        long long cu, long long tcu):
         return None
 
-    cpdef record(self, principal, str method, long long requests, long long cu,
-                 long long errors):
+    cpdef record(self, principal, str network, str method, long long requests,
+                 long long cu, long long errors):
         return None
 
     cpdef bytes headers(self, principal):
@@ -600,11 +600,12 @@ cdef class KeyAdmission(OpenAdmission):
             return None
         return self.gate.rejection(why, wait, wall())
 
-    cpdef record(self, principal, str method, long long requests, long long cu,
-                 long long errors):
+    cpdef record(self, principal, str network, str method, long long requests,
+                 long long cu, long long errors):
         self._meter_record(
             principal.key_id,
             principal.account_id,
+            network,
             method,
             <long long>(wall() // 60.0),
             requests,
@@ -812,7 +813,8 @@ cdef class Pending:
             method.stats.ok += 1
         else:
             method.stats.error += 1
-        self.lane.admission.record(self.principal, method.name, 1, units, 0 if error is None else 1)
+        self.lane.admission.record(self.principal, route.label, method.name, 1, units,
+                                   0 if error is None else 1)
         self.left -= 1
         if self.over:
             self.give_up_reads()
@@ -846,7 +848,8 @@ cdef class Pending:
                 self.replies[index] = route._raw_error_reply(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
             method.stats.error += 1
-            self.lane.admission.record(self.principal, method.name, 1, (<tuple>waiting)[1], 1)
+            self.lane.admission.record(self.principal, route.label, method.name, 1,
+                                       (<tuple>waiting)[1], 1)
             self.left -= 1
 
 
@@ -984,12 +987,12 @@ cdef class Lane:
                 if call_id is not None and (
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
                     stats.error += 1
-                    admission.record(pending.principal, method.name, 1, cu, 1)
+                    admission.record(pending.principal, route.label, method.name, 1, cu, 1)
                     body = route._raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
                     return self._answer(pending, 200, body, MISS, method.name, None)
                 stats.cache_hits += 1
                 stats.ok += 1
-                admission.record(pending.principal, method.name, 1, cu, 0)
+                admission.record(pending.principal, route.label, method.name, 1, cu, 0)
                 body = None if call_id is None else route._result_reply(call_id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
@@ -1069,13 +1072,13 @@ cdef class Lane:
                             replies[index] = route._raw_error_reply(call_id, route.refuse(
                                 OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE, False))
                             stats.error += 1
-                            admission.record(principal, method.name, 1, units, 1)
+                            admission.record(principal, route.label, method.name, 1, units, 1)
                             continue
                         replies[index] = route._result_reply(call_id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
                     stats.ok += 1
-                    admission.record(principal, method.name, 1, units, 0)
+                    admission.record(principal, route.label, method.name, 1, units, 0)
                     continue
             upstream.append(job)
         if pending.over:
@@ -1087,7 +1090,7 @@ cdef class Lane:
                     replies[index] = route._raw_error_reply(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
                 method.stats.error += 1
-                admission.record(principal, method.name, 1, (<tuple>job)[4], 1)
+                admission.record(principal, route.label, method.name, 1, (<tuple>job)[4], 1)
             return self._batch_answer(pending)
         cdef list safe = [], unsafe = []
         cdef dict flights = route.flights

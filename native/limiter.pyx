@@ -191,9 +191,9 @@ cdef class UsageMeter:
     def __len__(self):
         return len(self._counts)
 
-    def record(self, str key_id, str account_id, str method, long long minute,
+    def record(self, str key_id, str account_id, str network, str method, long long minute,
                long long requests, long long cu, long long errors):
-        cdef tuple slot = (key_id, account_id, method, minute)
+        cdef tuple slot = (key_id, account_id, network, method, minute)
         cdef object counts = self._counts.get(slot)
         if counts is None:
             self._counts[slot] = [requests, cu, errors]

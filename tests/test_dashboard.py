@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ import trio.testing
 
 from chaingate.auth import admin
 from chaingate.dashboard.passwords import hash_password, verify_password
+from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows
 from chaingate.dashboard.throttle import LoginThrottle
 from chaingate.devnet.anvil import AnvilProcess
@@ -30,6 +32,7 @@ from chaingate.impl import Impl, select
 from chaingate.store import open_store
 from chaingate.store.base import UsageDelta
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
+from tests.test_shared_limits import REDIS_URL, _require_redis
 
 PASSWORD = "correct horse battery"
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -377,6 +380,86 @@ def test_an_attempt_is_counted_before_its_check_and_a_success_takes_it_back() ->
     assert throttle.attempt("d@x", "1.1.1.1", 5) > 0
 
 
+async def test_the_shared_throttle_is_one_budget_for_every_process(
+    nursery: trio.Nursery,
+) -> None:
+    """Two processes' throttles on one Redis (auth.redis_url): the rule of ``LoginThrottle``
+    with one budget for both, side-by-side attempts included."""
+    _require_redis()
+    prefix = f"cg:test:signin:{secrets.token_hex(6)}:"  # this test's keys only
+    a = SharedLoginThrottle(REDIS_URL, per_account=3, per_address=5, window=60, prefix=prefix)
+    b = SharedLoginThrottle(REDIS_URL, per_account=3, per_address=5, window=60, prefix=prefix)
+    await nursery.start(a.run)
+    await nursery.start(b.run)
+    now = time.time()
+    # Per account, whichever process and address an attempt lands on.
+    assert await a.attempt("a@x", "1.1.1.1", now) == 0
+    assert await b.attempt("A@X", "2.2.2.2", now + 1) == 0
+    assert await a.attempt("a@x", "3.3.3.3", now + 2) == 0
+    assert await b.attempt("a@x", "4.4.4.4", now + 3) == pytest.approx(57, abs=0.01)
+    assert await a.attempt("a@x", "4.4.4.4", now + 61) == 0  # the oldest left the window
+    # Side by side, split over both: exactly the budget passes.
+    passed: list[float] = []
+
+    async def attempt(throttle: SharedLoginThrottle, n: int) -> None:
+        passed.append(await throttle.attempt("rush@x", f"10.0.0.{n}", now + 5))
+
+    async with trio.open_nursery() as rush:
+        for n in range(12):
+            rush.start_soon(attempt, (a, b)[n % 2], n)
+    assert sorted(passed)[:4] == [0, 0, 0, pytest.approx(60, abs=0.01)], passed
+    # Per address, whatever the account; a success on one process takes its attempt back
+    # for both, and clears its account's count.
+    for n in range(5):
+        assert await (a, b)[n % 2].attempt(f"u{n}@x", "9.9.9.9", now + 10 + n) == 0
+    await b.succeeded("u4@x", "9.9.9.9", now + 14)
+    assert await a.attempt("u5@x", "9.9.9.9", now + 15) == 0
+    assert await b.attempt("u6@x", "9.9.9.9", now + 16) > 0
+    await a.succeeded("rush@x", "10.0.0.0", now + 5)
+    assert await b.attempt("rush@x", "10.0.0.99", now + 17) == 0
+    # The admin token: per address, apart from e-mails.
+    for n in range(3):
+        assert await (a, b)[n % 2].admin_attempt("7.7.7.7", now + n) == 0
+    assert await a.admin_attempt("7.7.7.7", now + 3) > 0
+    assert await b.attempt("z@x", "7.7.7.7", now + 3) == 0
+    assert a.up and b.up and a.failures == b.failures == 0  # Redis answered every one
+
+
+async def test_without_redis_each_process_throttles_on_its_own(nursery: trio.Nursery) -> None:
+    unreachable = SharedLoginThrottle("redis://127.0.0.1:1/0", 2, 5, 60)
+    await nursery.start(unreachable.run)
+    assert [await unreachable.attempt("a@x", "1.1.1.1", n) for n in range(3)] == [0, 0, 58]
+    assert not unreachable.up and unreachable.failures >= 1
+
+
+async def test_brute_force_over_two_processes_sharing_redis_is_refused(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    """Two gateways on one store and one Redis (as ``--workers 2``): five wrong guesses
+    spread over both lock the account on both; per process each saw fewer than five."""
+    _require_redis()
+    settings = auth_settings(
+        anvil,
+        store_url,
+        tmp_path,
+        auth={"redis_url": REDIS_URL},
+        # Addresses are shared by every run of this test (127.0.0.1): only the account's
+        # budget (a new account each run) is under test here.
+        dashboard={"secure_cookie": False, "login_failures_per_address": 10_000},
+    )
+    first = await start_auth(nursery, impl, settings)
+    second = await start_auth(nursery, impl, settings)
+    email = f"spread-{secrets.token_hex(4)}@example.com"
+    await account_with_password(first, email)
+    async with browser(first) as one, browser(second) as two:
+        for n in range(5):
+            client = (one, two)[n % 2]
+            assert (await sign_in(client, email, f"guess {n}")).status_code == 401
+        for client in (one, two):
+            locked = await sign_in(client, email)
+            assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+
+
 async def test_password_hashing_refuses_once_its_queue_is_full() -> None:
     import threading
 
@@ -527,8 +610,8 @@ async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> 
         csv = await client.get("/dashboard/usage.csv?range=month")
         assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
         lines = csv.text.strip().splitlines()
-        assert lines[0].startswith("period_start,key_id")
-        assert sum(int(line.split(",")[4]) for line in lines[1:]) == 15
+        assert lines[0].startswith("period_start,key_id,key,network,method,requests")
+        assert sum(int(line.split(",")[5]) for line in lines[1:]) == 15
         other = await client.get("/dashboard/usage.csv?range=month&key=key_other")
         assert other.text.strip().splitlines()[1:] == []  # one key's rows: none of another's
         mine = await client.get(f"/dashboard/usage?range=month&key={row.id}")

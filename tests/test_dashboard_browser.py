@@ -138,6 +138,7 @@ async def test_the_dashboard_flow_in_a_browser(
                 int(weight * (20 + 12 * (1 + math.sin(minute / 6)))),
                 int(weight * cu * (20 + 12 * (1 + math.sin(minute / 6)))),
                 1 if minute % 17 == 0 else 0,
+                "" if method.startswith("GET ") else "ethereum/devnet",  # REST: no network
             )
             for minute in range(now_minute - 59, now_minute)
             for method, weight, cu in (
@@ -195,7 +196,7 @@ async def test_the_dashboard_flow_in_a_browser(
         if any(v["impact"] in SERIOUS for v in found)
     }
     assert bad == {}, json.dumps(bad, indent=1)
-    assert int(seen["overview"]["requests"]) >= 40 and seen["overview"]["charts"] == 3, steps
+    assert int(seen["overview"]["requests"]) >= 40 and seen["overview"]["charts"] == 4, steps
     narrow = seen["narrow"]
     assert narrow["submitInside"] and narrow["created"], narrow
     assert all(width <= 390 for key, width in narrow.items() if key.startswith("/")), (

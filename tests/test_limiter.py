@@ -55,10 +55,15 @@ def test_day_quota(impl: Impl) -> None:
 
 def test_meter_and_headers(impl: Impl) -> None:
     meter = impl.limiter.UsageMeter()
-    meter.record("k", "a", "m", 1, 1, 5, 0)
-    meter.record("k", "a", "m", 1, 2, 10, 1)
-    meter.record("k", "a", "n", 1, 1, 1, 0)
-    assert meter.drain() == [("k", "a", "m", 1, 3, 15, 1), ("k", "a", "n", 1, 1, 1, 0)]
+    meter.record("k", "a", "eth/main", "m", 1, 1, 5, 0)
+    meter.record("k", "a", "eth/main", "m", 1, 2, 10, 1)
+    meter.record("k", "a", "eth/main", "n", 1, 1, 1, 0)
+    meter.record("k", "a", "eth/test", "m", 1, 4, 4, 0)  # another network: its own counter
+    assert meter.drain() == [
+        ("k", "a", "eth/main", "m", 1, 3, 15, 1),
+        ("k", "a", "eth/main", "n", 1, 1, 1, 0),
+        ("k", "a", "eth/test", "m", 1, 4, 4, 0),
+    ]
     assert meter.drain() == [] and len(meter) == 0
     assert impl.limiter.rate_headers(10, 3, 99) == (
         b"X-RateLimit-Limit: 10\r\nX-RateLimit-Remaining: 3\r\nX-RateLimit-Reset: 99\r\n"

@@ -82,8 +82,9 @@ class FrontDoor:
             impl.jsonrpc,
             self.bundlers,
         )
-        # The dashboard (/dashboard/) on the same app; its latency sampler runs with the rest.
-        self.dashboard_sampler = install_dashboard(
+        # The dashboard (/dashboard/) on the same app; its tasks (latency sampler, shared
+        # sign-in throttle) run with the rest.
+        self.dashboard_tasks = install_dashboard(
             app,
             settings,
             store=api.store,
@@ -125,9 +126,9 @@ class FrontDoor:
         await nursery.start(self.ws.run)
         await nursery.start(self.asgi.lifespan)
         nursery.start_soon(self.access_log.run)
-        if self.dashboard_sampler is not None:
+        if self.dashboard_tasks is not None:
             interval = self.settings.dashboard.latency_sample_seconds
-            nursery.start_soon(self.dashboard_sampler.run, interval)
+            nursery.start_soon(self.dashboard_tasks.run, interval)
         port: int = await nursery.start(self._serve_edge)
         self.asgi.server = (self.settings.server.host, port)
         return port

@@ -432,7 +432,9 @@ class OpenAdmission:
     ) -> Any:
         return None
 
-    def record(self, principal: Any, method: str, requests: int, cu: int, errors: int) -> None:
+    def record(
+        self, principal: Any, network: str, method: str, requests: int, cu: int, errors: int
+    ) -> None:
         return None
 
     def headers(self, principal: Any) -> bytes:
@@ -514,10 +516,13 @@ class KeyAdmission:
             return None
         return self.gate.rejection(why, wait, epoch)
 
-    def record(self, principal: Any, method: str, requests: int, cu: int, errors: int) -> None:
+    def record(
+        self, principal: Any, network: str, method: str, requests: int, cu: int, errors: int
+    ) -> None:
         self.meter.record(
             principal.key_id,
             principal.account_id,
+            network,
             method,
             int(time.time() // 60),
             requests,
@@ -672,7 +677,9 @@ class _Pending:
             method.stats.ok += 1
         else:
             method.stats.error += 1
-        self.lane.admission.record(self.principal, method.name, 1, units, 0 if error is None else 1)
+        self.lane.admission.record(
+            self.principal, route.label, method.name, 1, units, 0 if error is None else 1
+        )
         self.left -= 1
         if self.over:
             self._give_up_reads()
@@ -704,7 +711,7 @@ class _Pending:
                 error = route.refuse(ANSWER_TOO_LARGE, False)
                 self.replies[index] = route.jsonrpc.raw_error_reply(call.id, error)
             method.stats.error += 1
-            self.lane.admission.record(self.principal, method.name, 1, units, 1)
+            self.lane.admission.record(self.principal, route.label, method.name, 1, units, 1)
             self.left -= 1
 
 
@@ -838,13 +845,13 @@ class Lane:
             if hit is not None:
                 if call.id is not None and len(hit) + len(call.id) > route.max_single:
                     stats.error += 1
-                    admission.record(pending.principal, method.name, 1, cu, 1)
+                    admission.record(pending.principal, route.label, method.name, 1, cu, 1)
                     refusal = route.refuse(ANSWER_TOO_LARGE, False)
                     body = jsonrpc.raw_error_reply(call.id, refusal)
                     return self._answer(pending, 200, body, b"MISS", method.name, None)
                 stats.cache_hits += 1
                 stats.ok += 1
-                admission.record(pending.principal, method.name, 1, cu, 0)
+                admission.record(pending.principal, route.label, method.name, 1, cu, 0)
                 body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, b"HIT", method.name, None)
@@ -914,13 +921,13 @@ class Lane:
                                 call.id, route.refuse(reason, False)
                             )
                             stats.error += 1
-                            admission.record(principal, method.name, 1, units, 1)
+                            admission.record(principal, route.label, method.name, 1, units, 1)
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
                     stats.ok += 1
-                    admission.record(principal, method.name, 1, units, 0)
+                    admission.record(principal, route.label, method.name, 1, units, 0)
                     continue
             upstream.append(job)
         if pending.over:
@@ -930,7 +937,7 @@ class Lane:
                     error = route.refuse(ANSWER_TOO_LARGE, False)
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
                 method.stats.error += 1
-                admission.record(principal, method.name, 1, units, 1)
+                admission.record(principal, route.label, method.name, 1, units, 1)
             return self._batch_answer(pending)
         safe: list[Flight] = []
         unsafe: list[Flight] = []

@@ -177,12 +177,13 @@ class DayQuota:
 
 
 class UsageMeter:
-    """Counters per (key id, account id, method, minute), handed out by ``drain``."""
+    """Counters per (key id, account id, network, method, minute), handed out by ``drain``.
+    ``network`` is the endpoint's ``chain/network`` ('' for calls of no network: REST)."""
 
     __slots__ = ("_counts",)
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, str, str, int], list[int]] = {}
+        self._counts: dict[tuple[str, str, str, str, int], list[int]] = {}
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -191,13 +192,14 @@ class UsageMeter:
         self,
         key_id: str,
         account_id: str,
+        network: str,
         method: str,
         minute: int,
         requests: int,
         cu: int,
         errors: int,
     ) -> None:
-        slot = (key_id, account_id, method, minute)
+        slot = (key_id, account_id, network, method, minute)
         counts = self._counts.get(slot)
         if counts is None:
             self._counts[slot] = [requests, cu, errors]
@@ -206,9 +208,9 @@ class UsageMeter:
             counts[1] += cu
             counts[2] += errors
 
-    def drain(self) -> list[tuple[str, str, str, int, int, int, int]]:
-        """Every counter since the last drain, as (key, account, method, minute, requests,
-        compute units, errors), sorted; the meter starts again from zero."""
+    def drain(self) -> list[tuple[str, str, str, str, int, int, int, int]]:
+        """Every counter since the last drain, as (key, account, network, method, minute,
+        requests, compute units, errors), sorted; the meter starts again from zero."""
         counts, self._counts = self._counts, {}
         return sorted((*slot, *values) for slot, values in counts.items())  # type: ignore[misc]
 

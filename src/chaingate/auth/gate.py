@@ -125,9 +125,16 @@ class Gate(Protocol):
         ...
 
     def record(
-        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
-        """Count answered calls in the usage meter."""
+        """Count answered calls in the usage meter; ``network`` is the endpoint's
+        ``chain/network`` ('' for REST calls, which belong to no one network)."""
         ...
 
     def response_headers(self, principal: Principal) -> bytes: ...
@@ -150,7 +157,13 @@ class OpenGate:
         return None
 
     def record(
-        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
         return None
 

@@ -393,9 +393,15 @@ class KeyGate:
         )
 
     def record(
-        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
-        self.admission.record(principal, method, requests, cu, errors)
+        self.admission.record(principal, network, method, requests, cu, errors)
 
     def response_headers(self, principal: Principal) -> bytes:
         return self.admission.headers(principal)  # type: ignore[no-any-return]

@@ -1,8 +1,9 @@
 """The usage meter's way to the store: drained every few seconds, written in one batch.
 
-Requests record into an in-memory meter (compiled); this task moves the counters to the store
-off the request path.  A failed write keeps the counters for the next round rather than losing
-them; last-used times of keys are written in the same rhythm.
+Requests record into an in-memory meter (compiled), per key, network, method and minute; this
+task moves the counters to the store off the request path.  A failed write keeps the counters
+for the next round rather than losing them; last-used times of keys are written in the same
+rhythm.
 """
 
 from __future__ import annotations
@@ -33,21 +34,22 @@ class UsageWriter:
                 UsageDelta(
                     key_id=key_id,
                     account_id=account_id,
+                    network=network,
                     method=method,
                     minute=minute,
                     requests=requests,
                     compute_units=units,
                     errors=errors,
                 )
-                for key_id, account_id, method, minute, requests, units, errors in rows
+                for key_id, account_id, network, method, minute, requests, units, errors in rows
             ]
             try:
                 await self._store.add_usage(deltas)
             except Exception:
                 self.failures += 1
                 log.exception("usage write failed; keeping the counters for the next round")
-                for key_id, account_id, method, minute, requests, units, errors in rows:
-                    self._meter.record(key_id, account_id, method, minute, requests, units, errors)
+                for row in rows:
+                    self._meter.record(*row)
                 return
         # Emptied in place: the fast lane holds this very set (a new one would never be read).
         used = set(self._registry.used)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import trio
 from quart_trio import QuartTrio
 
 from chaingate.api.deps import ApiDeps
@@ -16,8 +17,24 @@ from chaingate.config import Settings
 from chaingate.dashboard import install
 from chaingate.dashboard.latency import LatencySampler
 from chaingate.dashboard.restcalls import RestCalls
+from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows
 from chaingate.dashboard.web import Dashboard
+
+
+class DashboardTasks:
+    """What the dashboard runs beside the requests: the latency sampler (and prune), and,
+    when processes share Redis, the sign-in throttle's connection to it."""
+
+    def __init__(self, sampler: LatencySampler, throttle: SharedLoginThrottle | None) -> None:
+        self.sampler = sampler
+        self.throttle = throttle
+
+    async def run(self, interval: float) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.throttle is not None:
+                nursery.start_soon(self.throttle.run)
+            nursery.start_soon(self.sampler.run, interval)
 
 
 def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -53,9 +70,9 @@ def install_dashboard(
     bundlers: Mapping[str, Any],
     keys_refresh: Callable[[], Awaitable[None]] | None,
     route_latency: Mapping[str, Any],
-) -> LatencySampler | None:
+) -> DashboardTasks | None:
     """Adds the dashboard to the REST app when API keys are on (accounts sign in); returns
-    its latency sampler (``route_latency``: the edge's histogram series by route), for the
+    its background tasks (``route_latency``: the edge's histogram series by route), for the
     caller's nursery."""
     if not settings.dashboard.enabled or not settings.auth.enabled or store is None:
         return None
@@ -72,6 +89,7 @@ def install_dashboard(
         upstreams=lambda: upstream_health(services),
         bundlers=bundlers,
         keys_refresh=keys_refresh,
+        redis_url=settings.auth.redis_url,
     )
     install(app, dash)
-    return LatencySampler(rows, route_latency, time.time)
+    return DashboardTasks(LatencySampler(rows, route_latency, time.time), dash.shared_throttle)

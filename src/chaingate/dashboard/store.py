@@ -84,6 +84,7 @@ class UsageTotal(msgspec.Struct, frozen=True):
     requests: int
     compute_units: int
     errors: int
+    network: str = ""  # chain/network; '' for REST calls and usage metered before 0017
 
 
 class DashboardRows:
@@ -312,7 +313,7 @@ class DashboardRows:
         last: int,
         key_id: str = "",
     ) -> list[UsageTotal]:
-        """Usage per period, key and method over minutes [first, last): minutes from
+        """Usage per period, key, network and method over minutes [first, last): minutes from
         usage_minutes (an hour's worth at most), hours and days from their rollups.
         ``account_id`` None: every account (operators); ``key_id``: that key's only."""
         if granularity == "minute":
@@ -330,13 +331,14 @@ class DashboardRows:
             where += " AND key_id = ?"
             params = (*params, key_id)
         sql = (
-            f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
-            f" FROM {table} WHERE {where} GROUP BY {period}, key_id, method"
-            f" ORDER BY {period}, key_id, method"
+            f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors),"  # noqa: S608
+            f" network FROM {table} WHERE {where} GROUP BY {period}, key_id, network, method"
+            f" ORDER BY {period}, key_id, network, method"
         )
         rows = await self.store.run_transaction(lambda tx: tx.query(sql, params), write=False)
         return [
-            UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e)) for p, k, m, r, c, e in rows
+            UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e), str(n))
+            for p, k, m, r, c, e, n in rows
         ]
 
     async def operator_accounts(

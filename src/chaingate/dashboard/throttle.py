@@ -6,13 +6,16 @@ failure leaves the window.  An attempt is counted *before* its password is check
 (``attempt``), so requests sent side by side cannot each pass the check while the others are
 still hashing; a success then takes its own attempt back and clears the account's count (not
 the address's other failures: one address guessing many accounts stays limited).
-Counters live in process memory, bounded in entries; with N processes behind a balancer an
-attacker gets at most N times the budget (docs/decisions/dashboard.md).
+Counters live in process memory, bounded in entries: the rule of a single process.  With
+``auth.redis_url`` set (``--workers N``, several machines) the dashboard uses
+``sharedthrottle.SharedLoginThrottle`` instead, the same rule with its counts in Redis, so N
+processes share one budget (docs/decisions/dashboard.md).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from typing import Protocol
 
 MAX_TRACKED = 10_000
 
@@ -101,3 +104,34 @@ class LoginThrottle:
 
     def admin_succeeded(self, address: str, at: float) -> None:
         self._admin.undo(address, at)
+
+
+class SignInThrottle(Protocol):
+    """What the sign-in pages ask (``InProcessThrottle`` or ``SharedLoginThrottle``)."""
+
+    async def attempt(self, email: str, address: str, now: float) -> float: ...
+
+    async def succeeded(self, email: str, address: str, at: float) -> None: ...
+
+    async def admin_attempt(self, address: str, now: float) -> float: ...
+
+    async def admin_succeeded(self, address: str, at: float) -> None: ...
+
+
+class InProcessThrottle:
+    """``LoginThrottle`` behind the pages' (awaitable) interface: one process, no Redis."""
+
+    def __init__(self, per_account: int, per_address: int, window: float) -> None:
+        self.rule = LoginThrottle(per_account, per_address, window)
+
+    async def attempt(self, email: str, address: str, now: float) -> float:
+        return self.rule.attempt(email, address, now)
+
+    async def succeeded(self, email: str, address: str, at: float) -> None:
+        self.rule.succeeded(email, address, at)
+
+    async def admin_attempt(self, address: str, now: float) -> float:
+        return self.rule.admin_attempt(address, now)
+
+    async def admin_succeeded(self, address: str, at: float) -> None:
+        self.rule.admin_succeeded(address, at)

@@ -38,8 +38,9 @@ from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
 from chaingate.config import DashboardSettings
 from chaingate.dashboard.restcalls import RestCalls
+from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows, Session
-from chaingate.dashboard.throttle import LoginThrottle
+from chaingate.dashboard.throttle import InProcessThrottle, SignInThrottle
 
 PREFIX = "/dashboard"
 CSP = (
@@ -100,13 +101,19 @@ class Dashboard:
     keys_refresh: Callable[[], Awaitable[None]] | None = None
     clock: Callable[[], float] = time.time
     hashing: PasswordHashing = field(default_factory=PasswordHashing)
-    throttle: LoginThrottle = field(init=False)
+    # Set: processes share state through this Redis, and so does sign-in throttling.
+    redis_url: str = ""
+    throttle: SignInThrottle = field(init=False)
+    shared_throttle: SharedLoginThrottle | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.throttle = LoginThrottle(
-            s.login_failures_per_account, s.login_failures_per_address, s.login_window
-        )
+        limits = (s.login_failures_per_account, s.login_failures_per_address, s.login_window)
+        if self.redis_url:
+            self.shared_throttle = SharedLoginThrottle(self.redis_url, *limits)
+            self.throttle = self.shared_throttle
+        else:
+            self.throttle = InProcessThrottle(*limits)
         self._secret = hmac.new(self.pepper, b"chaingate dashboard", hashlib.sha256).digest()
         self._proxies = [ipaddress.ip_network(cidr) for cidr in s.trusted_proxies]
 

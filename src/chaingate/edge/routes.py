@@ -56,6 +56,8 @@ _DASHBOARD = b"/dashboard"
 _WS_PREFIX = b"/v1/ws/"
 _BUNDLER_PREFIX = b"/v1/bundler/"
 _BUNDLER_SCOPE = "bundler:send"
+# REST calls are metered under no network: a route may read several (or none).
+REST_NETWORK = ""
 
 # The scope each REST area needs (docs/decisions.md), for paths no route matches (so a key
 # without the area's scope learns nothing about what exists there); a matched route carries
@@ -265,6 +267,7 @@ class Routes:
         rate_headers = gate.response_headers(principal)
         if rpc is None:
             return 404, JSON + rate_headers, error_body(404, "unknown chain or network")
+        network = tail.decode()  # metered under its chain/network, like the proxied calls
         if request.method != b"POST":
             headers = JSON + _ALLOW_POST + rate_headers
             return 405, headers, error_body(405, "JSON-RPC requests must be POST")
@@ -276,13 +279,13 @@ class Routes:
             rate_headers = gate.response_headers(principal)
             return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
-            gate.record(principal, "bundler:invalid", 1, units, 1)
+            gate.record(principal, network, "bundler:invalid", 1, units, 1)
             return 200, JSON + gate.response_headers(principal), parsed
         replies, _ = await rpc.run(parsed, principal)
         for call, reply in zip(calls, replies, strict=True):
             method = call.method if call.method in rpc.methods else "bundler:unknown"
             failed = call.error is not None or (reply is not None and "error" in reply)
-            gate.record(principal, method, 1, rpc.cost([call]), 1 if failed else 0)
+            gate.record(principal, network, method, 1, rpc.cost([call]), 1 if failed else 0)
         body = local_rpc.encode(parsed, replies)
         if body is None:  # notifications only
             return 204, gate.response_headers(principal), b""
@@ -359,12 +362,12 @@ class Routes:
         seconds = route.cache_seconds if route is not None else 0.0
         if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
             status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
-            gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
+            gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
             return status, headers + gate.response_headers(principal), body
         key = (principal.environment, b"GET", path, request.query)
         hit = self.rest_cache.get(key)
         if hit is not None:
-            gate.record(principal, name, 1, units, 0)
+            gate.record(principal, REST_NETWORK, name, 1, units, 0)
             return 200, hit[0] + _HIT + gate.response_headers(principal), hit[1]
         # One computation per key at a time: requests arriving while it runs share its answer
         # (else a popular page that expires is computed by every client waiting for it).
@@ -380,7 +383,7 @@ class Routes:
         if answer is None:
             answer = await self._compute_shared(request, path, peer, principal, key, seconds)
         status, headers, body = answer
-        gate.record(principal, name, 1, units, 1 if status >= 400 else 0)
+        gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
         return status, headers + _MISS + gate.response_headers(principal), body
 
 

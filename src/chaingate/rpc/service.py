@@ -68,7 +68,13 @@ class Gate(Protocol):
         ...
 
     def record(
-        self, principal: Principal, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
         """Count answered calls in the usage meter."""
         ...
@@ -363,12 +369,12 @@ class RpcService:
             if hit is not None:
                 if call.id is not None and len(hit) + len(call.id) > self._max_single:
                     stats.error += 1
-                    self._gate.record(principal, spec.name, 1, cu, 1)
+                    self._gate.record(principal, self.label, spec.name, 1, cu, 1)
                     refusal = self._refuse(ANSWER_TOO_LARGE, False)
                     return RpcReply(jsonrpc.raw_error_reply(call.id, refusal), b"MISS", spec.name)
                 stats.cache_hits += 1
                 stats.ok += 1
-                self._gate.record(principal, spec.name, 1, cu, 0)
+                self._gate.record(principal, self.label, spec.name, 1, cu, 0)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 return RpcReply(reply, b"HIT", spec.name)
         result, error = await self._call(method, params, spec, tag, key)
@@ -399,7 +405,7 @@ class RpcService:
             stats.ok += 1
         else:
             stats.error += 1
-        self._gate.record(principal, spec.name, 1, cu, 0 if error is None else 1)
+        self._gate.record(principal, self.label, spec.name, 1, cu, 0 if error is None else 1)
         return RpcReply(reply, b"MISS", spec.name)
 
     async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
@@ -506,7 +512,7 @@ class RpcService:
                     hits += 1
                     stats.cache_hits += 1
                     stats.ok += 1
-                    self._gate.record(principal, spec.name, 1, units, 0)
+                    self._gate.record(principal, self.label, spec.name, 1, units, 0)
                     continue
             if self.sticky is not None and call.method in STICKY_METHODS:
                 prefer = self.sticky.route(call.method, call.params, trio.current_time())
@@ -789,7 +795,7 @@ class RpcService:
                 stats.ok += 1
             else:
                 stats.error += 1
-            self._gate.record(principal, spec.name, 1, units, 0 if error is None else 1)
+            self._gate.record(principal, self.label, spec.name, 1, units, 0 if error is None else 1)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
@@ -836,7 +842,7 @@ class RpcService:
             stats.ok += 1
         else:
             stats.error += 1
-        self._gate.record(principal, spec.name, 1, units, 0 if error is None else 1)
+        self._gate.record(principal, self.label, spec.name, 1, units, 0 if error is None else 1)
 
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""
@@ -856,7 +862,7 @@ class RpcService:
         raw_error_reply = self._jsonrpc.raw_error_reply
         for index, call, spec, _, units in jobs:
             self.stats[spec.name].error += 1
-            self._gate.record(principal, spec.name, 1, units, 1)
+            self._gate.record(principal, self.label, spec.name, 1, units, 1)
             if call.id is not None:
                 replies[index] = raw_error_reply(call.id, error)
 

@@ -83,7 +83,7 @@ class KeyRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class UsageDelta(msgspec.Struct, frozen=True):
-    """Counts to ADD to one (key, method, minute) bucket."""
+    """Counts to ADD to one (key, network, method, minute) bucket."""
 
     key_id: str
     account_id: str
@@ -92,6 +92,7 @@ class UsageDelta(msgspec.Struct, frozen=True):
     requests: int = 0
     compute_units: int = 0
     errors: int = 0
+    network: str = ""  # the endpoint's chain/network; '' for REST calls
 
 
 class UsageRow(msgspec.Struct, frozen=True):
@@ -112,9 +113,9 @@ _SELECT_KEY = f"SELECT {_KEY_COLUMNS} FROM api_keys"  # noqa: S608 - constants o
 
 _UPSERT_USAGE = """
 INSERT INTO usage_minutes
-    (key_id, account_id, method, minute, requests, compute_units, errors)
-VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (key_id, method, minute) DO UPDATE SET
+    (key_id, account_id, network, method, minute, requests, compute_units, errors)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key_id, network, method, minute) DO UPDATE SET
     requests = usage_minutes.requests + excluded.requests,
     compute_units = usage_minutes.compute_units + excluded.compute_units,
     errors = usage_minutes.errors + excluded.errors
@@ -442,14 +443,16 @@ class Store(abc.ABC):
     # --- usage -----------------------------------------------------------------------------
 
     async def add_usage(self, deltas: Sequence[UsageDelta]) -> None:
-        """Add the deltas to their (key, method, minute) counters, all in one transaction."""
-        merged: dict[tuple[str, str, int], list[Any]] = {}
+        """Add the deltas to their (key, network, method, minute) counters, all in one
+        transaction."""
+        merged: dict[tuple[str, str, str, int], list[Any]] = {}
         for d in deltas:
-            slot = merged.get((d.key_id, d.method, d.minute))
+            slot = merged.get((d.key_id, d.network, d.method, d.minute))
             if slot is None:
-                merged[(d.key_id, d.method, d.minute)] = [
+                merged[(d.key_id, d.network, d.method, d.minute)] = [
                     d.key_id,
                     d.account_id,
+                    d.network,
                     d.method,
                     d.minute,
                     d.requests,
@@ -457,9 +460,9 @@ class Store(abc.ABC):
                     d.errors,
                 ]
             else:
-                slot[4] += d.requests
-                slot[5] += d.compute_units
-                slot[6] += d.errors
+                slot[5] += d.requests
+                slot[6] += d.compute_units
+                slot[7] += d.errors
         # Primary-key order, so concurrent flushes lock rows in one order (no deadlocks).
         rows = [merged[k] for k in sorted(merged)]
         if not rows:

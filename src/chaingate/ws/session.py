@@ -382,7 +382,7 @@ class Session:
             if params and isinstance(params[0], str):
                 subscription = self.subscriptions.pop(params[0], None)
                 found = subscription is not None and self._end(subscription)
-            self._gate.record(self.principal, "eth_unsubscribe", 1, 0, 0)
+            self._gate.record(self.principal, self.service.label, "eth_unsubscribe", 1, 0, 0)
             if not notification:
                 self._answer(result_reply(id_raw, b"true" if found else b"false"))
             return
@@ -438,7 +438,7 @@ class Session:
         if rejection is not None:
             code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
             return SubscribeError(code, rejection.message)
-        self._gate.record(self.principal, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
+        self._gate.record(self.principal, self.service.label, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
         return subscription
 
     def _end(self, subscription: Subscription) -> bool:

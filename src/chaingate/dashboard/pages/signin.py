@@ -44,7 +44,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         now = dash.clock()
         address = dash.client_address()
         # Counted before the check: side-by-side requests cannot exceed the budget.
-        wait = dash.throttle.attempt(email, address, now)
+        wait = await dash.throttle.attempt(email, address, now)
         if wait > 0:
             return await refused(
                 email,
@@ -60,7 +60,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await refused(email, BUSY, 429)
         if not ok or account is None or credentials is None:
             return await refused(email, "Wrong e-mail or password.")
-        dash.throttle.succeeded(email, address, now)
+        await dash.throttle.succeeded(email, address, now)
         return await dash.start_session(account.id, credentials.operator)
 
     @bp.route("/signin/link/<token>", methods=["GET"])
@@ -91,12 +91,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         supplied = form_value(form, "admin_token")
         now = dash.clock()
         address = dash.client_address()
-        if dash.throttle.admin_attempt(address, now) > 0:
+        if await dash.throttle.admin_attempt(address, now) > 0:
             return await refused("", "Too many failed sign-ins: try again later.", 429)
         token = dash.admin_token
         if not token or not hmac.compare_digest(supplied.encode(), token.encode()):
             return await refused("", "Wrong admin token.")
-        dash.throttle.admin_succeeded(address, now)
+        await dash.throttle.admin_succeeded(address, now)
         return await dash.start_session("", True)
 
     @bp.route("/signout", methods=["POST"])

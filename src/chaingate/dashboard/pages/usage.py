@@ -1,13 +1,14 @@
-"""The overview (requests, compute units, errors, latency over time) and usage (per key,
-method and period, with CSV export), read from the rollups: the last hour from per-minute
-rows (sixty periods at most), the last day from usage_hours, 30 days from usage_days — no
-page sums more than its own periods."""
+"""The overview (requests, compute units, errors, latency over time; by network, method and
+key) and usage (per key, network, method and period, with CSV export), read from the
+rollups: the last hour from per-minute rows (sixty periods at most), the last day from
+usage_hours, 30 days from usage_days — no page sums more than its own periods."""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,15 @@ RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1
 SHOWN_ROWS = 200  # the newest; the CSV has every row
 API_ROUTES = ("rpc", "bundler", "rest", "ws")
 RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 days"}
+# The chart of requests by network draws the busiest few; the rest are summed as one line.
+CHARTED_NETWORKS = 5
+# What the network '' stands for: REST calls (of no one network) and usage metered before
+# networks were (migration 0017).
+NO_NETWORK = "(no network)"
+
+
+def network_name(network: str) -> str:
+    return network or NO_NETWORK
 
 
 def window(range_name: str, now: float) -> tuple[str, int, int, int]:
@@ -54,6 +64,8 @@ def summarise(rows: list[UsageTotal], first: int, end: int, size: int) -> dict[s
     errors = [0] * len(periods)
     by_method: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     by_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    by_network: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    network_requests: dict[str, list[int]] = defaultdict(lambda: [0] * len(periods))
     for row in rows:
         i = index.get(row.period)
         if i is None:
@@ -61,11 +73,17 @@ def summarise(rows: list[UsageTotal], first: int, end: int, size: int) -> dict[s
         requests[i] += row.requests
         units[i] += row.compute_units
         errors[i] += row.errors
-        for table, name in ((by_method, row.method), (by_key, row.key_id)):
+        network_requests[row.network][i] += row.requests
+        for table, name in (
+            (by_method, row.method),
+            (by_key, row.key_id),
+            (by_network, row.network),
+        ):
             slot = table[name]
             slot[0] += row.requests
             slot[1] += row.compute_units
             slot[2] += row.errors
+    networks = sorted(by_network.items(), key=lambda item: (-item[1][0], item[0]))
     return {
         "periods": periods,
         "requests": requests,
@@ -73,8 +91,24 @@ def summarise(rows: list[UsageTotal], first: int, end: int, size: int) -> dict[s
         "errors": errors,
         "by_method": sorted(by_method.items(), key=lambda item: -item[1][0])[:50],
         "by_key": sorted(by_key.items(), key=lambda item: -item[1][0]),
+        "by_network": [(network_name(name), counts) for name, counts in networks],
+        "network_series": network_series(networks, network_requests, len(periods)),
         "totals": [sum(requests), sum(units), sum(errors)],
     }
+
+
+def network_series(
+    networks: list[tuple[str, list[int]]], per_period: dict[str, list[int]], periods: int
+) -> list[tuple[str, Sequence[float | None]]]:
+    """Requests over time of the busiest networks, one line each, the others summed."""
+    series: list[tuple[str, Sequence[float | None]]] = [
+        (network_name(name), per_period[name]) for name, _ in networks[:CHARTED_NETWORKS]
+    ]
+    rest = networks[CHARTED_NETWORKS:]
+    if rest:
+        summed = [sum(per_period[name][i] for name, _ in rest) for i in range(periods)]
+        series.append((f"{len(rest)} other networks", summed))
+    return series
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -113,6 +147,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                 [("requests", summary["requests"]), ("errors", summary["errors"])],
             ),
             line_chart("Compute units", labels, [("compute units", summary["units"])]),
+            line_chart("Requests by network", labels, summary["network_series"]),
             line_chart(
                 "Latency (whole deployment), ms",
                 labels,
@@ -143,7 +178,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @signed_in
     async def usage_page() -> Any:
         range_name, size, first, end, account, key_id, rows = await _asked_usage()
-        shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.method))[:SHOWN_ROWS]
+        shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.network, r.method))
+        shown = shown[:SHOWN_ROWS]
         return await page(
             "usage.html",
             title="Usage",
@@ -154,6 +190,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             summary=summarise(rows, first, end, size),
             keys=await key_names(dash, account),
             key_id=key_id,
+            network_name=network_name,
         )
 
     @bp.route("/usage.csv", methods=["GET"])
@@ -164,7 +201,16 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(
-            ["period_start", "key_id", "key", "method", "requests", "compute_units", "errors"]
+            [
+                "period_start",
+                "key_id",
+                "key",
+                "network",
+                "method",
+                "requests",
+                "compute_units",
+                "errors",
+            ]
         )
         for row in rows:
             writer.writerow(
@@ -172,6 +218,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                     _when(row.period, size),
                     row.key_id,
                     _cell(names.get(row.key_id, "")),
+                    _cell(row.network),
                     _cell(row.method),
                     row.requests,
                     row.compute_units,
