@@ -19,19 +19,12 @@ from typing import Generic, TypeVar
 
 import trio
 
-from chaingate.chain.events import Apply, ChainEvent
-from chaingate.chain.window import Window
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 
 E = TypeVar("E")
 
 Consumer = Callable[[trio.MemoryReceiveChannel[E]], Awaitable[object]]
-
-
-def window_replay(window: Window) -> Callable[[], list[ChainEvent]]:
-    """A follower's window of recent blocks, as a term's first events."""
-    return lambda: [Apply(block, False) for block in window]
 
 
 class RoleStream(Generic[E]):
@@ -43,7 +36,7 @@ class RoleStream(Generic[E]):
         consume: Consumer[E],
         *,
         buffer: int = 16,
-        replay: Callable[[], list[E]] | None = None,
+        replay: Callable[[], Awaitable[list[E]]] | None = None,
     ) -> None:
         self.leadership = leadership
         self.key = key
@@ -75,9 +68,10 @@ class RoleStream(Generic[E]):
         """One leadership term: the consumer on a stream of its own until cancelled."""
         send, receive = trio.open_memory_channel[E](self._buffer)
         replayed = self._replayed = trio.Event()
-        # The snapshot and the switch with no checkpoint between: nothing falls in between
-        # (an event both in the window and live comes twice; these consumers are idempotent).
-        backlog = self._replay() if self._replay is not None else []
+        # The snapshot and the switch with no checkpoint between (``replay`` takes it after
+        # its last await): nothing falls in between (an event both in the window and live
+        # comes twice; these consumers are idempotent).
+        backlog = await self._replay() if self._replay is not None else []
         self._current = send
         try:
             async with trio.open_nursery() as nursery:

@@ -169,14 +169,18 @@ class Indexer:
         self,
         events: trio.MemoryReceiveChannel[ChainEvent],
         *,
+        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Index until cancelled or until the follower closes the stream."""
+        """Index until cancelled or until the follower closes the stream; ``replay`` gives
+        the events to handle first (the follower's window, ``Follower.window_events``)."""
         await self._reload()
         task_status.started()
         try:
             async with trio.open_nursery() as nursery, events:
                 self._nursery = nursery
+                for replayed in await replay() if replay is not None else ():
+                    await self._guarded(replayed)
                 while True:
                     try:
                         event = await self._receive(events)

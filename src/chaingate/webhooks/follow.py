@@ -20,7 +20,7 @@ import functools
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -154,13 +154,18 @@ class NetworkMatcher:
         self,
         events: trio.MemoryReceiveChannel[ChainEvent],
         *,
+        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Match until the follower closes the stream; ``replay`` gives the events to handle
+        first (the follower's window, ``Follower.window_events``)."""
         # One leadership term: another process may have led this network since the last one.
         self._forget()
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
         async with events:
+            for replayed in await replay() if replay is not None else ():
+                await self._retrying("matching", functools.partial(self._handle, replayed))
             while True:
                 wait = math.inf
                 if self._backlog:
