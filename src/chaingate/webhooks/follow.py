@@ -294,13 +294,7 @@ class NetworkMatcher:
         blocks = self._backlog
         if not blocks:
             return
-        while True:
-            try:
-                await self._commit_many(blocks)
-                break
-            except _Stale:
-                self._dirty = True
-                await self._reload()
+        await self._match_and_commit(blocks)
         self._backlog = []
 
     # --- blocks ----------------------------------------------------------------------------
@@ -316,19 +310,17 @@ class NetworkMatcher:
                 cursor = self._cursor
                 if cursor is not None and header.number <= cursor[0]:
                     return
-        await self._match_and_commit(block)
+        await self._match_and_commit([block])
 
-    async def _match_and_commit(self, block: Block) -> None:
+    async def _match_and_commit(self, blocks: Sequence[Block]) -> None:
+        """``_commit_many``, matched again whenever the filters changed meanwhile."""
         while True:
             try:
-                await self._commit(block)
+                await self._commit_many(blocks)
                 return
             except _Stale:
                 self._dirty = True
                 await self._reload()
-
-    async def _commit(self, block: Block) -> None:
-        await self._commit_many([block])
 
     async def _commit_many(self, blocks: Sequence[Block]) -> None:
         """Match ``blocks`` (consecutive) and commit their events with the last one as the
@@ -392,9 +384,11 @@ class NetworkMatcher:
             fetched = await self._ranges.next_blocks(cursor[0] + 1, block.header.number - 1)
             if fetched[0].header.parent_hash != cursor[1]:
                 raise FetchError(f"block {fetched[0].header.number} does not extend the cursor")
-            for missed in fetched:
+            # Committed as the backlog is: many blocks per transaction, not one each.
+            for first in range(0, len(fetched), BACKLOG_BLOCKS):
+                missed = fetched[first : first + BACKLOG_BLOCKS]
                 await self._match_and_commit(missed)
-                self.stats["caught_up_blocks"] += 1
+                self.stats["caught_up_blocks"] += len(missed)
             cursor = self._cursor
         if cursor is not None and block.header.parent_hash != cursor[1]:
             raise FetchError(f"block {block.header.number} does not extend the cursor")
