@@ -167,7 +167,7 @@ class Indexer:
 
     async def run(
         self,
-        events: trio.MemoryReceiveChannel[ChainEvent],
+        events: trio.abc.ReceiveChannel[ChainEvent],
         *,
         replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -200,7 +200,7 @@ class Indexer:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    async def _receive(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> ChainEvent | None:
+    async def _receive(self, events: trio.abc.ReceiveChannel[ChainEvent]) -> ChainEvent | None:
         """The next event; None when the batch is due for a commit first."""
         if not self._pending:
             return await events.receive()

@@ -152,7 +152,7 @@ class NetworkMatcher:
 
     async def run(
         self,
-        events: trio.MemoryReceiveChannel[ChainEvent],
+        events: trio.abc.ReceiveChannel[ChainEvent],
         *,
         replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
