@@ -430,9 +430,12 @@ class Follower:
                 span = min(self._log_range, last - number + 1)
                 to = number + span - 1
                 try:
-                    logs = await self._client.call(
-                        "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}]
+                    # Decoded straight into Log structs: a range's logs are most of its bytes.
+                    logs = await self._client.call_as(
+                        "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}], list[Log]
                     )
+                except msgspec.ValidationError as exc:
+                    raise Inconsistent(f"malformed logs from the node: {exc}") from None
                 except RpcCallError as exc:
                     if span == 1:
                         raise
@@ -443,13 +446,15 @@ class Follower:
                         raise
                     self._shrink(span, exc)
                     continue
+                if logs is None:
+                    raise Inconsistent(f"eth_getLogs {number}..{to} answered null")
                 self._grow(span)
                 headers = await self._headers(range(number, to + 1))
                 # Taken now: by the time the range is applied, other walks may have come and
                 # gone through ``_txs``.
                 txs = [self._txs.pop(header.hash, []) for header in headers]
                 by_number: dict[int, list[Log]] = {}
-                for entry in _logs(logs):
+                for entry in logs:
                     by_number.setdefault(int(entry.block_number, 16), []).append(entry)
                 blocks = []
                 for header, hashes in zip(headers, txs, strict=True):

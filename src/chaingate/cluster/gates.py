@@ -26,7 +26,7 @@ from chaingate.cluster.roles import RoleKey
 
 E = TypeVar("E")
 
-Consumer = Callable[[trio.abc.ReceiveChannel[E]], Awaitable[object]]
+Consumer = Callable[["TermFeed[E]"], Awaitable[object]]
 
 
 class TermFeed(trio.abc.ReceiveChannel[E]):
@@ -42,6 +42,11 @@ class TermFeed(trio.abc.ReceiveChannel[E]):
             await trio.lowlevel.checkpoint()
             return self._backlog.popleft()
         return await self._events.receive()
+
+    def receive_nowait(self) -> E:
+        if self._backlog:
+            return self._backlog.popleft()
+        return self._events.receive_nowait()
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

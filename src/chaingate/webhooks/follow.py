@@ -16,6 +16,7 @@ undone first.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -27,7 +28,7 @@ import msgspec
 import trio
 
 from chaingate.chain.client import ChainClient, RpcCallError
-from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.chain.events import Apply, Block, ChainEvent, EventStream, Revert
 from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
@@ -152,7 +153,7 @@ class NetworkMatcher:
 
     async def run(
         self,
-        events: trio.abc.ReceiveChannel[ChainEvent],
+        events: EventStream,
         *,
         replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -163,7 +164,7 @@ class NetworkMatcher:
         self._forget()
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
-        async with events:
+        async with contextlib.aclosing(events):
             for replayed in await replay() if replay is not None else ():
                 await self._retrying("matching", functools.partial(self._handle, replayed))
             while True:
@@ -171,12 +172,20 @@ class NetworkMatcher:
                 if self._backlog:
                     wait = max(0.0, self._backlog_due - trio.current_time())
                 event: ChainEvent | None = None
-                # Only the wait is timed: handling an event is never cut short.
-                with trio.move_on_after(wait):
-                    try:
-                        event = await events.receive()
-                    except trio.EndOfChannel:
-                        break
+                try:
+                    # Usually there in a backfill: no timed wait (a cancel scope) to take it.
+                    event = events.receive_nowait()
+                except trio.WouldBlock:
+                    # Only the wait is timed: handling an event is never cut short.
+                    with trio.move_on_after(wait):
+                        try:
+                            event = await events.receive()
+                        except trio.EndOfChannel:
+                            break
+                except trio.EndOfChannel:
+                    break
+                else:
+                    await trio.lowlevel.checkpoint_if_cancelled()
                 if event is None:
                     await self._retrying("matching", self._flush)  # the backlog waited enough
                     continue
