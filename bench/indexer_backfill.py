@@ -62,6 +62,7 @@ from chaingate.evm import abi
 from chaingate.gateway import Gateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit.latency import LatencyRelay
 from follower_backfill import Counts, backfill_settings, reference
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -193,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the webhook matcher and the wallet and bundler trackers on",
     )
+    parser.add_argument(
+        "--node-latency",
+        type=float,
+        default=0.0,
+        help="ms added to every request to the node (a relay: a node far away)",
+    )
     parser.add_argument("--index-one", help=argparse.SUPPRESS)  # a baseline's subprocess
     args = parser.parse_args(argv)
     if args.index_one:
@@ -239,10 +246,14 @@ def measure(
     args: argparse.Namespace, url: str, token: str, tmp: str, holders: int, batch: dict[str, Any]
 ) -> int:
     head = int(str(rpc_call(url, "eth_blockNumber")), 16)
-    ref: Counts = reference(url, head)
-    runs: list[tuple[str, Result]] = []
-    for _ in range(args.repeat):
-        runs += index_all(args, url, head, token, tmp, batch)
+    with contextlib.ExitStack() as stack:
+        if args.node_latency:
+            # Every reader talks to the node through the same delaying relay: a node far away.
+            url = stack.enter_context(LatencyRelay(url, args.node_latency)).url
+        ref: Counts = reference(url, head)
+        runs: list[tuple[str, Result]] = []
+        for _ in range(args.repeat):
+            runs += index_all(args, url, head, token, tmp, batch)
     return print_report(args, head, holders, ref, runs)
 
 
@@ -296,7 +307,9 @@ def print_report(
 ) -> int:
     """The table; 2 when a run's index does not hold what the history made."""
     print("\n## Indexer backfill (blocks 0..head into a fresh store, one anvil, same run)\n")
-    print(f"history: {head + 1:,} blocks, {ref.logs:,} logs\n")
+    delay = args.node_latency
+    away = f", every request to the node delayed {delay:g} ms" if delay else ""
+    print(f"history: {head + 1:,} blocks, {ref.logs:,} logs{away}\n")
     print("| reader | seconds | logs/s | transfers/s | CPU s | vs reference |")
     print("|---|---:|---:|---:|---:|---:|")
     print(

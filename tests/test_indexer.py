@@ -80,7 +80,8 @@ async def start_indexed_in(
     async def record(commit: IndexCommit) -> None:
         run.commits.append(commit)
 
-    run.indexer.add_listener(record)
+    if indexer.get("enabled", True):
+        run.indexer.add_listener(record)
 
     async def serve(task_status: trio.TaskStatus[None]) -> None:
         with run.scope:

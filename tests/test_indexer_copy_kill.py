@@ -134,9 +134,8 @@ async def test_kill_9_in_the_middle_of_a_copy_leaves_no_partial_block(
             logs, natives = await canonical(node, number)
             assert compare(got, recompute(logs, natives)) == []
             assert all(t[0] <= number for t in got.transfers)
-            # A restart indexes the rest, each block once.  The chain moves on meanwhile (as in
-            # test_indexer_restart): an index behind a follower that is at the head waits for
-            # the next block to fetch the gap (the follower does not resume from the index).
+            # A restart indexes the rest, each block once, while the chain moves on (as in
+            # test_indexer_restart; a quiet chain is its own test there).
             a = manifest.accounts
             await node.send({"from": a[1], "to": a[2], "value": hex(10**16)})
             process = serve(config, tmp_path / "serve.log")

@@ -248,6 +248,32 @@ async def test_index_starting_below_the_follower_fetches_the_gap(
     await node.aclose()
 
 
+async def test_index_behind_a_follower_at_the_head_catches_up_on_a_quiet_chain(
+    start_indexed: Start, anvil_factory: Callable[..., AnvilProcess], store_url: str
+) -> None:
+    """The follower's stored cursor is at the head and the index has nothing (it was off);
+    no block comes after the restart: the index still catches up, from the follower's window
+    replayed at start (on one process as on a leadership term)."""
+    anvil = anvil_factory()
+    manifest = bootstrap_devnet(anvil.url, paymaster_signer=DEVNET_SIGNER.address)
+    node = Node(anvil.url)
+    await make_history(node, manifest, logs=300, per_tx=100, gap=40)
+    head, head_hash = await node.head()
+    first = await start_indexed(anvil.url, store_url, finality_depth=2, enabled=False)
+    followed = first.gateway.followers["ethereum/devnet"]
+    with trio.fail_after(60):
+        while followed.head is None or followed.head.hash != head_hash:
+            await trio.sleep(0.01)
+    first.scope.cancel()
+    await trio.sleep(0.2)  # the follower's shielded save
+    second = await start_indexed(anvil.url, store_url, finality_depth=2, start_block=0)
+    with trio.fail_after(60):
+        await second.indexer.wait_indexed(head)
+    assert await node.head() == (head, head_hash)  # no block came to show the gap
+    await assert_index_matches(second.store, node, manifest)
+    await node.aclose()
+
+
 async def test_two_processes_indexing_one_store_never_double_apply(
     start_indexed: Start, anvil_factory: Callable[..., AnvilProcess], store_url: str
 ) -> None:

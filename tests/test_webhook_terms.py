@@ -5,17 +5,19 @@ where this writer left it changes nothing (compare-and-set), on SQLite and Postg
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
-from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent
+from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, header_from_rpc
+from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.store import Store, open_store
 from chaingate.webhooks.follow import NetworkMatcher
 from chaingate.webhooks.store import WebhookCursorMoved, WebhookRows
 from chaingate.webhooks.variants import VARIANT_A
+from tests.test_metadata_devnet import open_client
 
 CHAIN, NETWORK = "ethereum", "devnet"
 
@@ -172,3 +174,31 @@ async def test_an_event_another_writer_inserts_meanwhile_is_kept_once(tmp_path: 
                     "SELECT id FROM webhook_events WHERE id = ANY(%s)", ([racing, other],)
                 ).fetchall()
             assert sorted(r[0] for r in rows) == sorted([racing, other])
+
+
+async def test_a_matcher_behind_catches_up_many_blocks_per_transaction(
+    store_url: str, tmp_path: Path, anvil_factory: Callable[..., AnvilProcess]
+) -> None:
+    """A restart that finds the cursor 300 blocks behind the follower fetches the blocks in
+    between and commits them as the backlog is: a handful of transactions, not one each."""
+    anvil = anvil_factory()
+    rpc_call(anvil.url, "anvil_mine", [hex(301)])
+    headers = [
+        header_from_rpc(rpc_call(anvil.url, "eth_getBlockByNumber", [hex(n), False]))
+        for n in (1, 301)
+    ]
+    first, last = (Block(header=h, logs=[], transactions=[]) for h in headers)
+    async with opened(store_url, tmp_path) as store, trio.open_nursery() as nursery:
+        client = await open_client(nursery, anvil.url)
+        matcher = NetworkMatcher(CHAIN, NETWORK, store, client, VARIANT_A, chain_id=31337)
+        send, receive = trio.open_memory_channel[ChainEvent](16)
+        await nursery.start(matcher.run, receive)
+        await send.send(Apply(first, live=True))
+        await until_cursor(store, 1)
+        commits = matcher.stats["commits"]
+        await send.send(Apply(last, live=True))  # 2..300 were never handed to it
+        await until_cursor(store, 301)
+        assert await stored_cursor(store) == (301, last.header.hash)
+        assert matcher.stats["caught_up_blocks"] == 299
+        assert matcher.stats["commits"] - commits <= 3  # 299 blocks in one, then block 301
+        nursery.cancel_scope.cancel()

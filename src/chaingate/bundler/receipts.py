@@ -134,7 +134,7 @@ class ReceiptTracker:
                     await self._reverted(hashes)
             self._head(self.head)
 
-    async def run(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> None:
+    async def run(self, events: trio.abc.ReceiveChannel[ChainEvent]) -> None:
         await consume(
             events,
             self.handle,

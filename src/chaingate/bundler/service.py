@@ -31,7 +31,7 @@ from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.gates import RoleStream
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import RoleTerms
@@ -230,7 +230,7 @@ class BundlerService:
                         role,
                         self._streams[key],
                         tracker.run,
-                        replay=window_replay(follower.window),
+                        replay=follower.window_events,
                     )
                     await nursery.start(functools.partial(receipts.run, own_terms=False))
                 net.leads = functools.partial(leadership.holds, role)

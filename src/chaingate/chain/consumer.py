@@ -20,7 +20,7 @@ RETRY_SECONDS = 1.0
 
 
 async def consume(
-    events: trio.MemoryReceiveChannel[ChainEvent],
+    events: trio.abc.ReceiveChannel[ChainEvent],
     handle: Callable[[ChainEvent], Awaitable[None]],
     *,
     name: str,

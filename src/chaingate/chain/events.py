@@ -22,7 +22,7 @@ verbatim (logs, header fields); numbers the follower reasons about are decoded t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -99,3 +99,14 @@ def header_from_rpc(obj: dict[str, Any]) -> BlockHeader:
 
 def transaction_hashes(obj: dict[str, Any]) -> list[str]:
     return [t if isinstance(t, str) else t["hash"] for t in obj.get("transactions") or []]
+
+
+class EventStream(Protocol):
+    """What a consumer with a batch reads: a follower's subscription, or a leadership term's
+    feed of it (``chaingate.cluster.gates.TermFeed``)."""
+
+    async def receive(self) -> ChainEvent: ...
+
+    def receive_nowait(self) -> ChainEvent: ...
+
+    async def aclose(self) -> None: ...

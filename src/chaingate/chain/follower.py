@@ -114,6 +114,8 @@ class Follower:
         self.notifier = HeadNotifier(list(ws_urls), self.label) if ws_urls else None
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
+        # Set once the stored cursor and window are loaded (see ``window_events``).
+        self.loaded = trio.Event()
         self._finalized = -1
         # Set when the stored window could not be used: where to resume instead.
         self._resume_at: int | None = None
@@ -154,6 +156,14 @@ class Follower:
         self._consumers.append((name, send))
         return receive
 
+    async def window_events(self) -> list[ChainEvent]:
+        """The window of recent blocks as loaded from the store, as ``Apply`` events: what a
+        consumer with a cursor of its own replays when it starts, so that an index left
+        behind a follower already at the head sees the gap without waiting for a new block
+        (blocks it holds it recognises by hash and skips)."""
+        await self.loaded.wait()
+        return [Apply(block, False) for block in self.window]
+
     @property
     def head(self) -> BlockHeader | None:
         tip = self.window.tip
@@ -177,6 +187,7 @@ class Follower:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Follow until cancelled; started once the stored state is loaded."""
         await self._load()
+        self.loaded.set()
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
@@ -392,41 +403,69 @@ class Follower:
     # --- backfill ----------------------------------------------------------------------------
 
     async def _backfill(self, first: int, last: int) -> None:
-        """Apply blocks ``first..last`` from ranged eth_getLogs plus batched headers."""
-        number = first
-        while number <= last:
-            span = min(self._log_range, last - number + 1)
-            to = number + span - 1
-            try:
-                logs = await self._client.call(
-                    "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}]
-                )
-            except RpcCallError as exc:
-                if span == 1:
-                    raise
-                self._shrink(span, exc)
-                continue
-            except UpstreamError as exc:
-                if span == 1 or exc.kind not in (TIMEOUT, BAD_RESPONSE):
-                    raise
-                self._shrink(span, exc)
-                continue
-            self._grow(span)
-            headers = await self._headers(range(number, to + 1))
-            by_number: dict[int, list[Log]] = {}
-            for entry in _logs(logs):
-                by_number.setdefault(int(entry.block_number, 16), []).append(entry)
-            for header in headers:
-                block_logs = by_number.pop(header.number, [])
-                if any(entry.block_hash != header.hash for entry in block_logs):
-                    raise Inconsistent(f"logs of block {header.number} name another block")
-                block = Block(header, block_logs, self._txs.pop(header.hash, []))
-                await self._apply(block, live=False)
-            if by_number:
-                raise Inconsistent("eth_getLogs returned logs outside the range asked")
-            self.stats["log_ranges"] += 1
-            await self._save()
-            number = to + 1
+        """Apply blocks ``first..last`` from ranged eth_getLogs plus batched headers.
+
+        The next range is fetched while this one's blocks go to the consumers (one range
+        ahead, no more): the node works while the consumers do, and neither waits for the
+        other.  Backfilled blocks are ``finality_depth`` deep, so reading ahead is safe; the
+        ranges are applied in order and each is checked to extend the one before."""
+        send, receive = trio.open_memory_channel[list[Block]](0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fetch_ranges, first, last, send)
+            async with receive:
+                async for blocks in receive:
+                    for block in blocks:
+                        await self._apply(block, live=False)
+                    self.stats["log_ranges"] += 1
+                    await self._save()
+
+    async def _fetch_ranges(
+        self, first: int, last: int, ranges: trio.MemorySendChannel[list[Block]]
+    ) -> None:
+        """The blocks of ``first..last``, a range at a time, into ``ranges`` (unbuffered: the
+        range being fetched is the only one ahead of the consumers)."""
+        async with ranges:
+            number = first
+            while number <= last:
+                span = min(self._log_range, last - number + 1)
+                to = number + span - 1
+                try:
+                    # Decoded straight into Log structs: a range's logs are most of its bytes.
+                    logs = await self._client.call_as(
+                        "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}], list[Log]
+                    )
+                except msgspec.ValidationError as exc:
+                    raise Inconsistent(f"malformed logs from the node: {exc}") from None
+                except RpcCallError as exc:
+                    if span == 1:
+                        raise
+                    self._shrink(span, exc)
+                    continue
+                except UpstreamError as exc:
+                    if span == 1 or exc.kind not in (TIMEOUT, BAD_RESPONSE):
+                        raise
+                    self._shrink(span, exc)
+                    continue
+                if logs is None:
+                    raise Inconsistent(f"eth_getLogs {number}..{to} answered null")
+                self._grow(span)
+                headers = await self._headers(range(number, to + 1))
+                # Taken now: by the time the range is applied, other walks may have come and
+                # gone through ``_txs``.
+                txs = [self._txs.pop(header.hash, []) for header in headers]
+                by_number: dict[int, list[Log]] = {}
+                for entry in logs:
+                    by_number.setdefault(int(entry.block_number, 16), []).append(entry)
+                blocks = []
+                for header, hashes in zip(headers, txs, strict=True):
+                    block_logs = by_number.pop(header.number, [])
+                    if any(entry.block_hash != header.hash for entry in block_logs):
+                        raise Inconsistent(f"logs of block {header.number} name another block")
+                    blocks.append(Block(header, block_logs, hashes))
+                if by_number:
+                    raise Inconsistent("eth_getLogs returned logs outside the range asked")
+                await ranges.send(blocks)
+                number = to + 1
 
     def _shrink(self, span: int, exc: Exception) -> None:
         self._log_range = max(1, span // 2)
@@ -443,14 +482,20 @@ class Follower:
     # --- fetching ------------------------------------------------------------------------
 
     def _header(self, result: Any) -> BlockHeader:
+        self._trim_txs()
+        return self._parse_header(result)
+
+    def _trim_txs(self) -> None:
+        if len(self._txs) > 4 * self.window.keep + 10_000:
+            self._txs.clear()  # headers fetched for walks that were abandoned
+
+    def _parse_header(self, result: Any) -> BlockHeader:
         if not isinstance(result, dict):
             raise Inconsistent(f"expected a block object, got {type(result).__name__}")
         try:
             header = header_from_rpc(result)
         except (KeyError, TypeError, ValueError) as exc:
             raise Inconsistent(f"malformed block object: {exc!r}") from None
-        if len(self._txs) > 4 * self.window.keep + 10_000:
-            self._txs.clear()  # headers fetched for walks that were abandoned
         self._txs[header.hash] = transaction_hashes(result)
         return header
 
@@ -459,12 +504,13 @@ class Follower:
             [("eth_getBlockByNumber", [hex(n), False]) for n in numbers]
         )
         headers = []
+        self._trim_txs()  # before the batch, never in its middle
         for number, result in zip(numbers, results, strict=True):
             if isinstance(result, RpcCallError):
                 raise result
             if result is None:
                 raise Inconsistent(f"block {number} is not known to the node yet")
-            headers.append(self._header(result))
+            headers.append(self._parse_header(result))
         for previous, header in itertools.pairwise(headers):
             if header.parent_hash != previous.hash:
                 raise Inconsistent(f"block {header.number} does not extend {previous.number}")

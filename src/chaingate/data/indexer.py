@@ -30,6 +30,7 @@ is committed (``chaingate.data.fetch``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import Counter
@@ -40,7 +41,7 @@ import msgspec
 import trio
 
 from chaingate.chain.client import ChainClient, RpcCallError
-from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.chain.events import Apply, Block, ChainEvent, EventStream, Revert
 from chaingate.config import ConfigError, IndexerSettings
 from chaingate.data.fetch import (
     BlockUnavailable,
@@ -167,16 +168,20 @@ class Indexer:
 
     async def run(
         self,
-        events: trio.MemoryReceiveChannel[ChainEvent],
+        events: EventStream,
         *,
+        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Index until cancelled or until the follower closes the stream."""
+        """Index until cancelled or until the follower closes the stream; ``replay`` gives
+        the events to handle first (the follower's window, ``Follower.window_events``)."""
         await self._reload()
         task_status.started()
         try:
-            async with trio.open_nursery() as nursery, events:
+            async with trio.open_nursery() as nursery, contextlib.aclosing(events):
                 self._nursery = nursery
+                for replayed in await replay() if replay is not None else ():
+                    await self._guarded(replayed)
                 while True:
                     try:
                         event = await self._receive(events)
@@ -196,10 +201,19 @@ class Indexer:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    async def _receive(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> ChainEvent | None:
+    async def _receive(self, events: EventStream) -> ChainEvent | None:
         """The next event; None when the batch is due for a commit first."""
         if not self._pending:
             return await events.receive()
+        try:
+            # In a backfill the next event is usually there: no timed wait (a cancel scope
+            # per event) to take it.
+            event = events.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return event
         with trio.move_on_after(max(0.0, self._deadline - trio.current_time())):
             return await events.receive()
         return None

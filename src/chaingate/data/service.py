@@ -8,6 +8,7 @@ ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 
 import trio
@@ -15,7 +16,7 @@ import trio
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.gates import RoleStream
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
@@ -125,14 +126,18 @@ class DataPlane:
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
                 if self.leadership is None:
-                    await nursery.start(indexer.run, self._streams[key])
+                    # One process: the follower's window first (a term replays it when led).
+                    replay = self._followers[key].window_events
+                    await nursery.start(
+                        functools.partial(indexer.run, self._streams[key], replay=replay)
+                    )
                     continue
                 led = RoleStream(
                     self.leadership,
                     RoleKey("indexer", indexer.chain, indexer.network),
                     self._streams[key],
                     indexer.run,
-                    replay=window_replay(self._followers[key].window),
+                    replay=self._followers[key].window_events,
                 )
                 await nursery.start(led.run)
             task_status.started()

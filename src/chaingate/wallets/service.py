@@ -29,7 +29,7 @@ from chaingate.aa.userop import UserOperation, Version, require_version, user_op
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.gates import RoleStream
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
@@ -151,7 +151,7 @@ class WalletService:
                     RoleKey("wallets", follower.chain, follower.network),
                     self._streams[key],
                     tracker.run,
-                    replay=window_replay(follower.window),
+                    replay=follower.window_events,
                 )
                 await nursery.start(led.run)
             task_status.started()

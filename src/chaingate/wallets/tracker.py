@@ -101,7 +101,7 @@ class Tracker:
                 await self.store.revert_block(self.chain, self.network, event.block.header.hash)
                 self.stats["reverted_blocks"] += 1
 
-    async def run(self, events: trio.MemoryReceiveChannel[ChainEvent]) -> None:
+    async def run(self, events: trio.abc.ReceiveChannel[ChainEvent]) -> None:
         await consume(
             events,
             self.handle,

@@ -16,18 +16,19 @@ undone first.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
 import trio
 
 from chaingate.chain.client import ChainClient, RpcCallError
-from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.chain.events import Apply, Block, ChainEvent, EventStream, Revert
 from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
@@ -152,26 +153,39 @@ class NetworkMatcher:
 
     async def run(
         self,
-        events: trio.MemoryReceiveChannel[ChainEvent],
+        events: EventStream,
         *,
+        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Match until the follower closes the stream; ``replay`` gives the events to handle
+        first (the follower's window, ``Follower.window_events``)."""
         # One leadership term: another process may have led this network since the last one.
         self._forget()
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
-        async with events:
+        async with contextlib.aclosing(events):
+            for replayed in await replay() if replay is not None else ():
+                await self._retrying("matching", functools.partial(self._handle, replayed))
             while True:
                 wait = math.inf
                 if self._backlog:
                     wait = max(0.0, self._backlog_due - trio.current_time())
                 event: ChainEvent | None = None
-                # Only the wait is timed: handling an event is never cut short.
-                with trio.move_on_after(wait):
-                    try:
-                        event = await events.receive()
-                    except trio.EndOfChannel:
-                        break
+                try:
+                    # Usually there in a backfill: no timed wait (a cancel scope) to take it.
+                    event = events.receive_nowait()
+                except trio.WouldBlock:
+                    # Only the wait is timed: handling an event is never cut short.
+                    with trio.move_on_after(wait):
+                        try:
+                            event = await events.receive()
+                        except trio.EndOfChannel:
+                            break
+                except trio.EndOfChannel:
+                    break
+                else:
+                    await trio.lowlevel.checkpoint_if_cancelled()
                 if event is None:
                     await self._retrying("matching", self._flush)  # the backlog waited enough
                     continue
@@ -289,13 +303,7 @@ class NetworkMatcher:
         blocks = self._backlog
         if not blocks:
             return
-        while True:
-            try:
-                await self._commit_many(blocks)
-                break
-            except _Stale:
-                self._dirty = True
-                await self._reload()
+        await self._match_and_commit(blocks)
         self._backlog = []
 
     # --- blocks ----------------------------------------------------------------------------
@@ -311,19 +319,17 @@ class NetworkMatcher:
                 cursor = self._cursor
                 if cursor is not None and header.number <= cursor[0]:
                     return
-        await self._match_and_commit(block)
+        await self._match_and_commit([block])
 
-    async def _match_and_commit(self, block: Block) -> None:
+    async def _match_and_commit(self, blocks: Sequence[Block]) -> None:
+        """``_commit_many``, matched again whenever the filters changed meanwhile."""
         while True:
             try:
-                await self._commit(block)
+                await self._commit_many(blocks)
                 return
             except _Stale:
                 self._dirty = True
                 await self._reload()
-
-    async def _commit(self, block: Block) -> None:
-        await self._commit_many([block])
 
     async def _commit_many(self, blocks: Sequence[Block]) -> None:
         """Match ``blocks`` (consecutive) and commit their events with the last one as the
@@ -387,9 +393,11 @@ class NetworkMatcher:
             fetched = await self._ranges.next_blocks(cursor[0] + 1, block.header.number - 1)
             if fetched[0].header.parent_hash != cursor[1]:
                 raise FetchError(f"block {fetched[0].header.number} does not extend the cursor")
-            for missed in fetched:
+            # Committed as the backlog is: many blocks per transaction, not one each.
+            for first in range(0, len(fetched), BACKLOG_BLOCKS):
+                missed = fetched[first : first + BACKLOG_BLOCKS]
                 await self._match_and_commit(missed)
-                self.stats["caught_up_blocks"] += 1
+                self.stats["caught_up_blocks"] += len(missed)
             cursor = self._cursor
         if cursor is not None and block.header.parent_hash != cursor[1]:
             raise FetchError(f"block {block.header.number} does not extend the cursor")

@@ -11,6 +11,7 @@ The REST resource (``chaingate.api.webhooks``) works through the methods below a
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -21,7 +22,7 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream, window_replay
+from chaingate.cluster.gates import RoleStream
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings, WebhookSettings
@@ -256,14 +257,18 @@ class WebhookService:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
                 if self.leadership is None:
-                    await nursery.start(matcher.run, self._streams[key])
+                    # One process: the follower's window first (a term replays it when led).
+                    replay = self._followers[key].window_events
+                    await nursery.start(
+                        functools.partial(matcher.run, self._streams[key], replay=replay)
+                    )
                     continue
                 led = RoleStream(
                     self.leadership,
                     RoleKey("webhooks", matcher.chain, matcher.network),
                     self._streams[key],
                     matcher.run,
-                    replay=window_replay(self._followers[key].window),
+                    replay=self._followers[key].window_events,
                 )
                 await nursery.start(led.run)
             await nursery.start(self.dispatcher.run)  # every process delivers (SKIP LOCKED)
