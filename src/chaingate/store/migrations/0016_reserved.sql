@@ -1,3 +1,0 @@
--- Reserved: version 16 was handed to another branch (xshared) at the same time as 17
--- (usage by network).  Migrations must run 1..n without gaps, so this no-op keeps 17
--- loadable on its own.  When that branch's 0016 lands, this file is deleted in the merge.
