@@ -23,9 +23,11 @@ import trio
 
 
 class RangeLimitedRelay:
-    def __init__(self, target_url: str, max_range: int) -> None:
+    def __init__(self, target_url: str, max_range: int, *, failed_header_batches: int = 0) -> None:
         self.target_url = target_url
         self.max_range = max_range
+        # Batches of eth_getBlockByNumber to answer with an error before forwarding any.
+        self.failed_header_batches = failed_header_batches
         self.port = 0
         self.refused = 0
         self.forwarded = 0
@@ -76,6 +78,16 @@ class RangeLimitedRelay:
 
     async def _answer(self, body: bytes, client: httpx.AsyncClient) -> bytes:
         call: Any = json.loads(body)
+        if (
+            self.failed_header_batches > 0
+            and isinstance(call, list)
+            and all(item.get("method") == "eth_getBlockByNumber" for item in call)
+        ):
+            self.failed_header_batches -= 1
+            error = {"code": -32603, "message": "internal error (the stub's)"}
+            return json.dumps(
+                [{"jsonrpc": "2.0", "id": item.get("id"), "error": error} for item in call]
+            ).encode()
         if isinstance(call, dict) and call.get("method") == "eth_getLogs":
             span = _span(call["params"][0])
             if span is not None and span[1] - span[0] + 1 > self.max_range:

@@ -361,6 +361,23 @@ async def test_backfill_5000_blocks_through_a_range_limit(
     await assert_stored_chain_is_canonical(run, node.url)
 
 
+async def test_a_node_error_while_reading_ahead_is_a_retried_error_not_a_crash(
+    follow: Starter, node: AnvilProcess, nursery: trio.Nursery
+) -> None:
+    """The backfill reads the next range in a task of its own; a node's error there comes
+    out as that error (counted, retried quietly), not as an exception group (a 'bug')."""
+    await emit_logs(node.url, 3)
+    await node_call(node.url, "anvil_mine", [hex(600)])
+    relay = RangeLimitedRelay(node.url, max_range=100, failed_header_batches=2)
+    await nursery.start(relay.serve)
+    run = await follow(relay.url, start_block=0, max_log_range=100)
+    await run.wait_for_head(node.url, limit=120)
+    assert relay.failed_header_batches == 0
+    assert run.follower.stats["errors"] >= 2
+    assert run.follower.stats["bugs"] == 0
+    check_order(run.events)
+
+
 async def test_upstream_websocket_new_heads_wake_the_follower(
     follow: Starter, node: AnvilProcess
 ) -> None:

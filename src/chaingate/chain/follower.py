@@ -157,10 +157,11 @@ class Follower:
         return receive
 
     async def window_events(self) -> list[ChainEvent]:
-        """The window of recent blocks as loaded from the store, as ``Apply`` events: what a
-        consumer with a cursor of its own replays when it starts, so that an index left
-        behind a follower already at the head sees the gap without waiting for a new block
-        (blocks it holds it recognises by hash and skips)."""
+        """The window of recent blocks as it is now (once the stored one is loaded), as
+        ``Apply`` events: what a consumer with a cursor of its own replays when it starts, so
+        that an index left behind a follower already at the head sees the gap without waiting
+        for a new block (blocks it holds it recognises by hash and skips).  Taken after the
+        last await: a caller switching to the live stream right after misses nothing."""
         await self.loaded.wait()
         return [Apply(block, False) for block in self.window]
 
@@ -410,14 +411,19 @@ class Follower:
         other.  Backfilled blocks are ``finality_depth`` deep, so reading ahead is safe; the
         ranges are applied in order and each is checked to extend the one before."""
         send, receive = trio.open_memory_channel[list[Block]](0)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._fetch_ranges, first, last, send)
-            async with receive:
-                async for blocks in receive:
-                    for block in blocks:
-                        await self._apply(block, live=False)
-                    self.stats["log_ranges"] += 1
-                    await self._save()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._fetch_ranges, first, last, send)
+                async with receive:
+                    async for blocks in receive:
+                        for block in blocks:
+                            await self._apply(block, live=False)
+                        self.stats["log_ranges"] += 1
+                        await self._save()
+        except BaseExceptionGroup as group:
+            # One side failed and the other was cancelled: the failure itself, so the loop
+            # counts and retries a node's error as such rather than as a crash.
+            raise _sole(group) from None
 
     async def _fetch_ranges(
         self, first: int, last: int, ranges: trio.MemorySendChannel[list[Block]]
@@ -620,6 +626,20 @@ class Follower:
         self._unsaved = []
         self._dirty = False
         self._publish()
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception of ``group`` that is not a cancellation (the group itself when
+    there are several, or none)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
 
 
 def _logs(result: Any) -> list[Log]:

@@ -49,6 +49,7 @@ class OutboxListener:
         """Listen until cancelled, reconnecting after a lost session."""
         pause = RECONNECT[0]
         while True:
+            connects = self.connects
             try:
                 await self._listen()
             except (psycopg.Error, OSError) as exc:
@@ -56,6 +57,8 @@ class OutboxListener:
                     "webhooks: outbox wake-ups lost; polling meanwhile",
                     extra={"fields": {"error": str(exc), "retry_s": pause}},
                 )
+            if self.connects != connects:
+                pause = RECONNECT[0]  # that session worked: a new loss starts the backoff over
             await trio.sleep(pause)
             pause = min(pause * 2, RECONNECT[1])
 
