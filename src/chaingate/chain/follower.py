@@ -157,10 +157,11 @@ class Follower:
         return receive
 
     async def window_events(self) -> list[ChainEvent]:
-        """The window of recent blocks as loaded from the store, as ``Apply`` events: what a
-        consumer with a cursor of its own replays when it starts, so that an index left
-        behind a follower already at the head sees the gap without waiting for a new block
-        (blocks it holds it recognises by hash and skips)."""
+        """The window of recent blocks as it is now (once loaded from the store), as ``Apply``
+        events: what a consumer with a cursor of its own replays when it starts (a role's
+        term, ``RoleStream.term``), so that an index left behind a follower already at the
+        head sees the gap without waiting for a new block (blocks it holds it recognises by
+        hash and skips)."""
         await self.loaded.wait()
         return [Apply(block, False) for block in self.window]
 

@@ -2,7 +2,7 @@
 -- network).  The meter now counts per (key, network, method, minute); network is the
 -- endpoint's 'chain/network', '' for REST calls (a route may read several networks).
 -- Rows metered before this migration did not say which network they came from: they keep
--- network '' (shown as "unknown / REST" by the dashboard).  The network joins each table's
+-- network '' (shown as "(no network)" by the dashboard).  The network joins each table's
 -- primary key, so the tables are rebuilt (SQLite cannot change a primary key in place).
 -- Portable SQL: runs unchanged on SQLite and PostgreSQL.
 
