@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import trio
 
+from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.mempool import Entry
 from chaingate.bundler.network import NOT_LEADING, BundlerNetwork
 from chaingate.bundler.rpcform import encode_user_operation
@@ -54,6 +55,17 @@ def intents(url: str) -> list[tuple[str, int, int]]:
     return [(str(h), int(n), int(t)) for h, n, t in rows]
 
 
+def stored_term(url: str) -> int:
+    """The bundler role's newest term, as the store holds it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT term FROM role_terms WHERE role = %s AND chain = %s AND network = %s",
+            (ROLE.role, ROLE.chain, ROLE.network),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def test_a_deposed_term_records_and_writes_nothing(pg_url: str, tmp_path: Path) -> None:
     """The compare itself: once a later term began, the earlier term's record of a bundle and
     its other writes are refused whole, and the later term's go through."""
@@ -63,7 +75,7 @@ async def test_a_deposed_term_records_and_writes_nothing(pg_url: str, tmp_path: 
         rows = BundlerRows(store)
         first = await terms.begin(ROLE)
         second = await terms.begin(ROLE)
-        assert (first, second) == (1, 2) and await terms.current(ROLE) == 2
+        assert (first, second) == (1, 2) and stored_term(pg_url) == 2
         stale = Intent("0x" + "aa" * 32, 7, b"\x02stale", first)
         assert not await rows.record_submission("ethereum", "devnet", [], stale, fenced=True)
         entry = _entry()
@@ -79,6 +91,136 @@ async def test_a_deposed_term_records_and_writes_nothing(pg_url: str, tmp_path: 
 def _entry() -> Entry:
     """A stored operation row (its content does not matter to the fence)."""
     return make_entry(1)
+
+
+def pg_gateway(
+    node: AnvilProcess, manifest: Manifest, tmp_path: Path, pg_url: str, impl: Impl
+) -> Gateway:
+    """A gateway on PostgreSQL (so under leadership), bundling only when asked."""
+    settings = start_settings(node, tmp_path, manifest, safe_mode=False, mode="manual")
+    settings = msgspec.structs.replace(
+        settings, store=msgspec.structs.replace(settings.store, url=pg_url)
+    )
+    return Gateway(
+        settings, impl=impl, access_stream=io.BytesIO(), outbound_policy=OutboundPolicy.dev()
+    )
+
+
+async def send_op(bundler: Bundler) -> str:
+    op, expected = await sponsored_op(bundler, "0.7")
+    entry_point = bundler.manifest.address(f"entry_point_{TAGS['0.7']}")
+    sent = await bundler.result(
+        "eth_sendUserOperation", encode_user_operation(op, "0.7"), entry_point
+    )
+    assert sent == expected
+    return str(sent)
+
+
+async def test_no_bundle_before_the_term_has_begun(
+    nursery: trio.Nursery,
+    impl: Impl,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    """Under PostgreSQL leadership the lease alone is not enough: a process whose lease is
+    granted but whose term has not begun (its bump of ``role_terms`` waits on the row, which
+    another transaction holds) bundles nothing — sendBundleNow answers -32002, nothing is
+    recorded, signed or sent.  Once the term has begun and the mempool is loaded, it does."""
+    node, manifest = module_devnet
+    async with open_store(pg_url, tmp_path) as store:
+        await store.migrate()
+        assert await RoleTerms(store).begin(ROLE) == 1  # an earlier leader's term
+    blocker = psycopg.connect(pg_url)  # its open transaction holds the role's row
+    try:
+        blocker.execute(
+            "SELECT term FROM role_terms WHERE role = %s AND chain = %s AND network = %s"
+            " FOR UPDATE",
+            (ROLE.role, ROLE.chain, ROLE.network),
+        )
+        gateway = pg_gateway(node, manifest, tmp_path, pg_url, impl)
+        await nursery.start(gateway.run)
+        assert gateway.bundler is not None and gateway.store is not None
+        net = gateway.bundler.networks["ethereum/devnet"]
+        submitter = net.submitter
+        assert submitter is not None
+        with trio.fail_after(30):
+            while not gateway.leadership.holds(ROLE):
+                await trio.sleep(0.05)
+        bundler = Bundler(GatewayHandle(gateway, io.BytesIO()), node, manifest)
+        sent = await send_op(bundler)  # accepted: any process admits operations
+        with DevnetRpc(node.url) as rpc:
+            before = rpc.call("eth_getTransactionCount", submitter.address, "pending")
+        assert net.fenced and net.term is None and gateway.leadership.holds(ROLE)
+
+        refused = await bundler.call("debug_bundler_sendBundleNow")
+        assert refused["error"]["code"] == NOT_LEADING, refused
+        with DevnetRpc(node.url) as rpc:
+            assert rpc.call("eth_getTransactionCount", submitter.address, "pending") == before
+        assert intents(pg_url) == []
+        row = await BundlerRows(gateway.store).bundler_get("ethereum", "devnet", sent)
+        assert row is not None and (row.status, row.bundle_tx) == ("pending", None)
+    finally:
+        blocker.rollback()
+        blocker.close()
+
+    # The term begins (2) and loads: bundled as usual, recorded under that term.
+    with trio.fail_after(30):
+        while net.term is None:
+            await trio.sleep(0.05)
+    assert net.term == 2
+    await bundler.result("debug_bundler_sendBundleNow")
+    receipt = await bundler.receipt(sent)
+    assert receipt["success"] is True
+    assert [t for _, _, t in intents(pg_url)] == [2]
+
+
+async def test_a_deposed_terms_requeue_writes_nothing(
+    nursery: trio.Nursery,
+    impl: Impl,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    """A leader deposed during its own load finds a bundle in flight that the node does not
+    know and nobody recorded: its operations would go back to pending — over what the next
+    leader may have recorded since.  Fenced by its term, that requeue writes nothing; the
+    newest term's load does put them back."""
+    node, manifest = module_devnet
+    gateway = pg_gateway(node, manifest, tmp_path, pg_url, impl)
+    await nursery.start(gateway.run)
+    assert gateway.bundler is not None and gateway.store is not None
+    net = gateway.bundler.networks["ethereum/devnet"]
+    with trio.fail_after(30):
+        while net.term is None:
+            await trio.sleep(0.05)
+    first = net.term
+    bundler = Bundler(GatewayHandle(gateway, io.BytesIO()), node, manifest)
+    sent = await send_op(bundler)
+    rows = BundlerRows(gateway.store)
+    stored = await rows.bundler_get("ethereum", "devnet", sent)
+    assert stored is not None
+    lost_tx = "0x" + "ee" * 32  # never sent: unknown to the node, no intent recorded
+    in_flight = stored.with_(status="submitted", bundle_tx=lost_tx)
+    assert await rows.save_bundler_entries("ethereum", "devnet", [in_flight], term=first)
+    later = await RoleTerms(gateway.store).begin(ROLE)  # another process's term began
+
+    net.mempool.forget_live()
+    with pytest.raises(BundlerFault) as refused:
+        await net.load(first)  # the deposed leader's load
+    assert refused.value.code == NOT_LEADING
+    row = await rows.bundler_get("ethereum", "devnet", sent)
+    assert row is not None and (row.status, row.bundle_tx) == ("submitted", lost_tx)
+    assert net.term is None  # and it serves no term: it bundles nothing
+    refused_bundle = await bundler.call("debug_bundler_sendBundleNow")
+    assert refused_bundle["error"]["code"] == NOT_LEADING, refused_bundle
+
+    # The newest term's load settles the same bundle: its operation is pending again.
+    net.mempool.forget_live()
+    await net.load(later)
+    row = await rows.bundler_get("ethereum", "devnet", sent)
+    assert row is not None and (row.status, row.bundle_tx) == ("pending", None)
+    assert net.term == later
 
 
 async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(

@@ -156,6 +156,23 @@ async def test_failed_migration_rolls_back_whole(store_url: str, tmp_path: Path)
         assert await apply_pending(s, [*load_migrations(), fixed]) == [NEXT]
 
 
+async def test_a_version_recorded_under_another_name_is_refused(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A database that applied another file as version NEXT (a branch's placeholder, since
+    renumbered) is refused, not silently left without the real one."""
+    placeholder = Migration(NEXT, "reserved", "CREATE TABLE placeholder (x BIGINT);")
+    real = Migration(NEXT, "widgets", "CREATE TABLE widgets (id TEXT PRIMARY KEY);")
+    async with open_store(store_url, tmp_path) as s:
+        assert await apply_pending(s, [*load_migrations(), placeholder]) == [*VERSIONS, NEXT]
+        with pytest.raises(MigrationError, match=f"{NEXT:04d}.*'reserved'.*'widgets'"):
+            await apply_pending(s, [*load_migrations(), real])
+        recorded = await s.applied_migrations()
+        assert (recorded[-1].version, recorded[-1].name) == (NEXT, "reserved")
+        # The same file again is simply already applied.
+        assert await apply_pending(s, [*load_migrations(), placeholder]) == []
+
+
 def test_split_statements_respects_quotes_and_comments() -> None:
     script = """
     -- a comment; with a semicolon

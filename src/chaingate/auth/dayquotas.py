@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 MIN_ROOM = 16  # units a process keeps in hand per account far from the quota's end
 USE_FACTOR = 4  # ... or this many sync intervals of the account's recent use
@@ -70,6 +70,19 @@ class _Held:
         self.floor = floor
         self.last_used = 0.0
         self.returned_at = -1e9
+
+
+class AccountDays(Protocol):
+    """What the grants read of each account (the key registry, ``KeyRegistry``, keeps it)."""
+
+    def account_quota(self, account_id: str) -> Any:
+        """The account's ``DayQuota`` (compiled or pure twin); None: unknown here."""
+
+    def day_limit(self, account_id: str) -> int:
+        """Requests per day (0: unlimited or unknown)."""
+
+    def day_floor(self, account_id: str, day: int) -> int:
+        """The store's total of ``day`` at start-up (0 for any other day)."""
 
 
 class DayAllowances:

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from collections import OrderedDict, defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -34,6 +34,9 @@ from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.peers import peer_group
+
+if TYPE_CHECKING:
+    from chaingate.auth.shared import SharedLimits
 
 log = logging.getLogger("chaingate.auth")
 
@@ -73,7 +76,7 @@ class KeyRegistry:
         self._loaded: tuple[int, dict[str, int]] = (-1, {})  # (day, store's totals at start)
         self.used: set[str] = set()  # key ids used since the last touch of last_used_at
         # SharedLimits when processes share limits (Redis): it grants the day quotas.
-        self.shared: Any = None
+        self.shared: SharedLimits | None = None
 
     @property
     def recent(self) -> dict[bytes, Principal]:

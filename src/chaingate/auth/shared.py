@@ -22,7 +22,7 @@ from typing import Any
 import coredis
 import trio
 
-from chaingate.auth.dayquotas import DayAllowances
+from chaingate.auth.dayquotas import AccountDays, DayAllowances
 from chaingate.auth.gate import Principal
 
 log = logging.getLogger("chaingate.auth.shared")
@@ -38,7 +38,7 @@ GRANT_WAIT = 0.25
 
 
 class SharedLimits:
-    def __init__(self, url: str, registry: Any, interval: float = 0.05) -> None:
+    def __init__(self, url: str, registry: AccountDays, interval: float = 0.05) -> None:
         self._url = url
         self._interval = interval
         self._active: dict[Principal, float] = {}

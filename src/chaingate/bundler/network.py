@@ -82,8 +82,13 @@ class BundlerNetwork:
         # right before a bundle transaction is signed and sent, so a process that lost the
         # role (its lease session died) does not send one the new leader sends too.
         self.leads: Callable[[], bool] = lambda: True
-        # The leadership term this process began for the role (chaingate.cluster.terms);
-        # None: no other process can lead it (one process), so no fence is compared.
+        # Whether other processes may lead the role (set by the service under leadership):
+        # then every write that must not come from a deposed leader is fenced by ``term``,
+        # and without a term nothing is bundled.
+        self.fenced = False
+        # The leadership term (chaingate.cluster.terms) this process serves: set once the term
+        # has begun *and* its load is done, None again when the term ends.  Unfenced (one
+        # process), it stays None and no fence is compared.
         self.term: int | None = None
         self.head = 0
         self._wake = trio.Event()
@@ -169,14 +174,24 @@ class BundlerNetwork:
             self._fenced()
 
     def _current(self, term: int | None) -> None:
-        """Refuses a bundle's write once a later term began in this process (its mempool is
-        that term's now: not to be touched by the earlier one)."""
+        """Refuses a bundle's write once its term ended in this process, or a later one began
+        (the mempool is then the mirror's or that term's: not to be touched by the earlier
+        one)."""
         if term is not None and term != self.term:
             self._fenced()
 
+    def _serving(self) -> int | None:
+        """The term this process's writes are fenced by now (None: unfenced, one process);
+        refused while fenced and no term is served here (not begun, not loaded, or ended)."""
+        if self.fenced and self.term is None:
+            self._fenced()
+        return self.term
+
     def _fenced(self) -> None:
         self.bundles["fenced"] += 1
-        raise BundlerFault(NOT_LEADING, f"{self.key}: a later leader's term began; not written")
+        raise BundlerFault(
+            NOT_LEADING, f"{self.key}: not this process's leadership term; not written"
+        )
 
     async def save_reputation(self) -> None:
         changed, removed = self.reputation.take_changes()
@@ -198,8 +213,11 @@ class BundlerNetwork:
 
     # --- starting --------------------------------------------------------------------------
 
-    async def load(self) -> None:
-        """The mempool and reputation as the store kept them; bundles in flight settled."""
+    async def load(self, term: int | None = None) -> None:
+        """The mempool and reputation as the store kept them; bundles in flight settled, their
+        writes fenced by ``term`` (the leadership term this load begins; None: one process).
+        The term is served from then on."""
+        self.term = None
         entries = await self.store.bundler_live(self.chain, self.network)
         self.mempool.load(entries)
         reputation, decayed_ms = await self.store.bundler_load_reputation(self.chain, self.network)
@@ -209,9 +227,12 @@ class BundlerNetwork:
             if entry.status == "submitted" and entry.bundle_tx:
                 in_flight.setdefault(entry.bundle_tx, []).append(entry)
         for bundle_tx, group in in_flight.items():
-            await self._settle_unfinished(bundle_tx, group)
+            await self._settle_unfinished(bundle_tx, group, term)
+        self.term = term
 
-    async def _settle_unfinished(self, bundle_tx: str, group: list[Entry]) -> None:
+    async def _settle_unfinished(
+        self, bundle_tx: str, group: list[Entry], term: int | None
+    ) -> None:
         """A bundle sent before a restart: mined (the follower's receipts will include its
         operations), still known to the node (left submitted, watched by the next bundle
         round), or gone (its operations are pending again)."""
@@ -225,7 +246,9 @@ class BundlerNetwork:
         # whose nonce the EntryPoint has used waits, submitted, for the follower's receipt.
         lost = [e.hash for e in group if not await self._nonce_used(e)]
         back = self.mempool.requeue(lost, "bundle lost in a restart")
-        await self._persist(back)
+        # Fenced: a leader deposed during its own load must not put back to pending what the
+        # next leader has recorded submitted since.
+        await self._persist(back, term)
 
     async def _finish_recorded(self, bundle_tx: str) -> bool:
         """A bundle transaction recorded but unknown to the node — its sender died or was
@@ -292,6 +315,7 @@ class BundlerNetwork:
     async def reverted(self, hashes: Sequence[str]) -> None:
         """Operations whose block was orphaned: pending again, to be bundled again."""
         async with self._lock:
+            term = self._serving()  # a deposed term puts nothing back
             back: list[Entry] = []
             for user_op_hash in hashes:
                 entry = self.mempool.revert_inclusion(user_op_hash)
@@ -302,7 +326,7 @@ class BundlerNetwork:
                 if entry is not None:
                     back.append(entry)
             if back:
-                await self._persist(back)
+                await self._persist(back, term)
         if back:
             log.info(
                 "operations of an orphaned block are back in the mempool",
@@ -364,6 +388,13 @@ class BundlerNetwork:
             raise BundlerFault(
                 NOT_LEADING, f"{self.key}: another process leads this network's bundler now"
             )
+        if self.fenced and self.term is None:
+            # The lease is held but its term has not begun, or its mempool not loaded yet:
+            # what the mirror holds may be a second stale, and a write would not be fenced.
+            self.bundles["not_leading"] += 1
+            raise BundlerFault(
+                NOT_LEADING, f"{self.key}: this process's bundler term has not begun yet"
+            )
 
     async def _prune_loop(self) -> None:
         """Finished operations are kept ``keep_finished`` for lookups, then deleted."""
@@ -379,10 +410,12 @@ class BundlerNetwork:
         if self.submitter is None:
             raise BundlerFault(INVALID_PARAMS, f"{self.key}: no bundler key is configured")
         async with self.submitter.lock:
-            # Every write of this bundle is fenced by the term it began in: once a later term
-            # began (here or in another process), it writes and sends nothing more.
+            # Every write of this bundle is fenced by the term it began in: once that term
+            # ended, or a later one began (here or in another process), it writes and sends
+            # nothing more.  Under leadership, no bundle before the term is served.
+            self._still_leading()
             term = self.term
-            prepared = await self._prepare_bundle()
+            prepared = await self._prepare_bundle(term)
             if prepared is None:
                 return None
             entries, entry_point, version, gas, fees = prepared
@@ -443,7 +476,7 @@ class BundlerNetwork:
             self._current(term)
             submitted = self.mempool.mark_submitted(hashes, intent.tx_hash)
             if not await self.store.record_submission(
-                self.chain, self.network, submitted, intent, fenced=term is not None
+                self.chain, self.network, submitted, intent, fenced=self.fenced or term is not None
             ):
                 # The mempool is the store's again when this process leads next.
                 self._fenced()
@@ -460,7 +493,9 @@ class BundlerNetwork:
             back = self.mempool.requeue([e.hash for e in entries], reason)
             await self._persist(back, term)
 
-    async def _prepare_bundle(self) -> tuple[list[Entry], str, Version, int, Any] | None:
+    async def _prepare_bundle(
+        self, term: int | None
+    ) -> tuple[list[Entry], str, Version, int, Any] | None:
         """The operations of the next bundle (one entry point's), checked together by
         handleOps' eth_call: an operation a FailedOp names is dropped (and its entity
         penalised as ERC-7562 says) and the rest checked again."""
@@ -476,9 +511,10 @@ class BundlerNetwork:
                     block_number=self.head,
                 )
                 if selection.dropped:
-                    await self._persist(list(selection.dropped))
+                    self._current(term)
+                    await self._persist(list(selection.dropped), term)
             entries = list(selection.entries)
-            entries = await self._drop_changed_code(entries)
+            entries = await self._drop_changed_code(entries, term)
             for _ in range(MAX_DROPS_PER_BUNDLE):
                 if not entries:
                     break
@@ -493,14 +529,14 @@ class BundlerNetwork:
                     )
                 except BundlerFault as fault:
                     # handleOps reverted without naming an operation: each is tried alone.
-                    entries = await self._alone(entries, entry_point, version, fault.message)
+                    entries = await self._alone(entries, entry_point, version, fault.message, term)
                     continue
                 if failed is None:
                     break
                 if not 0 <= failed.index < len(entries):
                     raise BundlerFault(INVALID_PARAMS, f"FailedOp names index {failed.index}")
                 culprit = entries.pop(failed.index)
-                await self._fail(culprit, failed.reason)
+                await self._fail(culprit, failed.reason, term)
             else:
                 entries = []
             if not entries:
@@ -528,7 +564,7 @@ class BundlerNetwork:
         return max(estimate * 6 // 5, limits)
 
     async def _alone(
-        self, entries: list[Entry], entry_point: str, version: Version, why: str
+        self, entries: list[Entry], entry_point: str, version: Version, why: str, term: int | None
     ) -> list[Entry]:
         """The operations that pass handleOps on their own (the others fail with ``why``)."""
         assert self.submitter is not None
@@ -544,15 +580,15 @@ class BundlerNetwork:
                     sender=self.submitter.address,
                 )
             except BundlerFault as fault:
-                await self._fail(entry, fault.message)
+                await self._fail(entry, fault.message, term)
                 continue
             if failed is None:
                 kept.append(entry)
             else:
-                await self._fail(entry, failed.reason or why)
+                await self._fail(entry, failed.reason or why, term)
         return kept
 
-    async def _fail(self, entry: Entry, reason: str) -> None:
+    async def _fail(self, entry: Entry, reason: str, term: int | None) -> None:
         """An operation handleOps refused after it passed validation: failed, and the entity
         to blame is penalised (ERC-7562: the paymaster for AA3x, the factory for AA1x, else
         a staked factory — accountable for the accounts it deploys, EREP-020 — or the account
@@ -562,11 +598,13 @@ class BundlerNetwork:
         a receipt, if it is ours, makes it ``included``."""
         if reason[:4] in ("AA25", "AA10") and await self._nonce_used(entry):
             async with self._lock:
+                self._current(term)
                 await self._persist(
-                    [e for e in [self.mempool.drop(entry.hash, "nonce used on chain")] if e]
+                    [e for e in [self.mempool.drop(entry.hash, "nonce used on chain")] if e], term
                 )
             return
         async with self._lock:
+            self._current(term)
             done = self.mempool.mark_failed(entry.hash, reason)
             blamed = self._to_blame(entry, reason)
             if blamed is not None:
@@ -574,7 +612,7 @@ class BundlerNetwork:
             if entry.paymaster is not None and blamed != entry.paymaster:
                 self.reputation.seen(entry.paymaster, -1)  # EREP-015
             if done is not None:
-                await self._persist([done])
+                await self._persist([done], term)
             await self.save_reputation()
         log.info(
             "operation dropped from a bundle",
@@ -594,7 +632,7 @@ class BundlerNetwork:
         sender = entry.sender_stake
         return entry.sender if staked(sender.stake, sender.unstake_delay_sec) else None
 
-    async def _drop_changed_code(self, entries: list[Entry]) -> list[Entry]:
+    async def _drop_changed_code(self, entries: list[Entry], term: int | None) -> list[Entry]:
         """Safe mode: an operation whose validation touched code that changed since (a
         contract destroyed or deployed at an address it read) is dropped."""
         addresses = {a for e in entries for a, _ in e.code_hashes}
@@ -606,5 +644,5 @@ class BundlerNetwork:
             if all(now.get(a, h) == h for a, h in e.code_hashes):
                 kept.append(e)
             else:
-                await self._fail(e, "code accessed during validation changed")
+                await self._fail(e, "code accessed during validation changed", term)
         return kept

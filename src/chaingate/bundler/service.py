@@ -234,6 +234,7 @@ class BundlerService:
                     )
                     await nursery.start(functools.partial(receipts.run, own_terms=False))
                 net.leads = functools.partial(leadership.holds, role)
+                net.fenced = True  # other processes may lead: no bundle outside a term
                 term = functools.partial(self._term, key, net, receipts)
                 nursery.start_soon(leadership.lead, role, term)
                 nursery.start_soon(self._mirror, leadership, role, net)
@@ -265,20 +266,24 @@ class BundlerService:
         been bundled there), bundles in flight settled — then bundling, and taking in what
         other processes accept."""
         # A new term, inside the lease: the previous leader's recording of a bundle fails
-        # from now on, and what it recorded before is settled by the load.
+        # from now on, and what it recorded before is settled by the load.  The term is
+        # served (``net.term``) only once loaded, and no longer once this one ends.
         role = RoleKey("bundler", net.chain, net.network)
-        net.term = await RoleTerms(net.store.store).begin(role)
-        if net.chain_id is None:
-            await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
-        if net.chain_id is not None:
-            net.mempool.forget_live()
-            await net.load()
-        async with trio.open_nursery() as nursery:
-            if receipts is not None:  # after the load: inclusions find their operations
-                nursery.start_soon(receipts.term)
-            nursery.start_soon(self._pick_up, net)
-            await self._run_network(key, net)
-            nursery.cancel_scope.cancel()
+        term = await RoleTerms(net.store.store).begin(role)
+        try:
+            if net.chain_id is None:
+                await self._learn_chain_id(key, net, START_CHAIN_ID_WAIT)
+            if net.chain_id is not None:
+                net.mempool.forget_live()
+                await net.load(term)
+            async with trio.open_nursery() as nursery:
+                if receipts is not None:  # after the load: inclusions find their operations
+                    nursery.start_soon(receipts.term)
+                nursery.start_soon(self._pick_up, net)
+                await self._run_network(key, net, term)
+                nursery.cancel_scope.cancel()
+        finally:
+            net.term = None
 
     @staticmethod
     async def _pick_up(net: BundlerNetwork) -> None:
@@ -309,7 +314,7 @@ class BundlerService:
                 extra={"fields": {"network": key, "chain_id": chain_id}},
             )
 
-    async def _run_network(self, key: str, net: BundlerNetwork) -> None:
+    async def _run_network(self, key: str, net: BundlerNetwork, term: int | None = None) -> None:
         if net.chain_id is None:
             log.warning(
                 "the bundler is off until an upstream answers eth_chainId (no chain_id is "
@@ -325,7 +330,7 @@ class BundlerService:
                     "the bundler stays off", extra={"fields": {"network": key, "error": str(exc)}}
                 )
                 return
-            await net.load()
+            await net.load(term)
         await net.run()
 
     # --- metrics ---------------------------------------------------------------------------

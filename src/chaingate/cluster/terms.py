@@ -42,12 +42,3 @@ class RoleTerms(Rows):
             return int(tx.query(_READ, params)[0][0])
 
         return await self.run_transaction(bump)
-
-    async def current(self, key: RoleKey) -> int:
-        """The role's newest term (0: none began)."""
-
-        def read(tx: Tx) -> int:
-            rows = tx.query(_READ, (key.role, key.chain, key.network))
-            return int(rows[0][0]) if rows else 0
-
-        return await self.run_transaction(read, write=False)

@@ -27,7 +27,8 @@ _CREATE_TABLE = (
 
 
 class MigrationError(Exception):
-    """The migration files themselves are wrong (bad name, duplicate or missing version)."""
+    """The migration files themselves are wrong (bad name, duplicate or missing version), or
+    the database recorded a version under another name than its file's."""
 
 
 class Migration(msgspec.Struct, frozen=True):
@@ -116,9 +117,17 @@ async def apply_pending(
             store.lock_migrations(tx)
             tx.execute(_CREATE_TABLE)
             done = tx.query(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+                "SELECT name FROM schema_migrations WHERE version = ?", (migration.version,)
             )
             if done:
+                # A version once applied from another file (a branch's placeholder, since
+                # renumbered) would hide this one for ever: refused, loudly.
+                if done[0][0] != migration.name:
+                    raise MigrationError(
+                        f"migration {migration.version:04d}: the database applied"
+                        f" {done[0][0]!r}, the file is {migration.name!r}; this database ran"
+                        " another version of the schema: recreate it or migrate it by hand"
+                    )
                 return False
             for statement in split_statements(migration.sql):
                 tx.execute(statement)
