@@ -85,12 +85,17 @@ def decode_body(kind: type[S], data: bytes) -> S:
         raise ApiError(413, f"the body may be at most {MAX_BODY_BYTES} bytes")
     if too_deep(data):
         raise ApiError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels")
+    if not data.isascii():
+        # Checked here: msgspec's own answer changed between releases (a UnicodeDecodeError
+        # before 0.23, a DecodeError "Invalid UTF-8 encoded string" since).
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, "malformed JSON body: not valid UTF-8") from None
     try:
         value = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed JSON body: {exc}") from None
-    except UnicodeDecodeError:
-        raise ApiError(400, "malformed JSON body: not valid UTF-8") from None
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object")
     # The body as decoded, written again in C: each member once, escapes made regular.
