@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import coredis
 import pytest
@@ -132,16 +131,18 @@ async def test_an_unused_account_is_not_granted_and_an_exit_gives_back(
     """Nothing is granted to an account no request used; a graceful exit gives back every
     unit held, so a restart costs the account nothing (quota 100: 3 served, then a fresh
     process can serve the other 97)."""
-    async with account_with_quota(tmp_path, 100) as (store, account_id, key):
-        async with trio.open_nursery() as nursery:
-            first = Process(store, impl)
-            await first.start(nursery)
-            await trio.sleep(SYNC * 4)
-            assert await granted(account_id) == 0  # loaded, not used: not granted
-            assert first.admit(key, 3) == 3
-            await trio.sleep(SYNC * 4)
-            assert await granted(account_id) > 3  # the first use got a grant
-            first.stop()
+    async with (
+        account_with_quota(tmp_path, 100) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        first = Process(store, impl)
+        await first.start(nursery)
+        await trio.sleep(SYNC * 4)
+        assert await granted(account_id) == 0  # loaded, not used: not granted
+        assert first.admit(key, 3) == 3
+        await trio.sleep(SYNC * 4)
+        assert await granted(account_id) > 3  # the first use got a grant
+        first.stop()
         assert await granted(account_id) == 3  # only what was served stays granted
         async with trio.open_nursery() as nursery:
             second = Process(store, impl)
@@ -156,22 +157,24 @@ async def test_a_crashed_process_units_are_taken_back(
 ) -> None:
     """A process killed while holding units (no exit path): once its liveness mark expires,
     the next grant takes its unused units back, and the survivors serve the whole quota."""
-    async with account_with_quota(tmp_path, 60) as (store, account_id, key):
-        async with trio.open_nursery() as nursery:
-            crashed, survivor = Process(store, impl), Process(store, impl)
-            await crashed.start(nursery, crash=True)
-            await survivor.start(nursery)
-            assert crashed.admit(key, 2) == 2
-            await trio.sleep(SYNC * 4)
-            held = crashed.room(account_id)
-            assert held > 0
-            crashed.stop()
-            await trio.sleep(dayquotas.LIVE_TTL + 0.2)
-            assert await admit_until(survivor, key, 60, step=8) == 58
-            assert survivor.admit(key) == 0
-            print(f"\ncrash: {held} units held by the dead process taken back")
-            assert_exact([survivor], account_id, await granted(account_id) - 2)
-            survivor.stop()
+    async with (
+        account_with_quota(tmp_path, 60) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        crashed, survivor = Process(store, impl), Process(store, impl)
+        await crashed.start(nursery, crash=True)
+        await survivor.start(nursery)
+        assert crashed.admit(key, 2) == 2
+        await trio.sleep(SYNC * 4)
+        held = crashed.room(account_id)
+        assert held > 0
+        crashed.stop()
+        await trio.sleep(dayquotas.LIVE_TTL + 0.2)
+        assert await admit_until(survivor, key, 60, step=8) == 58
+        assert survivor.admit(key) == 0
+        print(f"\ncrash: {held} units held by the dead process taken back")
+        assert_exact([survivor], account_id, await granted(account_id) - 2)
+        survivor.stop()
 
 
 class ReplyEater:
@@ -240,34 +243,36 @@ async def test_a_redis_stall_does_not_reopen_an_exhausted_quota(
     lost, the grants in them included): released to its own view, it admits nothing, since
     every unit was granted.  Back on Redis, the units its lost replies granted come back and
     the accounting is exact again."""
-    async with account_with_quota(tmp_path, 40) as (store, account_id, key):
-        async with trio.open_nursery() as nursery:
-            stalled, other = Process(store, impl, eater.url), Process(store, impl)
-            await stalled.start(nursery)
-            await other.start(nursery)
-            assert await admit_until(stalled, key, 15, step=4) == 15
-            assert await admit_until(other, key, 40, step=4) < 40
-            # Exhausted: every unit granted (the last ones may sit with ``stalled``).
-            await admit_until(stalled, key, 40, seconds=1.0, step=4)
-            assert stalled.admit(key) == other.admit(key) == 0
-            assert stalled.admitted + other.admitted == 40
-            await trio.sleep(SYNC * 4)  # a refused request keeps ``stalled`` asking
-            eater.eat.set()
-            failures = stalled.shared.failures
-            while stalled.shared.failures == failures:
-                assert stalled.admit(key) == 0
-                await trio.sleep(SYNC)
-            assert not stalled.shared.quotas.holds(account_id)  # released: its own view
-            assert stalled.admit(key, 50) == 0, "the stall reopened the quota"
-            eater.eat.clear()
-            eater.reset()
-            while not stalled.shared.up:
-                await trio.sleep(SYNC)
-            assert stalled.admit(key, 5) == 0
-            await trio.sleep(SYNC * 4)
-            assert_exact([stalled, other], account_id, await granted(account_id))
-            stalled.stop()
-            other.stop()
+    async with (
+        account_with_quota(tmp_path, 40) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        stalled, other = Process(store, impl, eater.url), Process(store, impl)
+        await stalled.start(nursery)
+        await other.start(nursery)
+        assert await admit_until(stalled, key, 15, step=4) == 15
+        assert await admit_until(other, key, 40, step=4) < 40
+        # Exhausted: every unit granted (the last ones may sit with ``stalled``).
+        await admit_until(stalled, key, 40, seconds=1.0, step=4)
+        assert stalled.admit(key) == other.admit(key) == 0
+        assert stalled.admitted + other.admitted == 40
+        await trio.sleep(SYNC * 4)  # a refused request keeps ``stalled`` asking
+        eater.eat.set()
+        failures = stalled.shared.failures
+        while stalled.shared.failures == failures:
+            assert stalled.admit(key) == 0
+            await trio.sleep(SYNC)
+        assert not stalled.shared.quotas.holds(account_id)  # released: its own view
+        assert stalled.admit(key, 50) == 0, "the stall reopened the quota"
+        eater.eat.clear()
+        eater.reset()
+        while not stalled.shared.up:
+            await trio.sleep(SYNC)
+        assert stalled.admit(key, 5) == 0
+        await trio.sleep(SYNC * 4)
+        assert_exact([stalled, other], account_id, await granted(account_id))
+        stalled.stop()
+        other.stop()
 
 
 async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
@@ -276,28 +281,30 @@ async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
     """Quota 200, far from its end: a process whose Redis stalls keeps serving on its own
     view (fail-open) and, once Redis is back, what it served meanwhile is charged and the
     grants whose replies were lost come back: granted = admitted + held, exactly."""
-    async with account_with_quota(tmp_path, 200) as (store, account_id, key):
-        async with trio.open_nursery() as nursery:
-            stalled, other = Process(store, impl, eater.url), Process(store, impl)
-            await stalled.start(nursery)
-            await other.start(nursery)
-            assert await admit_until(stalled, key, 10) == 10
-            assert await admit_until(other, key, 10) == 10
-            eater.eat.set()
-            failures = stalled.shared.failures
-            while stalled.shared.failures == failures:  # keeps asking: replies swallowed
-                stalled.admit(key)
-                await trio.sleep(SYNC)
-            assert stalled.admit(key, 7) == 7  # fail-open: served on its own view
-            eater.eat.clear()
-            eater.reset()
-            while not stalled.shared.up:
-                await trio.sleep(SYNC)
+    async with (
+        account_with_quota(tmp_path, 200) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        stalled, other = Process(store, impl, eater.url), Process(store, impl)
+        await stalled.start(nursery)
+        await other.start(nursery)
+        assert await admit_until(stalled, key, 10) == 10
+        assert await admit_until(other, key, 10) == 10
+        eater.eat.set()
+        failures = stalled.shared.failures
+        while stalled.shared.failures == failures:  # keeps asking: replies swallowed
             stalled.admit(key)
-            await trio.sleep(SYNC * 6)
-            assert_exact([stalled, other], account_id, await granted(account_id))
-            stalled.stop()
-            other.stop()
+            await trio.sleep(SYNC)
+        assert stalled.admit(key, 7) == 7  # fail-open: served on its own view
+        eater.eat.clear()
+        eater.reset()
+        while not stalled.shared.up:
+            await trio.sleep(SYNC)
+        stalled.admit(key)
+        await trio.sleep(SYNC * 6)
+        assert_exact([stalled, other], account_id, await granted(account_id))
+        stalled.stop()
+        other.stop()
 
 
 async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
@@ -309,30 +316,32 @@ async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
     units: refusals keep a process asking."""
     monkeypatch.setattr(shared, "ACTIVE_SECONDS", 0.3)
     monkeypatch.setattr(dayquotas, "STARVED_SECONDS", 0.5)
-    async with account_with_quota(tmp_path, 60) as (store, account_id, key):
-        async with trio.open_nursery() as nursery:
-            starved, busy = Process(store, impl), Process(store, impl)
-            await starved.start(nursery)
-            await busy.start(nursery)
-            # ``busy`` admits every 0.1 s (in use: it keeps its units); ``starved`` takes
-            # what it can, then is refused for 1.2 s.
-            refused_since = None
-            next_busy = 0.0
-            while refused_since is None or time.monotonic() - refused_since < 1.2:
-                if time.monotonic() >= next_busy:
-                    busy.admit(key)
-                    next_busy = time.monotonic() + 0.1
-                if starved.admit(key, 4) == 0 and refused_since is None:
-                    refused_since = time.monotonic()
-                await trio.sleep(SYNC / 2)
-            spare = busy.room(account_id)
-            assert spare > 0, "busy used everything: nothing left to move"
-            got = 0
-            end = time.monotonic() + 2.0
-            while not got and time.monotonic() < end:
-                got = starved.admit(key)
-                await trio.sleep(0.1)
-            print(f"\nstarved: got units back ({spare} spare on the idle process)")
-            assert got, "the starved process never got the idle process's units"
-            starved.stop()
-            busy.stop()
+    async with (
+        account_with_quota(tmp_path, 60) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        starved, busy = Process(store, impl), Process(store, impl)
+        await starved.start(nursery)
+        await busy.start(nursery)
+        # ``busy`` admits every 0.1 s (in use: it keeps its units); ``starved`` takes
+        # what it can, then is refused for 1.2 s.
+        refused_since = None
+        next_busy = 0.0
+        while refused_since is None or time.monotonic() - refused_since < 1.2:
+            if time.monotonic() >= next_busy:
+                busy.admit(key)
+                next_busy = time.monotonic() + 0.1
+            if starved.admit(key, 4) == 0 and refused_since is None:
+                refused_since = time.monotonic()
+            await trio.sleep(SYNC / 2)
+        spare = busy.room(account_id)
+        assert spare > 0, "busy used everything: nothing left to move"
+        got = 0
+        end = time.monotonic() + 2.0
+        while not got and time.monotonic() < end:
+            got = starved.admit(key)
+            await trio.sleep(0.1)
+        print(f"\nstarved: got units back ({spare} spare on the idle process)")
+        assert got, "the starved process never got the idle process's units"
+        starved.stop()
+        busy.stop()
