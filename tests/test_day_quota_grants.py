@@ -50,6 +50,7 @@ class Process:
         self.gate.shared = self.registry.shared = self.shared
         self.admitted = 0
         self._scope: trio.CancelScope | None = None
+        self._done = trio.Event()
 
     async def start(self, nursery: trio.Nursery, *, crash: bool = False) -> None:
         """Loads the keys and starts syncing; ``crash``: stopping skips the exit path."""
@@ -60,16 +61,24 @@ class Process:
     async def _run(self, crash: bool) -> None:
         assert self._scope is not None
         with self._scope:
-            if crash:
-                client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
-                async with client:
-                    await self.shared._loop(client)
-            else:
-                await self.shared.run()
+            try:
+                await self._sync(crash)
+            finally:
+                self._done.set()
 
-    def stop(self) -> None:
+    async def _sync(self, crash: bool) -> None:
+        if not crash:
+            await self.shared.run()
+            return
+        client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
+        async with client:
+            await self.shared._loop(client)
+
+    async def stop(self) -> None:
+        """Stops syncing, and returns once the exit path (if any) is done."""
         assert self._scope is not None
         self._scope.cancel()
+        await self._done.wait()
 
     def admit(self, key: str, n: int = 1) -> int:
         principal = self.registry.lookup(key.encode())
@@ -142,14 +151,14 @@ async def test_an_unused_account_is_not_granted_and_an_exit_gives_back(
         assert first.admit(key, 3) == 3
         await trio.sleep(SYNC * 4)
         assert await granted(account_id) > 3  # the first use got a grant
-        first.stop()
+        await first.stop()
         assert await granted(account_id) == 3  # only what was served stays granted
         async with trio.open_nursery() as nursery:
             second = Process(store, impl)
             await second.start(nursery)
             assert await admit_until(second, key, 100, step=8) == 97
             assert second.admit(key) == 0
-            second.stop()
+            await second.stop()
 
 
 async def test_a_crashed_process_units_are_taken_back(
@@ -168,13 +177,13 @@ async def test_a_crashed_process_units_are_taken_back(
         await trio.sleep(SYNC * 4)
         held = crashed.room(account_id)
         assert held > 0
-        crashed.stop()
+        await crashed.stop()
         await trio.sleep(dayquotas.LIVE_TTL + 0.2)
         assert await admit_until(survivor, key, 60, step=8) == 58
         assert survivor.admit(key) == 0
         print(f"\ncrash: {held} units held by the dead process taken back")
         assert_exact([survivor], account_id, await granted(account_id) - 2)
-        survivor.stop()
+        await survivor.stop()
 
 
 class ReplyEater:
@@ -271,8 +280,8 @@ async def test_a_redis_stall_does_not_reopen_an_exhausted_quota(
         assert stalled.admit(key, 5) == 0
         await trio.sleep(SYNC * 4)
         assert_exact([stalled, other], account_id, await granted(account_id))
-        stalled.stop()
-        other.stop()
+        await stalled.stop()
+        await other.stop()
 
 
 async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
@@ -303,8 +312,8 @@ async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
         stalled.admit(key)
         await trio.sleep(SYNC * 6)
         assert_exact([stalled, other], account_id, await granted(account_id))
-        stalled.stop()
-        other.stop()
+        await stalled.stop()
+        await other.stop()
 
 
 async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
@@ -343,5 +352,5 @@ async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
             await trio.sleep(0.1)
         print(f"\nstarved: got units back ({spare} spare on the idle process)")
         assert got, "the starved process never got the idle process's units"
-        starved.stop()
-        busy.stop()
+        await starved.stop()
+        await busy.stop()

@@ -80,6 +80,19 @@ return {give, granted + give}
 """
 
 
+# At exit.  KEYS[1]: granted total; KEYS[2]: the records.  ARGV: the process, and what it
+# admitted since its record was written: the rest of the record goes back.
+EXIT = """
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held then
+  local back = tonumber(held) - tonumber(ARGV[2])
+  if back > 0 then redis.call('DECRBY', KEYS[1], back) end
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return 0
+"""
+
+
 def utc_day(epoch: float) -> int:
     return int(epoch // 86_400)
 
@@ -132,7 +145,7 @@ class DayAllowances:
         self._reported: dict[str, int] = {}  # held account -> local count at its last report
         self._released: dict[str, _Released] = {}
         self.me = secrets.token_hex(8).encode()  # this process, in the records
-        self._script: Any = None
+        self._scripts: dict[str, Any] = {}
         self.granted = 0  # units granted to this process (for the metrics and tests)
         self.returned = 0
 
@@ -173,27 +186,35 @@ class DayAllowances:
             return
         # The local count covers every unit granted: the others' grants, as if all used.
         room = max(0, quota.room(held.day))
+        if reported is None:
+            reported = quota.used  # no reply yet: whatever its record says goes back
         bump = max(0, held.granted_total - room - quota.used)
         quota.add(held.day, bump)
         quota.set_limit(self._limit_of(account_id))
-        if reported is not None:
-            self._released[account_id] = _Released(held.day, reported, bump)
+        self._released[account_id] = _Released(held.day, reported, bump)
 
-    def _reserve(self, client: Any) -> Any:
-        if self._script is None:
-            self._script = client.register_script(RESERVE)
-        return self._script
+    def _script(self, client: Any, source: str) -> Any:
+        """The script, sent once and then called by its SHA (EVALSHA)."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = client.register_script(source)
+        return script
 
     async def top_up(self, client: Any, used: dict[str, int], accounts: Iterable[str] = ()) -> None:
-        """Grant more to the accounts used here (``used``: requests since the last round)
-        and to ``accounts``; report the units held unused of those used; give back unused
-        units of starved accounts not used here lately.  One pipeline."""
+        """Grant more to the accounts used here (``used``: requests since the last round),
+        to ``accounts`` and to the released ones; report the units held unused of those used;
+        give back unused units of starved accounts not used here lately.  One pipeline."""
         epoch = time.time()
         day = utc_day(epoch)
         now = time.monotonic()
         asks: list[tuple[str, Any, int, int, int, bool]] = []
         reports: list[tuple[str, int]] = []
-        for account_id in {*used, *accounts}:
+        # The local count as each record is written: updated once the pipeline has run (a
+        # record whose reply was lost then over-counts a little here: never over the quota).
+        written: dict[str, int] = {}
+        # Released accounts (Redis was away) are adopted again at once, used or not: their
+        # admissions meanwhile are charged, and their records taken back.
+        for account_id in {*used, *accounts, *self._released}:
             quota = self._quota_of(account_id)
             limit = self._limit_of(account_id)
             held = self._held.get(account_id)
@@ -211,7 +232,7 @@ class DayAllowances:
                 held.last_used = now
             target = max(MIN_ROOM, USE_FACTOR * recent)
             room = quota.room(day)
-            self._reported[account_id] = quota.used
+            written[account_id] = quota.used
             if room < target or charge or stale:
                 if not (charge or stale) and now - held.returned_at < 2 * RETURN_AFTER:
                     reports.append((account_id, room))  # just gave units back: not straight back
@@ -219,8 +240,10 @@ class DayAllowances:
                     asks.append((account_id, quota, max(0, target - room), charge, room, stale))
             elif recent:
                 reports.append((account_id, room))
+            else:
+                del written[account_id]
         starved_name = b"cg:dq:%d:starved" % day
-        reserve = self._reserve(client)
+        reserve = self._script(client, RESERVE)
         async with client.pipeline(transaction=False) as pipe:
             pipe.set(LIVE_PREFIX + self.me, b"1", ex=LIVE_TTL)
             replies = [
@@ -250,6 +273,9 @@ class DayAllowances:
             for account_id, room in reports:
                 pipe.hset(_holders_key(day, account_id), {self.me: room})
             starved_reply = pipe.zrangebyscore(starved_name, epoch - STARVED_SECONDS, epoch + 3600)
+        for account_id, count in written.items():
+            if account_id in self._held:
+                self._reported[account_id] = count
         for (account_id, quota, *_), reply in zip(asks, replies, strict=True):
             give, total = (int(value) for value in await reply)
             held = self._held.get(account_id)
@@ -275,34 +301,39 @@ class DayAllowances:
                 quota.set_limit(quota.limit - spare)  # first locally: nothing admits them now
                 held.returned_at = now
                 returns.append((account_id, spare))
-        await self._return(client, day, returns, keep=True)
-
-    async def _return(
-        self, client: Any, day: int, returns: list[tuple[str, int]], keep: bool
-    ) -> None:
-        """Give ``returns`` back and update this process's records (kept at 0 or removed)."""
+                self._reported[account_id] = quota.used
         if not returns:
             return
         async with client.pipeline(transaction=False) as pipe:
             for account_id, spare in returns:
                 pipe.decrby(_granted_key(day, account_id), spare)
-                if keep:
-                    pipe.hset(_holders_key(day, account_id), {self.me: 0})
-                else:
-                    pipe.hdel(_holders_key(day, account_id), [self.me])
+                pipe.hset(_holders_key(day, account_id), {self.me: 0})
         self.returned += sum(spare for _, spare in returns)
 
     async def give_back_all(self, client: Any) -> None:
-        """At exit: every unit held unused goes back, and this process's records go."""
+        """At exit: every unit held unused goes back (records less what was admitted since
+        they were written, released accounts included), and this process's records go."""
         day = utc_day(time.time())
-        returns: list[tuple[str, int]] = []
+        since: list[tuple[str, int]] = []
         for account_id, held in list(self._held.items()):
             quota = self._quota_of(account_id)
             del self._held[account_id]
-            if quota is None or held.day != day:
+            reported = self._reported.pop(account_id, None)
+            if quota is None or held.day != day or reported is None:
                 continue
-            spare = max(0, quota.room(day))
             quota.set_limit(quota.used)  # nothing more admitted here
-            returns.append((account_id, spare))
-        await self._return(client, day, returns, keep=False)
-        await client.delete([LIVE_PREFIX + self.me])  # any other record is taken back
+            since.append((account_id, quota.used - reported))
+        for account_id, released in list(self._released.items()):
+            quota = self._quota_of(account_id)
+            del self._released[account_id]
+            if quota is not None and released.day == day:
+                since.append((account_id, quota.used - released.bump - released.reported))
+        if since:
+            async with client.pipeline(transaction=False) as pipe:  # once: EVAL is fine
+                for account_id, admitted in since:
+                    pipe.eval(
+                        EXIT,
+                        keys=[_granted_key(day, account_id), _holders_key(day, account_id)],
+                        args=[self.me, max(0, admitted)],
+                    )
+        await client.delete([LIVE_PREFIX + self.me])  # any record left is taken back

@@ -95,11 +95,9 @@ class SharedLimits:
 
     async def _top_up(self, client: Any, used: dict[str, int]) -> None:
         async with self._quota_lock:
-            try:
-                await self.quotas.top_up(client, used)
-            except BaseException:
-                self.quotas.release_all()
-                raise
+            # A failure releases every account (``_loop``); a cancellation at exit keeps them
+            # held, so that the exit path gives their units back.
+            await self.quotas.top_up(client, used)
 
     async def _sync(self, client: Any) -> None:
         now = time.monotonic()
