@@ -92,12 +92,16 @@ class Process:
 
 
 @asynccontextmanager
-async def account_with_quota(tmp_path: Path, quota: int) -> AsyncIterator[tuple[Store, str, str]]:
-    """(store, account id, key) of a new account with ``quota`` requests a day."""
+async def account_with_quota(
+    tmp_path: Path, quota: int, rps: int = 0
+) -> AsyncIterator[tuple[Store, str, str]]:
+    """(store, account id, key) of a new account with ``quota`` requests a day (and ``rps``
+    requests per second; 0: unlimited)."""
     async with open_store(f"sqlite:///{tmp_path}/grants.db", tmp_path) as store:
         await store.migrate()
         account = await admin.ensure_account(store, f"g-{secrets.token_hex(4)}@q", "enterprise")
-        assert await store.set_plan(account.id, "enterprise", f'{{"requests_per_day": {quota}}}')
+        limits = f'{{"requests_per_day": {quota}, "requests_per_second": {rps}}}'
+        assert await store.set_plan(account.id, "enterprise", limits)
         key, _ = await admin.create_key(store, PEPPER, account.id, "k", "test")
         try:
             yield store, account.id, key
@@ -354,3 +358,37 @@ async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
         assert got, "the starved process never got the idle process's units"
         await starved.stop()
         await busy.stop()
+
+
+async def test_a_first_look_charges_at_most_a_second_of_the_rate(
+    tmp_path: Path, impl: impl_module.Impl
+) -> None:
+    """A key at 20 requests/s with a long history in Redis (5,000 requests), last used by
+    another process just now: a fresh process's first look charges one second's worth of the
+    rate, not the whole history (the debt floor: a second of refusals), so the key is served
+    again within that second."""
+    async with (
+        account_with_quota(tmp_path, 0, rps=20) as (store, _account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        fresh = Process(store, impl)
+        await fresh.start(nursery)
+        principal = fresh.registry.lookup(key.encode())
+        assert principal is not None
+        client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
+        name = b"cg:rl:" + principal.key_id.encode()
+        async with client:
+            await client.hset(name, {b"r": 5000, b"c": 5000, b"t": int(time.time() * 1000)})
+            try:
+                assert fresh.admit(key) == 1
+                await trio.sleep(SYNC * 3)  # the first look: charged
+                admitted = 0
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    admitted += fresh.admit(key)
+                    await trio.sleep(0.02)
+            finally:
+                await client.delete([name])
+        print(f"\nfirst look: {admitted} admitted in the second after it")
+        assert admitted >= 10, "the first look charged the key's whole history"
+        await fresh.stop()
