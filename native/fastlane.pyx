@@ -582,6 +582,9 @@ cdef class KeyAdmission(OpenAdmission):
         cdef double wait = principal.limiter.admit(monotonic(), day, requests, tcu, principal.quota)
         wait_out[0] = wait
         if wait < 0:
+            shared = self.shared
+            if shared is not None:
+                shared.note(principal)  # a starved process keeps asking for units
             return DAY_QUOTA
         if wait:
             return RATE

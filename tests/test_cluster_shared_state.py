@@ -413,3 +413,39 @@ async def test_a_hung_redis_leaves_limits_local_and_revocation_prompt(
         for conn in held:
             conn.close()
         listener.close()
+
+
+async def test_a_stopped_server_gives_its_day_quota_units_back(
+    node: AnvilProcess, tmp_path: Path
+) -> None:
+    """``chaingate serve`` stopped with SIGTERM (a restart, a deploy): the units it held of an
+    account's day quota go back to Redis, so only what it served stays counted."""
+    import coredis
+
+    from chaingate.auth.dayquotas import utc_day
+
+    with pg_schema() as url:
+        serve = ServeProcess(
+            tmp_path, node.url, keys=True, store_url=url, auth=f'redis_url = "{REDIS_URL}"\n'
+        )
+        async with open_store(url, tmp_path) as store:
+            with serve.start(env={"CHAINGATE_AUTH__REFRESH_INTERVAL": REFRESH}):
+                cluster = Cluster(serve, url)
+                key = await cluster.key(store, "enterprise", '{"requests_per_day": 100}')
+                await trio.sleep(0.6)
+                statuses = [
+                    (await cluster.probe(key, call("eth_blockNumber")))[1] for _ in range(3)
+                ]
+                assert statuses == [200] * 3
+                account = next(a for a in await store.accounts_changed_since(0))
+                name = b"cg:dq:%d:%s" % (utc_day(time.time()), account.id.encode())
+                client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
+                async with client:
+                    await trio.sleep(0.3)
+                    held = int(await client.get(name) or 0)
+                    serve.stop()
+                    left = int(await client.get(name) or 0)
+                    await client.delete([name, name + b":h"])
+    print(f"\nstopped server: {held} granted while running, {left} after the stop")
+    assert held > 3
+    assert left == 3

@@ -498,6 +498,9 @@ class KeyAdmission:
         day = int(epoch // SECONDS_PER_DAY)
         wait = principal.limiter.admit(time.monotonic(), day, requests, tcu, principal.quota)
         if wait < 0:
+            shared = self.shared
+            if shared is not None:
+                shared.note(principal)  # a starved process keeps asking for units
             return wait, epoch, DAY_QUOTA
         if wait:
             return wait, epoch, RATE

@@ -157,9 +157,6 @@ class KeyRegistry:
         for row in accounts:
             self._apply_account(row)
             self._account_cursor = max(self._account_cursor, row.updated_at)
-        if accounts and self.shared is not None:
-            # Their day quotas granted before any of their keys is in force.
-            await self.shared.accounts_changed([row.id for row in accounts])
         keys = await self._store.keys_changed_since(self._key_cursor - CURSOR_OVERLAP_MS)
         for row in keys:
             self._apply_key(row)

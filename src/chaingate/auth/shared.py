@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import coredis
 import trio
 
 from chaingate.auth.dayquotas import AccountDays, DayAllowances
 from chaingate.auth.gate import Principal
+from chaingate.auth.plans import Limits
 
 log = logging.getLogger("chaingate.auth.shared")
 
@@ -31,82 +32,80 @@ ACTIVE_SECONDS = 10.0  # keys used here this recently keep absorbing others' con
 RECENT_MS = 1000  # another process's use of a key this recent is paid for at the first look
 KEY_TTL = 86_400 * 2
 SYNC_TIMEOUT = 1.0  # a sync that takes longer means Redis is away (hung, not only down)
-# How long a key refresh waits for Redis (to start, then to grant new accounts' quotas)
-# before it leaves them local: short, since revocations wait behind it.
-READY_WAIT = 1.0
-GRANT_WAIT = 0.25
+EXIT_WAIT = 2.0  # at exit, how long giving back the units held may take
+
+
+class Registry(AccountDays, Protocol):
+    """What the shared limits read of the key registry (``KeyRegistry``)."""
+
+    def limits_of(self, principal: Principal) -> Limits | None:
+        """The current limits of the key's account."""
 
 
 class SharedLimits:
-    def __init__(self, url: str, registry: AccountDays, interval: float = 0.05) -> None:
+    def __init__(self, url: str, registry: Registry, interval: float = 0.05) -> None:
         self._url = url
+        self._registry = registry
         self._interval = interval
         self._active: dict[Principal, float] = {}
         self._seen: dict[bytes, int] = {}  # Redis counter -> total last seen
         self.quotas = DayAllowances(registry.account_quota, registry.day_limit, registry.day_floor)
         self._quota_lock = trio.Lock()
-        self._client: Any = None
-        self._ready = trio.Event()
-        self._grant_failed = False
         self.up = False
         self.syncs = 0
         self.failures = 0
 
     def note(self, principal: Principal) -> None:
-        """Called by the gate for each admitted request (a dict store, nothing more)."""
+        """Called by the gate for each admitted request, and each refused for the day quota
+        (a starved process keeps asking for units): a dict store, nothing more."""
         self._active[principal] = time.monotonic()
 
     async def run(self) -> None:
-        client = coredis.Redis.from_url(self._url, decode_responses=False)
-        async with client:
-            self._client = client
-            self._ready.set()
-            while True:
-                await trio.sleep(self._interval)
-                try:
-                    with trio.fail_after(SYNC_TIMEOUT):
-                        await self._sync(client)
-                except (
-                    coredis.exceptions.RedisError,
-                    OSError,
-                    TimeoutError,
-                    trio.TooSlowError,
-                ) as exc:
-                    self.failures += 1
-                    self.quotas.release_all()  # fail-open: each process on its own view
-                    if self.up or self.failures == 1:
-                        log.warning(
-                            "shared rate limits unavailable: each process enforces its own",
-                            extra={"fields": {"error": exc.__class__.__name__}},
-                        )
-                    self.up = False
-                    await trio.sleep(1.0)  # back off while Redis is away
-
-    async def accounts_changed(self, account_ids: list[str]) -> None:
-        """New or changed accounts (the key registry's refresh, before their keys are in
-        force): their day quotas granted from Redis, so a key is never first used ungranted.
-        Bounded: after a failure, not tried again until a sync has found Redis again."""
-        with trio.move_on_after(READY_WAIT):
-            await self._ready.wait()
-        if self._client is None or self._grant_failed:
-            return  # Redis away: the quotas stay local until it is back
         try:
-            with trio.move_on_after(GRANT_WAIT) as scope:
-                await self._top_up({}, account_ids)
-            failed = scope.cancelled_caught
-        except (coredis.exceptions.RedisError, OSError, TimeoutError):
-            failed = True
-        if failed:
-            self._grant_failed = True
-            log.warning("day quotas not granted from Redis: each process enforces its own")
+            client = coredis.Redis.from_url(self._url, decode_responses=False)
+            async with client:
+                await self._loop(client)
+        finally:
+            # Graceful exit (a restart): the units held unused go back, or they would be lost
+            # for the rest of the day.  Bounded (Redis may be away), and on a client of its
+            # own: the loop's went down with the cancellation.
+            with trio.CancelScope(shield=True), trio.move_on_after(EXIT_WAIT):
+                try:
+                    async with coredis.Redis.from_url(self._url, decode_responses=False) as last:
+                        await self.quotas.give_back_all(last)
+                except (coredis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                    log.warning(
+                        "day-quota units not given back at exit",
+                        extra={"fields": {"error": exc.__class__.__name__}},
+                    )
 
-    async def _top_up(self, used: dict[str, int], accounts: list[str]) -> None:
-        async with self._quota_lock:
+    async def _loop(self, client: Any) -> None:
+        while True:
+            await trio.sleep(self._interval)
             try:
-                await self.quotas.top_up(self._client, used, accounts)
-            except BaseException:
-                self.quotas.release_all()
-                raise
+                with trio.fail_after(SYNC_TIMEOUT):
+                    await self._sync(client)
+            except (
+                coredis.exceptions.RedisError,
+                OSError,
+                TimeoutError,
+                trio.TooSlowError,
+            ) as exc:
+                self.failures += 1
+                self.quotas.release_all()  # fail-open: each process on its own view
+                if self.up or self.failures == 1:
+                    log.warning(
+                        "shared rate limits unavailable: each process enforces its own",
+                        extra={"fields": {"error": exc.__class__.__name__}},
+                    )
+                self.up = False
+                await trio.sleep(1.0)  # back off while Redis is away
+
+    async def _top_up(self, client: Any, used: dict[str, int]) -> None:
+        async with self._quota_lock:
+            # A failure releases every account (``_loop``); a cancellation at exit keeps them
+            # held, so that the exit path gives their units back.
+            await self.quotas.top_up(client, used)
 
     async def _sync(self, client: Any) -> None:
         now = time.monotonic()
@@ -114,8 +113,7 @@ class SharedLimits:
             if now - last > ACTIVE_SECONDS and not principal.pending_requests:
                 del self._active[principal]
         if not self._active:
-            await self._top_up({}, [])  # still gives back units a starved process needs
-            self._grant_failed = False
+            await self._top_up(client, {})  # still gives back units a starved process needs
             self._mark_up()
             return
         work: list[tuple[Principal, int, int, Any, Any, Any]] = []
@@ -138,28 +136,40 @@ class SharedLimits:
         for principal, requests, units, total_requests, total_units, synced in work:
             last_sync = await synced
             recent = last_sync is not None and now_ms - int(last_sync) < RECENT_MS
+            limits = self._registry.limits_of(principal)
             others_requests = self._others(
-                b"r:" + principal.key_id.encode(), await total_requests, requests, recent
+                b"r:" + principal.key_id.encode(),
+                await total_requests,
+                requests,
+                self._first_look_cap(recent, limits.requests_per_second if limits else 0),
             )
             others_units = self._others(
-                b"c:" + principal.key_id.encode(), await total_units, units, recent
+                b"c:" + principal.key_id.encode(),
+                await total_units,
+                units,
+                self._first_look_cap(recent, limits.compute_units_per_second if limits else 0),
             )
             if others_requests or others_units:
                 principal.limiter.absorb(now, others_requests, others_units)
-        await self._top_up(per_account, [])
+        await self._top_up(client, per_account)
         self.syncs += 1
-        self._grant_failed = False
         self._mark_up()
 
-    def _others(self, counter: bytes, total: int, mine: int, recent: bool) -> int:
+    @staticmethod
+    def _first_look_cap(recent: bool, rate: int) -> int:
+        """At most one RECENT_MS of the key's rate is charged at a first look (0: nothing)."""
+        return rate * RECENT_MS // 1000 if recent else 0
+
+    def _others(self, counter: bytes, total: int, mine: int, cap: int) -> int:
         """What the other processes added to ``counter`` since this process last looked.
         At the first look, what came before is history, not a burst to pay for — unless
         another process added to it within RECENT_MS: then it is the burst they are spending
-        now, paid for here too (the debt floor bounds what that can cost)."""
+        now, paid for here too, but at most ``cap`` (one RECENT_MS of the key's rate: the
+        total is the key's whole history)."""
         last = self._seen.get(counter)
         self._seen[counter] = total
         if last is None:
-            return max(0, total - mine) if recent else 0
+            return min(cap, max(0, total - mine))
         return max(0, total - last - mine)
 
     def _mark_up(self) -> None:
