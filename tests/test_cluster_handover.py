@@ -113,6 +113,24 @@ class Node:
         return found
 
 
+async def cluster_env(
+    url: str, tmp_path: Path, pepper: str, email: str
+) -> tuple[dict[str, str], str]:
+    """What every process of a test cluster runs with (one PostgreSQL schema, one pepper, the
+    admin token), and an enterprise key made in that store."""
+    env = {
+        **os.environ,
+        "CHAINGATE_AUTH__PEPPER": pepper,
+        "CHAINGATE_STORE__URL": url,
+        "CHAINGATE_OBSERVABILITY__ADMIN_TOKEN": "cluster-admin",
+    }
+    async with open_store(url, tmp_path) as store:
+        await store.migrate()
+        account = await admin.ensure_account(store, email, "enterprise")
+        key, _ = await admin.create_key(store, pepper.encode(), account.id, "cluster", "test")
+    return env, key
+
+
 async def until(condition: Any, limit: float, what: str) -> float:
     start = time.monotonic()
     with trio.fail_after(limit):
@@ -162,16 +180,7 @@ async def test_two_processes_split_roles_and_hand_over_on_kill_9(
     with pg_schema() as url:
         config = tmp_path / "chaingate.toml"
         config.write_text(config_text(tmp_path, node.url, manifest_path, head))
-        env = {
-            **os.environ,
-            "CHAINGATE_AUTH__PEPPER": PEPPER,
-            "CHAINGATE_STORE__URL": url,
-            "CHAINGATE_OBSERVABILITY__ADMIN_TOKEN": "cluster-admin",
-        }
-        async with open_store(url, tmp_path) as store:
-            await store.migrate()
-            account = await admin.ensure_account(store, "cluster@hooks", "enterprise")
-            key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "cluster", "test")
+        env, key = await cluster_env(url, tmp_path, PEPPER, "cluster@hooks")
         nodes = [Node(n, config, env, tmp_path / f"{n}.log") for n in ("a", "b")]
         try:
             for n in nodes:

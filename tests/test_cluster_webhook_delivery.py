@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
 import time
 from collections import Counter
@@ -27,15 +26,13 @@ import psycopg
 import pytest
 import trio
 
-from chaingate.auth import admin
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm import abi
-from chaingate.store import open_store
 from chaingate.webhooks.wakeups import OutboxListener, announce
 from tests.conftest import DEVNET_SIGNER, pg_schema
-from tests.test_cluster_handover import Node, rpc, until
+from tests.test_cluster_handover import Node, cluster_env, rpc, until
 from tests.webhook_receiver import Receiver
 
 PEPPER = "cluster-delivery-pepper-" + "p" * 32
@@ -108,16 +105,7 @@ async def test_two_processes_both_deliver_one_block_and_no_event_twice(
     with pg_schema() as url:
         config = tmp_path / "chaingate.toml"
         config.write_text(config_text(tmp_path, node.url, manifest_path, head))
-        env = {
-            **os.environ,
-            "CHAINGATE_AUTH__PEPPER": PEPPER,
-            "CHAINGATE_STORE__URL": url,
-            "CHAINGATE_OBSERVABILITY__ADMIN_TOKEN": "cluster-admin",
-        }
-        async with open_store(url, tmp_path) as store:
-            await store.migrate()
-            account = await admin.ensure_account(store, "delivery@hooks", "enterprise")
-            key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "cluster", "test")
+        env, key = await cluster_env(url, tmp_path, PEPPER, "delivery@hooks")
         nodes = [Node(n, config, env, tmp_path / f"{n}.log") for n in ("a", "b")]
         try:
             for n in nodes:
