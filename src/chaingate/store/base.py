@@ -26,6 +26,7 @@ import msgspec
 from chaingate.store import migrate as _migrate
 from chaingate.store.tx import Clock as Clock
 from chaingate.store.tx import Tx as Tx
+from chaingate.store.usagelatency import latency_rows, prune_latency, read_latency, write_latency
 from chaingate.store.usagerollups import write_rollups
 
 T = TypeVar("T")
@@ -93,6 +94,24 @@ class UsageDelta(msgspec.Struct, frozen=True):
     compute_units: int = 0
     errors: int = 0
     network: str = ""  # the endpoint's chain/network; '' for REST calls
+
+
+class LatencyDelta(msgspec.Struct, frozen=True):
+    """Request latencies to ADD to one (account, network, method, minute): counts per bucket
+    of chaingate.obs.metrics.LATENCY_BUCKETS (16; the last is above the last bound)."""
+
+    account_id: str
+    network: str  # chain/network; '' for REST calls
+    method: str  # JSON-RPC method, "batch" for a batch request, REST route key, ...
+    minute: int  # epoch minutes
+    counts: tuple[int, ...]
+
+
+class UsageLatencyRow(msgspec.Struct, frozen=True):
+    period: int  # epoch minutes at the period's start
+    network: str
+    method: str
+    counts: list[int]  # 16
 
 
 class UsageRow(msgspec.Struct, frozen=True):
@@ -442,9 +461,14 @@ class Store(abc.ABC):
 
     # --- usage -----------------------------------------------------------------------------
 
-    async def add_usage(self, deltas: Sequence[UsageDelta]) -> None:
-        """Add the deltas to their (key, network, method, minute) counters, all in one
-        transaction."""
+    async def add_usage(
+        self, deltas: Sequence[UsageDelta], latency: Sequence[LatencyDelta] = ()
+    ) -> None:
+        """Add the deltas to their (key, network, method, minute) counters and the latency
+        to its (account, network, method) minute, hour and day histograms, all in one
+        transaction.  ValueError, with nothing written, for latency counts that are not
+        one per bucket."""
+        latency_upserts = latency_rows(latency)  # checked before anything is written
         merged: dict[tuple[str, str, str, int], list[Any]] = {}
         for d in deltas:
             slot = merged.get((d.key_id, d.network, d.method, d.minute))
@@ -465,14 +489,38 @@ class Store(abc.ABC):
                 slot[7] += d.errors
         # Primary-key order, so concurrent flushes lock rows in one order (no deadlocks).
         rows = [merged[k] for k in sorted(merged)]
-        if not rows:
+        if not rows and not latency_upserts:
             return
 
         def upsert(tx: Tx) -> None:
-            tx.executemany(_UPSERT_USAGE, rows)
-            write_rollups(tx, rows)  # the dashboard's hours and days, in the same transaction
+            if rows:
+                tx.executemany(_UPSERT_USAGE, rows)
+                write_rollups(tx, rows)  # the dashboard's hours and days, in the same transaction
+            if latency_upserts:
+                write_latency(tx, latency_upserts)
 
         await self.run_transaction(upsert)
+
+    async def usage_latency(
+        self, account_id: str, granularity: Granularity, first: int, end: int
+    ) -> list[UsageLatencyRow]:
+        """An account's latency histograms per period, network and method, periods of the
+        granularity in [first, end) (epoch minutes)."""
+        size = BUCKET_MINUTES[granularity]
+
+        def select(tx: Tx) -> list[tuple[int, str, str, list[int]]]:
+            return read_latency(tx, account_id, size, first, end)
+
+        return [UsageLatencyRow(*row) for row in await self.run_transaction(select, write=False)]
+
+    async def prune_usage_latency(self, now_minute: int) -> int:
+        """Delete latency by the minute and by the hour older than the pages read
+        (``usagelatency.KEEP_MINUTES``); the rows deleted."""
+
+        def prune(tx: Tx) -> int:
+            return prune_latency(tx, now_minute)
+
+        return await self.run_transaction(prune)
 
     async def usage(
         self,
