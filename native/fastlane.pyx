@@ -15,7 +15,7 @@ from collections import OrderedDict, defaultdict
 import msgspec
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from cformat cimport int_width, write_int
 
@@ -29,6 +29,7 @@ __all__ = [
     "Flight",
     "KeyAdmission",
     "Lane",
+    "LatencyMeter",
     "Ledger",
     "MethodStats",
     "OpenAdmission",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 IMPLEMENTATION = "compiled"
+
+# Bounds of a latency histogram the meter accepts (as the pure twin).
+DEF MAX_BOUNDS = 31
+MAX_LATENCY_BOUNDS = MAX_BOUNDS
 
 HANDOFF = "handoff"
 DEFER = "defer"
@@ -519,6 +524,9 @@ cdef class OpenAdmission:
                  long long cu, long long errors):
         return None
 
+    cpdef observe(self, principal, str network, str method, double seconds):
+        return None
+
     cpdef bytes headers(self, principal):
         return b""
 
@@ -533,6 +541,7 @@ cdef class KeyAdmission(OpenAdmission):
     cdef set used
     cdef object meter
     cdef object _meter_record
+    cdef LatencyMeter latency
 
     def __init__(self, gate, recent, failures, set used):
         OpenAdmission.__init__(self, None)
@@ -542,6 +551,7 @@ cdef class KeyAdmission(OpenAdmission):
         self.used = used
         self.meter = gate.meter
         self._meter_record = self.meter.record
+        self.latency = gate.latency
 
     cpdef object principal(self, request, str group, bint testnet, object key=None):
         cdef object raw, authorization, principal, bucket
@@ -616,8 +626,128 @@ cdef class KeyAdmission(OpenAdmission):
             errors,
         )
 
+    cpdef observe(self, principal, str network, str method, double seconds):
+        self.latency.observe(principal.account_id, network, method,
+                             <long long>(wall() // 60.0), seconds)
+
     cpdef bytes headers(self, principal):
         return principal.limiter.headers(monotonic(), wall(), principal.limits_rps)
+
+
+cdef class _Histogram:
+    """One (account, network, method)'s counts in its current minute (a C array: a sample
+    allocates nothing)."""
+    cdef long long minute
+    cdef int size
+    cdef long long counts[MAX_BOUNDS + 1]
+
+    def __cinit__(self, long long minute, int size):
+        self.minute = minute
+        self.size = size
+        memset(self.counts, 0, sizeof(self.counts))
+
+    cdef list as_list(self):
+        return [self.counts[i] for i in range(self.size)]
+
+
+cdef class LatencyMeter:
+    """Answered requests' latencies per (account, network, method, minute): see the pure twin."""
+
+    cdef dict _current  # account -> network -> method -> _Histogram
+    cdef list _closed  # (account, network, method, minute, counts) of minutes gone by
+    cdef double _bounds[MAX_BOUNDS]
+    cdef int _nbounds
+    # The last histogram used, and the very strings it was found by: a key's requests to one
+    # method come in runs, and the lane passes the same objects each time (the principal's
+    # account id, the route's label, the method's name), so a run skips the three lookups.
+    cdef object _last_account
+    cdef object _last_network
+    cdef object _last_method
+    cdef _Histogram _last
+
+    def __init__(self, tuple bounds):
+        if len(bounds) > MAX_BOUNDS or list(bounds) != sorted(bounds):
+            raise ValueError(f"at most {MAX_BOUNDS} ascending latency bounds")
+        self._current = {}
+        self._closed = []
+        self._nbounds = len(bounds)
+        for i, bound in enumerate(bounds):
+            self._bounds[i] = bound
+
+    cpdef observe(self, str account_id, str network, str method, long long minute,
+                  double seconds):
+        cdef _Histogram histogram = self._last
+        if (
+            histogram is None
+            or account_id is not self._last_account
+            or network is not self._last_network
+            or method is not self._last_method
+            or histogram.minute != minute
+        ):
+            histogram = self._find(account_id, network, method, minute)
+            self._last = histogram
+            self._last_account = account_id
+            self._last_network = network
+            self._last_method = method
+        # bisect_left, as the pure twin: the first bound not below the sample.
+        cdef int i = 0
+        while i < self._nbounds and self._bounds[i] < seconds:
+            i += 1
+        histogram.counts[i] += 1
+
+    cdef _Histogram _find(self, str account_id, str network, str method, long long minute):
+        """The histogram of (account, network, method) at ``minute`` (an earlier minute's
+        counts closed first)."""
+        cdef object found = self._current.get(account_id)
+        if found is None:
+            found = self._current[account_id] = {}
+        cdef dict by_network = <dict>found
+        found = by_network.get(network)
+        if found is None:
+            found = by_network[network] = {}
+        cdef dict by_method = <dict>found
+        found = by_method.get(method)
+        cdef _Histogram histogram
+        if found is None:
+            histogram = _Histogram(minute, self._nbounds + 1)
+            by_method[method] = histogram
+        else:
+            histogram = <_Histogram>found
+            if histogram.minute != minute:
+                self._closed.append(
+                    (account_id, network, method, histogram.minute, histogram.as_list())
+                )
+                histogram.minute = minute
+                memset(histogram.counts, 0, sizeof(histogram.counts))
+        return histogram
+
+    def add(self, str account_id, str network, str method, long long minute, counts):
+        if len(counts) != self._nbounds + 1:
+            raise ValueError(f"{self._nbounds + 1} bucket counts expected")
+        self._closed.append((account_id, network, method, minute, list(counts)))
+
+    def drain(self):
+        cdef dict merged = {}
+        cdef dict current = self._current
+        cdef list closed = self._closed
+        self._current = {}
+        self._closed = []
+        self._last = None
+        self._last_account = self._last_network = self._last_method = None
+        for account_id, by_network in current.items():
+            for network, by_method in by_network.items():
+                for method, histogram in by_method.items():
+                    closed.append((account_id, network, method, (<_Histogram>histogram).minute,
+                                   (<_Histogram>histogram).as_list()))
+        for account_id, network, method, minute, counts in closed:
+            key = (account_id, network, method, minute)
+            slot = merged.get(key)
+            if slot is None:
+                merged[key] = list(counts)
+            else:
+                for i, count in enumerate(counts):
+                    slot[i] += count
+        return sorted([(*key, tuple(counts)) for key, counts in merged.items()])
 
 
 cdef class Ledger:
@@ -651,8 +781,9 @@ cdef class Ledger:
                 self._json[text] = encoded
         return encoded
 
-    cpdef note(self, str route, int status, bytes request_id, str peer, bytes method,
-               str path, double started, Py_ssize_t size, str label, bytes cache):
+    cpdef double note(self, str route, int status, bytes request_id, str peer, bytes method,
+                      str path, double started, Py_ssize_t size, str label,
+                      bytes cache) except? -1.0:
         cdef double now = monotonic()
         cdef double elapsed = now - started
         series = self.latency[route]
@@ -666,6 +797,7 @@ cdef class Ledger:
         self.statuses[route][status] += 1
         if self.access_log.enabled:
             self._line(status, request_id, peer, method, path, elapsed, size, label, cache)
+        return elapsed
 
     cdef void _line(self, int status, bytes request_id, str peer, bytes method, str path,
                     double elapsed, Py_ssize_t size, str label, bytes cache) except *:
@@ -935,7 +1067,7 @@ cdef class Lane:
         if parse_error:
             route.invalid.error += 1
             body = route._error_reply(b"null", parse_error, parsed.message)
-            return self._answer(pending, 200, body, MISS, "invalid", None)
+            return self._answer(pending, 200, body, MISS, "invalid", None, False)
         if pending.batch:
             return self._batch(pending)
         return self._single(pending)
@@ -963,15 +1095,16 @@ cdef class Lane:
         if call.error:
             route.invalid.error += 1
             body = route._error_reply(call.id, call.error, call.message)
-            return self._answer(pending, 200, body, MISS, "invalid", None)
+            return self._answer(pending, 200, body, MISS, "invalid", None, False)
         method_obj, tag, valid = self._classify(route, call)
         if method_obj is None:
             route.unknown.error += 1
-            return self._answer(pending, 200, route.not_found(call), MISS, "unknown", None)
+            return self._answer(pending, 200, route.not_found(call), MISS, "unknown", None, False)
         method = <Method>method_obj
         if not valid:
             route.invalid.error += 1
-            return self._answer(pending, 200, route.bad_tag(call), MISS, method.name, None)
+            return self._answer(pending, 200, route.bad_tag(call), MISS, method.name, None,
+                                False)
         method.price(tag, &cu, &tcu)
         cdef bint writes = method.write
         cdef OpenAdmission admission = self.admission
@@ -1150,7 +1283,7 @@ cdef class Lane:
         self.sink.deliver(pending.conn, pending.request, answer[0], answer[1], answer[2])
 
     cdef tuple _answer(self, Pending pending, int status, object body, bytes cache, str label,
-                       object rejection):
+                       object rejection, bint timed=True):
         request = pending.request
         cdef bytes rate = self.admission.headers(pending.principal)
         cdef bytes headers
@@ -1168,8 +1301,11 @@ cdef class Lane:
         origin = request.origin
         if origin is not None and (rejection is None or rejection.cors):
             headers += self.cors(origin)
-        self.ledger.note("rpc", status, pending.request_id, pending.peer, request.method,
-                         pending.path, pending.started, PyBytes_GET_SIZE(body), label, cache)
+        cdef double elapsed = self.ledger.note(
+            "rpc", status, pending.request_id, pending.peer, request.method, pending.path,
+            pending.started, PyBytes_GET_SIZE(body), label, cache)
+        if timed and rejection is None:
+            self.admission.observe(pending.principal, pending.route.label, label, elapsed)
         return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
 
 

@@ -131,6 +131,16 @@ class Lane:
             loggable_path,
         )
         self.lane.sink = self.recorder
+        self.timed: dict[tuple[str, str, str], int] = {}  # drained latency samples
+
+    def timed_requests(self) -> dict[tuple[str, str, str], int]:
+        """Requests timed per (account, network, method) so far (bucket placement depends
+        on the clock; their number does not)."""
+        if hasattr(self, "gate"):
+            for account, network, method, _minute, counts in self.gate.latency.drain():
+                key = (account, network, method)
+                self.timed[key] = self.timed.get(key, 0) + sum(counts)
+        return dict(self.timed)
 
     def request(self, body: bytes | Any, headers: bytes = b"", path: bytes = PATH) -> Any:
         if not isinstance(body, bytes):
@@ -170,6 +180,7 @@ class Lane:
         return {
             "statuses": {k: dict(v) for k, v in self.statuses.items()},
             "latency_samples": sum(self.latency.series("rpc").counts),
+            "timed": self.timed_requests(),
             "stats": stats,
             "coalesced": self.route.coalesced,
             "refused": dict(self.route.refused),
@@ -338,6 +349,100 @@ def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:
     assert [r["id"] for r in json.loads(answers[2][2])] == [3, 4]
     assert answers[3] == "handoff"
     assert books["statuses"]["rpc"] == {200: 1, 429: 2}
+
+
+def test_each_admitted_request_is_timed_for_its_account_network_and_method() -> None:
+    """Latency per account: an answered request counts once under its method ("batch" for a
+    batch, once however many calls it has), after its last flight landed; what was never
+    admitted (malformed, unknown method, bad block tag, over a limit) is not timed."""
+    keyed = b"X-API-Key: " + KEY + b"\r\n"
+
+    def scenario(lane: Lane) -> Any:
+        lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')
+        lane.serve(_call("eth_chainId"), keyed)  # a cache hit
+        lane.serve(_call("eth_blockNumber"), keyed)  # waits for its flight
+        before_landing = lane.timed_requests()
+        lane.land_all(_result)
+        lane.serve([_call("eth_chainId", id=1), _call("eth_blockNumber", id=2)], keyed)
+        lane.land_all(_result)
+        lane.serve(b"{not json", keyed)
+        lane.serve(_call("eth_nope"), keyed)
+        lane.serve(_call("eth_getBalance", ["0x" + "11" * 20, "yesterday"]), keyed)
+        for _ in range(3):
+            lane.serve(_call("eth_chainId"), keyed)  # a burst of 5: the 2nd and 3rd over it
+        return before_landing
+
+    before_landing, books = _both(scenario, keys=True, rps=5)
+    assert before_landing == {("a1", "ethereum/devnet", "eth_chainId"): 1}
+    assert books["timed"] == {
+        ("a1", "ethereum/devnet", "eth_chainId"): 2,
+        ("a1", "ethereum/devnet", "eth_blockNumber"): 1,
+        ("a1", "ethereum/devnet", "batch"): 1,
+    }
+    assert books["statuses"]["rpc"][429] == 2
+
+
+def test_the_latency_meter_closes_a_minute_when_the_next_begins() -> None:
+    for impl in _twins():
+        meter = impl.fastlane.LatencyMeter((0.001, 0.01, 0.1))
+        # bisect_left: a sample on a bound counts in that bound's bucket; above the last,
+        # the last bucket.
+        for seconds in (0.0, 0.001, 0.0011, 0.05, 0.1, 7.0):
+            meter.observe("a", "eth/main", "eth_call", 5, seconds)
+        meter.observe("a", "eth/main", "eth_call", 6, 0.002)  # closes minute 5
+        meter.observe("a", "eth/main", "eth_call", 6, 0.002)
+        meter.observe("a", "eth/test", "batch", 5, 0.002)
+        meter.observe("b", "eth/main", "eth_call", 5, 0.002)
+        assert meter.drain() == [
+            ("a", "eth/main", "eth_call", 5, (2, 1, 2, 1)),
+            ("a", "eth/main", "eth_call", 6, (0, 2, 0, 0)),
+            ("a", "eth/test", "batch", 5, (0, 1, 0, 0)),
+            ("b", "eth/main", "eth_call", 5, (0, 1, 0, 0)),
+        ], impl.name
+        assert meter.drain() == []
+        # What a failed write gives back adds to what came since.
+        meter.observe("a", "eth/main", "eth_call", 5, 0.5)
+        meter.add("a", "eth/main", "eth_call", 5, (2, 1, 2, 1))
+        meter.add("c", "", "rest:tokens", 5, [1, 0, 0, 0])
+        assert meter.drain() == [
+            ("a", "eth/main", "eth_call", 5, (2, 1, 2, 2)),
+            ("c", "", "rest:tokens", 5, (1, 0, 0, 0)),
+        ]
+        with pytest.raises(ValueError, match="4 bucket counts"):
+            meter.add("a", "eth/main", "eth_call", 5, (1, 2))
+        with pytest.raises(ValueError, match="ascending"):
+            impl.fastlane.LatencyMeter((0.1, 0.01))
+        with pytest.raises(ValueError, match="ascending"):
+            impl.fastlane.LatencyMeter(tuple(float(i) for i in range(32)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["a", "b"]),
+                st.sampled_from(["eth/main", "eth/test"]),
+                st.sampled_from(["eth_call", "batch"]),
+                st.integers(0, 2),
+                st.floats(0, 1, allow_nan=False),
+            ),
+            st.just("drain"),
+        ),
+        max_size=60,
+    )
+)
+def test_the_latency_meter_twins_agree(steps: list[Any]) -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    bounds = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
+    a, b = compiled.LatencyMeter(bounds), pure.LatencyMeter(bounds)
+    for step in steps:
+        if step == "drain":
+            assert a.drain() == b.drain()
+        else:
+            a.observe(*step)
+            b.observe(*step)
+    assert a.drain() == b.drain()
 
 
 def test_a_scope_the_key_lacks_is_refused() -> None:

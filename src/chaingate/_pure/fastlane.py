@@ -21,9 +21,11 @@ bytes, count the same things and hand off the same requests (tests/test_fastlane
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from chaingate.framing_constants import (
@@ -45,6 +47,7 @@ __all__ = [
     "Flight",
     "KeyAdmission",
     "Lane",
+    "LatencyMeter",
     "Ledger",
     "MethodStats",
     "OpenAdmission",
@@ -85,6 +88,8 @@ _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'}
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ID_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
 SECONDS_PER_DAY = 86_400
+# Bounds of a latency histogram the meter accepts (the compiled twin keeps them in a C array).
+MAX_LATENCY_BOUNDS = 31
 # A path segment that is an API key (auth/apikeys.py), not a name.
 KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
@@ -437,6 +442,9 @@ class OpenAdmission:
     ) -> None:
         return None
 
+    def observe(self, principal: Any, network: str, method: str, seconds: float) -> None:
+        return None
+
     def headers(self, principal: Any) -> bytes:
         return b""
 
@@ -455,6 +463,7 @@ class KeyAdmission:
         self.failures = failures  # client address -> failed-authentication bucket
         self.used = used  # key ids used since the last touch of last_used_at
         self.meter = gate.meter
+        self.latency = gate.latency
         self.shared: Any = None  # SharedLimits, when processes share limits (Redis)
 
     def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
@@ -533,8 +542,83 @@ class KeyAdmission:
             errors,
         )
 
+    def observe(self, principal: Any, network: str, method: str, seconds: float) -> None:
+        """An answered request's latency, the caller's account's under network and method."""
+        self.latency.observe(principal.account_id, network, method, int(time.time() // 60), seconds)
+
     def headers(self, principal: Any) -> bytes:
         return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]
+
+
+class LatencyMeter:
+    """Answered requests' latencies per (account id, network, method, minute), counted in the
+    buckets given (upper bounds in seconds, ascending; one more bucket above the last) and
+    handed out by ``drain``.  Nested by account, network and method, so that a request finds
+    its histogram without building a key; a histogram holds its current minute, and a sample
+    of a later minute closes the earlier one."""
+
+    __slots__ = ("_bounds", "_closed", "_current")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        if len(bounds) > MAX_LATENCY_BOUNDS or list(bounds) != sorted(bounds):
+            raise ValueError(f"at most {MAX_LATENCY_BOUNDS} ascending latency bounds")
+        self._bounds = bounds
+        self._current: dict[str, dict[str, dict[str, _Histogram]]] = {}
+        self._closed: list[tuple[str, str, str, int, Sequence[int]]] = []
+
+    def observe(
+        self, account_id: str, network: str, method: str, minute: int, seconds: float
+    ) -> None:
+        """One answered request that took ``seconds``."""
+        by_network = self._current.get(account_id)
+        if by_network is None:
+            by_network = self._current[account_id] = {}
+        by_method = by_network.get(network)
+        if by_method is None:
+            by_method = by_network[network] = {}
+        histogram = by_method.get(method)
+        if histogram is None:
+            histogram = by_method[method] = _Histogram(minute, len(self._bounds) + 1)
+        elif histogram.minute != minute:
+            self._closed.append((account_id, network, method, histogram.minute, histogram.counts))
+            histogram.minute = minute
+            histogram.counts = [0] * (len(self._bounds) + 1)
+        histogram.counts[bisect.bisect_left(self._bounds, seconds)] += 1
+
+    def add(
+        self, account_id: str, network: str, method: str, minute: int, counts: Sequence[int]
+    ) -> None:
+        """Add bucket counts drained before (a write that failed gives them back)."""
+        if len(counts) != len(self._bounds) + 1:
+            raise ValueError(f"{len(self._bounds) + 1} bucket counts expected")
+        self._closed.append((account_id, network, method, minute, list(counts)))
+
+    def drain(self) -> list[tuple[str, str, str, int, tuple[int, ...]]]:
+        """Every histogram since the last drain, as (account, network, method, minute, bucket
+        counts), merged and sorted; the meter starts again from zero."""
+        merged: dict[tuple[str, str, str, int], list[int]] = {}
+        current, self._current = self._current, {}
+        closed, self._closed = self._closed, []
+        for account_id, by_network in current.items():
+            for network, by_method in by_network.items():
+                for method, histogram in by_method.items():
+                    closed.append((account_id, network, method, histogram.minute, histogram.counts))
+        for account_id, network, method, minute, counts in closed:
+            slot = merged.get((account_id, network, method, minute))
+            if slot is None:
+                merged[(account_id, network, method, minute)] = list(counts)
+            else:
+                for i, count in enumerate(counts):
+                    slot[i] += count
+        return sorted((*key, tuple(counts)) for key, counts in merged.items())
+
+
+class _Histogram:
+    __slots__ = ("counts", "minute")
+
+    def __init__(self, minute: int, size: int) -> None:
+        self.minute = minute
+        self.counts = [0] * size
 
 
 class Ledger:
@@ -559,7 +643,8 @@ class Ledger:
         size: int,
         label: str,
         cache: bytes,
-    ) -> None:
+    ) -> float:
+        """Count the answer; its latency in seconds."""
         elapsed = time.perf_counter() - started
         self.latency[route].observe(elapsed)
         self.statuses[route][status] += 1
@@ -576,6 +661,7 @@ class Ledger:
                 label,
                 cache.decode(),
             )
+        return elapsed
 
 
 class _Pending:
@@ -786,7 +872,7 @@ class Lane:
         if parsed.error:
             route.invalid.error += 1
             body = jsonrpc.error_reply(b"null", parsed.error, parsed.message)
-            return self._answer(pending, 200, body, b"MISS", "invalid", None)
+            return self._answer(pending, 200, body, b"MISS", "invalid", None, False)
         if parsed.batch:
             return self._batch(pending)
         return self._single(pending)
@@ -825,14 +911,18 @@ class Lane:
         if call.error:
             route.invalid.error += 1
             body = jsonrpc.error_reply(call.id, call.error, call.message)
-            return self._answer(pending, 200, body, b"MISS", "invalid", None)
+            return self._answer(pending, 200, body, b"MISS", "invalid", None, False)
         method, tag, valid = self._classify(route, call)
         if method is None:
             route.unknown.error += 1
-            return self._answer(pending, 200, route.not_found(call), b"MISS", "unknown", None)
+            return self._answer(
+                pending, 200, route.not_found(call), b"MISS", "unknown", None, False
+            )
         if not valid:
             route.invalid.error += 1
-            return self._answer(pending, 200, route.bad_tag(call), b"MISS", method.name, None)
+            return self._answer(
+                pending, 200, route.bad_tag(call), b"MISS", method.name, None, False
+            )
         cu, tcu = method.price(tag)
         writes = method.write
         admission = self.admission
@@ -1006,9 +1096,12 @@ class Lane:
         cache: bytes,
         label: str,
         rejection: Any,
+        timed: bool = True,
     ) -> tuple[int, bytes, bytes]:
         """The answer's status, header lines and body, as the handler would frame it; and
-        its books (status count, latency, access-log line)."""
+        its books (status count, latency, access-log line).  An admitted request's latency is
+        also the caller's, under its network and method (``label``: "batch" for a batch);
+        ``timed`` False for what was never admitted (malformed, unknown method, bad tag)."""
         request = pending.request
         rate = self.admission.headers(pending.principal)
         if rejection is not None:
@@ -1025,7 +1118,7 @@ class Lane:
         origin = request.origin
         if origin is not None and (rejection is None or rejection.cors):
             headers += self.cors(origin)
-        self.ledger.note(
+        elapsed = self.ledger.note(
             "rpc",
             status,
             pending.request_id,
@@ -1037,4 +1130,6 @@ class Lane:
             label,
             cache,
         )
+        if timed and rejection is None:
+            self.admission.observe(pending.principal, pending.route.label, label, elapsed)
         return status, b"X-Request-Id: " + pending.request_id + b"\r\n" + headers, body

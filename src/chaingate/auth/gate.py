@@ -137,6 +137,11 @@ class Gate(Protocol):
         ``chain/network`` ('' for REST calls, which belong to no one network)."""
         ...
 
+    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
+        """An admitted request's latency, from its arrival to its answer: the principal's
+        account's, under ``network`` and ``method`` (a batch's method is "batch")."""
+        ...
+
     def response_headers(self, principal: Principal) -> bytes: ...
 
 
@@ -165,6 +170,9 @@ class OpenGate:
         cu: int,
         errors: int,
     ) -> None:
+        return None
+
+    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
         return None
 
     def response_headers(self, principal: Principal) -> bytes:

@@ -33,6 +33,7 @@ from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
+from chaingate.obs.metrics import LATENCY_BUCKETS
 from chaingate.peers import peer_group
 
 if TYPE_CHECKING:
@@ -239,6 +240,7 @@ class KeyGate:
         self.registry = registry
         self._limiter = limiter
         self._meter = limiter.UsageMeter()
+        self._latency = fastlane.LatencyMeter(LATENCY_BUCKETS)
         self._anonymous: OrderedDict[str, Any] = OrderedDict()
         # Refused requests by (status, reason), for /metrics.
         self.refusals: defaultdict[tuple[int, str], int] = defaultdict(int)
@@ -251,6 +253,11 @@ class KeyGate:
     @property
     def meter(self) -> Any:
         return self._meter
+
+    @property
+    def latency(self) -> Any:
+        """Answered requests' latencies per account, network, method and minute."""
+        return self._latency
 
     @property
     def shared(self) -> Any:
@@ -402,6 +409,9 @@ class KeyGate:
         errors: int,
     ) -> None:
         self.admission.record(principal, network, method, requests, cu, errors)
+
+    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
+        self.admission.observe(principal, network, method, seconds)
 
     def response_headers(self, principal: Principal) -> bytes:
         return self.admission.headers(principal)  # type: ignore[no-any-return]

@@ -31,7 +31,7 @@ class AuthService:
         plans = Plans.load(config_file(settings, settings.auth.plans_file))
         self.keys = KeyRegistry(store, plans, settings.auth.pepper.encode(), impl.limiter)
         self.gate = KeyGate(self.keys, impl.limiter, impl.fastlane)
-        self.usage_writer = UsageWriter(store, self.gate.meter, self.keys)
+        self.usage_writer = UsageWriter(store, self.gate.meter, self.gate.latency, self.keys)
         self.shared: SharedLimits | None = None
         if settings.auth.redis_url:
             self.shared = self.gate.shared = self.keys.shared = SharedLimits(

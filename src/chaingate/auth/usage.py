@@ -1,9 +1,9 @@
 """The usage meter's way to the store: drained every few seconds, written in one batch.
 
-Requests record into an in-memory meter (compiled), per key, network, method and minute; this
-task moves the counters to the store off the request path.  A failed write keeps the counters
-for the next round rather than losing them; last-used times of keys are written in the same
-rhythm.
+Requests record into an in-memory meter (compiled), per key, network, method and minute, and
+their latencies per account, network, method and minute; this task moves both to the store off
+the request path, in one transaction.  A failed write keeps them for the next round rather than
+losing them; last-used times of keys are written in the same rhythm.
 """
 
 from __future__ import annotations
@@ -14,22 +14,25 @@ from typing import Any
 
 import trio
 
-from chaingate.store.base import UsageDelta
+from chaingate.store.base import LatencyDelta, UsageDelta
 
 log = logging.getLogger("chaingate.usage")
 
 
 class UsageWriter:
-    def __init__(self, store: Any, meter: Any, registry: Any) -> None:
+    def __init__(self, store: Any, meter: Any, latency: Any, registry: Any) -> None:
         self._store = store
-        self._meter = meter
+        self._meter = meter  # the limiter twin's UsageMeter
+        self._latency = latency  # the fast-lane twin's LatencyMeter
         self._registry = registry
         self.flushes = 0
         self.failures = 0
 
     async def flush(self) -> None:
-        rows = self._meter.drain()
-        if rows:
+        meter = self._meter
+        rows = meter.drain()
+        histograms = self._latency.drain()
+        if rows or histograms:
             deltas = [
                 UsageDelta(
                     key_id=key_id,
@@ -43,13 +46,16 @@ class UsageWriter:
                 )
                 for key_id, account_id, network, method, minute, requests, units, errors in rows
             ]
+            latency = [LatencyDelta(*histogram) for histogram in histograms]
             try:
-                await self._store.add_usage(deltas)
+                await self._store.add_usage(deltas, latency)
             except Exception:
                 self.failures += 1
                 log.exception("usage write failed; keeping the counters for the next round")
                 for row in rows:
-                    self._meter.record(*row)
+                    meter.record(*row)
+                for histogram in histograms:
+                    self._latency.add(*histogram)
                 return
         # Emptied in place: the fast lane holds this very set (a new one would never be read).
         used = set(self._registry.used)

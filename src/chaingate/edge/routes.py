@@ -155,9 +155,11 @@ class Routes:
             try:
                 if path.startswith(_RPC_PREFIX):
                     route = "rpc"
-                    status, headers, body, label, cache = await self._rpc(request, path, peer)
+                    status, headers, body, label, cache = await self._rpc(
+                        request, path, peer, started
+                    )
                 else:
-                    route, status, headers, body = await self._other(request, path, peer)
+                    route, status, headers, body = await self._other(request, path, peer, started)
             except Exception:
                 # A bug of ours costs this request a 500 (logged, and in the access log like
                 # every answer), never the listener.
@@ -186,7 +188,7 @@ class Routes:
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
 
     async def _rpc(
-        self, request: Any, path: bytes, peer: str
+        self, request: Any, path: bytes, peer: str, started: float
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
@@ -206,6 +208,8 @@ class Routes:
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
+        if reply.admitted:
+            gate.observe(principal, service.label, reply.label, perf_counter() - started)
         rate_headers = gate.response_headers(principal)
         if reply.rejection is not None:
             status, headers, body = _rejected(reply.rejection, rate_headers, request, reply.body)
@@ -216,7 +220,9 @@ class Routes:
             return 204, headers, b"", reply.label, cache
         return 200, headers, reply.body, reply.label, cache
 
-    async def _other(self, request: Any, path: bytes, peer: str) -> tuple[str, int, bytes, bytes]:
+    async def _other(
+        self, request: Any, path: bytes, peer: str, started: float
+    ) -> tuple[str, int, bytes, bytes]:
         """Route, status, header lines and body of a request that is not JSON-RPC."""
         if path == b"/metrics":
             route = "metrics"
@@ -227,7 +233,7 @@ class Routes:
                 status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
             else:
                 tail = path[len(_BUNDLER_PREFIX) :]
-                status, headers, body = await self._bundler(request, tail, peer)
+                status, headers, body = await self._bundler(request, tail, peer, started)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (
@@ -242,7 +248,7 @@ class Routes:
             if request.method == b"OPTIONS" and request.origin is not None:
                 status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
             else:
-                status, headers, body = await self._rest(request, path, peer)
+                status, headers, body = await self._rest(request, path, peer, started)
         elif path == _DASHBOARD or path.startswith(_DASHBOARD + b"/"):
             route = "dashboard"  # pages with sessions of their own: no API key, no CORS
             request.origin = None
@@ -252,7 +258,9 @@ class Routes:
             status, headers, body = 404, JSON, error_body(404, "no such endpoint")
         return route, status, headers, body
 
-    async def _bundler(self, request: Any, tail: bytes, peer: str) -> tuple[int, bytes, bytes]:
+    async def _bundler(
+        self, request: Any, tail: bytes, peer: str, started: float
+    ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
         tail, credentials = _path_key(tail, self._networks, request)
@@ -286,6 +294,8 @@ class Routes:
             method = call.method if call.method in rpc.methods else "bundler:unknown"
             failed = call.error is not None or (reply is not None and "error" in reply)
             gate.record(principal, network, method, 1, rpc.cost([call]), 1 if failed else 0)
+        label = "batch" if parsed.batch else method  # a single call's method
+        gate.observe(principal, network, label, perf_counter() - started)
         body = local_rpc.encode(parsed, replies)
         if body is None:  # notifications only
             return 204, gate.response_headers(principal), b""
@@ -342,7 +352,9 @@ class Routes:
         future.set_result(answer)
         return answer
 
-    async def _rest(self, request: Any, path: bytes, peer: str) -> tuple[int, bytes, bytes]:
+    async def _rest(
+        self, request: Any, path: bytes, peer: str, started: float
+    ) -> tuple[int, bytes, bytes]:
         """A REST request: its route's scope, then admission like a JSON-RPC call (request and
         compute-unit buckets, day quota, usage), then the app."""
         match = self._rest_api.match(request.method, path)
@@ -363,11 +375,13 @@ class Routes:
         if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
             status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
             gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
+            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
             return status, headers + gate.response_headers(principal), body
         key = (principal.environment, b"GET", path, request.query)
         hit = self.rest_cache.get(key)
         if hit is not None:
             gate.record(principal, REST_NETWORK, name, 1, units, 0)
+            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
             return 200, hit[0] + _HIT + gate.response_headers(principal), hit[1]
         # One computation per key at a time: requests arriving while it runs share its answer
         # (else a popular page that expires is computed by every client waiting for it).
@@ -384,6 +398,7 @@ class Routes:
             answer = await self._compute_shared(request, path, peer, principal, key, seconds)
         status, headers, body = answer
         gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
+        gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
         return status, headers + _MISS + gate.response_headers(principal), body
 
 

@@ -125,7 +125,7 @@ def result_block_number(result: bytes) -> int | None:
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
-    __slots__ = ("body", "cache", "label", "rejection")
+    __slots__ = ("admitted", "body", "cache", "label", "rejection")
 
     def __init__(
         self,
@@ -133,11 +133,15 @@ class RpcReply:
         cache: bytes,
         label: str,
         rejection: Rejection | None = None,
+        admitted: bool = True,
     ) -> None:
         self.body = body  # None: nothing to send (only notifications)
         self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
         self.label = label  # method name (or "batch") for logs
         self.rejection = rejection
+        # False for what was answered before admission (malformed, unknown method, a bad
+        # block tag, a range over the limit): its latency is not the caller's usage.
+        self.admitted = admitted and rejection is None
 
 
 # A call of a batch on its way upstream: (position, call, spec, raw block tag, billed units).
@@ -317,18 +321,16 @@ class RpcService:
         parsed = jsonrpc.parse_request(body, self._max_batch)
         if parsed.error:
             self._invalid.error += 1
-            return RpcReply(
-                jsonrpc.error_reply(b"null", parsed.error, parsed.message), b"MISS", "invalid"
-            )
+            body = jsonrpc.error_reply(b"null", parsed.error, parsed.message)
+            return RpcReply(body, b"MISS", "invalid", admitted=False)
         if parsed.batch:
             return await self._handle_batch(parsed.calls, principal)
         # A single call, inline: this is the path most requests take.
         call = parsed.calls[0]
         if call.error:
             self._invalid.error += 1
-            return RpcReply(
-                jsonrpc.error_reply(call.id, call.error, call.message), b"MISS", "invalid"
-            )
+            body = jsonrpc.error_reply(call.id, call.error, call.message)
+            return RpcReply(body, b"MISS", "invalid", admitted=False)
         method = call.method
         if principal.allow is not None:
             refused = principal.allow.call_refusal(method, call.params)
@@ -339,12 +341,12 @@ class RpcService:
         spec = self._methods.get(method) or self._passthrough
         if spec is None:
             self._unknown.error += 1
-            return RpcReply(self._not_found(call), b"MISS", "unknown")
+            return RpcReply(self._not_found(call), b"MISS", "unknown", admitted=False)
         params = call.params
         tag = self._tag(spec, params) if spec.block_param is not None else None
         if tag is not None and not valid_block_tag(tag, self._family):
             self._invalid.error += 1
-            return RpcReply(self._bad_tag(call), b"MISS", spec.name)
+            return RpcReply(self._bad_tag(call), b"MISS", spec.name, admitted=False)
         split: Split | None = None
         if method == "eth_getLogs" and self.logs is not None:
             limit = self.logs.limit(self._logs_range_of(principal))
@@ -352,7 +354,7 @@ class RpcService:
             if isinstance(verdict, bytes):  # over the range limit: refused, not charged
                 self.stats[spec.name].error += 1
                 refusal = jsonrpc.raw_error_reply(call.id, verdict) if call.id else None
-                return RpcReply(refusal, b"MISS", spec.name)
+                return RpcReply(refusal, b"MISS", spec.name, admitted=False)
             split = verdict
         cu, tcu = (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
         writes = spec.is_write

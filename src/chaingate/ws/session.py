@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from time import monotonic
+from time import monotonic, perf_counter
 from typing import Any, Protocol
 
 import msgspec
@@ -325,6 +325,7 @@ class Session:
             self._inflight.release()
 
     async def _proxy(self, message: bytes, call: Call | None) -> None:
+        started = perf_counter()
         try:
             try:
                 reply = await self.service.handle(message, self.principal)
@@ -335,6 +336,9 @@ class Session:
                     id_bytes(call) if call else b"null", INTERNAL_ERROR, "internal error"
                 )
             else:
+                if reply.admitted:  # the call's latency: from its message to its answer
+                    elapsed = perf_counter() - started
+                    self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
                 body = reply.body
                 if body is None and reply.rejection is not None:
                     body = _refusal(id_bytes(call) if call else b"null", reply.rejection)

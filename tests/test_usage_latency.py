@@ -1,0 +1,89 @@
+"""Latency per account, network and method (issue 23, the overview's p50/p99): every path that
+meters times its admitted requests — the fast lane, the handler, the bundler, REST and
+WebSocket calls — on both twins and both stores; a batch counts once, as "batch"; what was
+never admitted (malformed, over a limit) is not timed; the overview shows the account's own.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from chaingate.impl import Impl
+from tests.test_auth import auth_settings, start_auth
+from tests.test_dashboard import account_with_password, browser, sign_in
+from tests.test_usage_by_network import BUNDLER, DEVNET, MAINNET, call
+from tests.ws_clients import Client
+
+WS = "/v1/ws/ethereum/devnet"
+
+
+async def test_every_path_times_its_requests_for_the_account(
+    nursery: trio.Nursery, impl: Impl, anvil: Any, store_url: str, tmp_path: Path
+) -> None:
+    settings = auth_settings(anvil, store_url, tmp_path, dashboard={"secure_cookie": False})
+    stack = await start_auth(nursery, impl, settings)
+    email = f"latency-{time.monotonic_ns()}@example.com"
+    account_id = await account_with_password(stack, email)
+    key, _ = await stack.key(env="live", email=email)
+    other_key, _ = await stack.key(env="live")  # another account's requests stay its own
+    async with stack.client(key) as client, stack.client(other_key) as other:
+        for _ in range(3):  # single calls: the fast lane on the compiled edge
+            assert (await client.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
+        assert (await other.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
+        batch = [call("eth_blockNumber", 1), call("eth_chainId", 2)]
+        assert (await client.post(MAINNET, json=batch)).status_code == 200
+        # A write goes to the handler (the slow lane); the node refuses it: still timed.
+        raw = call("eth_sendRawTransaction", 3, ["0x00"])
+        assert (await client.post(MAINNET, json=raw)).status_code == 200
+        supported = call("eth_supportedEntryPoints", 4)
+        assert (await client.post(BUNDLER, json=supported)).status_code == 200
+        assert (await client.get("/v1/usage")).status_code == 200
+        # Never admitted: a malformed body and an unknown method are answered, not timed.
+        assert (await client.post(DEVNET, content=b"{nope")).status_code == 200
+        assert (await client.post(DEVNET, json=call("eth_nope"))).status_code == 200
+    ws = await Client.open(
+        f"ws://127.0.0.1:{stack.handle.port}{WS}", additional_headers={"X-API-Key": key}
+    )
+    try:
+        assert "result" in await ws.call("eth_chainId")
+        assert "result" in await ws.call("eth_gasPrice")
+    finally:
+        await ws.close()
+    expected = {
+        ("ethereum/devnet", "eth_blockNumber"): 3,
+        ("ethereum/mainnet", "batch"): 1,
+        ("ethereum/mainnet", "eth_sendRawTransaction"): 1,
+        ("ethereum/devnet", "eth_supportedEntryPoints"): 1,
+        ("", "GET /v1/usage"): 1,
+        ("ethereum/devnet", "eth_chainId"): 1,
+        ("ethereum/devnet", "eth_gasPrice"): 1,
+    }
+    now_minute = int(time.time() // 60)
+    with trio.fail_after(10):  # the usage writer flushes every 0.2 s here
+        while True:
+            rows = await stack.store.usage_latency(account_id, "minute", 0, now_minute + 2)
+            found: dict[tuple[str, str], int] = {}
+            for row in rows:
+                slot = (row.network, row.method)
+                found[slot] = found.get(slot, 0) + sum(row.counts)
+            if all(found.get(slot, 0) >= n for slot, n in expected.items()):
+                break
+            await trio.sleep(0.05)
+    assert found == expected
+    assert all(len(row.counts) == 16 for row in rows)
+    # The hour and day rollups hold the same samples.
+    for granularity in ("hour", "day"):
+        rolled = await stack.store.usage_latency(account_id, granularity, 0, now_minute + 1440)
+        assert sum(sum(row.counts) for row in rolled) == sum(expected.values()), granularity
+    dashboard = browser(stack)
+    async with aclosing(dashboard):
+        assert (await sign_in(dashboard, email)).status_code == 303
+        overview = await dashboard.get("/dashboard/?range=hour")
+        assert overview.status_code == 200
+        table = overview.text.split('id="by-method"', 1)[1].split("</table>", 1)[0]
+        assert "<code>batch</code>" in table and "<code>eth_gasPrice</code>" in table, table
