@@ -30,11 +30,15 @@ class DashboardTasks:
         self.sampler = sampler
         self.throttle = throttle
 
-    async def run(self, interval: float) -> None:
+    async def run(
+        self, interval: float, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Started once the sampler's first prune is done (see ``LatencySampler.run``)."""
         async with trio.open_nursery() as nursery:
             if self.throttle is not None:
                 nursery.start_soon(self.throttle.run)
-            nursery.start_soon(self.sampler.run, interval)
+            await nursery.start(self.sampler.run, interval)
+            task_status.started()
 
 
 def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:

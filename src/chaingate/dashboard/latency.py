@@ -71,12 +71,16 @@ class LatencySampler:
         if any(deleted.values()):
             log.info("dashboard tables pruned: %s", deleted)
 
-    async def run(self, interval: float = 60.0) -> None:
+    async def run(
+        self, interval: float = 60.0, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Sample every ``interval``; prune the dashboard's tables at start and then about
-        hourly (each process does, and a delete of what is gone already costs little)."""
+        hourly (each process does, and a delete of what is gone already costs little).
+        Started once the first prune is done: it never races what the process writes next."""
         samples_per_prune = max(1, int(PRUNE_SECONDS // max(interval, 1e-3)))
         try:
             await self.prune()
+            task_status.started()
             count = 0
             while True:
                 await trio.sleep(interval)
