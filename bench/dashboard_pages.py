@@ -1,5 +1,5 @@
-"""Dashboard pages, server-side latency, on a store holding 1,000,000 usage rows and 10,000
-webhook delivery attempts.
+"""Dashboard pages, server-side latency, on a store holding 1,000,000 usage rows (with their
+per-account latency) and 10,000 webhook delivery attempts.
 
     python bench/dashboard_pages.py [--store-url URL] [--usage-rows 1000000]
                                     [--attempts 10000] [--requests 200] [--smoke]
@@ -7,14 +7,17 @@ webhook delivery attempts.
 Seeds a store (SQLite under a temporary directory unless ``--store-url`` names PostgreSQL):
 one account with 5 keys, 5 methods each, one usage row per key, method and minute over the
 last ``usage-rows / 25`` minutes (1,000,000 rows: ~28 days), written through the store's own
-``add_usage`` (so the hour and day rollups are too); one webhook with ``attempts / 2`` events of
-two delivery attempts each.  Then a gateway in this process (API keys and the dashboard on, no
-chain) signs a client in with a one-time link and asks every page ``--requests`` times, one at
-a time.  Server-side time is what the edge's access log says each answer took (from the
-complete request to the response); the client's time, and this process's CPU time per
-request (server and client together: a figure that waiting for a busy machine does not
-inflate), are printed beside it.  The target is
-p99 <= 50 ms per page.  Prints a table; exit 0 (the target is reported, not enforced).
+``add_usage`` (so the hour and day rollups are too) with one latency histogram per network,
+method and minute (what the meter hands over: 200,000 for 1,000,000 usage rows, and their hour
+and day rows); the deployment's latency (``latency_rollups``) per route and minute over the
+same minutes; one webhook with ``attempts / 2`` events of two delivery attempts each.  The
+account is an operator, so the operator's page (the deployment's latency) is asked too.
+Then a gateway in this process (API keys and the dashboard on, no chain) signs a client in with
+a one-time link and asks every page ``--requests`` times, one at a time. Server-side time is
+what the edge's access log says each answer took (from the complete request to the response);
+the client's time, and this process's CPU time per request (server and client together: a
+figure that waiting for a busy machine does not inflate), are printed beside it. The target is
+p99 <= 50 ms per page. Prints a table; exit 0 (the target is reported, not enforced).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from chaingate.auth import admin
 from chaingate.dashboard.store import DashboardRows
 from chaingate.gateway import Gateway
 from chaingate.store import new_id, open_store
-from chaingate.store.base import UsageDelta
+from chaingate.store.base import LatencyDelta, UsageDelta
 from chaingate.webhooks.store import WebhookRow, WebhookRows
 
 PEPPER = "bench-pepper-" + "0" * 32
@@ -48,6 +51,15 @@ KEYS = 5
 # JSON-RPC methods are metered per network (REST calls under ''): spread over two.
 NETWORKS = ("ethereum/mainnet", "polygon/mainnet")
 BATCH = 50_000
+ROUTES = ("rpc", "rest")  # the deployment's latency, sampled per route
+
+
+def histogram(n: int, requests: int) -> tuple[int, ...]:
+    """16 bucket counts of ``requests`` spread over a few buckets (method ``n``'s own)."""
+    counts = [0] * 16
+    counts[2 + n] = requests - requests // 4
+    counts[4 + n] = requests // 4
+    return tuple(counts)
 
 
 async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
@@ -60,24 +72,39 @@ async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
     minutes = usage_rows // (KEYS * len(METHODS))
     end = int(time.time() // 60)
     deltas: list[UsageDelta] = []
+    latency: list[LatencyDelta] = []
     started = time.monotonic()
     for minute in range(end - minutes, end):
-        for key_id in key_ids:
-            for n, method in enumerate(METHODS):
-                network = "" if method.startswith("GET ") else NETWORKS[n % len(NETWORKS)]
+        for n, method in enumerate(METHODS):
+            network = "" if method.startswith("GET ") else NETWORKS[n % len(NETWORKS)]
+            for key_id in key_ids:
                 deltas.append(
                     UsageDelta(
                         key_id, account.id, method, minute, 3 + n, 20 + n, minute % 2, network
                     )
                 )
+            # One histogram per network, method and minute: the keys' requests together.
+            latency.append(
+                LatencyDelta(account.id, network, method, minute, histogram(n, KEYS * (3 + n)))
+            )
         if len(deltas) >= BATCH:
-            await store.add_usage(deltas)
-            deltas = []
+            await store.add_usage(deltas, latency)
+            deltas, latency = [], []
     if deltas:
-        await store.add_usage(deltas)
+        await store.add_usage(deltas, latency)
+    rows = DashboardRows(store)
+    await rows.add_latency(
+        [
+            (minute, route, histogram(n, 100))
+            for minute in range(end - minutes, end)
+            for n, route in enumerate(ROUTES)
+        ]
+    )
+    await rows.set_credentials(account.id, operator=True)
     print(
-        f"seeded {minutes * KEYS * len(METHODS):,} usage rows in "
-        f"{time.monotonic() - started:.1f} s",
+        f"seeded {minutes * KEYS * len(METHODS):,} usage rows and"
+        f" {minutes * len(METHODS):,} latency histograms in"
+        f" {time.monotonic() - started:.1f} s",
         flush=True,
     )
     now = store.clock()
@@ -188,6 +215,8 @@ async def main(args: argparse.Namespace) -> int:
                 "delivery log, page 40": f"/dashboard/webhooks/{hook_id}?page=40",
                 "policies": "/dashboard/policies",
                 "reference": "/dashboard/reference",
+                "operator (hour)": "/dashboard/operator?range=hour",
+                "operator (30 days)": "/dashboard/operator?range=month",
             }
             client_ms: dict[str, list[float]] = {name: [] for name in pages}
             cpu_ms: dict[str, list[float]] = {name: [] for name in pages}

@@ -36,7 +36,7 @@ from chaingate.devnet.npm import npm_install
 from chaingate.gateway import Gateway
 from chaingate.impl import Impl, select
 from chaingate.outbound import OutboundPolicy
-from chaingate.store.base import UsageDelta
+from chaingate.store.base import LatencyDelta, UsageDelta
 from tests.conftest import make_settings
 from tests.test_auth import PEPPER
 from tests.test_browser import CHROMIUM, PLAYWRIGHT
@@ -45,6 +45,28 @@ from tests.webhook_receiver import Receiver
 AXE = "4.14.1"
 DRIVER = Path(__file__).parent / "node" / "dashboard_flow.mjs"
 DOCS_PNG = Path(__file__).parent.parent / "docs" / "dashboard.png"
+# The screenshot's earlier hour: (method, weight, compute units, its latencies' usual bucket).
+SEEDED = (
+    ("eth_call", 3, 26, 3),
+    ("eth_getBalance", 2, 19, 2),
+    ("eth_blockNumber", 4, 10, 1),
+    ("GET /v1/tokens/{chain}/balances/{address}", 1, 50, 5),
+)
+
+
+def seeded_latency(account_id: str, seeded: tuple[str, int, int, int], minute: int) -> LatencyDelta:
+    """A minute of one method's latency: most answers in its usual bucket, a tail two buckets
+    up that swells and ebbs with the traffic."""
+    method, weight, _cu, bucket = seeded
+    requests = int(weight * (20 + 12 * (1 + math.sin(minute / 6))))
+    tail = max(1, requests // 25) if minute % 9 < 4 else 0
+    counts = [0] * 16
+    counts[bucket] = requests - tail
+    counts[bucket + 2] = tail
+    network = "" if method.startswith("GET ") else "ethereum/devnet"
+    return LatencyDelta(account_id, network, method, minute, tuple(counts))
+
+
 SERIOUS = ("serious", "critical")
 
 pytestmark = pytest.mark.skipif(
@@ -141,13 +163,18 @@ async def test_the_dashboard_flow_in_a_browser(
                 "" if method.startswith("GET ") else "ethereum/devnet",  # REST: no network
             )
             for minute in range(now_minute - 59, now_minute)
-            for method, weight, cu in (
-                ("eth_call", 3, 26),
-                ("eth_getBalance", 2, 19),
-                ("eth_blockNumber", 4, 10),
-                ("GET /v1/tokens/{chain}/balances/{address}", 1, 50),
-            )
+            for method, weight, cu, _bucket in SEEDED
         ]
+    )
+    # And their latency: most answers in one bucket (a method's own), a tail that swells
+    # and ebbs.
+    await store.add_usage(
+        [],
+        [
+            seeded_latency(account.id, seeded, minute)
+            for seeded in SEEDED
+            for minute in range(now_minute - 59, now_minute)
+        ],
     )
     assert gateway.keys is not None
     await gateway.keys.refresh()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 640, 200
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 28
 
 
 def _number(value: float) -> str:
@@ -21,7 +21,7 @@ def _number(value: float) -> str:
         return f"{value / 1_000:.1f}k"
     if value == int(value):
         return str(int(value))
-    return f"{value:.2f}"
+    return f"{value:.2f}".rstrip("0")  # 12.5, not 12.50: axis labels have little room
 
 
 def nice_ceiling(value: float) -> float:

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from chaingate.store import Store
+from chaingate.store.usagelatency import KEEP_MINUTES
 
 LATENCY_COLUMNS = ", ".join(f"b{i}" for i in range(16))
 
@@ -67,10 +68,9 @@ class AccountSummary(msgspec.Struct, frozen=True):
 
 
 # What the prune keeps: ended sessions a week (the account page lists only live ones), and
-# latency by the minute 2 days and by the hour 32 (the overview reads the last hour by the
-# minute, the last day by the hour, 30 days by the day).
+# latency as the store keeps each account's (store/usagelatency.py: by the minute 2 days, by
+# the hour 32).
 ENDED_SESSION_KEEP_MS = 7 * 86_400_000
-LATENCY_KEEP_MINUTES = {1: 2 * 1440, 60: 32 * 1440}
 
 
 def _in(values: Sequence[str]) -> str:
@@ -393,7 +393,8 @@ class DashboardRows:
 
     async def prune(self) -> dict[str, int]:
         """Delete what no page reads any more: ended sessions, used or expired sign-in links
-        and flashes, and fine-grained latency past what the overview shows."""
+        and flashes, and fine-grained latency past what the pages show (the deployment's,
+        and each account's: ``Store.prune_usage_latency``, a transaction of its own)."""
         now = self.store.clock()
         minute = now // 60_000
         ended = now - ENDED_SESSION_KEEP_MS
@@ -412,7 +413,7 @@ class DashboardRows:
                 "flashes": tx.execute("DELETE FROM dashboard_flashes WHERE expires_at < ?", (now,)),
                 "latency": 0,
             }
-            for granularity, keep in LATENCY_KEEP_MINUTES.items():
+            for granularity, keep in KEEP_MINUTES.items():
                 counts["latency"] += tx.execute(
                     "DELETE FROM latency_rollups WHERE granularity = ? AND period < ?",
                     (granularity, minute - keep),
@@ -420,6 +421,7 @@ class DashboardRows:
             return counts
 
         result: dict[str, int] = await self.store.run_transaction(delete)
+        result["usage_latency"] = await self.store.prune_usage_latency(minute)
         return result
 
     async def add_latency(self, samples: Sequence[tuple[int, str, Sequence[int]]]) -> None:

@@ -1,6 +1,7 @@
 """The operator's view (the admin token's holder, or an account flagged operator): the
 accounts, newest first a page at a time (searchable by e-mail), with their live keys and
-usage today, and the upstreams' health."""
+usage today, the upstreams' health, and the whole deployment's API latency over time (each
+account's own is on its overview)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from chaingate.dashboard.pages.usage import (
+    RANGE_NAMES,
+    chosen_range,
+    label,
+    latency_chart,
+    window,
+)
 from chaingate.dashboard.web import Dashboard, gather, operator_only, page, page_number
 
 ACCOUNTS_PER_PAGE = 100
 MAX_SEARCH = 320
+# The edge's route classes that are the API (not the dashboard's own pages, nor /metrics).
+API_ROUTES = ("rpc", "bundler", "rest", "ws")
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
@@ -22,9 +32,21 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         number = int(page_number())
         search = request.args.get("q", "").strip()[:MAX_SEARCH]
         day = int(dash.clock() // 60) // 1440 * 1440
+        range_name = chosen_range()
+        _, size, first, end = window(range_name, dash.clock())
         # One more than a page: whether there is a next one.
-        accounts = await dash.rows.operator_accounts(
-            ACCOUNTS_PER_PAGE + 1, (number - 1) * ACCOUNTS_PER_PAGE, day, search
+        accounts, latency_rows = await gather(
+            lambda: dash.rows.operator_accounts(
+                ACCOUNTS_PER_PAGE + 1, (number - 1) * ACCOUNTS_PER_PAGE, day, search
+            ),
+            lambda: dash.rows.latency(size, first, end),
+        )
+        periods = range(first, end, size)
+        chart = latency_chart(
+            "Latency (whole deployment), ms",
+            [label(p, size) for p in periods],
+            periods,
+            ((p, counts) for p, route, counts in latency_rows if route in API_ROUTES),
         )
         return await page(
             "operator.html",
@@ -35,6 +57,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             search=search,
             health=dash.health(),
             upstreams=dash.upstreams(),
+            range_name=range_name,
+            ranges=RANGE_NAMES,
+            latency=chart,
         )
 
     @bp.route("/operator/accounts/<account_id>", methods=["GET"])

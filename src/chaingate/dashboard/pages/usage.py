@@ -1,34 +1,41 @@
 """The overview (requests, compute units, errors, latency over time; by network, method and
 key) and usage (per key, network, method and period, with CSV export), read from the
 rollups: the last hour from per-minute rows (sixty periods at most), the last day from
-usage_hours, 30 days from usage_days — no page sums more than its own periods."""
+usage_hours, 30 days from usage_days — no page sums more than its own periods.  Latency is
+the account's own (usage_latency, at the same granularity)."""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from markupsafe import Markup
 from quart import Blueprint, Response, g, request
 
 from chaingate.dashboard.charts import line_chart
 from chaingate.dashboard.latency import percentile
 from chaingate.dashboard.store import UsageTotal
 from chaingate.dashboard.web import Dashboard, gather, page, signed_in
+from chaingate.store.base import UsageLatencyRow
 
 # range -> (granularity, minutes per period, periods)
 RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
 SHOWN_ROWS = 200  # the newest; the CSV has every row
-API_ROUTES = ("rpc", "bundler", "rest", "ws")
+SHOWN_METHODS = 50  # the busiest
 RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 days"}
 # The chart of requests by network draws the busiest few; the rest are summed as one line.
 CHARTED_NETWORKS = 5
 # What the network '' stands for: REST calls (of no one network) and usage metered before
 # networks were (migration 0017).
 NO_NETWORK = "(no network)"
+NO_VALUE = "—"  # a table cell with nothing measured
+# A row of the overview's by-network and by-method tables: name, usage counts (None: latency
+# only), p50 and p99 as shown.
+TableRow = tuple[str, list[int] | None, str, str]
 
 
 def network_name(network: str) -> str:
@@ -89,7 +96,7 @@ def summarise(rows: list[UsageTotal], first: int, end: int, size: int) -> dict[s
         "requests": requests,
         "units": units,
         "errors": errors,
-        "by_method": sorted(by_method.items(), key=lambda item: -item[1][0])[:50],
+        "by_method": sorted(by_method.items(), key=lambda item: -item[1][0]),
         "by_key": sorted(by_key.items(), key=lambda item: -item[1][0]),
         "by_network": [(network_name(name), counts) for name, counts in networks],
         "network_series": network_series(networks, network_requests, len(periods)),
@@ -111,6 +118,81 @@ def network_series(
     return series
 
 
+def bucket_sums(pairs: Iterable[tuple[Any, Sequence[int]]]) -> dict[Any, list[int]]:
+    """Latency buckets summed per key (histograms add up)."""
+    sums: dict[Any, list[int]] = {}
+    for key, counts in pairs:
+        slot = sums.setdefault(key, [0] * len(counts))
+        for i, count in enumerate(counts):
+            slot[i] += count
+    return sums
+
+
+def latency_chart(
+    title: str,
+    labels: Sequence[str],
+    periods: Sequence[int],
+    rows: Iterable[tuple[int, Sequence[int]]],
+) -> Markup:
+    """A p50/p99 chart (ms) of (period, bucket counts) rows, summed per period: the
+    account's on the overview, the deployment's on the operator's page."""
+    per_period = bucket_sums(rows)
+    p50: list[float | None] = []
+    p99: list[float | None] = []
+    for period in periods:
+        counts = per_period.get(period, ())
+        p50.append(milliseconds(percentile(counts, 0.5)))
+        p99.append(milliseconds(percentile(counts, 0.99)))
+    return line_chart(title, labels, [("p50", p50), ("p99", p99)], " ms")
+
+
+def milliseconds(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
+def shown_ms(counts: Sequence[int] | None, q: float) -> str:
+    """A table cell: the q-quantile in ms, or a dash when nothing was measured."""
+    value = milliseconds(percentile(counts or (), q))
+    return NO_VALUE if value is None else f"{value:.2f}"
+
+
+def with_latency(
+    usage: Sequence[tuple[str, list[int]]], latency: dict[str, list[int]], shown: int | None
+) -> list[TableRow]:
+    """Table rows (name, usage counts or None, p50, p99), busiest first: the usage's rows and
+    the names only latency has (a batch: usage counts its calls, latency the request), ranked
+    by the requests measured; ``shown`` rows at most."""
+    counts = dict(usage)
+    names = list(counts) + [name for name in latency if name not in counts]
+
+    def busy(name: str) -> int:
+        found = counts.get(name)
+        return found[0] if found is not None else sum(latency[name])
+
+    ranked = sorted(names, key=lambda name: -busy(name))[:shown]
+    return [
+        (
+            name,
+            counts.get(name),
+            shown_ms(latency.get(name), 0.5),
+            shown_ms(latency.get(name), 0.99),
+        )
+        for name in ranked
+    ]
+
+
+def latency_tables(
+    summary: dict[str, Any], rows: Sequence[UsageLatencyRow]
+) -> tuple[list[TableRow], list[TableRow]]:
+    """The overview's by-network and by-method tables, each row with the range's p50/p99."""
+    by_network = bucket_sums((network_name(r.network), r.counts) for r in rows)
+    by_method = bucket_sums((r.method, r.counts) for r in rows)
+    return (
+        with_latency(summary["by_network"], by_network, None),
+        with_latency(summary["by_method"], by_method, SHOWN_METHODS),
+    )
+
+
 def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/", methods=["GET"])
     @signed_in
@@ -120,26 +202,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         account = g.session.account_id
         rows, latency_rows, keys = await gather(
             lambda: dash.rows.usage(account, granularity, first, end),
-            lambda: dash.rows.latency(size, first, end),
+            lambda: dash.store.usage_latency(account, granularity, first, end),
             lambda: key_names(dash, account),
         )
         summary = summarise(rows, first, end, size)
+        networks, methods = latency_tables(summary, latency_rows)
         labels = [label(p, size) for p in summary["periods"]]
-        merged: dict[int, list[int]] = {}
-        for period, route, counts in latency_rows:
-            if route not in API_ROUTES:
-                continue  # the dashboard's own pages, /metrics: not the API's latency
-            slot = merged.setdefault(period, [0] * 16)
-            for i, count in enumerate(counts):
-                slot[i] += count
-        p50: list[float | None] = []
-        p99: list[float | None] = []
-        for period in summary["periods"]:
-            found = merged.get(period)
-            low = percentile(found, 0.5) if found else None
-            high = percentile(found, 0.99) if found else None
-            p50.append(None if low is None else round(low * 1000, 2))
-            p99.append(None if high is None else round(high * 1000, 2))
         charts = [
             line_chart(
                 "Requests and errors",
@@ -148,11 +216,11 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             ),
             line_chart("Compute units", labels, [("compute units", summary["units"])]),
             line_chart("Requests by network", labels, summary["network_series"]),
-            line_chart(
-                "Latency (whole deployment), ms",
+            latency_chart(
+                "Latency, ms",
                 labels,
-                [("p50", p50), ("p99", p99)],
-                " ms",
+                summary["periods"],
+                ((r.period, r.counts) for r in latency_rows),
             ),
         ]
         return await page(
@@ -163,6 +231,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             summary=summary,
             charts=charts,
             keys=keys,
+            networks=networks,
+            methods=methods,
         )
 
     async def _asked_usage() -> tuple[str, int, int, int, str, str, list[Any]]:
