@@ -1253,7 +1253,9 @@ cdef class Lane:
             route._send(safe, unsafe)
         if waiting:
             return DEFER
-        return self._batch_answer(pending)
+        # A batch with nothing admitted (every call malformed, unknown or a bad tag) is
+        # answered, not timed: none of it is usage.
+        return self._batch_answer(pending, len(jobs) > 0)
 
     cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
         replies = pending.replies
@@ -1266,14 +1268,14 @@ cdef class Lane:
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
-    cdef tuple _batch_answer(self, Pending pending):
+    cdef tuple _batch_answer(self, Pending pending, bint timed=True):
         parts = [reply for reply in pending.replies if reply is not None]
         body = pending.route._join_batch(parts) if parts else None
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
         cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)
         pending.route.budget.give_back(pending.taken)
         pending.taken = 0
-        return self._answer(pending, 200, body, cache, "batch", None)
+        return self._answer(pending, 200, body, cache, "batch", None, timed)
 
     cdef void finish(self, Pending pending) except *:
         if pending.batch:

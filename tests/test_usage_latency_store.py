@@ -151,17 +151,6 @@ async def test_the_prune_deletes_old_minutes_and_hours_only(store_url: str, tmp_
         assert await store.prune_usage_latency(now) == 0
 
 
-async def test_the_dashboards_prune_prunes_usage_latency_too(
-    store_url: str, tmp_path: Path
-) -> None:
-    async with migrated(store_url, tmp_path) as store:
-        counts = buckets(b2=1)
-        recent = store.clock() // 60_000  # the prune's "now"
-        await store.add_usage([], [LatencyDelta("acct_a", "n", "m", recent - 3 * 1440, counts)])
-        deleted = await DashboardRows(store).prune()
-        assert deleted["usage_latency"] == 1, deleted
-
-
 async def test_the_migration_upgrades_a_store_at_0017(store_url: str, tmp_path: Path) -> None:
     store = open_store(store_url, tmp_path)
     async with store:

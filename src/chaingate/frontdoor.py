@@ -128,7 +128,7 @@ class FrontDoor:
         nursery.start_soon(self.access_log.run)
         if self.dashboard_tasks is not None:
             interval = self.settings.dashboard.latency_sample_seconds
-            await nursery.start(self.dashboard_tasks.run, interval)
+            nursery.start_soon(self.dashboard_tasks.run, interval)
         port: int = await nursery.start(self._serve_edge)
         self.asgi.server = (self.settings.server.host, port)
         return port

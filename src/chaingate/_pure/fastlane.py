@@ -1051,7 +1051,9 @@ class Lane:
             route._send(safe, unsafe)
         if waiting:
             return DEFER
-        return self._batch_answer(pending)
+        # A batch with nothing admitted (every call malformed, unknown or a bad tag) is
+        # answered, not timed: none of it is usage.
+        return self._batch_answer(pending, bool(jobs))
 
     def _refused_batch(
         self, pending: _Pending, rejection: Any, jobs: list[tuple[int, Any, Method, Any, int]]
@@ -1069,7 +1071,7 @@ class Lane:
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
-    def _batch_answer(self, pending: _Pending) -> Any:
+    def _batch_answer(self, pending: _Pending, timed: bool = True) -> Any:
         parts = [reply for reply in pending.replies if reply is not None]
         body = pending.route.jsonrpc.join_batch(parts) if parts else None
         hits = pending.hits
@@ -1077,7 +1079,7 @@ class Lane:
         cache = b"HIT" if hits == count else (b"MISS" if hits == 0 else b"PARTIAL")
         pending.route.budget.give_back(pending.taken)
         pending.taken = 0
-        return self._answer(pending, 200, body, cache, "batch", None)
+        return self._answer(pending, 200, body, cache, "batch", None, timed)
 
     def finish(self, pending: _Pending) -> None:
         """The last flight a deferred answer waited for has landed: to the sink with it."""

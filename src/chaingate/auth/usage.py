@@ -18,6 +18,8 @@ from chaingate.store.base import LatencyDelta, UsageDelta
 
 log = logging.getLogger("chaingate.usage")
 
+PRUNE_SECONDS = 3600.0
+
 
 class UsageWriter:
     def __init__(self, store: Any, meter: Any, latency: Any, registry: Any) -> None:
@@ -49,13 +51,17 @@ class UsageWriter:
             latency = [LatencyDelta(*histogram) for histogram in histograms]
             try:
                 await self._store.add_usage(deltas, latency)
-            except Exception:
-                self.failures += 1
-                log.exception("usage write failed; keeping the counters for the next round")
+            except BaseException as exc:
+                # Given back for the next round; a cancellation can only come before the
+                # store's thread began (it is never abandoned), so nothing was written.
                 for row in rows:
                     meter.record(*row)
                 for histogram in histograms:
                     self._latency.add(*histogram)
+                if not isinstance(exc, Exception):
+                    raise
+                self.failures += 1
+                log.exception("usage write failed; keeping the counters for the next round")
                 return
         # Emptied in place: the fast lane holds this very set (a new one would never be read).
         used = set(self._registry.used)
@@ -68,11 +74,26 @@ class UsageWriter:
                 log.exception("last-used update failed")
         self.flushes += 1
 
-    async def run(self, interval: float) -> None:
+    async def prune(self) -> None:
+        """Latency by the minute and by the hour past what is kept (the writer's: it writes
+        them whether or not a dashboard reads them)."""
         try:
+            await self._store.prune_usage_latency(int(time.time() // 60))
+        except Exception:
+            log.exception("usage latency not pruned")
+
+    async def run(self, interval: float) -> None:
+        """Flush every ``interval``; prune after the first flush (not at start: a process
+        starting is busy enough) and then about hourly."""
+        flushes_per_prune = max(1, int(PRUNE_SECONDS // max(interval, 1e-3)))
+        try:
+            count = 0
             while True:
                 await trio.sleep(interval)
                 await self.flush()
+                if count % flushes_per_prune == 0:
+                    await self.prune()
+                count += 1
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self.flush()  # what was metered before shutdown is not lost

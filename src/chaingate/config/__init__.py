@@ -575,7 +575,8 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     login_failures_per_account: int = 5
     login_failures_per_address: int = 20
     login_window: float = 900.0
-    # How often the overview's latency is sampled from the edge's histogram.
+    # How often the deployment's latency (the operator's page) is sampled from the edge's
+    # histogram.
     latency_sample_seconds: float = 60.0
     # Reverse proxies (CIDRs) whose X-Forwarded-For names the client (sign-in throttling) and
     # whose X-Forwarded-Host names the site (the forms' Origin check); empty: none trusted.

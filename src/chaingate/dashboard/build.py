@@ -30,15 +30,11 @@ class DashboardTasks:
         self.sampler = sampler
         self.throttle = throttle
 
-    async def run(
-        self, interval: float, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Started once the sampler's first prune is done (see ``LatencySampler.run``)."""
+    async def run(self, interval: float) -> None:
         async with trio.open_nursery() as nursery:
             if self.throttle is not None:
                 nursery.start_soon(self.throttle.run)
-            await nursery.start(self.sampler.run, interval)
-            task_status.started()
+            nursery.start_soon(self.sampler.run, interval)
 
 
 def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:

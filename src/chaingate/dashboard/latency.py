@@ -1,5 +1,7 @@
-"""Latency over time for the overview: the edge's request-latency histogram (one per route
-class — rpc, bundler, rest, ...), sampled once a minute and added to ``latency_rollups``.
+"""The whole deployment's latency over time, for the operator's page: the edge's
+request-latency histogram (one per route class — rpc, bundler, rest, ...), sampled once a
+minute and added to ``latency_rollups``.  (Each account's latency is timed per request and
+written by the usage writer: ``store/usagelatency.py``.)
 The same task prunes the dashboard's tables about hourly (``DashboardRows.prune``).
 
 The hot path already pays for the histogram (one bisect per request); sampling it costs
@@ -46,6 +48,7 @@ class LatencySampler:
         self._series = series  # route -> chaingate.obs.metrics.LatencySeries
         self._clock = clock  # seconds
         self._last = {route: list(s.counts) for route, s in series.items()}
+        self.pruned = trio.Event()  # the first prune is done (or failed)
 
     async def sample(self) -> None:
         minute = int(self._clock() // 60)
@@ -71,16 +74,13 @@ class LatencySampler:
         if any(deleted.values()):
             log.info("dashboard tables pruned: %s", deleted)
 
-    async def run(
-        self, interval: float = 60.0, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def run(self, interval: float = 60.0) -> None:
         """Sample every ``interval``; prune the dashboard's tables at start and then about
-        hourly (each process does, and a delete of what is gone already costs little).
-        Started once the first prune is done: it never races what the process writes next."""
+        hourly (each process does, and a delete of what is gone already costs little)."""
         samples_per_prune = max(1, int(PRUNE_SECONDS // max(interval, 1e-3)))
         try:
             await self.prune()
-            task_status.started()
+            self.pruned.set()
             count = 0
             while True:
                 await trio.sleep(interval)

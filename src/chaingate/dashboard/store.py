@@ -68,8 +68,8 @@ class AccountSummary(msgspec.Struct, frozen=True):
 
 
 # What the prune keeps: ended sessions a week (the account page lists only live ones), and
-# latency as the store keeps each account's (store/usagelatency.py: by the minute 2 days, by
-# the hour 32).
+# the deployment's latency as the store keeps each account's (store/usagelatency.py: by the
+# minute 2 days, by the hour 32).
 ENDED_SESSION_KEEP_MS = 7 * 86_400_000
 
 
@@ -393,8 +393,8 @@ class DashboardRows:
 
     async def prune(self) -> dict[str, int]:
         """Delete what no page reads any more: ended sessions, used or expired sign-in links
-        and flashes, and fine-grained latency past what the pages show (the deployment's,
-        and each account's: ``Store.prune_usage_latency``, a transaction of its own)."""
+        and flashes, and the deployment's fine-grained latency past what the pages show (each
+        account's is pruned by the usage writer, which writes it)."""
         now = self.store.clock()
         minute = now // 60_000
         ended = now - ENDED_SESSION_KEEP_MS
@@ -421,7 +421,6 @@ class DashboardRows:
             return counts
 
         result: dict[str, int] = await self.store.run_transaction(delete)
-        result["usage_latency"] = await self.store.prune_usage_latency(minute)
         return result
 
     async def add_latency(self, samples: Sequence[tuple[int, str, Sequence[int]]]) -> None:

@@ -288,6 +288,7 @@ class Routes:
             return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
             gate.record(principal, network, "bundler:invalid", 1, units, 1)
+            gate.observe(principal, network, "bundler:invalid", perf_counter() - started)
             return 200, JSON + gate.response_headers(principal), parsed
         replies, _ = await rpc.run(parsed, principal)
         for call, reply in zip(calls, replies, strict=True):

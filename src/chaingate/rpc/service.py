@@ -546,7 +546,7 @@ class RpcService:
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
-        return RpcReply(body, status, "batch")
+        return RpcReply(body, status, "batch", admitted=bool(jobs))
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
         """A call the gate refused.  The client still gets a JSON-RPC body (-32005 over a

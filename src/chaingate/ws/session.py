@@ -44,7 +44,7 @@ from chaingate.auth.gate import Gate, Principal, Rejection
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
-from chaingate.rpc.service import RpcService
+from chaingate.rpc.service import RpcReply, RpcService
 from chaingate.ws.caps import KeyBudgets, WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
 from chaingate.ws.hub import Hub, SubscribeError
@@ -276,16 +276,17 @@ class Session:
             # A burst of them in one read takes turns with everyone else on the loop.
             await trio.lowlevel.checkpoint()
             return
+        started = perf_counter()  # a call's latency counts its wait for a slot too
         await self._inflight.acquire()
         assert self._nursery is not None
         if call is None and b"subscribe" in message:  # a batch with eth_(un)subscribe?
             parts = _batch_parts(message, self.service.max_batch)
             if parts is not None:
-                self._nursery.start_soon(self._batch, parts)
+                self._nursery.start_soon(self._batch, parts, started)
                 return
-        self._nursery.start_soon(self._proxy, message, call)
+        self._nursery.start_soon(self._proxy, message, call, started)
 
-    async def _batch(self, parts: list[tuple[bytes, Call | None]]) -> None:
+    async def _batch(self, parts: list[tuple[bytes, Call | None]], started: float) -> None:
         """A batch with eth_subscribe/eth_unsubscribe in it, answered as geth does: one
         array, every call's answer at its place; the subscriptions' first pushes come only
         after it.  The other calls go to the RPC service as one batch."""
@@ -294,6 +295,7 @@ class Session:
             answers: deque[bytes] = deque()
             if others:
                 reply = await self.service.handle(b"[" + b",".join(others) + b"]", self.principal)
+                self._timed(reply, started)
                 answers.extend(_answers_of(reply, [c for r, c in parts if not _subscription(c)]))
             # Room first, then the subscription calls, their answers and the write with no
             # await between them: no push of a new subscription can overtake its id.
@@ -324,8 +326,7 @@ class Session:
             self._collect = None
             self._inflight.release()
 
-    async def _proxy(self, message: bytes, call: Call | None) -> None:
-        started = perf_counter()
+    async def _proxy(self, message: bytes, call: Call | None, started: float) -> None:
         try:
             try:
                 reply = await self.service.handle(message, self.principal)
@@ -336,9 +337,7 @@ class Session:
                     id_bytes(call) if call else b"null", INTERNAL_ERROR, "internal error"
                 )
             else:
-                if reply.admitted:  # the call's latency: from its message to its answer
-                    elapsed = perf_counter() - started
-                    self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
+                self._timed(reply, started)
                 body = reply.body
                 if body is None and reply.rejection is not None:
                     body = _refusal(id_bytes(call) if call else b"null", reply.rejection)
@@ -346,6 +345,13 @@ class Session:
                 await self._reply(await self._frame(body))
         finally:
             self._inflight.release()
+
+    def _timed(self, reply: RpcReply, started: float) -> None:
+        """An admitted call's latency, from its message to its answer (the subscription
+        calls of a batch are not timed: they are answered here, at once)."""
+        if reply.admitted:
+            elapsed = perf_counter() - started
+            self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
 
     async def _frame(self, body: bytes) -> bytes:
         """A reply's frame: deflated when negotiated and large enough to pay."""
