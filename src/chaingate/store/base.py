@@ -26,6 +26,7 @@ import msgspec
 from chaingate.store import migrate as _migrate
 from chaingate.store.tx import Clock as Clock
 from chaingate.store.tx import Tx as Tx
+from chaingate.store.usagelatency import LatencyDelta as LatencyDelta  # the store's API
 from chaingate.store.usagelatency import latency_rows, prune_latency, read_latency, write_latency
 from chaingate.store.usagerollups import write_rollups
 
@@ -94,17 +95,6 @@ class UsageDelta(msgspec.Struct, frozen=True):
     compute_units: int = 0
     errors: int = 0
     network: str = ""  # the endpoint's chain/network; '' for REST calls
-
-
-class LatencyDelta(msgspec.Struct, frozen=True):
-    """Request latencies to ADD to one (account, network, method, minute): counts per bucket
-    of chaingate.obs.metrics.LATENCY_BUCKETS (16; the last is above the last bound)."""
-
-    account_id: str
-    network: str  # chain/network; '' for REST calls
-    method: str  # JSON-RPC method, "batch" for a batch request, REST route key, ...
-    minute: int  # epoch minutes
-    counts: tuple[int, ...]
 
 
 class UsageLatencyRow(msgspec.Struct, frozen=True):

@@ -12,12 +12,11 @@ buckets and reads percentiles from them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import msgspec
 
 from chaingate.store.tx import Tx
-
-if TYPE_CHECKING:
-    from chaingate.store.base import LatencyDelta  # base calls this module
 
 TABLE = "usage_latency"
 BUCKETS = 16  # the 15 bounds of LATENCY_BUCKETS and one above (obs is not the store's to import)
@@ -40,6 +39,18 @@ _SELECT = (
     " ORDER BY period, network, method"
 )
 _PRUNE = f"DELETE FROM {TABLE} WHERE granularity = ? AND period < ?"  # noqa: S608 - constants
+
+
+class LatencyDelta(msgspec.Struct, frozen=True):
+    """Request latencies to ADD to one (account, network, method, minute): counts per bucket
+    of chaingate.obs.metrics.LATENCY_BUCKETS (16; the last is above the last bound)."""
+
+    account_id: str
+    network: str  # chain/network; '' for REST calls
+    method: str  # JSON-RPC method, "batch" for a batch request, REST route key, ...
+    minute: int  # epoch minutes
+    counts: tuple[int, ...]
+
 
 # (account_id, granularity, period, network, method): the primary key's order.
 _Key = tuple[str, int, int, str, str]
