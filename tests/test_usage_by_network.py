@@ -12,6 +12,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from chaingate.dashboard.store import DashboardRows
@@ -31,6 +32,21 @@ def call(method: str, id: int = 1, params: list[Any] | None = None) -> dict[str,
     return {"jsonrpc": "2.0", "id": id, "method": method, "params": params or []}
 
 
+async def on_every_rpc_path(client: httpx.AsyncClient) -> None:
+    """JSON-RPC requests down every path that meters them: three single calls on devnet (the
+    fast lane on the compiled edge), a batch of two on mainnet, a write on mainnet (the
+    handler: the slow lane; the node refuses it, an error), the bundler's endpoint (answered
+    in process)."""
+    for _ in range(3):
+        assert (await client.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
+    batch = [call("eth_blockNumber", 1), call("eth_chainId", 2)]
+    assert (await client.post(MAINNET, json=batch)).status_code == 200
+    raw = call("eth_sendRawTransaction", 3, ["0x00"])
+    assert (await client.post(MAINNET, json=raw)).status_code == 200
+    supported = call("eth_supportedEntryPoints", 4)
+    assert (await client.post(BUNDLER, json=supported)).status_code == 200
+
+
 async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
     nursery: trio.Nursery, impl: Impl, anvil: Any, store_url: str, tmp_path: Path
 ) -> None:
@@ -40,16 +56,7 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
     account_id = await account_with_password(stack, email)
     key, key_id = await stack.key(env="live", email=email)
     async with stack.client(key) as client:
-        for _ in range(3):  # single calls: the fast lane on the compiled edge
-            assert (await client.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
-        batch = [call("eth_blockNumber", 1), call("eth_chainId", 2)]
-        assert (await client.post(MAINNET, json=batch)).status_code == 200
-        # A write goes to the handler (the slow lane), and fails at the node: an error.
-        raw = call("eth_sendRawTransaction", 3, ["0x00"])
-        assert (await client.post(MAINNET, json=raw)).status_code == 200
-        # The bundler's endpoint, answered in process.
-        supported = call("eth_supportedEntryPoints", 4)
-        assert (await client.post(BUNDLER, json=supported)).status_code == 200
+        await on_every_rpc_path(client)
         # REST calls belong to no one network.
         assert (await client.get("/v1/health")).status_code == 200
         first_report = await client.get("/v1/usage", params={"granularity": "minute"})

@@ -18,7 +18,7 @@ from chaingate.auth import admin
 from chaingate.impl import Impl
 from tests.test_auth import auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, sign_in
-from tests.test_usage_by_network import BUNDLER, DEVNET, MAINNET, call
+from tests.test_usage_by_network import DEVNET, MAINNET, call, on_every_rpc_path
 from tests.ws_clients import Client
 
 WS = "/v1/ws/ethereum/devnet"
@@ -36,16 +36,8 @@ async def test_every_path_times_its_requests_for_the_account(
     key, _ = await stack.key(env="live", email=email)
     other_key, _ = await stack.key(env="live")  # another account's requests stay its own
     async with stack.client(key) as client, stack.client(other_key) as other:
-        for _ in range(3):  # single calls: the fast lane on the compiled edge
-            assert (await client.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
+        await on_every_rpc_path(client)  # the node refuses its write: still timed
         assert (await other.post(DEVNET, json=call("eth_blockNumber"))).status_code == 200
-        batch = [call("eth_blockNumber", 1), call("eth_chainId", 2)]
-        assert (await client.post(MAINNET, json=batch)).status_code == 200
-        # A write goes to the handler (the slow lane); the node refuses it: still timed.
-        raw = call("eth_sendRawTransaction", 3, ["0x00"])
-        assert (await client.post(MAINNET, json=raw)).status_code == 200
-        supported = call("eth_supportedEntryPoints", 4)
-        assert (await client.post(BUNDLER, json=supported)).status_code == 200
         assert (await client.get("/v1/usage")).status_code == 200
         # Never admitted: a malformed body, an unknown method, a batch of nothing else are
         # answered, not timed.
