@@ -22,7 +22,7 @@ from chaingate.obs.metrics import LATENCY_BUCKETS
 
 log = logging.getLogger("chaingate.dashboard")
 
-BUCKETS = 16  # LATENCY_BUCKETS and one above the last
+BUCKETS = len(LATENCY_BUCKETS) + 1  # and one above the last
 PRUNE_SECONDS = 3600.0
 
 

@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from chaingate.store import Store
-from chaingate.store.usagelatency import KEEP_MINUTES
+from chaingate.store.usagelatency import BUCKETS, KEEP_MINUTES
 
-LATENCY_COLUMNS = ", ".join(f"b{i}" for i in range(16))
+# latency_rollups has the layout of the accounts' usage_latency: one column per bucket.
+LATENCY_COLUMNS = ", ".join(f"b{i}" for i in range(BUCKETS))
 
 
 def digest(token: str) -> str:
@@ -428,15 +429,15 @@ class DashboardRows:
         rows: dict[tuple[int, int, str], list[int]] = {}
         for minute, route, counts in samples:
             for size in (1, 60, 1440):
-                slot = rows.setdefault((size, (minute // size) * size, route), [0] * 16)
+                slot = rows.setdefault((size, (minute // size) * size, route), [0] * BUCKETS)
                 for i, count in enumerate(counts):
                     slot[i] += count
         if not rows:
             return
-        updates = ", ".join(f"b{i} = latency_rollups.b{i} + excluded.b{i}" for i in range(16))
+        updates = ", ".join(f"b{i} = latency_rollups.b{i} + excluded.b{i}" for i in range(BUCKETS))
         sql = (
             f"INSERT INTO latency_rollups (granularity, period, route, {LATENCY_COLUMNS})"  # noqa: S608
-            f" VALUES (?, ?, ?, {', '.join('?' * 16)})"
+            f" VALUES (?, ?, ?, {', '.join('?' * BUCKETS)})"
             f" ON CONFLICT (granularity, period, route) DO UPDATE SET {updates}"
         )
         values = [(*key, *counts) for key, counts in sorted(rows.items())]
