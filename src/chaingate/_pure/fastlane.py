@@ -407,8 +407,8 @@ class Route:
                     pending.give_up_reads()
                     if pending.left == 0:
                         pending.lane.finish(pending)
-                    continue
-                return True
+                if pending.units[index] is not None:
+                    return True  # still waited for (a write is never given up)
         for flight in flights:
             if self.flights.get(flight.key) is flight:
                 del self.flights[flight.key]

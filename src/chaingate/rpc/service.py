@@ -633,13 +633,17 @@ class RpcService:
                     for offset, flight in enumerate(flights)
                 ]
             )
-        # A group of a batch: when its answer comes and no batch waiting for it can still take
-        # it (each over its answer bound), its body is dropped unread (Route.wants).
-        wanted = functools.partial(self.route.wants, flights) if len(flights) > 1 else None
+        # A group of reads: when its answer comes and no batch waiting for it can still take
+        # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
+        # are always read.
+        retry_safe = flights[0].spec.retry
+        wanted = None
+        if retry_safe and len(flights) > 1:
+            wanted = functools.partial(self.route.wants, flights)
         try:
             self.pool.submit(
                 body,
-                retry_safe=flights[0].spec.retry,
+                retry_safe=retry_safe,
                 deadline=trio.current_time() + self._timeout,
                 done=functools.partial(self._land, flights, request_id),
                 wanted=wanted,
