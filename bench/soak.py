@@ -430,6 +430,8 @@ def git_commit() -> str:
 
 def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     duration = args.minutes * 60
+    begun = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    commit = git_commit()
     with (
         AnvilProcess(extra=["--block-time", "1"]) as anvil,
         receiver(workdir) as hooks_url,
@@ -484,9 +486,9 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "settle_seconds": round(time.monotonic() - stopped, 1),
     }
     return {
-        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "started": begun,
         "minutes": args.minutes,
-        "commit": git_commit(),
+        "commit": commit,
         "impl": impl,
         "load_before": load_before,
         "load_after": load_average(),
