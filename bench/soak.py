@@ -158,7 +158,6 @@ class Traffic:
         self.port = int(base.rsplit(":", 1)[1])
         self.stop = threading.Event()
         self.tally = Tally()
-        self.errors: list[str] = []
 
     def threads(self) -> list[threading.Thread]:
         loops: dict[str, Callable[[], None]] = {
@@ -181,7 +180,7 @@ class Traffic:
         while not self.stop.is_set():
             try:
                 loop()
-            except (httpx.HTTPError, OSError, WebSocketException, ValueError) as exc:
+            except (httpx.HTTPError, OSError, WebSocketException, ValueError, RuntimeError) as exc:
                 self.tally.add(name if name in KINDS else "webhooks", type(exc).__name__)
                 self.stop.wait(0.5)
 
