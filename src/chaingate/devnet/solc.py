@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,12 @@ def _run_solc(sources: Mapping[str, str], announce: Callable[[str], None]) -> di
     if node is None:
         raise RuntimeError("node is needed to compile the devnet contracts: install Node.js 20+")
     package = solc_package(announce)
+    # Seconds of silence otherwise (~3 s on an idle machine, 10 s on a busy one): say so.
+    announce(
+        f"devnet: compiling the demo contracts ({len(sources)} sources) with solc-js "
+        f"{SOLC_VERSION}; once, then cached..."
+    )
+    started = time.monotonic()
     request = {
         "language": "Solidity",
         "sources": {name: {"content": text} for name, text in sources.items()},
@@ -84,6 +91,7 @@ def _run_solc(sources: Mapping[str, str], announce: Callable[[str], None]) -> di
     errors = [e for e in output.get("errors", []) if e.get("severity") == "error"]
     if errors:
         raise RuntimeError("solc: " + "\n".join(e["formattedMessage"] for e in errors))
+    announce(f"devnet: compiled in {time.monotonic() - started:.1f}s")
     return output
 
 
