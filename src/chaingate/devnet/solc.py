@@ -3,7 +3,7 @@
 solc-js is the official compiler built to WebAssembly: one npm package, no native toolchain,
 the same output on every machine.  Compiled output is cached under the devnet cache directory,
 keyed by the compiler version, the settings and the sources' hash, so only a changed source
-pays the ~3 s compile.
+pays the compile (~10 s of CPU).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _run_solc(sources: Mapping[str, str], announce: Callable[[str], None]) -> di
     if node is None:
         raise RuntimeError("node is needed to compile the devnet contracts: install Node.js 20+")
     package = solc_package(announce)
-    # Seconds of silence otherwise (~3 s on an idle machine, 10 s on a busy one): say so.
+    # ~10 s of CPU (more on a busy machine) that would otherwise pass in silence: say so.
     announce(
         f"devnet: compiling the demo contracts ({len(sources)} sources) with solc-js "
         f"{SOLC_VERSION}; once, then cached..."
