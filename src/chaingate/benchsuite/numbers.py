@@ -9,49 +9,38 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
-def _number(text: str, kind: type[int] | type[float]) -> int | float:
-    try:
-        value = kind(text)
-    except ValueError:
-        noun = "a whole number" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {noun}, not {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
-    return value
+def _bounded(
+    kind: type[N], low: N, high: N | None = None, *, above: bool = False
+) -> Callable[[str], N]:
+    """A finite ``kind`` from ``low`` (``above``: excluded) to ``high`` (included)."""
+    noun = "a whole number" if kind is int else "a number"
+    if high is not None:
+        rule = f"from {low:g} to {high:g}"
+    else:
+        rule = f"above {low:g}" if above else f"{low:g} or more"
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun}, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
+        if value < low or (above and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {text!r}")
+        return value
+
+    return parse
 
 
-def positive_float(text: str) -> float:
-    value = float(_number(text, float))
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(_number(text, float))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(_number(text, int))
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(_number(text, int))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
-
-
-def port(text: str) -> int:
-    value = int(_number(text, int))
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port is 1 to 65535, not {text!r}")
-    return value
+positive_float = _bounded(float, 0.0, above=True)
+non_negative_float = _bounded(float, 0.0)
+positive_int = _bounded(int, 1)
+non_negative_int = _bounded(int, 0)
+port = _bounded(int, 1, 65535)
