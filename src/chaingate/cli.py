@@ -35,9 +35,9 @@ from chaingate.cluster.workers import check_shared_state, worker_count
 from chaingate.config.manifest import Manifest
 from chaingate.dashboard.accounts import dev_signin_link, set_password_command
 from chaingate.devnet import anvil, chainfile, persist
-from chaingate.devnet.demo import ipfs_documents
+from chaingate.devnet.demo import METADATA_HOSTNAME, served_documents
 from chaingate.devnet.devkeys import DEV_EMAIL, KEYS_FILE, issue_dev_keys
-from chaingate.devnet.ipfsgateway import serve_ipfs_gateway
+from chaingate.devnet.docserver import DevnetHost, serve_documents
 from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.node import DevNode, NodeFailed
@@ -45,7 +45,7 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
-from chaingate.outbound import OutboundPolicy
+from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.store import AppliedMigration, Store, StoreError, open_store
 
 # Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it), the
@@ -350,15 +350,17 @@ async def _bring_up(
         _say(
             f"warning: the devnet's price feeds were not refreshed ({exc}): USD values may be null"
         )
-    # The devnet's IPFS documents come from a local gateway; loopback is allowed here, and
-    # only here.
+    # The devnet's IPFS and https documents come from a server of its own on loopback (its
+    # IPFS gateway, and where its https host goes); loopback is allowed here, and only here.
     try:
-        ipfs_gateway = await nursery.start(serve_ipfs_gateway, ipfs_documents())
+        documents = await nursery.start(serve_documents, served_documents())
     except OSError as exc:
-        _say(f"error: cannot serve the devnet's IPFS documents on loopback: {exc}")
+        _say(f"error: cannot serve the devnet's metadata documents on loopback: {exc}")
         return 1
-    settings = _with_ipfs_gateway(settings, ipfs_gateway)
-    gateway = Gateway(settings, outbound_policy=OutboundPolicy.dev())
+    settings = _with_ipfs_gateway(settings, documents)
+    route = DevnetHost(METADATA_HOSTNAME, int(documents.rsplit(":", 1)[1]))
+    fetcher = Fetcher(OutboundPolicy.dev(), resolver=route, connector=route)
+    gateway = Gateway(settings, fetcher=fetcher)
 
     async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
         try:
@@ -718,8 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     dev = commands.add_parser("dev", help="run on embedded defaults with a local anvil devnet")
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=8000)
+    dev.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    dev.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
     dev.add_argument("--anvil-port", type=int, default=0, help="default: a free port")
     dev.add_argument(
         "--paymaster-key",

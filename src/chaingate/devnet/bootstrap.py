@@ -105,8 +105,10 @@ def bootstrap_devnet(
         _verify(rpc, manifest, None)
         if fresh:  # a node with history of its own would leak that history into the cache
             state_cache.save(cache_dir, key, rpc.call("anvil_dumpState"), manifest)
+    # Deployed, not "ready": compiling (said apart, when it happens) is not counted here.
     announce(
-        f"devnet: {len(manifest.contracts)} contracts ready in {time.monotonic() - started:.2f}s"
+        f"devnet: {len(manifest.contracts)} contracts deployed in "
+        f"{time.monotonic() - started:.2f}s"
         + (" (state cached for the next start)" if fresh else "")
     )
     return manifest
