@@ -7,8 +7,8 @@ them removed (``chaingate.metadata``); a name a client sends with one is refused
 (``chaingate.api``): a client's mistake is answered, never repaired behind its back.
 
 A URL holds neither those nor a space of any kind (Unicode's "separator" characters, Z):
-with them a URL can display as another (``https://example.com/\u202egnp.exe``); webhook URLs
-with one are refused, and one stored before that rule is shown with each marked.
+with them a URL can display as another (``/<U+202E>gnp.exe`` reads ``/exe.png``); webhook
+URLs with one are refused, and one stored before that rule is shown with each marked.
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ from quart_trio import QuartTrio
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
     PREFIX,
-    SECURITY_HEADERS,
     Dashboard,
     form_value,
     page,
 )
+from chaingate.edge.responses import PAGE_HEADERS
 from chaingate.text import code_point, first_hidden_in_url, hidden_in_url
 
 __all__ = ["Dashboard", "install"]
@@ -68,7 +68,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         # and 405 for paths no page has, the bare path's redirect — not only the pages'.
         if request.path != PREFIX and not request.path.startswith(PREFIX + "/"):
             return response
-        for name, value in SECURITY_HEADERS.items():
+        for name, value in PAGE_HEADERS.items():  # defined by the edge: it writes some too
             response.headers[name] = value
         if request.endpoint != "dashboard.static":
             response.headers["Cache-Control"] = "no-store"

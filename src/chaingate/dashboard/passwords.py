@@ -25,13 +25,11 @@ N, R, P = 2**14, 8, 1
 _DKLEN = 32
 MIN_LENGTH = 12  # ASVS 2.1.1
 MAX_LENGTH = 1024  # bounded input: scrypt reads all of it
+COMMON_PASSWORDS = "data/common-passwords.txt.gz"  # in this package (data/README.md)
 
 
 class PasswordRejected(ValueError):
     """A password this deployment does not accept (the message says why)."""
-
-
-COMMON_PASSWORDS = "data/common-passwords.txt.gz"
 
 
 def check_strength(password: str) -> None:

@@ -10,7 +10,8 @@
   refused (403), and so is one whose ``Origin`` names another host.
 * Headers: a strict Content-Security-Policy (scripts and styles from this origin only, no
   inline script or style), ``frame-ancestors 'none'``, no referrer to other sites (sign-in
-  links carry a token), no caching of pages.
+  links carry a token), no caching of pages — on every answer under the prefix
+  (``edge.responses.PAGE_HEADERS``, added app-wide by ``chaingate.dashboard.install``).
 """
 
 from __future__ import annotations
@@ -41,12 +42,10 @@ from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows, Session
 from chaingate.dashboard.throttle import InProcessThrottle, SignInThrottle
-from chaingate.edge.responses import PAGE_HEADERS
 from chaingate.framing_constants import MAX_JSON_DEPTH
 from chaingate.jsondepth import too_deep
 
 PREFIX = "/dashboard"
-SECURITY_HEADERS = PAGE_HEADERS  # on every answer under PREFIX (edge/responses.py says why)
 MAX_FORM_FIELD = 10_000  # characters: bounded input
 MAX_PAGE = 99_999
 FLASH_TTL_MS = 5 * 60_000
