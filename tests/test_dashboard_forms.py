@@ -31,23 +31,20 @@ from chaingate.dashboard.passwords import verify_password
 from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl, select
+from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
 from chaingate.store.base import UsageDelta
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
 from tests.test_auth import PEPPER, AuthStack
-from tests.test_dashboard import PASSWORD, browser, csrf, sign_in, signed_in
+from tests.test_dashboard import PASSWORD, browser, csrf, impl, sign_in, signed_in
 
 DEEP = "[" * 1500 + "]" * 1500
 HOOK_URL = "http://127.0.0.1:9/hooks"  # never called: creating a webhook connects nowhere
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "/\u202egnp.exe" reads "/exe.png"
 
-
-@pytest.fixture
-def impl() -> Impl:
-    return select()  # the dashboard is framing-agnostic: one implementation is enough
+__all__ = ["impl"]  # one framing twin: the dashboard does not depend on it
 
 
 @pytest.fixture

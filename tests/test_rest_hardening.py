@@ -21,12 +21,14 @@ from chaingate.api.build import build_api
 from chaingate.api.openapi import document
 from chaingate.api.routing import Route
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl, pure, select
+from chaingate.impl import pure
 from tests.conftest import _compiled_or_skip
 from tests.test_auth import AuthStack, auth_settings, start_auth
-from tests.test_dashboard_forms import site
+from tests.test_dashboard_forms import impl, site
 
-__all__ = ["site"]  # the dashboard's fixture: a gateway following the devnet, with webhooks
+# The dashboard's fixtures: a gateway following the devnet, with webhooks; one framing twin
+# (the nosniff test below runs both).
+__all__ = ["impl", "site"]
 
 BODY_ROUTES = [route for route in build_api().routes if route.body_type is not None]
 PATH_ROUTES = [route for route in build_api().routes if "{" in route.path]
@@ -64,11 +66,6 @@ JSON_LABELS = [
     "Application/JSON;Charset=UTF-8",
     "application/vnd.example+json",
 ]
-
-
-@pytest.fixture
-def impl() -> Impl:
-    return select()  # one framing twin is enough here; nosniff below runs both
 
 
 async def test_a_body_labelled_other_than_json_is_415_and_creates_nothing(site: AuthStack) -> None:
