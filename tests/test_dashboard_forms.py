@@ -35,6 +35,7 @@ from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
 from chaingate.store.base import UsageDelta
+from chaingate.webhooks.mailer import pause_notice
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
 from tests.test_auth import PEPPER, AuthStack
@@ -307,6 +308,10 @@ async def test_a_stored_url_with_hidden_characters_is_shown_marked(site: AuthSta
         detail = await client.get(f"/dashboard/webhooks/{hook}")
         assert "holds hidden characters" in detail.text
         assert 'id="edit-url" name="url" type="url" value=""' in detail.text
+    # And in the e-mail telling its owner it was paused.
+    subject, text = pause_notice(hook, stored, "HTTP 500")
+    assert RLO not in subject + text
+    assert "/<U+202E (RIGHT-TO-LEFT OVERRIDE)>gnp.exe" in text
 
 
 # --- headers, sessions, echoes ----------------------------------------------------------------

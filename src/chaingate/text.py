@@ -38,3 +38,8 @@ def code_point(char: str) -> str:
     """``U+202E (RIGHT-TO-LEFT OVERRIDE)``: a character named without showing it."""
     name = unicodedata.name(char, "")
     return f"U+{ord(char):04X}" + (f" ({name})" if name else "")
+
+
+def url_shown(url: str) -> str:
+    """``url`` as plain text with each hidden character named: ``/<U+202E (...)>gnp.exe``."""
+    return "".join(f"<{code_point(c)}>" if hidden_in_url(c) else c for c in url)
