@@ -141,6 +141,7 @@ def _dev_banner(
         else ""
     )
     rpc = f"{base}/v1/rpc/ethereum/devnet"
+    ct = "-H 'Content-Type: application/json'"  # REST bodies say they are JSON (else 415)
     hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
     # A demo account with tokens and NFTs, and the demo token and collection.
     holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
@@ -193,12 +194,13 @@ Try:
   curl -s {base}/v1/nfts/ethereum/collection/{collection_address}{key_header}
   curl -s {base}/v1/transfers/ethereum/{holder}{key_header}
   curl -s {base}/v1/usage{key_header}
-  curl -s {base}/v1/wallets/create{key_header} -d '{{"owner":"{holder}","chain":"ethereum"}}'
+  curl -s {base}/v1/wallets/create{key_header} {ct} -d '{{"owner":"{holder}","chain":"ethereum"}}'
   curl -s {base}/v1/wallets{key_header}
-  curl -s {base}/v1/gas/policies{key_header} \\
+  curl -s {base}/v1/gas/policies{key_header} {ct} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
-  (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship")
-  curl -s {base}/v1/webhooks{key_header} \\
+  (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship";
+   REST bodies are JSON, labelled so: 415 otherwise)
+  curl -s {base}/v1/webhooks{key_header} {ct} \\
        -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
   curl -s {base}/v1/webhooks{key_header}
   (a receiver to try them with, and how to verify signatures: README, "Webhooks")

@@ -567,9 +567,10 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     enabled: bool = True
     # Session cookies carry Secure (sent over HTTPS only); `chaingate dev` turns it off.
     secure_cookie: bool = True
-    # A session ends after this long without a request, and this long after sign-in at most.
-    session_idle_minutes: int = 720
-    session_max_hours: int = 168
+    # A session ends after this long without a request, and this long after sign-in at most
+    # (OWASP ASVS 4 level 2, 3.3.2: sign in again after 30 minutes idle and within 12 hours).
+    session_idle_minutes: int = 30
+    session_max_hours: int = 12
     # Failed sign-ins tolerated per account and per client address within login_window
     # seconds; beyond them sign-in is refused (even with the right password) until it passes.
     login_failures_per_account: int = 5
@@ -656,6 +657,8 @@ def _validate(settings: Settings) -> None:
             ipaddress.ip_network(cidr)
         except ValueError:
             raise ConfigError(f"dashboard.trusted_proxies: not a network: {cidr!r}") from None
+    if settings.dashboard.session_idle_minutes < 1 or settings.dashboard.session_max_hours < 1:
+        raise ConfigError("dashboard.session_idle_minutes and session_max_hours must be >= 1")
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.server.compress_min_bytes < 0:
