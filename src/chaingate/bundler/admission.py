@@ -55,10 +55,16 @@ class Admission:
         self.min_valid_for = min_valid_for
         self.clock = clock
 
-    def user_op_hash(self, op: UserOperation, entry_point: str, version: Version) -> str:
+    def user_op_hash(
+        self, op: UserOperation, entry_point: str, version: Version, delegate: str | None = None
+    ) -> str:
+        """``delegate``: the sender's EIP-7702 delegate on chain, for a v0.8 operation with the
+        0x7702 initCode marker and no authorization (its hash stands for it)."""
         if self.chain_id is None:
             raise RuntimeError("the chain id is not known yet")  # the methods wait for it
-        digest = user_op_hash(op, entry_point=entry_point, chain_id=self.chain_id, version=version)
+        digest = user_op_hash(
+            op, entry_point=entry_point, chain_id=self.chain_id, version=version, delegate=delegate
+        )
         return "0x" + digest.hex()
 
     async def validate(
@@ -69,13 +75,23 @@ class Admission:
         head: int,
         *,
         paymaster_pending: int = 0,
+        delegate: str | None = None,
     ) -> Validated:
         """The entry to add, or a BundlerFault naming what failed.  ``paymaster_pending``:
         what the paymaster's operations in the mempool can cost at most (EREP-010)."""
-        for title, address in (("factory", op.factory), ("paymaster", op.paymaster)):
+        factory = op.factory if op.deploys else None
+        for title, address in (("factory", factory), ("paymaster", op.paymaster)):
             self.reputation.check_entity(title, address)  # type: ignore[arg-type]
+        if self.chain_id is None:
+            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
         deposit = await sanity.check(
-            self.client, op, entry_point, version, self.limits, paymaster_pending=paymaster_pending
+            self.client,
+            op,
+            entry_point,
+            version,
+            self.limits,
+            chain_id=self.chain_id,
+            paymaster_pending=paymaster_pending,
         )
         now = int(self.clock())
         if self.safe_mode:
@@ -106,7 +122,7 @@ class Admission:
             code_hashes, storage = (), ()
         entry = new_entry(
             op,
-            user_op_hash=self.user_op_hash(op, entry_point, version),
+            user_op_hash=self.user_op_hash(op, entry_point, version, delegate),
             entry_point=entry_point,
             version=version,
             now_ms=int(self.clock() * 1000),
@@ -116,6 +132,7 @@ class Admission:
             valid_after=result.valid_after,
             valid_until=result.valid_until,
             prefund=result.prefund,
+            pre_op_gas=result.pre_op_gas,
             code_hashes=code_hashes,
             storage=storage,
             accepted_block=head,

@@ -53,7 +53,7 @@ import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import opcodes, rules, tracer
-from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
+from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
 from chaingate.evm.keccak import keccak256
@@ -731,9 +731,9 @@ async def fast_trace(
     exact path then gives the node's own answer.
     """
     version = require_version(version)
-    if version == "0.7" and simulations_code is None:
-        simulations_code = simulations_code_v07()
-    tx, override = validation_call(op, entry_point, version, simulations_code)
+    tx, override = validation_call(
+        op, entry_point, version, simulations_code or simulations_for(version)
+    )
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
     failed = ""
     try:
@@ -758,7 +758,7 @@ async def fast_trace(
         STRUCT_LOG["fetched"] += 1
         if int(root.gasUsed, 16) > MAX_GAS:
             return Fallback(f"validation used more than {MAX_GAS} gas")
-        deploying = factory_phase(root) if op.factory is not None else None
+        deploying = factory_phase(root) if op.deploys else None
         oracle: list[str | None] = ["no factory phase"]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trace, "steps", _STRUCT_CONFIG, _StructLog)
