@@ -19,6 +19,7 @@ from chaingate.bundler.mempool import Entry, Stake, new_entry
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.safemode import validate_safe
 from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_validation
+from chaingate.bundler.tracing import code_hashes
 
 
 class Validated(msgspec.Struct, frozen=True):
@@ -107,7 +108,7 @@ class Admission:
                     info.stake, info.unstake_delay_sec
                 ),
             )
-            code_hashes = tuple(sorted(outcome.code_hashes.items()))
+            code_hashes = tuple(sorted((await self._delegated(op, outcome.code_hashes)).items()))
             storage = outcome.storage
         else:
             result = await simulate_validation(
@@ -138,6 +139,17 @@ class Admission:
             accepted_block=head,
         )
         return Validated(entry, result, deposit)
+
+    async def _delegated(self, op: UserOperation, hashes: dict[str, str]) -> dict[str, str]:
+        """The code hashes bundling checks again.  An EIP-7702 sender whose authorization the
+        bundle carries has its designator only in the simulation (the chain gets it from the
+        bundle itself): its delegate's code stands in for it — the account's code, which
+        must not change before the bundle."""
+        if op.eip7702_auth is None:
+            return hashes
+        kept = {a: h for a, h in hashes.items() if a != op.sender.lower()}
+        kept.update(await code_hashes(self.client, [op.eip7702_auth.address]))
+        return kept
 
 
 __all__ = ["Admission", "BundlerFault", "Validated"]
