@@ -23,7 +23,7 @@ from typing import Any
 from chaingate.aa.userop import EIP7702_SHORT, UserOperation, Version, require_version
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.evm.addresses import checksum_address
-from chaingate.evm.eip7702 import Authorization
+from chaingate.evm.eip7702 import Authorization, parse_authorization
 
 __all__ = ["MAX_FIELD_BYTES", "encode_user_operation", "parse_user_operation"]
 
@@ -88,7 +88,6 @@ _OTHER_VERSION = {
     "0.7": {"initCode": "0.6", "paymasterAndData": "0.6", "eip7702Auth": "0.8"},
     "0.8": {"initCode": "0.6", "paymasterAndData": "0.6"},
 }
-_AUTH_FIELDS = ("chainId", "address", "nonce", "yParity", "r", "s")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -148,26 +147,11 @@ def _factory(field: str, value: Any) -> str:
 
 def _authorization(value: Any) -> Authorization:
     """``eip7702Auth`` as ERC-7769 (v0.8) gives it; its signature is checked by admission."""
-    field = "eip7702Auth"
-    if not isinstance(value, Mapping):
-        raise _fault(field, "expected an object {chainId, address, nonce, yParity, r, s}")
-    for name in value:
-        if name not in _AUTH_FIELDS:
-            raise _fault(f"{field}.{str(name)[:32]}", "unknown field")
-    for name in _AUTH_FIELDS:
-        if value.get(name) is None:
-            raise _fault(f"{field}.{name}", "missing")
-    y_parity = _quantity(f"{field}.yParity", value["yParity"], 8)
-    if y_parity > 1:
-        raise _fault(f"{field}.yParity", "must be 0x0 or 0x1")
-    return Authorization(
-        chain_id=_quantity(f"{field}.chainId", value["chainId"], _U256),
-        address=_address(f"{field}.address", value["address"]),
-        nonce=_quantity(f"{field}.nonce", value["nonce"], 64),
-        y_parity=y_parity,
-        r=_quantity(f"{field}.r", value["r"], _U256),
-        s=_quantity(f"{field}.s", value["s"], _U256),
-    )
+    try:
+        return parse_authorization(value)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0]
+        raise BundlerFault(INVALID_PARAMS, f"userOp.{exc}", {"field": field}) from None
 
 
 def _read(obj: Mapping[str, Any], version: Version, partial: bool) -> dict[str, Any]:

@@ -282,6 +282,9 @@ class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
     entry_points: dict[str, str] = {}
     factories: dict[str, str] = {}
     paymasters: dict[str, str] = {}
+    # The code EIP-7702 wallets delegate to ("": the manifest's, else v0.8's canonical
+    # Simple7702Account).
+    delegate: str = ""
     # Seconds a paymaster signature stays valid (its validUntil, from the chain's clock).
     signature_ttl: int = 600
     # After validUntil, how long an unused reservation still counts: the follower needs a few

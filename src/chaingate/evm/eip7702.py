@@ -9,6 +9,9 @@ address clears it) and bumps the authority's nonce.  A chain id of 0 is valid on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import msgspec
 
 from chaingate.evm import rlp
@@ -23,6 +26,8 @@ ZERO_ADDRESS = "0x" + "00" * 20
 _SECP256K1_HALF = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0
 _UINT64 = 1 << 64
 _UINT256 = 1 << 256
+_FIELDS = ("chainId", "address", "nonce", "yParity", "r", "s")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class Authorization(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,3 +111,48 @@ def delegate_of(code: bytes) -> str | None:
     if len(code) == DESIGNATOR_LENGTH and code[:3] == DESIGNATOR_PREFIX:
         return checksum_address(code[3:])
     return None
+
+
+def parse_authorization(value: Any, field: str = "eip7702Auth") -> Authorization:
+    """An authorization in its JSON-RPC form (ERC-7769's ``eip7702Auth``: ``{chainId,
+    address, nonce, yParity, r, s}``, 0x-hex), strictly; ValueError naming the field (its
+    signature is not checked here: ``authority()`` does)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field}: expected an object {{{', '.join(_FIELDS)}}}")
+    for name in value:
+        if name not in _FIELDS:
+            raise ValueError(f"{field}.{str(name)[:32]}: unknown field")
+    for name in _FIELDS:
+        if value.get(name) is None:
+            raise ValueError(f"{field}.{name}: missing")
+
+    def quantity(name: str, bits: int) -> int:
+        text = value[name]
+        if not isinstance(text, str) or text[:2] != "0x" or not 2 < len(text) <= 66:
+            raise ValueError(f"{field}.{name}: expected a 0x-hex quantity")
+        if not _HEX.issuperset(text[2:]):
+            raise ValueError(f"{field}.{name}: {text[:24]!r} is not hex")
+        number = int(text, 16)
+        if number >= 1 << bits:
+            raise ValueError(f"{field}.{name}: does not fit uint{bits}")
+        return number
+
+    address = value["address"]
+    if (
+        not isinstance(address, str)
+        or address[:2] != "0x"
+        or len(address) != 42
+        or not _HEX.issuperset(address[2:])
+    ):
+        raise ValueError(f"{field}.address: expected an address")
+    y_parity = quantity("yParity", 8)
+    if y_parity > 1:
+        raise ValueError(f"{field}.yParity: must be 0x0 or 0x1")
+    return Authorization(
+        chain_id=quantity("chainId", 256),
+        address=checksum_address(bytes.fromhex(address[2:])),
+        nonce=quantity("nonce", 64),
+        y_parity=y_parity,
+        r=quantity("r", 256),
+        s=quantity("s", 256),
+    )

@@ -114,6 +114,11 @@ class WalletNetwork:
             )
             if paymaster:
                 self.paymasters[version] = checksum_address(paymaster)
+        self.delegate = checksum_address(
+            wallets.delegate
+            or _from_manifest(manifest, "simple_7702_account_v08")
+            or CANONICAL_DELEGATE
+        )
         _, native_feed = manifest_feeds(manifest)
         metadata = settings.metadata
         self.prices = PriceBook(

@@ -25,7 +25,7 @@ import trio
 
 from chaingate.aa.calls import CallDataError, InnerCall, decode_account_calls
 from chaingate.aa.paymaster import sponsor
-from chaingate.aa.userop import UserOperation, Version, require_version, user_op_hash
+from chaingate.aa.userop import UserOperation, Version, packs_gas, require_version, user_op_hash
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
@@ -320,12 +320,23 @@ class WalletService:
         else:
             version = net.settings.default_version
         filled = False
-        if op.factory is None and not await net.has_code(op.sender):
+        if op.eip7702_auth is not None or op.eip7702_init:
+            if version != "0.8":
+                raise InvalidOperation(
+                    "user_operation.eip7702Auth: EIP-7702 senders are EntryPoint v0.8's"
+                )
+            if op.eip7702_auth is None:
+                raise InvalidOperation(
+                    "user_operation.eip7702Auth: an operation with the 0x7702 initCode marker "
+                    "is sponsored with its authorization"
+                )
+        elif op.factory is None and not await net.has_code(op.sender):
             if creation is None or creation[2] != version or not fill_init_code:
                 raise InvalidOperation(
                     f"user_operation.sender: {op.sender} has no code on {key} and the "
-                    "operation carries no initCode (v0.6) or factory (v0.7); create the "
-                    "wallet with POST /v1/wallets/create or send them"
+                    "operation carries no initCode (v0.6), factory (v0.7, v0.8) or "
+                    "eip7702Auth (v0.8); create the wallet with POST /v1/wallets/create or "
+                    "send them"
                 )
             owner, salt, _, _ = creation
             factory = await net.factory(version)
@@ -333,7 +344,7 @@ class WalletService:
                 factory=factory.address, factory_data=factory.factory_data(owner, int(salt))
             )
             filled = True
-        if version == "0.7":
+        if packs_gas(version):
             op = op.with_(
                 paymaster_verification_gas_limit=op.paymaster_verification_gas_limit
                 or net.settings.paymaster_verification_gas,
@@ -434,8 +445,9 @@ class WalletService:
             calls,
             cost or 0,
             int(now_s),
-            factory=op.factory,
-            known_factories=[net.factory_addresses[version]],
+            # Whose code runs to make the account: its factory, or the code it delegates to.
+            factory=_account_maker(op),
+            known_factories=[net.factory_addresses[version], net.delegate],
         )
         if refusal is not None:
             if dry_run:
@@ -517,6 +529,14 @@ class WalletService:
             sponsorship_id=row.id,
             init_code_filled=filled,
         )
+
+
+def _account_maker(op: UserOperation) -> str | None:
+    """Whose code an operation runs to make its account: the factory it deploys through, or
+    the contract its EIP-7702 authorization delegates to."""
+    if op.deploys:
+        return op.factory
+    return op.eip7702_auth.address if op.eip7702_auth is not None else None
 
 
 def _counts_wanted(now_s: float) -> Callable[[PolicyRow], Counts]:
