@@ -29,7 +29,7 @@ class CreateWallet(msgspec.Struct, forbid_unknown_fields=True):
     owner: Address
     chain: ChainName
     salt: Uint256 | None = None  # 0
-    entry_point_version: Literal["0.6", "0.7"] | None = None
+    entry_point_version: Literal["0.6", "0.7", "0.8"] | None = None
 
 
 class Wallet(msgspec.Struct, omit_defaults=True):
