@@ -1,13 +1,13 @@
 """ERC-4337 bundlers: accepted operations per second and submit-to-receipt latency, against Alto.
 
     python bench/bundler.py [--ops 200] [--latency-ops 40] [--concurrency 32]
-                            [--versions 0.6,0.7] [--target chaingate-safe]
+                            [--versions 0.6,0.7,0.8] [--target chaingate-safe]
                             [--target chaingate-unsafe] [--no-alto] [--deploy]
                             [--chaingate-url URL --node URL --manifest PATH [--api-key KEY]]
                             [--out PATH] [--smoke]
 
 Starts anvil on a loopback free port, bootstrapped as the devnet ``chaingate dev`` serves
-(EntryPoint v0.6 and v0.7 at their canonical addresses, a SimpleAccountFactory each), then
+(EntryPoint v0.6, v0.7 and v0.8 at their canonical addresses, a SimpleAccountFactory each), then
 measures each target in turn on that same anvil:
 
 * **alto-unsafe** / **alto-safe** — Alto (npm ``@pimlico/alto``, pinned in
@@ -204,7 +204,7 @@ def start_alto(name: str, node: str, manifest: Manifest, workdir: Path) -> Targe
         workdir,
         name,
         node,
-        [manifest.address("entry_point_v06"), manifest.address("entry_point_v07")],
+        [manifest.address(f"entry_point_{TAGS[v]}") for v in TAGS],
         safe=name == "alto-safe",
         executor=executor,
     )

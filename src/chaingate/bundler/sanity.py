@@ -262,11 +262,11 @@ async def check(
     version: Version,
     limits: SanityLimits,
     *,
-    chain_id: int,
+    chain_id: int | None = None,
     paymaster_pending: int = 0,
 ) -> int | None:
     """``check_static``, then the chain state fetched concurrently, ``check_authorization``
-    and ``check_state``.  Returns the paymaster's deposit as read (None without a
+    (against ``chain_id``, needed for an EIP-7702 sender) and ``check_state``.  Returns the paymaster's deposit as read (None without a
     paymaster)."""
     version = require_version(version)
     check_static(op, version, limits)
@@ -305,6 +305,8 @@ async def check(
     deposit = _hex_int(found["deposit"]) if "deposit" in found else None
     sender_code = _code(found["sender"] or "0x")
     if op.eip7702_auth is not None or op.eip7702_init:
+        if chain_id is None:
+            raise RuntimeError("an EIP-7702 authorization is checked against the chain id")
         check_authorization(
             op,
             chain_id=chain_id,
