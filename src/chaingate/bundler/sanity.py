@@ -266,8 +266,8 @@ async def check(
     paymaster_pending: int = 0,
 ) -> int | None:
     """``check_static``, then the chain state fetched concurrently, ``check_authorization``
-    (against ``chain_id``, needed for an EIP-7702 sender) and ``check_state``.  Returns the paymaster's deposit as read (None without a
-    paymaster)."""
+    (against ``chain_id``, needed for an EIP-7702 sender) and ``check_state``.  Returns the
+    paymaster's deposit as read (None without a paymaster)."""
     version = require_version(version)
     check_static(op, version, limits)
     found: dict[str, Any] = {}

@@ -110,6 +110,7 @@ class WalletService:
                     follower.network,
                     entry_points=list(wallet_net.entry_points.values()),
                     paymasters=list(wallet_net.paymasters.values()),
+                    client=clients[key],
                 )
                 self._streams[key] = follower.subscribe("wallets")
 
@@ -224,23 +225,52 @@ class WalletService:
         return net
 
     async def create_wallet(
-        self, account_id: str, key: str, owner: str, salt: int, version: Version | None
+        self,
+        account_id: str,
+        key: str,
+        owner: str,
+        salt: int,
+        version: Version | None,
+        *,
+        eip7702: bool = False,
     ) -> tuple[WalletRow, bool]:
+        """A SimpleAccount at its factory's address for (owner, salt); ``eip7702``: the
+        owner's own address, an EIP-7702 account of v0.8 delegating to the network's
+        delegate (``deployed`` once a delegation to it is seen on chain)."""
         net = self.network(key)
-        version = version or net.settings.default_version
-        factory = await net.factory(version)
-        address = factory.account_address(owner, salt)
-        row = WalletRow(
-            chain=net.chain,
-            network=net.network,
-            address=address.lower(),
-            account_id=account_id,
-            owner=owner.lower(),
-            salt=str(salt),
-            version=version,
-            factory=factory.address.lower(),
-            created_at=int(self.clock() * 1000),
-        )
+        now = int(self.clock() * 1000)
+        if eip7702:
+            if version not in (None, "0.8") or salt:
+                raise InvalidOperation(
+                    "eip7702: an EIP-7702 wallet is the owner's own address on EntryPoint "
+                    "v0.8 (no salt, entry_point_version 0.8 or none)"
+                )
+            row = WalletRow(
+                chain=net.chain,
+                network=net.network,
+                address=owner.lower(),
+                account_id=account_id,
+                owner=owner.lower(),
+                salt="0",
+                version="0.8",
+                factory=net.delegate.lower(),
+                created_at=now,
+                kind="eip7702",
+            )
+        else:
+            version = version or net.settings.default_version
+            factory = await net.factory(version)
+            row = WalletRow(
+                chain=net.chain,
+                network=net.network,
+                address=factory.account_address(owner, salt).lower(),
+                account_id=account_id,
+                owner=owner.lower(),
+                salt=str(salt),
+                version=version,
+                factory=factory.address.lower(),
+                created_at=now,
+            )
         _, total = await self.store.list_wallets(account_id, None, offset=0, limit=0)
         if total >= net.settings.max_wallets_per_account:
             found = await self.store.get_wallet(account_id, row.address)

@@ -17,7 +17,7 @@ import msgspec
 from chaingate.store.base import register_network_columns, register_network_table
 from chaingate.store.rows import Rows
 
-WALLET_TABLES = ("wallet_deployments",)
+WALLET_TABLES = ("wallet_deployments", "wallet_delegations")
 # A sponsorship is the account's record; only its settlement came from the chain.
 WALLET_SETTLEMENT_COLUMNS = (
     "sponsorships",
@@ -38,9 +38,11 @@ class WalletRow(msgspec.Struct, kw_only=True):
     owner: str
     salt: str
     version: str
-    factory: str
+    factory: str  # an EIP-7702 wallet's: the code it delegates to
     created_at: int
-    # From wallet_deployments, when the follower has seen the wallet deployed.
+    kind: str = "simple"  # or "eip7702": the owner's own address, delegated
+    # From wallet_deployments (an EIP-7702 wallet: its latest delegation, when to its code),
+    # when the follower has seen the wallet deployed.
     deployed_block: int | None = None
     deploy_tx: str | None = None
     deployed_at: int | None = None
@@ -52,6 +54,17 @@ class Deployment(msgspec.Struct, frozen=True):
     block_hash: str
     tx_hash: str
     deployed_at: int
+
+
+class Delegation(msgspec.Struct, frozen=True):
+    """An EIP-7702 wallet's delegation as a block left it (the zero address: cleared)."""
+
+    address: str
+    block_number: int
+    block_hash: str
+    tx_hash: str
+    delegate: str
+    set_at: int
 
 
 class PolicyRow(msgspec.Struct, kw_only=True):
@@ -132,11 +145,19 @@ class ReservationRefused(Exception):
 
 
 _WALLET_COLUMNS = tuple(f for f in WalletRow.__struct_fields__ if not f.startswith("deploy"))
+# A SimpleAccount is deployed by the EntryPoint's AccountDeployed; an EIP-7702 wallet while
+# its latest delegation is to its code (w.factory).
 _WALLET_SELECT = (
     "SELECT "  # noqa: S608 - constants only
     + ", ".join(f"w.{c}" for c in _WALLET_COLUMNS)
-    + ", d.block_number, d.tx_hash, d.deployed_at FROM wallets w LEFT JOIN wallet_deployments d"
+    + ", COALESCE(d.block_number, g.block_number), COALESCE(d.tx_hash, g.tx_hash),"
+    " COALESCE(d.deployed_at, g.set_at) FROM wallets w LEFT JOIN wallet_deployments d"
     " ON d.chain = w.chain AND d.network = w.network AND d.address = w.address"
+    " AND w.kind = 'simple'"
+    " LEFT JOIN wallet_delegations g ON w.kind = 'eip7702' AND g.chain = w.chain"
+    " AND g.network = w.network AND g.address = w.address AND g.delegate = w.factory"
+    " AND g.block_number = (SELECT MAX(x.block_number) FROM wallet_delegations x"
+    " WHERE x.chain = w.chain AND x.network = w.network AND x.address = w.address)"
 )
 _POLICY_COLUMNS = tuple(PolicyRow.__struct_fields__)
 _POLICY_SELECT = f"SELECT {', '.join(_POLICY_COLUMNS)} FROM gas_policies"  # noqa: S608
@@ -267,6 +288,70 @@ class WalletRows(Rows):
             )
 
         await self.run_transaction(upsert)
+
+    async def eip7702_wallets(self, chain: str, network: str, addresses: Sequence[str]) -> set[str]:
+        """Which of ``addresses`` (lowercase) are EIP-7702 wallets here, of any account."""
+        if not addresses:
+            return set()
+        marks = ", ".join("?" * len(addresses))
+
+        def select(tx: Any) -> set[str]:
+            rows = tx.query(
+                "SELECT DISTINCT address FROM wallets WHERE kind = 'eip7702' AND chain = ?"  # noqa: S608
+                f" AND network = ? AND address IN ({marks})",
+                (chain, network, *addresses),
+            )
+            return {str(r[0]) for r in rows}
+
+        found: set[str] = await self.run_transaction(select, write=False)
+        return found
+
+    async def has_eip7702_wallets(self, chain: str, network: str) -> bool:
+        def select(tx: Any) -> bool:
+            rows = tx.query(
+                "SELECT 1 FROM wallets WHERE kind = 'eip7702' AND chain = ? AND network = ?"
+                " LIMIT 1",
+                (chain, network),
+            )
+            return bool(rows)
+
+        found: bool = await self.run_transaction(select, write=False)
+        return found
+
+    async def record_delegations(
+        self, chain: str, network: str, delegations: Sequence[Delegation]
+    ) -> None:
+        """Delegations of applied blocks (idempotent: a replayed block writes the same)."""
+        values = [
+            (chain, network, d.address, d.block_number, d.block_hash, d.tx_hash, d.delegate,
+             d.set_at)
+            for d in delegations
+        ]  # fmt: skip
+        if not values:
+            return
+
+        def upsert(tx: Any) -> None:
+            tx.executemany(
+                "INSERT INTO wallet_delegations (chain, network, address, block_number,"
+                " block_hash, tx_hash, delegate, set_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (chain, network, address, block_hash) DO UPDATE"
+                " SET tx_hash = excluded.tx_hash, delegate = excluded.delegate",
+                values,
+            )
+
+        await self.run_transaction(upsert)
+
+    async def revert_delegations(self, chain: str, network: str, block_hash: str) -> None:
+        """A block was reorganised away: its delegations are undone (the one before is the
+        address's latest again)."""
+
+        def undo(tx: Any) -> None:
+            tx.execute(
+                "DELETE FROM wallet_delegations WHERE chain = ? AND network = ? AND block_hash = ?",
+                (chain, network, block_hash),
+            )
+
+        await self.run_transaction(undo)
 
     async def revert_block(self, chain: str, network: str, block_hash: str) -> None:
         """A block was reorganised away: its deployments and settlements are undone."""
