@@ -10,9 +10,9 @@ sponsored by the devnet's VerifyingPaymaster and self-paid):
 * ``validate_safe`` with the fast path gives the same verdict (result, or fault code and
   message) as without it.
 
-The real SimpleAccount operations must take the fast path: an already deployed account's
-without the struct log (``build_static``, static analysis of the code that ran, must prove it
-unneeded), a deploying one's with it and the factory phase replayed alone
+The real SimpleAccount operations (v0.6, v0.7, v0.8) must take the fast path without the
+struct log (``build_static``, static analysis of the code that ran, must prove it unneeded):
+a deploying one's factory CREATE2 counted from its frame, the factory phase replayed alone
 (``factory_oracle``: the targets of its EXTCODE*).  Wherever the static build works, its
 trace is checked against the one built from the struct log (same opcodes, calls, code sizes,
 out-of-gas; a superset of storage), and the verdict against the exact path's, on every

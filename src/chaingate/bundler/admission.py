@@ -61,12 +61,15 @@ class Admission:
     ) -> str:
         """``delegate``: the sender's EIP-7702 delegate on chain, for a v0.8 operation with the
         0x7702 initCode marker and no authorization (its hash stands for it)."""
-        if self.chain_id is None:
-            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
         digest = user_op_hash(
-            op, entry_point=entry_point, chain_id=self.chain_id, version=version, delegate=delegate
+            op, entry_point=entry_point, chain_id=self._chain(), version=version, delegate=delegate
         )
         return "0x" + digest.hex()
+
+    def _chain(self) -> int:
+        if self.chain_id is None:
+            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
+        return self.chain_id
 
     async def validate(
         self,
@@ -83,15 +86,13 @@ class Admission:
         factory = op.factory if op.deploys else None
         for title, address in (("factory", factory), ("paymaster", op.paymaster)):
             self.reputation.check_entity(title, address)  # type: ignore[arg-type]
-        if self.chain_id is None:
-            raise RuntimeError("the chain id is not known yet")  # the methods wait for it
         deposit = await sanity.check(
             self.client,
             op,
             entry_point,
             version,
             self.limits,
-            chain_id=self.chain_id,
+            chain_id=self._chain(),
             paymaster_pending=paymaster_pending,
         )
         now = int(self.clock())

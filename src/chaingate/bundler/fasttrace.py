@@ -39,6 +39,9 @@ opcodes ``opcodes.reachable`` finds in the code of each frame for the frame's se
 when no frame of a judged phase can run anything the collector would record or needs the stack
 for, and the EntryPoint cannot emit a LOG1 at depth 1, the trace is rebuilt from callTracer and
 prestateTracer alone (~1.5 ms instead of ~8 ms on anvil); otherwise the struct log is fetched.
+Deploying operations too (issue 34): CREATE/CREATE2 are counted from their frames (anvil gives
+every one a frame), and the factory phase's EXTCODE* targets are vouched for by the phase
+replayed alone, run beside the two traces (``replay_call``, ``factory_oracle``).
 """
 
 from __future__ import annotations

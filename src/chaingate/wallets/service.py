@@ -361,6 +361,11 @@ class WalletService:
                     "is sponsored with its authorization"
                 )
         elif op.factory is None and not await net.has_code(op.sender):
+            if creation is not None and creation[3].lower() == net.delegate.lower():
+                raise InvalidOperation(
+                    f"user_operation.eip7702Auth: {op.sender} is an EIP-7702 wallet not "
+                    "delegated yet: send the owner's authorization with its first operation"
+                )
             if creation is None or creation[2] != version or not fill_init_code:
                 raise InvalidOperation(
                     f"user_operation.sender: {op.sender} has no code on {key} and the "
