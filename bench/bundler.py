@@ -12,8 +12,9 @@ Starts anvil on a loopback free port, bootstrapped as the devnet ``chaingate dev
 measures each target in turn on that same anvil:
 
 * **alto-unsafe** / **alto-safe** (both unless ``--target`` names one) — Alto (npm
-  ``@pimlico/alto``, pinned in ``benchkit/alto.py``) run with Node, ``--safe-mode false|true``, its own funded executor
-  key, its defaults otherwise (auto bundling every 100-1000 ms) and ``--log-level warn``;
+  ``@pimlico/alto``, pinned in ``benchkit/alto.py``) run with Node, ``--safe-mode
+  false|true``, its own funded executor key, its defaults otherwise (auto bundling every
+  100-1000 ms) and ``--log-level warn``;
 * **chaingate-safe** / **chaingate-unsafe** (``--target``, repeatable) — one
   ``chaingate serve`` process with the devnet's manifest, the follower (50 ms polls), a funded
   bundler key in a key file and ``[bundler] safe_mode`` (and the network's

@@ -227,36 +227,22 @@ def gas_fees(op: UserOperation) -> bytes:
     )
 
 
+# v0.7's hashed fields, v0.8's after its type hash (initCode, callData, paymasterAndData hashed).
+_PACKED_HASH_TYPES = [
+    "address",
+    "uint256",
+    "bytes32",
+    "bytes32",
+    "bytes32",
+    "uint256",
+    "bytes32",
+    "bytes32",
+]
+
+
 def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None = None) -> bytes:
     """UserOperationLib.hash: every field but the signature, bytes fields as their keccak
-    (v0.8: typed, with the EIP-7702 override of initCode's hash)."""
-    if version == "0.8":
-        return keccak256(
-            abi.encode(
-                [
-                    "bytes32",
-                    "address",
-                    "uint256",
-                    "bytes32",
-                    "bytes32",
-                    "bytes32",
-                    "uint256",
-                    "bytes32",
-                    "bytes32",
-                ],
-                [
-                    PACKED_USEROP_TYPEHASH,
-                    op.sender,
-                    op.nonce,
-                    init_code_hash or keccak256(op.init_code),
-                    keccak256(op.call_data),
-                    account_gas_limits(op),
-                    op.pre_verification_gas,
-                    gas_fees(op),
-                    keccak256(op.paymaster_and_data(version)),
-                ],
-            )
-        )
+    (v0.8: typed — its type hash first —, with the EIP-7702 override of initCode's hash)."""
     if version == "0.6":
         return keccak256(
             abi.encode(
@@ -286,30 +272,21 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
                 ],
             )
         )
-    return keccak256(
-        abi.encode(
-            [
-                "address",
-                "uint256",
-                "bytes32",
-                "bytes32",
-                "bytes32",
-                "uint256",
-                "bytes32",
-                "bytes32",
-            ],
-            [
-                op.sender,
-                op.nonce,
-                keccak256(op.init_code),
-                keccak256(op.call_data),
-                account_gas_limits(op),
-                op.pre_verification_gas,
-                gas_fees(op),
-                keccak256(op.paymaster_and_data(version)),
-            ],
+    values = [
+        op.sender,
+        op.nonce,
+        init_code_hash or keccak256(op.init_code),
+        keccak256(op.call_data),
+        account_gas_limits(op),
+        op.pre_verification_gas,
+        gas_fees(op),
+        keccak256(op.paymaster_and_data(version)),
+    ]
+    if version == "0.8":
+        return keccak256(
+            abi.encode(["bytes32", *_PACKED_HASH_TYPES], [PACKED_USEROP_TYPEHASH, *values])
         )
-    )
+    return keccak256(abi.encode(_PACKED_HASH_TYPES, values))
 
 
 def domain_separator(entry_point: str, chain_id: int) -> bytes:

@@ -501,12 +501,12 @@ def replay_call(
     factory's own call, from the SenderCreator, as it makes it."""
     creator = sender_creator(entry_point)
     if version == "0.8":
-        call = {"from": creator, "to": op.factory, "input": "0x" + op.factory_data.hex()}
+        caller, target, data = creator, str(op.factory), op.factory_data
     else:
+        caller, target = sender, creator
         data = abi.encode_call("createSender(bytes)", op.init_code)
-        call = {"from": sender, "to": creator, "input": "0x" + data.hex()}
-    calldata = 16 * (len(call["input"]) - 2) // 2
-    return {**call, "gas": hex(op.verification_gas_limit + REPLAY_GAS + calldata)}
+    gas = op.verification_gas_limit + REPLAY_GAS + 16 * len(data)
+    return {"from": caller, "to": target, "input": "0x" + data.hex(), "gas": hex(gas)}
 
 
 def replayed_frame(phase: _Frame, version: Version) -> _Frame | None:

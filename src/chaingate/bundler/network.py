@@ -586,7 +586,11 @@ class BundlerNetwork:
         never more than a block holds."""
         assert self.submitter is not None
         calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
-        tx = {"from": self.submitter.address, "to": entry_point, "data": "0x" + calldata.hex()}
+        tx: dict[str, Any] = {
+            "from": self.submitter.address,
+            "to": entry_point,
+            "data": "0x" + calldata.hex(),
+        }
         auths = authorizations([e.op for e in entries])
         if auths:
             tx["authorizationList"] = [a.json() for a in auths]

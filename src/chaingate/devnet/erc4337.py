@@ -72,44 +72,19 @@ def deployments(
         entry_point = f"entry_point_{tag}"
         salt = ENTRY_POINT_SALTS[tag]
         planned.append(_create2(entry_point, artifacts, deployer, salt, b"", version, None))
-        if tag != "v06":
-            # Not deployed on mainnet (bundlers use it as a state override): ours, zero salt.
-            planned.append(
-                _create2(
-                    f"entry_point_simulations_{tag}",
-                    artifacts,
-                    deployer,
-                    ZERO_SALT,
-                    b"",
-                    version,
-                    entry_point,
-                    kind="entry_point_simulations",
-                )
-            )
         factory_args = abi.encode(["address"], [CANONICAL[entry_point]])
-        planned.append(
-            _create2(
-                f"simple_account_factory_{tag}",
-                artifacts,
-                deployer,
-                ZERO_SALT,
-                factory_args,
-                version,
-                entry_point,
-                kind="account_factory",
-            )
-        )
+        # (name, constructor arguments, kind) of what else is deployed at salt 0 for the tag.
+        zero_salt: list[tuple[str, bytes, Kind]] = []
+        if tag != "v06":
+            # Not deployed on mainnet (bundlers use it as a state override): ours.
+            zero_salt.append((f"entry_point_simulations_{tag}", b"", "entry_point_simulations"))
+        zero_salt.append((f"simple_account_factory_{tag}", factory_args, "account_factory"))
         if tag == "v08":
+            zero_salt.append(("simple_7702_account_v08", b"", "account_delegate"))
+        for name, args, kind in zero_salt:
             planned.append(
                 _create2(
-                    "simple_7702_account_v08",
-                    artifacts,
-                    deployer,
-                    ZERO_SALT,
-                    b"",
-                    version,
-                    entry_point,
-                    kind="account_delegate",
+                    name, artifacts, deployer, ZERO_SALT, args, version, entry_point, kind=kind
                 )
             )
         name = f"verifying_paymaster_{tag}"
