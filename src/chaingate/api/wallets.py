@@ -5,11 +5,10 @@ A wallet is a SimpleAccount (EntryPoint v0.7 by default; ``entry_point_version``
 EIP-7702 account of v0.8, delegating to the network's Simple7702Account (``factory`` names
 that code; ``deployed`` while the EOA is delegated to it, ``deploy_tx`` the transaction that
 delegated it, whoever sent it); a SimpleAccount is at the address its factory would deploy
-it to for (owner, salt): computed here,
-proven against the factory's own ``getAddress``.  Creating the same wallet again answers 200
-with the stored one (the first creation 201).  Each account sees only its own wallets; two
-accounts creating the same (owner, salt) both hold it — the owner key, not the record,
-controls a wallet.
+it to for (owner, salt): computed here, proven against the factory's own ``getAddress``.
+Creating the same wallet again answers 200 with the stored one (the first creation 201).
+Each account sees only its own wallets; two accounts creating the same (owner, salt) both
+hold it — the owner key, not the record, controls a wallet.
 """
 
 from __future__ import annotations

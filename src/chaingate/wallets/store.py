@@ -165,6 +165,7 @@ _SPONSORSHIP_COLUMNS = tuple(SponsorshipRow.__struct_fields__)
 # A sponsorship counts while settled, or while its signature may still be used.
 _LIVE = "(settled_block IS NOT NULL OR released_at > ?)"
 _SPENT = "CASE WHEN settled_block IS NOT NULL THEN actual_usd ELSE estimated_usd END"
+_IN_CHUNK = 500  # addresses per IN (...): under SQLite's oldest parameter limit (999)
 
 
 def _wallet(row: Sequence[Any]) -> WalletRow:
@@ -290,18 +291,23 @@ class WalletRows(Rows):
         await self.run_transaction(upsert)
 
     async def eip7702_wallets(self, chain: str, network: str, addresses: Sequence[str]) -> set[str]:
-        """Which of ``addresses`` (lowercase) are EIP-7702 wallets here, of any account."""
+        """Which of ``addresses`` (lowercase) are EIP-7702 wallets here, of any account (asked
+        in chunks: a block's authorizations may outnumber a statement's parameters)."""
         if not addresses:
             return set()
-        marks = ", ".join("?" * len(addresses))
 
         def select(tx: Any) -> set[str]:
-            rows = tx.query(
-                "SELECT DISTINCT address FROM wallets WHERE kind = 'eip7702' AND chain = ?"  # noqa: S608
-                f" AND network = ? AND address IN ({marks})",
-                (chain, network, *addresses),
-            )
-            return {str(r[0]) for r in rows}
+            found: set[str] = set()
+            for start in range(0, len(addresses), _IN_CHUNK):
+                chunk = addresses[start : start + _IN_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                rows = tx.query(
+                    "SELECT DISTINCT address FROM wallets WHERE kind = 'eip7702'"  # noqa: S608
+                    f" AND chain = ? AND network = ? AND address IN ({marks})",
+                    (chain, network, *chunk),
+                )
+                found.update(str(r[0]) for r in rows)
+            return found
 
         found: set[str] = await self.run_transaction(select, write=False)
         return found
