@@ -580,6 +580,21 @@ def build(
     )
 
 
+def judge_unstaked(trace: Trace) -> rules.Outcome:
+    """The rules on a hand-made trace of a plain operation of SENDER, nobody staked."""
+    op = UserOperation(
+        sender=SENDER,
+        nonce=0,
+        call_data=b"",
+        call_gas_limit=1,
+        verification_gas_limit=1,
+        pre_verification_gas=1,
+        max_fee_per_gas=1,
+        max_priority_fee_per_gas=1,
+    )
+    return rules.check_rules(trace, op, entry_point=EP, version="0.7", staked={})
+
+
 def account_call(inner: list[Any] | None = None) -> Any:
     return frame("CALL", EP, SENDER, inner, input=VALIDATE + "00" * 4)
 
@@ -652,22 +667,7 @@ def test_build_gas_rule_and_named_opcodes_by_context() -> None:
     assert phase.storage[SENDER].w == {"0x05": 1}
     assert phase.code[impl].size == 1
     with pytest.raises(BundlerFault, match="OP-012"):
-        rules.check_rules(
-            built.trace,
-            UserOperation(
-                sender=SENDER,
-                nonce=0,
-                call_data=b"",
-                call_gas_limit=1,
-                verification_gas_limit=1,
-                pre_verification_gas=1,
-                max_fee_per_gas=1,
-                max_priority_fee_per_gas=1,
-            ),
-            entry_point=EP,
-            version="0.7",
-            staked={},
-        )
+        judge_unstaked(built.trace)
 
 
 def test_build_created_code_and_out_of_gas() -> None:
@@ -804,22 +804,7 @@ def test_static_counts_creates_by_their_frames() -> None:
     failed = frame("CREATE2", SENDER, made, error="insufficient balance for transfer")
     assert "failed" in str(build_static([account_call([failed])], prestate))
     with pytest.raises(BundlerFault, match="OP-031"):  # the account may not CREATE2
-        rules.check_rules(
-            built.trace,
-            UserOperation(
-                sender=SENDER,
-                nonce=0,
-                call_data=b"",
-                call_gas_limit=1,
-                verification_gas_limit=1,
-                pre_verification_gas=1,
-                max_fee_per_gas=1,
-                max_priority_fee_per_gas=1,
-            ),
-            entry_point=EP,
-            version="0.7",
-            staked={},
-        )
+        judge_unstaked(built.trace)
 
 
 def test_static_out_of_gas_and_code_less_targets() -> None:
@@ -830,22 +815,7 @@ def test_static_out_of_gas_and_code_less_targets() -> None:
     (phase,) = built.trace.phases
     assert phase.oog and phase.code[OTHER].size == 0
     with pytest.raises(BundlerFault, match="OP-020"):
-        rules.check_rules(
-            built.trace,
-            UserOperation(
-                sender=SENDER,
-                nonce=0,
-                call_data=b"",
-                call_gas_limit=1,
-                verification_gas_limit=1,
-                pre_verification_gas=1,
-                max_fee_per_gas=1,
-                max_priority_fee_per_gas=1,
-            ),
-            entry_point=EP,
-            version="0.7",
-            staked={},
-        )
+        judge_unstaked(built.trace)
 
 
 def test_static_keccak_needs_counting_only_with_enough_gas() -> None:
