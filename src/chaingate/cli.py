@@ -169,7 +169,7 @@ chaingate dev is up.
   JSON-RPC  {rpc}{key_url}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
   manifest  {manifest_path}
-            {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
+            {len(manifest.contracts)} contracts by name: ERC-4337 v0.6-v0.8, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
 {dashboard}{key_lines}
@@ -195,6 +195,8 @@ Try:
   curl -s {base}/v1/transfers/ethereum/{holder}{key_header}
   curl -s {base}/v1/usage{key_header}
   curl -s {base}/v1/wallets/create{key_header} {ct} -d '{{"owner":"{holder}","chain":"ethereum"}}'
+  curl -s {base}/v1/wallets/create{key_header} {ct} \\
+       -d '{{"owner":"{holder}","chain":"ethereum","eip7702":true}}'   (the EOA itself, EIP-7702)
   curl -s {base}/v1/wallets{key_header}
   curl -s {base}/v1/gas/policies{key_header} {ct} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'

@@ -270,24 +270,27 @@ class MetadataSettings(msgspec.Struct, forbid_unknown_fields=True):
 class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
     """Smart wallets and gas sponsorship (ERC-4337) of one EVM network (``chaingate.wallets``).
 
-    Addresses are by EntryPoint version ("0.6", "0.7"); those left out come from the network's
-    devnet manifest when it has one, else (EntryPoints and factories only) the canonical
+    Addresses are by EntryPoint version ("0.6", "0.7", "0.8"); those left out come from the
+    network's devnet manifest when it has one, else (EntryPoints and factories only) the canonical
     mainnet addresses.  Sponsorship needs a VerifyingPaymaster of ours: one whose signer is
     ``[paymaster] key``.
     """
 
     enabled: bool = True
     # The version of wallets created without entry_point_version.
-    default_version: Literal["0.6", "0.7"] = "0.7"
+    default_version: Literal["0.6", "0.7", "0.8"] = "0.7"
     entry_points: dict[str, str] = {}
     factories: dict[str, str] = {}
     paymasters: dict[str, str] = {}
+    # The code EIP-7702 wallets delegate to ("": the manifest's, else v0.8's canonical
+    # Simple7702Account).
+    delegate: str = ""
     # Seconds a paymaster signature stays valid (its validUntil, from the chain's clock).
     signature_ttl: int = 600
     # After validUntil, how long an unused reservation still counts: the follower needs a few
     # blocks to report an operation included just before it.
     settle_grace: int = 120
-    # v0.7 paymaster gas limits given when the request names none.
+    # v0.7 and v0.8 paymaster gas limits given when the request names none.
     paymaster_verification_gas: int = 100_000
     paymaster_post_op_gas: int = 0
     # A warning is logged while a paymaster's EntryPoint deposit is below this (wei, decimal).
@@ -307,8 +310,8 @@ class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
     """
 
     enabled: bool = True
-    entry_points: list[Literal["0.6", "0.7"]] = msgspec.field(
-        default_factory=lambda: ["0.6", "0.7"]
+    entry_points: list[Literal["0.6", "0.7", "0.8"]] = msgspec.field(
+        default_factory=lambda: ["0.6", "0.7", "0.8"]
     )
     # None: the process-wide ``[bundler] safe_mode``.  Unsafe skips the ERC-7562 tracing (for
     # nodes without debug_traceCall); simulation and every other check still run.
