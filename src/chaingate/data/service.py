@@ -13,11 +13,12 @@ from collections.abc import Collection, Mapping
 
 import trio
 
+from chaingate.chain.catchup import catch_up
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
@@ -44,9 +45,9 @@ class DataPlane:
         self.indexers: dict[str, Indexer] = {}
         self.metadata: dict[str, MetadataService] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each network's indexer runs only while this
-        # process leads its ``indexer`` role (chaingate.cluster).
-        self.leadership: Leadership | None = None
+        # Each network's indexer runs while this process leads its ``indexer`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         for key, follower in followers.items():
             net = networks[key]
@@ -125,19 +126,12 @@ class DataPlane:
             for metadata in self.metadata.values():
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
-                if self.leadership is None:
-                    # One process: the follower's window first (a term replays it when led).
-                    replay = self._followers[key].window_events
-                    await nursery.start(
-                        functools.partial(indexer.run, self._streams[key], replay=replay)
-                    )
-                    continue
                 led = RoleStream(
                     self.leadership,
                     RoleKey("indexer", indexer.chain, indexer.network),
                     self._streams[key],
                     indexer.run,
-                    replay=self._followers[key].window_events,
+                    backlog=functools.partial(catch_up, self._followers[key], indexer),
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -15,6 +15,7 @@ followers (whose events it consumes).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -26,11 +27,12 @@ import trio
 from chaingate.aa.calls import CallDataError, InnerCall, decode_account_calls
 from chaingate.aa.paymaster import sponsor
 from chaingate.aa.userop import UserOperation, Version, require_version, user_op_hash
+from chaingate.chain.catchup import catch_up
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
@@ -91,9 +93,9 @@ class WalletService:
         self.networks: dict[str, WalletNetwork] = {}
         self.trackers: dict[str, Tracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each tracker runs only while this process
-        # leads the network's ``wallets`` role, from the follower's recent window on.
-        self.leadership: Leadership | None = None
+        # Each tracker runs while this process leads its network's ``wallets`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         self.deposits: dict[tuple[str, str], int] = {}  # (network, version) -> wei
         for key, net in networks.items():
@@ -142,16 +144,13 @@ class WalletService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                if self.leadership is None:
-                    nursery.start_soon(tracker.run, self._streams[key])
-                    continue
                 follower = self._followers[key]
                 led = RoleStream(
                     self.leadership,
                     RoleKey("wallets", follower.chain, follower.network),
                     self._streams[key],
                     tracker.run,
-                    replay=follower.window_events,
+                    backlog=functools.partial(catch_up, follower, tracker.position),
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -4,6 +4,8 @@ From each applied block it takes the EntryPoints' logs: ``AccountDeployed`` (a w
 deployed, by whoever sent it) and ``UserOperationEvent`` paid by one of our paymasters (a
 sponsorship is settled at its actual cost).  A reverted block's rows are undone by its hash.
 Delivery is at least once and both writes are idempotent, so a replayed block changes nothing.
+Its position (the last block handled) is kept for it (``chaingate.chain.consumer``): each
+leadership term goes on from there, or from the network's origin when nothing was saved.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from chaingate.aa.userop import (
     decode_account_deployed,
     decode_user_operation_event,
 )
-from chaingate.chain.consumer import consume
+from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.store import Store
 from chaingate.wallets.store import Deployment, Settlement, WalletRows
@@ -44,6 +46,7 @@ class Tracker:
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
+        self.position = KeptPosition(store, "wallets", chain, network)
 
     def _relevant(self, block: Block) -> tuple[list[Deployment], list[Settlement]]:
         deployments: list[Deployment] = []
@@ -109,4 +112,5 @@ class Tracker:
             label=f"{self.chain}/{self.network}",
             stats=self.stats,
             log=log,
+            position=self.position,
         )
