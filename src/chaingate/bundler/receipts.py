@@ -113,7 +113,7 @@ class ReceiptTracker:
         self.stats: Counter[str] = Counter()
         self.head = 0  # the newest block applied
         # Where each term goes on from (chaingate.chain.catchup): kept for it.
-        self.position = KeptPosition(store, "bundler", chain, network)
+        self.position = KeptPosition(store, "bundler", chain, network, self.stats)
 
     async def handle(self, event: ChainEvent) -> None:
         store = self.store

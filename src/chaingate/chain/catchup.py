@@ -38,7 +38,10 @@ MAX_BACKOFF = 5.0
 
 
 class TermConsumer(Protocol):
-    """A follower consumer run in terms: where it is, and where it starts."""
+    """A follower consumer run in terms: where it is, where it starts, and its counters (the
+    blocks fetched for it count as its ``fetched_blocks``)."""
+
+    stats: Counter[str]
 
     @property
     def start_block(self) -> int | None:
@@ -59,19 +62,21 @@ async def catch_up(follower: Follower, consumer: TermConsumer) -> Catchup:
         first = consumer.start_block
     else:
         first = await follower.origin()
-    return Catchup(follower, follower.range_fetcher(), first)
+    return Catchup(follower, follower.range_fetcher(), first, consumer.stats)
 
 
 class Catchup:
     """The blocks from ``first`` to the follower's window (``more``), then the window's
     blocks from there on (``rest``)."""
 
-    def __init__(self, follower: Follower, fetcher: RangeFetcher, first: int) -> None:
+    def __init__(
+        self, follower: Follower, fetcher: RangeFetcher, first: int, stats: Counter[str]
+    ) -> None:
         self._follower = follower
         self._fetcher = fetcher
         self.first = first
         self._next = first
-        self.stats: Counter[str] = Counter()
+        self.stats = stats
 
     async def more(self) -> list[ChainEvent]:
         """The next blocks below the follower's window, fetched from the node; [] once the

@@ -39,11 +39,15 @@ class KeptPosition:
     # No start of its own: having saved nothing, its terms begin at the network's origin.
     start_block: int | None = None
 
-    def __init__(self, store: Store, consumer: str, chain: str, network: str) -> None:
+    def __init__(
+        self, store: Store, consumer: str, chain: str, network: str, stats: Counter[str]
+    ) -> None:
+        """``stats``: the consumer's counters."""
         self._rows = ChainRows(store)
         self.consumer = consumer
         self.chain = chain
         self.network = network
+        self.stats = stats
         self._at: tuple[int, str] | None = None  # handled, not saved yet
         self._saved_at = -float("inf")
 

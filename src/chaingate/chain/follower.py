@@ -177,7 +177,9 @@ class Follower:
         return self._origin
 
     async def wait_tip(self) -> None:
-        """Returns once the window holds a block (at once, but on a first start)."""
+        """Returns once the window holds a block: the stored one loaded, or a first block
+        applied (a first start, or a rewind that emptied it)."""
+        await self.loaded.wait()
         while self.window.tip is None:
             await self._pushed.wait()
 

@@ -21,12 +21,13 @@ another's).  A chaingate session silent past ``lease_timeout`` (``server.leader_
 session of that process (``pg_terminate_backend``: they are named ``…/<session tag>``, so a
 transaction the stalled process left open does not hold its row locks meanwhile); the locks
 come free, and the fair share hands them out within a tick or two.  The stalled process
-holds its lease only ``lease_timeout`` minus a margin after its last successful look, by its
-own monotonic clock: after that, ``holds`` is False and every write its role work makes is
-refused (``chaingate.store.guard``, checked before a transaction begins and again before it
-commits) — so when it resumes it writes nothing under its old leadership, whichever of its
-tasks runs first; its next look fails (its session was ended), every role stops, and it
-connects again as a member, a candidate like any other.
+holds its lease only ``lease_timeout`` minus a margin after its last answered query was sent,
+by its own monotonic clock (which runs on through a stop): after that, ``holds`` is False and
+every write its role work makes is refused (``chaingate.store.guard``, checked before a
+transaction begins and again before it commits) — so when it resumes it writes nothing
+under its old leadership, whichever of its tasks runs first; its next look fails (its
+session was ended), every role stops, and it connects again as a member, a candidate like
+any other.
 """
 
 from __future__ import annotations
@@ -277,7 +278,9 @@ class PgLeadership(_Roles):
             raise ValueError(f"a lease of {lease_timeout}s must last two ticks ({tick}s) at least")
         self._url = url
         self.tick = tick
-        self.handover_wait = handover_wait
+        # A handover's wait is a tick without a look: short beside the lease, which the
+        # looks renew (work slower to stop keeps its lock until a later tick).
+        self.handover_wait = min(handover_wait, lease_timeout / 4)
         self.lease_timeout = lease_timeout
         # The lease is ours this long after a look was sent (by our monotonic clock): less
         # than the silence after which another process deposes us.
@@ -406,9 +409,15 @@ class PgLeadership(_Roles):
         self.connected = True
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
-        """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost)."""
+        """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost).
+        One that answered renews the lease from when it was sent."""
+        sent = time.monotonic()
         with trio.fail_after(QUERY_TIMEOUT):
-            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self._limiter)
+            result = await trio.to_thread.run_sync(
+                fn, abandon_on_cancel=True, limiter=self._limiter
+            )
+        self._renewed = max(self._renewed, sent)
+        return result
 
     def _lock_of(self, key: RoleKey) -> int:
         return lock_key(key.label, self._namespace)
@@ -442,9 +451,7 @@ class PgLeadership(_Roles):
             assert row is not None
             return int(row[0]), list(row[1]), list(row[2]), list(row[3])
 
-        sent = time.monotonic()
         members, anywhere, ours, silent = await self._call(look)
-        self._renewed = sent
         self.stats["looks"] += 1
         if silent:
             await self._depose(conn, silent)

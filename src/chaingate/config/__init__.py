@@ -157,8 +157,9 @@ class IndexerSettings(msgspec.Struct, forbid_unknown_fields=True):
 
     # On wherever the network's follower runs.
     enabled: bool = True
-    # First block to index on the very first start; None: the first block the follower hands
-    # over.  Blocks between it and the follower's position are fetched by the indexer itself.
+    # First block to index on the very first start; None: the network's origin, the first block
+    # this deployment followed (chaingate.chain.catchup).  Blocks below the follower's window
+    # are fetched from the node.
     start_block: int | None = None
     # While backfilling, effects and cursor are committed every batch_blocks blocks,
     # batch_transfers transfers or batch_seconds seconds, whichever comes first; live blocks

@@ -46,7 +46,7 @@ class Tracker:
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
-        self.position = KeptPosition(store, "wallets", chain, network)
+        self.position = KeptPosition(store, "wallets", chain, network, self.stats)
 
     def _relevant(self, block: Block) -> tuple[list[Deployment], list[Settlement]]:
         deployments: list[Deployment] = []
