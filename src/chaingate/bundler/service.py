@@ -27,12 +27,11 @@ from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.sanity import SanityLimits
 from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
-from chaingate.chain.catchup import catch_up
 from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
+from chaingate.cluster.gates import RoleStream, follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import RoleTerms
@@ -237,12 +236,13 @@ class BundlerService:
     def _receipts(self, leadership: Leadership, key: str) -> RoleStream[ChainEvent]:
         """The network's receipt tracker on the follower's stream, in the role's terms."""
         tracker = self.trackers[key]
-        return RoleStream(
+        return follower_terms(
             leadership,
-            RoleKey("bundler", tracker.chain, tracker.network),
+            "bundler",
+            self._followers[key],
             self._streams[key],
             tracker.run,
-            backlog=functools.partial(catch_up, self._followers[key], tracker.position),
+            tracker.position,
         )
 
     @staticmethod

@@ -15,12 +15,16 @@ a new leader neither skips a block nor begins at whichever one it happens to see
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
 import trio
 
+from chaingate.chain.catchup import TermConsumer, catch_up
+from chaingate.chain.events import ChainEvent
+from chaingate.chain.follower import Follower
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 
@@ -146,3 +150,22 @@ class RoleStream(Generic[E]):
                     return
                 finally:
                     self._dropping = None
+
+
+def follower_terms(
+    leadership: Leadership,
+    role: str,
+    follower: Follower,
+    events: trio.MemoryReceiveChannel[ChainEvent],
+    consume: Consumer[ChainEvent],
+    consumer: TermConsumer,
+) -> RoleStream[ChainEvent]:
+    """``consume`` on ``follower``'s subscription ``events`` in the terms of ``role`` on its
+    network, each from ``consumer``'s own position (``chaingate.chain.catchup``)."""
+    return RoleStream(
+        leadership,
+        RoleKey(role, follower.chain, follower.network),
+        events,
+        consume,
+        backlog=functools.partial(catch_up, follower, consumer),
+    )

@@ -8,18 +8,15 @@ ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping
 
 import trio
 
-from chaingate.chain.catchup import catch_up
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
+from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
-from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
@@ -126,12 +123,13 @@ class DataPlane:
             for metadata in self.metadata.values():
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("indexer", indexer.chain, indexer.network),
+                    "indexer",
+                    self._followers[key],
                     self._streams[key],
                     indexer.run,
-                    backlog=functools.partial(catch_up, self._followers[key], indexer),
+                    indexer,
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -15,7 +15,6 @@ followers (whose events it consumes).
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -27,13 +26,11 @@ import trio
 from chaingate.aa.calls import CallDataError, InnerCall, decode_account_calls
 from chaingate.aa.paymaster import sponsor
 from chaingate.aa.userop import UserOperation, Version, require_version, user_op_hash
-from chaingate.chain.catchup import catch_up
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
+from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
-from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
@@ -144,13 +141,13 @@ class WalletService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                follower = self._followers[key]
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("wallets", follower.chain, follower.network),
+                    "wallets",
+                    self._followers[key],
                     self._streams[key],
                     tracker.run,
-                    backlog=functools.partial(catch_up, follower, tracker.position),
+                    tracker.position,
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -11,7 +11,6 @@ The REST resource (``chaingate.api.webhooks``) works through the methods below a
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -19,11 +18,10 @@ from collections.abc import Callable, Collection, Mapping
 import trio
 
 from chaingate.auth.plans import Limits
-from chaingate.chain.catchup import catch_up
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
+from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings, WebhookSettings
@@ -258,12 +256,13 @@ class WebhookService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("webhooks", matcher.chain, matcher.network),
+                    "webhooks",
+                    self._followers[key],
                     self._streams[key],
                     matcher.run,
-                    backlog=functools.partial(catch_up, self._followers[key], matcher),
+                    matcher,
                 )
                 await nursery.start(led.run)
             await nursery.start(self.dispatcher.run)  # every process delivers (SKIP LOCKED)
