@@ -11,7 +11,8 @@ CREATE TABLE chain_origins (
 
 -- The last block handled by a follower consumer that keeps no cursor of its own (the wallets'
 -- and the bundler's trackers, whose writes are idempotent by block hash): where its next
--- leadership term begins.  Saved at least once a second, so a term may repeat a few blocks.
+-- leadership term begins.  Saved at most once a second and when a term ends, after the
+-- block's writes: a term may repeat a second's blocks, never skip one.
 CREATE TABLE chain_consumers (
     consumer TEXT NOT NULL,
     chain TEXT NOT NULL,
