@@ -160,10 +160,7 @@ class Gateway:
         self.chain.witness_heads()
         # Who runs which single writer when several processes share the store.
         writers = (self.data, self.webhooks, self.bundler, self.wallets)
-        backend = self.store.backend if self.store is not None else ""
-        self.leadership = lead_writers(
-            backend, settings.store.url, self.registry, self.followers, writers
-        )
+        self.leadership = lead_writers(self.store, settings, self.registry, self.followers, writers)
         self._shutdown = trio.Event()
 
     @property

@@ -48,6 +48,10 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     # them): a number, or "auto" for the CPUs the process may use.  More than one needs the
     # store on PostgreSQL and auth.redis_url (docs: README "More than one core / machine").
     workers: int | Literal["auto"] = 1
+    # Processes sharing a PostgreSQL store lead each single-writer role by a lease that each
+    # renews every half second; one silent this long (seconds: a stopped process, a hung
+    # event loop) loses its roles to another, which ends its sessions.
+    leader_timeout: float = 5.0
     # Client connections at most; 0 derives it from the process's file-descriptor limit (the
     # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
     # store and logs.  A value above what the descriptors allow is lowered to fit.
@@ -153,8 +157,9 @@ class IndexerSettings(msgspec.Struct, forbid_unknown_fields=True):
 
     # On wherever the network's follower runs.
     enabled: bool = True
-    # First block to index on the very first start; None: the first block the follower hands
-    # over.  Blocks between it and the follower's position are fetched by the indexer itself.
+    # First block to index on the very first start; None: the network's origin, the first block
+    # this deployment followed (chaingate.chain.catchup).  Blocks below the follower's window
+    # are fetched from the node.
     start_block: int | None = None
     # While backfilling, effects and cursor are committed every batch_blocks blocks,
     # batch_transfers transfers or batch_seconds seconds, whichever comes first; live blocks
@@ -669,6 +674,8 @@ def _validate(settings: Settings) -> None:
     workers = settings.server.workers
     if workers != "auto" and not 1 <= workers <= 256:
         raise ConfigError('server.workers must be between 1 and 256, or "auto"')
+    if not 1.0 <= settings.server.leader_timeout <= 3600:
+        raise ConfigError("server.leader_timeout must be between 1 and 3600 seconds")
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
     if settings.store.url and not settings.store.url.startswith(

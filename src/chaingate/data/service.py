@@ -9,7 +9,6 @@ nursery before the followers (whose events it consumes).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping
 
 import trio
@@ -17,9 +16,8 @@ import trio
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
-from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.gates import follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
@@ -46,9 +44,9 @@ class DataPlane:
         self.indexers: dict[str, Indexer] = {}
         self.metadata: dict[str, MetadataService] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each network's indexer runs only while this
-        # process leads its ``indexer`` role (chaingate.cluster).
-        self.leadership: Leadership | None = None
+        # Each network's indexer runs while this process leads its ``indexer`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         verdicts = IndexRows(store)
         for key, follower in followers.items():
@@ -132,19 +130,13 @@ class DataPlane:
             for metadata in self.metadata.values():
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
-                if self.leadership is None:
-                    # One process: the follower's window first (a term replays it when led).
-                    replay = self._followers[key].window_events
-                    await nursery.start(
-                        functools.partial(indexer.run, self._streams[key], replay=replay)
-                    )
-                    continue
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("indexer", indexer.chain, indexer.network),
+                    "indexer",
+                    self._followers[key],
                     self._streams[key],
                     indexer.run,
-                    replay=self._followers[key].window_events,
+                    indexer,
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -29,9 +29,8 @@ from chaingate.aa.userop import UserOperation, Version, packs_gas, require_versi
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
-from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.gates import follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
@@ -91,9 +90,9 @@ class WalletService:
         self.networks: dict[str, WalletNetwork] = {}
         self.trackers: dict[str, Tracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each tracker runs only while this process
-        # leads the network's ``wallets`` role, from the follower's recent window on.
-        self.leadership: Leadership | None = None
+        # Each tracker runs while this process leads its network's ``wallets`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         self.deposits: dict[tuple[str, str], int] = {}  # (network, version) -> wei
         for key, net in networks.items():
@@ -143,16 +142,13 @@ class WalletService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                if self.leadership is None:
-                    nursery.start_soon(tracker.run, self._streams[key])
-                    continue
-                follower = self._followers[key]
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("wallets", follower.chain, follower.network),
+                    "wallets",
+                    self._followers[key],
                     self._streams[key],
                     tracker.run,
-                    replay=follower.window_events,
+                    tracker.position,
                 )
                 await nursery.start(led.run)
             task_status.started()

@@ -8,7 +8,9 @@ with its transactions), their authorities recovered, and for those that are our 
 wallets the delegate read back from the account's code after the block — whoever sent it,
 set or cleared (an authorization that did not apply leaves the code as it was).  A reverted
 block's rows are undone by its hash.  Delivery is at least once and every write is
-idempotent, so a replayed block changes nothing.
+idempotent, so a replayed block changes nothing.  Its position (the last block handled) is
+kept for it (``chaingate.chain.consumer``): each leadership term goes on from there, or from
+the network's origin when nothing was saved.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from chaingate.aa.userop import (
     decode_user_operation_event,
 )
 from chaingate.chain.client import ChainClient, RpcCallError
-from chaingate.chain.consumer import consume
+from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.evm.eip7702 import ZERO_ADDRESS, delegate_of, parse_authorization
 from chaingate.rpc.errors import UpstreamError
@@ -55,6 +57,7 @@ class Tracker:
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
+        self.position = KeptPosition(store, "wallets", chain, network, self.stats)
 
     def _relevant(self, block: Block) -> tuple[list[Deployment], list[Settlement]]:
         deployments: list[Deployment] = []
@@ -172,4 +175,5 @@ class Tracker:
             label=f"{self.chain}/{self.network}",
             stats=self.stats,
             log=log,
+            position=self.position,
         )
