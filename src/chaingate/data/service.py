@@ -9,6 +9,7 @@ nursery before the followers (whose events it consumes).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 
 import trio
