@@ -52,17 +52,23 @@ def _aa_install(announce: Callable[[str], None]) -> Path:
     )
 
 
+def aa_package(tag: str, *, announce: Callable[[str], None] = print) -> Path:
+    """The installed package of a version tag ("v06"), its version checked."""
+    package = _aa_install(announce) / "node_modules" / f"aa-{tag}"
+    version = json.loads((package / "package.json").read_text())["version"]
+    if version != AA_VERSIONS[tag]:  # a stale or hand-edited install must not slip through
+        raise RuntimeError(f"{package} holds {AA_PACKAGE} {version}, not {AA_VERSIONS[tag]}")
+    return package
+
+
 def aa_artifacts(
     names: Mapping[str, tuple[str, str]], *, announce: Callable[[str], None] = print
 ) -> dict[str, Artifact]:
     """Artifacts by key, each given as (version tag, contract name), e.g. ("v07", "EntryPoint")."""
-    root = _aa_install(announce) / "node_modules"
     found: dict[str, Artifact] = {}
     for key, (tag, contract) in names.items():
-        package = root / f"aa-{tag}"
-        version = json.loads((package / "package.json").read_text())["version"]
-        if version != AA_VERSIONS[tag]:  # a stale or hand-edited install must not slip through
-            raise RuntimeError(f"{package} holds {AA_PACKAGE} {version}, not {AA_VERSIONS[tag]}")
+        package = aa_package(tag, announce=announce)
+        version = AA_VERSIONS[tag]
         data = json.loads((package / "artifacts" / f"{contract}.json").read_text())
         found[key] = Artifact(
             name=contract,

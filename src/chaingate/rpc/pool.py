@@ -404,15 +404,15 @@ class UpstreamPool:
         self._ranked = sorted(self.upstreams, key=lambda u: u.health.rank(now, max_lag))
 
     async def request(
-        self, body: bytes, *, retry_safe: bool, deadline: float
+        self, body: bytes, *, retry_safe: bool, deadline: float, prefer: str | None = None
     ) -> tuple[Upstream, Any]:
         """Send one JSON-RPC body; the answering upstream and its HTTP response.
 
         For chaingate's own callers, which decode the body themselves: an answer is only
-        checked to be JSON at all (an HTML page fails over and counts against health)."""
-        upstream, response, _ = await self._exchange(
-            body, retry_safe, deadline, False, self._ranked
-        )
+        checked to be JSON at all (an HTML page fails over and counts against health).
+        ``prefer``: an upstream to ask first, as ``request_parsed``'s."""
+        order = self._ranked if prefer is None else self._order(prefer)
+        upstream, response, _ = await self._exchange(body, retry_safe, deadline, False, order)
         return upstream, response
 
     async def request_parsed(
