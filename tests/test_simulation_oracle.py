@@ -117,7 +117,13 @@ async def sim(
     tmp_path: Path,
 ) -> GatewayHandle:
     sections = gateway_sections(world, request.param, store_url, tmp_path / "gateway")
-    return await start_gateway([world.node.url], **sections)
+    handle = await start_gateway([world.node.url], **sections)
+    # The tokens' facts known before the first simulation (a loaded machine may take longer to
+    # probe them than a simulation waits).
+    data = handle.gateway.data
+    assert data is not None
+    await data.metadata["ethereum/devnet"].tokens([world.token, world.nft], wait=30)
+    return handle
 
 
 async def simulate(handle: GatewayHandle, method: str, params: list[Any]) -> Any:

@@ -48,6 +48,9 @@ NOT_SUPPORTED = -32004  # EIP-1474: no upstream can run this simulation
 LIMIT_EXCEEDED = -32005  # EIP-1474: too large or too slow
 NODE_ERROR = -32000  # the node refused the simulation (its message is passed on)
 
+# Seconds a simulation waits for the facts of a token the metadata service never saw (then
+# its symbol, name and decimals are null: the changes themselves are never held back).
+METADATA_WAIT = 5.0
 _CALL_TRACER = {"tracer": "callTracer", "tracerConfig": {"withLog": True}}
 _PRESTATE_DIFF = {"tracer": "prestateTracer", "tracerConfig": {"diffMode": True}}
 
@@ -276,7 +279,7 @@ class Simulator:
         return results
 
     async def _describe(self, raw: Sequence[RawChange], deadline: float) -> list[Any]:
-        wait = max(0.0, min(2.0, deadline - trio.current_time() - 0.5))
+        wait = max(0.0, min(METADATA_WAIT, deadline - trio.current_time() - 0.5))
         return await describe(raw, self.native, self.facts, wait)
 
     async def execution(
