@@ -5,8 +5,8 @@
 ``run_writers(nursery)`` — the single writers of a network's rows (followers, indexers,
 trackers, mempools, matchers...), which one process per network runs — and ``shutdown()``.
 The order: every service's ``run`` (auth, the chains' proxies, gas, data, wallets, bundler,
-webhooks, simulation), then their writers, the followers last (every consumer of their events is up by
-then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
+webhooks, simulation), then their writers, the followers last (every consumer of their events
+is up by then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
 Shutdown is graceful: the front door drains first (in-flight requests finish, up to
 ``server.shutdown_grace``), then the rest is cancelled.
 """

@@ -129,8 +129,8 @@ def patched_v06_sources() -> dict[str, str]:
                 pending.append("/".join(parts))
     entry_point = sources["core/EntryPoint.sol"]
     entry_point = _replace_once(entry_point, _SENDER_CREATOR, _SENDER_CREATOR_NOW)
-    entry_point = _replace_once(entry_point, "senderCreator.createSender{", "senderCreator().createSender{")
-    entry_point = _replace_once(entry_point, "senderCreator.createSender(", "senderCreator().createSender(")
+    for use in ("senderCreator.createSender{", "senderCreator.createSender("):
+        entry_point = _replace_once(entry_point, use, use.replace(".", "().", 1))
     sources["core/EntryPoint.sol"] = _replace_once(entry_point, _REVERT, _RETURN)
     return sources
 
