@@ -40,8 +40,8 @@ def fold_diff(
     """``overrides`` updated with one transaction's prestate ``diff``; ValueError when the
     diff is not one."""
     out: dict[str, dict[str, Any]] = {a: dict(entry) for a, entry in overrides.items()}
-    pre = diff.get("pre") or {}
-    post = diff.get("post") or {}
+    pre = diff.get("pre", {})
+    post = diff.get("post", {})
     if not isinstance(pre, Mapping) or not isinstance(post, Mapping):
         raise ValueError("a prestate diff has pre and post objects")
     for raw_address in set(pre) | set(post):
