@@ -9,6 +9,7 @@ twins; the keyed tests both stores.
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ from chaingate.config import default_config_dir
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.evm import abi
-from chaingate.impl import Impl
+from chaingate.impl import Impl, select
 from chaingate.rpc.local import load_costs
 from chaingate.rpc.methods import MethodTable
 from chaingate.simulation.methods import BUNDLER_METHODS, METHODS
 from tests.conftest import StartGateway
 from tests.provider_stub import MissingMethodsStub
 from tests.test_auth import RPC, AuthStack, auth_settings, start_auth
+from tests.test_dashboard import _stack, signed_in
 from tests.ws_clients import Client
 
 Devnet = tuple[AnvilProcess, Manifest]
@@ -352,3 +354,17 @@ def test_the_method_table_prices_every_simulation_method() -> None:
     costs = load_costs(default_config_dir() / "bundler.toml")
     for method in BUNDLER_METHODS:
         assert costs[method] == table[method].cu
+
+
+async def test_the_dashboards_api_reference_shows_the_simulations(
+    nursery: trio.Nursery, anvil: AnvilProcess, tmp_path: Path
+) -> None:
+    stack = await _stack(nursery, select(), anvil, f"sqlite://{tmp_path}/store.db", tmp_path)
+    client = await signed_in(stack, "reference@example.com")
+    async with aclosing(client):
+        page = await client.get("/dashboard/reference")
+    assert page.status_code == 200
+    for name in METHODS:
+        assert f"<code>{name}</code>" in page.text, name
+    assert "/v1/simulate/{chain}" in page.text
+    assert "[userOperation, entryPoint, block?, stateOverrides?]" in page.text

@@ -35,7 +35,7 @@ from chaingate.rpc.service import Outcome, RpcService
 from chaingate.simulation import params as p
 from chaingate.simulation.assets import Native, TokenFacts
 from chaingate.simulation.execution import Bounds, TooLarge
-from chaingate.simulation.methods import ALIASES, BUNDLER_METHODS, METHODS, Kind
+from chaingate.simulation.methods import ALIASES, BUNDLER_METHODS, METHODS, REFERENCE, Kind
 from chaingate.simulation.nodes import Capabilities, Node, TooLargeAnswer
 from chaingate.simulation.simulator import (
     INVALID_PARAMS,
@@ -131,6 +131,21 @@ class SimulationService:
             "Simulations by the node call that answered them (eth_simulateV1 or debug_traceCall).",
             engines,
         )
+
+    def reference(self) -> list[dict[str, str]]:
+        """The methods as the dashboard's API reference lists them."""
+        aliases = {own: alias for alias, own in ALIASES.items()}
+        return [
+            {
+                "method": method,
+                "alias": aliases[method],
+                "params": params,
+                "summary": summary,
+                "paths": "/v1/rpc/{chain}/{network}"
+                + (", /v1/bundler/{chain}/{network}" if method in BUNDLER_METHODS else ""),
+            }
+            for method, (params, summary) in REFERENCE.items()
+        ]
 
     def register_proxy(self, services: Mapping[str, RpcService]) -> None:
         """Every simulation method on each simulated network's ``/v1/rpc`` endpoint."""
