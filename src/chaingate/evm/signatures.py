@@ -112,31 +112,14 @@ def decoded_value(kind: str, value: Any) -> Any:
         if kind.endswith("]"):
             item = kind[: kind.rindex("[")]
             return [decoded_value(item, v) for v in value]
-        parts = _split(kind[1:-1])
+        parts = abi.split_top_level(kind[1:-1])
         return [decoded_value(part, v) for part, v in zip(parts, value, strict=True)]
     return str(value)
 
 
-def _split(inner: str) -> list[str]:
-    """Top-level comma-separated parts (parentheses nest)."""
-    parts: list[str] = []
-    depth = start = 0
-    for i, c in enumerate(inner):
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(inner[start:i])
-            start = i + 1
-    if inner.strip():
-        parts.append(inner[start:])
-    return parts
-
-
 def _params(text: str) -> tuple[Param, ...]:
     params = []
-    for part in _split(text):
+    for part in abi.split_top_level(text):
         words = part.split()
         if not words:
             raise ValueError(f"empty parameter in {text!r}")

@@ -102,13 +102,6 @@ class TooLargeAnswer(Exception):
         self.limit = limit
 
 
-class _Call(msgspec.Struct):
-    method: str
-    params: Sequence[Any]
-    id: int
-    jsonrpc: str = "2.0"
-
-
 _ABSENT = msgspec.Raw(b"")
 
 
@@ -155,10 +148,11 @@ class Node:
         first = self._next_id
         self._next_id += len(calls)
         single = len(calls) == 1
-        if single:
-            body = _encode(_Call(calls[0][0], calls[0][1], first))
-        else:
-            body = _encode([_Call(m, p, first + i) for i, (m, p) in enumerate(calls)])
+        items = [
+            {"jsonrpc": "2.0", "id": first + i, "method": method, "params": params}
+            for i, (method, params) in enumerate(calls)
+        ]
+        body = _encode(items[0] if single else items)
         upstream, response = await self.pool.request(
             body, retry_safe=True, deadline=deadline, prefer=prefer
         )

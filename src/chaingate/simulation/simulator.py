@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version
+from chaingate.bundler.sanity import required_prefund
 from chaingate.simulation import known
 from chaingate.simulation.assets import Native, RawChange, TokenFacts, changes_of, describe
 from chaingate.simulation.execution import (
@@ -324,7 +325,7 @@ class Simulator:
         if error is None:
             error = _execution_revert(outcome.events)
         payer = op.paymaster.lower() if op.paymaster else op.sender.lower()
-        prefund = _required_prefund(op, version)
+        prefund = required_prefund(op, version)
         described = await self._describe(changes, deadline)
         answer: dict[str, Any] = {
             "changes": described,
@@ -386,22 +387,6 @@ def _execution_revert(events: Sequence[Any]) -> dict[str, Any] | None:
             continue
         return revert_error("the operation's call reverted", data)
     return None
-
-
-def _required_prefund(op: UserOperation, version: Version) -> int:
-    """The most the operation can cost its payer (the EntryPoint's requiredPrefund)."""
-    if version == "0.6":
-        multiplier = 3 if op.paymaster else 1
-        gas = op.call_gas_limit + op.verification_gas_limit * multiplier + op.pre_verification_gas
-    else:
-        gas = (
-            op.verification_gas_limit
-            + op.call_gas_limit
-            + op.paymaster_verification_gas_limit
-            + op.paymaster_post_op_gas_limit
-            + op.pre_verification_gas
-        )
-    return gas * op.max_fee_per_gas
 
 
 def execution_result(outcome: Outcome, fmt: Format) -> dict[str, Any]:
