@@ -13,7 +13,6 @@ each within ``timeout`` seconds whole — past it the simulation is abandoned an
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -45,8 +44,6 @@ from chaingate.simulation.simulator import (
 )
 
 __all__ = ["SimulationFault", "SimulationService"]
-
-log = logging.getLogger("chaingate.simulation")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder()
@@ -195,7 +192,7 @@ class SimulationService:
     async def simulate(self, key: str, method: str, params: Any) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError."""
-        kind = METHODS.get(method) or METHODS[ALIASES[method]]
+        kind = METHODS[method]
         simulator = self.simulators.get(key)
         if simulator is None:
             raise SimulationFault(INVALID_PARAMS, f"simulation is not served for {key}")
