@@ -26,6 +26,7 @@ from chaingate.rpc.methods import MethodTable
 from chaingate.simulation.methods import BUNDLER_METHODS, METHODS
 from tests.conftest import StartGateway
 from tests.provider_stub import MissingMethodsStub
+from tests.test_allowlists import restricted
 from tests.test_auth import RPC, AuthStack, auth_settings, start_auth
 from tests.test_dashboard import _stack, signed_in
 from tests.ws_clients import Client
@@ -368,3 +369,40 @@ async def test_the_dashboards_api_reference_shows_the_simulations(
         assert f"<code>{name}</code>" in page.text, name
     assert "/v1/simulate/{chain}" in page.text
     assert "[userOperation, entryPoint, block?, stateOverrides?]" in page.text
+
+
+async def test_a_keys_contract_allowlist_holds_for_simulations_as_for_eth_call(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    stack = await start_auth(nursery, impl, auth_settings(anvil, store_url, tmp_path))
+    listed, other = "0x" + "11" * 20, "0x" + "22" * 20
+    key, _ = await restricted(stack, contracts=[listed])
+    sender = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"  # anvil's funded first account
+    answers = {}
+    async with stack.client(key) as client:
+        for name, to in (("listed", listed), ("other", other)):
+            params = [{"from": sender, "to": to, "value": "0x1"}]
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "chaingate_simulateAssetChanges",
+                "params": params,
+            }
+            answers[name] = (await client.post(RPC, json=body)).json()
+        bundle = [{"from": sender, "to": listed}, {"from": sender, "to": other}]
+        body = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "alchemy_simulateAssetChangesBundle",
+            "params": [bundle],
+        }
+        answers["bundle"] = (await client.post(RPC, json=body)).json()
+        rest = await client.post(
+            "/v1/simulate/ethereum-devnet",
+            json={"kind": "execution", "transactions": [{"from": sender, "to": other}]},
+        )
+    assert answers["listed"]["result"]["changes"][0]["to"] == listed
+    for name in ("other", "bundle"):
+        assert answers[name]["error"]["code"] == -32002, answers[name]
+        assert "contract allowlist" in answers[name]["error"]["message"]
+    assert rest.status_code == 403, rest.text

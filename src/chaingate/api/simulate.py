@@ -56,7 +56,7 @@ class SimulateResponse(msgspec.Struct):
     results: list[dict[str, Any]]
 
 
-_STATUS = {-32602: 400, -32005: 422, -32004: 501, -32000: 502}
+_STATUS = {-32602: 400, -32002: 403, -32005: 422, -32004: 501, -32000: 502}
 
 
 def _params(body: SimulateBody) -> tuple[str, list[Any]]:
@@ -104,7 +104,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         assert call.body is not None
         method, params = _params(call.body)
         try:
-            answer = await service.simulate(key, method, params)
+            answer = await service.simulate(key, method, params, call.principal)
         except SimulationFault as fault:
             reason = fault.data.get("reason") if isinstance(fault.data, dict) else None
             if reason == "simulation_timeout":

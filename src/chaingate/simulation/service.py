@@ -167,7 +167,7 @@ class SimulationService:
             except msgspec.DecodeError:
                 return None, _error(INVALID_PARAMS, "params are not JSON")
             try:
-                return _encode(await self.simulate(key, method, decoded)), None
+                return _encode(await self.simulate(key, method, decoded, principal)), None
             except SimulationFault as fault:
                 return None, _error(fault.code, fault.message, fault.data)
             except UpstreamError as exc:
@@ -178,7 +178,7 @@ class SimulationService:
     def _bundler(self, key: str, method: str) -> Any:
         async def answer(params: Any, principal: Any) -> Any:
             try:
-                return await self.simulate(key, method, params)
+                return await self.simulate(key, method, params, principal)
             except SimulationFault as fault:
                 raise RpcFault(fault.code, fault.message, fault.data) from None
             except UpstreamError as exc:
@@ -189,9 +189,10 @@ class SimulationService:
 
     # --- simulating ------------------------------------------------------------------------
 
-    async def simulate(self, key: str, method: str, params: Any) -> Any:
+    async def simulate(self, key: str, method: str, params: Any, principal: Any = None) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
-        ``params`` on network ``key``; SimulationFault or UpstreamError."""
+        ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
+        contract allowlist, if it has one, holds for every transaction as for an eth_call."""
         kind = METHODS[method]
         simulator = self.simulators.get(key)
         if simulator is None:
@@ -200,7 +201,8 @@ class SimulationService:
         try:
             if not isinstance(params, list):
                 raise p.BadParams("params must be an array")
-            result = await self._run(simulator, kind, params)
+            allow = getattr(principal, "allow", None)
+            result = await self._run(simulator, kind, params, allow)
             outcome = "reverted" if _reverted(result) else "ok"
             return result
         except p.BadParams as exc:
@@ -223,7 +225,7 @@ class SimulationService:
         finally:
             self.counts[(key, ALIASES.get(method, method), outcome)] += 1
 
-    async def _run(self, simulator: Simulator, kind: Kind, params: list[Any]) -> Any:
+    async def _run(self, simulator: Simulator, kind: Kind, params: list[Any], allow: Any) -> Any:
         timeout = self.settings.timeout
         deadline = trio.current_time() + timeout
         with trio.move_on_at(deadline) as scope:
@@ -232,7 +234,7 @@ class SimulationService:
             except trio.WouldBlock:
                 await self._limiter.acquire()
             try:
-                return await self._dispatch(simulator, kind, params, deadline)
+                return await self._dispatch(simulator, kind, params, deadline, allow)
             finally:
                 self._limiter.release()
         assert scope.cancelled_caught
@@ -243,15 +245,16 @@ class SimulationService:
         )
 
     async def _dispatch(
-        self, simulator: Simulator, kind: Kind, params: list[Any], deadline: float
+        self, simulator: Simulator, kind: Kind, params: list[Any], deadline: float, allow: Any
     ) -> Any:
         if kind == "assets":
             tx, block, overrides = _positional(params, 3)
-            txs = [p.transaction(tx)]
+            txs = _allowed([p.transaction(tx)], allow)
             return (await simulator.asset_changes(txs, block, overrides, deadline))[0]
         if kind == "bundle":
             txs_raw, block, overrides = _positional(params, 3)
-            return await simulator.asset_changes(self._bundle(txs_raw), block, overrides, deadline)
+            txs = _allowed(self._bundle(txs_raw), allow)
+            return await simulator.asset_changes(txs, block, overrides, deadline)
         if kind == "execution":
             fmt = "FLAT"
             if params and isinstance(params[0], str):
@@ -260,8 +263,9 @@ class SimulationService:
                     raise p.BadParams("format: expected FLAT or NESTED")
                 params = params[1:]
             tx, block, overrides = _positional(params, 3)
+            (checked,) = _allowed([p.transaction(tx)], allow)
             return await simulator.execution(
-                p.transaction(tx),
+                checked,
                 block,
                 overrides,
                 "NESTED" if fmt == "NESTED" else "FLAT",
@@ -295,6 +299,16 @@ def _positional(params: list[Any], count: int) -> list[Any]:
     values[-2] = p.block_param(values[-2])
     values[-1] = p.state_overrides(values[-1])
     return values
+
+
+def _allowed(txs: list[dict[str, Any]], allow: Any) -> list[dict[str, Any]]:
+    """``txs``, each one a call the key's contract allowlist lets it make (as an eth_call)."""
+    if allow is not None:
+        for tx in txs:
+            refused = allow.contract_refusal("eth_call", _encode([tx]))
+            if refused is not None:
+                raise SimulationFault(*refused)
+    return txs
 
 
 def _reverted(result: Any) -> bool:
