@@ -273,7 +273,11 @@ def render(res: Results) -> str:
         "Both loads hit the same process under the same key gate, one right after the other: "
         "the ratio is what a simulation costs beyond an eth_call (the node's simulation or "
         "trace instead of a call, the events read into changes, the token's metadata, the "
-        "answer encoded in Python rather than relayed as the node's bytes).",
+        "answer encoded in Python rather than relayed as the node's bytes).  Above one "
+        "connection the eth_call load is coalesced — wrk sends the same call on every "
+        "connection, and identical calls in flight share one upstream call — while every "
+        "simulation runs: read the 1-connection row for the cost of one simulation, the "
+        "others for how simulations share the process and the node.",
     ]
     if res.notes:
         lines += ["", "## Notes", "", *(f"- {note}" for note in res.notes)]
