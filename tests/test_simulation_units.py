@@ -26,6 +26,7 @@ from chaingate.evm.tokenlogs import (
 from chaingate.simulation import params as p
 from chaingate.simulation.assets import Native, changes_of, describe
 from chaingate.simulation.execution import (
+    MAX_DEPTH,
     NATIVE_TOKEN,
     Bounds,
     EventLog,
@@ -38,6 +39,7 @@ from chaingate.simulation.execution import (
 )
 from chaingate.simulation.known import decode_call, revert_of
 from chaingate.simulation.overrides import fold_diff
+from chaingate.simulation.simulator import execution_result
 
 A, B, C = "0x" + "aa" * 20, "0x" + "bb" * 20, "0x" + "cc" * 20
 TOKEN = "0x" + "70" * 20
@@ -356,3 +358,29 @@ async def test_changes_from_events_in_order() -> None:
     assert shown[1].amount is None and shown[1].decimals is None  # decimals unknown: no amount
     assert shown[2].tokenId == "0x1" and shown[2].amount == "10" and shown[2].decimals == 0
     assert shown[4].assetType == "ERC721"  # ApprovalForAll with no metadata to say otherwise
+
+
+def test_a_deep_call_tree_is_read_and_written_and_a_deeper_one_refused() -> None:
+    transfer = [TRANSFER, word(A), word(B)]
+
+    def tree(depth: int) -> Frame:
+        node: dict[str, Any] = {
+            "type": "CALL",
+            "from": A,
+            "to": B,
+            "logs": [log(transfer, word(1))],
+        }
+        for _ in range(depth - 1):
+            node = {"type": "CALL", "from": A, "to": B, "calls": [node]}
+        return msgspec.json.decode(msgspec.json.encode(node), type=Frame)
+
+    deep = from_trace(tree(MAX_DEPTH), Bounds(frames=1000, logs=10))
+    nested, flat = execution_result(deep, "NESTED"), execution_result(deep, "FLAT")
+    assert len(flat["calls"]) == MAX_DEPTH and flat["logs"] == nested["logs"]
+    innermost = nested["calls"][0]
+    for _ in range(MAX_DEPTH - 1):
+        (innermost,) = innermost["calls"]
+    assert innermost["logs"][0]["decoded"]["eventName"] == "Transfer"
+    assert msgspec.json.decode(msgspec.json.encode(nested)) == nested  # writable as JSON
+    with pytest.raises(TooLarge, match="nested calls"):
+        from_trace(tree(MAX_DEPTH + 1), Bounds(frames=1000, logs=10))

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "MAX_DEPTH",
     "NATIVE_TOKEN",
     "Bounds",
     "EventLog",
@@ -42,6 +43,9 @@ __all__ = [
 NATIVE_TOKEN = "0xeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"  # noqa: S105 - an address
 _TRANSFER = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 _VALUE_FRAMES = frozenset({"CALL", "CREATE", "CREATE2", "SELFDESTRUCT"})
+# Calls nested deeper than this are refused (the EVM allows 1,024): a tree that deep is read
+# and written as JSON by recursion, two levels a call, within the interpreter's limit.
+MAX_DEPTH = 256
 
 
 class TooLarge(Exception):
@@ -198,20 +202,23 @@ def from_trace(root: Frame, bounds: Bounds) -> Outcome:
     """The events of a callTracer tree, bounded; every frame and log counted."""
     frames = logs = 0
     events: list[Any] = []
-    # A frame with whether its events count (it and its callers succeeded), or a log to emit.
-    stack: list[tuple[Frame, bool] | TraceLog] = [(root, True)]
+    # A frame with whether its events count (it and its callers succeeded) and its depth,
+    # or a log to emit.
+    stack: list[tuple[Frame, bool, int] | TraceLog] = [(root, True, 1)]
     while stack:
         item = stack.pop()
         if isinstance(item, TraceLog):
             events.append(EventLog(item.address.lower(), item.topics, item.data))
             continue
-        frame, counts = item
+        frame, counts, depth = item
         frames += 1
         logs += len(frame.logs)
         if frames > bounds.frames:
             raise TooLarge("frames", bounds.frames)
         if logs > bounds.logs:
             raise TooLarge("logs", bounds.logs)
+        if depth > MAX_DEPTH:
+            raise TooLarge("levels of nested calls", MAX_DEPTH)
         counts = counts and frame.error is None
         if counts:
             value = _int(frame.value)
@@ -221,7 +228,7 @@ def from_trace(root: Frame, bounds: Bounds) -> Outcome:
         # sub-calls before it (none given: after them).  Pushed in reverse, popped in order.
         for entry in reversed(in_order(frame)):
             if isinstance(entry, Frame):
-                stack.append((entry, counts))
+                stack.append((entry, counts, depth + 1))
             elif counts:
                 stack.append(entry)
     ok = root.error is None

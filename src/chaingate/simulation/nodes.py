@@ -31,6 +31,7 @@ import trio
 
 from chaingate.rpc.errors import BAD_RESPONSE, UpstreamError
 from chaingate.rpc.pool import UpstreamPool
+from chaingate.simulation.execution import MAX_DEPTH
 
 __all__ = [
     "FEATURES",
@@ -38,6 +39,7 @@ __all__ = [
     "Feature",
     "Node",
     "NodeError",
+    "TooDeepAnswer",
     "TooLargeAnswer",
     "Unsupported",
 ]
@@ -100,6 +102,16 @@ class TooLargeAnswer(Exception):
         super().__init__(f"the node's answer has {size} bytes, more than {limit}")
         self.size = size
         self.limit = limit
+
+
+class TooDeepAnswer(TooLargeAnswer):
+    """An answer nested deeper than the interpreter reads (a trace of calls nested that far
+    is past MAX_DEPTH anyway)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, f"the node's answer nests deeper than {MAX_DEPTH} calls")
+        self.size = 0
+        self.limit = MAX_DEPTH
 
 
 _ABSENT = msgspec.Raw(b"")
@@ -166,6 +178,8 @@ class Node:
             raise UpstreamError(
                 BAD_RESPONSE, "the answer is not JSON-RPC", sent=True, upstream=upstream.name
             ) from None
+        except RecursionError:  # nested deeper than any answer chaingate can read
+            raise TooDeepAnswer() from None
         if single:
             return upstream.name, [_outcome(replies[0])]
         by_id = {reply.id: reply for reply in replies}

@@ -26,10 +26,12 @@ from chaingate.bundler.sanity import required_prefund
 from chaingate.simulation import known
 from chaingate.simulation.assets import Native, RawChange, TokenFacts, changes_of, describe
 from chaingate.simulation.execution import (
+    MAX_DEPTH,
     Bounds,
     Frame,
     Outcome,
     SimulatedCall,
+    TooLarge,
     from_simulate_v1,
     from_trace,
     in_order,
@@ -149,14 +151,17 @@ class Simulator:
 
     async def _calls(
         self,
-        feature: Feature,
-        calls: Sequence[tuple[str, Sequence[Any]]],
+        calls: Sequence[tuple[Feature, str, Sequence[Any]]],
         deadline: float,
         prefer: str | None,
     ) -> list[bytes]:
-        upstream, outcomes = await self.node.batch(calls, deadline, prefer)
+        """Each call's raw result, in one request; what each answer says of its feature on
+        the upstream that gave it is noted."""
+        upstream, outcomes = await self.node.batch(
+            [(method, params) for _, method, params in calls], deadline, prefer
+        )
         results: list[bytes] = []
-        for outcome in outcomes:
+        for (feature, _, _), outcome in zip(calls, outcomes, strict=True):
             if isinstance(outcome, NodeError):
                 if outcome.missing:
                     self.capabilities.note(upstream, feature, False)
@@ -166,8 +171,8 @@ class Simulator:
                     f"the node refused the simulation: {outcome.message}",
                     {"reason": "node_error", "code": outcome.code, "data": outcome.data},
                 )
+            self.capabilities.note(upstream, feature, True)
             results.append(outcome)
-        self.capabilities.note(upstream, feature, True)
         return results
 
     async def _simulate_v1(
@@ -183,7 +188,7 @@ class Simulator:
             state_calls["stateOverrides"] = overrides
         payload = {"blockStateCalls": [state_calls], "traceTransfers": True, "validation": False}
         (raw,) = await self._calls(
-            "simulate_v1", [("eth_simulateV1", [payload, block])], deadline, prefer
+            [("simulate_v1", "eth_simulateV1", [payload, block])], deadline, prefer
         )
         try:
             blocks = _blocks.decode(raw)
@@ -211,17 +216,20 @@ class Simulator:
         outcomes: list[Outcome] = []
         for index, tx in enumerate(txs):
             config = dict(_CALL_TRACER, stateOverrides=state) if state else _CALL_TRACER
-            calls: list[tuple[str, Sequence[Any]]] = [("debug_traceCall", [tx, block, config])]
+            calls: list[tuple[Feature, str, Sequence[Any]]] = [
+                ("call_tracer", "debug_traceCall", [tx, block, config])
+            ]
             last = index == len(txs) - 1
             if not last:
                 diff = dict(_PRESTATE_DIFF, stateOverrides=state) if state else _PRESTATE_DIFF
-                calls.append(("debug_traceCall", [tx, block, diff]))
-            feature: Feature = "call_tracer" if last else "prestate_diff"
-            raws = await self._calls(feature, calls, deadline, prefer)
+                calls.append(("prestate_diff", "debug_traceCall", [tx, block, diff]))
+            raws = await self._calls(calls, deadline, prefer)
             try:
                 root = _frame.decode(raws[0])
                 if not last:
                     state = fold_diff(state, _any.decode(raws[1]))
+            except RecursionError:  # nested past what can be read: past MAX_DEPTH anyway
+                raise TooLarge("levels of nested calls", MAX_DEPTH) from None
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError, AttributeError):
                 raise SimulationFault(NODE_ERROR, "the node's trace is unreadable") from None
             outcomes.append(from_trace(root, self.bounds))
@@ -390,31 +398,38 @@ def _execution_revert(events: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def execution_result(outcome: Outcome, fmt: Format) -> dict[str, Any]:
-    """Alchemy's simulateExecution answer from a trace."""
+    """Alchemy's simulateExecution answer from a trace: FLAT, every call depth first; NESTED,
+    each call with its ``calls`` and ``logs``; ``logs``, those that took effect, in the order
+    they were emitted.  Walked with a stack, not recursion: a call tree may be 1,024 deep."""
     root = outcome.root
     assert root is not None
     logs: list[dict[str, Any]] = []
     flat: list[dict[str, Any]] = []
-
-    def visit(frame: Frame, counted: bool) -> dict[str, Any]:
-        call = _call_entry(frame)
-        flat.append(call)
-        counted = counted and frame.error is None
-        nested_calls = []
-        nested_logs = []
-        for entry in in_order(frame):
-            if isinstance(entry, Frame):
-                nested_calls.append(visit(entry, counted))
+    top = _call_entry(root)
+    # A call (its frame, its entry, whether its logs took effect) or a log (and the same).
+    stack: list[tuple[Frame | None, dict[str, Any], bool]] = [(root, top, root.error is None)]
+    while stack:
+        frame, entry, counted = stack.pop()
+        if frame is None:
+            if counted:
+                logs.append(entry)
+            continue
+        flat.append(entry)
+        calls: list[dict[str, Any]] = []
+        emitted: list[dict[str, Any]] = []
+        later: list[tuple[Frame | None, dict[str, Any], bool]] = []
+        for item in in_order(frame):
+            if isinstance(item, Frame):
+                child = _call_entry(item)
+                calls.append(child)
+                later.append((item, child, counted and item.error is None))
             else:
-                log = _log_entry(entry.address, entry.topics, entry.data)
-                nested_logs.append(log)
-                if counted:
-                    logs.append(log)
+                log = _log_entry(item.address, item.topics, item.data)
+                emitted.append(log)
+                later.append((None, log, counted))
         if fmt == "NESTED":
-            call = dict(call, calls=nested_calls, logs=nested_logs)
-        return call
-
-    top = visit(root, True)
+            entry["calls"], entry["logs"] = calls, emitted
+        stack.extend(reversed(later))
     result: dict[str, Any] = {"calls": [top] if fmt == "NESTED" else flat, "logs": logs}
     error = error_of(outcome)
     if error is not None:
