@@ -317,6 +317,12 @@ def test_reverts_of_each_kind() -> None:
     revert = revert_of(known)
     assert revert.name == "FailedOp" and revert.message == "FailedOp(opIndex=0, reason=AA21)"
     assert revert_of(abi.selector("FailedOp(uint256,string)")).name is None  # no args to read
+    wrapped = abi.selector("FailedOpWithRevert(uint256,string,bytes)") + abi.encode(
+        ["uint256", "string", "bytes"], [0, "AA23 reverted", error]
+    )
+    unwrapped = revert_of(wrapped)
+    assert unwrapped.name == "FailedOpWithRevert" and unwrapped.inner is not None
+    assert unwrapped.inner.reason == "no" and unwrapped.message == "FailedOpWithRevert: no"
 
 
 # --- changes -------------------------------------------------------------------------------

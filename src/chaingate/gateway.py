@@ -68,12 +68,15 @@ class Gateway:
         access_stream: IO[bytes] | None = None,
         outbound_policy: OutboundPolicy | None = None,
         webhook_fetcher: Fetcher | None = None,
+        fetcher: Fetcher | None = None,
     ) -> None:
         """``outbound_policy``: where chaingate's own HTTP fetches may go; None builds it from
         ``settings.outbound`` (public addresses only unless configured).  ``chaingate dev``
         passes ``OutboundPolicy.dev()``, which adds loopback.  ``webhook_fetcher``: what
         delivers webhooks (tests inject its resolver and connector); None builds one under the
-        same policy, with keep-alive connections."""
+        same policy, with keep-alive connections.  ``fetcher``: what fetches metadata
+        documents and token lists (``chaingate dev`` passes one that finds its devnet's own
+        https host on loopback); None builds one under ``outbound_policy``."""
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
@@ -104,7 +107,7 @@ class Gateway:
         self.gas = GasService(followers, clients, networks)
         # Token/NFT data (chaingate.data), fetched through the SSRF-safe outbound fetcher;
         # wallets and sponsorship; the ERC-4337 bundler; signed webhooks.
-        self.fetcher = Fetcher(outbound_policy or _outbound_policy(settings))
+        self.fetcher = fetcher or Fetcher(outbound_policy or _outbound_policy(settings))
         self.data: DataPlane | None = None
         self.wallets: WalletService | None = None
         self.bundler: BundlerService | None = None

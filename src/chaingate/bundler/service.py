@@ -25,7 +25,6 @@ from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.receipts import ReceiptTracker
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.sanity import SanityLimits
-from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
 from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
@@ -129,7 +128,7 @@ class BundlerService:
                     min_priority_fee=bundler.min_priority_fee,
                 ),
                 safe_mode=safe_mode,
-                simulations_code=simulations_code_v07() if "0.7" in entry_points else None,
+                simulations_code=None,  # the shipped EntryPointSimulations of each version
                 min_valid_for=bundler.min_valid_for,
                 clock=clock,
             )

@@ -271,24 +271,27 @@ class MetadataSettings(msgspec.Struct, forbid_unknown_fields=True):
 class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
     """Smart wallets and gas sponsorship (ERC-4337) of one EVM network (``chaingate.wallets``).
 
-    Addresses are by EntryPoint version ("0.6", "0.7"); those left out come from the network's
-    devnet manifest when it has one, else (EntryPoints and factories only) the canonical
+    Addresses are by EntryPoint version ("0.6", "0.7", "0.8"); those left out come from the
+    network's devnet manifest when it has one, else (EntryPoints and factories only) the canonical
     mainnet addresses.  Sponsorship needs a VerifyingPaymaster of ours: one whose signer is
     ``[paymaster] key``.
     """
 
     enabled: bool = True
     # The version of wallets created without entry_point_version.
-    default_version: Literal["0.6", "0.7"] = "0.7"
+    default_version: Literal["0.6", "0.7", "0.8"] = "0.7"
     entry_points: dict[str, str] = {}
     factories: dict[str, str] = {}
     paymasters: dict[str, str] = {}
+    # The code EIP-7702 wallets delegate to ("": the manifest's, else v0.8's canonical
+    # Simple7702Account).
+    delegate: str = ""
     # Seconds a paymaster signature stays valid (its validUntil, from the chain's clock).
     signature_ttl: int = 600
     # After validUntil, how long an unused reservation still counts: the follower needs a few
     # blocks to report an operation included just before it.
     settle_grace: int = 120
-    # v0.7 paymaster gas limits given when the request names none.
+    # v0.7 and v0.8 paymaster gas limits given when the request names none.
     paymaster_verification_gas: int = 100_000
     paymaster_post_op_gas: int = 0
     # A warning is logged while a paymaster's EntryPoint deposit is below this (wei, decimal).
@@ -308,8 +311,8 @@ class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
     """
 
     enabled: bool = True
-    entry_points: list[Literal["0.6", "0.7"]] = msgspec.field(
-        default_factory=lambda: ["0.6", "0.7"]
+    entry_points: list[Literal["0.6", "0.7", "0.8"]] = msgspec.field(
+        default_factory=lambda: ["0.6", "0.7", "0.8"]
     )
     # None: the process-wide ``[bundler] safe_mode``.  Unsafe skips the ERC-7562 tracing (for
     # nodes without debug_traceCall); simulation and every other check still run.
@@ -568,9 +571,10 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     enabled: bool = True
     # Session cookies carry Secure (sent over HTTPS only); `chaingate dev` turns it off.
     secure_cookie: bool = True
-    # A session ends after this long without a request, and this long after sign-in at most.
-    session_idle_minutes: int = 720
-    session_max_hours: int = 168
+    # A session ends after this long without a request, and this long after sign-in at most
+    # (OWASP ASVS 4 level 2, 3.3.2: sign in again after 30 minutes idle and within 12 hours).
+    session_idle_minutes: int = 30
+    session_max_hours: int = 12
     # Failed sign-ins tolerated per account and per client address within login_window
     # seconds; beyond them sign-in is refused (even with the right password) until it passes.
     login_failures_per_account: int = 5
@@ -677,6 +681,8 @@ def _validate(settings: Settings) -> None:
             ipaddress.ip_network(cidr)
         except ValueError:
             raise ConfigError(f"dashboard.trusted_proxies: not a network: {cidr!r}") from None
+    if settings.dashboard.session_idle_minutes < 1 or settings.dashboard.session_max_hours < 1:
+        raise ConfigError("dashboard.session_idle_minutes and session_max_hours must be >= 1")
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.server.compress_min_bytes < 0:

@@ -2,8 +2,9 @@
 
 For each network whose indexer is enabled: an ``Indexer`` fed by the network's follower and a
 ``MetadataService`` (``chaingate.metadata``) that the indexer tells of new token contracts and
-ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` and
-``metadata``, and starts it in its nursery before the followers (whose events it consumes).
+ERC-4906 updates, and that tells the index which contracts are no ERC-20s.  The gateway
+builds one, hands the REST plane its ``readers`` and ``metadata``, and starts it in its
+nursery before the followers (whose events it consumes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
 from chaingate.data.metrics import register_index_metrics
 from chaingate.data.reader import IndexReader
+from chaingate.data.store import IndexRows
 from chaingate.metadata.service import MetadataService
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher
@@ -48,6 +50,7 @@ class DataPlane:
         # process leads its ``indexer`` role (chaingate.cluster).
         self.leadership: Leadership | None = None
         self._followers = followers
+        verdicts = IndexRows(store)
         for key, follower in followers.items():
             net = networks[key]
             if not net.indexer.enabled:
@@ -76,6 +79,10 @@ class DataPlane:
                 manifest=load_manifest(net.manifest) if net.manifest else None,
             )
             indexer.add_listener(metadata.on_index_commit)
+            # Its verdicts shape the index's balance lists (what is no ERC-20 is left out).
+            metadata.add_verdict_listener(
+                functools.partial(verdicts.set_erc20_verdicts, follower.chain, follower.network)
+            )
             self.indexers[key] = indexer
             self.metadata[key] = metadata
 

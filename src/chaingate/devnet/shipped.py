@@ -2,8 +2,9 @@
 
 ``chaingate serve`` reads EntryPoint simulation code from the package, never from npm:
 
-* ``chaingate/bundler/artifacts/EntryPointSimulations-v07.json``: the ``deployedBytecode`` of
-  ``@account-abstraction/contracts@0.7.0``'s EntryPointSimulations (``devnet.artifacts``);
+* ``chaingate/bundler/artifacts/EntryPointSimulations-v07.json`` and ``-v08.json``: the
+  ``deployedBytecode`` of ``@account-abstraction/contracts`` 0.7.0's and 0.8.0's
+  EntryPointSimulations (``devnet.artifacts``);
 * ``chaingate/simulation/artifacts/EntryPointSimulations-v06.json``: v0.6's EntryPoint from
   ``@account-abstraction/contracts@0.6.0``'s source, compiled by the pinned solc with two
   changes that let it stand at the EntryPoint's address in a state override, as v0.7's
@@ -21,21 +22,27 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from chaingate.bundler.simulation import SIMULATIONS_V07
-from chaingate.devnet.artifacts import AA_PACKAGE, AA_VERSIONS, aa_artifacts, aa_package
+from chaingate.aa.userop import MANIFEST_TAG
+from chaingate.bundler.simulation import SIMULATIONS
+from chaingate.devnet.artifacts import (
+    AA_PACKAGE,
+    AA_VERSIONS,
+    aa_artifacts,
+    aa_package,
+    aa_sources,
+)
 from chaingate.devnet.npm import cache_root, npm_install
 from chaingate.devnet.solc import SOLC_VERSION, compile_sources
 from chaingate.simulation.userops import SIMULATIONS_V06
 
 # What aa 0.6.0's EntryPoint was written against (the package declares no dependency).
 OPENZEPPELIN_V4 = "4.9.6"
-_IMPORT = re.compile(r'^import\s+(?:\{[^}]*\}\s+from\s+)?"([^"]+)";', re.MULTILINE)
+_ENTRY_POINT = f"{AA_PACKAGE}/core/EntryPoint.sol"
 
 # The two changes to aa 0.6.0's core/EntryPoint.sol, each found exactly once.
 _SENDER_CREATOR = "    SenderCreator private immutable senderCreator = new SenderCreator();\n"
@@ -79,11 +86,9 @@ def _document(contract: str, source: str, code: bytes) -> bytes:
     return (json.dumps(document, indent=2) + "\n").encode()
 
 
-def expected_v07() -> bytes:
-    """The v0.7 file's bytes as the pinned npm artifact makes them."""
-    artifact = aa_artifacts({"sim": ("v07", "EntryPointSimulations")}, announce=lambda _: None)[
-        "sim"
-    ]
+def expected_npm(tag: str) -> bytes:
+    """A v0.7/v0.8 file's bytes as the pinned npm artifact makes them."""
+    artifact = aa_artifacts({"sim": (tag, "EntryPointSimulations")}, announce=lambda _: None)["sim"]
     if not artifact.deployed_bytecode:
         raise RuntimeError("the EntryPointSimulations artifact has no deployedBytecode")
     return _document(artifact.name, artifact.source, artifact.deployed_bytecode)
@@ -96,8 +101,7 @@ def _replace_once(text: str, old: str, new: str) -> str:
 
 
 def patched_v06_sources() -> dict[str, str]:
-    """core/EntryPoint.sol of aa 0.6.0, patched, with every file it imports."""
-    package = aa_package("v06", announce=lambda _: None)
+    """aa 0.6.0's core/EntryPoint.sol, patched, with every file it imports."""
     openzeppelin = npm_install(
         f"openzeppelin-contracts-{OPENZEPPELIN_V4}",
         [f"@openzeppelin/contracts@{OPENZEPPELIN_V4}"],
@@ -105,34 +109,17 @@ def patched_v06_sources() -> dict[str, str]:
         what=f"@openzeppelin/contracts {OPENZEPPELIN_V4}",
         announce=lambda _: None,
     )
-    sources: dict[str, str] = {}
-    pending = ["core/EntryPoint.sol"]
-    while pending:
-        unit = pending.pop()
-        if unit in sources:
-            continue
-        if unit.startswith("@openzeppelin/"):
-            text = (openzeppelin / "node_modules" / unit).read_text()
-        else:
-            text = (package / unit).read_text()
-        sources[unit] = text
-        for name in _IMPORT.findall(text):
-            if name.startswith("@"):
-                pending.append(name)
-            else:  # relative to the importing unit
-                parts = [*unit.split("/")[:-1]]
-                for piece in name.split("/"):
-                    if piece == "..":
-                        parts.pop()
-                    elif piece != ".":
-                        parts.append(piece)
-                pending.append("/".join(parts))
-    entry_point = sources["core/EntryPoint.sol"]
+    entry_point = (aa_package("v06", announce=lambda _: None) / "core/EntryPoint.sol").read_text()
     entry_point = _replace_once(entry_point, _SENDER_CREATOR, _SENDER_CREATOR_NOW)
     for use in ("senderCreator.createSender{", "senderCreator.createSender("):
         entry_point = _replace_once(entry_point, use, use.replace(".", "().", 1))
-    sources["core/EntryPoint.sol"] = _replace_once(entry_point, _REVERT, _RETURN)
-    return sources
+    entry_point = _replace_once(entry_point, _REVERT, _RETURN)
+    return aa_sources(
+        {_ENTRY_POINT: entry_point},
+        tag="v06",
+        openzeppelin=openzeppelin / "node_modules" / "@openzeppelin" / "contracts",
+        announce=lambda _: None,
+    )
 
 
 def expected_v06() -> bytes:
@@ -151,13 +138,21 @@ def expected_v06() -> bytes:
     return _document("EntryPointSimulations-v06", source, code)
 
 
+def _npm(tag: str) -> Callable[[], bytes]:
+    return lambda: expected_npm(tag)
+
+
+# Each shipped file: (its package, its path there, what makes it).
 SHIPPED: dict[str, tuple[str, str, Callable[[], bytes]]] = {
-    "v07": ("chaingate.bundler", SIMULATIONS_V07, expected_v07),
+    **{
+        MANIFEST_TAG[version]: ("chaingate.bundler", name, _npm(MANIFEST_TAG[version]))
+        for version, name in SIMULATIONS.items()
+    },
     "v06": ("chaingate.simulation", SIMULATIONS_V06, expected_v06),
 }
 
 
-def shipped_path(which: str = "v07") -> Path:
+def shipped_path(which: str) -> Path:
     package, name, _ = SHIPPED[which]
     return Path(str(resources.files(package) / name))
 

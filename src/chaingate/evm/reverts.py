@@ -2,6 +2,8 @@
 
 A custom error is known by its selector; the caller says which ones it knows (a mapping of
 selector to ``signatures.Signature``).  Anything else keeps its raw data: nothing is guessed.
+A known error that wraps another revert in its last ``bytes`` argument (an EntryPoint's
+``FailedOpWithRevert``, a v0.8 account's ``ExecuteError``) carries it decoded as ``inner``.
 """
 
 from __future__ import annotations
@@ -47,9 +49,15 @@ class Revert(msgspec.Struct, frozen=True, omit_defaults=True):
     selector: str | None = None  # a custom error's, 0x-hex
     name: str | None = None  # a known custom error's name
     args: list[dict[str, Any]] | None = None  # a known custom error's parameters
+    inner: Revert | None = None  # the revert a known error wraps
 
 
-def decode_revert(data: bytes, errors: Mapping[bytes, Signature] | None = None) -> Revert:
+_MAX_WRAPPED = 4  # wrappers unwrapped at most (each one is a known error)
+
+
+def decode_revert(
+    data: bytes, errors: Mapping[bytes, Signature] | None = None, _depth: int = 0
+) -> Revert:
     """Revert data as a ``Revert``; ``errors``: the custom errors known by selector."""
     head = data[:4]
     try:
@@ -76,7 +84,13 @@ def decode_revert(data: bytes, errors: Mapping[bytes, Signature] | None = None) 
             shown = ", ".join(f"{a['name'] or a['type']}={a['value']}" for a in args)
             message = f"{known.name}({shown})"
             selector = "0x" + head.hex()
-            return Revert("custom", message, selector=selector, name=known.name, args=args)
+            inner = None
+            if args and args[-1]["type"] == "bytes" and _depth < _MAX_WRAPPED:
+                inner = decode_revert(bytes.fromhex(args[-1]["value"][2:]), errors, _depth + 1)
+                message = f"{known.name}: {inner.message}"
+            return Revert(
+                "custom", message, selector=selector, name=known.name, args=args, inner=inner
+            )
     return Revert("custom", "0x" + data.hex(), selector="0x" + head.hex())
 
 

@@ -1,5 +1,5 @@
 """The ABIs chaingate knows, by selector and topic: the token standards, the ERC-4337 contracts
-(EntryPoint v0.6/v0.7, SimpleAccount and its factory, the VerifyingPaymaster, the
+(EntryPoint v0.6/v0.7/v0.8, SimpleAccount and its factory, the VerifyingPaymaster, the
 SenderCreator), Multicall3, Chainlink-style price feeds and the devnet's own contracts.
 
 A call is decoded by its selector, a log by its topic0 and indexed count (ERC-20 and ERC-721
@@ -60,7 +60,7 @@ _FUNCTIONS = (
     "returns (bytes4)",
     "onERC1155BatchReceived(address operator, address from, uint256[] ids, uint256[] values, "
     "bytes data) returns (bytes4)",
-    # EntryPoint v0.6 and v0.7
+    # EntryPoint v0.6, v0.7 and v0.8 (v0.8's operation is v0.7's)
     f"handleOps({_OP06}[] ops, address beneficiary)",
     f"handleOps({_OP07}[] ops, address beneficiary)",
     f"simulateHandleOp({_OP06} op, address target, bytes targetCallData)",
@@ -79,6 +79,7 @@ _FUNCTIONS = (
     "execute(address dest, uint256 value, bytes func)",
     "executeBatch(address[] dest, bytes[] func)",
     "executeBatch(address[] dest, uint256[] value, bytes[] func)",
+    "executeBatch((address,uint256,bytes)[] calls)",
     f"validateUserOp({_OP06} userOp, bytes32 userOpHash, uint256 missingAccountFunds) "
     "returns (uint256 validationData)",
     f"validateUserOp({_OP07} userOp, bytes32 userOpHash, uint256 missingAccountFunds) "
@@ -155,6 +156,8 @@ _ERRORS = (
     "SignatureValidationFailed(address aggregator)",
     "PostOpReverted(bytes returnData)",
     "SenderAddressResult(address sender)",
+    # v0.8's accounts (BaseAccount): a batch's failed call, wrapped
+    "ExecuteError(uint256 index, bytes error)",
     # The devnet's tokens
     "NotOwner()",
     "NotAuthorized()",

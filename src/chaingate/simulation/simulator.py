@@ -38,7 +38,7 @@ from chaingate.simulation.execution import (
 )
 from chaingate.simulation.nodes import Capabilities, Feature, Node, NodeError, Unsupported
 from chaingate.simulation.overrides import fold_diff
-from chaingate.simulation.userops import decode_result, simulation_call, simulation_code
+from chaingate.simulation.userops import decode_result, simulation_call, simulation_state
 
 __all__ = ["Engine", "SimulationFault", "Simulator"]
 
@@ -323,7 +323,8 @@ class Simulator:
         """The operation's asset changes as simulateHandleOp runs it, with who pays its gas."""
         call = simulation_call(op, entry_point, version)
         state = {address: dict(entry) for address, entry in overrides.items()}
-        state.setdefault(entry_point.lower(), {})["code"] = "0x" + simulation_code(version).hex()
+        for address, entry in simulation_state(op, entry_point, version).items():
+            state.setdefault(address, {}).update(entry)  # ours win: the code must be ours
         (outcome,) = await self._outcomes([call], block, state, deadline)
         result = decode_result(outcome.output) if outcome.ok else None
         changes = changes_of(outcome.events)

@@ -5,20 +5,21 @@ The EntryPoint's own code is replaced, for the simulation only, by a version wit
 prefund payment included), execution and the paymaster's postOp run as ``handleOps`` runs them
 and their logs stay in the answer:
 
-* v0.7: ``EntryPointSimulations`` from the pinned npm package (the bundler's shipped copy);
+* v0.7, v0.8: ``EntryPointSimulations`` from the pinned npm packages (the bundler's shipped
+  copies, ``simulations_for``);
 * v0.6: its EntryPoint's simulateHandleOp always reverts, which would undo every log; chaingate
   ships that EntryPoint compiled with the revert turned into a return
   (``python -m chaingate.devnet.shipped`` rebuilds and checks it).
 
-Signatures are not required to be valid (an operation is simulated before it is signed): the
-result says whether the account's and the paymaster's checks passed.  Another EntryPoint
-version is one more row in ``_VERSIONS`` (its operation form, its simulation code).
+An EIP-7702 sender (v0.8) is simulated delegated, as its authorization will make it in the
+bundle's transaction (the bundler's ``state_override``).  Signatures are not required to be
+valid (an operation is simulated before it is signed): the result says whether the account's
+and the paymaster's checks passed.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -28,7 +29,8 @@ from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, packed
 from chaingate.bundler.simulation import (
     parse_validation_data,
     read_shipped_code,
-    simulations_code_v07,
+    simulations_for,
+    state_override,
 )
 from chaingate.evm import abi
 
@@ -38,6 +40,7 @@ __all__ = [
     "decode_result",
     "simulation_call",
     "simulation_code",
+    "simulation_state",
 ]
 
 # Shipped with the package, written and checked by ``python -m chaingate.devnet.shipped``.
@@ -52,15 +55,17 @@ def _simulations_code_v06() -> bytes:
     return bytes.fromhex(read_shipped_code(data).deployedBytecode.removeprefix("0x"))
 
 
-_VERSIONS: dict[Version, Callable[[], bytes]] = {
-    "0.6": _simulations_code_v06,
-    "0.7": simulations_code_v07,
-}
-
-
 def simulation_code(version: Version) -> bytes:
     """The code put at the EntryPoint's address for a simulation."""
-    return _VERSIONS[version]()
+    return simulations_for(version) or _simulations_code_v06()
+
+
+def simulation_state(op: UserOperation, entry_point: str, version: Version) -> dict[str, Any]:
+    """What the simulation's state overrides add: the simulation code at the EntryPoint, an
+    EIP-7702 sender's delegation."""
+    state = {address.lower(): entry for address, entry in state_override(op).items()}
+    state[entry_point.lower()] = {"code": "0x" + simulation_code(version).hex()}
+    return state
 
 
 def simulation_call(op: UserOperation, entry_point: str, version: Version) -> dict[str, Any]:
