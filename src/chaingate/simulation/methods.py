@@ -48,7 +48,7 @@ REFERENCE: Mapping[str, tuple[str, str]] = {
     ),
     "chaingate_simulateUserOperationAssetChanges": (
         "[userOperation, entryPoint, block?, stateOverrides?]",
-        "A UserOperation's asset changes as the EntryPoint would run it (v0.6, v0.7), who "
+        "A UserOperation's asset changes as the EntryPoint would run it (v0.6, v0.7, v0.8), who "
         "pays its gas (a sponsored one costs its sender nothing) and whether its signatures "
         "would pass. Also on /v1/bundler/{chain}/{network}.",
     ),
