@@ -42,6 +42,7 @@ from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.devnet.rpc import DevnetRpc
+from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
@@ -148,6 +149,11 @@ def _dev_banner(
     token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
     collection = manifest.contracts.get("erc721_collection")
     collection_address = collection.address if collection is not None else ""
+    # A transaction to simulate: the holder sends one CGT to the deployer.
+    send_one = abi.encode_call("transfer(address,uint256)", manifest.deployer, 10**18).hex()
+    sim_tx = f'{{"from":"{holder}","to":"{token}","data":"0x{send_one}"}}'
+    sim_body = f'{{"kind":"asset_changes","transactions":[{sim_tx}]}}'
+    json_type = "-H 'Content-Type: application/json'"
     key_header = ""
     key_url = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
@@ -182,6 +188,11 @@ Try:
             {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
   curl -s --compressed {rpc}{key_header} \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",true]}}'
+  curl -s {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"chaingate_simulateAssetChanges","params":[{sim_tx}]}}'
+  (what it would do before it is signed; alchemy_simulateAssetChanges answers the same;
+   bundles, call traces and UserOperations: README, "Simulation")
+  curl -s {base}/v1/simulate/ethereum{key_header} {json_type} -d '{sim_body}'
   curl -si -X OPTIONS {rpc} \\
        -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
   (a browser's preflight; lock a key to your site, IPs, methods or contracts with

@@ -34,9 +34,13 @@ _STATUS_TEXT = {
     409: "Conflict.",
     413: "Body too large.",
     415: "The body is not labelled `Content-Type: application/json` (or a `+json` type).",
+    422: "Understood, but over a bound of the server's (the message names it).",
     429: "Rate limited: retry after `Retry-After` seconds.",
     500: "Internal error: retry with exponential backoff.",
+    501: "Not supported by this deployment's upstreams.",
+    502: "The upstream node refused the request (its message is passed on).",
     503: "Temporarily unavailable: retry after `Retry-After` seconds.",
+    504: "Not done within the server's time bound.",
 }
 
 

@@ -46,6 +46,7 @@ from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.eip7702 import designator
+from chaingate.evm.reverts import describe_revert as decode_revert
 
 __all__ = [
     "FailedOp",
@@ -85,8 +86,6 @@ V06_VALIDATION_RESULT = abi.selector(f"ValidationResult{_V06_RESULT}")
 V06_VALIDATION_RESULT_AGG = abi.selector(f"ValidationResultWithAggregation{_V06_RESULT_AGG}")
 FAILED_OP = abi.selector("FailedOp(uint256,string)")
 FAILED_OP_WITH_REVERT = abi.selector("FailedOpWithRevert(uint256,string,bytes)")
-ERROR_STRING = abi.selector("Error(string)")
-PANIC = abi.selector("Panic(uint256)")
 
 _SIMULATE_VALIDATION = {v: f"simulateValidation({t})" for v, t in OP_TUPLE_TYPE.items()}
 
@@ -233,18 +232,6 @@ def validation_call(
 
 
 # --- decoding the answer ---------------------------------------------------------------------
-
-
-def decode_revert(data: bytes) -> str:
-    """Readable text of revert data: Error(string), Panic(uint256), or the hex."""
-    try:
-        if data[:4] == ERROR_STRING:
-            return str(abi.decode(["string"], data[4:])[0])
-        if data[:4] == PANIC:
-            return f"panic 0x{abi.decode(['uint256'], data[4:])[0]:02x}"
-    except abi.AbiError:
-        pass
-    return "0x" + data.hex() if data else "reverted without data"
 
 
 def _failed_op_fault(data: bytes) -> BundlerFault | None:

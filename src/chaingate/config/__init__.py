@@ -32,6 +32,7 @@ ENV_SECTIONS = (
     "paymaster",
     "webhooks",
     "bundler",
+    "simulation",
 )
 
 
@@ -592,6 +593,25 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     trusted_proxies: list[str] = []
 
 
+class SimulationSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Transaction simulation (``chaingate.simulation``): asset changes and traces of
+    transactions, bundles and UserOperations before they are signed."""
+
+    enabled: bool = True
+    # "auto": eth_simulateV1 where an upstream has it, else debug_traceCall (which execution
+    # traces always use); "simulate_v1" or "trace_call" forces one (docs/decisions/simulation.md).
+    engine: Literal["auto", "simulate_v1", "trace_call"] = "auto"
+    # Bounds: transactions per bundle, call frames and logs of one simulation, bytes of one
+    # node answer, seconds of the whole simulation (past it: -32005, never a stuck request).
+    max_bundle: int = 10
+    max_frames: int = 10_000
+    max_logs: int = 10_000
+    max_answer_bytes: int = 16 << 20
+    timeout: float = 10.0
+    # Simulations in progress in one process; the next ones wait (within their timeout).
+    max_concurrent: int = 32
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     rpc: RpcSettings = msgspec.field(default_factory=RpcSettings)
@@ -604,6 +624,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     webhooks: WebhookSettings = msgspec.field(default_factory=WebhookSettings)
     bundler: BundlerSettings = msgspec.field(default_factory=BundlerSettings)
     dashboard: DashboardSettings = msgspec.field(default_factory=DashboardSettings)
+    simulation: SimulationSettings = msgspec.field(default_factory=SimulationSettings)
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.
@@ -678,6 +699,11 @@ def _validate(settings: Settings) -> None:
         raise ConfigError("server.leader_timeout must be between 1 and 3600 seconds")
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
+    simulation = settings.simulation
+    if min(simulation.max_bundle, simulation.max_frames, simulation.max_logs) < 1:
+        raise ConfigError("simulation.max_bundle, max_frames and max_logs must be >= 1")
+    if simulation.timeout <= 0 or simulation.max_concurrent < 1:
+        raise ConfigError("simulation.timeout must be > 0 and max_concurrent >= 1")
     if settings.store.url and not settings.store.url.startswith(
         ("sqlite:///", "postgresql://", "postgres://")
     ):

@@ -65,16 +65,30 @@ def _aa_install(announce: Callable[[str], None]) -> Path:
     )
 
 
+def aa_package(tag: str, *, announce: Callable[[str], None] = print) -> Path:
+    """The installed package of a version tag ("v06"), its version checked."""
+    package = _aa_install(announce) / "node_modules" / f"aa-{tag}"
+    version = json.loads((package / "package.json").read_text())["version"]
+    if version != AA_VERSIONS[tag]:  # a stale or hand-edited install must not slip through
+        raise RuntimeError(f"{package} holds {AA_PACKAGE} {version}, not {AA_VERSIONS[tag]}")
+    return package
+
+
 def aa_sources(
-    own: Mapping[str, str], *, announce: Callable[[str], None] = print
+    own: Mapping[str, str],
+    *,
+    tag: str = "v08",
+    openzeppelin: Path | None = None,
+    announce: Callable[[str], None] = print,
 ) -> dict[str, str]:
     """``own`` sources and every file they import, transitively, by solc source unit name:
-    ``@account-abstraction/contracts/...`` from the pinned 0.8.0 package, ``@openzeppelin/...``
-    from the pinned OpenZeppelin (relative imports resolved against the importing unit)."""
+    ``@account-abstraction/contracts/...`` from the pinned package of ``tag`` (0.8.0 by
+    default), ``@openzeppelin/...`` from the pinned OpenZeppelin or the ``openzeppelin``
+    package directory given (relative imports resolved against the importing unit)."""
     root = _aa_install(announce) / "node_modules"
     roots = {
-        f"{AA_PACKAGE}/": root / "aa-v08",
-        f"{OPENZEPPELIN[0]}/": root / OPENZEPPELIN[0],
+        f"{AA_PACKAGE}/": aa_package(tag, announce=announce),
+        f"{OPENZEPPELIN[0]}/": openzeppelin or root / OPENZEPPELIN[0],
     }
     found = dict(own)
     todo = list(own)
@@ -107,13 +121,10 @@ def aa_artifacts(
     names: Mapping[str, tuple[str, str]], *, announce: Callable[[str], None] = print
 ) -> dict[str, Artifact]:
     """Artifacts by key, each given as (version tag, contract name), e.g. ("v07", "EntryPoint")."""
-    root = _aa_install(announce) / "node_modules"
     found: dict[str, Artifact] = {}
     for key, (tag, contract) in names.items():
-        package = root / f"aa-{tag}"
-        version = json.loads((package / "package.json").read_text())["version"]
-        if version != AA_VERSIONS[tag]:  # a stale or hand-edited install must not slip through
-            raise RuntimeError(f"{package} holds {AA_PACKAGE} {version}, not {AA_VERSIONS[tag]}")
+        package = aa_package(tag, announce=announce)
+        version = AA_VERSIONS[tag]
         data = json.loads((package / "artifacts" / f"{contract}.json").read_text())
         found[key] = Artifact(
             name=contract,
