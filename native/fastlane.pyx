@@ -473,6 +473,37 @@ cdef class Route:
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
 
+    cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
+        """Does anyone still want the answer of this group of flights, whose body of
+        ``length`` bytes (-1: not declared) starts arriving?  A batch that holds replies
+        already and could not take the whole body is over its bound: it gives up its reads
+        here, before the body is read.  Wanted by nobody, the flights leave the table (no
+        call joins them any more) and the body is dropped unread."""
+        cdef Flight flight
+        cdef Pending pending
+        cdef Py_ssize_t index
+        for flight in flights:
+            if not flight.done and (
+                flight.future is not None
+                or (flight.spec.cache != NO_CACHE and flight.spec.may_be_cached(flight.tag))
+            ):
+                return True
+        for flight in flights:
+            for pending, index in flight.waiters:
+                if pending.units[index] is None:
+                    continue
+                if pending.batch and pending.used and pending.used + length > self.max_answer:
+                    pending.over = True
+                    pending.give_up_reads()
+                    if pending.left == 0:
+                        pending.lane.finish(pending)
+                if pending.units[index] is not None:
+                    return True  # still waited for (a write is never given up)
+        for flight in flights:
+            if self.flights.get(flight.key) is flight:
+                del self.flights[flight.key]
+        return False
+
     cdef void _send(self, list safe, list unsafe) except *:
         cdef Py_ssize_t size = self.upstream_batch, start
         cdef Flight flight
@@ -1271,6 +1302,8 @@ cdef class Lane:
 
     cdef tuple _batch_answer(self, Pending pending, bint timed=True):
         parts = [reply for reply in pending.replies if reply is not None]
+        # Flights given up on still hold this Pending until they land: not its replies.
+        pending.replies = []
         body = pending.route._join_batch(parts) if parts else None
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
         cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)

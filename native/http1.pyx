@@ -16,6 +16,7 @@ from cformat cimport int_width, write_int
 from chaingate.framing_constants import CHUNK_LINE_MAX as _CHUNK_LINE_MAX_PY
 from chaingate.framing_constants import EXPECT_OTHER as _EXPECT_OTHER_PY
 from chaingate.framing_constants import PARTIAL_BODY_MIN as _PARTIAL_BODY_MIN_PY
+from chaingate.framing_constants import PREALLOCATE_MIN as _PREALLOCATE_MIN_PY
 from chaingate.framing_constants import REASONS as _REASONS
 from chaingate.framing_constants import TOKEN_CHARS as _TOKEN_CHARS
 
@@ -36,6 +37,7 @@ IMPLEMENTATION = "compiled"
 cdef Py_ssize_t CHUNK_LINE_MAX = _CHUNK_LINE_MAX_PY
 cdef int EXPECT_OTHER = _EXPECT_OTHER_PY
 cdef Py_ssize_t PARTIAL_BODY_MIN = _PARTIAL_BODY_MIN_PY
+cdef Py_ssize_t PREALLOCATE_MIN = _PREALLOCATE_MIN_PY
 
 cdef enum:
     S_HEAD = 0
@@ -370,6 +372,10 @@ cdef class _BodyReader:
     cdef Py_ssize_t max_body
     cdef Py_ssize_t max_header_bytes
     cdef list parts
+    cdef bint discard  # the body is counted and dropped, not kept (ResponseParser)
+    cdef bint direct  # a declared length: the bytes go straight into ``whole``
+    cdef object whole  # the body, allocated whole when its head came (ResponseParser), or None
+    cdef Py_ssize_t filled
     cdef Py_ssize_t received
     cdef Py_ssize_t remaining
     cdef Py_ssize_t chunk_left
@@ -397,6 +403,9 @@ cdef class _BodyReader:
 
     cdef void start_body(self, bint chunked, Py_ssize_t length, bint until_eof):
         self.parts = []
+        self.discard = 0
+        self.direct = 0
+        self.whole = None
         self.received = 0
         if chunked:
             self.state = S_CHUNK_SIZE
@@ -405,6 +414,14 @@ cdef class _BodyReader:
         else:
             self.state = S_BODY_LENGTH
             self.remaining = length
+
+    cdef void preallocate(self):
+        """The declared body is allocated whole now and filled as it comes: a big body is
+        never held twice (its pieces and their join), and leaves no pieces behind in the
+        allocator's heap.  Pages are touched only as bytes arrive."""
+        self.direct = 1
+        self.whole = PyBytes_FromStringAndSize(NULL, self.remaining)
+        self.filled = 0
 
     cdef object step(self, str too_large):
         cdef bytes buf = self.buf
@@ -416,17 +433,36 @@ cdef class _BodyReader:
         cdef object err
         cdef Py_ssize_t colon = 0, vs = 0, ve = 0
         while True:
+            if self.state == S_BODY_LENGTH and self.direct:
+                available = n - self.pos
+                if available > self.remaining:
+                    available = self.remaining
+                if self.whole is not None:
+                    memcpy(PyBytes_AS_STRING(self.whole) + self.filled, p + self.pos, available)
+                self.filled += available
+                self.pos += available
+                self.remaining -= available
+                if self.remaining:
+                    return None
+                self.state = S_HEAD
+                self.direct = 0
+                body = b"" if self.whole is None else <bytes>self.whole
+                self.whole = None
+                return body
             if self.state == S_BODY_LENGTH:
                 available = n - self.pos
                 if available < self.remaining:
                     if available >= PARTIAL_BODY_MIN:
                         # Set a big body's bytes aside as they come: appending every read to
                         # one bytes object would copy the body over and over (quadratic).
-                        self.parts.append(_sub(buf, self.pos, n))
+                        if not self.discard:
+                            self.parts.append(_sub(buf, self.pos, n))
                         self.remaining -= available
                         self.pos = n
                     return None
-                if self.pos == 0 and self.remaining == n:
+                if self.discard:
+                    body = b""
+                elif self.pos == 0 and self.remaining == n:
                     body = buf
                 else:
                     body = _sub(buf, self.pos, self.pos + self.remaining)
@@ -442,7 +478,8 @@ cdef class _BodyReader:
                 if self.received + available > self.max_body:
                     return HttpError(413, too_large)
                 if available:
-                    self.parts.append(buf[self.pos:])
+                    if not self.discard:
+                        self.parts.append(buf[self.pos:])
                     self.received += available
                     self.pos = n
                 return None
@@ -485,7 +522,8 @@ cdef class _BodyReader:
                     return None
                 if p[self.pos + need] != 13 or p[self.pos + need + 1] != 10:
                     return HttpError(400, "chunk data not followed by CRLF")
-                self.parts.append(_sub(buf, self.pos, self.pos + need))
+                if not self.discard:
+                    self.parts.append(_sub(buf, self.pos, self.pos + need))
                 self.received += need
                 self.pos += need + 2
                 self.state = S_CHUNK_SIZE
@@ -793,6 +831,7 @@ cdef class ResponseParser:
     cdef int _max_headers
     cdef object _error
     cdef Response _pending
+    cdef Py_ssize_t _length  # the Content-Length of the body being read; -1: not declared
     cdef Py_ssize_t _scan_from
     cdef bint _eof
 
@@ -804,6 +843,7 @@ cdef class ResponseParser:
         self._max_headers = max_headers
         self._error = None
         self._pending = None
+        self._length = -1
         self._scan_from = 0
         self._eof = 0
 
@@ -813,6 +853,18 @@ cdef class ResponseParser:
 
     def feed_eof(self):
         self._eof = 1
+
+    def body_length(self):
+        """The declared length of the body being read (-1: chunked or until EOF); None when
+        no body is being read."""
+        return None if self._pending is None else self._length
+
+    def discard_body(self):
+        """Drop the body being read, and the rest of it as it comes: the response completes
+        with an empty body (nobody wants it; its bytes are still consumed in order)."""
+        self._reader.discard = 1
+        self._reader.parts = []
+        self._reader.whole = None
 
     @property
     def has_partial(self):
@@ -906,6 +958,7 @@ cdef class ResponseParser:
         if 100 <= status < 200 or status == 204 or status == 304:
             self._reader.start_body(0, 0, 0)
             return response
+        self._length = -1
         if head.transfer_encoding is not None:
             if not head.chunked:
                 return HttpError(502, "unsupported Transfer-Encoding in response")
@@ -913,7 +966,10 @@ cdef class ResponseParser:
         elif head.content_length >= 0:
             if head.content_length > self._reader.max_body:
                 return HttpError(502, "response body too large")
+            self._length = head.content_length
             self._reader.start_body(0, head.content_length, 0)
+            if head.content_length >= PREALLOCATE_MIN:
+                self._reader.preallocate()
         else:
             response.keep_alive = 0
             self._reader.start_body(0, 0, 1)

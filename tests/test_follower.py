@@ -200,6 +200,21 @@ async def test_follows_new_blocks_with_their_logs(follow: Starter, node: AnvilPr
     assert "chaingate_gas_updates_total" + labels in metrics
 
 
+async def test_polling_a_head_already_applied_keeps_nothing(
+    follow: Starter, node: AnvilProcess
+) -> None:
+    """Each poll of ``latest`` notes the head's transactions until the block is applied; a
+    head already applied must not leave its list behind — one per block piled up until
+    10,000 were held (a busy chain's blocks: hundreds of hashes each; issue 39's soak)."""
+    run = await follow(node.url)
+    await run.wait_for_head(node.url)
+    for _ in range(12):
+        await emit_logs(node.url, 1)
+        await run.wait_for_head(node.url)
+        await trio.sleep(0.1)  # polls that find the head already applied
+    assert len(run.follower._txs) <= 1, len(run.follower._txs)
+
+
 @pytest.mark.parametrize("depth", [1, 3])
 async def test_anvil_reorg_reverts_then_applies(
     follow: Starter, node: AnvilProcess, depth: int

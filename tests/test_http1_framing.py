@@ -880,6 +880,49 @@ def test_response_read_until_eof(impl: Impl) -> None:
     assert not parser.has_partial
 
 
+@pytest.mark.parametrize("size", [10, 3 << 20])  # kept as pieces; allocated whole
+def test_response_body_read_in_pieces_is_whole(impl: Impl, size: int) -> None:
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    data = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + body
+    data += b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    parser = impl.http1.ResponseParser()
+    assert parser.body_length() is None
+    events = []
+    for start in range(0, len(data), 65536):
+        parser.feed(data[start : start + 65536])
+        while (event := parser.next_event()) is not None:
+            events.append(event)
+        if not events:
+            assert parser.body_length() == size  # declared, while the body comes
+    assert [e.body for e in events] == [body, b"ok"]
+    assert parser.body_length() is None
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 3145728\r\n\r\n" + b"a" * (3 << 20),  # allocated whole
+        b"Content-Length: 20000\r\n\r\n" + b"a" * 20000,  # kept as pieces
+        b"Transfer-Encoding: chunked\r\n\r\n" + b"4e20\r\n" + b"a" * 20000 + b"\r\n0\r\n\r\n",
+    ],
+)
+def test_a_discarded_body_is_consumed_not_kept(impl: Impl, framing: bytes) -> None:
+    """Nobody wants the answer (a batch over its bound): its bytes are read in order and
+    dropped; the response completes empty, and the next one on the connection is intact."""
+    data = b"HTTP/1.1 200 OK\r\n" + framing + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    parser = impl.http1.ResponseParser()
+    parser.feed(data[:5000])
+    assert parser.next_event() is None
+    assert parser.body_length() == (-1 if b"chunked" in framing else int(framing.split()[1]))
+    parser.discard_body()
+    events = []
+    for start in range(5000, len(data), 8192):
+        parser.feed(data[start : start + 8192])
+        while (event := parser.next_event()) is not None:
+            events.append(event)
+    assert [(e.status, e.body) for e in events] == [(200, b""), (200, b"ok")]
+
+
 def test_response_read_until_eof_empty_body(impl: Impl) -> None:
     (resp,) = response_events(impl, b"HTTP/1.0 200 OK\r\n\r\n", eof=True)
     assert (resp.body, resp.keep_alive) == (b"", False)

@@ -304,16 +304,17 @@ class ChaingateServer:
                 f"chaingate keys {args[0]} did not finish in {timeout:.0f}s"
             ) from None
 
-    def create_key(self, timeout: float = 60.0) -> str:
+    def create_key(self, timeout: float = 60.0, *, plan: str = KEY_PLAN, keep: bool = True) -> str:
         """One key with ``chaingate keys create`` on this server's config; kept as api_key
-        (and its id, from the same output, as key_id)."""
+        (and its id, from the same output, as key_id) unless ``keep`` is False (another key,
+        of another ``plan``, beside it)."""
         if self.auth is None:
             raise ValueError("auth is off: no key to create")
         done = self._keys(
             [
                 "create",
-                "--email", KEY_EMAIL,
-                "--plan", KEY_PLAN,
+                "--email", f"{plan}-{KEY_EMAIL}" if plan != KEY_PLAN else KEY_EMAIL,
+                "--plan", plan,
                 "--env", KEY_ENV,
                 "--name", KEY_NAME,
             ],
@@ -327,6 +328,8 @@ class ChaingateServer:
                 f"chaingate keys create exited {done.returncode} without one key:\n"
                 f"{done.stdout}{done.stderr}"
             )
+        if not keep:
+            return keys[0]
         self.api_key = keys[0]
         self.key_id = ids[0] if len(ids) == 1 else None  # only set_allowlists needs it
         return self.api_key

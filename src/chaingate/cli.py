@@ -27,6 +27,7 @@ import msgspec
 import trio
 
 from chaingate import config
+from chaingate.allocator import pin_mmap_threshold
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
 from chaingate.bundler.service import bundler_key
@@ -483,6 +484,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     anvil_port = args.anvil_port or anvil.free_port()
     settings = _dev_settings(args, f"http://127.0.0.1:{anvil_port}")
     setup_logging(settings.observability.log_level)
+    pin_mmap_threshold()
     data_dir = Path(settings.data_dir).expanduser()
     try:
         lock = DataDirLock(data_dir).acquire()
@@ -519,6 +521,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(settings.observability.log_level)
     if count > 1:
         return _supervise(args.config, settings, count)
+    pin_mmap_threshold()
     try:
         gateway = Gateway(settings)
     except (config.ConfigError, PlanError) as exc:

@@ -11,6 +11,9 @@ CHUNK_LINE_MAX = 1024
 # A Content-Length body still incomplete with at least this many bytes buffered has them set
 # aside, so a large body is copied once, not once per read.
 PARTIAL_BODY_MIN = 16384
+# A response body declared at least this long is allocated whole when its head comes (filled
+# as it arrives): never held as pieces plus their join.
+PREALLOCATE_MIN = 1 << 20
 
 # Marker for an Expect header other than 100-continue (answered with 417).
 EXPECT_OTHER = 2

@@ -386,6 +386,35 @@ class Route:
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
 
+    def wants(self, flights: list[Flight], length: int) -> bool:
+        """Does anyone still want the answer of this group of flights, whose body of
+        ``length`` bytes (-1: not declared) starts arriving?  A batch that holds replies
+        already and could not take the whole body is over its bound: it gives up its reads
+        here, before the body is read.  Wanted by nobody, the flights leave the table (no
+        call joins them any more) and the body is dropped unread."""
+        for flight in flights:
+            spec = flight.spec
+            if not flight.done and (
+                flight.future is not None
+                or (spec.cache != NO_CACHE and spec.may_be_cached(flight.tag))
+            ):
+                return True
+        for flight in flights:
+            for pending, index in flight.waiters:
+                if pending.units[index] is None:
+                    continue
+                if pending.batch and pending.used and pending.used + length > self.max_answer:
+                    pending.over = True
+                    pending.give_up_reads()
+                    if pending.left == 0:
+                        pending.lane.finish(pending)
+                if pending.units[index] is not None:
+                    return True  # still waited for (a write is never given up)
+        for flight in flights:
+            if self.flights.get(flight.key) is flight:
+                del self.flights[flight.key]
+        return False
+
     def _send(self, safe: list[Flight], unsafe: list[Flight]) -> None:
         """Hand new flights to the service, one group per retry class and upstream batch.  A
         group that cannot be handed over lands at once with an error: no flight stays in the
@@ -772,7 +801,7 @@ class _Pending:
         )
         self.left -= 1
         if self.over:
-            self._give_up_reads()
+            self.give_up_reads()
         if self.left == 0:
             self.lane.finish(self)
 
@@ -787,7 +816,7 @@ class _Pending:
         headers = b"X-Request-Id: " + self.request_id + b"\r\n" + JSON
         self.lane.sink.deliver(self.conn, self.request, 500, headers, body)
 
-    def _give_up_reads(self) -> None:
+    def give_up_reads(self) -> None:
         """Over its bound, a batch stops waiting for retry-safe reads (they could only be
         refused); calls that are not retry-safe are waited for, never abandoned."""
         route = self.route
@@ -1074,6 +1103,8 @@ class Lane:
 
     def _batch_answer(self, pending: _Pending, timed: bool = True) -> Any:
         parts = [reply for reply in pending.replies if reply is not None]
+        # Flights given up on still hold this _Pending until they land: not its replies.
+        pending.replies = []
         body = pending.route.jsonrpc.join_batch(parts) if parts else None
         hits = pending.hits
         count = len(pending.calls)

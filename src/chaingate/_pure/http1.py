@@ -24,6 +24,7 @@ from chaingate.framing_constants import (
     CHUNK_LINE_MAX,
     EXPECT_OTHER,
     PARTIAL_BODY_MIN,
+    PREALLOCATE_MIN,
     REASONS,
     TOKEN_CHARS,
 )
@@ -287,6 +288,9 @@ class _BodyReader:
     __slots__ = (
         "buf",
         "chunk_left",
+        "direct",
+        "discard",
+        "filled",
         "max_body",
         "max_header_bytes",
         "parts",
@@ -295,6 +299,7 @@ class _BodyReader:
         "remaining",
         "state",
         "trailer_bytes",
+        "whole",
     )
 
     def __init__(self, max_body: int, max_header_bytes: int) -> None:
@@ -304,6 +309,10 @@ class _BodyReader:
         self.max_body = max_body
         self.max_header_bytes = max_header_bytes
         self.parts: list[bytes] = []
+        self.discard = False  # the body is counted and dropped, not kept (ResponseParser)
+        self.direct = False  # a declared length: the bytes go straight into ``whole``
+        self.whole: bytearray | None = None  # the body, allocated whole when its head came
+        self.filled = 0
         self.received = 0
         self.remaining = 0
         self.chunk_left = 0
@@ -323,6 +332,9 @@ class _BodyReader:
 
     def start_body(self, chunked: bool, length: int, until_eof: bool) -> None:
         self.parts = []
+        self.discard = False
+        self.direct = False
+        self.whole = None
         self.received = 0
         if chunked:
             self.state = _CHUNK_SIZE
@@ -332,22 +344,46 @@ class _BodyReader:
             self.state = _BODY_LENGTH
             self.remaining = length
 
+    def preallocate(self) -> None:
+        """The declared body is allocated whole now and filled as it comes: a big body is
+        not held as pieces plus their join, and leaves no pieces behind in the allocator's
+        heap.  Pages are touched only as bytes arrive."""
+        self.direct = True
+        self.whole = bytearray(self.remaining)
+        self.filled = 0
+
     def step(self, too_large: str) -> bytes | HttpError | None:
         """Advance the body; return the whole body once complete, None when more is needed."""
         buf = self.buf
         while True:
             state = self.state
+            if state == _BODY_LENGTH and self.direct:
+                take = min(len(buf) - self.pos, self.remaining)
+                if self.whole is not None:
+                    self.whole[self.filled : self.filled + take] = memoryview(buf)[
+                        self.pos : self.pos + take
+                    ]
+                self.filled += take
+                self.pos += take
+                self.remaining -= take
+                if self.remaining:
+                    return None
+                self.state = _HEAD
+                self.direct = False
+                whole, self.whole = self.whole, None
+                return b"" if whole is None else bytes(whole)
             if state == _BODY_LENGTH:
                 available = len(buf) - self.pos
                 if available < self.remaining:
                     if available >= PARTIAL_BODY_MIN:
                         # Set a big body's bytes aside as they come: appending every read to
                         # one bytes object would copy the body over and over (quadratic).
-                        self.parts.append(buf[self.pos :])
+                        if not self.discard:
+                            self.parts.append(buf[self.pos :])
                         self.remaining -= available
                         self.pos = len(buf)
                     return None
-                body = buf[self.pos : self.pos + self.remaining]
+                body = b"" if self.discard else buf[self.pos : self.pos + self.remaining]
                 self.pos += self.remaining
                 self.state = _HEAD
                 if self.parts:
@@ -360,7 +396,8 @@ class _BodyReader:
                 if self.received + available > self.max_body:
                     return HttpError(413, too_large)
                 if available:
-                    self.parts.append(buf[self.pos :])
+                    if not self.discard:
+                        self.parts.append(buf[self.pos :])
                     self.received += available
                     self.pos = len(buf)
                 return None
@@ -397,7 +434,8 @@ class _BodyReader:
                     return None
                 if buf[self.pos + need : self.pos + need + 2] != b"\r\n":
                     return HttpError(400, "chunk data not followed by CRLF")
-                self.parts.append(buf[self.pos : self.pos + need])
+                if not self.discard:
+                    self.parts.append(buf[self.pos : self.pos + need])
                 self.received += need
                 self.pos += need + 2
                 self.state = _CHUNK_SIZE
@@ -670,6 +708,7 @@ class ResponseParser:
         self._max_headers = max_headers
         self._error: HttpError | None = None
         self._pending: Response | None = None
+        self._length = -1  # the Content-Length of the body being read; -1: not declared
         self._scan_from = 0
         self._eof = False
 
@@ -679,6 +718,19 @@ class ResponseParser:
 
     def feed_eof(self) -> None:
         self._eof = True
+
+    def body_length(self) -> int | None:
+        """The declared length of the body being read (-1: chunked or until EOF); None when
+        no body is being read."""
+        return None if self._pending is None else self._length
+
+    def discard_body(self) -> None:
+        """Drop the body being read, and the rest of it as it comes: the response completes
+        with an empty body (nobody wants it; its bytes are still consumed in order)."""
+        reader = self._reader
+        reader.discard = True
+        reader.parts = []
+        reader.whole = None
 
     @property
     def has_partial(self) -> bool:
@@ -768,6 +820,7 @@ class ResponseParser:
         if 100 <= status < 200 or status in (204, 304):
             self._reader.start_body(False, 0, False)
             return response
+        self._length = -1
         if head.transfer_encoding is not None:
             if not head.chunked:
                 return HttpError(502, "unsupported Transfer-Encoding in response")
@@ -775,7 +828,10 @@ class ResponseParser:
         elif head.content_length >= 0:
             if head.content_length > self._reader.max_body:
                 return HttpError(502, "response body too large")
+            self._length = head.content_length
             self._reader.start_body(False, head.content_length, False)
+            if head.content_length >= PREALLOCATE_MIN:
+                self._reader.preallocate()
         else:
             response.keep_alive = False
             self._reader.start_body(False, 0, True)

@@ -315,11 +315,15 @@ class Follower:
         if tip is None:
             return await self._first_block(head)
         if head.hash == tip.header.hash:
+            # Applied already: its transactions were taken then.  Left in ``_txs``, every
+            # block's list stayed until 10,000 had piled up (soak: issue 39).
+            self._txs.pop(head.hash, None)
             self.live = True
             return False
         if head.number < tip.header.number and self.window.holds(head):
             # An upstream behind the one we last read (or a rewind with nothing mined since):
             # nothing to do until a block we do not hold appears.
+            self._txs.pop(head.hash, None)
             return False
         safe = head.number - self.finality_depth
         if safe - tip.header.number > self.window.keep:

@@ -30,12 +30,13 @@ FITS, TOO_LARGE, BUSY = 0, 1, 2
 class Assembly:
     """One batch's answer while it is being assembled."""
 
-    __slots__ = ("_budget", "_scopes", "limit", "over", "taken", "used")
+    __slots__ = ("_budget", "_scopes", "coming", "limit", "over", "taken", "used")
 
     def __init__(self, limit: int, budget: Any) -> None:
         self.limit = limit
         self.used = 0  # reply bytes placed in the answer so far
         self.taken = 0  # of which taken from the process budget
+        self.coming = 0  # bytes of group bodies on their way (``reserve``)
         self.over = False  # the answer passed its bound: every later reply is refused
         self._budget = budget
         self._scopes: list[trio.CancelScope] = []
@@ -50,6 +51,25 @@ class Assembly:
         self.used += size
         self.taken += size
         return FITS
+
+    def reserve(self, length: int) -> bool:
+        """A group's answer of ``length`` bytes (-1: not declared) starts arriving: may it
+        still join?  Not when the answer is over its bound, nor when — something already in
+        it or on its way — it could not take the whole body: the answer stops there (its
+        reads are abandoned) and the body is dropped unread.  So memory holds the bound and
+        one group's body, not every group the node sends.  Give the bytes back with
+        ``unreserve`` once the group is placed."""
+        if self.over:
+            return False
+        if length > 0:
+            if (self.used or self.coming) and self.used + self.coming + length > self.limit:
+                self.stop()
+                return False
+            self.coming += length
+        return True
+
+    def unreserve(self, length: int) -> None:
+        self.coming -= length
 
     def watch(self, scope: trio.CancelScope) -> None:
         """Abandon the work under ``scope`` (reads in flight) once the answer is over."""

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import trio
 
 from chaingate import netio
-from chaingate.rpc.errors import BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
+from chaingate.rpc.errors import ABANDONED, BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
 from chaingate.rpc.future import Future
 
 HTTP1, H2 = "http/1.1", "h2"  # ALPN protocol ids
@@ -109,13 +109,22 @@ async def open_transport(host: str, port: int, tls_context: ssl.SSLContext | Non
     return TlsTransport(stream)
 
 
-class Pending:
-    __slots__ = ("deadline", "future", "start")
+# Asked when the answer's body starts (and as it comes) with its declared length (-1: not
+# declared): does anyone still want it?  False: the body is dropped as it arrives.
+Wanted = Callable[[int], bool]
 
-    def __init__(self, future: Future[Any], start: int, deadline: float) -> None:
+
+class Pending:
+    __slots__ = ("deadline", "discarded", "future", "start", "wanted")
+
+    def __init__(
+        self, future: Future[Any], start: int, deadline: float, wanted: Wanted | None
+    ) -> None:
         self.future = future
         self.start = start
         self.deadline = deadline
+        self.wanted = wanted
+        self.discarded = False
 
 
 class Wire:
@@ -196,9 +205,9 @@ class UpstreamConnection(Wire):
         self._http_error = http_error
         self._frame = frame
 
-    def submit(self, body: bytes, deadline: float) -> Future[Any]:
+    def submit(self, body: bytes, deadline: float, wanted: Wanted | None = None) -> Future[Any]:
         """Queue one JSON-RPC body; the future yields the parsed response or raises
-        UpstreamError."""
+        UpstreamError (``ABANDONED`` when ``wanted`` said no and the body was dropped)."""
         future: Future[Any] = Future()
         if self.closed:
             future.set_exception(
@@ -207,7 +216,7 @@ class UpstreamConnection(Wire):
             return future
         data = self._frame(body)
         busy = bool(self.pending)
-        self.pending.append(Pending(future, self._queued, deadline))
+        self.pending.append(Pending(future, self._queued, deadline, wanted))
         self._queued += len(data)
         if self._out or self._writer_busy:
             self._out += data
@@ -252,6 +261,17 @@ class UpstreamConnection(Wire):
         elif now - self.last_active > idle_after:
             self.abort(TIMEOUT, "idle connection closed")
 
+    def _abandoned(self) -> UpstreamError:
+        return UpstreamError(ABANDONED, "nobody wanted the answer", sent=True, upstream=self.name)
+
+    def _judge_body(self, head: Pending, wanted: Wanted) -> None:
+        """Drop the body being read when nobody wants it (a big answer given up): its bytes
+        are consumed in order, never kept."""
+        length = self._parser.body_length()
+        if length is not None and not wanted(length):
+            self._parser.discard_body()
+            head.discarded = True
+
     async def _read_loop(self) -> None:
         parser = self._parser
         http_error = self._http_error
@@ -273,11 +293,19 @@ class UpstreamConnection(Wire):
                     if not self.pending:
                         self.abort(BAD_RESPONSE, "upstream sent a response nobody asked for")
                         return
-                    self.pending.popleft().future.set_result(event)
+                    head = self.pending.popleft()
+                    if head.discarded:
+                        head.future.set_exception(self._abandoned())
+                    else:
+                        head.future.set_result(event)
                     self.last_active = trio.current_time()
                     if not event.keep_alive:
                         self.abort(CONNECTION_LOST, "upstream closed the connection")
                         return
+                if self.pending:
+                    head = self.pending[0]
+                    if head.wanted is not None and not head.discarded:
+                        self._judge_body(head, head.wanted)
                 if not data:
                     self.abort(CONNECTION_LOST, "upstream closed the connection")
                     return

@@ -15,6 +15,9 @@ HEAD_OUTLIER = "head_outlier"  # the upstream's head is beyond any plausible lea
 # The node refused the call unprocessed (HTTP/2: REFUSED_STREAM, or a stream above a GOAWAY's
 # last-stream-id): sent again, even a write, on another stream (pool.py, Upstream.send).
 REFUSED = "refused"
+# Nobody wanted the answer any more when it came (a batch over its answer bound gave up the
+# read): its body was dropped unread.  Not a failure of the node: never retried, never counted.
+ABANDONED = "abandoned"
 
 INTERNAL_ERROR = -32603
 

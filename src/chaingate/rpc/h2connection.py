@@ -180,9 +180,10 @@ class Http2Connection(Wire):
         """Streams this connection may have open at once (0 once it drains)."""
         return 0 if self.draining else self._stream_limit
 
-    def submit(self, body: bytes, deadline: float) -> Future[Any]:
+    def submit(self, body: bytes, deadline: float, wanted: Any = None) -> Future[Any]:
         """Send one JSON-RPC body on a stream of its own (or queue it for the next free one);
-        the future yields the response or raises UpstreamError."""
+        the future yields the response or raises UpstreamError.  ``wanted`` is not asked:
+        each stream's body is bounded by ``max_body`` and read whole."""
         future: Future[Any] = Future()
         if self.closed:
             future.set_exception(

@@ -43,8 +43,9 @@ import trio
 
 from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
 from chaingate.impl import Impl
-from chaingate.rpc.connection import H2, HTTP1, UpstreamConnection, open_transport
+from chaingate.rpc.connection import H2, HTTP1, UpstreamConnection, Wanted, open_transport
 from chaingate.rpc.errors import (
+    ABANDONED,
     BAD_RESPONSE,
     CONNECT,
     HEAD_OUTLIER,
@@ -185,6 +186,7 @@ class Upstream:
         *,
         prefer_idle: bool = False,
         using: list[tuple[Upstream, Connection]] | None = None,
+        wanted: Wanted | None = None,
     ) -> Any:
         """One JSON-RPC body to this node: its HTTP response, or UpstreamError.
 
@@ -197,7 +199,7 @@ class Upstream:
             if using is not None:
                 using.append((self, conn))
             try:
-                return await conn.submit(body, deadline).wait()
+                return await conn.submit(body, deadline, wanted).wait()
             except UpstreamError as exc:
                 if exc.kind != REFUSED or refusals == MAX_REFUSALS:
                     raise
@@ -426,7 +428,13 @@ class UpstreamPool:
         return upstream, response
 
     async def request_parsed(
-        self, body: bytes, *, retry_safe: bool, deadline: float, prefer: str | None = None
+        self,
+        body: bytes,
+        *,
+        retry_safe: bool,
+        deadline: float,
+        prefer: str | None = None,
+        wanted: Wanted | None = None,
     ) -> tuple[Upstream, Any, Any]:
         """Send one JSON-RPC body; the answering upstream, its response and the response's
         JSON-RPC framing (``parse_response``), which is checked here: an answer that is not
@@ -437,11 +445,17 @@ class UpstreamPool:
         hedged (hedging.py) when the network turns it on."""
         order = self._ranked if prefer is None else self._order(prefer)
         if self.hedger is None or not retry_safe or len(order) < 2:
-            return await self._exchange(body, retry_safe, deadline, True, order)
+            return await self._exchange(body, retry_safe, deadline, True, order, wanted=wanted)
         return await self._hedged(body, deadline, order, self.hedger)
 
     def submit(
-        self, body: bytes, *, retry_safe: bool, deadline: float, done: Callable[[Any], None]
+        self,
+        body: bytes,
+        *,
+        retry_safe: bool,
+        deadline: float,
+        done: Callable[[Any], None],
+        wanted: Wanted | None = None,
     ) -> None:
         """``request_parsed`` for a caller that would rather be called back than wait:
         ``done`` gets ``(upstream, response, parsed)`` or the ``UpstreamError``, exactly once.
@@ -449,7 +463,10 @@ class UpstreamPool:
         When the first upstream has an HTTP/1.1 connection with room, the request goes on it
         at once and its answer is judged where it is read (the connection's reader): no task.
         Anything that must wait — a connection to open, another upstream to try after a
-        failure, a hedge — continues in a task, by ``request_parsed``'s own rules."""
+        failure, a hedge — continues in a task, by ``request_parsed``'s own rules.
+
+        ``wanted`` (a batch's group): asked when the answer's body starts; when nobody wants
+        it any more the body is dropped unread and ``done`` gets an ``ABANDONED`` error."""
         order = self._ranked
         if order and (self.hedger is None or not retry_safe or len(order) < 2):
             upstream = order[0]
@@ -457,13 +474,12 @@ class UpstreamPool:
             started = trio.current_time()
             if conn is not None and started < deadline:
                 attempt_deadline = min(deadline, started + upstream.settings.timeout)
-                conn.submit(body, attempt_deadline).add_done_callback(
-                    functools.partial(
-                        self._first_attempt, upstream, started, body, retry_safe, deadline, done
-                    )
+                judge = functools.partial(
+                    self._first_attempt, upstream, started, body, retry_safe, deadline, done, wanted
                 )
+                conn.submit(body, attempt_deadline, wanted).add_done_callback(judge)
                 return
-        self._continue(body, retry_safe, deadline, done, None, None)
+        self._continue(body, retry_safe, deadline, done, None, None, wanted)
 
     def _first_attempt(
         self,
@@ -473,11 +489,15 @@ class UpstreamPool:
         retry_safe: bool,
         deadline: float,
         done: Callable[[Any], None],
+        wanted: Wanted | None,
         answered: Future[Any],
     ) -> None:
         try:
             response = answered.result()
         except UpstreamError as exc:
+            if exc.kind == ABANDONED:
+                done(exc)
+                return
             self._failed(upstream, exc)
             failure = exc
         except Exception:
@@ -497,7 +517,7 @@ class UpstreamPool:
             done(failure)
             return
         rest = [other for other in self._ranked if other is not upstream]
-        self._continue(body, retry_safe, deadline, done, failure, rest)
+        self._continue(body, retry_safe, deadline, done, failure, rest, wanted)
 
     def _continue(
         self,
@@ -507,11 +527,14 @@ class UpstreamPool:
         done: Callable[[Any], None],
         last: UpstreamError | None,
         order: list[Upstream] | None,
+        wanted: Wanted | None,
     ) -> None:
         if self._nursery is None:
             done(last or UpstreamError(UNAVAILABLE, "the pool is not running", sent=False))
             return
-        self._nursery.start_soon(self._finish, body, retry_safe, deadline, done, last, order)
+        self._nursery.start_soon(
+            self._finish, body, retry_safe, deadline, done, last, order, wanted
+        )
 
     async def _finish(
         self,
@@ -521,14 +544,19 @@ class UpstreamPool:
         done: Callable[[Any], None],
         last: UpstreamError | None,
         order: list[Upstream] | None,
+        wanted: Wanted | None,
     ) -> None:
         # If this task is cancelled (shutdown), the call may have left: say so.
         outcome: Any = UpstreamError(UNAVAILABLE, "request cancelled", sent=True)
         try:
             if order is None:
-                outcome = await self.request_parsed(body, retry_safe=retry_safe, deadline=deadline)
+                outcome = await self.request_parsed(
+                    body, retry_safe=retry_safe, deadline=deadline, wanted=wanted
+                )
             elif order:
-                outcome = await self._exchange(body, retry_safe, deadline, True, order, last=last)
+                outcome = await self._exchange(
+                    body, retry_safe, deadline, True, order, last=last, wanted=wanted
+                )
             else:
                 outcome = last
         except UpstreamError as exc:
@@ -619,6 +647,7 @@ class UpstreamPool:
         *,
         last: UpstreamError | None = None,
         prefer_idle: bool = False,
+        wanted: Wanted | None = None,
     ) -> tuple[Upstream, Any, Any]:
         """``last``: the failure of an attempt made before (``submit``'s first), what the
         caller hears if no upstream of ``order`` does better.  Writes, and ``prefer_idle``
@@ -630,9 +659,15 @@ class UpstreamPool:
             attempt_deadline = min(deadline, now + upstream.settings.timeout)
             try:
                 response = await upstream.send(
-                    body, attempt_deadline, prefer_idle=prefer_idle or not retry_safe, using=using
+                    body,
+                    attempt_deadline,
+                    prefer_idle=prefer_idle or not retry_safe,
+                    using=using,
+                    wanted=wanted,
                 )
             except UpstreamError as exc:
+                if exc.kind == ABANDONED:
+                    raise
                 self._failed(upstream, exc)
                 last = exc
                 if exc.sent and not retry_safe:

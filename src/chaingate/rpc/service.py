@@ -681,12 +681,20 @@ class RpcService:
                     for offset, flight in enumerate(flights)
                 ]
             )
+        # A group of reads: when its answer comes and no batch waiting for it can still take
+        # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
+        # are always read.
+        retry_safe = flights[0].spec.retry
+        wanted = None
+        if retry_safe and len(flights) > 1:
+            wanted = functools.partial(self.route.wants, flights)
         try:
             self.pool.submit(
                 body,
-                retry_safe=flights[0].spec.retry,
+                retry_safe=retry_safe,
                 deadline=trio.current_time() + self._timeout,
                 done=functools.partial(self._land, flights, request_id),
+                wanted=wanted,
             )
         except Exception:
             # A bug of ours (or a pool already stopped): these calls fail, and nobody waits
@@ -715,6 +723,7 @@ class RpcService:
                 route.land(flight, None, failure)
             return
         upstream, response, parsed = outcome
+        response.body = b""  # parsed: a big answer's bytes are not kept while it lands
         if len(flights) == 1:
             # The pool checked the framing: one reply, with a result or an error object.
             flight = flights[0]
@@ -798,30 +807,62 @@ class RpcService:
         deadline = trio.current_time() + self._timeout
         # Reads are abandoned once the answer passes its bound; writes in flight never are.
         scope = trio.CancelScope()
+        reserved = 0
+
+        def wanted(length: int) -> bool:
+            """Is this read's answer still wanted, its body of ``length`` bytes arriving?"""
+            nonlocal reserved
+            if scope.cancel_called:
+                return False
+            if not reserved:
+                if not assembly.reserve(length):
+                    return False
+                reserved = max(length, 0) or -1
+            return True
+
         if retry_safe:
             assembly.watch(scope)
-        with scope:
-            try:
-                upstream, response, parsed = await self.pool.request_parsed(
-                    jsonrpc.join_batch(parts),
-                    retry_safe=retry_safe,
-                    deadline=deadline,
-                    prefer=prefer,
+        try:
+            with scope:
+                try:
+                    upstream, response, parsed = await self.pool.request_parsed(
+                        jsonrpc.join_batch(parts),
+                        retry_safe=retry_safe,
+                        deadline=deadline,
+                        prefer=prefer,
+                        wanted=wanted if retry_safe else None,
+                    )
+                except UpstreamError as exc:
+                    failure = client_error(exc, write=any(job[2].is_write for job in jobs))
+                    self._fail_all(jobs, failure, replies, principal)
+                    return
+            if scope.cancelled_caught:
+                self._fail_all(
+                    jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
                 )
-            except UpstreamError as exc:
-                failure = client_error(exc, write=any(job[2].is_write for job in jobs))
-                self._fail_all(jobs, failure, replies, principal)
                 return
-        if scope.cancelled_caught:
-            self._fail_all(
-                jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
-            )
-            return
-        if not parsed.batch:
-            # The node refused the batch as a whole (for example: too large); the pool saw
-            # to it that this is an error object.
-            self._fail_all(jobs, parsed.replies[0].error, replies, principal)
-            return
+            if not parsed.batch:
+                # The node refused the batch as a whole (for example: too large); the pool saw
+                # to it that this is an error object.
+                self._fail_all(jobs, parsed.replies[0].error, replies, principal)
+                return
+            self._place_group(by_id, replies, principal, assembly, upstream, response, parsed)
+        finally:
+            assembly.unreserve(max(reserved, 0))
+
+    def _place_group(
+        self,
+        by_id: dict[int, _Job],
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
+        upstream: Any,
+        response: Any,
+        parsed: Any,
+    ) -> None:
+        """A group's upstream answer: each reply placed at its call's position."""
+        jsonrpc = self._jsonrpc
+        response.body = b""  # parsed: a big answer's bytes are not kept while it is placed
         for reply in parsed.replies:
             request_id = _int_id(reply.id)
             if request_id not in by_id:
