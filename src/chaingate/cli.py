@@ -747,17 +747,17 @@ def build_parser() -> argparse.ArgumentParser:
     create = actions.add_parser("create", help="create a key (its account too, if new)")
     create.add_argument("--email", required=True, help="the owning account's e-mail")
     create.add_argument("--plan", default="free", help="plan of a new account (config/plans.toml)")
-    create.add_argument("--name", default="default")
+    create.add_argument("--name", default="default", help="a label for the key (shown in lists)")
     create.add_argument("--env", choices=("test", "live"), default="test")
     create.add_argument("--scopes", help="e.g. 'rpc:read data:read'; default: all scopes")
     listing = actions.add_parser("list", help="list keys (prefixes only; keys are never stored)")
-    listing.add_argument("--email")
+    listing.add_argument("--email", help="only this account's keys")
     update = actions.add_parser(
         "update",
         help="set or clear a key's allowlists; each --allow-* replaces that list "
         "(repeat it, or separate entries with commas)",
     )
-    update.add_argument("key_id")
+    update.add_argument("key_id", help="the key's id (chaingate keys list)")
     update.add_argument(
         "--allow-origin", action="append", help="browser origin, e.g. https://*.example.com"
     )
@@ -775,10 +775,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="empty a list (no restriction); repeatable",
     )
     revoke = actions.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("key_id")
+    revoke.add_argument("key_id", help="the key's id (chaingate keys list)")
     plan = actions.add_parser("plan", help="change an account's plan")
-    plan.add_argument("--email", required=True)
-    plan.add_argument("--plan", required=True)
+    plan.add_argument("--email", required=True, help="the account's e-mail")
+    plan.add_argument("--plan", required=True, help="a plan of config/plans.toml")
     plan.add_argument("--limits", help="JSON overrides, e.g. '{\"requests_per_second\": 500}'")
     keys.set_defaults(func=cmd_keys)
     accounts = commands.add_parser("accounts", help="dashboard sign-in of accounts")

@@ -1,0 +1,45 @@
+"""Which generated page comes from where."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.docsgen import cli, configuration, errors, live, tables, webhooks, websocket
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
+
+# Pages that need no server: page -> its generator.
+STATIC: dict[str, Callable[[], str]] = {
+    "configuration.md": configuration.render,
+    "cli.md": cli.render,
+    "methods.md": tables.methods,
+    "plans.md": tables.plans,
+    "errors.md": errors.render,
+    "webhooks.md": webhooks.render,
+    "websocket.md": websocket.render,
+}
+
+
+def live_pages(openapi: dict[str, Any], exposition: str) -> dict[str, str]:
+    """Pages read from a running server: its OpenAPI document and its /metrics."""
+    return {
+        "rest.md": live.rest(openapi),
+        "openapi.json": live.openapi_json(openapi),
+        "metrics.md": live.metrics(exposition),
+    }
+
+
+def stale(pages: dict[str, str]) -> list[str]:
+    """The pages whose file differs from what was generated."""
+    return [
+        name
+        for name, text in pages.items()
+        if not (REFERENCE / name).is_file() or (REFERENCE / name).read_text() != text
+    ]
+
+
+def write(pages: dict[str, str]) -> None:
+    for name, text in pages.items():
+        (REFERENCE / name).write_text(text)
