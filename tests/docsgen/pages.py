@@ -6,11 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.docsgen import cli, configuration, errors, live, tables, webhooks, websocket
+from tests.docsgen import cli, configuration, errors, live, server, tables, webhooks, websocket
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
-# Pages that need no server: page -> its generator.
+# Every generated page -> its generator.
 STATIC: dict[str, Callable[[], str]] = {
     "configuration.md": configuration.render,
     "cli.md": cli.render,
@@ -19,16 +19,10 @@ STATIC: dict[str, Callable[[], str]] = {
     "errors.md": errors.render,
     "webhooks.md": webhooks.render,
     "websocket.md": websocket.render,
+    "rest.md": lambda: live.rest(server.openapi()),
+    "openapi.json": lambda: live.openapi_json(server.openapi()),
+    "metrics.md": lambda: live.metrics(server.exposition()),
 }
-
-
-def live_pages(openapi: dict[str, Any], exposition: str) -> dict[str, str]:
-    """Pages read from a running server: its OpenAPI document and its /metrics."""
-    return {
-        "rest.md": live.rest(openapi),
-        "openapi.json": live.openapi_json(openapi),
-        "metrics.md": live.metrics(exposition),
-    }
 
 
 def stale(pages: dict[str, str]) -> list[str]:
