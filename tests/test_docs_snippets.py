@@ -9,8 +9,10 @@ metrics references are what a running server publishes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,15 +20,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaingate.devnet.anvil import free_port
 from chaingate.devnet.npm import npm_install
 from tests.docsgen import live, pages, snippets
 from tests.test_dev_lifecycle import Dev, dev_env
 
 VIEM, PERMISSIONLESS, ETHERS = "2.57.20", "0.4.1", "6.17.0"
-# The fixed ports the pages use besides chaingate dev's and its anvil's: a webhook receiver,
-# a second receiver, and the operator guide's own `chaingate serve`.
-OTHER_PORTS = (9000, 9001, 8100)
+# The fixed ports the pages use besides chaingate dev's and its anvil's: two webhook receivers,
+# a port where nothing listens, and the operator guide's own `chaingate serve`.
+OTHER_PORTS = (9000, 9001, 9002, 8100)
 
 
 def _node_modules() -> Path:
@@ -40,6 +41,16 @@ def _node_modules() -> Path:
     return root / "node_modules"
 
 
+def _free_ports(count: int) -> list[int]:
+    """Distinct free ports: each socket stays bound until all are picked (one at a time, the
+    kernel may hand the same port out twice)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
 class Docs:
     """The server the pages talk to, and how to give a page its own terminal."""
 
@@ -48,10 +59,11 @@ class Docs:
         home = tmp / "home"
         data_dir = home / ".local" / "share" / "chaingate" / "dev"
         data_dir.mkdir(parents=True)
-        self.dev = Dev(tmp, data_dir, anvil_port=free_port())
+        anvil_port, *others = _free_ports(1 + len(OTHER_PORTS))
+        self.dev = Dev(tmp, data_dir, anvil_port=anvil_port)
         self.node_modules = _node_modules()
         mapping = {8000: self.dev.port, 8545: self.dev.anvil_port}
-        mapping |= {port: free_port() for port in OTHER_PORTS}
+        mapping |= dict(zip(OTHER_PORTS, others, strict=True))
         self.ports = snippets.Ports(mapping)
         self.env = dev_env(tmp)
         bin_dir = str(Path(sys.executable).parent)

@@ -2,8 +2,8 @@
 
 A page is read top to bottom like a terminal session: its ``bash``, ``python`` and ``js``
 blocks run in order, in one working directory of its own, against the ``chaingate dev`` the
-test started.  An ``export``ed variable and the current directory carry over to the next block
-(as in a terminal); Python and JavaScript blocks get that environment too.
+test started.  A shell variable and the current directory carry over to the next block (as in
+a terminal); Python and JavaScript blocks get the environment too.
 
 What a block's fence and the line before it can say:
 
@@ -206,7 +206,8 @@ class Session:
         script = self.workdir / f".snippet-{self.counter}.sh"
         state = self.workdir / ".snippet-env"
         script.write_text(
-            "set -eo pipefail\n"
+            # A variable set in one block is there in the next, as in one terminal.
+            "set -a -eo pipefail\n"
             + text
             + f'\nenv -0 > "{state}"\npwd > "{state}.cwd"\n'
         )
