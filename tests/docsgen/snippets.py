@@ -19,7 +19,8 @@ What a block's fence and the line before it can say:
 
 The pages say ``127.0.0.1:8000`` (chaingate dev), ``127.0.0.1:8545`` (its anvil with
 ``--anvil-port 8545``) and other fixed ports; the runner's servers listen on free ports, so
-those are rewritten in every block before it runs (``Ports``).
+those (``host:port``, and a TOML file's ``port = N``) are rewritten in every block before it
+runs (``Ports``).
 """
 
 from __future__ import annotations
@@ -155,8 +156,13 @@ class Ports:
         def swap(match: re.Match[str]) -> str:
             return f"{match.group(1)}:{self.mapping[int(match.group(2))]}"
 
+        def swap_setting(match: re.Match[str]) -> str:
+            return f"{match.group(1)}{self.mapping[int(match.group(2))]}"
+
         wanted = "|".join(str(port) for port in self.mapping)
-        return re.sub(rf"(127\.0\.0\.1|localhost):({wanted})\b", swap, text)
+        text = re.sub(rf"(127\.0\.0\.1|localhost):({wanted})\b", swap, text)
+        # A configuration file's `port = 8100` too.
+        return re.sub(rf"^(\s*port\s*=\s*)({wanted})\b", swap_setting, text, flags=re.M)
 
 
 @dataclass
@@ -178,7 +184,7 @@ class Session:
             return ""
         if block.title:
             self._check_parses(block, text)
-            (self.workdir / block.title).write_text(text)
+            (self._cwd() / block.title).write_text(text)  # where the reader stands
             return ""
         if block.lang not in RUNS:
             return ""
