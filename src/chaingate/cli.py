@@ -155,7 +155,8 @@ def _dev_banner(
         key_header = f" -H 'X-API-Key: {test_key}'"
         key_url = (
             f"\n            {rpc}/{test_key}\n"
-            "            (the key in the URL, for MetaMask, cast --rpc-url, Hardhat: README)"
+            "            (the key in the URL, for MetaMask, cast --rpc-url, Hardhat:"
+            " docs/guides/rpc.md)"
         )
         key_lines = (
             f"  test key  {test_key}   (testnets only)\n"
@@ -184,7 +185,7 @@ Try:
   curl -si -X OPTIONS {rpc} \\
        -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
   (a browser's preflight; lock a key to your site, IPs, methods or contracts with
-   chaingate keys update KEY_ID --allow-origin https://app.example: README, "Browsers")
+   chaingate keys update KEY_ID --allow-origin https://app.example: docs/guides/rpc.md)
   curl -s {base}/v1/gas/ethereum/prices{key_header}
   curl -s {base}/v1/tokens/ethereum/balances/{holder}{key_header}
   curl -s {base}/v1/tokens/ethereum/metadata/{token}{key_header}
@@ -197,18 +198,18 @@ Try:
   curl -s {base}/v1/wallets{key_header}
   curl -s {base}/v1/gas/policies{key_header} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
-  (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship")
+  (POST {base}/v1/gas/sponsor with an operation: docs/guides/wallets.md)
   curl -s {base}/v1/webhooks{key_header} \\
        -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
   curl -s {base}/v1/webhooks{key_header}
-  (a receiver to try them with, and how to verify signatures: README, "Webhooks")
+  (a receiver to try them with, and how to verify signatures: docs/guides/webhooks.md)
   curl -s {base}/v1/bundler/ethereum/devnet{key_header} \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_supportedEntryPoints","params":[]}}'
-  (send a UserOperation with permissionless.js: README, "Bundler")
+  (send a UserOperation with permissionless.js or Python: docs/guides/wallets.md)
   curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
   (worker: the answering process; leads: its single-writer roles — one process here;
-   chaingate serve --workers N on PostgreSQL + Redis: README, "More than one core / machine")
+   chaingate serve --workers N on PostgreSQL + Redis: docs/guides/operator.md)
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
 Ctrl-C stops chaingate and anvil.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.docsgen import cli, configuration, errors, live, server, tables, webhooks, websocket
 

@@ -26,6 +26,7 @@ runs (``Ports``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -36,8 +37,6 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import json
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Pages whose blocks are records or generated examples, not steps to follow.
@@ -213,9 +212,7 @@ class Session:
         state = self.workdir / ".snippet-env"
         script.write_text(
             # A variable set in one block is there in the next, as in one terminal.
-            "set -a -eo pipefail\n"
-            + text
-            + f'\nenv -0 > "{state}"\npwd > "{state}.cwd"\n'
+            "set -a -eo pipefail\n" + text + f'\nenv -0 > "{state}"\npwd > "{state}.cwd"\n'
         )
         return [_which("bash"), str(script)]
 
@@ -237,10 +234,13 @@ class Session:
             )
         except subprocess.TimeoutExpired as exc:
             shown = (exc.output or b"").decode(errors="replace")
-            raise AssertionError(f"{block.where}: no end after {BLOCK_TIMEOUT:g} s\n{shown}") from None
+            raise AssertionError(
+                f"{block.where}: no end after {BLOCK_TIMEOUT:g} s\n{shown}"
+            ) from None
         output = done.stdout.decode(errors="replace")
         assert done.returncode == 0, (
-            f"{block.where}: exit status {done.returncode}\n--- block:\n{text}\n--- output:\n{output}"
+            f"{block.where}: exit status {done.returncode}\n"
+            f"--- block:\n{text}\n--- output:\n{output}"
         )
         if RUNS[block.lang] == "bash":
             self._keep_environment()

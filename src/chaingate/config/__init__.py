@@ -50,7 +50,7 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     reuse_port: bool = False
     # Processes serving this port (`chaingate serve`; SO_REUSEPORT spreads connections over
     # them): a number, or "auto" for the CPUs the process may use.  More than one needs the
-    # store on PostgreSQL and auth.redis_url (docs: README "More than one core / machine").
+    # store on PostgreSQL and auth.redis_url (docs/guides/operator.md).
     workers: int | Literal["auto"] = 1
     # Client connections at most; 0 derives it from the process's file-descriptor limit (the
     # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
