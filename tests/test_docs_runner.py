@@ -121,10 +121,11 @@ def test_a_block_that_prints_something_else_fails(page: str, tmp_path: Path) -> 
         session.run(failing)
 
 
-def test_a_shell_variable_and_the_directory_carry_to_the_next_block(tmp_path: Path) -> None:
+def test_a_shell_variable_function_and_directory_carry_to_the_next_block(tmp_path: Path) -> None:
     session = snippets.Session(tmp_path, {"PATH": "/usr/bin:/bin"}, snippets.Ports({}))
-    session.run(snippets.Block("p.md", 1, "bash", "mkdir -p sub && cd sub\nNAME=kept\n"))
-    printed = session.run(snippets.Block("p.md", 2, "bash", 'echo "$NAME in $(basename $PWD)"\n'))
+    first = "mkdir -p sub && cd sub\nNAME=kept\nsay() { echo \"$1 in $(basename $PWD)\"; }\n"
+    session.run(snippets.Block("p.md", 1, "bash", first))
+    printed = session.run(snippets.Block("p.md", 2, "bash", 'say "$NAME"\n'))
     assert printed == "kept in sub\n"
 
 

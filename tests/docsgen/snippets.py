@@ -2,8 +2,8 @@
 
 A page is read top to bottom like a terminal session: its ``bash``, ``python`` and ``js``
 blocks run in order, in one working directory of its own, against the ``chaingate dev`` the
-test started.  A shell variable and the current directory carry over to the next block (as in
-a terminal); Python and JavaScript blocks get the environment too.
+test started.  A shell variable, a shell function and the current directory carry over to the
+next block (as in a terminal); Python and JavaScript blocks get the environment too.
 
 What a block's fence and the line before it can say:
 
@@ -152,6 +152,8 @@ class Ports:
     mapping: dict[int, int]
 
     def apply(self, text: str) -> str:
+        if not self.mapping:
+            return text
         def swap(match: re.Match[str]) -> str:
             return f"{match.group(1)}:{self.mapping[int(match.group(2))]}"
 
@@ -171,7 +173,7 @@ class Session:
     workdir: Path
     env: dict[str, str]
     ports: Ports
-    node_modules: Path | None = None
+    python: str = sys.executable  # what `python` blocks run with
     background: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
     counter: int = 0
 
@@ -203,16 +205,20 @@ class Session:
         if kind == "python":
             script = self.workdir / f".snippet-{self.counter}.py"
             script.write_text(text)
-            return [sys.executable, str(script)]
+            return [self.python, str(script)]
         if kind == "node":
             script = self.workdir / f".snippet-{self.counter}.mjs"
             script.write_text(text)
             return [_which("node"), str(script)]
         script = self.workdir / f".snippet-{self.counter}.sh"
         state = self.workdir / ".snippet-env"
+        functions = self.workdir / ".snippet-functions"
         script.write_text(
-            # A variable set in one block is there in the next, as in one terminal.
-            "set -a -eo pipefail\n" + text + f'\nenv -0 > "{state}"\npwd > "{state}.cwd"\n'
+            # A variable or a function defined in one block is there in the next, as in one
+            # terminal.
+            f'set -a -eo pipefail\n[ -f "{functions}" ] && source "{functions}"\n'
+            + text
+            + f'\nenv -0 > "{state}"\npwd > "{state}.cwd"\ndeclare -f > "{functions}"\n'
         )
         return [_which("bash"), str(script)]
 
