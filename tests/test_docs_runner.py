@@ -123,7 +123,7 @@ def test_a_block_that_prints_something_else_fails(page: str, tmp_path: Path) -> 
 
 def test_a_shell_variable_function_and_directory_carry_to_the_next_block(tmp_path: Path) -> None:
     session = snippets.Session(tmp_path, {"PATH": "/usr/bin:/bin"}, snippets.Ports({}))
-    first = "mkdir -p sub && cd sub\nNAME=kept\nsay() { echo \"$1 in $(basename $PWD)\"; }\n"
+    first = 'mkdir -p sub && cd sub\nNAME=kept\nsay() { echo "$1 in $(basename $PWD)"; }\n'
     session.run(snippets.Block("p.md", 1, "bash", first))
     printed = session.run(snippets.Block("p.md", 2, "bash", 'say "$NAME"\n'))
     assert printed == "kept in sub\n"

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from chaingate.devnet.npm import npm_install
-from tests.docsgen import live, pages, snippets
+from tests.docsgen import pages, published, snippets
 from tests.test_dev_lifecycle import Dev, dev_env
 
 VIEM, PERMISSIONLESS, ETHERS = "2.57.20", "0.4.1", "6.17.0"
@@ -117,7 +117,7 @@ def test_the_metrics_reference_has_every_family_the_server_exports(docs: Docs) -
     exported = httpx.get(
         f"{docs.dev.url}/metrics", headers={"Authorization": f"Bearer {token}"}
     ).text
-    served = {name for name, _kind, _help in live.families(exported)}
+    served = {name for name, _kind, _help in published.families(exported)}
     text = (pages.REFERENCE / "metrics.md").read_text()
     missing = sorted(name for name in served if f"| `{name}` |" not in text)
     assert len(served) > 50

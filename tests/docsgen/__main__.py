@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.docsgen import pages
 
-generated = {name: render() for name, render in pages.STATIC.items()}
+generated = {name: render() for name, render in pages.PAGES.items()}
 changed = pages.stale(generated)
 pages.write(generated)
 print("changed:", ", ".join(changed) or "none")

@@ -5,12 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.docsgen import cli, configuration, errors, live, server, tables, webhooks, websocket
+from tests.docsgen import (
+    cli,
+    configuration,
+    errors,
+    published,
+    server,
+    tables,
+    webhooks,
+    websocket,
+)
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
 # Every generated page -> its generator.
-STATIC: dict[str, Callable[[], str]] = {
+PAGES: dict[str, Callable[[], str]] = {
     "configuration.md": configuration.render,
     "cli.md": cli.render,
     "methods.md": tables.methods,
@@ -18,9 +27,9 @@ STATIC: dict[str, Callable[[], str]] = {
     "errors.md": errors.render,
     "webhooks.md": webhooks.render,
     "websocket.md": websocket.render,
-    "rest.md": lambda: live.rest(server.openapi()),
-    "openapi.json": lambda: live.openapi_json(server.openapi()),
-    "metrics.md": lambda: live.metrics(server.exposition()),
+    "rest.md": lambda: published.rest(server.openapi()),
+    "openapi.json": lambda: published.openapi_json(server.openapi()),
+    "metrics.md": lambda: published.metrics(server.exposition()),
 }
 
 

@@ -154,6 +154,7 @@ class Ports:
     def apply(self, text: str) -> str:
         if not self.mapping:
             return text
+
         def swap(match: re.Match[str]) -> str:
             return f"{match.group(1)}:{self.mapping[int(match.group(2))]}"
 

@@ -1,6 +1,7 @@
-"""The references read from a running server: the REST API (its ``GET /v1/openapi.json``,
-rendered to Markdown here — no OpenAPI viewer, nothing from a CDN) and the metrics (its
-``GET /metrics``)."""
+"""The references of what a server publishes about itself: the REST API (the document
+``GET /v1/openapi.json`` serves, rendered to Markdown here — no OpenAPI viewer, nothing from a
+CDN) and the metrics (the families ``GET /metrics`` renders).  ``server`` builds the server they
+are read from."""
 
 from __future__ import annotations
 
