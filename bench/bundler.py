@@ -1,18 +1,20 @@
 """ERC-4337 bundlers: accepted operations per second and submit-to-receipt latency, against Alto.
 
     python bench/bundler.py [--ops 200] [--latency-ops 40] [--concurrency 32]
-                            [--versions 0.6,0.7] [--target chaingate-safe]
-                            [--target chaingate-unsafe] [--no-alto] [--deploy]
+                            [--versions 0.6,0.7,0.8] [--target chaingate-safe]
+                            [--target chaingate-unsafe] [--target alto-unsafe]
+                            [--target alto-safe] [--no-alto] [--deploy]
                             [--chaingate-url URL --node URL --manifest PATH [--api-key KEY]]
                             [--out PATH] [--smoke]
 
 Starts anvil on a loopback free port, bootstrapped as the devnet ``chaingate dev`` serves
-(EntryPoint v0.6 and v0.7 at their canonical addresses, a SimpleAccountFactory each), then
+(EntryPoint v0.6, v0.7 and v0.8 at their canonical addresses, a SimpleAccountFactory each), then
 measures each target in turn on that same anvil:
 
-* **alto-unsafe** / **alto-safe** — Alto (npm ``@pimlico/alto``, pinned in
-  ``benchkit/alto.py``) run with Node, ``--safe-mode false|true``, its own funded executor
-  key, its defaults otherwise (auto bundling every 100-1000 ms) and ``--log-level warn``;
+* **alto-unsafe** / **alto-safe** (both unless ``--target`` names one) — Alto (npm
+  ``@pimlico/alto``, pinned in ``benchkit/alto.py``) run with Node, ``--safe-mode
+  false|true``, its own funded executor key, its defaults otherwise (auto bundling every
+  100-1000 ms) and ``--log-level warn``;
 * **chaingate-safe** / **chaingate-unsafe** (``--target``, repeatable) — one
   ``chaingate serve`` process with the devnet's manifest, the follower (50 ms polls), a funded
   bundler key in a key file and ``[bundler] safe_mode`` (and the network's
@@ -113,13 +115,13 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--latency-ops", type=int, default=None, help="default 40")
     parser.add_argument("--concurrency", type=int, default=None, help="default 32")
     parser.add_argument("--latency-workers", type=int, default=None, help="default 4")
-    parser.add_argument("--versions", type=_versions, default=("0.6", "0.7"))
+    parser.add_argument("--versions", type=_versions, default=("0.6", "0.7", "0.8"))
     parser.add_argument(
         "--target",
         action="append",
-        choices=CHAINGATE_TARGETS,
+        choices=CHAINGATE_TARGETS + ALTO_TARGETS,
         default=[],
-        help="a chaingate bundler to measure beside Alto (repeatable)",
+        help="a bundler to measure (repeatable); naming no Alto target measures both beside",
     )
     parser.add_argument("--no-alto", action="store_true", help="measure only --target ones")
     parser.add_argument("--deploy", action="store_true", help="operations deploy their account")
@@ -141,7 +143,9 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     if min(ops, concurrency, workers) < 1 or latency_ops < 0:
         parser.error("--ops, --concurrency and --latency-workers must be at least 1")
-    targets = tuple(dict.fromkeys(([] if args.no_alto else list(ALTO_TARGETS)) + args.target))
+    named_alto = any(t in ALTO_TARGETS for t in args.target)
+    alto_default = [] if args.no_alto or named_alto else list(ALTO_TARGETS)
+    targets = tuple(dict.fromkeys(alto_default + args.target))
     if not targets:
         parser.error("no target: --no-alto needs at least one --target")
     external = (args.chaingate_url, args.node, args.manifest)
@@ -204,7 +208,7 @@ def start_alto(name: str, node: str, manifest: Manifest, workdir: Path) -> Targe
         workdir,
         name,
         node,
-        [manifest.address("entry_point_v06"), manifest.address("entry_point_v07")],
+        [manifest.address(f"entry_point_{TAGS[v]}") for v in TAGS],
         safe=name == "alto-safe",
         executor=executor,
     )
@@ -496,7 +500,7 @@ def _ratios(res: Results) -> str:
     verdicts = []
     for ours in CHAINGATE_TARGETS:
         for theirs in ALTO_TARGETS:
-            for version in ("0.6", "0.7"):
+            for version in TAGS:
                 a, b = res.find(ours, version), res.find(theirs, version)
                 if a is None or b is None:
                     continue

@@ -79,22 +79,12 @@ class Options:
     smoke: bool
 
 
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not levels or levels[0] < 1:
-        raise argparse.ArgumentTypeError("connection counts must be at least 1")
-    return levels
-
-
 def parse_args(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     parser.add_argument(
         "--connections",
-        type=_levels,
+        type=tools.connection_levels,
         default=None,
         help="concurrency levels, comma-separated; default 50 (--smoke: 1,10)",
     )

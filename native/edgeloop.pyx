@@ -22,6 +22,7 @@ IMPLEMENTATION = "compiled"
 from chaingate.framing_constants import BUSY as _BUSY
 from chaingate.framing_constants import CLOSED as _CLOSED
 from chaingate.framing_constants import IDLE as _IDLE
+from chaingate.framing_constants import JSON_HEADERS as _JSON_HEADERS
 from chaingate.framing_constants import LINGER as _LINGER
 from chaingate.framing_constants import READING as _READING
 from chaingate.framing_constants import UPGRADED as _UPGRADED
@@ -125,7 +126,7 @@ cdef Py_ssize_t FLUSH_BYTES = 256 << 10
 cdef Py_ssize_t LARGE_BODY = 64 << 10
 cdef Py_ssize_t LINGER_MAX_BYTES = 8 << 20
 cdef bytes CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-cdef bytes JSON = b"Content-Type: application/json\r\n"
+cdef bytes JSON = _JSON_HEADERS
 cdef bytes OVERLOADED_HEADERS = JSON + b"Retry-After: 1\r\n"
 cdef str INTERNAL_ERROR = "internal error; retry with exponential backoff"
 cdef str HANDOFF = "handoff"

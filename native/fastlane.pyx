@@ -60,6 +60,7 @@ cdef enum:
 
 from chaingate.framing_constants import ADMITTED as _ADMITTED
 from chaingate.framing_constants import DAY_QUOTA as _DAY_QUOTA
+from chaingate.framing_constants import JSON_HEADERS as _JSON_HEADERS
 from chaingate.framing_constants import NO_READ_SCOPE as _NO_READ_SCOPE
 from chaingate.framing_constants import NO_WRITE_SCOPE as _NO_WRITE_SCOPE
 from chaingate.framing_constants import RATE as _RATE
@@ -86,7 +87,7 @@ cdef str INTERNAL_ERROR_MESSAGE = "internal error; retry with exponential backof
 cdef double SECONDS_PER_DAY = 86400.0
 cdef tuple KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
-cdef bytes JSON = b"Content-Type: application/json\r\n"
+cdef bytes JSON = _JSON_HEADERS
 cdef bytes HIT = b"HIT"
 cdef bytes MISS = b"MISS"
 cdef bytes PARTIAL = b"PARTIAL"

@@ -3,8 +3,9 @@
 ``GatewayHandle.client()`` installs ``check_response`` as an httpx response hook, so a test
 that talks to the REST plane cannot receive an answer the document does not describe: a
 status the operation does not list, a body its schema refuses, rate-limit headers that are
-not integers.  The document is generated from the same route definitions the server runs —
-this checks that what the server *does* matches what it *says*.
+not integers, an answer without ``X-Content-Type-Options: nosniff``.  The document is
+generated from the same route definitions the server runs — this checks that what the server
+*does* matches what it *says*.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def check(method: str, path: str, status: int, headers: httpx.Headers, body: byt
         return
     api, doc = _api()
     where = f"{method} {path} -> {status}"
+    # Whoever wrote it (the app, the edge, the framing), no REST answer is left to sniffing.
+    assert headers.get("x-content-type-options") == "nosniff", f"{where}: no nosniff"
     match = api.match(method, unquote(path))
     if match is None:
         # No operation: it must be a refusal in the error envelope.

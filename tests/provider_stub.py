@@ -204,3 +204,56 @@ async def serve_h11(
                 conn.start_next_cycle()
             elif isinstance(event, h11.ConnectionClosed):
                 return
+
+
+class MissingMethodsStub(RangeLimitedRelay):
+    """A stub of a node without some methods or tracers (geth before 1.14.9 has no
+    ``eth_simulateV1``; many hosted nodes keep ``debug_*`` off; anvil has every one), in front
+    of a real anvil: a call to a method in ``missing`` is answered -32601 the way geth does, a
+    ``debug_traceCall`` with a tracer in ``missing_tracers`` -32602 "unsupported tracer";
+    everything else, batches included, is the real node's answer.  ``asked`` counts calls by
+    method (the stub's answers included)."""
+
+    def __init__(
+        self, target_url: str, missing: set[str], missing_tracers: set[str] | None = None
+    ) -> None:
+        super().__init__(target_url, max_range=1 << 62)
+        self.missing = missing
+        self.missing_tracers = missing_tracers or set()
+        self.asked: dict[str, int] = {}
+
+    def _refusal(self, call: Any) -> dict[str, Any] | None:
+        method = call.get("method")
+        self.asked[method] = self.asked.get(method, 0) + 1
+        if method in self.missing:
+            message = f"the method {method} does not exist/is not available"
+            return {
+                "jsonrpc": "2.0",
+                "id": call.get("id"),
+                "error": {"code": -32601, "message": message},
+            }
+        params = call.get("params") or []
+        config = params[2] if method == "debug_traceCall" and len(params) > 2 else {}
+        if isinstance(config, dict) and config.get("tracer") in self.missing_tracers:
+            error = {"code": -32602, "message": "unsupported tracer type"}
+            return {"jsonrpc": "2.0", "id": call.get("id"), "error": error}
+        return None
+
+    async def _answer(self, body: bytes, client: httpx.AsyncClient) -> bytes:
+        call: Any = json.loads(body)
+        calls = call if isinstance(call, list) else [call]
+        refusals = [self._refusal(item) for item in calls]
+        rest = [item for item, refused in zip(calls, refusals, strict=True) if refused is None]
+        answers: list[Any] = []
+        if rest:
+            forwarded = json.dumps(rest if isinstance(call, list) else rest[0]).encode()
+            response = await client.post(
+                self.target_url, content=forwarded, headers={"Content-Type": "application/json"}
+            )
+            answers = response.json() if isinstance(call, list) else [response.json()]
+        by_id = {answer.get("id"): answer for answer in answers}
+        replies = [
+            r if r is not None else by_id.get(c.get("id"))
+            for c, r in zip(calls, refusals, strict=True)
+        ]
+        return json.dumps(replies if isinstance(call, list) else replies[0]).encode()

@@ -41,7 +41,7 @@ def devnet() -> Iterator[Devnet]:
         )
 
 
-TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
+TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07", "0.8": "v08"}
 CHAIN_ID = 31337
 FAILED_OP = abi.selector("FailedOp(uint256,string)")
 
@@ -99,7 +99,7 @@ def random_op(version: Version, *, sponsored: bool) -> UserOperation:
     return op
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 async def test_learn_factory_computes_what_get_address_returns(
     devnet: Devnet, version: Version
 ) -> None:
@@ -118,7 +118,7 @@ async def test_learn_factory_computes_what_get_address_returns(
         assert factory.account_address(owner, salt) == abi.decode(["address"], answer)[0]
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 def test_user_op_hash_equals_get_user_op_hash(devnet: Devnet, version: Version) -> None:
     node, manifest = devnet
     entry_point = manifest.address(f"entry_point_{TAGS[version]}")
@@ -135,7 +135,7 @@ def test_user_op_hash_equals_get_user_op_hash(devnet: Devnet, version: Version) 
         ) == (answer)
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 def test_verifying_paymaster_hash_equals_get_hash(devnet: Devnet, version: Version) -> None:
     node, manifest = devnet
     pm = manifest.address(f"verifying_paymaster_{TAGS[version]}")
@@ -143,7 +143,7 @@ def test_verifying_paymaster_hash_equals_get_hash(devnet: Devnet, version: Versi
     cases = []
     for _ in range(12):
         # getHash of v0.7 reads the gas limits out of paymasterAndData, so it needs a paymaster.
-        op = random_op(version, sponsored=version == "0.7" or secrets.randbelow(2) == 1)
+        op = random_op(version, sponsored=version != "0.6" or secrets.randbelow(2) == 1)
         cases.append((op, secrets.randbits(48), secrets.randbits(48)))
     answers = eth_calls(
         node.url,
@@ -195,6 +195,11 @@ def build_op(
     targets = [random_address(), random_address()]
     if version == "0.6":
         call_data = abi.encode_call("execute(address,uint256,bytes)", targets[0], 0, b"\xc0\xde")
+    elif version == "0.8":  # BaseAccount's Call[]
+        call_data = abi.encode_call(
+            "executeBatch((address,uint256,bytes)[])",
+            [(targets[0], 0, b"\xc0\xde"), (targets[1], 0, b"")],
+        )
     else:  # the empty value array: every call sends 0
         call_data = abi.encode_call(
             "executeBatch(address[],uint256[],bytes[])", targets, [], [b"\xc0\xde", b""]
@@ -228,8 +233,8 @@ def build_op(
         max_priority_fee_per_gas=priority,
         factory=factory.address,
         factory_data=factory.factory_data(owner.address, salt),
-        paymaster_verification_gas_limit=200_000 if version == "0.7" else 0,
-        paymaster_post_op_gas_limit=50_000 if version == "0.7" else 0,
+        paymaster_verification_gas_limit=200_000 if version != "0.6" else 0,
+        paymaster_post_op_gas_limit=50_000 if version != "0.6" else 0,
     )
     op = paymaster.sponsor(
         op,
@@ -243,7 +248,7 @@ def build_op(
         version=version,
     )
     digest = userop.user_op_hash(op, entry_point=entry_point, chain_id=CHAIN_ID, version=version)
-    signature = owner.sign_digest(paymaster.eth_signed_message_hash(digest))
+    signature = owner.sign_digest(accounts.owner_digest(digest, version))
     return op.with_(signature=signature), digest
 
 
@@ -260,7 +265,7 @@ def send(rpc: DevnetRpc, sender: str, to: str, data: bytes) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 async def test_sponsored_operation_deploys_the_wallet_through_handle_ops(
     devnet: Devnet, version: Version
 ) -> None:
@@ -328,7 +333,7 @@ async def test_sponsored_operation_deploys_the_wallet_through_handle_ops(
     )
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 async def test_paymaster_signature_by_another_key_fails_aa34(
     devnet: Devnet, version: Version
 ) -> None:

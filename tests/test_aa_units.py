@@ -8,8 +8,6 @@ tests/test_aa_devnet.py.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +21,7 @@ from hypothesis import strategies as st
 
 from chaingate.aa import accounts, calls, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
-from chaingate.devnet.artifacts import AA_VERSIONS, aa_artifacts
-from chaingate.devnet.npm import cache_root
+from chaingate.devnet.artifacts import aa_artifacts
 from chaingate.evm.keys import PrivateKey
 
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
@@ -268,7 +265,7 @@ def test_init_code_and_paymaster_fields() -> None:
     with pytest.raises(ValueError, match="uint128"):
         userop.packed(op.with_(call_gas_limit=2**128), "0.7")
     with pytest.raises(ValueError, match="unknown EntryPoint version"):
-        userop.packed(op, "0.8")  # type: ignore[arg-type]
+        userop.packed(op, "0.9")  # type: ignore[arg-type]
 
 
 def test_events_decode_what_eth_abi_encodes() -> None:
@@ -518,14 +515,11 @@ def test_malformed_call_data_raises_only_call_data_error(data: bytes) -> None:
 
 
 def factory_runtime(tag: str) -> bytes:
-    aa_artifacts({"factory": (tag, "SimpleAccountFactory")}, announce=lambda _: None)
-    versions = "+".join(AA_VERSIONS.values())
-    path = Path(cache_root(), f"aa-contracts-{versions}", "node_modules", f"aa-{tag}")
-    artifact = json.loads((path / "artifacts" / "SimpleAccountFactory.json").read_text())
-    return bytes.fromhex(artifact["deployedBytecode"].removeprefix("0x"))
+    found = aa_artifacts({"factory": (tag, "SimpleAccountFactory")}, announce=lambda _: None)
+    return found["factory"].deployed_bytecode
 
 
-@pytest.mark.parametrize("tag", ["v06", "v07"])
+@pytest.mark.parametrize("tag", ["v06", "v07", "v08"])
 def test_proxy_creation_code_candidates_in_the_npm_factories(tag: str) -> None:
     runtime = factory_runtime(tag)
     candidates = accounts.find_proxy_creation_code_candidates(runtime)

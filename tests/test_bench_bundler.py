@@ -76,8 +76,10 @@ def test_bundler_bench_smoke_against_alto(tmp_path: Path) -> None:
     assert [(row["target"], row["EntryPoint"]) for row in rows] == [
         ("alto-unsafe", "v0.6"),
         ("alto-unsafe", "v0.7"),
+        ("alto-unsafe", "v0.8"),
         ("alto-safe", "v0.6"),
         ("alto-safe", "v0.7"),
+        ("alto-safe", "v0.8"),
     ]
     for row in rows:
         if row["refused"].startswith("probe refused"):

@@ -11,6 +11,8 @@ tested in process.
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import re
@@ -27,19 +29,31 @@ import httpx
 import pytest
 import standardwebhooks
 
-from chaingate.benchsuite import compare, hooksig, outcomes, report, results, rpcprofile, rpcwire
+from chaingate.benchsuite import (
+    command,
+    compare,
+    hooksig,
+    outcomes,
+    report,
+    results,
+    rpcprofile,
+    rpcwire,
+)
 from chaingate.benchsuite.histogram import Histogram
 from chaingate.benchsuite.plan import users_at
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import TargetError, mask, parse_targets
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port, rpc_call
+from chaingate.devnet.deploy import DETERMINISTIC_DEPLOYER
 from chaingate.evm.keys import load_or_create_key
 from tests.serve_process import ServeProcess
 from tests.test_browser import CHROMIUM, node_modules
+from tests.test_dev_lifecycle import Dev
 
 RUN_TIMEOUT = 180  # a run of a few seconds; this only catches a hang
 RPC_PATH = "/v1/rpc/ethereum/devnet"
+ZERO_ADDRESS = "0x" + "00" * 20
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -290,12 +304,16 @@ def test_ws_subscribers_get_every_head_from_chaingate_and_anvil(
     command = [sys.executable, "-m", "chaingate", "bench", "ws", "--key", key, "--users", "3"]
     command += ["--target", f"chaingate={ws_base}/v1/ws/ethereum/devnet"]
     command += ["--target", f"anvil={node.url.replace('http://', 'ws://')}"]
-    command += ["--duration", "8", "--out", str(tmp_path)]
+    command += ["--duration", "10", "--out", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        # Blocks in the middle of the run: the subscribers are connected, and the last push
-        # has two seconds to arrive before the load stops.
-        time.sleep(4.0)
+        # Blocks once the subscribers are connected (chaingate counts its own; anvil's are
+        # spawned in the same step), however long the bench took to start on a busy machine.
+        deadline = time.monotonic() + RUN_TIMEOUT / 2
+        while counter_sum(serve.metrics(), "chaingate_ws_subscriptions", kind="newHeads") < 3:
+            assert process.poll() is None and time.monotonic() < deadline, "never subscribed"
+            time.sleep(0.1)
+        time.sleep(1.0)
         for _ in range(4):
             rpc_call(node.url, "evm_mine")
             time.sleep(0.4)
@@ -449,6 +467,117 @@ def test_bad_arguments_get_a_clear_error(tmp_path: Path) -> None:
     # The proxy workload is bench/run.py, unchanged: its own options.
     done = bench("proxy", "--help")
     assert done.returncode == 0 and "--scenarios" in done.stdout
+
+
+# Every numeric option of every workload, and the values each must refuse.
+NUMERIC_OPTIONS = {
+    "--duration": ("nan", "inf", "-inf", "0", "-1"),
+    "--timeout": ("nan", "infinity", "0", "-0.5"),
+    "--users": ("0", "-3", "nan", "1.5"),
+    "--steps": ("0", "inf"),
+    "--workers": ("-1", "nan"),
+    "--expect-workers": ("0", "nan"),
+    "--master-port": ("0", "65536", "nan"),
+}
+WORKLOAD_ARGS = {
+    "rpc": [],
+    "ws": [],
+    "rest": [],
+    "userops": ["--node", "http://127.0.0.1:1/", "--factory", ZERO_ADDRESS],
+    "webhooks": [],
+}
+
+
+def refusal(*argv: str) -> str:
+    """What ``chaingate bench`` (its own parser, in process: no locust) says refusing argv."""
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors), pytest.raises(SystemExit) as exited:
+        command.build_parser().parse_args(list(argv))
+    assert exited.value.code == 2, argv
+    return errors.getvalue()
+
+
+@pytest.mark.parametrize("workload", list(WORKLOAD_ARGS))
+def test_numeric_options_refuse_nan_infinity_and_non_positive_naming_the_option(
+    workload: str,
+) -> None:
+    options = dict(NUMERIC_OPTIONS)
+    if workload == "webhooks":
+        options |= {"--rate": ("nan", "inf", "0", "-1"), "--grace": ("nan", "inf", "-1")}
+    for option, values in options.items():
+        for value in values:
+            said = refusal(workload, *WORKLOAD_ARGS[workload], f"{option}={value}")
+            assert f"argument {option}: " in said and repr(value) in said, said
+    # The values a run takes are still taken.
+    args = command.build_parser().parse_args(
+        [workload, *WORKLOAD_ARGS[workload], "--duration", "0.5", "--timeout", "2"]
+    )
+    assert (args.duration, args.timeout) == (0.5, 2.0)
+
+
+def test_a_nan_duration_is_refused_by_the_command_at_once(tmp_path: Path) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}/"
+    started = time.monotonic()
+    done = bench("rpc", "--target", nobody, "--duration", "nan", "--out", str(tmp_path / "r"))
+    assert done.returncode == 2 and "argument --duration: expected a finite number" in done.stderr
+    assert time.monotonic() - started < RUN_TIMEOUT / 2 and not (tmp_path / "r").exists()
+
+
+def test_an_unwritable_out_is_refused_before_any_load(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    nobody = f"http://127.0.0.1:{free_port()}/"  # never asked: --out is checked first
+    done = bench("rpc", "--target", nobody, "--duration", "1", "--out", str(blocker / "out"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"error: --out {blocker / 'out'}: cannot write the report there" in done.stdout
+    assert "drawing parameters" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_compare_of_a_file_that_is_not_results_json_names_it(tmp_path: Path) -> None:
+    report_page, binary = tmp_path / "report.html", tmp_path / "chart.png"
+    report_page.write_text("<!doctype html><p>a report</p>\n")
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "something-else/2"}')
+    expected = "expected a chaingate bench results.json (format chaingate-bench/1)"
+    for path, why in (
+        (report_page, "not JSON (Expecting value at line 1 column 1)"),
+        (binary, "not text"),
+        (other, "JSON, but not of this format"),
+    ):
+        done = bench("compare", str(path), str(path))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stdout.strip() == f"error: {path}: {why}: {expected}"
+
+
+def test_rpc_against_chaingate_dev_answers_every_call(tmp_path: Path) -> None:
+    """``chaingate dev`` as a user has it after a CREATE2 deployment (what forge does through
+    the deterministic deployer) and some blocks: no token moved in the blocks the parameters
+    are drawn from, so eth_call goes to accounts — never to the deployer, whose code runs out of
+    gas on empty calldata (the first start of a new devnet drew them from such blocks too)."""
+    run = Dev(tmp_path, tmp_path / "data")
+    try:
+        test_key, _ = run.up()
+        rpc_call(run.anvil_url, "anvil_mine", ["0x28"])  # the demo's history out of the window
+        sender = rpc_call(run.anvil_url, "eth_accounts", [])[0]
+        deploy = {"from": sender, "to": DETERMINISTIC_DEPLOYER, "data": "0x" + "00" * 33}
+        rpc_call(run.anvil_url, "eth_sendTransaction", [deploy])  # salt 0, empty init code
+        rpc_call(run.anvil_url, "anvil_mine", ["0x2"])  # the profile's lag: 2 blocks
+        out = tmp_path / "out"
+        done = bench(
+            "rpc", "--target", f"dev={run.url}{RPC_PATH}", "--key", test_key,
+            "--duration", "2", "--users", "2", "--out", str(out),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        data = json.loads((out / "results.json").read_text())
+        checks = {c["check"]: c for c in data["checks"]}
+        assert checks["eth_call: answered alike"]["ok"], checks
+        assert all(c["ok"] for c in checks.values()), checks
+        assert "0 tokens answering balanceOf" in data["settings"]["parameters"]
+        calls = data["by_name"]["dev"]["eth_call"]
+        assert calls["requests"] > 0 and calls["answered"] == calls["requests"], calls
+    finally:
+        run.kill()
 
 
 def test_serve_never_imports_locust() -> None:

@@ -313,6 +313,47 @@ async def test_a_staked_factory_answers_for_the_account_it_deploys(
 
 
 @pytest.mark.parametrize("version", ["0.6", "0.7"])
+async def test_a_staked_factory_is_charged_when_its_account_reverts_in_the_bundle(
+    field: Field, world: World, version: Version
+) -> None:
+    """EREP-020, the compliance suite's case: two operations deploying accounts of one staked
+    factory, each declaring 5M of verification gas; each validates alone, but in one bundle
+    the second account's validation reverts (AA23, "failing").  Both fit one bundle (it
+    counts the gas validation used, not the limits), the second is dropped and the factory's
+    opsSeen raised to a ban; the first is included."""
+    entry_point = world.entry_points[version]
+    factory = world.deploy("RuleCountingFactory", abi.encode(["address"], [world.store]))
+    world.send(
+        factory,
+        abi.encode_call("stake(address,uint32)", entry_point, rules.MIN_UNSTAKE_DELAY),
+        value=rules.MIN_STAKE,
+    )
+    seen_before, _ = await reputation_of(field, factory, entry_point)
+    sent = []
+    for _ in range(2):
+        salt = secrets.token_bytes(32)
+        sender = create2_address(factory, salt, world.account_init)
+        world.rpc.call("anvil_setBalance", sender, hex(10**18))
+        op = rule_op(world, version, mode=FAILING).with_(
+            sender=sender,
+            factory=factory,
+            factory_data=abi.encode_call("deploy(bytes32)", salt),
+            verification_gas_limit=5_000_000,
+        )
+        reply = await field.send(op, version)
+        assert "result" in reply, reply
+        sent.append(reply["result"])
+    bundle = await field.result("debug_bundler_sendBundleNow")
+    assert len(bundle["userOpHashes"]) == 1 and bundle["status"] == "0x1", bundle
+    failed = next(h for h in sent if h not in bundle["userOpHashes"])
+    status = await field.result("chaingate_getUserOperationStatus", failed)
+    assert status["status"] == "failed" and status["reason"].startswith("AA23"), status
+    seen, _ = await reputation_of(field, factory, entry_point)
+    assert seen >= seen_before + 10_000
+    assert (await field.receipt(bundle["userOpHashes"][0]))["success"] is True
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7"])
 async def test_an_operation_reading_another_bundled_senders_storage_waits(
     field: Field, world: World, version: Version
 ) -> None:

@@ -44,7 +44,7 @@ from tests.node_clients import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
-TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
+TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07", "0.8": "v08"}
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +224,7 @@ async def gate(
     return Gate(GatewayHandle(gateway, io.BytesIO()), node, manifest, key)
 
 
-@pytest.mark.parametrize("version", ["0.6", "0.7"])
+@pytest.mark.parametrize("version", ["0.6", "0.7", "0.8"])
 async def test_script_through_chaingate_sponsored_by_its_paymaster(
     gate: Gate, version: Version, tmp_path: Path
 ) -> None:
@@ -280,5 +280,43 @@ async def test_script_through_chaingate_sponsored_by_its_paymaster(
     body = wallet.json()
     assert body["status"] == "deployed", body
     assert body["deploy_tx"] == result["transactionHash"]
+    spend = (await gate.request("GET", f"/v1/gas/policies/{policy_id}")).json()["spend"]
+    assert spend["settled_operations"] == 1 and spend["reserved_operations"] == 0, spend
+
+
+async def test_an_eip7702_account_through_chaingate_sponsored_by_its_paymaster(
+    gate: Gate, tmp_path: Path
+) -> None:
+    """permissionless.js's to7702SimpleSmartAccount on EntryPoint v0.8: the owner's own EOA,
+    never funded, delegated to the Simple7702Account by the EIP-7702 authorization viem signs
+    and sends beside its first operation (eip7702Auth), sponsored by a policy through the
+    ERC-7677 methods; chaingate bundles it in a type-4 transaction and the receipt reads
+    back; safe and unsafe mode."""
+    node, manifest = gate.node, gate.manifest
+    owner = PrivateKey.generate()
+    policy = await gate.request(
+        "POST", "/v1/gas/policies", {"name": "eip7702", "chain": "ethereum", "rules": {}}
+    )
+    assert policy.status_code == 201, policy.text
+    policy_id = policy.json()["id"]
+    assert rpc_call(node.url, "eth_getBalance", [owner.address, "latest"]) == "0x0"
+    recipient = checksum_address(secrets.token_bytes(20))
+    args = ["--bundler", f"{gate.handle.base}{BUNDLER_PATH}", "--rpc", node.url]
+    args += ["--entry-point", "0.8", "--eip7702", "--owner-key", owner.hex(), "--to", recipient]
+    args += ["--value", "0", "--policy", policy_id, "--api-key", gate.key]
+    result = await trio.to_thread.run_sync(
+        lambda: run_script("bundler_permissionless.mjs", args, tmp_path)
+    )
+    assert result["success"] is True, result
+    assert result["account"] == owner.address
+    assert result["paymaster"].lower() == manifest.address("verifying_paymaster_v08").lower()
+    tx = rpc_call(node.url, "eth_getTransactionByHash", [result["transactionHash"]])
+    assert isinstance(tx, dict) and tx["type"] == "0x4", tx
+    code = rpc_call(node.url, "eth_getCode", [owner.address, "latest"])
+    delegate = manifest.address("simple_7702_account_v08")
+    assert code == "0xef0100" + delegate[2:].lower()
+    by_rpc = await gate.bundler("eth_getUserOperationReceipt", result["userOpHash"])
+    assert by_rpc["success"] is True and by_rpc["sender"] == owner.address
+    await gate.follower_at(int(result["blockNumber"]))
     spend = (await gate.request("GET", f"/v1/gas/policies/{policy_id}")).json()["spend"]
     assert spend["settled_operations"] == 1 and spend["reserved_operations"] == 0, spend

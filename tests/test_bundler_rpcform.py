@@ -158,7 +158,7 @@ def test_bad_fields_are_named(version: Version, change: dict[str, Any], expected
 def test_not_an_object_and_unknown_version() -> None:
     assert refused([V06], "0.6") == "userOp: expected an object"
     with pytest.raises(ValueError, match="unknown EntryPoint version"):
-        rpcform.parse_user_operation(V06, "0.8")  # type: ignore[arg-type]
+        rpcform.parse_user_operation(V06, "0.9")  # type: ignore[arg-type]
 
 
 def test_partial_form_for_estimation() -> None:

@@ -36,8 +36,8 @@ from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address, create2_address
 
 Devnet = tuple[AnvilProcess, Manifest]
-TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
-VERSIONS: list[Version] = ["0.6", "0.7"]
+TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07", "0.8": "v08"}
+VERSIONS: list[Version] = ["0.6", "0.7", "0.8"]
 SOURCE = Path(__file__).parent / "bundler_contracts" / "RuleBreakers.sol"
 
 # RuleBreakers.sol's Breaks modes

@@ -1,5 +1,6 @@
 """Leadership on real PostgreSQL: roles split between sessions, handed over when one dies,
-stopped at once when the lock's connection is lost; one process on SQLite leads everything."""
+stopped at once when the lock's connection is lost, taken from a leader silent past its lease
+(which then writes nothing); one process on SQLite leads everything."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import trio
 
 from chaingate.cluster.leases import LocalLeadership, PgLeadership
 from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, lock_key, role_keys
+from chaingate.store import Store, open_store
+from chaingate.store.base import StoreError
+from chaingate.store.guard import Deposed
 from tests.conftest import pg_schema
 
 KEYS = role_keys(["ethereum/devnet"], ("follower", "indexer", "webhooks", "bundler"))
@@ -112,7 +116,7 @@ async def test_a_lost_connection_stops_every_role_at_once_and_they_are_taken_aga
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE application_name = 'chaingate-leases' AND pid <> pg_backend_pid()"
+                    " WHERE application_name LIKE 'chaingate-leases/%' AND pid <> pg_backend_pid()"
                     " AND datname = current_database()"
                 )
             await _until(lambda: leadership.stats["lost"] >= 1)
@@ -239,3 +243,109 @@ async def test_work_slow_to_stop_keeps_its_lock_while_the_ticks_go_on() -> None:
                 await _until(lambda: leadership.stats["handed_over"] >= 1)
                 await _until(lambda: not _lock_held(url, leadership, given_up[0]))
                 nursery.cancel_scope.cancel()
+
+
+LEASE = 1.0  # seconds: a short lease, so the test is short (the default is 5)
+
+
+class Writer:
+    """A role's work that writes a row every few milliseconds, as a single writer does, and
+    counts the writes refused."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.refused = 0
+
+    async def run(self) -> None:
+        def insert(tx: object) -> None:
+            tx.execute(  # type: ignore[attr-defined]
+                "INSERT INTO stall_writes (writer, at) VALUES (?, clock_timestamp())",
+                (self.name,),
+            )
+
+        while True:
+            try:
+                await self.store.run_transaction(insert)
+            except Deposed:
+                self.refused += 1
+            except StoreError:
+                pass  # its sessions were ended: a new one next time
+            await trio.sleep(0.01)
+
+
+async def test_a_leader_silent_past_its_lease_is_deposed_and_writes_nothing_more(
+    tmp_path: object,
+) -> None:
+    """The leader's renewals stall (its lease connection's only thread slot is taken: no
+    look can be sent, as in a stopped process) while its role's work goes on writing.  The
+    other session ends its sessions once it is silent past the lease and takes the role; no
+    row of the stalled leader is written after the new leader's first; when its renewals
+    resume it learns it lost everything, connects again, and leads again once the other
+    is gone."""
+    role = RoleKey("webhooks", "ethereum", "devnet")
+    with pg_schema() as url:
+        async with open_store(url, tmp_path) as setup:  # type: ignore[arg-type]
+            await setup.migrate()
+
+            def table(tx: object) -> None:
+                tx.execute("CREATE TABLE stall_writes (writer TEXT, at TIMESTAMPTZ)")  # type: ignore[attr-defined]
+
+            await setup.run_transaction(table)
+        async with (
+            open_store(url, tmp_path) as first_store,  # type: ignore[arg-type]
+            open_store(url, tmp_path) as second_store,  # type: ignore[arg-type]
+            trio.open_nursery() as nursery,
+        ):
+            # Each leadership names its process's store sessions (ended with its lease's).
+            stalled = PgLeadership(
+                url, tick=TICK, lease_timeout=LEASE, session_tag=first_store.session_tag
+            )
+            other = PgLeadership(
+                url, tick=TICK, lease_timeout=LEASE, session_tag=second_store.session_tag
+            )
+            first, second = Writer(first_store, "stalled"), Writer(second_store, "other")
+            stalled.register(role)
+            other.register(role)
+            await nursery.start(stalled.run)
+            nursery.start_soon(stalled.lead, role, first.run)
+            await _until(lambda: stalled.holds(role))
+            other_scope = trio.CancelScope()
+
+            async def run_other() -> None:
+                with other_scope:
+                    async with trio.open_nursery() as inner:
+                        await inner.start(other.run)
+                        inner.start_soon(other.lead, role, second.run)
+
+            nursery.start_soon(run_other)
+            await _until(lambda: other.members == 2)
+            assert stalled.holds(role) and not other.holds(role)
+
+            async with stalled._limiter:  # its renewals stall from here on
+                stalled_at = time.monotonic()
+                took = await _until(lambda: other.holds(role), limit=LEASE + 5)
+                # Silent past the lease, then a tick or two (its own look would give up only
+                # after QUERY_TIMEOUT, 3 s: not what frees the role here).
+                assert took <= LEASE + 1.0, took
+                assert other.stats["deposed"] >= 1
+                await _until(lambda: first.refused >= 3)  # it went on trying, refused
+                assert not stalled.holds(role)  # its lease lapsed by its own clock
+                assert time.monotonic() - stalled_at < LEASE + 5
+            # Renewals resume: the next look finds its session ended; every role stops.
+            await _until(lambda: stalled.stats["lost"] >= 1)
+            await _until(lambda: stalled.connected)  # a member again: a candidate
+            await _until(lambda: other.members == 2)
+            assert other.holds(role) and not stalled.holds(role)
+
+            def rows(tx: object) -> list[tuple[str, object]]:
+                return tx.query("SELECT writer, at FROM stall_writes ORDER BY at")  # type: ignore[attr-defined,no-any-return]
+
+            written = await second_store.run_transaction(rows, write=False)
+            first_other = next(at for writer, at in written if writer == "other")
+            late = [at for writer, at in written if writer == "stalled" and at >= first_other]
+            assert late == []  # nothing of the old leader's after the new one's first write
+
+            other_scope.cancel()  # the other process goes: the stalled one leads again
+            await _until(lambda: stalled.holds(role))
+            nursery.cancel_scope.cancel()

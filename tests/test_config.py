@@ -48,6 +48,8 @@ def _upstream(**upstream: object) -> dict[str, object]:
     [
         ({"server": {"port": 70000}}, "server.port"),
         ({"server": {"bogus": 1}}, "bogus"),
+        ({"server": {"leader_timeout": 0.2}}, "server.leader_timeout"),
+        ({"server": {"leader_timeout": float("nan")}}, "server.leader_timeout"),
         ({"chains": {"eth": {"main": {"upstreams": []}}}}, "at least one upstream"),
         ({"chains": {"eth": {"main": {"upstreams": [{"url": "ftp://x"}]}}}}, "http:// or https://"),
         (

@@ -92,6 +92,17 @@ class Api:
 async def api(
     nursery: trio.Nursery, impl: Impl, chain: tuple[AnvilProcess, Manifest], tmp_path: Path
 ) -> Api:
+    return await start_api(nursery, impl, chain, tmp_path, f"sqlite://{tmp_path}/store.db")
+
+
+async def start_api(
+    nursery: trio.Nursery,
+    impl: Impl,
+    chain: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    store_url: str,
+) -> Api:
+    """A gateway (keys on) following ``chain`` from genesis on ``store_url``, caught up."""
     node, manifest = chain
     manifest_path = tmp_path / "manifest.json"
     manifest_path.write_bytes(dumps(manifest))
@@ -105,14 +116,14 @@ async def api(
             "indexer": {"batch_seconds": 0.05},
         },
         auth={"enabled": True, "pepper": PEPPER, "refresh_interval": 0.1},
-        store={"url": f"sqlite://{tmp_path}/store.db"},
+        store={"url": store_url},
         data_dir=str(tmp_path),
     )
     gateway = Gateway(
         settings, impl=impl, access_stream=io.BytesIO(), outbound_policy=OutboundPolicy.dev()
     )
     await nursery.start(gateway.run)
-    store = open_store(settings.store.url, tmp_path)
+    store = open_store(store_url, tmp_path)
     async with store:
         account = await admin.ensure_account(store, "data@t", "enterprise")
         key, _ = await admin.create_key(
@@ -161,6 +172,33 @@ async def test_a_transfer_emitter_is_not_listed_as_a_token(api: Api) -> None:
     body = (await api.get(f"/v1/tokens/ethereum/balances/{receiver}")).json()
     emitter = checksum_address(api.manifest.address("transfer_emitter"))
     assert emitter not in {t["contract"] for t in body["tokens"]}
+
+
+async def test_balances_total_is_what_the_pages_hold(
+    nursery: trio.Nursery,
+    impl: Impl,
+    chain: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    store_url: str,
+) -> None:
+    """The banner's holder got CGUSD, CGT and the emitter's fake Transfer: ``total`` counts the
+    tokens listed, not the emitter — on both stores, paged one by one too, asked as soon as the
+    index has caught up (the emitter may still be being probed)."""
+    api = await start_api(nursery, impl, chain, tmp_path, store_url)
+    m = api.manifest
+    holder = m.accounts[2]
+    emitter = checksum_address(m.address("transfer_emitter"))
+    whole = (await api.get(f"/v1/tokens/ethereum/balances/{holder}")).json()
+    listed = [t["contract"] for t in whole["tokens"]]
+    assert emitter not in listed and {"CGUSD", "CGT"} <= {t["symbol"] for t in whole["tokens"]}
+    assert whole["total"] == len(listed), whole
+    paged = []
+    for page in range(1, len(listed) + 2):
+        one = (await api.get(f"/v1/tokens/ethereum/balances/{holder}", limit=1, page=page)).json()
+        assert one["total"] == len(listed), one
+        paged += [t["contract"] for t in one["tokens"]]
+        assert len(one["tokens"]) == (1 if page <= len(listed) else 0), one
+    assert paged == listed
 
 
 async def test_token_metadata_reads_supply_and_price_on_chain(api: Api) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from chaingate.devnet import chainfile
@@ -310,6 +311,33 @@ def test_a_new_chain_resets_what_the_store_derived_from_the_old_one(
     assert third.follower_at(head_of(third.anvil_url)[0])["finalized"] >= -1
     assert third.stop() == 0
     assert "Traceback" not in first.text + second.text + third.text
+
+
+def test_every_demo_nft_shows_its_metadata_data_ipfs_and_https(dev: Callable[[], Dev]) -> None:
+    """The banner's holder's NFTs and the collection's token 3 name their documents by
+    ``data:``, ``ipfs://`` and ``https://`` (the devnet's host, the items' ``{id}`` template, the
+    updatable collection's base URI): under chaingate dev every one is served, none failed."""
+    run = dev()
+    key, _ = run.up()
+    owned_line = run.wait_for(r"curl -s (\S+/v1/nfts/ethereum/owned/0x[0-9a-fA-F]{40})").group(1)
+    collection = run.wait_for(r"/v1/nfts/ethereum/collection/(0x[0-9a-fA-F]{40})").group(1)
+    headers = {"X-API-Key": key}
+    deadline = time.monotonic() + 30
+    while True:
+        nfts = httpx.get(owned_line, headers=headers, timeout=10).json()["nfts"]
+        statuses = {(n["contract"], n["token_id"]): n["metadata_status"] for n in nfts}
+        if "pending" not in statuses.values() or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(statuses) == 4 and set(statuses.values()) == {"ok"}, nfts
+    names = {n["name"] for n in nfts}
+    assert {"Devnet #1", "Devnet #2", "Devnet item 2", "Updatable #2"} == names, names
+    third = httpx.get(
+        f"{run.url}/v1/nfts/ethereum/metadata/{collection}/3", headers=headers, timeout=10
+    ).json()
+    assert (third["metadata_status"], third["name"]) == ("ok", "Devnet #3"), third
+    assert third["token_uri"] == "https://metadata.chaingate.localhost/devnet/collection/3.json"
+    assert run.stop() == 0
 
 
 def test_a_second_dev_on_the_same_data_dir_is_refused(dev: Callable[[], Dev]) -> None:

@@ -1,8 +1,9 @@
 """The read model (``IndexReader``) over a real index: what the REST endpoints will answer.
 
 Balances, owned NFTs, collections, tokens and transfers are compared with the independent
-recomputation (``tests.test_indexer_oracle``), pages are walked to the end, and a transfers
-cursor is shown to stay valid while new blocks arrive.
+recomputation (``tests.test_indexer_oracle``), pages are walked to the end (a contract found
+not to be an ERC-20 leaves pages and total alike), and a transfers cursor is shown to stay
+valid while new blocks arrive.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import trio
 
 from chaingate.data.reader import IndexReader, InvalidCursor, TransferItem
+from chaingate.data.store import IndexRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
@@ -67,6 +69,22 @@ async def test_reader_answers_match_the_recomputation(
         listed += [(i.contract, i.balance) for i in page.items]
     assert listed == want
     assert (await reader.balances(a[1], offset=len(want))).items == []
+
+    # A contract the metadata service found not to be an ERC-20 leaves the pages and their
+    # total alike; found to be one again, it is back.
+    verdicts = IndexRows(run.store)
+    hidden = want[0][0]
+    await verdicts.set_erc20_verdicts(reader.chain, reader.network, {hidden: False})
+    await verdicts.set_erc20_verdicts(reader.chain, reader.network, {hidden: False})  # again
+    pages = [await reader.balances(a[1], offset=o, limit=1) for o in range(len(want))]
+    assert {p.total for p in pages} == {len(want) - 1}
+    assert [(i.contract, i.balance) for p in pages for i in p.items] == want[1:]
+    other_network = IndexReader(run.store, reader.chain, "elsewhere")
+    await verdicts.set_erc20_verdicts(reader.chain, "elsewhere", {want[1][0]: False})
+    assert (await reader.balances(a[1])).total == len(want) - 1  # per network
+    assert (await other_network.balances(a[1])).total == 0
+    await verdicts.set_erc20_verdicts(reader.chain, reader.network, {hidden: True})
+    assert [(i.contract, i.balance) for i in (await reader.balances(a[1])).items] == want
 
     # Owned NFTs: ERC-721 and ERC-1155 with quantity, in (contract, token id) order.
     owned = []

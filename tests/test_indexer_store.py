@@ -15,10 +15,11 @@ from chaingate.data.store import (
     IndexRows,
 )
 from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
-from chaingate.metadata.store import META_TABLES
+from chaingate.metadata.store import META_TABLES, MetaRows, TokenRow
 from chaingate.store import Store
 from chaingate.store.base import network_tables
 from chaingate.store.indexbulk import Table, bulk_for
+from chaingate.store.migrate import apply_pending, load_migrations
 from tests.test_indexer_oracle import open_index_store
 
 TOKEN, NFT = "0x" + "11" * 20, "0x" + "22" * 20
@@ -143,6 +144,38 @@ async def test_bulk_rows_survive_any_text(store: Store) -> None:
     assert {h: b for h, _, b in found} == expected
     del expected[odd[1]], expected[odd[2]]
     assert dict(left) == expected
+
+
+async def test_migration_0019_seeds_the_verdicts_stored_before_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Contracts already read as no ERC-20 leave balance lists from the upgrade on."""
+    s = open_index_store(store_url, tmp_path)
+    async with s:
+        migrations = load_migrations()
+        assert [m.name for m in migrations if m.version == 19] == ["idx_not_erc20"]
+        await apply_pending(s, [m for m in migrations if m.version <= 18])
+        c, d = "0x" + "cc" * 20, "0x" + "dd" * 20
+        facts = [
+            TokenRow(contract=TOKEN, standard="ERC20", status="ok"),
+            TokenRow(contract=NFT, standard="ERC721", status="ok"),
+            TokenRow(contract=A, standard=None, status="ok"),  # read: no token at all
+            TokenRow(contract=B, status="pending"),  # not read yet: listed meanwhile
+            TokenRow(contract=c, status="failed"),
+        ]
+        await MetaRows(s).save_token_rows("ethereum", "mainnet", facts)
+        await MetaRows(s).save_token_rows("ethereum", "other", [facts[0], facts[2]])
+        await MetaRows(s).save_token_rows("ethereum", "mainnet", [TokenRow(contract=d)])
+        assert 19 in await s.migrate()
+        seeded = await s.run_transaction(
+            lambda tx: tx.query("SELECT chain, network, contract FROM idx_not_erc20"),
+            write=False,
+        )
+        assert sorted(seeded) == [
+            ("ethereum", "mainnet", NFT),
+            ("ethereum", "mainnet", A),
+            ("ethereum", "other", A),
+        ]
 
 
 def test_index_and_metadata_tables_are_reset_with_their_network() -> None:

@@ -1,6 +1,7 @@
 """``RoleStream``: a single consumer reads the follower's subscription only during its terms —
-the replay first, then every event in order, none lost when a term starts or ends, and what
-comes between terms dropped (the follower is never held back)."""
+the backlog first (what is fetched, then the window), then every event in order, none lost
+when a term starts or ends, and what comes between terms dropped (the follower is never held
+back)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,17 @@ class Recorder:
         self.closed += 1
 
 
+class Window:
+    """A backlog with nothing to fetch: the window as ``rest``."""
+
+    def __init__(self, rest: Callable[[], list[int]]) -> None:
+        self.rest = rest
+
+    async def more(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+
 async def until(condition: object) -> None:
     with trio.fail_after(5):
         while not condition():  # type: ignore[operator]
@@ -39,11 +51,10 @@ async def test_terms_read_the_replay_then_the_subscription_and_drop_between() ->
     recorder = Recorder()
     window = [1, 2]
 
-    async def replay() -> list[int]:
-        await trio.lowlevel.checkpoint()
-        return list(window)
+    async def backlog() -> Window:
+        return Window(lambda: list(window))
 
-    stream = RoleStream(LocalLeadership(), KEY, receive, recorder.consume, replay=replay)
+    stream = RoleStream(LocalLeadership(), KEY, receive, recorder.consume, backlog=backlog)
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(stream.run, own_terms=False))
         for n in range(10):  # no term: dropped, and the sender never waits for long
@@ -75,16 +86,15 @@ async def test_terms_read_the_replay_then_the_subscription_and_drop_between() ->
 
 async def test_an_event_racing_the_start_of_a_term_is_in_the_replay_or_the_feed() -> None:
     """A term starting while events pour in: every event from the first one the term's
-    replay names onwards reaches the consumer, in order (duplicates allowed, no gaps)."""
+    window names onwards reaches the consumer, in order (duplicates allowed, no gaps)."""
     send, receive = trio.open_memory_channel[int](0)
     recorder = Recorder()
     sent: list[int] = []
 
-    async def replay() -> list[int]:
-        await trio.lowlevel.checkpoint()
-        return sent[-3:]  # the follower's window: the last blocks it applied
+    async def backlog() -> Window:
+        return Window(lambda: sent[-3:])  # the follower's window: the last blocks it applied
 
-    stream = RoleStream(LocalLeadership(), KEY, receive, recorder.consume, replay=replay)
+    stream = RoleStream(LocalLeadership(), KEY, receive, recorder.consume, backlog=backlog)
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(stream.run, own_terms=False))
 

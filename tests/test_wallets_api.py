@@ -373,3 +373,81 @@ async def test_an_unused_signature_releases_its_reservation_when_it_expires(api:
     spend = (await api.request("GET", f"/v1/gas/policies/{policy}")).json()["spend"]
     assert spend["released_operations"] == 1 and spend["reserved_operations"] == 0
     assert (await api.request("POST", "/v1/gas/sponsor", body)).status_code == 200
+
+
+def delegate_by_type4(api: Api, owner: Any, delegate: str) -> str:
+    """A type-4 transaction outside chaingate: a funded stranger sends it, carrying the
+    owner's authorization (signed by eth-account) to ``delegate``; its hash once mined."""
+    sender = Account.create()
+    api.rpc("anvil_setBalance", sender.address, hex(10**18))
+    nonce = int(api.rpc("eth_getTransactionCount", owner.address, "latest"), 16)
+    auth = owner.sign_authorization({"chainId": 31337, "address": delegate, "nonce": nonce})
+    block = api.rpc("eth_getBlockByNumber", "latest", False)
+    signed = sender.sign_transaction(
+        {
+            "type": 4,
+            "chainId": 31337,
+            "nonce": 0,
+            "to": sender.address,
+            "value": 0,
+            "gas": 100_000,
+            "maxFeePerGas": 2 * int(block["baseFeePerGas"], 16) + GWEI,
+            "maxPriorityFeePerGas": GWEI,
+            "data": "0x",
+            "accessList": [],
+            "authorizationList": [auth],
+        }
+    )
+    tx_hash: str = api.rpc("eth_sendRawTransaction", "0x" + bytes(signed.raw_transaction).hex())
+    deadline = time.monotonic() + 10
+    while (receipt := api.rpc("eth_getTransactionReceipt", tx_hash)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert receipt["status"] == "0x1", receipt
+    return tx_hash
+
+
+async def test_an_eip7702_wallet_follows_its_delegation_set_cleared_and_reorganised(
+    api: Api,
+) -> None:
+    """POST /v1/wallets/create with eip7702: the owner's own address, counterfactual until a
+    delegation to the devnet's Simple7702Account lands — sent outside chaingate — then
+    deployed with that transaction; cleared, counterfactual again; the clearing block
+    reorganised away, deployed again."""
+    owner = Account.create()
+    delegate = api.manifest.address("simple_7702_account_v08")
+    response = await api.request(
+        "POST", "/v1/wallets/create", {"owner": owner.address, "chain": "ethereum", "eip7702": True}
+    )
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert created["address"] == owner.address and created["account_type"] == "eip7702"
+    assert created["factory"] == delegate and created["entry_point_version"] == "0.8"
+    assert created["status"] == "counterfactual"
+    refused = await api.request(
+        "POST",
+        "/v1/wallets/create",
+        {
+            "owner": owner.address,
+            "chain": "ethereum",
+            "eip7702": True,
+            "entry_point_version": "0.7",
+        },
+    )
+    assert refused.status_code == 400 and "v0.8" in refused.json()["error"]["message"]
+
+    delegated = delegate_by_type4(api, owner, delegate)
+    await api.follower_at_head()
+    got = (await api.request("GET", f"/v1/wallets/{owner.address}")).json()
+    assert got["status"] == "deployed" and got["deploy_tx"] == delegated, got
+    assert got["nonce"] == 0  # the EntryPoint's nonce: no operation yet
+
+    delegate_by_type4(api, owner, "0x" + "00" * 20)  # cleared
+    await api.follower_at_head()
+    got = (await api.request("GET", f"/v1/wallets/{owner.address}")).json()
+    assert got["status"] == "counterfactual" and "deploy_tx" not in got, got
+
+    api.rpc("anvil_reorg", 1, [])  # the clearing block is gone: the delegation is back
+    await api.follower_at_head()
+    got = (await api.request("GET", f"/v1/wallets/{owner.address}")).json()
+    assert got["status"] == "deployed" and got["deploy_tx"] == delegated, got

@@ -17,14 +17,15 @@ from typing import Any
 
 import trio
 
-from chaingate.aa import accounts, paymaster, userop
+from chaingate.aa import accounts, userop
 from chaingate.aa.userop import UserOperation, Version
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
+from chaingate.evm.addresses import create_address
 from chaingate.evm.keys import PrivateKey
 
-TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
+TAGS: dict[Version, str] = {"0.6": "v06", "0.7": "v07", "0.8": "v08"}
 DEPLOY_PER_BLOCK = 100  # createAccount costs ~200k gas: 100 fit a 30M-gas block
 RECIPIENT = "0x000000000000000000000000000000000000dEaD"
 GWEI = 10**9
@@ -99,12 +100,22 @@ def rpc_form(op: UserOperation, version: Version) -> dict[str, str]:
 
 
 def deploy_accounts(
-    url: str, factory: accounts.AccountFactory, owner: str, salts: Sequence[int]
+    url: str,
+    factory: accounts.AccountFactory,
+    owner: str,
+    salts: Sequence[int],
+    *,
+    entry_point: str,
 ) -> None:
-    """``createAccount(owner, salt)`` for every salt, from anvil's first account, mined in
-    blocks of DEPLOY_PER_BLOCK; raises unless every account has code afterwards."""
+    """``createAccount(owner, salt)`` for every salt, from anvil's first account (v0.8's
+    factory takes it from its EntryPoint's SenderCreator alone: from that, impersonated),
+    mined in blocks of DEPLOY_PER_BLOCK; raises unless every account has code afterwards."""
     with DevnetRpc(url, timeout=120.0) as rpc:
         sender = rpc.call("eth_accounts")[0]
+        if factory.version == "0.8":
+            sender = create_address(entry_point, 1)  # the SenderCreator
+            rpc.call("anvil_impersonateAccount", sender)
+            rpc.call("anvil_setBalance", sender, _hex(10**20))
         rpc.call("evm_setAutomine", False)
         try:
             for start in range(0, len(salts), DEPLOY_PER_BLOCK):
@@ -165,11 +176,11 @@ def build_ops(
     """One signed operation per salt (its own account), ready to send.  The accounts are
     deployed first unless ``deploy`` (then each operation deploys its own), and funded."""
     factory = learn_factory(url, manifest, version)
+    entry_point = manifest.address(f"entry_point_{TAGS[version]}")
     if not deploy:
-        deploy_accounts(url, factory, owner.address, salts)
+        deploy_accounts(url, factory, owner.address, salts, entry_point=entry_point)
     senders = [factory.account_address(owner.address, salt) for salt in salts]
     fund(url, senders)
-    entry_point = manifest.address(f"entry_point_{TAGS[version]}")
     # Twice the base fee: room for it to rise while the operations wait in a mempool.
     max_fee = 2 * base_fee(url) + PRIORITY_FEE
     call_data = abi.encode_call("execute(address,uint256,bytes)", RECIPIENT, 1, b"")
@@ -192,6 +203,6 @@ def build_ops(
         digest = userop.user_op_hash(
             op, entry_point=entry_point, chain_id=chain_id, version=version
         )
-        op = op.with_(signature=owner.sign_digest(paymaster.eth_signed_message_hash(digest)))
+        op = op.with_(signature=owner.sign_digest(accounts.owner_digest(digest, version)))
         built.append(BuiltOp(version, op, "0x" + digest.hex(), rpc_form(op, version)))
     return built

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import re
@@ -161,3 +162,14 @@ class CpuAccount:
 def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     """A signal handler making SIGTERM unwind like Ctrl-C (every server gets stopped)."""
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def connection_levels(text: str) -> tuple[int, ...]:
+    """``--connections 1,8,50``: the levels, sorted (an argparse ``type``)."""
+    try:
+        levels = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not levels or levels[0] < 1:
+        raise argparse.ArgumentTypeError("connection counts must be at least 1")
+    return levels

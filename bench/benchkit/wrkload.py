@@ -2,7 +2,8 @@
 
 The script POSTs a fixed JSON-RPC body (with the same extra headers, e.g. the API key, to every
 target), counts non-2xx responses and 2xx responses whose body
-holds a JSON-RPC ``"error"``, and optionally paces each connection with ``delay()``.  Its
+holds a JSON-RPC ``"error"`` object (a result may say ``"error": null``: simulations' do), and
+optionally paces each connection with ``delay()``.  Its
 ``done()`` prints one ``BENCH_RESULT key=value ...`` line that ``parse_result`` reads.
 """
 
@@ -32,7 +33,7 @@ end
 function response(status, headers, body)
   if status < 200 or status > 299 then
     bad_status = bad_status + 1
-  elseif string.find(body, '"error"', 1, true) then
+  elseif string.find(body, '"error":%s*{{') then
     rpc_errors = rpc_errors + 1
   end
 end

@@ -35,17 +35,18 @@ from chaingate.cluster.workers import check_shared_state, worker_count
 from chaingate.config.manifest import Manifest
 from chaingate.dashboard.accounts import dev_signin_link, set_password_command
 from chaingate.devnet import anvil, chainfile, persist
-from chaingate.devnet.demo import ipfs_documents
+from chaingate.devnet.demo import METADATA_HOSTNAME, served_documents
 from chaingate.devnet.devkeys import DEV_EMAIL, KEYS_FILE, issue_dev_keys
-from chaingate.devnet.ipfsgateway import serve_ipfs_gateway
+from chaingate.devnet.docserver import DevnetHost, serve_documents
 from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.devnet.rpc import DevnetRpc
+from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
 from chaingate.obs.logs import setup_logging
-from chaingate.outbound import OutboundPolicy
+from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.store import AppliedMigration, Store, StoreError, open_store
 
 # Under the dev data dir: the devnet's manifest (NetworkSettings.manifest points at it), the
@@ -141,12 +142,18 @@ def _dev_banner(
         else ""
     )
     rpc = f"{base}/v1/rpc/ethereum/devnet"
+    ct = "-H 'Content-Type: application/json'"  # REST bodies say they are JSON (else 415)
     hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
     # A demo account with tokens and NFTs, and the demo token and collection.
     holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
     token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
     collection = manifest.contracts.get("erc721_collection")
     collection_address = collection.address if collection is not None else ""
+    # A transaction to simulate: the holder sends one CGT to the deployer.
+    send_one = abi.encode_call("transfer(address,uint256)", manifest.deployer, 10**18).hex()
+    sim_tx = f'{{"from":"{holder}","to":"{token}","data":"0x{send_one}"}}'
+    sim_body = f'{{"kind":"asset_changes","transactions":[{sim_tx}]}}'
+    json_type = "-H 'Content-Type: application/json'"
     key_header = ""
     key_url = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
@@ -169,7 +176,7 @@ chaingate dev is up.
   JSON-RPC  {rpc}{key_url}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
   manifest  {manifest_path}
-            {len(manifest.contracts)} contracts by name: ERC-4337 v0.6/v0.7, tokens, NFTs, feeds
+            {len(manifest.contracts)} contracts by name: ERC-4337 v0.6-v0.8, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
 {dashboard}{key_lines}
@@ -182,6 +189,11 @@ Try:
             {{"jsonrpc":"2.0","id":2,"method":"eth_accounts"}}]'
   curl -s --compressed {rpc}{key_header} \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",true]}}'
+  curl -s {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"chaingate_simulateAssetChanges","params":[{sim_tx}]}}'
+  (what it would do before it is signed; alchemy_simulateAssetChanges answers the same;
+   bundles, call traces and UserOperations: docs/guides/simulation.md)
+  curl -s {base}/v1/simulate/ethereum{key_header} {json_type} -d '{sim_body}'
   curl -si -X OPTIONS {rpc} \\
        -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
   (a browser's preflight; lock a key to your site, IPs, methods or contracts with
@@ -194,12 +206,15 @@ Try:
   curl -s {base}/v1/nfts/ethereum/collection/{collection_address}{key_header}
   curl -s {base}/v1/transfers/ethereum/{holder}{key_header}
   curl -s {base}/v1/usage{key_header}
-  curl -s {base}/v1/wallets/create{key_header} -d '{{"owner":"{holder}","chain":"ethereum"}}'
+  curl -s {base}/v1/wallets/create{key_header} {ct} -d '{{"owner":"{holder}","chain":"ethereum"}}'
+  curl -s {base}/v1/wallets/create{key_header} {ct} \\
+       -d '{{"owner":"{holder}","chain":"ethereum","eip7702":true}}'   (the EOA itself, EIP-7702)
   curl -s {base}/v1/wallets{key_header}
-  curl -s {base}/v1/gas/policies{key_header} \\
+  curl -s {base}/v1/gas/policies{key_header} {ct} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
-  (POST {base}/v1/gas/sponsor with an operation: docs/guides/wallets.md)
-  curl -s {base}/v1/webhooks{key_header} \\
+  (POST {base}/v1/gas/sponsor with an operation: docs/guides/wallets.md;
+   REST bodies are JSON, labelled so: 415 otherwise)
+  curl -s {base}/v1/webhooks{key_header} {ct} \\
        -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
   curl -s {base}/v1/webhooks{key_header}
   (a receiver to try them with, and how to verify signatures: docs/guides/webhooks.md)
@@ -351,15 +366,17 @@ async def _bring_up(
         _say(
             f"warning: the devnet's price feeds were not refreshed ({exc}): USD values may be null"
         )
-    # The devnet's IPFS documents come from a local gateway; loopback is allowed here, and
-    # only here.
+    # The devnet's IPFS and https documents come from a server of its own on loopback (its
+    # IPFS gateway, and where its https host goes); loopback is allowed here, and only here.
     try:
-        ipfs_gateway = await nursery.start(serve_ipfs_gateway, ipfs_documents())
+        documents = await nursery.start(serve_documents, served_documents())
     except OSError as exc:
-        _say(f"error: cannot serve the devnet's IPFS documents on loopback: {exc}")
+        _say(f"error: cannot serve the devnet's metadata documents on loopback: {exc}")
         return 1
-    settings = _with_ipfs_gateway(settings, ipfs_gateway)
-    gateway = Gateway(settings, outbound_policy=OutboundPolicy.dev())
+    settings = _with_ipfs_gateway(settings, documents)
+    route = DevnetHost(METADATA_HOSTNAME, int(documents.rsplit(":", 1)[1]))
+    fetcher = Fetcher(OutboundPolicy.dev(), resolver=route, connector=route)
+    gateway = Gateway(settings, fetcher=fetcher)
 
     async def run_gateway(task_status: trio.TaskStatus[int]) -> None:
         try:
@@ -719,8 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     dev = commands.add_parser("dev", help="run on embedded defaults with a local anvil devnet")
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=8000)
+    dev.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    dev.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
     dev.add_argument("--anvil-port", type=int, default=0, help="default: a free port")
     dev.add_argument(
         "--paymaster-key",

@@ -29,6 +29,12 @@ RESOURCE_UNAVAILABLE = -32002
 # JSON nesting deeper than this is refused (protects the scanner's recursion).
 MAX_JSON_DEPTH = 128
 
+# Every answer on the API's paths says nosniff: a browser never reads one as another type
+# (HTML) than it is labelled, whatever it holds.  The JSON answers the edge writes itself (both
+# twins) carry it in their static header bytes: they pay nothing per request for it.
+NOSNIFF = b"X-Content-Type-Options: nosniff\r\n"
+JSON_HEADERS = b"Content-Type: application/json\r\n" + NOSNIFF
+
 REASONS: dict[int, bytes] = {
     100: b"Continue",
     101: b"Switching Protocols",

@@ -5,8 +5,8 @@
 ``run_writers(nursery)`` — the single writers of a network's rows (followers, indexers,
 trackers, mempools, matchers...), which one process per network runs — and ``shutdown()``.
 The order: every service's ``run`` (auth, the chains' proxies, gas, data, wallets, bundler,
-webhooks), then their writers, the followers last (every consumer of their events is up by
-then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
+webhooks, simulation), then their writers, the followers last (every consumer of their events
+is up by then), then the front door; ``run`` reports the bound port and waits for ``shutdown()``.
 Shutdown is graceful: the front door drains first (in-flight requests finish, up to
 ``server.shutdown_grace``), then the rest is cancelled.
 """
@@ -38,6 +38,7 @@ from chaingate.impl import Impl, select
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.rpc.methods import MethodTable
+from chaingate.simulation.service import SimulationService
 from chaingate.store import Store, open_store
 from chaingate.wallets.service import WalletService
 from chaingate.wallets.signer import paymaster_signer
@@ -67,12 +68,15 @@ class Gateway:
         access_stream: IO[bytes] | None = None,
         outbound_policy: OutboundPolicy | None = None,
         webhook_fetcher: Fetcher | None = None,
+        fetcher: Fetcher | None = None,
     ) -> None:
         """``outbound_policy``: where chaingate's own HTTP fetches may go; None builds it from
         ``settings.outbound`` (public addresses only unless configured).  ``chaingate dev``
         passes ``OutboundPolicy.dev()``, which adds loopback.  ``webhook_fetcher``: what
         delivers webhooks (tests inject its resolver and connector); None builds one under the
-        same policy, with keep-alive connections."""
+        same policy, with keep-alive connections.  ``fetcher``: what fetches metadata
+        documents and token lists (``chaingate dev`` passes one that finds its devnet's own
+        https host on loopback); None builds one under ``outbound_policy``."""
         self.settings = settings
         self.impl = impl or select()
         self.store: Store | None = None
@@ -103,7 +107,7 @@ class Gateway:
         self.gas = GasService(followers, clients, networks)
         # Token/NFT data (chaingate.data), fetched through the SSRF-safe outbound fetcher;
         # wallets and sponsorship; the ERC-4337 bundler; signed webhooks.
-        self.fetcher = Fetcher(outbound_policy or _outbound_policy(settings))
+        self.fetcher = fetcher or Fetcher(outbound_policy or _outbound_policy(settings))
         self.data: DataPlane | None = None
         self.wallets: WalletService | None = None
         self.bundler: BundlerService | None = None
@@ -117,6 +121,16 @@ class Gateway:
             self.bundler = BundlerService(
                 self.store, settings.bundler, followers, clients, networks
             )
+        # Transaction simulation: its methods answered on the proxy's own endpoints.
+        self.simulation: SimulationService | None = None
+        if settings.simulation.enabled:
+            self.simulation = SimulationService(
+                settings.simulation,
+                networks,
+                {key: client.pool for key, client in clients.items()},
+                self.data.metadata if self.data is not None else {},
+            )
+            self.simulation.register_proxy(self.chain.services)
         if self.store is not None and settings.webhooks.enabled:
             self.webhooks = WebhookService(
                 self.store,
@@ -136,7 +150,7 @@ class Gateway:
             self.gate,
             self.registry,
             self._api_deps(),
-            [s for s in (self.wallets, self.bundler) if s is not None],
+            [s for s in (self.wallets, self.bundler, self.simulation) if s is not None],
             limits_of=self.keys.limits_of if self.keys is not None else None,
             rest_version=self.data.version if self.data is not None else None,
             access_stream=access_stream,
@@ -151,16 +165,14 @@ class Gateway:
         self.answers, self.lane, self.edge = self.front.answers, self.front.lane, self.front.edge
         register_service_families(self)
         register_edge_families(self)
-        for part in (self.ws, self.data, self.wallets, self.bundler, self.webhooks):
+        parts = (self.ws, self.data, self.wallets, self.bundler, self.webhooks, self.simulation)
+        for part in parts:
             if part is not None:
                 part.register_metrics(self.registry)
         self.chain.witness_heads()
         # Who runs which single writer when several processes share the store.
         writers = (self.data, self.webhooks, self.bundler, self.wallets)
-        backend = self.store.backend if self.store is not None else ""
-        self.leadership = lead_writers(
-            backend, settings.store.url, self.registry, self.followers, writers
-        )
+        self.leadership = lead_writers(self.store, settings, self.registry, self.followers, writers)
         self._shutdown = trio.Event()
 
     @property
@@ -195,6 +207,7 @@ class Gateway:
             metadata=self.data.metadata if self.data is not None else {},
             wallets=self.wallets,
             webhooks=self.webhooks,
+            simulation=self.simulation,
         )
 
     def shutdown(self) -> None:
@@ -215,7 +228,7 @@ class Gateway:
 
     async def _run(self, task_status: trio.TaskStatus[int]) -> None:
         parts: list[Service | None] = [self.auth, self.chain, self.gas, self.data]
-        parts += [self.wallets, self.bundler, self.webhooks]
+        parts += [self.wallets, self.bundler, self.webhooks, self.simulation]
         services = [part for part in parts if part is not None]
         async with trio.open_nursery() as nursery:
             await nursery.start(self.leadership.run)

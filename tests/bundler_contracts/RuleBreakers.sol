@@ -256,6 +256,31 @@ contract RuleFactory {
     }
 }
 
+// EREP-020 as the compliance suite builds it: every account it creates passes validation on
+// its own (the chain's count is 0 then), but in a bundle the second creation marks the new
+// account failing, so that account's validation reverts (AA23) in the bundle.  The factory
+// writes its own storage: it must be staked (STO-031).
+contract RuleCountingFactory {
+    uint256 public created;
+    RuleStore public immutable store;
+
+    constructor(RuleStore store_) {
+        store = store_;
+    }
+
+    function stake(IEntryPointLike entryPoint, uint32 delay) external payable {
+        entryPoint.addStake{value: msg.value}(delay);
+    }
+
+    function deploy(bytes32 salt) external returns (address account) {
+        RuleAccount made = new RuleAccount{salt: salt}(store);
+        if (created++ > 0) {
+            made.setFailing(true);
+        }
+        account = address(made);
+    }
+}
+
 // STO-041: an account that is also another account's "token".  With 20 bytes of callData its
 // validation zeroes that address's balance here (its own storage); otherwise it requires a
 // balance at ``other`` (storage associated with itself there).  Validated one at a time both

@@ -28,7 +28,16 @@ import socket
 import time
 from typing import Any
 
-from chaingate.framing_constants import BUSY, CLOSED, IDLE, LINGER, READING, UPGRADED, WRITING
+from chaingate.framing_constants import (
+    BUSY,
+    CLOSED,
+    IDLE,
+    JSON_HEADERS,
+    LINGER,
+    READING,
+    UPGRADED,
+    WRITING,
+)
 
 log = logging.getLogger("chaingate.edge")
 
@@ -53,7 +62,7 @@ LARGE_BODY = 64 << 10
 LINGER_MAX_BYTES = 8 << 20
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 INTERNAL_ERROR = "internal error; retry with exponential backoff"
-JSON = b"Content-Type: application/json\r\n"
+JSON = JSON_HEADERS
 _OVERLOADED_HEADERS = JSON + b"Retry-After: 1\r\n"
 # What to do once an answer has been written.
 KEEP, CLOSE, DRAIN = 0, 1, 2

@@ -31,6 +31,7 @@ from typing import Any
 from chaingate.framing_constants import (
     ADMITTED,
     DAY_QUOTA,
+    JSON_HEADERS,
     NO_READ_SCOPE,
     NO_WRITE_SCOPE,
     RATE,
@@ -79,7 +80,7 @@ UNSENT = b'{"code":-32603,"message":"internal error: the call was not sent; retr
 ANSWER_TOO_LARGE = "answer_too_large"
 OVERLOADED = "overloaded"
 
-JSON = b"Content-Type: application/json\r\n"
+JSON = JSON_HEADERS
 _CACHE_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (b"HIT", b"MISS", b"PARTIAL")
 }

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from chaingate.aa.paymaster import eth_signed_message_hash
 from chaingate.aa.userop import Version, require_version
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address, create2_address, same_address
@@ -39,6 +40,15 @@ _MAX_MARKS = 32  # prologues and ends considered: real factories have about thre
 _LENGTH_WINDOW = 64  # bytes after a prologue searched for the constructor's own length
 _CODESIZE_SUB = b"\x38\x03"
 _MAX_SALT = 1 << 256
+
+
+def owner_digest(user_op_hash: bytes, version: Version) -> bytes:
+    """What a SimpleAccount's owner (or an EIP-7702 account's own key) signs for an
+    operation: v0.8's typed hash itself (eth_signTypedData_v4), before it the EIP-191
+    message of the hash."""
+    if require_version(version) == "0.8":
+        return user_op_hash
+    return eth_signed_message_hash(user_op_hash)
 
 
 class RpcCaller(Protocol):

@@ -1,12 +1,14 @@
 """What a SimpleAccount operation calls: its callData decoded into the inner calls, for policy.
 
 Decodes exactly what the eth-infinitism SimpleAccount of each version accepts and does:
-``execute(address,uint256,bytes)`` in both; ``executeBatch(address[],bytes[])`` (values 0) in
-v0.6 and ``executeBatch(address[],uint256[],bytes[])`` in v0.7, whose empty value array means
-all zero.  Decoding is as strict as Solidity's calldata decoder (offsets and lengths inside
-the data, address words with clean upper bits, the contract's "wrong array lengths" check), so
-a call the account would revert on is refused here rather than described.  Empty callData is
-no call at all (the EntryPoint skips the account call), so it decodes to no inner calls.
+``execute(address,uint256,bytes)`` in all; ``executeBatch(address[],bytes[])`` (values 0) in
+v0.6, ``executeBatch(address[],uint256[],bytes[])`` in v0.7, whose empty value array means all
+zero, and v0.8's ``executeBatch((address,uint256,bytes)[])`` (BaseAccount's ``Call[]``, also
+what a Simple7702Account takes). Decoding is as strict as Solidity's calldata decoder (offsets
+and lengths inside the data, address words with clean upper bits, the contract's "wrong array
+lengths" check), so a call the account would revert on is refused here rather than described.
+Empty callData is no call at all (the EntryPoint skips the account call), so it decodes to no
+inner calls.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ MAX_INNER_CALLS = 256
 EXECUTE = abi.selector("execute(address,uint256,bytes)")
 EXECUTE_BATCH_V06 = abi.selector("executeBatch(address[],bytes[])")
 EXECUTE_BATCH_V07 = abi.selector("executeBatch(address[],uint256[],bytes[])")
+EXECUTE_BATCH_V08 = abi.selector("executeBatch((address,uint256,bytes)[])")
 
 _WORD = 32
 
@@ -118,6 +121,20 @@ def _execute_batch(args: _Args, with_values: bool) -> list[InnerCall]:
     return calls
 
 
+def _execute_calls(args: _Args) -> list[InnerCall]:
+    """v0.8's ``executeBatch(Call[])``: each item a (target, value, data) tuple, its offset
+    relative to the start of the items, its data's offset relative to the item."""
+    count, items_at = args.array(args.offset(0, 0), "calls")
+    calls = []
+    for i in range(count):
+        item = args.offset(items_at, items_at + i * _WORD)
+        target = args.address(item)
+        value = args.word(item + _WORD)
+        data = args.bytes_at(args.offset(item, item + 2 * _WORD))
+        calls.append(InnerCall(target, value, data))
+    return calls
+
+
 def decode_account_calls(call_data: bytes, version: Version) -> list[InnerCall]:
     """The calls a SimpleAccount of ``version`` makes for ``call_data``; CallDataError when it
     is not an execute or executeBatch call the account would accept."""
@@ -135,6 +152,8 @@ def decode_account_calls(call_data: bytes, version: Version) -> list[InnerCall]:
         return _execute_batch(
             _Args(args, "executeBatch(address[],uint256[],bytes[])"), with_values=True
         )
+    if version == "0.8" and selector == EXECUTE_BATCH_V08:
+        return _execute_calls(_Args(args, "executeBatch((address,uint256,bytes)[])"))
     raise CallDataError(
         f"callData is not a SimpleAccount v{version} execute or executeBatch call "
         f"(selector 0x{selector.hex()})"

@@ -1,4 +1,5 @@
-"""The eth-infinitism VerifyingPaymaster of EntryPoint v0.6 and v0.7: what its signer signs.
+"""The eth-infinitism VerifyingPaymaster of EntryPoint v0.6 and v0.7 (and chaingate's v0.8
+one, which signs what v0.7's does): what its signer signs.
 
 The paymaster pays for an operation when ``paymasterData`` carries ``abi.encode(uint48
 validUntil, uint48 validAfter)`` and the signer's signature over ``getHash(userOp, validUntil,
@@ -9,7 +10,7 @@ validAfter)`` (as an EIP-191 personal message).  The two versions hash different
   the hash depends on the *length* of ``paymasterAndData``: it is signed over a stub of the
   final length.  It also covers the paymaster's ``senderNonce(sender)``, a counter it bumps on
   every sponsored operation of that sender (0 for a sender it has never sponsored).
-* v0.7 hashes the fields one by one, including the paymaster's two gas limits.
+* v0.7 (and v0.8) hashes the fields one by one, including the paymaster's two gas limits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from chaingate.aa.userop import (
     account_gas_limits,
     gas_fees,
     packed,
+    packs_gas,
     require_version,
     uint128_bytes,
 )
@@ -71,7 +73,7 @@ def verifying_paymaster_hash(
                 [_v06_pack(op), chain_id, paymaster, sender_nonce, valid_until, valid_after],
             )
         )
-    # v0.7 reads the gas limits back out of paymasterAndData[20:52] as one uint256.
+    # v0.7 and v0.8 read the gas limits back out of paymasterAndData[20:52] as one uint256.
     paymaster_gas = uint128_bytes(
         op.paymaster_verification_gas_limit, "paymasterVerificationGasLimit"
     ) + uint128_bytes(op.paymaster_post_op_gas_limit, "paymasterPostOpGasLimit")
@@ -135,11 +137,13 @@ def sponsor(
 ) -> UserOperation:
     """``op`` with ``paymaster`` and paymasterData signed by ``key`` (the paymaster's signer).
 
-    For v0.7 ``op`` must already carry the paymaster gas limits: they are part of the hash.
-    ``sender_nonce`` as in ``verifying_paymaster_hash`` (v0.6 only).
+    For v0.7 and later ``op`` must already carry the paymaster gas limits: they are part of the
+    hash. ``sender_nonce`` as in ``verifying_paymaster_hash`` (v0.6 only).
     """
-    if require_version(version) == "0.7" and op.paymaster_verification_gas_limit <= 0:
-        raise ValueError("set paymaster_verification_gas_limit before sponsoring a v0.7 operation")
+    if packs_gas(version) and op.paymaster_verification_gas_limit <= 0:
+        raise ValueError(
+            f"set paymaster_verification_gas_limit before sponsoring a v{version} operation"
+        )
     # The stub gives v0.6's hash the final paymasterAndData length.
     stubbed = op.with_(
         paymaster=checksum_address(paymaster),

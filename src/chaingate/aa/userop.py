@@ -1,11 +1,18 @@
-"""ERC-4337 user operations: one version-neutral shape for EntryPoint v0.6 and v0.7.
+"""ERC-4337 user operations: one version-neutral shape for EntryPoint v0.6, v0.7 and v0.8.
 
 ``UserOperation`` carries the unpacked ERC-7769 fields.  ``packed`` turns it into the struct
-each EntryPoint's ``handleOps`` takes — v0.6's ``UserOperation``, or v0.7's
+each EntryPoint's ``handleOps`` takes — v0.6's ``UserOperation``, or v0.7/v0.8's
 ``PackedUserOperation`` with two uint128 pairs in one bytes32 each and the paymaster's gas
 limits inside ``paymasterAndData`` — and ``user_op_hash`` is what ``getUserOpHash`` returns,
 the digest the account's owner signs.  The two EntryPoint events a bundler reads back decode
-here too; they have the same signature in both versions.
+here too; they have the same signature in every version.
+
+v0.8 packs as v0.7 but hashes as EIP-712 typed data (domain "ERC4337", version "1", the chain
+and the EntryPoint), and an EOA sender may carry an EIP-7702 authorization beside the
+operation (``eip7702_auth``): it delegates the EOA to its account code in the bundle's own
+type-4 transaction.  An ``initCode`` that starts with the marker ``0x7702`` (zero-padded to 20
+bytes) names no factory: the EntryPoint hashes the sender's delegate in its place (followed by
+``initCode[20:]``, which it then calls on the sender to initialise it).
 """
 
 from __future__ import annotations
@@ -17,20 +24,22 @@ import msgspec
 
 from chaingate.evm import abi
 from chaingate.evm.addresses import address_bytes, checksum_address
+from chaingate.evm.eip7702 import Authorization
 from chaingate.evm.keccak import keccak256
 
 if TYPE_CHECKING:
     from chaingate.config.manifest import Manifest
 
-Version = Literal["0.6", "0.7"]
-VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
+Version = Literal["0.6", "0.7", "0.8"]
+VERSIONS: tuple[Version, ...] = ("0.6", "0.7", "0.8")
 # Where EntryPoints live on every public chain (deployed by CREATE2 with their own salts), and
 # the tag their names carry in a devnet manifest (``entry_point_v06``...).
 CANONICAL_ENTRY_POINTS: dict[Version, str] = {
     "0.6": "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789",
     "0.7": "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
+    "0.8": "0x4337084D9E255Ff0702461CF8895CE9E3b5Ff108",
 }
-MANIFEST_TAG: dict[Version, str] = {"0.6": "v06", "0.7": "v07"}
+MANIFEST_TAG: dict[Version, str] = {"0.6": "v06", "0.7": "v07", "0.8": "v08"}
 
 
 def entry_point_address(
@@ -46,21 +55,42 @@ def entry_point_address(
 
 
 # The struct handleOps takes, per version (IEntryPoint.sol's UserOperation / PackedUserOperation).
+_PACKED_TUPLE = "(address,uint256,bytes,bytes,bytes32,uint256,bytes32,bytes,bytes)"
 OP_TUPLE_TYPE: dict[Version, str] = {
     "0.6": "(address,uint256,bytes,bytes,uint256,uint256,uint256,uint256,uint256,bytes,bytes)",
-    "0.7": "(address,uint256,bytes,bytes,bytes32,uint256,bytes32,bytes,bytes)",
+    "0.7": _PACKED_TUPLE,
+    "0.8": _PACKED_TUPLE,
 }
 
 _UINT128 = 1 << 128
+# v0.8's EIP-712 typed hash (UserOperationLib.PACKED_USEROP_TYPEHASH, the EntryPoint's domain).
+PACKED_USEROP_TYPEHASH = keccak256(
+    b"PackedUserOperation(address sender,uint256 nonce,bytes initCode,bytes callData,"
+    b"bytes32 accountGasLimits,uint256 preVerificationGas,bytes32 gasFees,"
+    b"bytes paymasterAndData)"
+)
+_DOMAIN_TYPEHASH = keccak256(
+    b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
+)
+_DOMAIN_NAME, _DOMAIN_VERSION = keccak256(b"ERC4337"), keccak256(b"1")
+# initCode[:20] of an EIP-7702 sender (Eip7702Support.INITCODE_EIP7702_MARKER, zero-padded).
+EIP7702_MARKER = bytes.fromhex("7702") + bytes(18)
+EIP7702_FACTORY = checksum_address(EIP7702_MARKER)
+EIP7702_SHORT = "0x7702"  # the marker as viem sends it: initCode of two bytes
 
 
 def require_version(version: str) -> Version:
     """``version`` itself when it is an EntryPoint version this package knows, else ValueError."""
-    if version == "0.6":
-        return "0.6"
-    if version == "0.7":
-        return "0.7"
-    raise ValueError(f"unknown EntryPoint version {version!r} (expected '0.6' or '0.7')")
+    for known in VERSIONS:
+        if version == known:
+            return known
+    raise ValueError(f"unknown EntryPoint version {version!r} (expected '0.6', '0.7' or '0.8')")
+
+
+def packs_gas(version: Version) -> bool:
+    """Whether the version packs its gas fields (v0.7 and later: PackedUserOperation, the
+    paymaster's own two gas limits in paymasterAndData)."""
+    return require_version(version) != "0.6"
 
 
 def uint128_bytes(value: int, name: str) -> bytes:
@@ -82,24 +112,39 @@ class UserOperation(msgspec.Struct, frozen=True, kw_only=True):
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
     signature: bytes = b""
-    factory: str | None = None  # v0.6: initCode[:20]
+    # v0.6: initCode[:20].  v0.8's EIP-7702 marker is kept as sent, "0x7702" (EIP7702_SHORT,
+    # viem's form) or zero-padded (EIP7702_FACTORY), so initCode round-trips to the same bytes.
+    factory: str | None = None
     factory_data: bytes = b""  # v0.6: initCode[20:]
     paymaster: str | None = None
-    paymaster_verification_gas_limit: int = 0  # v0.7 only
-    paymaster_post_op_gas_limit: int = 0  # v0.7 only
+    paymaster_verification_gas_limit: int = 0  # v0.7 and later
+    paymaster_post_op_gas_limit: int = 0  # v0.7 and later
     paymaster_data: bytes = b""
+    eip7702_auth: Authorization | None = None  # v0.8: the sender's delegation, beside the op
 
     @property
     def init_code(self) -> bytes:
         if self.factory is None:
             return b""
+        if self.factory == EIP7702_SHORT:
+            return EIP7702_MARKER[:2] + self.factory_data
         return address_bytes(self.factory) + self.factory_data
+
+    @property
+    def eip7702_init(self) -> bool:
+        """initCode starts with the EIP-7702 marker: no factory, the sender is an EOA."""
+        return self.factory in (EIP7702_SHORT, EIP7702_FACTORY)
+
+    @property
+    def deploys(self) -> bool:
+        """The operation deploys its sender through a factory (not an EIP-7702 marker)."""
+        return self.factory is not None and not self.eip7702_init
 
     def paymaster_and_data(self, version: Version) -> bytes:
         if self.paymaster is None:
             return b""
         head = address_bytes(self.paymaster)
-        if require_version(version) == "0.7":
+        if packs_gas(version):
             head += uint128_bytes(
                 self.paymaster_verification_gas_limit, "paymasterVerificationGasLimit"
             ) + uint128_bytes(self.paymaster_post_op_gas_limit, "paymasterPostOpGasLimit")
@@ -110,9 +155,12 @@ class UserOperation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def from_init_code(init_code: bytes) -> tuple[str | None, bytes]:
-    """(factory, factoryData) of a v0.6 ``initCode``; (None, b"") when it is empty."""
+    """(factory, factoryData) of an ``initCode``; (None, b"") when it is empty.  The EIP-7702
+    marker alone (``0x7702``, as viem sends it) reads as EIP7702_SHORT."""
     if not init_code:
         return None, b""
+    if init_code == EIP7702_MARKER[:2]:
+        return EIP7702_SHORT, b""
     if len(init_code) < 20:
         raise ValueError(f"initCode of {len(init_code)} bytes is shorter than a factory address")
     return checksum_address(init_code[:20]), init_code[20:]
@@ -123,7 +171,7 @@ def from_paymaster_and_data(data: bytes, version: Version) -> tuple[str | None, 
     the gas limits are 0 for v0.6, which has none."""
     if not data:
         return None, 0, 0, b""
-    head = 52 if require_version(version) == "0.7" else 20
+    head = 52 if packs_gas(version) else 20
     if len(data) < head:
         raise ValueError(f"paymasterAndData of {len(data)} bytes is shorter than its {head}")
     if head == 20:
@@ -179,8 +227,22 @@ def gas_fees(op: UserOperation) -> bytes:
     )
 
 
-def _op_hash(op: UserOperation, version: Version) -> bytes:
-    """UserOperationLib.hash: every field but the signature, bytes fields as their keccak."""
+# v0.7's hashed fields, v0.8's after its type hash (initCode, callData, paymasterAndData hashed).
+_PACKED_HASH_TYPES = [
+    "address",
+    "uint256",
+    "bytes32",
+    "bytes32",
+    "bytes32",
+    "uint256",
+    "bytes32",
+    "bytes32",
+]
+
+
+def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None = None) -> bytes:
+    """UserOperationLib.hash: every field but the signature, bytes fields as their keccak
+    (v0.8: typed — its type hash first —, with the EIP-7702 override of initCode's hash)."""
     if version == "0.6":
         return keccak256(
             abi.encode(
@@ -210,36 +272,72 @@ def _op_hash(op: UserOperation, version: Version) -> bytes:
                 ],
             )
         )
+    values = [
+        op.sender,
+        op.nonce,
+        init_code_hash or keccak256(op.init_code),
+        keccak256(op.call_data),
+        account_gas_limits(op),
+        op.pre_verification_gas,
+        gas_fees(op),
+        keccak256(op.paymaster_and_data(version)),
+    ]
+    if version == "0.8":
+        return keccak256(
+            abi.encode(["bytes32", *_PACKED_HASH_TYPES], [PACKED_USEROP_TYPEHASH, *values])
+        )
+    return keccak256(abi.encode(_PACKED_HASH_TYPES, values))
+
+
+def domain_separator(entry_point: str, chain_id: int) -> bytes:
+    """The v0.8 EntryPoint's EIP-712 domain separator (getDomainSeparatorV4)."""
     return keccak256(
         abi.encode(
-            [
-                "address",
-                "uint256",
-                "bytes32",
-                "bytes32",
-                "bytes32",
-                "uint256",
-                "bytes32",
-                "bytes32",
-            ],
-            [
-                op.sender,
-                op.nonce,
-                keccak256(op.init_code),
-                keccak256(op.call_data),
-                account_gas_limits(op),
-                op.pre_verification_gas,
-                gas_fees(op),
-                keccak256(op.paymaster_and_data(version)),
-            ],
+            ["bytes32", "bytes32", "bytes32", "uint256", "address"],
+            [_DOMAIN_TYPEHASH, _DOMAIN_NAME, _DOMAIN_VERSION, chain_id, entry_point],
         )
     )
 
 
-def user_op_hash(op: UserOperation, *, entry_point: str, chain_id: int, version: Version) -> bytes:
-    """EntryPoint.getUserOpHash: the 32 bytes the account's owner signs."""
-    inner = _op_hash(op, require_version(version))
+def eip7702_delegate(op: UserOperation) -> str | None:
+    """The delegate an EIP-7702 initCode's hash stands for, when the operation carries its
+    authorization; None otherwise (then it is the sender's code on chain)."""
+    return op.eip7702_auth.address if op.eip7702_auth is not None else None
+
+
+def user_op_hash(
+    op: UserOperation,
+    *,
+    entry_point: str,
+    chain_id: int,
+    version: Version,
+    delegate: str | None = None,
+) -> bytes:
+    """EntryPoint.getUserOpHash: the 32 bytes the account's owner signs.  ``delegate``: for a
+    v0.8 operation whose initCode is the EIP-7702 marker and which carries no authorization,
+    the sender's delegate on chain (with an authorization, the authorization's)."""
+    version = require_version(version)
+    if version == "0.8":
+        override = None
+        if op.eip7702_init:
+            target = eip7702_delegate(op) or delegate
+            if target is None:
+                raise ValueError("an EIP-7702 initCode's hash needs the sender's delegate")
+            override = keccak256(address_bytes(target) + op.factory_data)
+        struct = _op_hash(op, version, override)
+        return keccak256(b"\x19\x01" + domain_separator(entry_point, chain_id) + struct)
+    inner = _op_hash(op, version)
     return keccak256(abi.encode(["bytes32", "address", "uint256"], [inner, entry_point, chain_id]))
+
+
+def authorizations(ops: Sequence[UserOperation]) -> tuple[Authorization, ...]:
+    """The EIP-7702 authorizations a bundle of ``ops`` carries in its type-4 transaction: each
+    sender's, once, in the operations' order (none: a plain EIP-1559 bundle)."""
+    found: dict[str, Authorization] = {}
+    for op in ops:
+        if op.eip7702_auth is not None:
+            found.setdefault(op.sender.lower(), op.eip7702_auth)
+    return tuple(found.values())
 
 
 def handle_ops_calldata(ops: Sequence[UserOperation], beneficiary: str, version: Version) -> bytes:

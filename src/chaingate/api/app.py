@@ -19,7 +19,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import BaseConverter, Map
 
 from chaingate.api.errors import ApiError, error_response
-from chaingate.api.inputs import decode_body, decode_path, decode_query
+from chaingate.api.inputs import check_media_type, decode_body, decode_path, decode_query
 from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, RestApi, Route
 
@@ -41,6 +41,12 @@ def create_app(api: RestApi) -> QuartTrio:
             view_func=_view(route),
             methods=[route.method],
         )
+
+    @app.after_request
+    async def no_sniffing(response: Response) -> Response:
+        # Every answer of the app, its own 404/405/500 included (the edge's carry it too).
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -75,6 +81,7 @@ def _view(route: Route) -> Any:
         try:
             body = None
             if route.body_type is not None:
+                check_media_type(request.headers.getlist("Content-Type"))
                 data = await request.get_data(as_text=False)
                 body = decode_body(route.body_type, data if isinstance(data, bytes) else b"")
             call: Call[Any, Any, Any] = Call(

@@ -13,6 +13,7 @@ from chaingate.api import (
     health,
     nfts,
     policies,
+    simulate,
     sponsor,
     tokens,
     transfers,
@@ -24,7 +25,19 @@ from chaingate.api.deps import ApiDeps
 from chaingate.api.openapi import document
 from chaingate.api.routing import PUBLIC, Call, NoInput, RestApi
 
-RESOURCES = (health, usage, gas, policies, sponsor, wallets, webhooks, tokens, nfts, transfers)
+RESOURCES = (
+    health,
+    usage,
+    gas,
+    policies,
+    sponsor,
+    wallets,
+    webhooks,
+    tokens,
+    nfts,
+    transfers,
+    simulate,
+)
 
 
 class OpenApiDocument(msgspec.Struct):

@@ -31,3 +31,5 @@ class ApiDeps:
     wallets: Any = None
     # Signed webhooks (chaingate.webhooks.WebhookService).
     webhooks: Any = None
+    # Transaction simulation (chaingate.simulation.SimulationService).
+    simulation: Any = None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import msgspec
 from quart import Response
 
+from chaingate.edge.paths import redact_key_shaped
 from chaingate.edge.responses import ERROR_CODES, error_body
 
 
@@ -29,7 +30,9 @@ class ErrorBody(msgspec.Struct, frozen=True):
 
 class ApiError(Exception):
     """A refusal with its HTTP status; ``message`` is what the client reads (never a secret,
-    never a traceback) and names the offending parameter where there is one."""
+    never a traceback) and names the offending parameter where there is one.  What it echoes
+    of the client's input is never key-shaped: a key pasted into a path or a field comes back
+    as ``[redacted]`` (one rule here, for every message of every route and page)."""
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class ApiError(Exception):
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        message = redact_key_shaped(message)
         super().__init__(message)
         self.status = status
         self.message = message

@@ -33,9 +33,14 @@ _STATUS_TEXT = {
     405: "Method not allowed (see `Allow`).",
     409: "Conflict.",
     413: "Body too large.",
+    415: "The body is not labelled `Content-Type: application/json` (or a `+json` type).",
+    422: "Understood, but over a bound of the server's (the message names it).",
     429: "Rate limited: retry after `Retry-After` seconds.",
     500: "Internal error: retry with exponential backoff.",
+    501: "Not supported by this deployment's upstreams.",
+    502: "The upstream node refused the request (its message is passed on).",
     503: "Temporarily unavailable: retry after `Retry-After` seconds.",
+    504: "Not done within the server's time bound.",
 }
 
 
@@ -129,7 +134,7 @@ def _operation(
     if parameters or route.body_type is not None:
         statuses.add(400)
     if route.body_type is not None:
-        statuses.add(413)  # the edge's bound on a body
+        statuses |= {413, 415}  # the edge's bound on a body; a body labelled other than JSON
     if not route.public:
         statuses |= {401, 403, 429}
         operation["security"] = [{"apiKey": []}, {"bearer": []}]

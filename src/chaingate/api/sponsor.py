@@ -1,8 +1,9 @@
 """``POST /v1/gas/sponsor`` — a policy's paymaster signature for one UserOperation.
 
 The operation's fields are the spec's (hex strings); for the version it is sponsored under,
-``initCode`` (v0.6) or ``factory``/``factoryData`` (v0.7) may be sent too, and a v0.7 client
-may name the paymaster's gas limits (else the network's defaults are used).  Paymaster fields
+``initCode`` (v0.6) or ``factory``/``factoryData`` (v0.7, v0.8) may be sent too, a v0.8
+EIP-7702 sender its ``eip7702Auth``, and a v0.7/v0.8 client may name the paymaster's gas
+limits (else the network's defaults are used).  Paymaster fields
 a client sends (a stub) are ignored: they are what this answers.  An undeployed wallet
 created through the API gets its initCode from our records; the answer then carries it,
 since the paymaster's signature covers it.
@@ -21,6 +22,7 @@ from chaingate.api.errors import ApiError
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, HexData, Uint256
 from chaingate.api.walletsupport import account_of, service_of, unavailable
+from chaingate.evm.eip7702 import parse_authorization
 from chaingate.wallets.model import SPONSOR_SCOPE, Sponsored
 from chaingate.wallets.rules import usd_text
 
@@ -45,6 +47,8 @@ class SponsorOperation(msgspec.Struct, forbid_unknown_fields=True):
     factoryData: HexData | None = None
     paymasterVerificationGasLimit: Uint256 | None = None
     paymasterPostOpGasLimit: Uint256 | None = None
+    # v0.8: the EIP-7702 authorization an EOA sender delegates with, in ERC-7769's form.
+    eip7702Auth: dict[str, Any] | None = None
     # Accepted and ignored: the answer supplies them (or the owner signs afterwards).
     signature: HexData | None = None
     paymaster: str | None = None
@@ -96,7 +100,7 @@ def to_user_operation(op: SponsorOperation) -> UserOperation:
             raise ApiError(
                 400,
                 "invalid field 'user_operation.initCode': send initCode (v0.6) or "
-                "factory/factoryData (v0.7), not both",
+                "factory/factoryData (v0.7, v0.8), not both",
             )
         if len(op.initCode) < 20:
             raise ApiError(
@@ -113,6 +117,13 @@ def to_user_operation(op: SponsorOperation) -> UserOperation:
             400,
             "invalid field 'user_operation.maxPriorityFeePerGas': above maxFeePerGas",
         )
+    auth = None
+    if op.eip7702Auth is not None:
+        try:
+            auth = parse_authorization(op.eip7702Auth)
+        except ValueError as exc:
+            field, _, why = str(exc).partition(": ")
+            raise ApiError(400, f"invalid field 'user_operation.{field}': {why}") from None
     return UserOperation(
         sender=str(op.sender),
         nonce=int(op.nonce),
@@ -130,6 +141,7 @@ def to_user_operation(op: SponsorOperation) -> UserOperation:
         paymaster_post_op_gas_limit=_gas(
             "paymasterPostOpGasLimit", int(op.paymasterPostOpGasLimit or 0)
         ),
+        eip7702_auth=auth,
     )
 
 

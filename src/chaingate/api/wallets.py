@@ -1,11 +1,14 @@
 """``POST /v1/wallets/create``, ``GET /v1/wallets/{address}``, ``GET /v1/wallets``.
 
-A wallet is a SimpleAccount (EntryPoint v0.7 by default; ``entry_point_version`` "0.6" beyond
-the spec) at the address its factory would deploy it to for (owner, salt): computed here,
-proven against the factory's own ``getAddress``.  Creating the same wallet again answers 200
-with the stored one (the first creation 201).  Each account sees only its own wallets; two
-accounts creating the same (owner, salt) both hold it — the owner key, not the record,
-controls a wallet.
+A wallet is a SimpleAccount (EntryPoint v0.7 by default; ``entry_point_version`` "0.6" or
+"0.8" beyond the spec), or — ``eip7702: true``, beyond the spec — the owner's own EOA as an
+EIP-7702 account of v0.8, delegating to the network's Simple7702Account (``factory`` names
+that code; ``deployed`` while the EOA is delegated to it, ``deploy_tx`` the transaction that
+delegated it, whoever sent it); a SimpleAccount is at the address its factory would deploy
+it to for (owner, salt): computed here, proven against the factory's own ``getAddress``.
+Creating the same wallet again answers 200 with the stored one (the first creation 201).
+Each account sees only its own wallets; two accounts creating the same (owner, salt) both
+hold it — the owner key, not the record, controls a wallet.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ class CreateWallet(msgspec.Struct, forbid_unknown_fields=True):
     owner: Address
     chain: ChainName
     salt: Uint256 | None = None  # 0
-    entry_point_version: Literal["0.6", "0.7"] | None = None
+    entry_point_version: Literal["0.6", "0.7", "0.8"] | None = None
+    eip7702: bool = False
 
 
 class Wallet(msgspec.Struct, omit_defaults=True):
@@ -41,6 +45,7 @@ class Wallet(msgspec.Struct, omit_defaults=True):
     created_at: str
     entry_point_version: str
     salt: str
+    account_type: Literal["simple", "eip7702"] = "simple"
     nonce: int | None = None
     deployed_at: str | None = None
     deploy_tx: str | None = None
@@ -95,6 +100,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             created_at=iso(row.created_at),
             entry_point_version=row.version,
             salt=row.salt,
+            account_type="eip7702" if row.kind == "eip7702" else "simple",
             nonce=nonce,
             deployed_at=iso(row.deployed_at) if deployed and row.deployed_at else None,
             deploy_tx=row.deploy_tx if deployed else None,
@@ -115,7 +121,9 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         description="A SimpleAccount of EntryPoint v0.7 (or `entry_point_version` 0.6) owned "
         "by `owner`, at the address its factory's CREATE2 gives for (owner, salt). `salt` is "
         "a decimal or 0x-hex uint256 (default 0). The same request again answers 200 with the "
-        "wallet already created. It becomes `deployed` when its first operation runs.",
+        "wallet already created. It becomes `deployed` when its first operation runs. "
+        "`eip7702: true` (EntryPoint v0.8): the owner's own address as an EIP-7702 account, "
+        "`deployed` once a delegation to the network's Simple7702Account lands on chain.",
     )
     async def create_wallet(call: Call[NoInput, NoInput, CreateWallet]) -> Any:
         service = service_of(deps)
@@ -128,6 +136,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
                 body.owner,
                 int(body.salt or 0),
                 body.entry_point_version,
+                eip7702=body.eip7702,
             )
         return json_response(wallet(row), 201 if created else 200)
 

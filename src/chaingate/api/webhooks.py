@@ -7,8 +7,9 @@ A webhook is matched on one followed network from the block its answer names
 that block (``chaingate.webhooks.follow``).  Its ``config`` is checked strictly
 (``chaingate.webhooks.filters``): a wrong key or value is 400 naming ``config.<key>``.  Its URL
 must be one this deployment may deliver to — HTTPS, and a host that resolves only to addresses
-the outbound policy allows — checked here and again at every delivery.  Another account's
-webhook is 404, exactly like one that does not exist.
+the outbound policy allows — checked here and again at every delivery; and one that
+displays as what it is: no space, control or invisible formatting character
+(``chaingate.text``).  Another account's webhook is 404, exactly like one that does not exist.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from chaingate.api.types import ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.evm.addresses import checksum_address
 from chaingate.store import new_id
+from chaingate.text import code_point, first_hidden_in_url
 from chaingate.wallets.model import account_of
 from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
 from chaingate.webhooks.model import Kind
@@ -339,6 +341,13 @@ def _confirmations(service: WebhookService, value: int) -> int:
 
 
 async def _url(service: WebhookService, url: str) -> str:
+    hidden = first_hidden_in_url(url)
+    if hidden is not None:  # before the service resolves anything
+        raise ApiError(
+            400,
+            f"invalid field 'url': holds {code_point(hidden)}; a URL may not hold spaces, "
+            "control or invisible formatting characters (they can make it display as another)",
+        )
     try:
         return await service.check_url(url)
     except UrlRefused as exc:

@@ -303,6 +303,13 @@ class Policy:
             return self._contract_refusal(method, params)
         return None
 
+    def contract_refusal(self, method: str, params: bytes) -> tuple[int, str] | None:
+        """The contract list alone, for a call shaped like ``method``'s: what a subsystem
+        answering calls itself (a simulation of an eth_call) asks of the key."""
+        if not self._contracts:
+            return None
+        return self._contract_refusal(method, params)
+
     def subscribe_refusal(self, params: list[Any]) -> tuple[int, str] | None:
         """The same lists for ``eth_subscribe`` over a WebSocket (``params`` decoded): the
         method list must name it, and a ``logs`` subscription is a filter like eth_getLogs."""

@@ -21,6 +21,7 @@ TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523
 BALANCE_OF = "0x70a08231"  # balanceOf(address)
 ZERO_ADDRESS = "0x" + "00" * 20
 MAX_TOKENS = 20  # token contracts probed with balanceOf before the load
+MAX_ACCOUNTS = 20  # addresses probed with eth_getCode for accounts without code
 
 
 class SampleError(RuntimeError):
@@ -88,14 +89,18 @@ class Pool:
     # Blocks whose state the node still holds (a full node prunes old state, an archive node
     # does not): balances and calls are pinned to these.
     state_blocks: list[int] = field(default_factory=list)
+    # Addresses without code at the newest of those: an eth_call to one answers "0x".  (A
+    # contract runs its fallback on empty calldata: it may revert or, as the deterministic
+    # deployer does, run out of gas.)
+    accounts: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         low, high = (self.blocks[0], self.blocks[-1]) if self.blocks else (0, 0)
         return (
             f"blocks {low} to {high} (head {self.head}): {len(self.addresses)} addresses, "
             f"{len(self.transactions)} transactions, {len(self.contracts)} log emitters, "
-            f"{len(self.tokens)} tokens answering balanceOf; state read at "
-            f"{len(self.state_blocks)} of the blocks"
+            f"{len(self.tokens)} tokens answering balanceOf, {len(self.accounts)} accounts "
+            f"without code; state read at {len(self.state_blocks)} of the blocks"
         )
 
 
@@ -129,6 +134,8 @@ def sample(rpc: Rpc, blocks: int, lag: int) -> Pool:
     pool.state_blocks = _state_window(rpc, numbers, pool.addresses[0])
     if pool.state_blocks:
         pool.tokens = _answering(rpc, tokens[:MAX_TOKENS], holders or pool.addresses, pool)
+        if not pool.tokens:
+            pool.accounts = _without_code(rpc, pool.addresses[:MAX_ACCOUNTS], pool)
     return pool
 
 
@@ -144,6 +151,12 @@ def _answering(rpc: Rpc, tokens: list[str], holders: list[str], pool: Pool) -> l
             continue
         kept.append(token)
     return kept
+
+
+def _without_code(rpc: Rpc, addresses: list[str], pool: Pool) -> list[str]:
+    """The addresses that hold no code at the newest state block (externally owned)."""
+    newest = hex(pool.state_blocks[-1])
+    return [a for a in addresses if rpc("eth_getCode", [a, newest]) in ("0x", "0x0")]
 
 
 def _balance_of(token: str, holder: str, block: int) -> Call:
@@ -176,10 +189,8 @@ def make_call(kind: str, pool: Pool, rng: random.Random, logs_range: int) -> Cal
         if pool.tokens:
             holder = rng.choice(pool.holders or pool.addresses)
             return _balance_of(rng.choice(pool.tokens), holder, state_block)
-        # A chain without tokens: a call to an account, answered "0x".
-        return Call(
-            kind, [{"to": rng.choice(pool.addresses), "data": "0x"}, hex(state_block)], True
-        )
+        # A chain without tokens: a call to an account without code, answered "0x".
+        return Call(kind, [{"to": rng.choice(pool.accounts), "data": "0x"}, hex(state_block)], True)
     if kind == "eth_getTransactionReceipt":
         return Call(kind, [rng.choice(pool.transactions)], comparable=True)
     if kind == "eth_getBlockByNumber":
@@ -194,6 +205,8 @@ def available(kind: str, pool: Pool) -> bool:
     """Whether the chain holds what ``kind`` needs: a receipt a transaction, a balance state."""
     if kind == "eth_getTransactionReceipt":
         return bool(pool.transactions)
-    if kind in ("eth_getBalance", "eth_call"):
+    if kind == "eth_getBalance":
         return bool(pool.state_blocks)
+    if kind == "eth_call":
+        return bool(pool.state_blocks) and bool(pool.tokens or pool.accounts)
     return True

@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from chaingate.benchsuite import compare, plan, results
+from chaingate.benchsuite.numbers import (
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+)
 from chaingate.benchsuite.targets import TargetError, parse_targets
 
 KEY_ENV = "CHAINGATE_BENCH_KEY"
@@ -38,23 +45,33 @@ def _common(parser: argparse.ArgumentParser, default_users: int) -> None:
     parser.add_argument(
         "--key", help=f"API key sent as X-API-Key to every target (default: ${KEY_ENV})"
     )
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
     parser.add_argument(
-        "--users", type=int, default=default_users, help=f"users per target ({default_users})"
+        "--duration", type=positive_float, default=30.0, help="seconds of load (30)"
+    )
+    parser.add_argument(
+        "--users",
+        type=positive_int,
+        default=default_users,
+        help=f"users per target ({default_users})",
     )
     parser.add_argument("--shape", choices=plan.SHAPES, default="steady")
-    parser.add_argument("--steps", type=int, default=4, help="steps of --shape step (4)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="per request, seconds (10)")
+    parser.add_argument("--steps", type=positive_int, default=4, help="steps of --shape step (4)")
+    parser.add_argument(
+        "--timeout", type=positive_float, default=10.0, help="per request, seconds (10)"
+    )
     parser.add_argument("--out", type=Path, help="report directory (bench-results/<name>-<time>)")
     parser.add_argument(
-        "--workers", type=int, default=0, help="local worker processes to run the users (0: none)"
+        "--workers",
+        type=non_negative_int,
+        default=0,
+        help="local worker processes to run the users (0: none)",
     )
     parser.add_argument(
         "--master", action="store_true", help="run as a master for workers on other machines"
     )
-    parser.add_argument("--expect-workers", type=int, default=1, help="--master: how many")
+    parser.add_argument("--expect-workers", type=positive_int, default=1, help="--master: how many")
     parser.add_argument("--master-bind", default="*", help="--master: address to listen on")
-    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument("--master-port", type=port, default=5557)
     parser.add_argument(
         "--worker", action="store_true", help="run users for the master at --master-host"
     )
@@ -98,8 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_argument(
         "--drive", help="a devnet node's JSON-RPC URL: send transfers between its accounts"
     )
-    hooks.add_argument("--rate", type=float, default=5.0, help="--drive: transactions/s (5)")
-    hooks.add_argument("--grace", type=float, default=10.0, help="seconds to await stragglers")
+    hooks.add_argument(
+        "--rate", type=positive_float, default=5.0, help="--drive: transactions/s (5)"
+    )
+    hooks.add_argument(
+        "--grace", type=non_negative_float, default=10.0, help="seconds to await stragglers"
+    )
     hooks.add_argument("--receiver", default="127.0.0.1:0", help="HOST:PORT the receiver binds")
     hooks.add_argument("--receiver-url", help="URL the targets post to (default: the bound one)")
     for name, (script, text) in SCRIPTS.items():
@@ -115,9 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) -> plan.Plan:
-    if args.duration <= 0 or args.users <= 0 or args.steps <= 0 or args.timeout <= 0:
-        raise plan.BenchError("--duration, --users, --steps and --timeout must be positive")
-    if args.workers < 0 or (args.workers and (args.master or args.worker)):
+    if args.workers and (args.master or args.worker):
         raise plan.BenchError("--workers N runs its own workers: not with --master/--worker")
     try:
         schemes = ("ws", "wss") if args.workload == "ws" else ("http", "https")
@@ -126,6 +145,12 @@ def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) ->
         raise plan.BenchError(str(exc)) from None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     mode = "worker" if args.worker else "master" if args.master else "local"
+    out = args.out or Path("bench-results") / f"{args.workload}-{stamp}"
+    if mode != "worker":  # a worker writes nothing: its master does
+        try:
+            results.check_writable(out)
+        except OSError as exc:
+            raise plan.BenchError(f"--out {out}: cannot write the report there ({exc})") from None
     return plan.Plan(
         scenario=args.workload,
         targets=targets,
@@ -135,7 +160,7 @@ def _plan(args: argparse.Namespace, argv: list[str], options: dict[str, Any]) ->
         steps=args.steps,
         key=args.key or os.environ.get(KEY_ENV) or None,
         timeout=args.timeout,
-        out=args.out or Path("bench-results") / f"{args.workload}-{stamp}",
+        out=out,
         mode=mode,
         workers=args.workers,
         expect_workers=args.expect_workers,
@@ -183,8 +208,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "version": args.entry_point_version,
             "entry_point": args.entry_point or "",
         }
-    if args.rate <= 0 or args.grace < 0:
-        raise plan.BenchError("--rate must be positive and --grace at least 0")
     return {
         "chain": args.chain,
         "drive": args.drive or "none: the chain's own traffic",

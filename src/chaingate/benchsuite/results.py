@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,14 @@ def _summary_rows(
             yield [section, target, name, "", metric, value]
 
 
+def check_writable(out: Path) -> None:
+    """OSError unless a report can be written in ``out`` (made if missing): asked before the
+    load, so that a run is never measured only to be lost."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=out):
+        pass
+
+
 def write(results: Mapping[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -173,7 +182,15 @@ def write(results: Mapping[str, Any], out: Path) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+    """A run's results.json; ValueError naming the file and what it expected otherwise."""
+    expected = f"expected a chaingate bench results.json (format {FORMAT})"
+    try:
+        data = json.loads(path.read_bytes())
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not text: {expected}") from None
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise ValueError(f"{path}: not JSON ({exc.msg} at {where}): {expected}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a chaingate bench results.json ({FORMAT})")
+        raise ValueError(f"{path}: JSON, but not of this format: {expected}")
     return data

@@ -19,6 +19,7 @@ from chaingate.bundler.mempool import Entry, Stake, new_entry
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.safemode import validate_safe
 from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_validation
+from chaingate.bundler.tracing import code_hashes
 
 
 class Validated(msgspec.Struct, frozen=True):
@@ -55,11 +56,20 @@ class Admission:
         self.min_valid_for = min_valid_for
         self.clock = clock
 
-    def user_op_hash(self, op: UserOperation, entry_point: str, version: Version) -> str:
+    def user_op_hash(
+        self, op: UserOperation, entry_point: str, version: Version, delegate: str | None = None
+    ) -> str:
+        """``delegate``: the sender's EIP-7702 delegate on chain, for a v0.8 operation with the
+        0x7702 initCode marker and no authorization (its hash stands for it)."""
+        digest = user_op_hash(
+            op, entry_point=entry_point, chain_id=self._chain(), version=version, delegate=delegate
+        )
+        return "0x" + digest.hex()
+
+    def _chain(self) -> int:
         if self.chain_id is None:
             raise RuntimeError("the chain id is not known yet")  # the methods wait for it
-        digest = user_op_hash(op, entry_point=entry_point, chain_id=self.chain_id, version=version)
-        return "0x" + digest.hex()
+        return self.chain_id
 
     async def validate(
         self,
@@ -69,13 +79,21 @@ class Admission:
         head: int,
         *,
         paymaster_pending: int = 0,
+        delegate: str | None = None,
     ) -> Validated:
         """The entry to add, or a BundlerFault naming what failed.  ``paymaster_pending``:
         what the paymaster's operations in the mempool can cost at most (EREP-010)."""
-        for title, address in (("factory", op.factory), ("paymaster", op.paymaster)):
+        factory = op.factory if op.deploys else None
+        for title, address in (("factory", factory), ("paymaster", op.paymaster)):
             self.reputation.check_entity(title, address)  # type: ignore[arg-type]
         deposit = await sanity.check(
-            self.client, op, entry_point, version, self.limits, paymaster_pending=paymaster_pending
+            self.client,
+            op,
+            entry_point,
+            version,
+            self.limits,
+            chain_id=self._chain(),
+            paymaster_pending=paymaster_pending,
         )
         now = int(self.clock())
         if self.safe_mode:
@@ -91,7 +109,7 @@ class Admission:
                     info.stake, info.unstake_delay_sec
                 ),
             )
-            code_hashes = tuple(sorted(outcome.code_hashes.items()))
+            code_hashes = tuple(sorted((await self._delegated(op, outcome.code_hashes)).items()))
             storage = outcome.storage
         else:
             result = await simulate_validation(
@@ -106,7 +124,7 @@ class Admission:
             code_hashes, storage = (), ()
         entry = new_entry(
             op,
-            user_op_hash=self.user_op_hash(op, entry_point, version),
+            user_op_hash=self.user_op_hash(op, entry_point, version, delegate),
             entry_point=entry_point,
             version=version,
             now_ms=int(self.clock() * 1000),
@@ -116,11 +134,23 @@ class Admission:
             valid_after=result.valid_after,
             valid_until=result.valid_until,
             prefund=result.prefund,
+            pre_op_gas=result.pre_op_gas,
             code_hashes=code_hashes,
             storage=storage,
             accepted_block=head,
         )
         return Validated(entry, result, deposit)
+
+    async def _delegated(self, op: UserOperation, hashes: dict[str, str]) -> dict[str, str]:
+        """The code hashes bundling checks again.  An EIP-7702 sender whose authorization the
+        bundle carries has its designator only in the simulation (the chain gets it from the
+        bundle itself): its delegate's code stands in for it — the account's code, which
+        must not change before the bundle."""
+        if op.eip7702_auth is None:
+            return hashes
+        kept = {a: h for a, h in hashes.items() if a != op.sender.lower()}
+        kept.update(await code_hashes(self.client, [op.eip7702_auth.address]))
+        return kept
 
 
 __all__ = ["Admission", "BundlerFault", "Validated"]

@@ -1,20 +1,21 @@
-"""Gas estimation for ``eth_estimateUserOperationGas`` (EntryPoint v0.6 and v0.7).
+"""Gas estimation for ``eth_estimateUserOperationGas`` (EntryPoint v0.6, v0.7 and v0.8).
 
 * ``preVerificationGas``: the reference bundler's ``calcPreVerificationGas`` (sdk
   ``DefaultGasOverheads``): the ABI encoding of the packed operation (its fields as a flat
   sequence, signature included) costs 16 gas per non-zero byte and 4 per zero byte, plus the
   transaction's fixed 21000 shared by the bundle (bundle size 1: all of it), 18300 per
-  operation and 4 per 32-byte word of the encoding; ``Math.round`` of the sum.
-* ``verificationGasLimit`` (and v0.7's paymaster limits) and ``callGasLimit``: the EntryPoint's
-  own ``simulateHandleOp`` (v0.6 on the EntryPoint, v0.7 on EntryPointSimulations by state
-  override) at a gas price of 1 wei, so ``paid`` *is* the gas used, with the sender's balance
-  overridden (an undeployed, unfunded account pays its prefund in the simulation). One run
-  executes nothing but calls the sender with ``callData`` from the EntryPoint as the
-  simulation's target — its success and revert data say whether the call reverts (-32521
-  with the reason); one run executes ``callData`` as the operation's call, and the difference
-  in gas paid is the call's; then the estimated limits are run once more and raised until the
-  EntryPoint takes them and the call uses no more gas than unconstrained (an out-of-gas call
-  would burn its whole limit).
+  operation and 4 per 32-byte word of the encoding; ``Math.round`` of the sum; plus 25000
+  for an EIP-7702 authorization (its cost in the bundle's intrinsic gas, PER_EMPTY_ACCOUNT_COST).
+* ``verificationGasLimit`` (and v0.7's paymaster limits) and ``callGasLimit``: the
+  EntryPoint's own ``simulateHandleOp`` (v0.6 on the EntryPoint, v0.7 and v0.8 on
+  EntryPointSimulations by state override, an EIP-7702 sender's delegation overridden in place)
+  at a gas price of 1 wei, so ``paid`` *is* the gas used, with the sender's balance overridden
+  (an undeployed, unfunded account pays its prefund in the simulation). One run executes nothing
+  but calls the sender with ``callData`` from the EntryPoint as the simulation's target — its
+  success and revert data say whether the call reverts (-32521 with the reason); one run
+  executes ``callData`` as the operation's call, and the difference in gas paid is the call's;
+  then the estimated limits are run once more and raised until the EntryPoint takes them and the
+  call uses no more gas than unconstrained (an out-of-gas call would burn its whole limit).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from typing import Any
 
 import msgspec
 
-from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, packed, require_version
+from chaingate.aa.userop import (
+    OP_TUPLE_TYPE,
+    UserOperation,
+    Version,
+    packed,
+    packs_gas,
+    require_version,
+)
 from chaingate.bundler.errors import EXECUTION_REVERTED, SIMULATION_REJECTED, BundlerFault
 from chaingate.bundler.simulation import (
     NodeClient,
@@ -31,7 +39,8 @@ from chaingate.bundler.simulation import (
     decode_validation,
     eth_call,
     revert_fault,
-    simulations_code_v07,
+    simulations_for,
+    state_override,
     validation_call,
 )
 from chaingate.evm import abi
@@ -64,6 +73,8 @@ class Overheads(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_OVERHEADS = Overheads()
+# EIP-7702's PER_EMPTY_ACCOUNT_COST: what an authorization adds to the bundle's intrinsic gas.
+AUTHORIZATION_GAS = 25_000
 
 
 def pre_verification_gas(
@@ -83,7 +94,8 @@ def pre_verification_gas(
         + overheads.fixed * 32
         + overheads.per_user_op_word * (len(encoded) + 31) * overheads.bundle_size
     )
-    return (2 * numerator + denominator) // (2 * denominator)
+    authorization = AUTHORIZATION_GAS if op.eip7702_auth is not None else 0
+    return (2 * numerator + denominator) // (2 * denominator) + authorization
 
 
 def pre_verification_gas_bound(
@@ -107,7 +119,7 @@ class GasEstimate(msgspec.Struct, frozen=True, kw_only=True):
     pre_verification_gas: int
     verification_gas_limit: int
     call_gas_limit: int
-    paymaster_verification_gas_limit: int | None = None  # v0.7 with a paymaster
+    paymaster_verification_gas_limit: int | None = None  # v0.7+ with a paymaster
     paymaster_post_op_gas_limit: int | None = None
 
 
@@ -127,8 +139,7 @@ MIN_CALL_GAS = 9_100  # ERC-4337: callGasLimit covers at least a CALL with value
 
 _EXECUTION_RESULT_V06 = abi.selector("ExecutionResult(uint256,uint256,uint48,uint48,bool,bytes)")
 _SIMULATE_HANDLE_OP: dict[Version, str] = {
-    "0.6": f"simulateHandleOp({OP_TUPLE_TYPE['0.6']},address,bytes)",
-    "0.7": f"simulateHandleOp({OP_TUPLE_TYPE['0.7']},address,bytes)",
+    v: f"simulateHandleOp({t},address,bytes)" for v, t in OP_TUPLE_TYPE.items()
 }
 _ZERO = "0x" + "00" * 20
 # FailedOp reasons a too-low limit causes: out of gas in creation, validation or postOp.
@@ -149,10 +160,11 @@ def _override(
     code: bytes | None,
     limits: EstimationLimits,
 ) -> dict[str, Any]:
-    override: dict[str, Any] = {}
+    override: dict[str, Any] = state_override(op)
     if op.paymaster is None:
-        override[checksum_address(op.sender)] = {"balance": hex(limits.sender_balance)}
-    if version == "0.7":
+        sender = checksum_address(op.sender)
+        override[sender] = {**override.get(sender, {}), "balance": hex(limits.sender_balance)}
+    if packs_gas(version):
         override[entry_point] = {"code": "0x" + (code or b"").hex()}
     return override
 
@@ -192,6 +204,9 @@ async def _simulate_handle_op(
     return _Run(pre, paid, success, result)
 
 
+V08_PENALTY_THRESHOLD = 40_000
+
+
 def _execution_gas(run: _Run, op: UserOperation, version: Version) -> int:
     """Gas the execution phase used: what was paid past preOpGas, less v0.7's penalty of 10%
     of the unused execution limit (paid = used + (limit - used) // 10 when used < limit)."""
@@ -200,6 +215,10 @@ def _execution_gas(run: _Run, op: UserOperation, version: Version) -> int:
         return paid
     limit = op.call_gas_limit + op.paymaster_post_op_gas_limit
     guess = (10 * paid - limit) // 9
+    if version == "0.8":
+        # v0.8 charges the penalty on the call's and postOp's unused gas apart, and only past
+        # 40,000 unused: within a few gas of this (the margins cover them).
+        return guess if guess >= 0 and limit - guess > V08_PENALTY_THRESHOLD else paid
     for used in range(guess - 2, guess + 3):
         if 0 <= used < limit and used + (limit - used) * 10 // 100 == paid:
             return used
@@ -226,9 +245,8 @@ async def estimate_gas(
     BundlerFaults: the EntryPoint's FailedOp, or -32521 with the call's revert reason."""
     version = require_version(version)
     entry_point = checksum_address(entry_point)
-    if version == "0.7" and simulations_code is None:
-        simulations_code = simulations_code_v07()
-    pm_limits = op.paymaster is not None and version == "0.7"
+    simulations_code = simulations_code or simulations_for(version)
+    pm_limits = op.paymaster is not None and packs_gas(version)
     high = op.with_(
         signature=op.signature or DUMMY_SIGNATURE,
         pre_verification_gas=0,
@@ -244,7 +262,7 @@ async def estimate_gas(
         high, entry_point, version, simulations_code, gas=limits.simulation_gas
     )
     override = _override(high, entry_point, version, simulations_code, limits)
-    data, reverted = await eth_call(client, tx, {**override, **(sim_override or {})})
+    data, reverted = await eth_call(client, tx, {**(sim_override or {}), **override})
     validation = decode_validation(version, data, reverted)  # a failed dummy signature is fine
     # 2. Nothing executed, the call made as the simulation's target: does it revert?
     bare_op = high.with_(call_data=b"")

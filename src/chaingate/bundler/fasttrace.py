@@ -39,6 +39,9 @@ opcodes ``opcodes.reachable`` finds in the code of each frame for the frame's se
 when no frame of a judged phase can run anything the collector would record or needs the stack
 for, and the EntryPoint cannot emit a LOG1 at depth 1, the trace is rebuilt from callTracer and
 prestateTracer alone (~1.5 ms instead of ~8 ms on anvil); otherwise the struct log is fetched.
+Deploying operations too (issue 34): CREATE/CREATE2 are counted from their frames (anvil gives
+every one a frame), and the factory phase's EXTCODE* targets are vouched for by the phase
+replayed alone, run beside the two traces (``replay_call``, ``factory_oracle``).
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import opcodes, rules, tracer
-from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
+from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
 from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
+from chaingate.evm import abi
+from chaingate.evm.addresses import create_address
 from chaingate.evm.keccak import keccak256
 
 __all__ = [
@@ -479,16 +484,37 @@ def factory_phase(root: _Frame) -> _Frame | None:
     return next((c for c in root.calls if _method(c) == rules._CREATE_SENDER), None)
 
 
-def replay_call(phase: _Frame, sender: str) -> dict[str, Any]:
-    """The factory phase as a transaction of its own, from ``sender`` (random: no code can
-    name it), with more gas than the phase had (its calldata's cost on top)."""
-    calldata = 16 * (len(phase.input) - 2) // 2
-    return {
-        "from": sender,
-        "to": phase.to,
-        "input": phase.input,
-        "gas": hex(int(phase.gas, 16) + REPLAY_GAS + calldata),
-    }
+def sender_creator(entry_point: str) -> str:
+    """The EntryPoint's SenderCreator: the first contract its constructor creates (every
+    version's ``new SenderCreator()``, CREATE at nonce 1).  ``fast_trace`` checks the factory
+    phase called exactly this address."""
+    return create_address(entry_point, 1)
+
+
+def replay_call(
+    op: UserOperation, entry_point: str, version: Version, sender: str
+) -> dict[str, Any]:
+    """The factory phase as a transaction of its own, known before the validation is traced
+    (it runs beside it), with more gas than the phase gets (verificationGasLimit, and its
+    calldata's cost on top).  v0.6/v0.7: ``createSender(initCode)`` from ``sender`` (random:
+    no code can name it).  v0.8's SenderCreator takes calls from its EntryPoint alone: the
+    factory's own call, from the SenderCreator, as it makes it."""
+    creator = sender_creator(entry_point)
+    if version == "0.8":
+        caller, target, data = creator, str(op.factory), op.factory_data
+    else:
+        caller, target = sender, creator
+        data = abi.encode_call("createSender(bytes)", op.init_code)
+    gas = op.verification_gas_limit + REPLAY_GAS + 16 * len(data)
+    return {"from": caller, "to": target, "input": "0x" + data.hex(), "gas": hex(gas)}
+
+
+def replayed_frame(phase: _Frame, version: Version) -> _Frame | None:
+    """The part of the factory phase ``replay_call`` runs again: all of it, or (v0.8) the
+    SenderCreator's one call to the factory."""
+    if version != "0.8":
+        return phase
+    return phase.calls[0] if len(phase.calls) == 1 else None
 
 
 def _shape(frame: _Frame, *, top: bool = False) -> tuple[Any, ...]:
@@ -544,9 +570,12 @@ def factory_oracle(
 # What the collector records by name in a judged phase (OP-011/013/080, CREATE*, INVALID,
 # SELFDESTRUCT, any unassigned opcode) or judges by its stack (EXTCODE*; TLOAD/TSTORE, whose
 # slots the prestate does not show).  GAS is judged by ``CodeProfile.lone_gas``.
-_JUDGED_BAD = frozenset(
-    n for n, kind in enumerate(tracer.KINDS) if kind in (tracer.NAMED, tracer.EXTCODE)
-) | {0x5C, 0x5D}
+_CREATE_OPS = frozenset({0xF0, 0xF5})
+_EXTCODE_OPS = frozenset({0x3B, 0x3C, 0x3F})
+_JUDGED_BAD = (
+    frozenset(n for n, kind in enumerate(tracer.KINDS) if kind in (tracer.NAMED, tracer.EXTCODE))
+    | {0x5C, 0x5D}
+) - _CREATE_OPS
 # Anywhere else too (an unjudged phase, the EntryPoint at depth 1): what the step walk above
 # falls back on, SELFDESTRUCT and an opcode outside the Cancun table.
 _ANYWHERE_BAD = frozenset(n for n in range(256) if n not in opcodes.EFFECTS) | {0xFF}
@@ -585,24 +614,42 @@ def build_static(
     *,
     entry_point: str,
     version: Version,
+    factory_extcode_harmless: bool = False,
 ) -> FastTrace | Fallback | str:
     """The collector's Trace from callTracer and prestateTracer alone, when static analysis of
     every code that ran proves the struct log would add nothing; else (a str) why it is needed.
 
     Every frame of a judged phase must run code (its own, or the target's for DELEGATECALL/
-    CALLCODE) whose ``opcodes.reachable`` set for the frame's selector has nothing in
-    ``_JUDGED_BAD`` and no GAS that is not immediately followed by a *CALL; the collector would
-    then record no opcode there, exactly as this trace says.  Other phases and the EntryPoint
-    (depth 1, its own selector) must not reach SELFDESTRUCT or an unknown opcode, and the
-    EntryPoint no LOG1 (the collector stops at v0.7's BeforeExecution).  Frames, calls, code
-    sizes and out-of-gas come from callTracer as in ``build_trace``; storage is the stricter
-    prestate rule with "ran SLOAD/SSTORE" read from the static sets (a superset); no CREATE,
-    no frame error but a revert or out-of-gas, caps as the collector's.  Sans-IO.
+    CALLCODE; a CREATE's init code) whose ``opcodes.reachable`` set for the frame's selector
+    has nothing in ``_JUDGED_BAD`` and no GAS that is not immediately followed by a *CALL; the
+    collector would then record no opcode there, exactly as this trace says.  CREATE/CREATE2
+    are counted from their frames: anvil gives every one a frame, one that fails its checks
+    too (with an error, which falls back).  EXTCODE* may run in the factory phase only when
+    ``factory_extcode_harmless`` (the factory phase replayed alone vouched for its targets).
+    Other phases and the EntryPoint (depth 1, its own selector) must not reach SELFDESTRUCT or
+    an unknown opcode, and the EntryPoint no LOG1 (the collector stops at v0.7's
+    BeforeExecution).  Frames, calls, code sizes and out-of-gas come from callTracer as in
+    ``build_trace`` (a contract created here has its code once its CREATE frame is done, as
+    there); storage is the stricter prestate rule with "ran SLOAD/SSTORE" read from the static
+    sets (a superset); no frame error but a revert or out-of-gas; caps as the collector's,
+    KECCAK256's bounded by the gas the frames that can run it spent themselves.  Sans-IO.
     """
     try:
-        return _build_static(root, prestate, op, entry_point.lower(), require_version(version))
+        return _build_static(
+            root,
+            prestate,
+            op,
+            entry_point.lower(),
+            require_version(version),
+            factory_extcode_harmless,
+        )
     except (_NeedSteps, _Unsure) as why:
         return str(why)
+
+
+def _self_gas(frame: _Frame) -> int:
+    """Gas a frame spent itself (its children's excluded): a bound on its own KECCAK256s'."""
+    return max(0, int(frame.gasUsed, 16) - sum(int(c.gasUsed, 16) for c in frame.calls))
 
 
 def _build_static(
@@ -611,6 +658,7 @@ def _build_static(
     op: UserOperation,
     entry_point: str,
     version: Version,
+    factory_extcode_harmless: bool,
 ) -> FastTrace | Fallback:
 
     if root.to is None or root.to.lower() != entry_point:
@@ -619,17 +667,27 @@ def _build_static(
     for address, account in prestate.items():
         code = _hex_bytes(account.code)
         codes[address.lower()] = (code, keccak256(code))
+    # What bundling compares again: the code before the validation (a sender it deploys has
+    # none yet), as the exact path reads it at the block.
+    hashes = {
+        address: "0x" + digest.hex()
+        for address, (_, digest) in codes.items()
+        if address != entry_point and address not in PRECOMPILES
+    }
 
-    def profile_of(address: str, frame: _Frame) -> opcodes.CodeProfile | None:
-        found = codes.get(address)
+    def profile_of(frame: _Frame, target: str) -> opcodes.CodeProfile | None:
+        if frame.type in _CREATES:  # its init code, run from the start (empty calldata)
+            code = _hex_bytes(frame.input)
+            return PROFILES.get(keccak256(code), code, 0) if code else None
+        found = codes.get(target)
         if found is None:
-            if address in PRECOMPILES:
+            if target in PRECOMPILES:
                 return None
-            raise _NeedSteps(f"the code of {address} is not in the prestate")
+            raise _NeedSteps(f"the code of {target} is not in the prestate")
         code, digest = found
         return PROFILES.get(digest, code, _selector(frame)) if code else None
 
-    top = profile_of(entry_point, root)
+    top = profile_of(root, entry_point)
     if top is None:
         raise _NeedSteps("the EntryPoint has no code")
     bad = top.opcodes & (_ANYWHERE_BAD | {_LOG1})
@@ -648,21 +706,29 @@ def _build_static(
         Trace(skeleton, [], entry_point, overflow=False, output="0x", error=None), op, version
     )
     judged = {i for i, p in enumerate(skeleton) if any(p is q for q in mapped.values())}
+    vouched = next((p.index for p in phases if p.method == rules._CREATE_SENDER), None)
 
     calls = 0
-    phase_gas = 0
-    hashing = False
+    keccak_gas = 0
     for index, (phase, frame) in enumerate(zip(phases, children, strict=True)):
         forbidden = _JUDGED_BAD if index in judged else _ANYWHERE_BAD
-        phase_gas += int(frame.gasUsed, 16)
-        todo: list[tuple[_Frame, str, bool]] = [(frame, phase.target, True)]
-        while todo:  # the phase's frames in DFS preorder, as the collector's enter() sees them
-            current, context, is_phase = todo.pop()
+        if index == vouched and factory_extcode_harmless:
+            forbidden = forbidden - _EXTCODE_OPS
+        # The phase's frames in DFS preorder, as the collector's enter() sees them; a CREATE's
+        # code is the chain's once its whole subtree is done (its entry again, ``finished``).
+        todo: list[tuple[_Frame, str, str, bool, bool]] = [
+            (frame, phase.target, phase.target, True, False)
+        ]
+        while todo:
+            current, context, parent_context, is_phase, finished = todo.pop()
+            if finished:
+                if current.error is None and current.to:
+                    runtime = _hex_bytes(current.output)
+                    codes[current.to.lower()] = (runtime, keccak256(runtime))
+                continue
             error = current.error
             if error is not None and error not in _REVERT and not _OOG.search(error):
                 raise _NeedSteps(f"a frame failed with {error!r}")
-            if current.type in _CREATES:
-                raise _NeedSteps(f"{current.type} in validation")
             calls += 1
             if calls > tracer.MAX_CALLS:
                 raise _NeedSteps("more calls than the collector keeps")
@@ -670,10 +736,12 @@ def _build_static(
             if _ran_out_of_gas(current):
                 phase.oog = True
             target = (current.to or "").lower()
-            if not is_phase and target not in phase.code:
+            if current.type in _CREATES:
+                phase.count(current.type, parent_context)  # the opcode, where it ran
+            elif not is_phase and target not in phase.code:
                 size = -1 if target in PRECOMPILES else len(codes.get(target, (b"", b""))[0])
                 phase.code[target] = CodeAccess(size=size, op=current.type)
-            profile = profile_of(target, current)
+            profile = profile_of(current, target)
             if profile is not None:
                 bad = profile.opcodes & forbidden
                 if bad:
@@ -684,17 +752,16 @@ def _build_static(
                     phase.touched_storage.add(context)
                 if _SSTORE in profile.opcodes:
                     phase.stored.add(context)
-                hashing = hashing or _KECCAK in profile.opcodes
+                if _KECCAK in profile.opcodes:
+                    keccak_gas += _self_gas(current)
+            if current.type in _CREATES:
+                todo.append((current, context, parent_context, False, True))
             for inner in reversed(current.calls):
                 own = inner.type in ("DELEGATECALL", "CALLCODE")
-                todo.append((inner, context if own else (inner.to or "").lower(), False))
-    if hashing and phase_gas >= KECCAK_GAS:
-        raise _NeedSteps("enough gas in the phases to overflow the KECCAK256 list")
-    hashes = {
-        address: "0x" + digest.hex()
-        for address, (_, digest) in codes.items()
-        if address != entry_point and address not in PRECOMPILES
-    }
+                inner_context = context if own else (inner.to or "").lower()
+                todo.append((inner, inner_context, context, False, False))
+    if keccak_gas >= KECCAK_GAS:
+        raise _NeedSteps("enough gas in hashing frames to overflow the KECCAK256 list")
     return _assemble(phases, prestate, root, op, entry_point, version, hashes)
 
 
@@ -724,18 +791,21 @@ async def fast_trace(
     version: Version,
     simulations_code: bytes | None,
 ) -> FastTrace | Fallback:
-    """``op``'s validation traced by the native tracers (``build_trace``), or a Fallback.
+    """``op``'s validation traced by the native tracers (``build_static``, else
+    ``build_trace``), or a Fallback.
 
-    The block is pinned first; callTracer and prestateTracer run concurrently, then — if the
-    validation used at most ``MAX_GAS`` — the struct log.  A node error is a Fallback too: the
-    exact path then gives the node's own answer.
+    The block is pinned first; callTracer and prestateTracer run concurrently — with the
+    factory phase's replay (two more) for a deploying operation — then, only when static
+    analysis cannot do without it and the validation used at most ``MAX_GAS``, the struct
+    log.  A node error is a Fallback too: the exact path then gives the node's own answer.
     """
     version = require_version(version)
-    if version == "0.7" and simulations_code is None:
-        simulations_code = simulations_code_v07()
-    tx, override = validation_call(op, entry_point, version, simulations_code)
+    tx, override = validation_call(
+        op, entry_point, version, simulations_code or simulations_for(version)
+    )
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
     failed = ""
+    replay: dict[str, Any] = {}
     try:
         block = await client.call("eth_blockNumber", [])
         if not isinstance(block, str):
@@ -749,23 +819,26 @@ async def fast_trace(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trace, "calls", {"tracer": "callTracer"}, _Frame)
             nursery.start_soon(trace, "prestate", {"tracer": "prestateTracer"}, _Prestate)
+            if op.deploys:
+                nursery.start_soon(_replay_factory, client, op, entry_point, version, block, replay)
         root: _Frame = answers["calls"]
         prestate: dict[str, _Account] = answers["prestate"]
-        static = build_static(root, prestate, op, entry_point=entry_point, version=version)
+        harmless = op.deploys and _vouched(root, op, entry_point, version, replay) is None
+        static = build_static(
+            root,
+            prestate,
+            op,
+            entry_point=entry_point,
+            version=version,
+            factory_extcode_harmless=harmless,
+        )
         if not isinstance(static, str):
             STRUCT_LOG["skipped"] += 1
             return static
         STRUCT_LOG["fetched"] += 1
         if int(root.gasUsed, 16) > MAX_GAS:
             return Fallback(f"validation used more than {MAX_GAS} gas")
-        deploying = factory_phase(root) if op.factory is not None else None
-        oracle: list[str | None] = ["no factory phase"]
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trace, "steps", _STRUCT_CONFIG, _StructLog)
-            if deploying is not None:
-                nursery.start_soon(
-                    _replay_factory, client, deploying, op, entry_point, block, oracle
-                )
+        await trace("steps", _STRUCT_CONFIG, _StructLog)
         log: _StructLog = answers["steps"]
     except* RpcCallError as group:  # alone or from a nursery: the traces run concurrently
         failed = f"the node refused a native trace: {_first(group)}"
@@ -783,10 +856,33 @@ async def fast_trace(
             op,
             entry_point=entry_point,
             version=version,
-            factory_extcode_harmless=oracle[0] is None,
+            factory_extcode_harmless=harmless,
         )
     except ValueError as error:  # a malformed number in the node's answer
         return Fallback(f"unexpected native trace: {error}")
+
+
+def _vouched(
+    root: _Frame, op: UserOperation, entry_point: str, version: Version, replay: dict[str, Any]
+) -> str | None:
+    """``factory_oracle``'s verdict on the replay against the validation's factory phase
+    (None: its EXTCODE* targets are harmless), or why it cannot vouch."""
+    phase = factory_phase(root)
+    if phase is None:
+        return "no factory phase"
+    if (phase.to or "").lower() != sender_creator(entry_point).lower():
+        return "the factory phase did not call the EntryPoint's SenderCreator"
+    replayed = replayed_frame(phase, version)
+    if replayed is None:
+        return "the SenderCreator did not make one call"
+    return factory_oracle(
+        replayed,
+        replay["calls"],
+        replay["prestate"],
+        op,
+        entry_point=entry_point,
+        unknowable=replay["unknowable"],
+    )
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:
@@ -796,21 +892,22 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
 
 async def _replay_factory(
     client: NodeClient,
-    phase: _Frame,
     op: UserOperation,
     entry_point: str,
+    version: Version,
     block: str,
-    verdict: list[str | None],
+    found: dict[str, Any],
 ) -> None:
-    """``factory_oracle``'s verdict on the factory phase replayed alone, into ``verdict[0]``
-    (callTracer and prestateTracer, concurrently, at the validation's block)."""
+    """The factory phase replayed alone (``replay_call``) under callTracer and
+    prestateTracer, concurrently, at the validation's block, into ``found``: "calls",
+    "prestate" and the "unknowable" addresses (its random sender and coinbase)."""
     sender, coinbase = (
         "0x" + secrets.token_bytes(20).hex(),
         "0x" + secrets.token_bytes(20).hex(),
     )
-    params = [replay_call(phase, sender), block]
+    params = [replay_call(op, entry_point, version, sender), block]
     overrides = {"blockOverrides": {"coinbase": coinbase}}
-    found: dict[str, Any] = {}
+    found["unknowable"] = (sender, coinbase)
 
     async def run(name: str, tracer_name: str, kind: Any) -> None:
         config = {"tracer": tracer_name, **overrides}
@@ -819,11 +916,3 @@ async def _replay_factory(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run, "calls", "callTracer", _Frame)
         nursery.start_soon(run, "prestate", "prestateTracer", _Prestate)
-    verdict[0] = factory_oracle(
-        phase,
-        found["calls"],
-        found["prestate"],
-        op,
-        entry_point=entry_point,
-        unknowable=(sender, coinbase),
-    )

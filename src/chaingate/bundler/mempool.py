@@ -119,6 +119,9 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     valid_after: int = 0  # seconds (chain time), from validation
     valid_until: int | None = None  # seconds; None (or 0, the EntryPoint's way): no limit
     prefund: int = 0
+    # Gas validation used (the EntryPoint's preOpGas, preVerificationGas included): what a
+    # bundle's gas cap counts, not verificationGasLimit (0: not known, the limits count).
+    pre_op_gas: int = 0
     # (address, EXTCODEHASH) of the contracts validation touched: COD-010 re-checks them.
     code_hashes: tuple[tuple[str, str], ...] = ()
     # The contracts (but the sender) whose storage validation read or wrote: STO-041.
@@ -161,12 +164,28 @@ def new_entry(
         nonce=op.nonce,
         max_fee_per_gas=op.max_fee_per_gas,
         max_priority_fee_per_gas=op.max_priority_fee_per_gas,
-        factory=_lower(op.factory),
+        # The EIP-7702 marker names no factory: no entity to count or blame.
+        factory=_lower(op.factory) if op.deploys else None,
         paymaster=_lower(op.paymaster),
         submitted_at=now_ms,
         updated_at=now_ms,
         **validation,  # type: ignore[arg-type]
     )
+
+
+def expected_gas(entry: Entry) -> int:
+    """The gas the operation is expected to use in a bundle, as the reference bundler counts
+    it against its cap: validation as simulated (preOpGas) plus the call and postOp limits.
+    A limit-sized cap (``op_gas``) would let one operation declaring a large
+    verificationGasLimit fill a bundle it does not use (two with 5M each would never share a
+    10M bundle: EREP-020's compliance case)."""
+    if not entry.pre_op_gas:
+        return op_gas(entry)
+    op = entry.op
+    post_op = (
+        op.verification_gas_limit if entry.version == "0.6" and op.paymaster is not None else 0
+    )
+    return entry.pre_op_gas + op.call_gas_limit + op.paymaster_post_op_gas_limit + post_op
 
 
 def op_gas(entry: Entry) -> int:
@@ -570,7 +589,7 @@ class Mempool:
                 for a, s in zip(entities, statuses, strict=True)
             ):
                 continue
-            cost = op_gas(e)
+            cost = expected_gas(e)
             if gas + cost > max_gas:
                 continue  # a smaller one may still fit
             gas += cost

@@ -19,9 +19,10 @@ from typing import Any
 
 import trio
 
-from chaingate.aa.userop import UserOperation, Version, handle_ops_calldata
+from chaingate.aa.userop import UserOperation, Version, authorizations, handle_ops_calldata
 from chaingate.bundler.admission import Admission
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
+from chaingate.bundler.estimation import AUTHORIZATION_GAS
 from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
 from chaingate.bundler.receiptstore import ReceiptRow
 from chaingate.bundler.reputation import Reputation
@@ -32,6 +33,7 @@ from chaingate.bundler.tracing import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
 from chaingate.evm import abi
+from chaingate.evm.eip7702 import delegate_of
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
@@ -128,10 +130,11 @@ class BundlerNetwork:
 
     async def accept(self, op: UserOperation, entry_point: str, version: Version) -> str:
         try:
+            delegate = await self.delegate_on_chain(op)
             # What the mempool can refuse without validation, before any node call.
             provisional = new_entry(
                 op,
-                user_op_hash=self.admission.user_op_hash(op, entry_point, version),
+                user_op_hash=self.admission.user_op_hash(op, entry_point, version, delegate),
                 entry_point=entry_point,
                 version=version,
                 now_ms=int(self.clock() * 1000),
@@ -143,7 +146,7 @@ class BundlerNetwork:
                 else 0
             )
             validated = await self.admission.validate(
-                op, entry_point, version, self.head, paymaster_pending=pending
+                op, entry_point, version, self.head, paymaster_pending=pending, delegate=delegate
             )
             async with self._lock:
                 added = self.mempool.add(
@@ -164,6 +167,22 @@ class BundlerNetwork:
         self.accepted[version] += 1
         self._wake.set()
         return added.entry.hash
+
+    async def delegate_on_chain(self, op: UserOperation) -> str | None:
+        """The sender's EIP-7702 delegate on chain, for the hash of a v0.8 operation with the
+        0x7702 initCode marker and no authorization of its own (None for any other)."""
+        if not op.eip7702_init or op.eip7702_auth is not None:
+            return None
+        code = await self.client.call("eth_getCode", [op.sender, "latest"])
+        found = delegate_of(bytes.fromhex(code[2:])) if isinstance(code, str) else None
+        if found is None:
+            raise BundlerFault(
+                INVALID_PARAMS,
+                f"userOp.factory: the EIP-7702 marker needs a delegated sender: {op.sender} is "
+                "not delegated and the operation carries no eip7702Auth",
+                {"field": "factory"},
+            )
+        return found
 
     async def _persist(self, entries: Sequence[Entry], term: int | None = None) -> None:
         """The new states of entries the mempool moved (what its calls returned); ``term``:
@@ -422,7 +441,8 @@ class BundlerNetwork:
             calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
             nonce = await self.submitter.next_nonce()
             self._still_leading()
-            raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce)
+            auths = authorizations([e.op for e in entries])
+            raw, bundle_tx = self.submitter.sign(entry_point, calldata, gas, fees, nonce, auths)
             hashes = [e.hash for e in entries]
             # The signed transaction and its operations' new state are recorded first, fenced
             # by this leader's term: a leader deposed meanwhile records nothing and sends
@@ -444,7 +464,14 @@ class BundlerNetwork:
 
             try:
                 mined = await self.submitter.wait_mined(
-                    bundle_tx, nonce, entry_point, calldata, gas, fees, before_resend=record_copy
+                    bundle_tx,
+                    nonce,
+                    entry_point,
+                    calldata,
+                    gas,
+                    fees,
+                    auths,
+                    before_resend=record_copy,
                 )
             except NotMined:
                 await self._requeue(entries, "bundle transaction not mined", term)
@@ -554,14 +581,28 @@ class BundlerNetwork:
 
     async def _bundle_gas(self, entries: list[Entry], entry_point: str, version: Version) -> int:
         """The bundle transaction's gas limit: the node's estimate + 20%, and never less than
-        the operations' own limits: the EntryPoint reserves an operation's verification gas
-        again when it executes it (AA95), so a limit near the sum of the limits reverts."""
+        the operations' own limits (the EntryPoint reserves an operation's verification gas
+        again when it executes it (AA95), so a limit near the sum of the limits reverts) — but
+        never more than a block holds."""
         assert self.submitter is not None
         calldata = handle_ops_calldata([e.op for e in entries], self._beneficiary(), version)
-        tx = {"from": self.submitter.address, "to": entry_point, "data": "0x" + calldata.hex()}
+        tx: dict[str, Any] = {
+            "from": self.submitter.address,
+            "to": entry_point,
+            "data": "0x" + calldata.hex(),
+        }
+        auths = authorizations([e.op for e in entries])
+        if auths:
+            tx["authorizationList"] = [a.json() for a in auths]
         estimate = int(await self.client.call("eth_estimateGas", [tx]), 16)
-        limits = BUNDLE_OVERHEAD_GAS + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries)
-        return max(estimate * 6 // 5, limits)
+        limits = (
+            BUNDLE_OVERHEAD_GAS
+            + sum(op_gas(e) + PER_OP_OVERHEAD_GAS for e in entries)
+            + AUTHORIZATION_GAS * len(auths)
+        )
+        gas = max(estimate * 6 // 5, limits)
+        # The limits of operations selected by their expected gas may sum past a block.
+        return min(gas, self.submitter.block_gas_limit or gas)
 
     async def _alone(
         self, entries: list[Entry], entry_point: str, version: Version, why: str, term: int | None

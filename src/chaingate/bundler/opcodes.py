@@ -32,6 +32,8 @@ from collections import OrderedDict
 
 import msgspec
 
+from chaingate.evm.keccak import keccak256
+
 __all__ = ["CALLS", "CodeProfile", "ProfileCache", "profile", "reachable"]
 
 STOP, JUMP, JUMPDEST, GAS, PUSH1, PUSH32 = 0x00, 0x56, 0x5B, 0x5A, 0x60, 0x7F
@@ -174,19 +176,31 @@ def _compute(op: int, args: list[Value], pc: int, selector: int, fresh: Sym) -> 
 
 
 def reachable(code: bytes, selector: int) -> CodeProfile | None:
-    """The opcodes any execution of ``code`` *called with this 4-byte selector* can run, by
-    abstract execution from offset 0 over every path.  Known words: PUSH data, PC, the
-    selector (CALLDATALOAD(0) shifted or divided down), bitwise/comparison results of known
-    words, and an unknown word on a path after a JUMPI that tested it (or its ISZERO) for zero
-    (solc's ``DUP1 ISZERO PUSH tag JUMPI`` after a call, tested again at the join).  A JUMPI
-    on a known condition takes one way, on an unknown one both; a jump to an unknown target,
-    an unassigned opcode or ``MAX_STEPS`` gives up (None).
+    """``reachable_within`` without the extent."""
+    return reachable_within(code, selector)[0]
 
-    Every real execution follows one of the explored paths (stack heights are exact, a known
-    word equals the real one), so the result is a superset of what runs, never laxer than
-    ``profile`` and much smaller for a contract whose other functions do what a rule bans.
+
+def reachable_within(code: bytes, selector: int) -> tuple[CodeProfile | None, int | None]:
+    """(profile, extent): the opcodes any execution of ``code`` *called with this 4-byte
+    selector* can run, by abstract execution from offset 0 over every path. Known words: PUSH
+    data, PC, the selector (CALLDATALOAD(0) shifted or divided down), bitwise/comparison results
+    of known words, and an unknown word on a path after a JUMPI that tested it (or its ISZERO)
+    for zero (solc's ``DUP1 ISZERO PUSH tag JUMPI`` after a call, tested again at the join). A
+    JUMPI on a known condition takes one way, on an unknown one both; a jump to an unknown
+    target, an unassigned opcode or ``MAX_STEPS`` gives up (None). Every real execution follows
+    one of the explored paths (stack heights are exact, a known word equals the real one), so
+    the result is a superset of what runs, never laxer than ``profile`` and much smaller for a
+    contract whose other functions do what a rule bans.
+
+    ``extent``: the analysis read no byte at or past it (executed opcodes, PUSH data, jump
+    targets, the byte after a GAS) and never ran off the code's end, so any code starting with
+    ``code[:extent]`` has this same profile (a JUMPDEST below it is one in both: the sweep
+    that finds them reads only the bytes before); None when the profile depends on more (the
+    code's end, or a give-up).  A constructor's init code ends with its arguments, which its
+    code only copies: its profile holds for every argument (``ProfileCache``).
     """
     end = len(code)
+    extent = 0
     jumpdests: set[int] = set()
     i = 0
     while i < end:
@@ -211,19 +225,23 @@ def reachable(code: bytes, selector: int) -> CodeProfile | None:
         while pc < end:  # past the end: STOP
             steps += 1
             if steps > MAX_STEPS:
-                return None
+                return None, None
             op = code[pc]
+            extent = max(extent, pc + 1)
             found.add(op)
             effect = EFFECTS.get(op)
             if effect is None:
-                return None  # unassigned: a newer fork may give it a meaning
+                return None, None  # unassigned: a newer fork may give it a meaning
             pops, pushes = effect
             if len(stack) < pops or len(stack) - pops + pushes > 1024:
                 break  # stack underflow/overflow: the EVM halts here
-            if op == GAS and (pc + 1 >= end or code[pc + 1] not in CALLS):
-                lone_gas = True
+            if op == GAS:
+                extent = max(extent, pc + 2)
+                if pc + 1 >= end or code[pc + 1] not in CALLS:
+                    lone_gas = True
             if PUSH1 <= op <= PUSH32:
                 n = op - PUSH1 + 1
+                extent = max(extent, pc + 1 + n)
                 stack.append(int.from_bytes(code[pc + 1 : pc + 1 + n].ljust(n, b"\0"), "big"))
                 pc += n + 1
                 continue
@@ -238,7 +256,8 @@ def reachable(code: bytes, selector: int) -> CodeProfile | None:
                 taken, fallen = _branches(stack, cond)
                 if taken is not None:
                     if not isinstance(target, int):
-                        return None
+                        return None, None
+                    extent = max(extent, min(target, end) + 1)
                     if target in jumpdests:
                         work.append((target, _canonical(taken)))
                 if op == JUMPI and fallen is not None:
@@ -252,7 +271,10 @@ def reachable(code: bytes, selector: int) -> CodeProfile | None:
                     counter += 1
                     stack.append(_compute(op, args, pc, selector, ("v", counter)))
             pc += 1
-    return CodeProfile(opcodes=frozenset(found), lone_gas=lone_gas)
+        else:
+            extent = end + 1  # ran off the end: the profile depends on where it is
+    profile = CodeProfile(opcodes=frozenset(found), lone_gas=lone_gas)
+    return profile, (extent if extent <= end else None)
 
 
 def _branches(stack: list[Value], cond: Value) -> tuple[list[Value] | None, list[Value] | None]:
@@ -270,13 +292,20 @@ def _branches(stack: list[Value], cond: Value) -> tuple[list[Value] | None, list
 
 class ProfileCache:
     """Profiles by code hash (``profile``) and by code hash and selector (``reachable``, or
-    ``profile`` where it gives up); least recently used first out, at most ``size`` each."""
+    ``profile`` where it gives up); least recently used first out, at most ``size`` each.  A
+    ``reachable`` profile with an extent is also kept under the hash of the code up to it:
+    another code with that prefix (a constructor's with other arguments) gets it without
+    another analysis; at most ``MAX_PREFIX_LENGTHS`` distinct prefix lengths are tried."""
+
+    MAX_PREFIX_LENGTHS = 16
 
     def __init__(self, size: int = 1024) -> None:
         if size < 1:
             raise ValueError("cache size must be at least 1")
         self.size = size
         self._items: OrderedDict[tuple[bytes, int | None], CodeProfile] = OrderedDict()
+        self._prefixed: OrderedDict[tuple[int, bytes, int], CodeProfile] = OrderedDict()
+        self._lengths: OrderedDict[int, None] = OrderedDict()
 
     def get(self, code_hash: bytes, code: bytes, selector: int | None = None) -> CodeProfile:
         key = (code_hash, selector)
@@ -284,13 +313,36 @@ class ProfileCache:
         if found is not None:
             self._items.move_to_end(key)
             return found
-        made = None if selector is None else reachable(code, selector)
+        made = None
+        if selector is not None:
+            made = self._by_prefix(code, selector)
+            if made is None:
+                made, extent = reachable_within(code, selector)
+                if made is not None and extent is not None:
+                    self._keep_prefix(code, selector, extent, made)
         if made is None:
             made = profile(code)
         self._items[key] = made
         if len(self._items) > self.size:
             self._items.popitem(last=False)
         return made
+
+    def _by_prefix(self, code: bytes, selector: int) -> CodeProfile | None:
+        for length in self._lengths:
+            if length <= len(code):
+                found = self._prefixed.get((length, keccak256(code[:length]), selector))
+                if found is not None:
+                    return found
+        return None
+
+    def _keep_prefix(self, code: bytes, selector: int, extent: int, made: CodeProfile) -> None:
+        self._prefixed[(extent, keccak256(code[:extent]), selector)] = made
+        if len(self._prefixed) > self.size:
+            self._prefixed.popitem(last=False)
+        self._lengths[extent] = None
+        self._lengths.move_to_end(extent)
+        if len(self._lengths) > self.MAX_PREFIX_LENGTHS:
+            self._lengths.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._items)

@@ -21,7 +21,7 @@ import trio
 
 from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_event
 from chaingate.bundler.receiptstore import BundlerReceiptRows, ReceiptRow
-from chaingate.chain.consumer import consume
+from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
 from chaingate.evm import abi
 from chaingate.store import Store
@@ -112,6 +112,8 @@ class ReceiptTracker:
         self._head = head  # told of every block applied, once its receipts are in
         self.stats: Counter[str] = Counter()
         self.head = 0  # the newest block applied
+        # Where each term goes on from (chaingate.chain.catchup): kept for it.
+        self.position = KeptPosition(store, "bundler", chain, network, self.stats)
 
     async def handle(self, event: ChainEvent) -> None:
         store = self.store
@@ -142,6 +144,7 @@ class ReceiptTracker:
             label=self.label,
             stats=self.stats,
             log=log,
+            position=self.position,
         )
 
     @property

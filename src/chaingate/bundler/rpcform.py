@@ -2,12 +2,14 @@
 
 v0.6 takes the eleven fields of its struct (``initCode``, ``paymasterAndData``); v0.7 the
 unpacked ones (``factory``/``factoryData``, ``paymaster``/``paymasterVerificationGasLimit``/
-``paymasterPostOpGasLimit``/``paymasterData``). Anything else is refused with -32602 naming
-the field: a missing required field, a field of the other version, an unknown field, a value
-that is not a string, not 0x-hex, a quantity too large for its type, bytes over the bound.
-Quantities may carry leading zeros (some clients pad them); null stands for an absent optional
-field. ``partial=True`` is ``eth_estimateUserOperationGas``'s form: the gas limits, fees and the
-signature may be left out (they are what is being estimated, or a stub).
+``paymasterPostOpGasLimit``/``paymasterData``); v0.8 those of v0.7, a ``factory`` that may be
+the EIP-7702 marker (``0x7702``, or zero-padded to 20 bytes), and ``eip7702Auth`` — the sender's
+EIP-7702 authorization ``{chainId, address, nonce, yParity, r, s}``. Anything else is refused
+with -32602 naming the field: a missing required field, a field of the other version, an unknown
+field, a value that is not a string, not 0x-hex, a quantity too large for its type, bytes over
+the bound. Quantities may carry leading zeros (some clients pad them); null stands for an absent
+optional field. ``partial=True`` is ``eth_estimateUserOperationGas``'s form: the gas limits,
+fees and the signature may be left out (they are what is being estimated, or a stub).
 
 (``wallets/erc7677.py`` has its own lenient parser for paymaster stubs; this one is the
 bundler's.)
@@ -18,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chaingate.aa.userop import UserOperation, Version, require_version
+from chaingate.aa.userop import EIP7702_SHORT, UserOperation, Version, require_version
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.evm.addresses import checksum_address
+from chaingate.evm.eip7702 import Authorization, parse_authorization
 
 __all__ = ["MAX_FIELD_BYTES", "encode_user_operation", "parse_user_operation"]
 
@@ -39,6 +42,20 @@ _COMMON: dict[str, tuple[str, int, bool, bool]] = {
     "preVerificationGas": ("quantity", _U256, True, False),
     "signature": ("bytes", 0, True, False),
 }
+_PACKED: dict[str, tuple[str, int, bool, bool]] = {
+    **_COMMON,
+    # v0.7 and later pack these two to a bytes32 each: uint128.
+    "callGasLimit": ("quantity", _U128, True, False),
+    "verificationGasLimit": ("quantity", _U128, True, False),
+    "maxFeePerGas": ("quantity", _U128, True, False),
+    "maxPriorityFeePerGas": ("quantity", _U128, True, False),
+    "factory": ("address", 0, False, False),
+    "factoryData": ("bytes", 0, False, False),
+    "paymaster": ("address", 0, False, False),
+    "paymasterVerificationGasLimit": ("quantity", _U128, False, False),
+    "paymasterPostOpGasLimit": ("quantity", _U128, False, False),
+    "paymasterData": ("bytes", 0, False, False),
+}
 _FIELDS: dict[str, dict[str, tuple[str, int, bool, bool]]] = {
     "0.6": {
         **_COMMON,
@@ -49,31 +66,27 @@ _FIELDS: dict[str, dict[str, tuple[str, int, bool, bool]]] = {
         "maxPriorityFeePerGas": ("quantity", _U256, True, False),
         "paymasterAndData": ("bytes", 0, True, False),
     },
-    "0.7": {
-        **_COMMON,
-        # v0.7 packs these two to a bytes32 each: uint128.
-        "callGasLimit": ("quantity", _U128, True, False),
-        "verificationGasLimit": ("quantity", _U128, True, False),
-        "maxFeePerGas": ("quantity", _U128, True, False),
-        "maxPriorityFeePerGas": ("quantity", _U128, True, False),
-        "factory": ("address", 0, False, False),
-        "factoryData": ("bytes", 0, False, False),
-        "paymaster": ("address", 0, False, False),
-        "paymasterVerificationGasLimit": ("quantity", _U128, False, False),
-        "paymasterPostOpGasLimit": ("quantity", _U128, False, False),
-        "paymasterData": ("bytes", 0, False, False),
-    },
+    "0.7": _PACKED,
+    "0.8": {**_PACKED, "eip7702Auth": ("auth", 0, False, False)},
 }
+# Fields of another version: refused naming the version that takes them.
 _OTHER_VERSION = {
-    "0.6": (
-        "factory",
-        "factoryData",
-        "paymaster",
-        "paymasterVerificationGasLimit",
-        "paymasterPostOpGasLimit",
-        "paymasterData",
-    ),
-    "0.7": ("initCode", "paymasterAndData"),
+    "0.6": {
+        **dict.fromkeys(
+            (
+                "factory",
+                "factoryData",
+                "paymaster",
+                "paymasterVerificationGasLimit",
+                "paymasterPostOpGasLimit",
+                "paymasterData",
+            ),
+            "0.7",
+        ),
+        "eip7702Auth": "0.8",
+    },
+    "0.7": {"initCode": "0.6", "paymasterAndData": "0.6", "eip7702Auth": "0.8"},
+    "0.8": {"initCode": "0.6", "paymasterAndData": "0.6"},
 }
 _HEX = frozenset("0123456789abcdefABCDEF")
 
@@ -125,13 +138,29 @@ def _address(field: str, value: Any) -> str:
     return address
 
 
+def _factory(field: str, value: Any) -> str:
+    """v0.8's factory: an address, or the EIP-7702 marker as viem sends it (two bytes)."""
+    if isinstance(value, str) and value.lower() == EIP7702_SHORT:
+        return EIP7702_SHORT
+    return _address(field, value)
+
+
+def _authorization(value: Any) -> Authorization:
+    """``eip7702Auth`` as ERC-7769 (v0.8) gives it; its signature is checked by admission."""
+    try:
+        return parse_authorization(value)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0]
+        raise BundlerFault(INVALID_PARAMS, f"userOp.{exc}", {"field": field}) from None
+
+
 def _read(obj: Mapping[str, Any], version: Version, partial: bool) -> dict[str, Any]:
     fields = _FIELDS[version]
     for name in obj:
         if name in fields:
             continue
-        if name in _OTHER_VERSION[version]:
-            other = "0.7" if version == "0.6" else "0.6"
+        other = _OTHER_VERSION[version].get(name)
+        if other is not None:
             raise _fault(name, f"a v{other} field; EntryPoint v{version} does not take it")
         raise _fault(str(name)[:64], "unknown field")
     values: dict[str, Any] = {}
@@ -142,7 +171,10 @@ def _read(obj: Mapping[str, Any], version: Version, partial: bool) -> dict[str, 
                 raise _fault(name, "missing")
             continue
         if kind == "address":
-            values[name] = _address(name, value)
+            factory = name == "factory" and version == "0.8"
+            values[name] = _factory(name, value) if factory else _address(name, value)
+        elif kind == "auth":
+            values[name] = _authorization(value)
         elif kind == "quantity":
             values[name] = _quantity(name, value, bits)
         else:
@@ -211,6 +243,7 @@ def parse_user_operation(obj: Any, version: Version, *, partial: bool = False) -
         paymaster_verification_gas_limit=pm_verification,
         paymaster_post_op_gas_limit=pm_post_op,
         paymaster_data=pm_data,
+        eip7702_auth=v.get("eip7702Auth"),
     )
 
 
@@ -245,7 +278,8 @@ def encode_user_operation(op: UserOperation, version: Version) -> dict[str, Any]
         }
     out = dict(common)
     if op.factory is not None:
-        out["factory"] = checksum_address(op.factory)
+        short = op.factory == EIP7702_SHORT
+        out["factory"] = op.factory if short else checksum_address(op.factory)
         out["factoryData"] = _hex(op.factory_data)
     out["callData"] = _hex(op.call_data)
     out.update(gas)
@@ -255,6 +289,16 @@ def encode_user_operation(op: UserOperation, version: Version) -> dict[str, Any]
         out["paymasterPostOpGasLimit"] = hex(op.paymaster_post_op_gas_limit)
         out["paymasterData"] = _hex(op.paymaster_data)
     out["signature"] = _hex(op.signature)
+    auth = op.eip7702_auth
+    if auth is not None:
+        out["eip7702Auth"] = {
+            "chainId": hex(auth.chain_id),
+            "address": auth.address,
+            "nonce": hex(auth.nonce),
+            "yParity": hex(auth.y_parity),
+            "r": hex(auth.r),
+            "s": hex(auth.s),
+        }
     return out
 
 

@@ -86,12 +86,12 @@ _ASSOCIATED_SPAN = 128  # keccak(A||x)+n, n < 128: a struct at a mapping entry
 _DEPOSIT_TO = "0x" + abi.selector("depositTo(address)").hex()
 _CREATE_SENDER = "0x" + abi.selector("createSender(bytes)").hex()
 _VALIDATE_USER_OP = {
-    v: "0x" + abi.selector(f"validateUserOp({OP_TUPLE_TYPE[v]},bytes32,uint256)").hex()
-    for v in ("0.6", "0.7")
+    v: "0x" + abi.selector(f"validateUserOp({t},bytes32,uint256)").hex()
+    for v, t in OP_TUPLE_TYPE.items()
 }
 _VALIDATE_PAYMASTER = {
-    v: "0x" + abi.selector(f"validatePaymasterUserOp({OP_TUPLE_TYPE[v]},bytes32,uint256)").hex()
-    for v in ("0.6", "0.7")
+    v: "0x" + abi.selector(f"validatePaymasterUserOp({t},bytes32,uint256)").hex()
+    for v, t in OP_TUPLE_TYPE.items()
 }
 
 
@@ -175,7 +175,7 @@ def check_rules(
 
 def _entities(op: UserOperation) -> dict[Role, str | None]:
     return {
-        "factory": op.factory.lower() if op.factory else None,
+        "factory": op.factory.lower() if op.factory and op.deploys else None,
         "account": op.sender.lower(),
         "paymaster": op.paymaster.lower() if op.paymaster else None,
     }
@@ -185,7 +185,7 @@ def _phases(trace: Trace, op: UserOperation, version: Version) -> dict[Role, Pha
     """Which top-level call is which entity's: by the method the EntryPoint called."""
     found: dict[Role, Phase] = {}
     for phase in trace.phases:
-        if phase.method == _CREATE_SENDER and op.factory:
+        if phase.method == _CREATE_SENDER and op.deploys:
             found.setdefault("factory", phase)
         elif phase.method == _VALIDATE_USER_OP[version] and phase.target == op.sender.lower():
             found.setdefault("account", phase)
@@ -290,7 +290,7 @@ class _Judge:
         creators = self.phase.opcodes.get("CREATE", {})
         for contract in sorted(creators):
             # OP-032: only the sender itself, and only when this op deploys it.
-            if not (self.op.factory and contract == self.sender):
+            if not (self.op.deploys and contract == self.sender):
                 raise self._banned("OP-032", "CREATE", contract)
 
     def calls(self) -> None:
@@ -346,7 +346,7 @@ class _Judge:
 
     def storage(self) -> None:
         needs_stake: tuple[str, str, str] | None = None  # (rule, contract, slot)
-        deploying = self.op.factory is not None
+        deploying = self.op.deploys
         factory_staked = bool(self.staked.get("factory", False))
         for contract, access in sorted(self.phase.storage.items()):
             if contract == self.sender:
@@ -392,7 +392,7 @@ class _Judge:
         """The reference bundler's name of a contract in storage messages."""
         for role, address in (
             ("account", self.sender),
-            ("factory", (self.op.factory or "").lower()),
+            ("factory", (self.op.factory or "").lower() if self.op.deploys else ""),
             ("paymaster", (self.op.paymaster or "").lower()),
             ("entryPoint", self.entry_point),
         ):

@@ -6,8 +6,10 @@ cap answers the known DoS, an operation that makes every bundler simulate millio
 for nothing —, the minimum callGasLimit, preVerificationGas against the documented formula,
 the priority-fee floor. ``check_state`` adds what the chain says (sender code XOR initCode,
 factory and paymaster code, the paymaster's deposit against the prefund of this operation and
-of its pending ones (EREP-010), the nonce, the base fee); ``check`` fetches that state and
-runs both. Every refusal is a BundlerFault naming the
+of its pending ones (EREP-010), the nonce, the base fee); ``check_authorization`` an EIP-7702
+sender's authorization (v0.8: the chain's id or 0, signed by the sender, the sender's next
+account nonce, a sender that is an EOA or already delegated); ``check`` fetches that state and
+runs them. Every refusal is a BundlerFault naming the
 field: -32602 for a malformed or under-priced operation (as the reference bundler answers),
 -32508 for a paymaster deposit too small.
 """
@@ -24,8 +26,16 @@ from chaingate.bundler.errors import INVALID_PARAMS, PAYMASTER_BALANCE, BundlerF
 from chaingate.bundler.estimation import pre_verification_gas
 from chaingate.bundler.simulation import NodeClient
 from chaingate.evm import abi
+from chaingate.evm.eip7702 import delegate_of
 
-__all__ = ["SanityLimits", "check", "check_state", "check_static", "required_prefund"]
+__all__ = [
+    "SanityLimits",
+    "check",
+    "check_authorization",
+    "check_state",
+    "check_static",
+    "required_prefund",
+]
 
 
 class SanityLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +133,12 @@ def check_static(op: UserOperation, version: Version, limits: SanityLimits) -> N
         )
     if op.max_fee_per_gas < op.max_priority_fee_per_gas:
         raise _fault("maxFeePerGas", "below maxPriorityFeePerGas")
+    if op.eip7702_init and op.factory_data:
+        raise _fault(
+            "factoryData",
+            "EIP-7702 initialisation data (initCode past the 0x7702 marker) is not supported "
+            "by this bundler: send the operation without it",
+        )
 
 
 def check_state(
@@ -141,14 +157,14 @@ def check_state(
     """The checks against chain state (None: not known, not checked).
     ``paymaster_pending``: what the paymaster's operations in the mempool can cost at most."""
     version = require_version(version)
-    if sender_has_code and op.factory is not None:
+    if sender_has_code and op.deploys:
         field = "initCode" if version == "0.6" else "factory"
         raise _fault(field, f"sender {op.sender} is already deployed (AA10)", reason="AA10")
-    if not sender_has_code and op.factory is None:
+    if not sender_has_code and not op.deploys:
         raise _fault(
             "sender", f"{op.sender} has no code and the operation no factory (AA20)", reason="AA20"
         )
-    if op.factory is not None and factory_has_code is False:
+    if op.deploys and factory_has_code is False:
         field = "initCode" if version == "0.6" else "factory"
         raise _fault(field, f"no contract at the factory {op.factory}")
     if op.paymaster is not None:
@@ -188,6 +204,51 @@ def check_state(
         )
 
 
+def check_authorization(
+    op: UserOperation, *, chain_id: int, sender_code: bytes, sender_nonce: int, signed: bool = True
+) -> None:
+    """An EIP-7702 sender's authorization, as the bundle's type-4 transaction will apply it:
+    for this chain (or any: 0), the sender's next nonce, and — ``signed`` (not for
+    estimation, whose authorization is a stub) — signed by the sender.  The sender must be an
+    EOA or already delegated: an authorization cannot give a contract another code.  An
+    EIP-7702 initCode without an authorization needs the delegation on chain already."""
+    auth = op.eip7702_auth
+    if auth is None:
+        if op.eip7702_init and delegate_of(sender_code) is None:
+            raise _fault(
+                "factory",
+                f"the EIP-7702 marker needs a delegated sender: {op.sender} is not delegated "
+                "and the operation carries no eip7702Auth",
+                reason="AA20",
+            )
+        return
+    if auth.chain_id not in (0, chain_id):
+        raise _fault("eip7702Auth.chainId", f"{auth.chain_id:#x} is neither 0 nor {chain_id:#x}")
+    if auth.nonce != sender_nonce:
+        raise _fault(
+            "eip7702Auth.nonce",
+            f"{auth.nonce:#x} is not the sender's next account nonce {sender_nonce:#x}",
+        )
+    if sender_code and delegate_of(sender_code) is None:
+        raise _fault(
+            "eip7702Auth",
+            f"sender {op.sender} is a contract: an EIP-7702 authorization only delegates an EOA",
+        )
+    if signed:
+        try:
+            authority = auth.authority()
+        except ValueError as exc:
+            raise _fault("eip7702Auth", str(exc)) from None
+        if authority.lower() != op.sender.lower():
+            raise _fault("eip7702Auth", f"signed by {authority}, not by the sender {op.sender}")
+
+
+def _code(value: Any) -> bytes:
+    if isinstance(value, str) and value[:2] in ("0x", "0X"):
+        return bytes.fromhex(value[2:])
+    raise ValueError(f"expected 0x-hex code from the node, got {value!r}")
+
+
 def _hex_int(value: Any) -> int:
     if isinstance(value, str) and value[:2] in ("0x", "0X"):
         return int(value[2:] or "0", 16)
@@ -201,10 +262,12 @@ async def check(
     version: Version,
     limits: SanityLimits,
     *,
+    chain_id: int | None = None,
     paymaster_pending: int = 0,
 ) -> int | None:
-    """``check_static``, then the chain state fetched concurrently and ``check_state``.
-    Returns the paymaster's deposit as read (None without a paymaster)."""
+    """``check_static``, then the chain state fetched concurrently, ``check_authorization``
+    (against ``chain_id``, needed for an EIP-7702 sender) and ``check_state``.  Returns the
+    paymaster's deposit as read (None without a paymaster)."""
     version = require_version(version)
     check_static(op, version, limits)
     found: dict[str, Any] = {}
@@ -223,8 +286,12 @@ async def check(
             "eth_call",
             [{"to": entry_point, "data": "0x" + nonce_call.hex()}, "latest"],
         )
-        if op.factory is not None:
+        if op.deploys:
             nursery.start_soon(fetch, "factory", "eth_getCode", [op.factory, "latest"])
+        if op.eip7702_auth is not None:
+            nursery.start_soon(
+                fetch, "account_nonce", "eth_getTransactionCount", [op.sender, "latest"]
+            )
         if op.paymaster is not None:
             nursery.start_soon(fetch, "paymaster", "eth_getCode", [op.paymaster, "latest"])
             deposit_call = abi.encode_call("balanceOf(address)", op.paymaster)
@@ -236,12 +303,23 @@ async def check(
             )
     block = found["block"] or {}
     deposit = _hex_int(found["deposit"]) if "deposit" in found else None
+    sender_code = _code(found["sender"] or "0x")
+    if op.eip7702_auth is not None or op.eip7702_init:
+        if chain_id is None:
+            raise RuntimeError("an EIP-7702 authorization is checked against the chain id")
+        check_authorization(
+            op,
+            chain_id=chain_id,
+            sender_code=sender_code,
+            sender_nonce=_hex_int(found["account_nonce"]) if "account_nonce" in found else 0,
+        )
     check_state(
         op,
         version,
         limits,
         base_fee=_hex_int(block.get("baseFeePerGas") or "0x0"),
-        sender_has_code=found["sender"] not in ("0x", "0x0", None),
+        # An authorization gives the sender its code in the bundle's own transaction.
+        sender_has_code=bool(sender_code) or op.eip7702_auth is not None,
         factory_has_code=found["factory"] not in ("0x", "0x0", None)
         if "factory" in found
         else None,

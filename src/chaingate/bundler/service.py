@@ -25,14 +25,13 @@ from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.receipts import ReceiptTracker
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.sanity import SanityLimits
-from chaingate.bundler.simulation import simulations_code_v07
 from chaingate.bundler.submitter import Submitter
 from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
+from chaingate.cluster.gates import RoleStream, follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import RoleTerms
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
@@ -94,10 +93,11 @@ class BundlerService:
         self.trackers: dict[str, ReceiptTracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
         self._followers = followers
-        # Set when processes share the store: bundling, submission and receipts run only
-        # while this process leads the network's ``bundler`` role (each term loads the
-        # mempool from the store and settles bundles in flight, as a restart does).
-        self.leadership: Leadership | None = None
+        # Who leads the network's ``bundler`` role (set by the gateway).  When processes
+        # share the store (``leadership.shared``), bundling, submission and receipts run
+        # only while this process leads it (each term loads the mempool from the store and
+        # settles bundles in flight, as a restart does).
+        self.leadership: Leadership = LocalLeadership()
         for key, net in networks.items():
             if net.family != "evm" or not net.bundler.enabled or key not in clients:
                 continue
@@ -129,7 +129,7 @@ class BundlerService:
                     min_priority_fee=bundler.min_priority_fee,
                 ),
                 safe_mode=safe_mode,
-                simulations_code=simulations_code_v07() if "0.7" in entry_points else None,
+                simulations_code=None,  # the shipped EntryPointSimulations of each version
                 min_valid_for=bundler.min_valid_for,
                 clock=clock,
             )
@@ -193,7 +193,7 @@ class BundlerService:
     async def _writers(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        if self.leadership is not None:
+        if self.leadership.shared:
             await self._led_writers(self.leadership, task_status)
             return
         for key, net in self.networks.items():
@@ -208,8 +208,8 @@ class BundlerService:
                     extra={"fields": {"network": key}},
                 )
         async with trio.open_nursery() as nursery:
-            for key, tracker in self.trackers.items():
-                nursery.start_soon(tracker.run, self._streams[key])
+            for key in self.trackers:
+                nursery.start_soon(self._receipts(self.leadership, key).run)
             for key, net in self.networks.items():
                 nursery.start_soon(self._run_network, key, net)
             task_status.started()
@@ -221,17 +221,9 @@ class BundlerService:
             for key, net in self.networks.items():
                 chain, network = key.split("/", 1)
                 role = RoleKey("bundler", chain, network)
-                tracker = self.trackers.get(key)
-                follower = self._followers.get(key)
                 receipts = None
-                if tracker is not None and follower is not None:
-                    receipts = RoleStream(
-                        leadership,
-                        role,
-                        self._streams[key],
-                        tracker.run,
-                        replay=follower.window_events,
-                    )
+                if key in self.trackers:
+                    receipts = self._receipts(leadership, key)
                     await nursery.start(functools.partial(receipts.run, own_terms=False))
                 net.leads = functools.partial(leadership.holds, role)
                 net.fenced = True  # other processes may lead: no bundle outside a term
@@ -239,6 +231,18 @@ class BundlerService:
                 nursery.start_soon(leadership.lead, role, term)
                 nursery.start_soon(self._mirror, leadership, role, net)
             task_status.started()
+
+    def _receipts(self, leadership: Leadership, key: str) -> RoleStream[ChainEvent]:
+        """The network's receipt tracker on the follower's stream, in the role's terms."""
+        tracker = self.trackers[key]
+        return follower_terms(
+            leadership,
+            "bundler",
+            self._followers[key],
+            self._streams[key],
+            tracker.run,
+            tracker.position,
+        )
 
     @staticmethod
     async def _mirror(leadership: Leadership, role: RoleKey, net: BundlerNetwork) -> None:

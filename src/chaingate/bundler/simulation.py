@@ -3,10 +3,12 @@ second validation through ``handleOps``.
 
 * v0.6: ``EntryPoint.simulateValidation(op)`` always reverts; the revert data is the answer
   (``ValidationResult`` / ``ValidationResultWithAggregation``, or ``FailedOp`` when refused).
-* v0.7: the EntryPoint has no simulation functions; ``EntryPointSimulations`` (same storage
-  layout, plus ``simulateValidation``) is placed at the EntryPoint's address by an eth_call
-  state override, so it reads the real deposits and nonces. It *returns* ``ValidationResult``
-  and reverts with ``FailedOp`` / ``FailedOpWithRevert``.
+* v0.7 and v0.8: the EntryPoint has no simulation functions; ``EntryPointSimulations`` of
+  the same version (same storage layout, plus ``simulateValidation``) is placed at the
+  EntryPoint's address by an eth_call state override, so it reads the real deposits and
+  nonces. It *returns* ``ValidationResult`` and reverts with ``FailedOp`` /
+  ``FailedOpWithRevert``.  A v0.8 operation carrying an EIP-7702 authorization is simulated
+  with the delegation already in place: the sender's code overridden with its designator.
 
 The sans-IO half (``validation_call``, ``decode_validation``, ``check_validation``) is shared
 with the ERC-7562 tracer, which runs the same call under ``debug_traceCall``. The async half
@@ -24,7 +26,14 @@ from typing import Any, Protocol
 
 import msgspec
 
-from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, packed, require_version
+from chaingate.aa.userop import (
+    OP_TUPLE_TYPE,
+    UserOperation,
+    Version,
+    packed,
+    packs_gas,
+    require_version,
+)
 from chaingate.bundler.errors import (
     INVALID_AGGREGATOR,
     INVALID_SIGNATURE,
@@ -36,6 +45,8 @@ from chaingate.bundler.errors import (
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
+from chaingate.evm.eip7702 import designator
+from chaingate.evm.reverts import describe_revert as decode_revert
 
 __all__ = [
     "FailedOp",
@@ -53,6 +64,8 @@ __all__ = [
     "simulate_handle_ops",
     "simulate_validation",
     "simulations_code_v07",
+    "simulations_for",
+    "state_override",
     "validation_call",
 ]
 
@@ -73,13 +86,8 @@ V06_VALIDATION_RESULT = abi.selector(f"ValidationResult{_V06_RESULT}")
 V06_VALIDATION_RESULT_AGG = abi.selector(f"ValidationResultWithAggregation{_V06_RESULT_AGG}")
 FAILED_OP = abi.selector("FailedOp(uint256,string)")
 FAILED_OP_WITH_REVERT = abi.selector("FailedOpWithRevert(uint256,string,bytes)")
-ERROR_STRING = abi.selector("Error(string)")
-PANIC = abi.selector("Panic(uint256)")
 
-_SIMULATE_VALIDATION = {
-    "0.6": f"simulateValidation({OP_TUPLE_TYPE['0.6']})",
-    "0.7": f"simulateValidation({OP_TUPLE_TYPE['0.7']})",
-}
+_SIMULATE_VALIDATION = {v: f"simulateValidation({t})" for v, t in OP_TUPLE_TYPE.items()}
 
 
 class NodeClient(Protocol):
@@ -144,8 +152,12 @@ def parse_validation_data(data: int) -> ParsedValidationData:
 
 
 # Shipped with the package (``chaingate serve`` never runs npm): the deployedBytecode of the
-# pinned npm artifact, written and checked identical by ``python -m chaingate.devnet.shipped``.
-SIMULATIONS_V07 = "artifacts/EntryPointSimulations-v07.json"
+# pinned npm artifacts, written and checked identical by ``python -m chaingate.devnet.shipped``.
+SIMULATIONS: dict[Version, str] = {
+    "0.7": "artifacts/EntryPointSimulations-v07.json",
+    "0.8": "artifacts/EntryPointSimulations-v08.json",
+}
+SIMULATIONS_V07 = SIMULATIONS["0.7"]
 
 
 class ShippedCode(msgspec.Struct, frozen=True):
@@ -164,25 +176,43 @@ def read_shipped_code(data: bytes) -> ShippedCode:
 
 
 @functools.cache
-def simulations_code_v07() -> bytes:
-    """EntryPointSimulations v0.7 runtime code from the pinned npm artifact (the reference
-    bundler puts the same deployedBytecode in its state override), shipped in the package."""
-    data = (resources.files("chaingate.bundler") / SIMULATIONS_V07).read_bytes()
+def simulations_for(version: Version) -> bytes | None:
+    """EntryPointSimulations runtime code of ``version`` (None for v0.6, which simulates
+    itself) from the pinned npm artifact (the reference bundler puts the same deployedBytecode
+    in its state override), shipped in the package."""
+    name = SIMULATIONS.get(require_version(version))
+    if name is None:
+        return None
+    data = (resources.files("chaingate.bundler") / name).read_bytes()
     return bytes.fromhex(read_shipped_code(data).deployedBytecode.removeprefix("0x"))
+
+
+def simulations_code_v07() -> bytes:
+    code = simulations_for("0.7")
+    assert code is not None
+    return code
+
+
+def state_override(op: UserOperation) -> dict[str, Any]:
+    """The state an operation is simulated in beyond the chain's: an EIP-7702 sender's
+    delegation, as its authorization will set it in the bundle's transaction."""
+    if op.eip7702_auth is None:
+        return {}
+    return {checksum_address(op.sender): {"code": "0x" + designator(op.eip7702_auth.address).hex()}}
 
 
 def validation_call(
     op: UserOperation,
     entry_point: str,
     version: Version,
-    simulations_code: bytes | None,
+    simulations: bytes | None,
     *,
     gas: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(eth_call transaction object, state override or None) that simulates ``op``'s
     validation; the tracer runs the same pair under debug_traceCall.
 
-    v0.7 needs ``simulations_code`` (``simulations_code_v07()``): it is placed at the
+    v0.7 and later need ``simulations`` (``simulations_for(version)``): it is placed at the
     EntryPoint's address, so the simulation sees the EntryPoint's own storage.
     """
     version = require_version(version)
@@ -191,26 +221,17 @@ def validation_call(
     tx: dict[str, Any] = {"to": entry_point, "data": "0x" + calldata.hex()}
     if gas is not None:
         tx["gas"] = hex(gas)
-    if version == "0.6":
-        return tx, None
-    if not simulations_code:
-        raise ValueError("EntryPoint v0.7 validation needs the EntryPointSimulations code")
-    return tx, {entry_point: {"code": "0x" + simulations_code.hex()}}
+    override = state_override(op)
+    if packs_gas(version):
+        if not simulations:
+            raise ValueError(
+                f"EntryPoint v{version} validation needs the EntryPointSimulations code"
+            )
+        override[entry_point] = {"code": "0x" + simulations.hex()}
+    return tx, override or None
 
 
 # --- decoding the answer ---------------------------------------------------------------------
-
-
-def decode_revert(data: bytes) -> str:
-    """Readable text of revert data: Error(string), Panic(uint256), or the hex."""
-    try:
-        if data[:4] == ERROR_STRING:
-            return str(abi.decode(["string"], data[4:])[0])
-        if data[:4] == PANIC:
-            return f"panic 0x{abi.decode(['uint256'], data[4:])[0]:02x}"
-    except abi.AbiError:
-        pass
-    return "0x" + data.hex() if data else "reverted without data"
 
 
 def _failed_op_fault(data: bytes) -> BundlerFault | None:
@@ -435,9 +456,9 @@ async def simulate_validation(
 
     ``now`` defaults to the wall clock (a chain's next block is stamped near it)."""
     version = require_version(version)
-    if version == "0.7" and simulations_code is None:
-        simulations_code = simulations_code_v07()
-    tx, override = validation_call(op, entry_point, version, simulations_code)
+    tx, override = validation_call(
+        op, entry_point, version, simulations_code or simulations_for(version)
+    )
     data, reverted = await eth_call(client, tx, override)
     result = decode_validation(version, data, reverted)
     await finish_validation(
@@ -498,10 +519,11 @@ async def simulate_handle_ops(
     sender: str | None = None,
 ) -> FailedOp | None:
     """The second validation of a whole bundle: eth_call of ``handleOps(ops, beneficiary)``
-    from ``sender`` (default the beneficiary, i.e. the bundler's EOA). None when it would
+    from ``sender`` (default the beneficiary, i.e. the bundler's EOA), with the operations'
+    EIP-7702 authorizations. None when it would
     succeed; the FailedOp it names otherwise. Another revert (out of gas, a crash the
     EntryPoint does not attribute) raises BundlerFault(-32500) with the decoded reason."""
-    from chaingate.aa.userop import handle_ops_calldata
+    from chaingate.aa.userop import authorizations, handle_ops_calldata
 
     calldata = handle_ops_calldata(ops, checksum_address(beneficiary), version)
     tx: dict[str, Any] = {
@@ -509,6 +531,9 @@ async def simulate_handle_ops(
         "to": checksum_address(entry_point),
         "data": "0x" + calldata.hex(),
     }
+    auths = authorizations(ops)
+    if auths:  # as the bundle's type-4 transaction applies them, signatures and nonces checked
+        tx["authorizationList"] = [a.json() for a in auths]
     if gas is not None:
         tx["gas"] = hex(gas)
     data, reverted = await eth_call(client, tx, None)

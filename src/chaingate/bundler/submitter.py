@@ -20,8 +20,9 @@ import trio
 
 from chaingate.bundler.simulation import NodeClient
 from chaingate.chain.client import RpcCallError
+from chaingate.evm.eip7702 import Authorization
 from chaingate.evm.keys import PrivateKey
-from chaingate.evm.tx import Eip1559, tx_hash
+from chaingate.evm.tx import Eip1559, Eip7702, tx_hash
 
 log = logging.getLogger("chaingate.bundler")
 
@@ -87,6 +88,7 @@ class Submitter:
         self.resend_after = resend_after
         self.max_resends = max_resends
         self.lock = trio.Lock()  # one bundle in flight
+        self.block_gas_limit: int | None = None  # the pending block's, read with the fees
         self.stats = {"sent": 0, "resent": 0, "mined": 0, "reverted": 0, "dropped": 0}
 
     @property
@@ -100,6 +102,7 @@ class Submitter:
         """(the pending block's base fee, the node's suggested tip)."""
         block = await self.client.call("eth_getBlockByNumber", ["pending", False])
         base_fee = _quantity((block or {}).get("baseFeePerGas") or 0)
+        self.block_gas_limit = _quantity((block or {}).get("gasLimit") or 0) or None
         try:
             tip = _quantity(await self.client.call("eth_maxPriorityFeePerGas", []))
         except RpcCallError:
@@ -111,11 +114,20 @@ class Submitter:
             await self.client.call("eth_getTransactionCount", [self.address, "pending"])
         )
 
-    def sign(self, to: str, data: bytes, gas: int, fees: Fees, nonce: int) -> tuple[bytes, str]:
-        """(raw transaction, its hash): known before it is sent, so it can be stored first."""
+    def sign(
+        self,
+        to: str,
+        data: bytes,
+        gas: int,
+        fees: Fees,
+        nonce: int,
+        auths: tuple[Authorization, ...] = (),
+    ) -> tuple[bytes, str]:
+        """(raw transaction, its hash): known before it is sent, so it can be stored first.
+        With ``auths`` (operations' EIP-7702 authorizations) a type-4 transaction."""
         if self.chain_id is None:
             raise RuntimeError("the chain id is not known yet")  # no bundle runs before it
-        raw = Eip1559(
+        tx = Eip1559(
             chain_id=self.chain_id,
             nonce=nonce,
             max_priority_fee_per_gas=fees.max_priority_fee_per_gas,
@@ -123,7 +135,10 @@ class Submitter:
             gas=gas,
             to=to,
             data=data,
-        ).sign(self.key)
+        )
+        if auths:
+            tx = Eip7702(**msgspec.structs.asdict(tx), authorizations=auths)
+        raw = tx.sign(self.key)
         return raw, tx_hash(raw)
 
     async def send_raw(self, raw: bytes) -> None:
@@ -155,6 +170,7 @@ class Submitter:
         data: bytes,
         gas: int,
         fees: Fees,
+        auths: tuple[Authorization, ...] = (),
         *,
         before_resend: Callable[[str, bytes], Awaitable[None]] | None = None,
     ) -> Mined:
@@ -187,7 +203,7 @@ class Submitter:
                     self.stats["dropped"] += 1
                     raise NotMined(f"not mined after {resends} resends")
                 fees = fees.bumped()
-                raw, copy = self.sign(to, data, gas, fees, nonce)
+                raw, copy = self.sign(to, data, gas, fees, nonce, auths)
                 if before_resend is not None:
                     await before_resend(copy, raw)
                 await self.send_raw(raw)

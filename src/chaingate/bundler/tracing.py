@@ -20,7 +20,7 @@ import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler.errors import SIMULATION_REJECTED, BundlerFault
-from chaingate.bundler.simulation import NodeClient, simulations_code_v07, validation_call
+from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
 from chaingate.bundler.tracer import COLLECTOR_JS
 from chaingate.chain.client import RpcCallError
 from chaingate.evm.keccak import keccak256
@@ -143,9 +143,9 @@ async def trace_validation(
     decides whether to fall back to unsafe mode.
     """
     version = require_version(version)
-    if version == "0.7" and simulations_code is None:
-        simulations_code = simulations_code_v07()
-    tx, override = validation_call(op, entry_point, version, simulations_code)
+    tx, override = validation_call(
+        op, entry_point, version, simulations_code or simulations_for(version)
+    )
     block = await client.call("eth_blockNumber", [])
     if not isinstance(block, str):
         raise RpcCallError("eth_blockNumber", -32603, f"non-hex block number {block!r}")

@@ -3,7 +3,10 @@
 How it works (every step restartable, state in the store):
 
 1. **Start**: load the cursor and the window of recent blocks from the store.  On a first
-   start, begin at ``follower.start_block`` (backfill) or at the current head.
+   start, begin at ``follower.start_block`` (backfill) or at the current head.  The first
+   block this deployment follows is claimed as the network's **origin** (once, by whichever
+   process knows it first): where a consumer that has stored nothing begins
+   (``chaingate.chain.catchup``).
 2. **Backfill** while the head is far ahead: ``eth_getLogs`` over block ranges (split in half
    whenever a node refuses a range, grown again after successes) plus the ranges' headers in
    JSON-RPC batches.  Only blocks already ``finality_depth`` deep are backfilled this way.
@@ -47,6 +50,7 @@ from chaingate.chain.events import (
     transaction_hashes,
 )
 from chaingate.chain.heads import HeadNotifier
+from chaingate.chain.ranges import RangeFetcher
 from chaingate.chain.store import ChainCursor, StoredBlock
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
@@ -86,6 +90,10 @@ class ChainStore(Protocol):
 
     async def chain_cursor(self, chain: str, network: str) -> tuple[int, str] | None: ...
 
+    async def chain_origin(self, chain: str, network: str) -> int | None: ...
+
+    async def claim_origin(self, chain: str, network: str, number: int) -> int: ...
+
 
 class Follower:
     def __init__(
@@ -103,7 +111,7 @@ class Follower:
         self.chain = chain
         self.network = network
         self.label = f"{chain}/{network}"
-        self._client = client
+        self.client = client
         self._store = store
         self._settings = settings
         self.finality_depth = max(0, finality_depth)
@@ -114,8 +122,12 @@ class Follower:
         self.notifier = HeadNotifier(list(ws_urls), self.label) if ws_urls else None
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
-        # Set once the stored cursor and window are loaded (see ``window_events``).
+        # Set once the stored cursor and window are loaded.
         self.loaded = trio.Event()
+        # The network's origin (see ``origin``), and an event set once it is known.
+        self._origin: int | None = None
+        self._origin_known = trio.Event()
+        self._pushed = trio.Event()  # set (and replaced) when a block joins the window
         self._finalized = -1
         # Set when the stored window could not be used: where to resume instead.
         self._resume_at: int | None = None
@@ -156,14 +168,24 @@ class Follower:
         self._consumers.append((name, send))
         return receive
 
-    async def window_events(self) -> list[ChainEvent]:
-        """The window of recent blocks as it is now (once the stored one is loaded), as
-        ``Apply`` events: what a consumer with a cursor of its own replays when it starts, so
-        that an index left behind a follower already at the head sees the gap without waiting
-        for a new block (blocks it holds it recognises by hash and skips).  Taken after the
-        last await: a caller switching to the live stream right after misses nothing."""
+    async def origin(self) -> int:
+        """The first block this deployment followed on the network: stored, or claimed on
+        the first start (``follower.start_block``, else the head minus the finality depth
+        then).  Waits until it is known (a first start knows it once the node answers)."""
+        await self._origin_known.wait()
+        assert self._origin is not None
+        return self._origin
+
+    async def wait_tip(self) -> None:
+        """Returns once the window holds a block: the stored one loaded, or a first block
+        applied (a first start, or a rewind that emptied it)."""
         await self.loaded.wait()
-        return [Apply(block, False) for block in self.window]
+        while self.window.tip is None:
+            await self._pushed.wait()
+
+    def range_fetcher(self) -> RangeFetcher:
+        """Blocks by number range from this network's node, sized as the follower's own."""
+        return RangeFetcher(self.client, self._settings.max_log_range)
 
     @property
     def head(self) -> BlockHeader | None:
@@ -249,6 +271,9 @@ class Follower:
 
     async def _load(self) -> None:
         cursor, stored = await self._store.load_chain(self.chain, self.network)
+        origin = await self._store.chain_origin(self.chain, self.network)
+        if origin is not None:
+            self._know_origin(origin)
         if cursor is None:
             return
         self._expect = (cursor.number, cursor.hash)
@@ -267,12 +292,25 @@ class Follower:
             self._resume_at = cursor.number + 1
         self._finalized = cursor.finalized
         self._publish()
+        if origin is None:
+            # Saved before origins were: the history the consumers have seen begins, as far
+            # as anyone knows, with the stored window.
+            base = self.window.base
+            await self._claim_origin(base if base is not None else cursor.number + 1)
+
+    async def _claim_origin(self, number: int) -> None:
+        if not self._origin_known.is_set():
+            self._know_origin(await self._store.claim_origin(self.chain, self.network, number))
+
+    def _know_origin(self, number: int) -> None:
+        self._origin = number
+        self._origin_known.set()
 
     # --- one step --------------------------------------------------------------------------
 
     async def _step(self) -> bool:
         """Catch up once; False when there was nothing new."""
-        head = self._header(await self._client.call("eth_getBlockByNumber", ["latest", False]))
+        head = self._header(await self.client.call("eth_getBlockByNumber", ["latest", False]))
         tip = self.window.tip
         if tip is None:
             return await self._first_block(head)
@@ -303,6 +341,7 @@ class Follower:
         # Backfill from ``start``: the first block's parent is not checked (nothing before it).
         # Nothing below ``start`` is announced as finalized, and nothing above it yet: a value
         # kept from a chain that is gone (a deep rewind emptied the window) must not survive.
+        await self._claim_origin(start)
         self._resume_at = None
         self._finalized = start - 1
         end = max(start, head.number - self.finality_depth)
@@ -314,7 +353,7 @@ class Follower:
         tip = self.window.tip
         assert tip is not None
         canonical = self._header(
-            await self._client.call("eth_getBlockByNumber", [hex(tip.header.number), False])
+            await self.client.call("eth_getBlockByNumber", [hex(tip.header.number), False])
         )
         if canonical.hash != tip.header.hash:
             await self._follow_to(canonical)
@@ -338,7 +377,7 @@ class Follower:
                 return
             if fork.missing is None:
                 break
-            parent = await self._client.call("eth_getBlockByHash", [fork.missing, False])
+            parent = await self.client.call("eth_getBlockByHash", [fork.missing, False])
             if parent is None:
                 raise Inconsistent(f"parent {fork.missing} is unknown to the node")
             header = self._header(parent)
@@ -437,7 +476,7 @@ class Follower:
                 to = number + span - 1
                 try:
                     # Decoded straight into Log structs: a range's logs are most of its bytes.
-                    logs = await self._client.call_as(
+                    logs = await self.client.call_as(
                         "eth_getLogs", [{"fromBlock": hex(number), "toBlock": hex(to)}], list[Log]
                     )
                 except msgspec.ValidationError as exc:
@@ -506,7 +545,7 @@ class Follower:
         return header
 
     async def _headers(self, numbers: range) -> list[BlockHeader]:
-        results = await self._client.batch(
+        results = await self.client.batch(
             [("eth_getBlockByNumber", [hex(n), False]) for n in numbers]
         )
         headers = []
@@ -526,7 +565,7 @@ class Follower:
         """Each header's logs, fetched by block hash (EIP-234) so a reorg cannot mix blocks."""
         if not headers:
             return []
-        results = await self._client.batch(
+        results = await self.client.batch(
             [("eth_getLogs", [{"blockHash": header.hash}]) for header in headers]
         )
         blocks = []
@@ -544,6 +583,8 @@ class Follower:
 
     async def _apply(self, block: Block, *, live: bool) -> None:
         self.window.push(block)
+        self._pushed.set()
+        self._pushed = trio.Event()
         try:
             await self._emit(Apply(block, live))
         except BaseException:

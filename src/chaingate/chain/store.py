@@ -1,4 +1,6 @@
-"""The chain follower's rows: a cursor and a window of recent blocks per chain/network.
+"""The chain follower's rows: a cursor and a window of recent blocks per chain/network, where
+the network's history begins for this deployment (its origin), and the positions of the
+follower's consumers that keep no cursor of their own.
 
 A save is one transaction: the blocks that joined, the ones a reorg removed, the pruning of
 the window's tail and the cursor move together, so a restart never sees a cursor that
@@ -20,7 +22,7 @@ from chaingate.store.rows import Rows
 T = TypeVar("T")
 
 # The follower's tables: rows derived from one chain/network (Store.reset_network clears them).
-CHAIN_TABLES = ("chain_cursors", "chain_blocks")
+CHAIN_TABLES = ("chain_cursors", "chain_blocks", "chain_origins", "chain_consumers")
 
 
 class ChainCursor(msgspec.Struct, frozen=True):
@@ -128,6 +130,70 @@ class ChainRows(Rows):
 
         saved: bool = await self.run_transaction(save)
         return saved
+
+    async def chain_origin(self, chain: str, network: str) -> int | None:
+        """The first block this deployment followed on the network (None: not claimed yet)."""
+
+        def select(tx: Any) -> int | None:
+            rows = tx.query(
+                "SELECT number FROM chain_origins WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+            return int(rows[0][0]) if rows else None
+
+        found: int | None = await self.run_transaction(select, write=False)
+        return found
+
+    async def claim_origin(self, chain: str, network: str, number: int) -> int:
+        """Record ``number`` as the network's origin unless one is recorded already; the
+        origin recorded (the first claim wins: every process agrees on it)."""
+
+        def claim(tx: Any) -> int:
+            tx.execute(
+                "INSERT INTO chain_origins (chain, network, number) VALUES (?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (chain, network, number),
+            )
+            rows = tx.query(
+                "SELECT number FROM chain_origins WHERE chain = ? AND network = ?",
+                (chain, network),
+            )
+            return int(rows[0][0])
+
+        claimed: int = await self.run_transaction(claim)
+        return claimed
+
+    async def consumer_position(
+        self, consumer: str, chain: str, network: str
+    ) -> tuple[int, str] | None:
+        """The last block ``consumer`` handled, as it last saved it (None: never saved)."""
+
+        def select(tx: Any) -> tuple[int, str] | None:
+            rows = tx.query(
+                "SELECT number, hash FROM chain_consumers"
+                " WHERE consumer = ? AND chain = ? AND network = ?",
+                (consumer, chain, network),
+            )
+            return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+        found: tuple[int, str] | None = await self.run_transaction(select, write=False)
+        return found
+
+    async def save_consumer_position(
+        self, consumer: str, chain: str, network: str, position: tuple[int, str]
+    ) -> None:
+        now = self.clock()
+
+        def save(tx: Any) -> None:
+            tx.execute(
+                "INSERT INTO chain_consumers (consumer, chain, network, number, hash, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (consumer, chain, network) DO UPDATE"
+                " SET number = excluded.number, hash = excluded.hash,"
+                " updated_at = excluded.updated_at",
+                (consumer, chain, network, *position, now),
+            )
+
+        await self.run_transaction(save)
 
 
 # Rows derived from one chain/network: emptied by Store.reset_network.

@@ -3,24 +3,28 @@
 Every worker follows its networks (the WebSocket feed needs every block in every worker), but
 only the leader of ``indexer:ethereum/devnet`` may index it.  ``RoleStream`` takes the
 consumer's subscription: while the role is not led here, events are dropped (so the follower is
-never held back); each time it is led, the consumer runs and resumes from its own stored
-cursor.  Each term begins with ``replay``, the follower's window of recent blocks, then the
-subscription itself, read by the consumer directly (no relaying task between: a backfill's
-every event would pay a task switch per consumer): the indexer and the webhook matcher skip
-what their cursor holds and fetch what lies between it and the window themselves — on a quiet
-chain too, where no new block would come to show them the gap — so a new leader neither skips
-nor repeats a block; the wallets' and the bundler's trackers, which have no cursor (their
-writes are idempotent by block hash), get from it the blocks a handover takes.
+never held back); each time it is led, a term runs the consumer afresh (it reloads its own
+stored state).  A term reads, first, its backlog (``chaingate.chain.catchup``): the blocks
+from the consumer's own position — its stored cursor, or its start when it has stored nothing
+— up to the follower's window, then the window; then the subscription itself, read by the
+consumer directly (no relaying task between: a backfill's every event would pay a task switch
+per consumer).  The subscription is kept from the moment the term begins, so the backlog and
+it meet with nothing between, on a quiet chain too (no new block needed to show the gap):
+a new leader neither skips a block nor begins at whichever one it happens to see first.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
+from chaingate.chain.catchup import TermConsumer, catch_up
+from chaingate.chain.events import ChainEvent
+from chaingate.chain.follower import Follower
 from chaingate.cluster.leases import Leadership
 from chaingate.cluster.roles import RoleKey
 
@@ -29,23 +33,47 @@ E = TypeVar("E")
 Consumer = Callable[["TermFeed[E]"], Awaitable[object]]
 
 
-class TermFeed(trio.abc.ReceiveChannel[E]):
-    """One term's view of a subscription: the replayed backlog, then the subscription.
-    Closing it leaves the subscription open for the next term."""
+class Backlog(Protocol[E]):
+    """What a term reads before the subscription (``chaingate.chain.catchup.Catchup``)."""
 
-    def __init__(self, backlog: Iterable[E], events: trio.MemoryReceiveChannel[E]) -> None:
-        self._backlog = deque(backlog)
+    async def more(self) -> list[E]:
+        """The next events below what ``rest`` holds; [] once ``rest`` holds the others."""
+        ...
+
+    def rest(self) -> list[E]:
+        """The last events before the subscription's, taken without an await."""
+        ...
+
+
+class TermFeed(trio.abc.ReceiveChannel[E]):
+    """One term's view of a subscription: the backlog, then the subscription.  Closing it
+    leaves the subscription open for the next term."""
+
+    def __init__(self, backlog: Backlog[E] | None, events: trio.MemoryReceiveChannel[E]) -> None:
+        self._backlog = backlog
+        self._queued: deque[E] = deque()
         self._events = events
 
     async def receive(self) -> E:
-        if self._backlog:
+        while not self._queued and self._backlog is not None:
+            chunk = await self._backlog.more()
+            if chunk:
+                self._queued.extend(chunk)
+            else:
+                # The subscription has kept every event since the term began: from here on
+                # it has what ``rest`` does not.
+                self._queued.extend(self._backlog.rest())
+                self._backlog = None
+        if self._queued:
             await trio.lowlevel.checkpoint()
-            return self._backlog.popleft()
+            return self._queued.popleft()
         return await self._events.receive()
 
     def receive_nowait(self) -> E:
-        if self._backlog:
-            return self._backlog.popleft()
+        if self._queued:
+            return self._queued.popleft()
+        if self._backlog is not None:
+            raise trio.WouldBlock  # the backlog's next part is fetched by ``receive``
         return self._events.receive_nowait()
 
     async def aclose(self) -> None:
@@ -60,13 +88,13 @@ class RoleStream(Generic[E]):
         events: trio.MemoryReceiveChannel[E],
         consume: Consumer[E],
         *,
-        replay: Callable[[], Awaitable[list[E]]] | None = None,
+        backlog: Callable[[], Awaitable[Backlog[E]]] | None = None,
     ) -> None:
         self.leadership = leadership
         self.key = key
         self._events = events
         self._consume = consume
-        self._replay = replay
+        self._backlog = backlog
         self._in_term = False
         self._term_over = trio.Event()
         self._dropping: trio.CancelScope | None = None
@@ -91,7 +119,7 @@ class RoleStream(Generic[E]):
             nursery.cancel_scope.cancel()
 
     async def term(self) -> None:
-        """One leadership term: the consumer on the replay and the subscription, until
+        """One leadership term: the consumer on its backlog and the subscription, until
         cancelled."""
         if self._in_term:
             raise RuntimeError(f"{self.key.label}: a term is running already")
@@ -99,13 +127,10 @@ class RoleStream(Generic[E]):
         self._term_over = trio.Event()
         if self._dropping is not None:
             # Its receive is cancelled without taking an event; one it took already was in
-            # the follower's window before, so the replay below has it.
+            # the follower's window before, so the backlog's ``rest`` has it.
             self._dropping.cancel()
         try:
-            # The snapshot comes after ``replay``'s last await: anything the follower applies
-            # from here on is in the subscription too (an event in both comes twice; these
-            # consumers are idempotent), nothing falls in between.
-            backlog = await self._replay() if self._replay is not None else []
+            backlog = await self._backlog() if self._backlog is not None else None
             await self._consume(TermFeed(backlog, self._events))
         finally:
             self._in_term = False
@@ -125,3 +150,22 @@ class RoleStream(Generic[E]):
                     return
                 finally:
                     self._dropping = None
+
+
+def follower_terms(
+    leadership: Leadership,
+    role: str,
+    follower: Follower,
+    events: trio.MemoryReceiveChannel[ChainEvent],
+    consume: Consumer[ChainEvent],
+    consumer: TermConsumer,
+) -> RoleStream[ChainEvent]:
+    """``consume`` on ``follower``'s subscription ``events`` in the terms of ``role`` on its
+    network, each from ``consumer``'s own position (``chaingate.chain.catchup``)."""
+    return RoleStream(
+        leadership,
+        RoleKey(role, follower.chain, follower.network),
+        events,
+        consume,
+        backlog=functools.partial(catch_up, follower, consumer),
+    )

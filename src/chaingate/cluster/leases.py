@@ -11,12 +11,31 @@ frees a dead session's locks itself, which is also how a ``kill -9``'d leader's 
 Work runs through ``lead(key, work)``: started when the role is granted, cancelled when it is
 lost or handed over; a handover waits for the work to stop before it unlocks, so two
 processes never run one role's writer at once.
+
+**A lease, renewed by every look.**  A session lock outlives a process that stopped without
+dying (SIGSTOP, a hung event loop): its session stays open, and its roles would be held for
+ever.  So each look is also a renewal: PostgreSQL records when each session's last query
+ended (``pg_stat_activity.state_change``, the server's clock — no clock of ours compared with
+another's).  A chaingate session silent past ``lease_timeout`` (``server.leader_timeout``,
+5 s) is deposed by whichever other process looks next: it ends that session and every other
+session of that process (``pg_terminate_backend``: they are named ``…/<session tag>``, so a
+transaction the stalled process left open does not hold its row locks meanwhile); the locks
+come free, and the fair share hands them out within a tick or two.  The stalled process
+holds its lease only ``lease_timeout`` minus a margin after its last answered query was sent,
+by its own monotonic clock (which runs on through a stop): after that, ``holds`` is False and
+every write its role work makes is refused (``chaingate.store.guard``, checked before a
+transaction begins and again before it commits) — so when it resumes it writes nothing
+under its old leadership, whichever of its tasks runs first; its next look fails (its
+session was ended), every role stops, and it connects again as a member, a candidate like
+any other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -25,6 +44,8 @@ import psycopg
 import trio
 
 from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, decide, lock_key
+from chaingate.store.guard import guarded
+from chaingate.store.postgres import APPLICATION
 
 log = logging.getLogger("chaingate.cluster")
 
@@ -36,6 +57,10 @@ RECONNECT_BACKOFF = (0.2, 0.5, 1.0, 2.0)
 HANDOVER_WAIT = 2 * QUERY_TIMEOUT
 SHUTDOWN_GRACE = 0.2  # seconds for the roles' last writes to start as the process stops
 WORK_RETRY = 1.0  # seconds before work that crashed runs again (the role stays held)
+# A process whose lease connection is silent this long is deposed (``server.leader_timeout``).
+LEASE_TIMEOUT = 5.0
+# The lease connection's application_name, before ``/<session tag>``.
+LEASES_APPLICATION = "chaingate-leases"
 
 Work = Callable[[], Awaitable[object]]
 
@@ -49,12 +74,31 @@ _LOOK = (
     "   AND granted AND mode = 'ExclusiveLock'),"
     " ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
     "   AND database = d.oid AND classid = %(cls)s AND objid <> %(member)s AND objsubid = 2"
-    "   AND granted AND mode = 'ExclusiveLock' AND pid = pg_backend_pid())"
+    "   AND granted AND mode = 'ExclusiveLock' AND pid = pg_backend_pid()),"
+    # Members silent past the lease: their last query ended that long ago (a query still
+    # running that long is silence too: its own client gives up on it much sooner).
+    " ARRAY(SELECT a.pid || ' ' || coalesce(a.application_name, '') FROM pg_stat_activity a"
+    "   WHERE a.pid <> pg_backend_pid()"
+    "   AND a.state_change < now() - %(silence)s * interval '1 second'"
+    "   AND a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+    "     AND database = d.oid AND classid = %(cls)s AND objid = %(member)s AND objsubid = 2"
+    "     AND granted))"
     " FROM pg_database d WHERE d.datname = current_database()"
+)
+# Ends the silent members' sessions, and every other session of their processes.
+_DEPOSE = (
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    " AND (pid = ANY(%(pids)s) OR application_name = ANY(%(names)s))"
 )
 
 
 class Leadership(Protocol):
+    # Whether other processes may lead these roles (then writers fence what they write).
+    shared: bool
+    # Looks, roles taken and handed over, connections lost, processes deposed.
+    stats: Counter[str]
+
     def register(self, key: RoleKey) -> None: ...
 
     def holds(self, key: RoleKey) -> bool: ...
@@ -64,6 +108,8 @@ class Leadership(Protocol):
     def leads(self) -> list[str]: ...
 
     def roles(self) -> list[tuple[RoleKey, bool]]: ...
+
+    def hold_first_grant(self, until: trio.Event) -> None: ...
 
     async def lead(self, key: RoleKey, work: Work) -> None: ...
 
@@ -76,6 +122,10 @@ class _Role:
     def __init__(self, key: RoleKey) -> None:
         self.key = key
         self.held = False
+        # Whether this process's session holds the role's lock (from taking it until it is
+        # unlocked or the session ends): a handover stops the work (``held`` False) before
+        # it unlocks, and the work's last writes may still be made meanwhile.
+        self.locked = False
         self.granted = trio.Event()
         # The role's work now running (a role may have several, e.g. the bundler's loop
         # and its receipt tracker), and an event set whenever none runs.
@@ -109,8 +159,21 @@ class _Role:
 class _Roles:
     """The registered roles and the ``lead`` loop both kinds of leadership share."""
 
+    shared = False
+
     def __init__(self) -> None:
         self._roles: dict[RoleKey, _Role] = {}
+        # Set by ``hold_first_grant``: no role is taken before it is set.
+        self._hold: trio.Event | None = None
+        self.stats: Counter[str] = Counter()
+
+    def hold_first_grant(self, until: trio.Event) -> None:
+        """Take no role until ``until`` is set (call before ``run``): a leadership lock won
+        late, for tests of what a late first term must still see."""
+        self._hold = until
+
+    def _held_back(self) -> bool:
+        return self._hold is not None and not self._hold.is_set()
 
     def register(self, key: RoleKey) -> None:
         if key not in self._roles:
@@ -126,7 +189,7 @@ class _Roles:
         counts as busy, so it is not handed over, nor its lock freed at shutdown, under a
         write on its way."""
         role = self._roles.get(key)
-        if role is None or not role.held:
+        if role is None or not self.holds(key):
             yield False
             return
         role.busy()
@@ -155,7 +218,7 @@ class _Roles:
             scope = trio.CancelScope()
             role.scopes.add(scope)
             try:
-                with scope:
+                with scope, self._guard(role):
                     log.info("leading", extra={"fields": {"role": key.label}})
                     try:
                         await work()
@@ -169,26 +232,61 @@ class _Roles:
             if not role.held:
                 log.info("no longer leading", extra={"fields": {"role": key.label}})
 
+    def _guard(self, role: _Role) -> contextlib.AbstractContextManager[None]:
+        """What the role's work writes under (nothing to check: one process)."""
+        del role
+        return contextlib.nullcontext()
+
 
 class LocalLeadership(_Roles):
     """One process (SQLite): every role is led here, from the start."""
 
     def register(self, key: RoleKey) -> None:
         super().register(key)
-        self._roles[key].grant()
+        if not self._held_back():
+            self._roles[key].grant()
+
+    def hold_first_grant(self, until: trio.Event) -> None:
+        super().hold_first_grant(until)
+        for role in self._roles.values():
+            role.revoke()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        if self._hold is not None:
+            await self._hold.wait()
+            for role in self._roles.values():
+                role.grant()
 
 
 class PgLeadership(_Roles):
+    shared = True
+
     def __init__(
-        self, url: str, *, tick: float = TICK, handover_wait: float = HANDOVER_WAIT
+        self,
+        url: str,
+        *,
+        tick: float = TICK,
+        handover_wait: float = HANDOVER_WAIT,
+        lease_timeout: float = LEASE_TIMEOUT,
+        session_tag: str = "",
     ) -> None:
+        """``session_tag``: what this process's store sessions are named by (ended with the
+        lease's own when the process is deposed)."""
         super().__init__()
+        if not lease_timeout >= 2 * tick:
+            raise ValueError(f"a lease of {lease_timeout}s must last two ticks ({tick}s) at least")
         self._url = url
         self.tick = tick
-        self.handover_wait = handover_wait
+        # A handover's wait is a tick without a look: short beside the lease, which the
+        # looks renew (work slower to stop keeps its lock until a later tick).
+        self.handover_wait = min(handover_wait, lease_timeout / 4)
+        self.lease_timeout = lease_timeout
+        # The lease is ours this long after a look was sent (by our monotonic clock): less
+        # than the silence after which another process deposes us.
+        self._lease = lease_timeout - min(1.0, lease_timeout / 5)
+        self._renewed = -float("inf")
+        self.session_tag = session_tag or secrets.token_hex(4)
         # Roles given up whose work had not stopped within ``handover_wait``: their locks
         # are kept (no overlap) and freed on a later tick, once the work has stopped.
         self._handing: set[RoleKey] = set()
@@ -202,11 +300,21 @@ class PgLeadership(_Roles):
         self._members = 0
         self._stable = 0
         self.connected = False
-        self.stats: Counter[str] = Counter()
+        self._warned_privilege = False
 
     def register(self, key: RoleKey) -> None:
         super().register(key)
         self._by_lock[self._lock_of(key)] = key
+
+    def holds(self, key: RoleKey) -> bool:
+        return super().holds(key) and self._lease_held()
+
+    def _lease_held(self) -> bool:
+        return time.monotonic() - self._renewed < self._lease
+
+    def _guard(self, role: _Role) -> contextlib.AbstractContextManager[None]:
+        # Read on the store's worker threads: attributes only.
+        return guarded(lambda: role.locked and self._lease_held())
 
     @property
     def members(self) -> int:
@@ -272,7 +380,7 @@ class PgLeadership(_Roles):
                 self._url,
                 autocommit=True,
                 connect_timeout=int(QUERY_TIMEOUT) + 1,
-                application_name="chaingate-leases",
+                application_name=f"{LEASES_APPLICATION}/{self.session_tag}",
                 # A peer that vanished (not a closed socket) is noticed within seconds.
                 keepalives=1,
                 keepalives_idle=2,
@@ -301,9 +409,15 @@ class PgLeadership(_Roles):
         self.connected = True
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
-        """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost)."""
+        """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost).
+        One that answered renews the lease from when it was sent."""
+        sent = time.monotonic()
         with trio.fail_after(QUERY_TIMEOUT):
-            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self._limiter)
+            result = await trio.to_thread.run_sync(
+                fn, abandon_on_cancel=True, limiter=self._limiter
+            )
+        self._renewed = max(self._renewed, sent)
+        return result
 
     def _lock_of(self, key: RoleKey) -> int:
         return lock_key(key.label, self._namespace)
@@ -312,11 +426,14 @@ class PgLeadership(_Roles):
         conn, self._conn = self._conn, None
         self.connected = False
         self._handing.clear()  # closing the session frees every lock it holds
+        for role in self._roles.values():
+            role.locked = False
         if conn is not None:
             await _close_connection(conn)
 
     def _lose_all(self) -> None:
         for role in self._roles.values():
+            role.locked = False
             if role.held:
                 role.revoke()
         self.connected = False
@@ -327,13 +444,17 @@ class PgLeadership(_Roles):
         if conn is None:
             raise psycopg.OperationalError("no connection")
 
-        def look() -> tuple[int, list[int], list[int]]:
-            row = conn.execute(_LOOK, {"cls": LOCK_CLASS, "member": self._member_key}).fetchone()
-            assert row is not None
-            return int(row[0]), list(row[1]), list(row[2])
+        params = {"cls": LOCK_CLASS, "member": self._member_key, "silence": self.lease_timeout}
 
-        members, anywhere, ours = await self._call(look)
+        def look() -> tuple[int, list[int], list[int], list[str]]:
+            row = conn.execute(_LOOK, params).fetchone()
+            assert row is not None
+            return int(row[0]), list(row[1]), list(row[2]), list(row[3])
+
+        members, anywhere, ours, silent = await self._call(look)
         self.stats["looks"] += 1
+        if silent:
+            await self._depose(conn, silent)
         self._stable = self._stable + 1 if members == self._members else 0
         self._members = members
         held_here = {self._by_lock[n] for n in ours if n in self._by_lock}
@@ -357,7 +478,7 @@ class PgLeadership(_Roles):
         decision = decide(registered, mine, anywhere_set, members, self._free_ticks, self._stable)
         for key in decision.release:
             await self._hand_over(conn, self._roles[key])
-        for key in decision.take:
+        for key in [] if self._held_back() else decision.take:
             await self._try_take(conn, self._roles[key])
 
     async def _try_take(self, conn: psycopg.Connection[Any], role: _Role) -> None:
@@ -370,6 +491,7 @@ class PgLeadership(_Roles):
         if await self._call(take):
             self.stats["taken"] += 1
             self._free_ticks[role.key] = 0
+            role.locked = True
             role.grant()
 
     async def _hand_over(self, conn: psycopg.Connection[Any], role: _Role) -> None:
@@ -393,10 +515,47 @@ class PgLeadership(_Roles):
         def unlock() -> None:
             conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key)))
 
+        role.locked = False  # from here on, none of its writes
         await self._call(unlock)
         self.stats["handed_over"] += 1
         self._stable = 0
         log.info("handed over", extra={"fields": {"role": role.key.label}})
+
+    async def _depose(self, conn: psycopg.Connection[Any], silent: list[str]) -> None:
+        """End the sessions of members silent past the lease, and their processes' others:
+        their locks come free (taken from the next tick on)."""
+        pids: list[int] = []
+        names: list[str] = []
+        for entry in silent:
+            pid, _, name = entry.partition(" ")
+            pids.append(int(pid))
+            application, _, tag = name.partition("/")
+            if application == LEASES_APPLICATION and tag:
+                names.append(f"{APPLICATION}/{tag}")
+
+        def end() -> int:
+            row = conn.execute(_DEPOSE, {"pids": pids, "names": names}).fetchone()
+            return int(row[0]) if row else 0
+
+        try:
+            ended = await self._call(end)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if not self._warned_privilege:
+                self._warned_privilege = True
+                log.error(
+                    "leadership: a process is silent past its lease but its sessions cannot be"
+                    " ended (pg_terminate_backend needs the same database user, or"
+                    " pg_signal_backend); its roles stay with it",
+                    extra={"fields": {"pids": pids, "error": str(exc).strip()}},
+                )
+            return
+        if ended == 0:
+            return  # ended by an earlier look (or by another process) already
+        self.stats["deposed"] += 1
+        log.warning(
+            "leadership: a process silent past its lease is deposed; its sessions are ended",
+            extra={"fields": {"pids": pids, "lease_timeout": self.lease_timeout, "ended": ended}},
+        )
 
 
 async def _close_connection(conn: psycopg.Connection[Any], *, cancel: bool = False) -> None:
@@ -413,9 +572,20 @@ async def _close_connection(conn: psycopg.Connection[Any], *, cancel: bool = Fal
         await trio.to_thread.run_sync(close, abandon_on_cancel=True)
 
 
-def leadership_for(store_backend: str, url: str, keys: Sequence[RoleKey]) -> Leadership:
+def leadership_for(
+    store_backend: str,
+    url: str,
+    keys: Sequence[RoleKey],
+    *,
+    lease_timeout: float = LEASE_TIMEOUT,
+    session_tag: str = "",
+) -> Leadership:
     """PostgreSQL's locks when the store is PostgreSQL, else every role led here."""
-    leadership: Leadership = PgLeadership(url) if store_backend == "postgres" else LocalLeadership()
+    leadership: Leadership = (
+        PgLeadership(url, lease_timeout=lease_timeout, session_tag=session_tag)
+        if store_backend == "postgres"
+        else LocalLeadership()
+    )
     for key in keys:
         leadership.register(key)
     return leadership

@@ -1,4 +1,6 @@
-"""``chaingate_leader{role,chain,network}``: 1 where this process leads the role, else 0."""
+"""``chaingate_leader{role,chain,network}``: 1 where this process leads the role, else 0;
+``chaingate_leadership_total{kind}``: what the leadership did (looks, roles taken and handed
+over, connections lost, silent processes deposed)."""
 
 from __future__ import annotations
 
@@ -18,4 +20,11 @@ def register_leader_metrics(registry: Registry, leadership: Leadership) -> None:
         "gauge",
         "1 where this process leads the single-writer role of the chain/network, else 0.",
         samples,
+    )
+    registry.family(
+        "chaingate_leadership_total",
+        "counter",
+        "Leadership: looks at the locks, roles taken and handed over, lease connections lost,"
+        " other processes deposed for silence past their lease.",
+        lambda: [({"kind": kind}, float(n)) for kind, n in sorted(leadership.stats.items())],
     )

@@ -11,10 +11,12 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
-from chaingate.cluster.leases import Leadership, PgLeadership, leadership_for
+from chaingate.cluster.leases import Leadership, leadership_for
 from chaingate.cluster.metrics import register_leader_metrics
 from chaingate.cluster.roles import RoleKey
+from chaingate.config import Settings
 from chaingate.obs.metrics import Registry
+from chaingate.store import Store
 
 
 class PersistingFollower(Protocol):
@@ -24,18 +26,18 @@ class PersistingFollower(Protocol):
 
 
 class SingleWriter(Protocol):
-    """A subsystem whose writers run where its role is led (``leadership`` is None: here)."""
+    """A subsystem whose writers run where its role is led."""
 
     writer_role: str
-    leadership: Leadership | None
+    leadership: Leadership
 
     @property
     def writes_for(self) -> Collection[str]: ...
 
 
 def lead_writers(
-    store_backend: str,
-    url: str,
+    store: Store | None,
+    settings: Settings,
     registry: Registry,
     followers: Mapping[str, PersistingFollower],
     writers: Iterable[SingleWriter | None],
@@ -44,10 +46,15 @@ def lead_writers(
     advisory locks, or every role here (SQLite); its ``chaingate_leader`` gauge."""
     present = [writer for writer in writers if writer is not None]
     roles = role_keys(followers, {w.writer_role: w.writes_for for w in present})
-    leadership = leadership_for(store_backend, url, roles)
+    leadership = leadership_for(
+        store.backend if store is not None else "",
+        settings.store.url,
+        roles,
+        lease_timeout=settings.server.leader_timeout,
+        session_tag=store.session_tag if store is not None else "",
+    )
     register_leader_metrics(registry, leadership)
-    if isinstance(leadership, PgLeadership):
-        share_writers(leadership, followers.values(), present)
+    share_writers(leadership, followers.values(), present)
     return leadership
 
 
@@ -67,12 +74,12 @@ def role_keys(
 
 
 def share_writers(
-    leadership: PgLeadership,
+    leadership: Leadership,
     followers: Iterable[PersistingFollower],
     services: Iterable[SingleWriter],
 ) -> None:
-    """Other processes may share this store: each single writer runs only where its role is
-    led; every process still follows every network (its WebSocket feed) and delivers
+    """Each single writer runs where its role is led (here, unless other processes may share
+    the store); every process still follows every network (its WebSocket feed) and delivers
     webhooks (the outbox is shared with SKIP LOCKED)."""
     for follower in followers:
         role = RoleKey("follower", follower.chain, follower.network)

@@ -32,6 +32,7 @@ ENV_SECTIONS = (
     "paymaster",
     "webhooks",
     "bundler",
+    "simulation",
 )
 
 
@@ -52,6 +53,10 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     # them): a number, or "auto" for the CPUs the process may use.  More than one needs the
     # store on PostgreSQL and auth.redis_url (docs/guides/operator.md).
     workers: int | Literal["auto"] = 1
+    # Processes sharing a PostgreSQL store lead each single-writer role by a lease that each
+    # renews every half second; one silent this long (seconds: a stopped process, a hung
+    # event loop) loses its roles to another, which ends its sessions.
+    leader_timeout: float = 5.0
     # Client connections at most; 0 derives it from the process's file-descriptor limit (the
     # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
     # store and logs.  A value above what the descriptors allow is lowered to fit.
@@ -165,8 +170,9 @@ class IndexerSettings(msgspec.Struct, forbid_unknown_fields=True):
 
     # On wherever the network's follower runs.
     enabled: bool = True
-    # First block to index on the very first start; None: the first block the follower hands
-    # over.  Blocks between it and the follower's position are fetched by the indexer itself.
+    # First block to index on the very first start; None: the network's origin, the first block
+    # this deployment followed (chaingate.chain.catchup).  Blocks below the follower's window
+    # are fetched from the node.
     start_block: int | None = None
     # While backfilling, effects and cursor are committed every batch_blocks blocks,
     # batch_transfers transfers or batch_seconds seconds, whichever comes first; live blocks
@@ -282,24 +288,27 @@ class MetadataSettings(msgspec.Struct, forbid_unknown_fields=True):
 class WalletSettings(msgspec.Struct, forbid_unknown_fields=True):
     """Smart wallets and gas sponsorship (ERC-4337) of one EVM network (``chaingate.wallets``).
 
-    Addresses are by EntryPoint version ("0.6", "0.7"); those left out come from the network's
-    devnet manifest when it has one, else (EntryPoints and factories only) the canonical
+    Addresses are by EntryPoint version ("0.6", "0.7", "0.8"); those left out come from the
+    network's devnet manifest when it has one, else (EntryPoints and factories only) the canonical
     mainnet addresses.  Sponsorship needs a VerifyingPaymaster of ours: one whose signer is
     ``[paymaster] key``.
     """
 
     enabled: bool = True
     # The version of wallets created without entry_point_version.
-    default_version: Literal["0.6", "0.7"] = "0.7"
+    default_version: Literal["0.6", "0.7", "0.8"] = "0.7"
     entry_points: dict[str, str] = {}
     factories: dict[str, str] = {}
     paymasters: dict[str, str] = {}
+    # The code EIP-7702 wallets delegate to ("": the manifest's, else v0.8's canonical
+    # Simple7702Account).
+    delegate: str = ""
     # Seconds a paymaster signature stays valid (its validUntil, from the chain's clock).
     signature_ttl: int = 600
     # After validUntil, how long an unused reservation still counts: the follower needs a few
     # blocks to report an operation included just before it.
     settle_grace: int = 120
-    # v0.7 paymaster gas limits given when the request names none.
+    # v0.7 and v0.8 paymaster gas limits given when the request names none.
     paymaster_verification_gas: int = 100_000
     paymaster_post_op_gas: int = 0
     # A warning is logged while a paymaster's EntryPoint deposit is below this (wei, decimal).
@@ -319,8 +328,8 @@ class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
     """
 
     enabled: bool = True
-    entry_points: list[Literal["0.6", "0.7"]] = msgspec.field(
-        default_factory=lambda: ["0.6", "0.7"]
+    entry_points: list[Literal["0.6", "0.7", "0.8"]] = msgspec.field(
+        default_factory=lambda: ["0.6", "0.7", "0.8"]
     )
     # None: the process-wide ``[bundler] safe_mode``.  Unsafe skips the ERC-7562 tracing (for
     # nodes without debug_traceCall); simulation and every other check still run.
@@ -598,9 +607,10 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     enabled: bool = True
     # Session cookies carry Secure (sent over HTTPS only); `chaingate dev` turns it off.
     secure_cookie: bool = True
-    # A session ends after this long without a request, and this long after sign-in at most.
-    session_idle_minutes: int = 720
-    session_max_hours: int = 168
+    # A session ends after this long without a request, and this long after sign-in at most
+    # (OWASP ASVS 4 level 2, 3.3.2: sign in again after 30 minutes idle and within 12 hours).
+    session_idle_minutes: int = 30
+    session_max_hours: int = 12
     # Failed sign-ins tolerated per account and per client address within login_window
     # seconds; beyond them sign-in is refused (even with the right password) until it passes.
     login_failures_per_account: int = 5
@@ -612,6 +622,25 @@ class DashboardSettings(msgspec.Struct, forbid_unknown_fields=True):
     # Reverse proxies (CIDRs) whose X-Forwarded-For names the client (sign-in throttling) and
     # whose X-Forwarded-Host names the site (the forms' Origin check); empty: none trusted.
     trusted_proxies: list[str] = []
+
+
+class SimulationSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Transaction simulation (``chaingate.simulation``): asset changes and traces of
+    transactions, bundles and UserOperations before they are signed."""
+
+    enabled: bool = True
+    # "auto": eth_simulateV1 where an upstream has it, else debug_traceCall (which execution
+    # traces always use); "simulate_v1" or "trace_call" forces one (docs/decisions/simulation.md).
+    engine: Literal["auto", "simulate_v1", "trace_call"] = "auto"
+    # Bounds: transactions per bundle, call frames and logs of one simulation, bytes of one
+    # node answer, seconds of the whole simulation (past it: -32005, never a stuck request).
+    max_bundle: int = 10
+    max_frames: int = 10_000
+    max_logs: int = 10_000
+    max_answer_bytes: int = 16 << 20
+    timeout: float = 10.0
+    # Simulations in progress in one process; the next ones wait (within their timeout).
+    max_concurrent: int = 32
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True):
@@ -626,6 +655,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     webhooks: WebhookSettings = msgspec.field(default_factory=WebhookSettings)
     bundler: BundlerSettings = msgspec.field(default_factory=BundlerSettings)
     dashboard: DashboardSettings = msgspec.field(default_factory=DashboardSettings)
+    simulation: SimulationSettings = msgspec.field(default_factory=SimulationSettings)
     # Where the embedded SQLite store and chaingate dev's files live.
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
@@ -688,6 +718,8 @@ def _validate(settings: Settings) -> None:
             ipaddress.ip_network(cidr)
         except ValueError:
             raise ConfigError(f"dashboard.trusted_proxies: not a network: {cidr!r}") from None
+    if settings.dashboard.session_idle_minutes < 1 or settings.dashboard.session_max_hours < 1:
+        raise ConfigError("dashboard.session_idle_minutes and session_max_hours must be >= 1")
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if settings.server.compress_min_bytes < 0:
@@ -695,8 +727,15 @@ def _validate(settings: Settings) -> None:
     workers = settings.server.workers
     if workers != "auto" and not 1 <= workers <= 256:
         raise ConfigError('server.workers must be between 1 and 256, or "auto"')
+    if not 1.0 <= settings.server.leader_timeout <= 3600:
+        raise ConfigError("server.leader_timeout must be between 1 and 3600 seconds")
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
+    simulation = settings.simulation
+    if min(simulation.max_bundle, simulation.max_frames, simulation.max_logs) < 1:
+        raise ConfigError("simulation.max_bundle, max_frames and max_logs must be >= 1")
+    if simulation.timeout <= 0 or simulation.max_concurrent < 1:
+        raise ConfigError("simulation.timeout must be > 0 and max_concurrent >= 1")
     if settings.store.url and not settings.store.url.startswith(
         ("sqlite:///", "postgresql://", "postgres://")
     ):

@@ -21,6 +21,8 @@ Kind = Literal[
     "entry_point",
     "entry_point_simulations",
     "account_factory",
+    # The code an EIP-7702 account delegates to (v0.8's Simple7702Account).
+    "account_delegate",
     "paymaster",
     "erc20",
     "erc721",
@@ -39,7 +41,7 @@ class Contract(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     canonical: bool
     source: str  # the bytecode's origin: an npm package version or a chaingate source file
     block: int  # the block that deployed it: where a log scan for it can start
-    # ERC-4337 version ("0.6", "0.7"), and the manifest name of the EntryPoint it serves.
+    # ERC-4337 version ("0.6", "0.7", "0.8"), and the manifest name of the EntryPoint it serves.
     version: str | None = None
     entry_point: str | None = None
     # Tokens: their symbol and decimals, and the manifest name of their USD price feed.

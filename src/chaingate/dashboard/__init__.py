@@ -11,17 +11,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from markupsafe import Markup
 from quart import Blueprint, Response, g, redirect, request
 from quart_trio import QuartTrio
 
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
     PREFIX,
-    SECURITY_HEADERS,
     Dashboard,
     form_value,
     page,
 )
+from chaingate.edge.responses import PAGE_HEADERS
+from chaingate.text import code_point, first_hidden_in_url, hidden_in_url
 
 __all__ = ["Dashboard", "install"]
 
@@ -60,9 +62,13 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         # A page's own bad input (a page number, a JSON field) read outside its form handling.
         return await page("error.html", exc.status, title="Refused", message=exc.message)
 
-    @blueprint.after_request
+    @blueprint.after_app_request
     async def after(response: Response) -> Response:
-        for name, value in SECURITY_HEADERS.items():
+        # On the app, not the blueprint: every answer under /dashboard — the app's own 404
+        # and 405 for paths no page has, the bare path's redirect — not only the pages'.
+        if request.path != PREFIX and not request.path.startswith(PREFIX + "/"):
+            return response
+        for name, value in PAGE_HEADERS.items():  # defined by the edge: it writes some too
             response.headers[name] = value
         if request.endpoint != "dashboard.static":
             response.headers["Cache-Control"] = "no-store"
@@ -81,6 +87,22 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
     @blueprint.app_template_filter("ms_time")
     def ms_time(ms: int) -> str:
         return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    @blueprint.app_template_filter("url_shown")
+    def url_shown(url: str) -> Markup:
+        """A URL as it is, but each character that would hide or reorder what is read (a
+        bidirectional override, a zero-width or other space) named in a marked box: a URL
+        stored before such URLs were refused cannot display as another."""
+        return Markup("").join(
+            Markup('<mark class="hidden-char">{}</mark>').format(code_point(c))
+            if hidden_in_url(c)
+            else c
+            for c in url
+        )
+
+    @blueprint.app_template_test("with_hidden_chars")
+    def with_hidden_chars(url: str) -> bool:
+        return first_hidden_in_url(url) is not None
 
     for module in (signin, usage, keys, webhooks, gas, reference, operator):
         module.register(blueprint, dash)

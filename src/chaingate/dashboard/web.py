@@ -10,7 +10,8 @@
   refused (403), and so is one whose ``Origin`` names another host.
 * Headers: a strict Content-Security-Policy (scripts and styles from this origin only, no
   inline script or style), ``frame-ancestors 'none'``, no referrer to other sites (sign-in
-  links carry a token), no caching of pages.
+  links carry a token), no caching of pages — on every answer under the prefix
+  (``edge.responses.PAGE_HEADERS``, added app-wide by ``chaingate.dashboard.install``).
 """
 
 from __future__ import annotations
@@ -41,23 +42,10 @@ from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows, Session
 from chaingate.dashboard.throttle import InProcessThrottle, SignInThrottle
+from chaingate.framing_constants import MAX_JSON_DEPTH
+from chaingate.jsondepth import too_deep
 
 PREFIX = "/dashboard"
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; "
-    "frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    # Not "no-referrer": with it browsers send "Origin: null" on the pages' own forms.
-    "Referrer-Policy": "same-origin",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
-}
 MAX_FORM_FIELD = 10_000  # characters: bounded input
 MAX_PAGE = 99_999
 FLASH_TTL_MS = 5 * 60_000
@@ -330,9 +318,15 @@ def page_number(field: str = "page") -> str:
 
 
 def json_object(text: str, field: str) -> dict[str, Any]:
-    """A form field holding a JSON object (empty: ``{}``), else a 400 naming ``field``."""
+    """A form field holding a JSON object (empty: ``{}``), else a 400 naming ``field``.
+
+    Its depth is checked before it is decoded, as a REST body's is: the decoder recurses per
+    level, and a field nested a thousand deep would otherwise end in a RecursionError."""
+    data = text.strip().encode() or b"{}"
+    if too_deep(data):
+        raise ApiError(400, f"invalid field '{field}': nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        value = msgspec.json.decode(text.strip() or "{}")
+        value = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"invalid field '{field}': not JSON ({exc})") from None
     if not isinstance(value, dict):

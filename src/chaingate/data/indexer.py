@@ -140,7 +140,6 @@ class Indexer:
         self._inflight_done: trio.Event | None = None
         self._inflight_error: Exception | None = None
         self._nursery: trio.Nursery | None = None
-        self._loaded = False
         self.live = False
         self.stats: Counter[str] = Counter()
         self._moved = trio.Event()  # set (and replaced) whenever the cursor moves
@@ -152,13 +151,16 @@ class Indexer:
         once: a commit that is repeated after a crash is announced again)."""
         self._listeners.append(listener)
 
+    @property
+    def start_block(self) -> int | None:
+        """The first block to index when nothing is indexed yet (None: the network's origin,
+        ``chaingate.chain.catchup``)."""
+        return self.settings.start_block
+
     async def resume_point(self) -> tuple[int, str] | None:
-        """The last block the index holds, for a follower that resumes from its consumers."""
-        if not self._loaded:
-            state = await self._store.load_index(self.chain, self.network)
-            cursor = state.cursor
-        else:
-            cursor = self.cursor
+        """The last block the index holds, as stored: where a term of it goes on from."""
+        state = await self._store.load_index(self.chain, self.network)
+        cursor = state.cursor
         return (cursor.number, cursor.hash) if cursor is not None else None
 
     async def wait_indexed(self, number: int) -> None:
@@ -167,21 +169,15 @@ class Indexer:
             await self._moved.wait()
 
     async def run(
-        self,
-        events: EventStream,
-        *,
-        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        self, events: EventStream, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Index until cancelled or until the follower closes the stream; ``replay`` gives
-        the events to handle first (the follower's window, ``Follower.window_events``)."""
+        """Index until cancelled or until the follower closes the stream (a term's feed,
+        ``chaingate.cluster.gates``: it begins after the stored cursor, or at the start)."""
         await self._reload()
         task_status.started()
         try:
             async with trio.open_nursery() as nursery, contextlib.aclosing(events):
                 self._nursery = nursery
-                for replayed in await replay() if replay is not None else ():
-                    await self._guarded(replayed)
                 while True:
                     try:
                         event = await self._receive(events)
@@ -459,7 +455,6 @@ class Indexer:
         self._recent = dict(state.recent)
         self._pending = []
         self._pending_logs = 0
-        self._loaded = True
 
     def _move(self, cursor: IndexCursor | None) -> None:
         self.cursor = cursor

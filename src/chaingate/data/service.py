@@ -2,8 +2,9 @@
 
 For each network whose indexer is enabled: an ``Indexer`` fed by the network's follower and a
 ``MetadataService`` (``chaingate.metadata``) that the indexer tells of new token contracts and
-ERC-4906 updates.  The gateway builds one, hands the REST plane its ``readers`` and
-``metadata``, and starts it in its nursery before the followers (whose events it consumes).
+ERC-4906 updates, and that tells the index which contracts are no ERC-20s.  The gateway
+builds one, hands the REST plane its ``readers`` and ``metadata``, and starts it in its
+nursery before the followers (whose events it consumes).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import trio
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
-from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.gates import follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.data.indexer import Indexer
 from chaingate.data.metrics import register_index_metrics
 from chaingate.data.reader import IndexReader
+from chaingate.data.store import IndexRows
 from chaingate.metadata.service import MetadataService
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher
@@ -44,10 +45,11 @@ class DataPlane:
         self.indexers: dict[str, Indexer] = {}
         self.metadata: dict[str, MetadataService] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each network's indexer runs only while this
-        # process leads its ``indexer`` role (chaingate.cluster).
-        self.leadership: Leadership | None = None
+        # Each network's indexer runs while this process leads its ``indexer`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
+        verdicts = IndexRows(store)
         for key, follower in followers.items():
             net = networks[key]
             if not net.indexer.enabled:
@@ -76,6 +78,10 @@ class DataPlane:
                 manifest=load_manifest(net.manifest) if net.manifest else None,
             )
             indexer.add_listener(metadata.on_index_commit)
+            # Its verdicts shape the index's balance lists (what is no ERC-20 is left out).
+            metadata.add_verdict_listener(
+                functools.partial(verdicts.set_erc20_verdicts, follower.chain, follower.network)
+            )
             self.indexers[key] = indexer
             self.metadata[key] = metadata
 
@@ -125,19 +131,13 @@ class DataPlane:
             for metadata in self.metadata.values():
                 await nursery.start(metadata.run)
             for key, indexer in self.indexers.items():
-                if self.leadership is None:
-                    # One process: the follower's window first (a term replays it when led).
-                    replay = self._followers[key].window_events
-                    await nursery.start(
-                        functools.partial(indexer.run, self._streams[key], replay=replay)
-                    )
-                    continue
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("indexer", indexer.chain, indexer.network),
+                    "indexer",
+                    self._followers[key],
                     self._streams[key],
                     indexer.run,
-                    replay=self._followers[key].window_events,
+                    indexer,
                 )
                 await nursery.start(led.run)
             task_status.started()

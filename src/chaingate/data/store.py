@@ -18,7 +18,7 @@ read transaction is one already), so a page, its total and the block it is at ag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -41,7 +41,10 @@ INDEX_TABLES = (
     "idx_nft_holdings",
     "idx_nft_owners",
     "idx_nft_tokens",
+    "idx_not_erc20",
 )
+# Bound on the parameters of one IN (...) list.
+_CHUNK = 400
 
 Direction = Literal["in", "out", "any"]
 
@@ -440,18 +443,23 @@ class IndexRows(Rows):
         self, chain: str, network: str, holder: str, offset: int, limit: int
     ) -> tuple[IndexCursor | None, int, list[tuple[str, int]]]:
         """Positive ERC-20 balances of ``holder``: (cursor, total, page of (contract, balance))
-        in contract order."""
+        in contract order, contracts known not to be ERC-20s left out of both."""
         params = (chain, network, holder)
-        filters = "chain = ? AND network = ? AND holder = ? AND balance NOT LIKE '-%'"
+        # One filter for the page and its total: the count is what the pages hold.
+        filters = (
+            "b.chain = ? AND b.network = ? AND b.holder = ? AND b.balance NOT LIKE '-%'"
+            " AND NOT EXISTS (SELECT 1 FROM idx_not_erc20 n WHERE n.chain = b.chain"
+            " AND n.network = b.network AND n.contract = b.contract)"
+        )
 
         def select(tx: Any) -> tuple[IndexCursor | None, int, list[tuple[str, int]]]:
             total = tx.query(
-                f"SELECT COUNT(*) FROM idx_balances WHERE {filters}",  # noqa: S608
+                f"SELECT COUNT(*) FROM idx_balances b WHERE {filters}",  # noqa: S608
                 params,
             )
             rows = tx.query(
-                f"SELECT contract, balance FROM idx_balances WHERE {filters}"  # noqa: S608
-                " ORDER BY contract LIMIT ? OFFSET ?",
+                f"SELECT b.contract, b.balance FROM idx_balances b WHERE {filters}"  # noqa: S608
+                " ORDER BY b.contract LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             )
             page = [(c, _amount(b)) for c, b in rows]
@@ -459,6 +467,33 @@ class IndexRows(Rows):
 
         result: tuple[IndexCursor | None, int, list[tuple[str, int]]] = await self._read(select)
         return result
+
+    async def set_erc20_verdicts(
+        self, chain: str, network: str, listed: Mapping[str, bool]
+    ) -> None:
+        """What the metadata service found (lowercase contract -> whether balance lists show
+        it): the ones found not to be ERC-20s are left out from now on, the others shown."""
+        if not listed:
+            return
+        shown = sorted(c for c, keep in listed.items() if keep)
+        hidden = sorted(c for c, keep in listed.items() if not keep)
+
+        def write(tx: Any) -> None:
+            for start in range(0, len(shown), _CHUNK):
+                chunk = shown[start : start + _CHUNK]
+                tx.execute(
+                    "DELETE FROM idx_not_erc20 WHERE chain = ? AND network = ?"  # noqa: S608
+                    f" AND contract IN ({', '.join('?' * len(chunk))})",
+                    (chain, network, *chunk),
+                )
+            if hidden:
+                tx.executemany(
+                    "INSERT INTO idx_not_erc20 (chain, network, contract) VALUES (?, ?, ?)"
+                    " ON CONFLICT (chain, network, contract) DO NOTHING",
+                    [(chain, network, contract) for contract in hidden],
+                )
+
+        await self.run_transaction(write)
 
     async def index_nfts_owned(
         self, chain: str, network: str, holder: str, offset: int, limit: int

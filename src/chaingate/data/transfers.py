@@ -1,19 +1,14 @@
 """Sans-IO decoding of a block's logs into token transfers and metadata updates.
 
-Recognised (topic0, topic count, data length):
+Recognised: the transfers of the token standards (ERC-20, ERC-721, ERC-1155 single and batch),
+read by ``chaingate.evm.tokenlogs``, the one rule for their shapes; and
 
-* ERC-20 ``Transfer(address indexed, address indexed, uint256)`` — 3 topics, 32 bytes of data;
-* ERC-721 ``Transfer(address indexed, address indexed, uint256 indexed)`` — 4 topics, no data
-  (same topic0: the two standards are told apart by the shape alone);
-* ERC-1155 ``TransferSingle(operator, from, to, id, value)`` — 4 topics, 64 bytes;
-  ``TransferBatch(operator, from, to, ids[], values[])`` — 4 topics, ABI-decoded with bounds;
 * ERC-4906 ``MetadataUpdate(uint256)`` / ``BatchMetadataUpdate(uint256, uint256)`` and
   ERC-1155 ``URI(string, uint256 indexed)``: not state, handed to listeners (metadata refresh).
 
-Anything else with one of those topic0s — another topic count, a data length that does not
-fit, an address topic with non-zero upper bytes, a batch whose arrays differ in length or run
-past the data — is counted in ``DecodedBlock.ignored`` and otherwise skipped: a contract that
-merely emits look-alike events cannot break the index.
+A transfer look-alike (a transfer's topic0 with another shape, see ``tokenlogs``) is counted
+in ``DecodedBlock.ignored`` and otherwise skipped: a contract that merely emits look-alike
+events cannot break the index.
 
 Every record gets ``seq``, its position in the block: a transaction's native value transfer
 comes before its logs (the value moves when the call starts), logs in log order, a batch's
@@ -29,21 +24,19 @@ from typing import Literal
 import msgspec
 
 from chaingate.chain.events import Block, Log
-from chaingate.evm.abi import AbiError, decode, event_topic
+from chaingate.evm.abi import event_topic
+from chaingate.evm.tokenlogs import TRANSFER, TRANSFER_BATCH, TRANSFER_SINGLE, transfer_events
 
 Standard = Literal["native", "ERC20", "ERC721", "ERC1155"]
 TOKEN_STANDARDS: tuple[Standard, ...] = ("ERC20", "ERC721", "ERC1155")
 
-TRANSFER = event_topic("Transfer(address,address,uint256)")
-TRANSFER_SINGLE = event_topic("TransferSingle(address,address,address,uint256,uint256)")
-TRANSFER_BATCH = event_topic("TransferBatch(address,address,address,uint256[],uint256[])")
+_TRANSFER_TOPICS = frozenset({TRANSFER, TRANSFER_SINGLE, TRANSFER_BATCH})
 METADATA_UPDATE = event_topic("MetadataUpdate(uint256)")
 BATCH_METADATA_UPDATE = event_topic("BatchMetadataUpdate(uint256,uint256)")
 URI = event_topic("URI(string,uint256)")
 
 ZERO_ADDRESS = "0x" + "00" * 20
 _WORD_HEX = 64
-_ZERO_PAD = "0" * 24  # the upper 12 bytes of an address word
 
 
 class Transfer(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -99,13 +92,6 @@ class DecodedBlock(msgspec.Struct):
     ignored: int  # logs with a transfer's topic0 but not a transfer's shape
 
 
-def _address(topic: str) -> str | None:
-    """The address in an indexed address topic; None when the word is not one."""
-    if len(topic) != 2 + _WORD_HEX or topic[2:26] != _ZERO_PAD:
-        return None
-    return "0x" + topic[26:].lower()
-
-
 def _word(topic: str) -> int:
     if len(topic) != 2 + _WORD_HEX:
         raise ValueError("not a 32-byte word")
@@ -154,10 +140,8 @@ class _Decoder:
             return
         self._position = (tx_index, log_index)
         topic0 = topics[0].lower()
-        if topic0 == TRANSFER:
-            self._transfer(entry, topics)
-        elif topic0 in (TRANSFER_SINGLE, TRANSFER_BATCH):
-            self._erc1155(entry, topics, batch=topic0 == TRANSFER_BATCH)
+        if topic0 in _TRANSFER_TOPICS:
+            self._transfers(entry, topics)
         elif topic0 in (METADATA_UPDATE, BATCH_METADATA_UPDATE, URI):
             self._metadata(entry, topic0)
 
@@ -187,47 +171,16 @@ class _Decoder:
             )
         )
 
-    def _transfer(self, entry: Log, topics: list[str]) -> None:
-        sender = _address(topics[1]) if len(topics) > 2 else None
-        receiver = _address(topics[2]) if len(topics) > 2 else None
-        data = entry.data
-        try:
-            if sender is None or receiver is None:
-                raise ValueError("not address topics")
-            if len(topics) == 3 and len(data) == 2 + _WORD_HEX:
-                self._add(entry, "ERC20", sender, receiver, None, int(data, 16))
-                return
-            if len(topics) == 4 and data in ("0x", ""):
-                self._add(entry, "ERC721", sender, receiver, _word(topics[3]), 1)
-                return
-        except ValueError:
-            pass
-        self.ignored += 1
-
-    def _erc1155(self, entry: Log, topics: list[str], *, batch: bool) -> None:
-        if len(topics) != 4:
+    def _transfers(self, entry: Log, topics: list[str]) -> None:
+        events = transfer_events(topics, entry.data)
+        if events is None:
             self.ignored += 1
             return
-        sender, receiver = _address(topics[2]), _address(topics[3])
-        data = entry.data
-        try:
-            if sender is None or receiver is None:
-                raise ValueError("not address topics")
-            if not batch:
-                if len(data) != 2 + 2 * _WORD_HEX:
-                    raise ValueError("TransferSingle carries two words")
-                token_id, value = int(data[2:66], 16), int(data[66:130], 16)
-                self._add(entry, "ERC1155", sender, receiver, token_id, value)
-                return
-            ids, values = decode(["uint256[]", "uint256[]"], bytes.fromhex(data[2:]))
-        except (ValueError, AbiError):
-            self.ignored += 1
-            return
-        if len(ids) != len(values):
-            self.ignored += 1
-            return
-        for token_id, value in zip(ids, values, strict=True):
-            self._add(entry, "ERC1155", sender, receiver, token_id, value)
+        for event in events:
+            assert event.standard is not None  # transfers always name theirs
+            self._add(
+                entry, event.standard, event.sender, event.receiver, event.token_id, event.amount
+            )
 
     def _metadata(self, entry: Log, topic0: str) -> None:
         data = entry.data

@@ -24,11 +24,15 @@ from chaingate.devnet.npm import cache_root, npm_install
 ANVIL_PACKAGE = "@foundry-rs/anvil-linux-amd64"
 ANVIL_VERSION = "1.7.1"
 DEVNET_CHAIN_ID = 31337
+# Named, not anvil's moving default: Prague brings EIP-7702 (EntryPoint v0.8's EOA accounts),
+# and the ERC-7562 tracer's opcode table is Prague's (Osaka's CLZ would be "unassigned").
+DEVNET_HARDFORK = "prague"
 
 __all__ = [
     "ANVIL_PACKAGE",
     "ANVIL_VERSION",
     "DEVNET_CHAIN_ID",
+    "DEVNET_HARDFORK",
     "AnvilProcess",
     "anvil_argv",
     "anvil_binary",
@@ -80,6 +84,8 @@ def anvil_argv(
         str(chain_id),
         "--silent",
     ]
+    if "--hardfork" not in extra:  # a test may ask for an older one
+        argv += ["--hardfork", DEVNET_HARDFORK]
     if block_time is not None:
         argv += ["--block-time", str(block_time)]
     return argv + list(extra)

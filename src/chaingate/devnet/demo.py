@@ -27,7 +27,9 @@ from chaingate.evm import abi
 
 ZERO_SALT = bytes(32)
 FEED_DECIMALS = 8  # what Chainlink's USD feeds use
-METADATA_HOST = "https://metadata.chaingate.localhost/devnet"
+# The devnet's https host: ``chaingate dev`` serves it from loopback (``devnet.docserver``).
+METADATA_HOSTNAME = "metadata.chaingate.localhost"
+METADATA_HOST = f"https://{METADATA_HOSTNAME}/devnet"
 NATIVE_PRICE_FEED = "feed_eth_usd"
 
 
@@ -268,6 +270,33 @@ def ipfs_documents() -> dict[str, bytes]:
         ipfs_uri(document).removeprefix("ipfs://"): document
         for document in (TOKEN_2_DOCUMENT, ITEM_3_DOCUMENT, UPDATABLE_DOCUMENT)
     }
+
+
+def https_documents() -> dict[str, bytes]:
+    """The documents the devnet names by ``https://`` URL (``METADATA_HOST``), by URL."""
+    item_2 = f"{METADATA_HOST}/items/{{id}}.json".replace("{id}", f"{2:064x}")
+    return {
+        f"{METADATA_HOST}/collection/3.json": _metadata(
+            "Devnet #3", "Metadata over https://.", "#c0508f"
+        ),
+        item_2: _metadata("Devnet item 2", "By the collection's {id} template.", "#3a8fd0"),
+        # The updatable collection: its base URI + the decimal token id (both minted).
+        **{
+            f"{METADATA_HOST}/updatable/{token_id}": _metadata(
+                f"Updatable #{token_id}", "Base URI + token id, over https://.", "#5a5a5a"
+            )
+            for token_id in (1, 2)
+        },
+    }
+
+
+def served_documents() -> dict[str, bytes]:
+    """What ``chaingate dev``'s document server answers, by URL path: the IPFS documents
+    under ``/ipfs/<cid>`` and the https host's under their own paths."""
+    served = {f"/ipfs/{cid}": document for cid, document in ipfs_documents().items()}
+    prefix = f"https://{METADATA_HOSTNAME}"
+    served.update({url.removeprefix(prefix): doc for url, doc in https_documents().items()})
+    return served
 
 
 def _call(label: str, sender: str, to: str, signature: str, *args: object, **kw: int) -> Tx:

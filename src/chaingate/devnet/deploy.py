@@ -5,6 +5,9 @@ senders inside one batch is not guaranteed; one sender's transactions run in non
 A ``TxRunner.run`` call is therefore one stage: its transactions may depend on earlier stages
 and on the same sender's earlier transactions, never on another sender's in the same stage.
 Gas is explicit because estimating a transaction whose predecessors are not mined yet fails.
+A stage is sent in chunks whose gas limits fit one block, each mined before the next is sent:
+anvil drops a sender's later transactions (as "nonce too high") when an earlier one does not
+fit the block being built and a later one does.
 """
 
 from __future__ import annotations
@@ -75,6 +78,17 @@ class TxRunner:
         """Send one stage and wait for every receipt; any failed transaction raises."""
         if not txs:
             return []
+        block_gas = int(self.rpc.call("eth_getBlockByNumber", "latest", False)["gasLimit"], 16)
+        receipts: list[dict[str, Any]] = []
+        chunk: list[Tx] = []
+        for tx in txs:
+            if chunk and sum(t.gas for t in chunk) + tx.gas > block_gas:
+                receipts += self._run_chunk(chunk)
+                chunk = []
+            chunk.append(tx)
+        return receipts + self._run_chunk(chunk)
+
+    def _run_chunk(self, txs: Sequence[Tx]) -> list[dict[str, Any]]:
         nonces = self._assign_nonces(txs)
         calls = []
         for tx, nonce in zip(txs, nonces, strict=True):

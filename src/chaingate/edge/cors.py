@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from chaingate.framing_constants import NOSNIFF
+
 # What browsers put in Origin: scheme://host[:port], or "null" for an opaque origin (a page
 # opened from a file, a sandboxed frame).  Anything else is not echoed.
 _ORIGIN = re.compile(
@@ -33,6 +35,8 @@ EXPOSE_HEADERS = (
     b"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, X-Request-Id, "
     b"X-Cache"
 )
+# A preflight says nosniff too (framing_constants.NOSNIFF), body or not.
+_LINE_END_NOSNIFF = b"\r\n" + NOSNIFF
 # Chromium caps a preflight's cache at 2 hours (Firefox at 24): ask for the most that counts.
 MAX_AGE = 7200
 
@@ -59,7 +63,7 @@ def preflight(origin: bytes | None, methods: bytes) -> tuple[int, bytes, bytes]:
     """The answer to an ``OPTIONS`` request: 204, with what a preflight from a well-formed
     origin asks (a plain OPTIONS just learns the methods).  The origin itself is granted
     the way every answer to a browser is, by ``answer_headers``, which the edge adds."""
-    allow = b"Allow: " + methods + b"\r\n"
+    allow = b"Allow: " + methods + _LINE_END_NOSNIFF
     if origin is None or not well_formed(origin):
         return 204, allow, b""
     return 204, allow + b"Access-Control-Allow-Methods: " + methods + _PREFLIGHT_TAIL, b""

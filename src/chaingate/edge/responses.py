@@ -1,4 +1,5 @@
-"""Responses the edge writes itself: the spec's error envelope and the Date header."""
+"""Responses the edge writes itself: the spec's error envelope, the Date header, and the
+headers of answers under /dashboard."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from email.utils import formatdate
 
 import msgspec
 
-JSON = b"Content-Type: application/json\r\n"
+from chaingate.framing_constants import JSON_HEADERS
+
+JSON = JSON_HEADERS  # with nosniff
 
 # The spec names codes for 400/401/403/404/429/500; other statuses get a code of their own
 # (docs/decisions.md lists them).
@@ -31,6 +34,38 @@ ERROR_CODES: dict[int, str] = {
     503: "unavailable",
     505: "http_version_not_supported",
 }
+
+# The headers of every answer under /dashboard: a strict Content-Security-Policy (scripts
+# and styles from this origin only, no inline script or style), no framing, no sniffing, no
+# referrer to other sites (sign-in links carry a token).  Defined here, below the dashboard,
+# because the edge writes some answers there itself (a path it refuses); the dashboard's app
+# adds them to all the others.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # Not "no-referrer": with it browsers send "Origin: null" on the pages' own forms.
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+# A JSON refusal the edge writes under /dashboard: JSON's lines (nosniff among them), the
+# rest of the page headers, and no caching.
+PAGE_REFUSAL = (
+    JSON
+    + b"".join(
+        f"{name}: {value}\r\n".encode()
+        for name, value in PAGE_HEADERS.items()
+        if name != "X-Content-Type-Options"
+    )
+    + b"Cache-Control: no-store\r\n"
+)
 
 _encoder = msgspec.json.Encoder()
 

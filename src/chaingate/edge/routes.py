@@ -34,7 +34,7 @@ from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
-from chaingate.edge.responses import JSON, error_body
+from chaingate.edge.responses import JSON, PAGE_REFUSAL, error_body
 from chaingate.edge.restcache import CacheKey, RestCache
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
@@ -150,7 +150,7 @@ class Routes:
             path = normalize_path(request.path)
         except PathError as exc:
             path = request.path
-            status, headers, body = 400, JSON, error_body(400, str(exc))
+            status, headers, body = 400, _refusal_headers(path), error_body(400, str(exc))
         else:
             try:
                 if path.startswith(_RPC_PREFIX):
@@ -164,7 +164,7 @@ class Routes:
                 # A bug of ours costs this request a 500 (logged, and in the access log like
                 # every answer), never the listener.
                 log.exception("unhandled error while answering a request")
-                status, headers = 500, JSON
+                status, headers = 500, _refusal_headers(path)
                 body = error_body(500, "internal error; retry with exponential backoff")
                 request.keep_alive = False
         elapsed = perf_counter() - started
@@ -401,6 +401,11 @@ class Routes:
         gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
         gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
         return status, headers + _MISS + gate.response_headers(principal), body
+
+
+def _refusal_headers(path: bytes) -> bytes:
+    """The headers of a refusal the edge writes itself: a page's under /dashboard."""
+    return PAGE_REFUSAL if path == _DASHBOARD or path.startswith(_DASHBOARD + b"/") else JSON
 
 
 # A key in the path and another in a header: which would be the caller's?

@@ -213,7 +213,8 @@ class _Array(_Type):
         return list(_decode_sequence([self.item] * count, data, offset + _WORD))
 
 
-def _split_top_level(inner: str) -> list[str]:
+def split_top_level(inner: str) -> list[str]:
+    """The comma-separated parts of a type list, parentheses nesting."""
     parts: list[str] = []
     depth = 0
     start = 0
@@ -238,7 +239,7 @@ def parse_type(text: str) -> _Type:
         size = text[open_at + 1 : -1]
         return _Array(parse_type(text[:open_at]), int(size) if size else None)
     if text.startswith("(") and text.endswith(")"):
-        return _Tuple([parse_type(part) for part in _split_top_level(text[1:-1])])
+        return _Tuple([parse_type(part) for part in split_top_level(text[1:-1])])
     if text == "address":
         return _Address()
     if text == "bool":

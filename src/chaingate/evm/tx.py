@@ -1,9 +1,11 @@
-"""Typed transactions: EIP-1559 built and signed here (the bundler's own), any kind decoded.
+"""Typed transactions: EIP-1559 and EIP-7702 built and signed here (the bundler's own), any
+kind decoded.
 
-``Eip1559`` signs to the raw bytes ``eth_sendRawTransaction`` takes; its hash is the
-transaction hash the node will report.  ``decode_raw`` reads back what a client sent — the
-sender (recovered from the signature), the nonce and the target — for legacy (EIP-155 or
-not), EIP-2930, EIP-1559, EIP-4844 and EIP-7702 transactions.
+``Eip1559`` signs to the raw bytes ``eth_sendRawTransaction`` takes; its hash is the transaction
+hash the node will report. ``Eip7702`` is the same with an authorization list (type 4): the
+bundle of an operation whose EOA sender delegates to its account code. ``decode_raw`` reads back
+what a client sent — the sender (recovered from the signature), the nonce and the target — for
+legacy (EIP-155 or not), EIP-2930, EIP-1559, EIP-4844 and EIP-7702 transactions.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import msgspec
 
 from chaingate.evm import rlp
 from chaingate.evm.addresses import address_bytes, checksum_address
+from chaingate.evm.eip7702 import Authorization
 from chaingate.evm.keccak import keccak256
 from chaingate.evm.keys import PrivateKey, recover_address
 
 EIP1559 = 2
+EIP7702 = 4
 
 
 class Eip1559(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,15 +50,36 @@ class Eip1559(msgspec.Struct, frozen=True, kw_only=True):
 
     def sign(self, key: PrivateKey) -> bytes:
         """The raw signed transaction (type byte ++ RLP)."""
-        signature = key.sign_digest(self.signing_hash())
-        r, s, v = signature[:32], signature[32:64], signature[64] - 27
-        fields = [
-            *self._fields(),
-            rlp.int_bytes(v),
-            rlp.int_bytes(int.from_bytes(r, "big")),
-            rlp.int_bytes(int.from_bytes(s, "big")),
-        ]
-        return bytes([EIP1559]) + rlp.encode(fields)
+        return _signed(EIP1559, self._fields(), key)
+
+
+class Eip7702(Eip1559, frozen=True, kw_only=True):
+    """EIP-1559's fields and an authorization list (type 4; ``to`` is required)."""
+
+    authorizations: tuple[Authorization, ...] = ()
+
+    def _fields(self) -> list[rlp.Item]:
+        if not self.to or not self.authorizations:
+            raise ValueError("a type-4 transaction has a target and at least one authorization")
+        return [*super()._fields(), [a.rlp_item() for a in self.authorizations]]
+
+    def signing_hash(self) -> bytes:
+        return keccak256(bytes([EIP7702]) + rlp.encode(self._fields()))
+
+    def sign(self, key: PrivateKey) -> bytes:
+        return _signed(EIP7702, self._fields(), key)
+
+
+def _signed(kind: int, unsigned: list[rlp.Item], key: PrivateKey) -> bytes:
+    signature = key.sign_digest(keccak256(bytes([kind]) + rlp.encode(unsigned)))
+    r, s, v = signature[:32], signature[32:64], signature[64] - 27
+    fields = [
+        *unsigned,
+        rlp.int_bytes(v),
+        rlp.int_bytes(int.from_bytes(r, "big")),
+        rlp.int_bytes(int.from_bytes(s, "big")),
+    ]
+    return bytes([kind]) + rlp.encode(fields)
 
 
 def tx_hash(raw: bytes) -> str:

@@ -52,6 +52,12 @@ class TokenMetadata(msgspec.Struct, frozen=True, kw_only=True):
     def is_token(self) -> bool:
         return self.standard is not None
 
+    @property
+    def known_not_erc20(self) -> bool:
+        """Read, and not an ERC-20 (an NFT, or no token at all): left out of balance lists.
+        A contract still being probed is not known to be anything yet."""
+        return self.status == "ok" and self.standard != "ERC20"
+
 
 class Trait(msgspec.Struct, frozen=True):
     """One entry of a document's ``attributes``; every value as a string (see nft.py)."""

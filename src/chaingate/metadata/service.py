@@ -41,7 +41,7 @@ from chaingate.metadata.prices import PriceBook
 from chaingate.metadata.refresher import Key, Refresher
 from chaingate.metadata.settings import check_settings, manifest_feeds, manifest_multicall
 from chaingate.metadata.store import MetaRows, NftRow
-from chaingate.metadata.tokencache import TokenCache
+from chaingate.metadata.tokencache import TokenCache, VerdictListener
 from chaingate.metadata.tokenlist import TokenList
 from chaingate.metadata.uris import UINT256_MAX, public_url, token_id_hex
 from chaingate.outbound import Fetcher
@@ -303,7 +303,7 @@ class MetadataService:
         quotes = await self.prices.quotes(priced) if priced else {}
         out: dict[str, BalanceInfo] = {}
         for contract, meta in metas.items():
-            if meta.status == "ok" and meta.standard != "ERC20":
+            if meta.known_not_erc20:
                 continue
             amount = raw[contract]
             quote = quotes.get(contract)
@@ -548,6 +548,12 @@ class MetadataService:
                     extra={"fields": {"network": self.label, "error": str(exc)}},
                 )
             await trio.sleep(REFRESH_REQUESTS_PRUNE_SECONDS)
+
+    def add_verdict_listener(self, listener: VerdictListener) -> None:
+        """Called with every probe's verdicts (lowercase contract -> shown in balance lists),
+        before anyone can read them here: the index leaves what is no ERC-20 out of its
+        balance lists in the query itself."""
+        self.tokens_cache.verdict_listeners.append(listener)
 
     async def on_new_contract(self, contract: str, standard_hint: str | None = None) -> None:
         """The indexer saw a token contract (``standard_hint``: ERC20 / ERC721 / ERC1155, as

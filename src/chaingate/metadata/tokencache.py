@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
 import trio
@@ -35,6 +35,10 @@ log = logging.getLogger("chaingate.metadata")
 PROBE_BATCH = 100  # contracts per probe: 800 calls, 100 eth_calls in one JSON-RPC batch
 MAX_ENTRIES = 50_000
 TOTAL_SUPPLY = abi.encode_call("totalSupply()")
+
+# Told each probe's verdicts: lowercase contract -> whether a balance list shows it (False:
+# read, and not an ERC-20).
+VerdictListener = Callable[[Mapping[str, bool]], Awaitable[None]]
 
 
 def _standard(value: str | None) -> Standard | None:
@@ -88,6 +92,7 @@ class TokenCache:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.probes = 0  # probe batches sent (tests read it)
+        self.verdict_listeners: list[VerdictListener] = []
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -223,12 +228,22 @@ class TokenCache:
                         updated_at=now,
                     )
                 )
+        # Listeners first: whoever reads a verdict from this cache finds it told already.
+        await self._tell_verdicts(rows)
         for row in rows:
             self._remember(row)
         try:
             await self.store.save_token_rows(self.chain, self.network, rows)
         except StoreError as exc:
             log.warning("token metadata not saved", extra={"fields": {"error": str(exc)}})
+
+    async def _tell_verdicts(self, rows: Sequence[TokenRow]) -> None:
+        listed = {row.contract: not to_metadata(row).known_not_erc20 for row in rows}
+        for listener in self.verdict_listeners:
+            try:
+                await listener(listed)
+            except StoreError as exc:  # told again at the next probe (a re-read, daily)
+                log.warning("token verdicts not recorded", extra={"fields": {"error": str(exc)}})
 
     def _failed(self, contract: str, row: TokenRow | None, error: str, now: int) -> TokenRow:
         base = row or TokenRow(contract=contract)

@@ -28,6 +28,7 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     block: int | None = None
     cache: CachePolicy = "none"
     retry: bool | None = None
+    local: bool = False
 
 
 class MethodSpec(msgspec.Struct, frozen=True):
@@ -39,6 +40,8 @@ class MethodSpec(msgspec.Struct, frozen=True):
     block_param: int | None
     cache: CachePolicy
     retry: bool
+    # Answered by chaingate itself (a subsystem registers the handler), never forwarded.
+    local: bool = False
 
     @property
     def is_write(self) -> bool:
@@ -54,6 +57,8 @@ def _spec(name: str, entry: _Entry) -> MethodSpec:
     is_write = entry.scope == "write"
     if entry.cu < 0 or (entry.tcu is not None and entry.tcu < 0):
         raise ValueError(f"{name}: compute units cannot be negative")
+    if entry.local and (entry.cache != "none" or entry.block is not None or is_write):
+        raise ValueError(f"{name}: a local method is a read, never cached, with no block param")
     return MethodSpec(
         name=name,
         scope="rpc:write" if is_write else "rpc:read",
@@ -63,6 +68,7 @@ def _spec(name: str, entry: _Entry) -> MethodSpec:
         block_param=entry.block,
         cache=entry.cache,
         retry=(not is_write) if entry.retry is None else (entry.retry and not is_write),
+        local=entry.local,
     )
 
 

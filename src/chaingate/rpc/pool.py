@@ -404,14 +404,24 @@ class UpstreamPool:
         self._ranked = sorted(self.upstreams, key=lambda u: u.health.rank(now, max_lag))
 
     async def request(
-        self, body: bytes, *, retry_safe: bool, deadline: float
+        self,
+        body: bytes,
+        *,
+        retry_safe: bool,
+        deadline: float,
+        prefer: str | None = None,
+        prefer_idle: bool = False,
     ) -> tuple[Upstream, Any]:
         """Send one JSON-RPC body; the answering upstream and its HTTP response.
 
         For chaingate's own callers, which decode the body themselves: an answer is only
-        checked to be JSON at all (an HTML page fails over and counts against health)."""
+        checked to be JSON at all (an HTML page fails over and counts against health).
+        ``prefer``: an upstream to ask first, as ``request_parsed``'s; ``prefer_idle``: a
+        connection with nothing in flight, as writes get (a slow call — a trace — then holds
+        no pipeline of quick ones behind it)."""
+        order = self._ranked if prefer is None else self._order(prefer)
         upstream, response, _ = await self._exchange(
-            body, retry_safe, deadline, False, self._ranked
+            body, retry_safe, deadline, False, order, prefer_idle=prefer_idle
         )
         return upstream, response
 
@@ -608,9 +618,11 @@ class UpstreamPool:
         using: list[tuple[Upstream, Connection]] | None = None,
         *,
         last: UpstreamError | None = None,
+        prefer_idle: bool = False,
     ) -> tuple[Upstream, Any, Any]:
         """``last``: the failure of an attempt made before (``submit``'s first), what the
-        caller hears if no upstream of ``order`` does better."""
+        caller hears if no upstream of ``order`` does better.  Writes, and ``prefer_idle``
+        callers, ask for a connection with nothing in flight."""
         for upstream in order:
             now = trio.current_time()
             if now >= deadline:
@@ -618,7 +630,7 @@ class UpstreamPool:
             attempt_deadline = min(deadline, now + upstream.settings.timeout)
             try:
                 response = await upstream.send(
-                    body, attempt_deadline, prefer_idle=not retry_safe, using=using
+                    body, attempt_deadline, prefer_idle=prefer_idle or not retry_safe, using=using
                 )
             except UpstreamError as exc:
                 self._failed(upstream, exc)

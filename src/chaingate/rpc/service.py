@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -82,13 +82,23 @@ class Gate(Protocol):
 
 log = logging.getLogger("chaingate.rpc")
 
-__all__ = ["Gate", "RpcReply", "RpcService", "parse_evm_head", "parse_solana_head"]
+__all__ = [
+    "Gate",
+    "LocalAnswer",
+    "RpcReply",
+    "RpcService",
+    "parse_evm_head",
+    "parse_solana_head",
+]
 
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 
 # (result, error): exactly one is raw JSON bytes.
 Outcome = tuple[bytes | None, bytes | None]
+# A method chaingate answers itself (methods.toml ``local = true``): the call's raw params and
+# the caller's principal in, its outcome out.  A subsystem registers it (``answer_locally``).
+LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
 
@@ -212,6 +222,12 @@ class RpcService:
         # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
         ryw = settings.read_your_writes
         self.sticky = Stickiness(ryw) if ryw.enabled and settings.family == "evm" else None
+        # Methods answered in process (methods.toml ``local = true``): the lane hands them to
+        # ``handle`` like eth_getLogs, so the requests that do not use them never look.
+        self._local: dict[str, LocalAnswer] = {}
+        python_methods = {name for name, spec in self._methods.items() if spec.local}
+        if self.logs is not None:
+            python_methods.add("eth_getLogs")
         # What this network shares with the edge's fast lane (compiled): the method table,
         # the cache, the calls in flight and every counter (see _pure/fastlane.py).
         fastlane = impl.fastlane
@@ -233,7 +249,7 @@ class RpcService:
                 "busy": self._busy,
                 "busy_write": self._busy_write,
             },
-            python_methods=frozenset({"eth_getLogs"}) if self.logs is not None else frozenset(),
+            python_methods=frozenset(python_methods),
             sticky=self.sticky,
             sticky_methods=STICKY_METHODS,
         )
@@ -262,6 +278,14 @@ class RpcService:
     def coalesced(self) -> int:
         """Calls answered by joining an identical call already in flight."""
         return self.route.coalesced  # type: ignore[no-any-return]
+
+    def answer_locally(self, method: str, answer: LocalAnswer) -> None:
+        """Serve ``method`` in process: it must be in the method table with ``local = true``
+        (its price and scope are the table's, like any method's)."""
+        spec = self._methods.get(method)
+        if spec is None or not spec.local:
+            raise ValueError(f"{self.label}: {method} is not a local method of the method table")
+        self._local[method] = answer
 
     @staticmethod
     def share_answers(services: Iterable[RpcService], budget: Any) -> Any:
@@ -347,6 +371,10 @@ class RpcService:
         if tag is not None and not valid_block_tag(tag, self._family):
             self._invalid.error += 1
             return RpcReply(self._bad_tag(call), b"MISS", spec.name, admitted=False)
+        local = self._local.get(method) if spec.local else None
+        if spec.local and local is None:  # its subsystem is off here
+            self._unknown.error += 1
+            return RpcReply(self._not_served(call), b"MISS", "unknown", admitted=False)
         split: Split | None = None
         if method == "eth_getLogs" and self.logs is not None:
             limit = self.logs.limit(self._logs_range_of(principal))
@@ -362,6 +390,9 @@ class RpcService:
         if rejection is not None:
             return self._refused(rejection, call.id or b"null", spec.name)
         stats = self.stats[spec.name]
+        if local is not None:
+            result, error = await local(params, principal)
+            return self._single_reply(call, spec, stats, principal, cu, result, error)
         if split is not None:
             result, error = await self._split_logs(split, limit)
             return self._single_reply(call, spec, stats, principal, cu, result, error)
@@ -443,6 +474,10 @@ class RpcService:
                 self._invalid.error += 1
                 replies[index] = self._bad_tag(call)
                 continue
+            if spec.local and call.method not in self._local:
+                self._unknown.error += 1
+                replies[index] = self._not_served(call)
+                continue
             if call.method == "eth_getLogs" and self.logs is not None:
                 if limit is None:
                     limit = self.logs.limit(self._logs_range_of(principal))
@@ -494,12 +529,16 @@ class RpcService:
         safe: list[_Job] = []
         unsafe: list[_Job] = []
         split_jobs: list[tuple[_Job, Split]] = []
+        local_jobs: list[_Job] = []
         sticky: dict[str, list[_Job]] = {}  # reads that follow a write, by its upstream
         cache = self.cache
         for job in jobs:
             index, call, spec, tag, units = job
             if splits and index in splits:
                 split_jobs.append((job, splits[index]))
+                continue
+            if spec.local:
+                local_jobs.append(job)
                 continue
             if spec.cache != "none" and self._may_be_cached(spec, tag):
                 hit = cache.get((call.method, call.params or b""))
@@ -529,10 +568,10 @@ class RpcService:
         groups += [(unsafe[i : i + size], None) for i in range(0, len(unsafe), size)]
         for prefer, chosen in sticky.items():
             groups += [(chosen[i : i + size], prefer) for i in range(0, len(chosen), size)]
-        if len(groups) == 1 and not split_jobs:
+        if len(groups) == 1 and not split_jobs and not local_jobs:
             group, prefer = groups[0]
             await self._send_group(group, replies, principal, assembly, prefer)
-        elif groups or split_jobs:
+        elif groups or split_jobs or local_jobs:
             async with trio.open_nursery() as nursery:
                 for group, prefer in groups:
                     nursery.start_soon(
@@ -543,6 +582,8 @@ class RpcService:
                     nursery.start_soon(
                         self._send_split, job, split, limit, replies, principal, assembly
                     )
+                for job in local_jobs:
+                    nursery.start_soon(self._answer_local, job, replies, principal, assembly)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
@@ -584,6 +625,13 @@ class RpcService:
         if call.id is None:
             return None  # a notification gets no answer, not even an error
         message = f"method not found: {call.method[:64]}"
+        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+
+    def _not_served(self, call: Any) -> bytes | None:
+        """A local method whose subsystem this deployment does not run."""
+        if call.id is None:
+            return None
+        message = f"{call.method[:64]} is not served on {self.label}: its subsystem is off"
         return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
 
     # --- upstream calls ---------------------------------------------------------------------
@@ -828,8 +876,33 @@ class RpcService:
         assembly: Assembly,
     ) -> None:
         """A batch's eth_getLogs that is split: answered on its own, placed at its position."""
-        index, call, spec, _, units = job
         result, error = await self._split_logs(split, limit)
+        self._place(job, result, error, replies, principal, assembly)
+
+    async def _answer_local(
+        self,
+        job: _Job,
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
+    ) -> None:
+        """A batch's call of a local method: answered in process, placed at its position."""
+        call = job[1]
+        result, error = await self._local[call.method](call.params, principal)
+        self._place(job, result, error, replies, principal, assembly)
+
+    def _place(
+        self,
+        job: _Job,
+        result: bytes | None,
+        error: bytes | None,
+        replies: list[bytes | None],
+        principal: Principal,
+        assembly: Assembly,
+    ) -> None:
+        """A call answered on its own (a split eth_getLogs, a local method): its reply at its
+        position within the answer's bound, counted and recorded."""
+        index, call, spec, _, units = job
         if call.id is not None:
             size = len(result) if result is not None else len(error or b"")
             fits = assembly.admit(size + len(call.id) + REPLY_OVERHEAD)

@@ -231,6 +231,9 @@ class Store(abc.ABC):
     backend: str
     # Where the data lives, safe to print (passwords removed).
     display_url: str
+    # What this process's sessions are named by (PostgreSQL's application_name), so another
+    # process can end them all (chaingate.cluster: a leader silent past its lease).
+    session_tag: str = ""
 
     def __init__(self, *, clock: Clock = now_ms) -> None:
         self.clock = clock

@@ -8,7 +8,9 @@ trio, where it can be cancelled.
 from __future__ import annotations
 
 import functools
+import os
 import re
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -19,12 +21,16 @@ import trio
 from psycopg_pool import ConnectionPool
 
 from chaingate.store.base import Clock, DuplicateKey, Store, StoreError, Tx, UnknownAccount, now_ms
+from chaingate.store.guard import Check, current_guard, require
 
 T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10
 # Key of the advisory lock every migrating process takes: "chaingat" in ASCII.
 MIGRATION_LOCK_ID = 0x6368_6169_6E67_6174
+
+# Sessions are named ``chaingate/<tag>`` (the leadership's own: ``chaingate-leases/<tag>``).
+APPLICATION = "chaingate"
 
 _QUOTED_OR_MARK = re.compile(r"'(?:[^']|'')*'|\?|%")
 
@@ -105,6 +111,8 @@ class PostgresStore(Store):
         self._pool: ConnectionPool | None = None
         self._pool_size = pool_size
         self._limiter = trio.CapacityLimiter(pool_size)
+        # The pid for people, a random token for uniqueness across machines.
+        self.session_tag = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     @property
     def url(self) -> str:
@@ -127,7 +135,11 @@ class PostgresStore(Store):
             min_size=1,
             max_size=self._pool_size,
             # Autocommit: each operation opens its own transaction with conn.transaction().
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "application_name": f"{APPLICATION}/{self.session_tag}",
+            },
             # Verify a connection on checkout: one that died (server restart) is replaced
             # instead of failing the operation.
             check=ConnectionPool.check_connection,
@@ -148,12 +160,23 @@ class PostgresStore(Store):
     async def run_transaction(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
         if self._pool is None:
             raise StoreError("store is not open (use `async with store:` or `await store.open()`)")
-        return await trio.to_thread.run_sync(self._run_sync, self._pool, fn, limiter=self._limiter)
+        guard = current_guard() if write else None
+        return await trio.to_thread.run_sync(
+            self._run_sync, self._pool, fn, guard, limiter=self._limiter
+        )
 
     @staticmethod
-    def _run_sync(pool: ConnectionPool, fn: Callable[[Tx], T]) -> T:
-        with pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            return fn(_PgTx(cursor))
+    def _run_sync(pool: ConnectionPool, fn: Callable[[Tx], T], guard: Check | None) -> T:
+        require(guard)
+        try:
+            with pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+                result = fn(_PgTx(cursor))
+                require(guard)  # raised inside the transaction: rolled back
+                return result
+        except psycopg.OperationalError as exc:
+            # The session died (a server restart, or another process ended it): a store
+            # failure to retry, not a bug.
+            raise StoreError(f"PostgreSQL session lost: {str(exc).strip()[:200]}") from None
 
     def lock_migrations(self, tx: Tx) -> None:
         # Transaction-scoped: released by COMMIT/ROLLBACK, so a crash can never leave it held.

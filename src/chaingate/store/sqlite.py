@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import trio
 
 from chaingate.store.base import Clock, DuplicateKey, Store, StoreError, Tx, UnknownAccount, now_ms
+from chaingate.store.guard import Check, current_guard, require
 
 T = TypeVar("T")
 
@@ -111,17 +112,22 @@ class SqliteStore(Store):
     async def run_transaction(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
         if self._conn is None:
             raise StoreError("store is not open (use `async with store:` or `await store.open()`)")
+        guard = current_guard() if write else None
         return await trio.to_thread.run_sync(
-            self._run_sync, self._conn, fn, write, limiter=self._limiter
+            self._run_sync, self._conn, fn, write, guard, limiter=self._limiter
         )
 
     @staticmethod
-    def _run_sync(conn: sqlite3.Connection, fn: Callable[[Tx], T], write: bool) -> T:
+    def _run_sync(
+        conn: sqlite3.Connection, fn: Callable[[Tx], T], write: bool, guard: Check | None
+    ) -> T:
+        require(guard)
         # IMMEDIATE takes the write lock up front: a deferred transaction that later tries to
         # write can fail with SQLITE_BUSY at once instead of waiting out the busy timeout.
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             result = fn(_SqliteTx(conn))
+            require(guard)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

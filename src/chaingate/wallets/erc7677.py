@@ -28,8 +28,16 @@ from typing import Any, Protocol
 import msgspec
 
 from chaingate.aa.paymaster import paymaster_data_stub
-from chaingate.aa.userop import UserOperation, Version, from_init_code, from_paymaster_and_data
+from chaingate.aa.userop import (
+    EIP7702_SHORT,
+    UserOperation,
+    Version,
+    from_init_code,
+    from_paymaster_and_data,
+    packs_gas,
+)
 from chaingate.evm.addresses import checksum_address
+from chaingate.evm.eip7702 import Authorization, parse_authorization
 from chaingate.rpc.local import INTERNAL_ERROR, INVALID_PARAMS, LocalRpc, RpcFault
 from chaingate.wallets.model import (
     SPONSOR_SCOPE,
@@ -68,7 +76,7 @@ MAX_HEX = 2 + 2 * 24 * 1024  # the REST plane's bound on bytes fields (api.types
 
 
 class RpcUserOperation(msgspec.Struct, rename="camel"):
-    """A UserOperation as ERC-7769 clients send it (v0.6 and v0.7 fields; all hex)."""
+    """A UserOperation as ERC-7769 clients send it (v0.6, v0.7 and v0.8 fields; all hex)."""
 
     sender: str
     nonce: str = "0x0"
@@ -87,6 +95,7 @@ class RpcUserOperation(msgspec.Struct, rename="camel"):
     paymaster_post_op_gas_limit: str | None = None
     paymaster_data: str | None = None
     signature: str | None = None
+    eip7702_auth: dict[str, Any] | None = None
 
 
 def _quantity(name: str, value: str | None, bits: int = 256) -> int:
@@ -125,7 +134,11 @@ def _address(name: str, value: str) -> str:
 
 
 def to_user_operation(raw: RpcUserOperation, version: Version) -> UserOperation:
-    factory: str | None = _address("userOp.factory", raw.factory) if raw.factory else None
+    factory: str | None = None
+    if raw.factory and raw.factory.lower() == EIP7702_SHORT:
+        factory = EIP7702_SHORT
+    elif raw.factory:
+        factory = _address("userOp.factory", raw.factory)
     factory_data = _data("factoryData", raw.factory_data)
     if raw.init_code and raw.init_code != "0x":
         try:
@@ -136,7 +149,7 @@ def to_user_operation(raw: RpcUserOperation, version: Version) -> UserOperation:
         "paymasterVerificationGasLimit", raw.paymaster_verification_gas_limit, 128
     )
     pm_post_op = _quantity("paymasterPostOpGasLimit", raw.paymaster_post_op_gas_limit, 128)
-    if version == "0.7" and raw.paymaster_and_data:  # a packed form, from some clients
+    if packs_gas(version) and raw.paymaster_and_data:  # a packed form, from some clients
         try:
             _, pm_verification, pm_post_op, _ = from_paymaster_and_data(
                 _data("paymasterAndData", raw.paymaster_and_data), version
@@ -158,7 +171,17 @@ def to_user_operation(raw: RpcUserOperation, version: Version) -> UserOperation:
         factory_data=factory_data,
         paymaster_verification_gas_limit=pm_verification,
         paymaster_post_op_gas_limit=pm_post_op,
+        eip7702_auth=_authorization(raw.eip7702_auth),
     )
+
+
+def _authorization(value: dict[str, Any] | None) -> Authorization | None:
+    if value is None:
+        return None
+    try:
+        return parse_authorization(value)
+    except ValueError as exc:
+        raise RpcFault(INVALID_PARAMS, f"userOp.{exc}") from None
 
 
 def _require_sponsor_scope(method: str, principal: Any) -> None:

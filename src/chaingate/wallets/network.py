@@ -29,11 +29,14 @@ from chaingate.rpc.errors import UpstreamError
 
 log = logging.getLogger("chaingate.wallets")
 
-VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
+VERSIONS: tuple[Version, ...] = ("0.6", "0.7", "0.8")
 CANONICAL_FACTORIES = {
     "0.6": "0x9406Cc6185a346906296840746125a0E44976454",
     "0.7": "0x91E60e0613810449d098b0b5Ec8b51A0FE8c8985",
+    "0.8": "0x13E9ed32155810FDbd067D4522C492D6f68E5944",
 }
+# The code an EIP-7702 wallet delegates to: v0.8's Simple7702Account (its canonical address).
+CANONICAL_DELEGATE = "0xe6Cae83BdE06E4c305530e199D7217f42808555B"
 
 
 class Unavailable(Exception):
@@ -79,7 +82,7 @@ class WalletNetwork:
             if unknown:
                 raise ConfigError(
                     f"chains.{self.chain}.{self.network}.wallets.{field}: keys are EntryPoint "
-                    f"versions (0.6, 0.7), not {', '.join(unknown)}"
+                    f"versions (0.6, 0.7, 0.8), not {', '.join(unknown)}"
                 )
         if not 0 < wallets.paymaster_verification_gas < 1 << 64 or not (
             0 <= wallets.paymaster_post_op_gas < 1 << 64
@@ -111,6 +114,11 @@ class WalletNetwork:
             )
             if paymaster:
                 self.paymasters[version] = checksum_address(paymaster)
+        self.delegate = checksum_address(
+            wallets.delegate
+            or _from_manifest(manifest, "simple_7702_account_v08")
+            or CANONICAL_DELEGATE
+        )
         _, native_feed = manifest_feeds(manifest)
         metadata = settings.metadata
         self.prices = PriceBook(

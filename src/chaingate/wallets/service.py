@@ -25,13 +25,12 @@ import trio
 
 from chaingate.aa.calls import CallDataError, InnerCall, decode_account_calls
 from chaingate.aa.paymaster import sponsor
-from chaingate.aa.userop import UserOperation, Version, require_version, user_op_hash
+from chaingate.aa.userop import UserOperation, Version, packs_gas, require_version, user_op_hash
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
-from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.gates import follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.evm.keys import PrivateKey
@@ -91,9 +90,9 @@ class WalletService:
         self.networks: dict[str, WalletNetwork] = {}
         self.trackers: dict[str, Tracker] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
-        # Set when processes share the store: each tracker runs only while this process
-        # leads the network's ``wallets`` role, from the follower's recent window on.
-        self.leadership: Leadership | None = None
+        # Each tracker runs while this process leads its network's ``wallets`` role
+        # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         self.deposits: dict[tuple[str, str], int] = {}  # (network, version) -> wei
         for key, net in networks.items():
@@ -110,6 +109,7 @@ class WalletService:
                     follower.network,
                     entry_points=list(wallet_net.entry_points.values()),
                     paymasters=list(wallet_net.paymasters.values()),
+                    client=clients[key],
                 )
                 self._streams[key] = follower.subscribe("wallets")
 
@@ -142,16 +142,13 @@ class WalletService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, tracker in self.trackers.items():
-                if self.leadership is None:
-                    nursery.start_soon(tracker.run, self._streams[key])
-                    continue
-                follower = self._followers[key]
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("wallets", follower.chain, follower.network),
+                    "wallets",
+                    self._followers[key],
                     self._streams[key],
                     tracker.run,
-                    replay=follower.window_events,
+                    tracker.position,
                 )
                 await nursery.start(led.run)
             task_status.started()
@@ -224,23 +221,52 @@ class WalletService:
         return net
 
     async def create_wallet(
-        self, account_id: str, key: str, owner: str, salt: int, version: Version | None
+        self,
+        account_id: str,
+        key: str,
+        owner: str,
+        salt: int,
+        version: Version | None,
+        *,
+        eip7702: bool = False,
     ) -> tuple[WalletRow, bool]:
+        """A SimpleAccount at its factory's address for (owner, salt); ``eip7702``: the
+        owner's own address, an EIP-7702 account of v0.8 delegating to the network's
+        delegate (``deployed`` once a delegation to it is seen on chain)."""
         net = self.network(key)
-        version = version or net.settings.default_version
-        factory = await net.factory(version)
-        address = factory.account_address(owner, salt)
-        row = WalletRow(
-            chain=net.chain,
-            network=net.network,
-            address=address.lower(),
-            account_id=account_id,
-            owner=owner.lower(),
-            salt=str(salt),
-            version=version,
-            factory=factory.address.lower(),
-            created_at=int(self.clock() * 1000),
-        )
+        now = int(self.clock() * 1000)
+        if eip7702:
+            if version not in (None, "0.8") or salt:
+                raise InvalidOperation(
+                    "eip7702: an EIP-7702 wallet is the owner's own address on EntryPoint "
+                    "v0.8 (no salt, entry_point_version 0.8 or none)"
+                )
+            row = WalletRow(
+                chain=net.chain,
+                network=net.network,
+                address=owner.lower(),
+                account_id=account_id,
+                owner=owner.lower(),
+                salt="0",
+                version="0.8",
+                factory=net.delegate.lower(),
+                created_at=now,
+                kind="eip7702",
+            )
+        else:
+            version = version or net.settings.default_version
+            factory = await net.factory(version)
+            row = WalletRow(
+                chain=net.chain,
+                network=net.network,
+                address=factory.account_address(owner, salt).lower(),
+                account_id=account_id,
+                owner=owner.lower(),
+                salt=str(salt),
+                version=version,
+                factory=factory.address.lower(),
+                created_at=now,
+            )
         _, total = await self.store.list_wallets(account_id, None, offset=0, limit=0)
         if total >= net.settings.max_wallets_per_account:
             found = await self.store.get_wallet(account_id, row.address)
@@ -320,12 +346,28 @@ class WalletService:
         else:
             version = net.settings.default_version
         filled = False
-        if op.factory is None and not await net.has_code(op.sender):
+        if op.eip7702_auth is not None or op.eip7702_init:
+            if version != "0.8":
+                raise InvalidOperation(
+                    "user_operation.eip7702Auth: EIP-7702 senders are EntryPoint v0.8's"
+                )
+            if op.eip7702_auth is None:
+                raise InvalidOperation(
+                    "user_operation.eip7702Auth: an operation with the 0x7702 initCode marker "
+                    "is sponsored with its authorization"
+                )
+        elif op.factory is None and not await net.has_code(op.sender):
+            if creation is not None and creation[3].lower() == net.delegate.lower():
+                raise InvalidOperation(
+                    f"user_operation.eip7702Auth: {op.sender} is an EIP-7702 wallet not "
+                    "delegated yet: send the owner's authorization with its first operation"
+                )
             if creation is None or creation[2] != version or not fill_init_code:
                 raise InvalidOperation(
                     f"user_operation.sender: {op.sender} has no code on {key} and the "
-                    "operation carries no initCode (v0.6) or factory (v0.7); create the "
-                    "wallet with POST /v1/wallets/create or send them"
+                    "operation carries no initCode (v0.6), factory (v0.7, v0.8) or "
+                    "eip7702Auth (v0.8); create the wallet with POST /v1/wallets/create or "
+                    "send them"
                 )
             owner, salt, _, _ = creation
             factory = await net.factory(version)
@@ -333,7 +375,7 @@ class WalletService:
                 factory=factory.address, factory_data=factory.factory_data(owner, int(salt))
             )
             filled = True
-        if version == "0.7":
+        if packs_gas(version):
             op = op.with_(
                 paymaster_verification_gas_limit=op.paymaster_verification_gas_limit
                 or net.settings.paymaster_verification_gas,
@@ -434,8 +476,9 @@ class WalletService:
             calls,
             cost or 0,
             int(now_s),
-            factory=op.factory,
-            known_factories=[net.factory_addresses[version]],
+            # Whose code runs to make the account: its factory, or the code it delegates to.
+            factory=_account_maker(op),
+            known_factories=[net.factory_addresses[version], net.delegate],
         )
         if refusal is not None:
             if dry_run:
@@ -517,6 +560,14 @@ class WalletService:
             sponsorship_id=row.id,
             init_code_filled=filled,
         )
+
+
+def _account_maker(op: UserOperation) -> str | None:
+    """Whose code an operation runs to make its account: the factory it deploys through, or
+    the contract its EIP-7702 authorization delegates to."""
+    if op.deploys:
+        return op.factory
+    return op.eip7702_auth.address if op.eip7702_auth is not None else None
 
 
 def _counts_wanted(now_s: float) -> Callable[[PolicyRow], Counts]:

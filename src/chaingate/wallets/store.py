@@ -17,7 +17,7 @@ import msgspec
 from chaingate.store.base import register_network_columns, register_network_table
 from chaingate.store.rows import Rows
 
-WALLET_TABLES = ("wallet_deployments",)
+WALLET_TABLES = ("wallet_deployments", "wallet_delegations")
 # A sponsorship is the account's record; only its settlement came from the chain.
 WALLET_SETTLEMENT_COLUMNS = (
     "sponsorships",
@@ -38,9 +38,11 @@ class WalletRow(msgspec.Struct, kw_only=True):
     owner: str
     salt: str
     version: str
-    factory: str
+    factory: str  # an EIP-7702 wallet's: the code it delegates to
     created_at: int
-    # From wallet_deployments, when the follower has seen the wallet deployed.
+    kind: str = "simple"  # or "eip7702": the owner's own address, delegated
+    # From wallet_deployments (an EIP-7702 wallet: its latest delegation, when to its code),
+    # when the follower has seen the wallet deployed.
     deployed_block: int | None = None
     deploy_tx: str | None = None
     deployed_at: int | None = None
@@ -52,6 +54,17 @@ class Deployment(msgspec.Struct, frozen=True):
     block_hash: str
     tx_hash: str
     deployed_at: int
+
+
+class Delegation(msgspec.Struct, frozen=True):
+    """An EIP-7702 wallet's delegation as a block left it (the zero address: cleared)."""
+
+    address: str
+    block_number: int
+    block_hash: str
+    tx_hash: str
+    delegate: str
+    set_at: int
 
 
 class PolicyRow(msgspec.Struct, kw_only=True):
@@ -132,11 +145,19 @@ class ReservationRefused(Exception):
 
 
 _WALLET_COLUMNS = tuple(f for f in WalletRow.__struct_fields__ if not f.startswith("deploy"))
+# A SimpleAccount is deployed by the EntryPoint's AccountDeployed; an EIP-7702 wallet while
+# its latest delegation is to its code (w.factory).
 _WALLET_SELECT = (
     "SELECT "  # noqa: S608 - constants only
     + ", ".join(f"w.{c}" for c in _WALLET_COLUMNS)
-    + ", d.block_number, d.tx_hash, d.deployed_at FROM wallets w LEFT JOIN wallet_deployments d"
+    + ", COALESCE(d.block_number, g.block_number), COALESCE(d.tx_hash, g.tx_hash),"
+    " COALESCE(d.deployed_at, g.set_at) FROM wallets w LEFT JOIN wallet_deployments d"
     " ON d.chain = w.chain AND d.network = w.network AND d.address = w.address"
+    " AND w.kind = 'simple'"
+    " LEFT JOIN wallet_delegations g ON w.kind = 'eip7702' AND g.chain = w.chain"
+    " AND g.network = w.network AND g.address = w.address AND g.delegate = w.factory"
+    " AND g.block_number = (SELECT MAX(x.block_number) FROM wallet_delegations x"
+    " WHERE x.chain = w.chain AND x.network = w.network AND x.address = w.address)"
 )
 _POLICY_COLUMNS = tuple(PolicyRow.__struct_fields__)
 _POLICY_SELECT = f"SELECT {', '.join(_POLICY_COLUMNS)} FROM gas_policies"  # noqa: S608
@@ -144,6 +165,7 @@ _SPONSORSHIP_COLUMNS = tuple(SponsorshipRow.__struct_fields__)
 # A sponsorship counts while settled, or while its signature may still be used.
 _LIVE = "(settled_block IS NOT NULL OR released_at > ?)"
 _SPENT = "CASE WHEN settled_block IS NOT NULL THEN actual_usd ELSE estimated_usd END"
+_IN_CHUNK = 500  # addresses per IN (...): under SQLite's oldest parameter limit (999)
 
 
 def _wallet(row: Sequence[Any]) -> WalletRow:
@@ -267,6 +289,75 @@ class WalletRows(Rows):
             )
 
         await self.run_transaction(upsert)
+
+    async def eip7702_wallets(self, chain: str, network: str, addresses: Sequence[str]) -> set[str]:
+        """Which of ``addresses`` (lowercase) are EIP-7702 wallets here, of any account (asked
+        in chunks: a block's authorizations may outnumber a statement's parameters)."""
+        if not addresses:
+            return set()
+
+        def select(tx: Any) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(addresses), _IN_CHUNK):
+                chunk = addresses[start : start + _IN_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                rows = tx.query(
+                    "SELECT DISTINCT address FROM wallets WHERE kind = 'eip7702'"  # noqa: S608
+                    f" AND chain = ? AND network = ? AND address IN ({marks})",
+                    (chain, network, *chunk),
+                )
+                found.update(str(r[0]) for r in rows)
+            return found
+
+        found: set[str] = await self.run_transaction(select, write=False)
+        return found
+
+    async def has_eip7702_wallets(self, chain: str, network: str) -> bool:
+        def select(tx: Any) -> bool:
+            rows = tx.query(
+                "SELECT 1 FROM wallets WHERE kind = 'eip7702' AND chain = ? AND network = ?"
+                " LIMIT 1",
+                (chain, network),
+            )
+            return bool(rows)
+
+        found: bool = await self.run_transaction(select, write=False)
+        return found
+
+    async def record_delegations(
+        self, chain: str, network: str, delegations: Sequence[Delegation]
+    ) -> None:
+        """Delegations of applied blocks (idempotent: a replayed block writes the same)."""
+        values = [
+            (chain, network, d.address, d.block_number, d.block_hash, d.tx_hash, d.delegate,
+             d.set_at)
+            for d in delegations
+        ]  # fmt: skip
+        if not values:
+            return
+
+        def upsert(tx: Any) -> None:
+            tx.executemany(
+                "INSERT INTO wallet_delegations (chain, network, address, block_number,"
+                " block_hash, tx_hash, delegate, set_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (chain, network, address, block_hash) DO UPDATE"
+                " SET tx_hash = excluded.tx_hash, delegate = excluded.delegate",
+                values,
+            )
+
+        await self.run_transaction(upsert)
+
+    async def revert_delegations(self, chain: str, network: str, block_hash: str) -> None:
+        """A block was reorganised away: its delegations are undone (the one before is the
+        address's latest again)."""
+
+        def undo(tx: Any) -> None:
+            tx.execute(
+                "DELETE FROM wallet_delegations WHERE chain = ? AND network = ? AND block_hash = ?",
+                (chain, network, block_hash),
+            )
+
+        await self.run_transaction(undo)
 
     async def revert_block(self, chain: str, network: str, block_hash: str) -> None:
         """A block was reorganised away: its deployments and settlements are undone."""

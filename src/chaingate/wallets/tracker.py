@@ -2,8 +2,15 @@
 
 From each applied block it takes the EntryPoints' logs: ``AccountDeployed`` (a wallet is
 deployed, by whoever sent it) and ``UserOperationEvent`` paid by one of our paymasters (a
-sponsorship is settled at its actual cost).  A reverted block's rows are undone by its hash.
-Delivery is at least once and both writes are idempotent, so a replayed block changes nothing.
+sponsorship is settled at its actual cost).  EIP-7702 wallets are delegated by transactions,
+not logs: while the network has any, each block's type-4 transactions are read (the block
+with its transactions), their authorities recovered, and for those that are our EIP-7702
+wallets the delegate read back from the account's code after the block — whoever sent it,
+set or cleared (an authorization that did not apply leaves the code as it was).  A reverted
+block's rows are undone by its hash.  Delivery is at least once and every write is
+idempotent, so a replayed block changes nothing.  Its position (the last block handled) is
+kept for it (``chaingate.chain.consumer``): each leadership term goes on from there, or from
+the network's origin when nothing was saved.
 """
 
 from __future__ import annotations
@@ -20,12 +27,16 @@ from chaingate.aa.userop import (
     decode_account_deployed,
     decode_user_operation_event,
 )
-from chaingate.chain.consumer import consume
+from chaingate.chain.client import ChainClient, RpcCallError
+from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.evm.eip7702 import ZERO_ADDRESS, delegate_of, parse_authorization
+from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
-from chaingate.wallets.store import Deployment, Settlement, WalletRows
+from chaingate.wallets.store import Delegation, Deployment, Settlement, WalletRows
 
 log = logging.getLogger("chaingate.wallets")
+NODE_RETRY_SECONDS = 1.0
 
 
 class Tracker:
@@ -37,13 +48,16 @@ class Tracker:
         *,
         entry_points: Sequence[str],
         paymasters: Sequence[str],
+        client: ChainClient | None = None,
     ) -> None:
         self.store = WalletRows(store)
+        self.client = client  # reads type-4 transactions and codes (EIP-7702 wallets)
         self.chain = chain
         self.network = network
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
+        self.position = KeptPosition(store, "wallets", chain, network, self.stats)
 
     def _relevant(self, block: Block) -> tuple[list[Deployment], list[Settlement]]:
         deployments: list[Deployment] = []
@@ -84,8 +98,59 @@ class Tracker:
                 self.stats["malformed"] += 1
         return deployments, settlements
 
+    async def _delegations(self, block: Block) -> list[Delegation]:
+        """The block's delegations of our EIP-7702 wallets (see the module docstring)."""
+        if self.client is None or not block.transactions:
+            return []
+        if not await self.store.has_eip7702_wallets(self.chain, self.network):
+            return []
+        full = await self.client.call("eth_getBlockByHash", [block.header.hash, True])
+        last_tx: dict[str, str] = {}  # authority -> the block's last transaction naming it
+        for tx in (full or {}).get("transactions", []):
+            if not isinstance(tx, dict) or tx.get("type") != "0x4":
+                continue
+            for item in tx.get("authorizationList") or []:
+                try:
+                    authority = parse_authorization(item).authority().lower()
+                except ValueError:
+                    self.stats["bad_authorization"] += 1  # skipped by the chain too
+                    continue
+                last_tx[authority] = str(tx.get("hash", "")).lower()
+        ours = await self.store.eip7702_wallets(self.chain, self.network, list(last_tx))
+        found = []
+        for address in sorted(ours):
+            code = await self.client.call("eth_getCode", [address, hex(block.header.number)])
+            delegate = delegate_of(bytes.fromhex(code[2:])) if isinstance(code, str) else None
+            found.append(
+                Delegation(
+                    address,
+                    block.header.number,
+                    block.header.hash,
+                    last_tx[address],
+                    (delegate or ZERO_ADDRESS).lower(),
+                    block.header.timestamp * 1000,
+                )
+            )
+        return found
+
     async def handle(self, event: ChainEvent) -> None:
         if isinstance(event, Apply):
+            while True:  # a missed delegation would leave a wallet's status wrong for good
+                try:
+                    delegations = await self._delegations(event.block)
+                    break
+                except (RpcCallError, UpstreamError) as exc:
+                    self.stats["node_errors"] += 1
+                    log.warning(
+                        "wallet tracker: the node failed reading delegations; retrying",
+                        extra={
+                            "fields": {"network": f"{self.chain}/{self.network}", "error": str(exc)}
+                        },
+                    )
+                    await trio.sleep(NODE_RETRY_SECONDS)
+            if delegations:
+                await self.store.record_delegations(self.chain, self.network, delegations)
+                self.stats["delegations"] += len(delegations)
             deployments, settlements = self._relevant(event.block)
             if deployments:
                 await self.store.record_deployments(self.chain, self.network, deployments)
@@ -96,6 +161,7 @@ class Tracker:
                 )
                 self.stats["settlements"] += settled
         elif isinstance(event, Revert):
+            await self.store.revert_delegations(self.chain, self.network, event.block.header.hash)
             deployments, settlements = self._relevant(event.block)
             if deployments or settlements:
                 await self.store.revert_block(self.chain, self.network, event.block.header.hash)
@@ -109,4 +175,5 @@ class Tracker:
             label=f"{self.chain}/{self.network}",
             stats=self.stats,
             log=log,
+            position=self.position,
         )

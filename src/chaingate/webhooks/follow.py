@@ -21,7 +21,7 @@ import functools
 import logging
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -151,22 +151,24 @@ class NetworkMatcher:
 
     # --- running ---------------------------------------------------------------------------
 
+    # No start of its own: having matched nothing, it begins at the network's origin (where a
+    # webhook whose ``matched_from_block`` is null is matched from).
+    start_block: int | None = None
+
+    async def resume_point(self) -> tuple[int, str] | None:
+        """The last block matched, as stored: where a term of it goes on from."""
+        return await self._store.webhook_cursor(self.chain, self.network)
+
     async def run(
-        self,
-        events: EventStream,
-        *,
-        replay: Callable[[], Awaitable[list[ChainEvent]]] | None = None,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        self, events: EventStream, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Match until the follower closes the stream; ``replay`` gives the events to handle
-        first (the follower's window, ``Follower.window_events``)."""
+        """Match until the follower closes the stream (a term's feed, ``chaingate.cluster.
+        gates``: it begins after the stored cursor, or at the network's origin)."""
         # One leadership term: another process may have led this network since the last one.
         self._forget()
         await self._retrying("loading webhook filters", self._reload)
         task_status.started()
         async with contextlib.aclosing(events):
-            for replayed in await replay() if replay is not None else ():
-                await self._retrying("matching", functools.partial(self._handle, replayed))
             while True:
                 wait = math.inf
                 if self._backlog:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import trio
 
 from chaingate.config import SmtpSettings
+from chaingate.text import url_shown
 
 DEFAULT_PORTS = {"smtp": 25, "smtps": 465}
 
@@ -135,7 +136,7 @@ def pause_notice(webhook_id: str, url: str, reason: str) -> tuple[str, str]:
     text = (
         f"Your webhook {webhook_id} was paused.\n"
         f"\n"
-        f"URL:    {url}\n"
+        f"URL:    {url_shown(url)}\n"  # one stored before hidden characters were refused
         f"Reason: {reason}\n"
         f"\n"
         f"While it is paused nothing new is matched for it; events already waiting are kept\n"

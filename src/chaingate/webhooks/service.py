@@ -11,7 +11,6 @@ The REST resource (``chaingate.api.webhooks``) works through the methods below a
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -22,8 +21,8 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
-from chaingate.cluster.gates import RoleStream
-from chaingate.cluster.leases import Leadership
+from chaingate.cluster.gates import follower_terms
+from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings, WebhookSettings
 from chaingate.obs.metrics import Registry, Sample
@@ -80,9 +79,10 @@ class WebhookService:
         self.matchers: dict[str, NetworkMatcher] = {}
         self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
         self._pollers: list[tuple[str, PendingPoller]] = []
-        # Set when processes share the store: matching (and pending polls) run only while
-        # this process leads the network's ``webhooks`` role; deliveries run everywhere.
-        self.leadership: Leadership | None = None
+        # Matching (and pending polls) run while this process leads the network's
+        # ``webhooks`` role (set by the gateway: here alone unless processes share the
+        # store); deliveries run everywhere.
+        self.leadership: Leadership = LocalLeadership()
         self._followers = followers
         self.dispatcher = Dispatcher(
             self.store,
@@ -256,31 +256,22 @@ class WebhookService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, matcher in self.matchers.items():
-                if self.leadership is None:
-                    # One process: the follower's window first (a term replays it when led).
-                    replay = self._followers[key].window_events
-                    await nursery.start(
-                        functools.partial(matcher.run, self._streams[key], replay=replay)
-                    )
-                    continue
-                led = RoleStream(
+                led = follower_terms(
                     self.leadership,
-                    RoleKey("webhooks", matcher.chain, matcher.network),
+                    "webhooks",
+                    self._followers[key],
                     self._streams[key],
                     matcher.run,
-                    replay=self._followers[key].window_events,
+                    matcher,
                 )
                 await nursery.start(led.run)
             await nursery.start(self.dispatcher.run)  # every process delivers (SKIP LOCKED)
             if self.listener is not None:
                 nursery.start_soon(self.listener.run)
             for key, poller in self._pollers:
-                if self.leadership is None:
-                    nursery.start_soon(poller.run)
-                else:
-                    chain, network = key.split("/", 1)
-                    role = RoleKey("webhooks", chain, network)
-                    nursery.start_soon(self.leadership.lead, role, poller.run)
+                chain, network = key.split("/", 1)
+                role = RoleKey("webhooks", chain, network)
+                nursery.start_soon(self.leadership.lead, role, poller.run)
             nursery.start_soon(self._prune)
             nursery.start_soon(self._analyze)
             pool = self.fetcher.pool

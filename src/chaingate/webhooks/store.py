@@ -411,6 +411,20 @@ class WebhookRows(Rows):
         result = await self.run_transaction(select, write=False)
         return result
 
+    async def webhook_cursor(self, chain: str, network: str) -> tuple[int, str] | None:
+        """The matcher's cursor (number, hash) alone; None: nothing matched yet."""
+
+        def select(tx: Any) -> tuple[int, str] | None:
+            rows = tx.query(
+                "SELECT block_number, block_hash FROM webhook_cursors"
+                " WHERE chain = ? AND network = ? AND block_number IS NOT NULL",
+                (chain, network),
+            )
+            return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+        found: tuple[int, str] | None = await self.run_transaction(select, write=False)
+        return found
+
     async def commit_matches(
         self,
         chain: str,

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from chaingate.evm.addresses import checksum_address
+from chaingate.evm.native import native_symbol
 from chaingate.webhooks.model import (
     BlockFact,
     BlockRef,
@@ -61,26 +62,6 @@ ZERO_ADDRESS = "0x" + "0" * 40
 TIMESTAMP_TOLERANCE = 300
 # A verifier looks at no more signatures than this in one header: a delivery has at most two.
 MAX_CANDIDATES = 8
-
-# The native currency's symbol by chain id (``asset`` of a native transfer).  The spec's
-# example is ETH, which is also the answer for every chain not listed: the mainnet, its
-# testnets, the rollups and local devnets all use ether.
-_NATIVE_SYMBOLS: Mapping[int, str] = MappingProxyType(
-    {
-        56: "BNB",
-        97: "BNB",
-        100: "XDAI",
-        137: "POL",
-        80002: "POL",
-        250: "FTM",
-        43113: "AVAX",
-        43114: "AVAX",
-        42220: "CELO",
-        44787: "CELO",
-        1284: "GLMR",
-        25: "CRO",
-    }
-)
 
 _encoder = msgspec.json.Encoder()
 F = TypeVar("F")
@@ -680,10 +661,6 @@ def _status(status: int | None) -> str | None:
     if status is None:
         return None
     return "success" if status == 1 else "reverted"
-
-
-def native_symbol(chain_id: int | None) -> str:
-    return _NATIVE_SYMBOLS.get(chain_id, "ETH") if chain_id is not None else "ETH"
 
 
 def format_units(amount: int, decimals: int | None) -> str | None:

@@ -1,5 +1,6 @@
 """The API reference: the OpenAPI document (``GET /v1/openapi.json``, generated from the
-route definitions) rendered here as HTML — no viewer script, nothing fetched."""
+route definitions) rendered here as HTML — no viewer script, nothing fetched — and the
+JSON-RPC methods chaingate answers itself (the simulations) beside the proxied ones."""
 
 from __future__ import annotations
 
@@ -47,4 +48,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                         }
                     )
             cached.append(operations)
-        return await page("reference.html", title="API reference", operations=cached[0])
+        simulation = dash.api.simulation
+        methods = simulation.reference() if simulation is not None else []
+        return await page(
+            "reference.html", title="API reference", operations=cached[0], methods=methods
+        )

@@ -8,6 +8,7 @@ from typing import Any
 from quart import Blueprint, g, redirect, request
 
 from chaingate.dashboard.passwords import (
+    MIN_LENGTH,
     PasswordRejected,
     check_strength,
     hash_password,
@@ -137,7 +138,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         try:
             if stored is not None and not await dash.hashing.run(verify_password, current, stored):
                 return await _account(dash, error="The current password is wrong.", status=400)
-            check_strength(new)
+            await dash.hashing.run(check_strength, new)  # reads the list: off the loop
             hashed = await dash.hashing.run(hash_password, new)
         except PasswordRejected as exc:
             return await _account(dash, error=str(exc).capitalize() + ".", status=400)
@@ -162,6 +163,7 @@ async def _account(dash: Dashboard, message: str = "", error: str = "", status: 
         account=account,
         sessions=sessions,
         has_password=bool(credentials and credentials.password_hash),
+        min_length=MIN_LENGTH,
         message=message,
         error=error,
     )

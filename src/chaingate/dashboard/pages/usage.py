@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from chaingate.store.base import UsageLatencyRow
 RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
 SHOWN_ROWS = 200  # the newest; the CSV has every row
 SHOWN_METHODS = 50  # the busiest
+# A spreadsheet formula's first character, where a reader may start a cell (see _cell).
+_FORMULA_START = re.compile(r"(^|[,;\t\r\n])(?=[=+\-@\t\r])")
 RANGE_NAMES = {"hour": "Last hour", "day": "Last 24 hours", "month": "Last 30 days"}
 # The chart of requests by network draws the busiest few; the rest are summed as one line.
 CHARTED_NETWORKS = 5
@@ -269,7 +272,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         range_name, size, _first, _end, account, _key_id, rows = await _asked_usage()
         names = await key_names(dash, account)
         out = io.StringIO()
-        writer = csv.writer(out)
+        writer = csv.writer(out, quoting=csv.QUOTE_ALL)
         writer.writerow(
             [
                 "period_start",
@@ -310,5 +313,9 @@ def _when(minute: int, size: int) -> str:
 
 
 def _cell(text: str) -> str:
-    """No spreadsheet formula from a name or method (CSV injection)."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    """No spreadsheet formula from a name or method (CSV injection, OWASP's rule): a
+    ``'`` before a cell that starts with ``= + - @``, tab or CR — and before such a character
+    after a list separator (``,``, ``;``, tab) or line break inside the cell, which a reader
+    splitting on another separator than ours would make the start of a cell.  Every cell is
+    quoted too (``csv.QUOTE_ALL``)."""
+    return _FORMULA_START.sub(r"\1'", text)
