@@ -168,7 +168,8 @@ REST_INTRO = """\
 
 Every REST endpoint, rendered from the OpenAPI 3.1 document the server itself publishes at
 `GET /v1/openapi.json` ([a copy](openapi.json)).  Send the key as `X-API-Key: KEY` or
-`Authorization: Bearer KEY`; bodies are JSON (`Content-Type: application/json`).  Every
+`Authorization: Bearer KEY`; bodies are JSON, labelled `Content-Type: application/json` (415
+otherwise).  Every
 answer to a keyed request carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 `X-RateLimit-Reset`; a `429` or `503` carries `Retry-After`.  Errors have one shape:
 [Errors](errors.md#rest).  Lists take `limit` (at most 100) and `page` (from 1).
