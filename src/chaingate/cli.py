@@ -163,7 +163,8 @@ def _dev_banner(
         key_header = f" -H 'X-API-Key: {test_key}'"
         key_url = (
             f"\n            {rpc}/{test_key}\n"
-            "            (the key in the URL, for MetaMask, cast --rpc-url, Hardhat: README)"
+            "            (the key in the URL, for MetaMask, cast --rpc-url, Hardhat:"
+            " docs/guides/rpc.md)"
         )
         key_lines = (
             f"  test key  {test_key}   (testnets only)\n"
@@ -192,12 +193,12 @@ Try:
   curl -s {rpc}{key_header} \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"chaingate_simulateAssetChanges","params":[{sim_tx}]}}'
   (what it would do before it is signed; alchemy_simulateAssetChanges answers the same;
-   bundles, call traces and UserOperations: README, "Simulation")
+   bundles, call traces and UserOperations: docs/guides/simulation.md)
   curl -s {base}/v1/simulate/ethereum{key_header} {json_type} -d '{sim_body}'
   curl -si -X OPTIONS {rpc} \\
        -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
   (a browser's preflight; lock a key to your site, IPs, methods or contracts with
-   chaingate keys update KEY_ID --allow-origin https://app.example: README, "Browsers")
+   chaingate keys update KEY_ID --allow-origin https://app.example: docs/guides/rpc.md)
   curl -s {base}/v1/gas/ethereum/prices{key_header}
   curl -s {base}/v1/tokens/ethereum/balances/{holder}{key_header}
   curl -s {base}/v1/tokens/ethereum/metadata/{token}{key_header}
@@ -212,19 +213,19 @@ Try:
   curl -s {base}/v1/wallets{key_header}
   curl -s {base}/v1/gas/policies{key_header} {ct} \\
        -d '{{"name":"demo","chain":"ethereum","rules":{{"max_gas_usd":"20"}}}}'
-  (POST {base}/v1/gas/sponsor with an operation: README, "Smart wallets and sponsorship";
+  (POST {base}/v1/gas/sponsor with an operation: docs/guides/wallets.md;
    REST bodies are JSON, labelled so: 415 otherwise)
   curl -s {base}/v1/webhooks{key_header} {ct} \\
        -d '{{"url":"http://127.0.0.1:9000/hook","chain":"ethereum","event_type":"{hook_type}","config":{{"addresses":["{holder}"]}}}}'
   curl -s {base}/v1/webhooks{key_header}
-  (a receiver to try them with, and how to verify signatures: README, "Webhooks")
+  (a receiver to try them with, and how to verify signatures: docs/guides/webhooks.md)
   curl -s {base}/v1/bundler/ethereum/devnet{key_header} \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_supportedEntryPoints","params":[]}}'
-  (send a UserOperation with permissionless.js: README, "Bundler")
+  (send a UserOperation with permissionless.js or Python: docs/guides/wallets.md)
   curl -s {base}/v1/openapi.json    (the REST API, OpenAPI 3.1)
   curl -s {base}/v1/health
   (worker: the answering process; leads: its single-writer roles — one process here;
-   chaingate serve --workers N on PostgreSQL + Redis: README, "More than one core / machine")
+   chaingate serve --workers N on PostgreSQL + Redis: docs/guides/operator.md)
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
 Ctrl-C stops chaingate and anvil.
@@ -767,17 +768,17 @@ def build_parser() -> argparse.ArgumentParser:
     create = actions.add_parser("create", help="create a key (its account too, if new)")
     create.add_argument("--email", required=True, help="the owning account's e-mail")
     create.add_argument("--plan", default="free", help="plan of a new account (config/plans.toml)")
-    create.add_argument("--name", default="default")
+    create.add_argument("--name", default="default", help="a label for the key (shown in lists)")
     create.add_argument("--env", choices=("test", "live"), default="test")
     create.add_argument("--scopes", help="e.g. 'rpc:read data:read'; default: all scopes")
     listing = actions.add_parser("list", help="list keys (prefixes only; keys are never stored)")
-    listing.add_argument("--email")
+    listing.add_argument("--email", help="only this account's keys")
     update = actions.add_parser(
         "update",
         help="set or clear a key's allowlists; each --allow-* replaces that list "
         "(repeat it, or separate entries with commas)",
     )
-    update.add_argument("key_id")
+    update.add_argument("key_id", help="the key's id (chaingate keys list)")
     update.add_argument(
         "--allow-origin", action="append", help="browser origin, e.g. https://*.example.com"
     )
@@ -795,10 +796,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="empty a list (no restriction); repeatable",
     )
     revoke = actions.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("key_id")
+    revoke.add_argument("key_id", help="the key's id (chaingate keys list)")
     plan = actions.add_parser("plan", help="change an account's plan")
-    plan.add_argument("--email", required=True)
-    plan.add_argument("--plan", required=True)
+    plan.add_argument("--email", required=True, help="the account's e-mail")
+    plan.add_argument("--plan", required=True, help="a plan of config/plans.toml")
     plan.add_argument("--limits", help="JSON overrides, e.g. '{\"requests_per_second\": 500}'")
     keys.set_defaults(func=cmd_keys)
     accounts = commands.add_parser("accounts", help="dashboard sign-in of accounts")

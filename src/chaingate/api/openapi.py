@@ -67,7 +67,7 @@ def document(api: RestApi, server_url: str = "/") -> dict[str, Any]:
             "version": __version__,
             "description": "Self-hostable blockchain infrastructure API: the REST plane. "
             "JSON-RPC (`POST /v1/rpc/{chain}/{network}`), the bundler and WebSocket "
-            "subscriptions are described in the README.",
+            "subscriptions are described in the documentation (docs/reference/).",
         },
         "servers": [{"url": server_url}],
         "paths": paths,

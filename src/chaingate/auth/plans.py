@@ -9,6 +9,9 @@ import msgspec
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    # Requests per second of each key (a batch of N calls is N), requests per UTC day of the
+    # account, and compute units per second of each key (a method's units are in
+    # config/methods.toml, a REST route's in config/rest.toml).
     requests_per_second: int = 0
     requests_per_day: int = 0
     compute_units_per_second: int = 0

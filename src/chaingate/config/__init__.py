@@ -41,13 +41,17 @@ class ConfigError(Exception):
 
 
 class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # The address the one public port listens on; 0.0.0.0 (or ::) for every interface.
     host: str = "127.0.0.1"
+    # The public port: JSON-RPC, REST, WebSocket, the dashboard and /metrics.
     port: int = 8000
+    # Connections the kernel queues before they are accepted (listen's backlog).
     backlog: int = 1024
+    # SO_REUSEPORT on the listening socket (serve --workers sets it itself).
     reuse_port: bool = False
     # Processes serving this port (`chaingate serve`; SO_REUSEPORT spreads connections over
     # them): a number, or "auto" for the CPUs the process may use.  More than one needs the
-    # store on PostgreSQL and auth.redis_url (docs: README "More than one core / machine").
+    # store on PostgreSQL and auth.redis_url (docs/guides/operator.md).
     workers: int | Literal["auto"] = 1
     # Processes sharing a PostgreSQL store lead each single-writer role by a lease that each
     # renews every half second; one silent this long (seconds: a stopped process, a hung
@@ -69,6 +73,8 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_unsent_bytes: int = 256 << 20
     # Failed authentications (401) after which a connection is closed.
     max_auth_failures: int = 10
+    # Bounds on a request's head: max_request_line bytes of request line (else 414),
+    # max_header_bytes of headers and max_headers header lines (else 431).
     max_request_line: int = 8192
     max_header_bytes: int = 16_384
     max_headers: int = 100
@@ -105,8 +111,12 @@ RESERVED_UPSTREAM_HEADERS = frozenset(
 
 
 class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # The node's JSON-RPC URL, http:// or https:// (never logged: it may hold a key).
     url: str
+    # A name for logs and metrics; "" shows host:port.
     name: str = ""
+    # The node's WebSocket (ws:// or wss://): the follower takes newHeads from it, else
+    # it polls.
     ws_url: str | None = None
     # Extra request headers (for example a provider's auth header).  Never logged.
     headers: dict[str, str] = {}
@@ -116,6 +126,7 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     # "h2" insists on HTTP/2 (a node that refuses it cannot be connected); "http1" never
     # offers it.  HTTP/2 is one multiplexed connection; HTTP/1.1 a few pipelined ones.
     http_version: Literal["auto", "h2", "http1"] = "auto"
+    # Seconds for one call's answer (timeout), and for a connection to open (connect_timeout).
     timeout: float = 10.0
     connect_timeout: float = 3.0
     # HTTP/1.1 connections; with HTTP/2 one is used, another only while all its streams are.
@@ -124,6 +135,7 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     pipeline_depth: int = 32
     # Largest JSON-RPC batch sent to this node; bigger client batches are split.
     max_batch: int = 100
+    # Largest answer accepted from this node.
     max_response_bytes: int = 64 << 20
 
     def display_name(self) -> str:
@@ -387,13 +399,19 @@ class HedgeSettings(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # The nodes behind this network: one [[...upstreams]] table each, at least one.
     upstreams: list[UpstreamSettings]
+    # The chain's JSON-RPC dialect: EVM (eth_*) or Solana.
     family: Literal["evm", "solana"] = "evm"
+    # The chain id; None takes the upstreams' eth_chainId (upstreams on different
+    # chains refuse the start).
     chain_id: int | None = None
+    # Test keys (svc_test_...) may use only networks marked testnet.
     testnet: bool = False
     # Blocks (slots on Solana) after which a block cannot be reorganised away; responses about
     # blocks this deep are cached.
     finality_depth: int = 64
+    # Seconds between blocks, roughly: paces head polling and head-lag judgement.
     block_time: float = 12.0
     # Forward methods missing from the method table instead of answering -32601.
     passthrough: bool = False
@@ -418,13 +436,21 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
+    # The JSON-RPC method table: scope, compute units, caching, retries (a path, beside
+    # this file or the shipped config/).
     methods_file: str = "methods.toml"
+    # Calls in one JSON-RPC batch at most (over: the whole batch is refused).
     max_batch: int = 1000
     # Whole-request deadline across every failover attempt.
     request_timeout: float = 30.0
+    # Identical reads in flight at once share one upstream call.
     coalesce: bool = True
+    # The cache of answers that cannot change (cache = "static"/"finalized" in the method
+    # table): cache_max_entries entries and cache_max_bytes bytes at most, least recently
+    # used evicted first.
     cache_max_entries: int = 100_000
     cache_max_bytes: int = 64 << 20
+    # Seconds between health probes of each upstream (its head, its latency).
     probe_interval: float = 1.0
     # Consecutive failures after which an upstream is taken out of rotation.
     failure_threshold: int = 3
@@ -441,11 +467,15 @@ class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ObservabilitySettings(msgspec.Struct, forbid_unknown_fields=True):
+    # Bearer token of /metrics and of the dashboard's operator sign-in; "" turns both
+    # off.  Give it through CHAINGATE_OBSERVABILITY__ADMIN_TOKEN.
     admin_token: str = ""
+    # One JSON line per request on stderr (keys never shown).
     access_log: bool = True
     # Log bytes held while the log stream is slow (a pipe nobody reads); beyond it lines are
     # dropped and counted, never the server stalled.
     log_buffer_bytes: int = 4 << 20
+    # The least severe log lines written (JSON, on stderr).
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -562,6 +592,7 @@ class AuthSettings(msgspec.Struct, forbid_unknown_fields=True):
     # Server-side secret of the keyed hash of API keys.  Give it through CHAINGATE_AUTH__PEPPER;
     # changing it invalidates every key.  `chaingate dev` keeps one under its data dir.
     pepper: str = ""
+    # The plans' limits (a path, beside this file or the shipped config/plans.toml).
     plans_file: str = "plans.toml"
     # How often each process re-reads changed keys and accounts (revocation delay).
     refresh_interval: float = 0.25
@@ -625,6 +656,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     bundler: BundlerSettings = msgspec.field(default_factory=BundlerSettings)
     dashboard: DashboardSettings = msgspec.field(default_factory=DashboardSettings)
     simulation: SimulationSettings = msgspec.field(default_factory=SimulationSettings)
+    # Where the embedded SQLite store and chaingate dev's files live.
     data_dir: str = "~/.local/share/chaingate"
     chains: dict[str, dict[str, NetworkSettings]] = {}
     # Where relative paths in this file (methods_file) are resolved; set by the loader.
