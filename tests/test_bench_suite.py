@@ -277,7 +277,9 @@ def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
             "--users", "2",
             "--out", str(tmp_path / "out"),
         )  # fmt: skip
-    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = tmp_path / "out" / "results.json"
+    assert results.exists(), f"no results: {done.stdout}{done.stderr}"
+    data = json.loads(results.read_text())
     limited, refused = data["totals"]["limited"], data["totals"]["refused"]
     # A bad key is refused (401), then its address is throttled (429): never an answer.
     assert refused["outcomes"]["refused"] > 0
