@@ -214,3 +214,26 @@ def test_serve_runs_a_config_file_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=15)
     assert code == 0
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`chaingate keys list | head -1`: the pipe's reader is gone before chaingate writes."""
+    env = dev_env(tmp_path) | {
+        "CHAINGATE_DATA_DIR": str(tmp_path / "data"),
+        "CHAINGATE_AUTH__PEPPER": "a-pepper-for-this-test",
+    }
+    chaingate = [sys.executable, "-m", "chaingate", "keys"]
+    made = subprocess.run(
+        [*chaingate, "create", "--email", "a@example.com"], env=env, capture_output=True, timeout=60
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after `head` has exited
+    try:
+        listed = subprocess.run(
+            [*chaingate, "list"], env=env, stdout=write_end, stderr=subprocess.PIPE, timeout=60
+        )
+    finally:
+        os.close(write_end)
+    assert listed.stderr == b""
+    assert listed.returncode == 141

@@ -123,3 +123,18 @@ def test_secrets_from_the_environment_are_taken_as_given() -> None:
     assert settings.paymaster.key == key
     assert settings.auth.pepper == "0123456789"
     assert settings.server.port == 8081  # other settings are still typed values
+
+
+def test_every_section_and_nested_table_is_reachable_from_the_environment() -> None:
+    """Nested tables (webhooks.smtp) and every section (dashboard) take variables too."""
+    settings = config.from_mapping(
+        {"webhooks": {"smtp": {"url": "smtp://mail.example:587"}}},
+        environ={
+            "CHAINGATE_WEBHOOKS__SMTP__PASSWORD": "0123456789",
+            "CHAINGATE_DASHBOARD__SESSION_IDLE_MINUTES": "5",
+            "CHAINGATE_SERVER__NO_SUCH_SETTING": "1",  # names no setting: ignored
+        },
+    )
+    assert settings.webhooks.smtp.password == "0123456789"
+    assert settings.webhooks.smtp.url == "smtp://mail.example:587"  # the file's, kept
+    assert settings.dashboard.session_idle_minutes == 5

@@ -831,8 +831,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    try:
+        args = build_parser().parse_args(argv)
+        result: int = args.func(args)
+        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
+    except BrokenPipeError:
+        # The reader left (`chaingate keys list | head -1`): stop quietly, as other tools do.
+        # Later writes, the interpreter's own flush at exit included, go nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
     return result
 
 

@@ -9,7 +9,6 @@ variable ``CHAINGATE_<SECTION>__<KEY>`` overrides ``[section] key`` (for example
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import os
 import tomllib
@@ -19,21 +18,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
+import msgspec.inspect
 
 ENV_PREFIX = "CHAINGATE_"
-ENV_SECTIONS = (
-    "server",
-    "rpc",
-    "observability",
-    "store",
-    "auth",
-    "ws",
-    "outbound",
-    "paymaster",
-    "webhooks",
-    "bundler",
-    "simulation",
-)
 
 
 class ConfigError(Exception):
@@ -682,11 +669,21 @@ def _coerce_env_value(raw: str) -> Any:
         return raw
 
 
-@functools.cache
-def _text_fields(section: str) -> frozenset[str]:
-    """The settings of a section that are plain strings."""
-    kind = {f.name: f.type for f in msgspec.structs.fields(Settings)}[section]
-    return frozenset(f.name for f in msgspec.structs.fields(kind) if f.type is str)
+def _env_target(path: list[str]) -> msgspec.inspect.Type | None:
+    """The type of the setting a variable's path names; None if it names no setting.
+
+    Any section or nested table of sections is reachable (``WEBHOOKS__SMTP__PASSWORD``);
+    tables keyed by the operator's names (chains, plans) are the file's to give.
+    """
+    kind: msgspec.inspect.Type = msgspec.inspect.type_info(Settings)
+    for part in path:
+        if not isinstance(kind, msgspec.inspect.StructType):
+            return None
+        fields = {f.name: f.type for f in kind.fields}
+        if part not in fields:
+            return None
+        kind = fields[part]
+    return kind
 
 
 def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -695,15 +692,16 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         if not name.startswith(ENV_PREFIX):
             continue
         path = name[len(ENV_PREFIX) :].lower().split("__")
-        if len(path) == 1 and path[0] == "data_dir":
-            data["data_dir"] = raw
+        kind = _env_target(path)
+        if kind is None or isinstance(kind, msgspec.inspect.StructType | msgspec.inspect.DictType):
             continue
-        if len(path) != 2 or path[0] not in ENV_SECTIONS:
-            continue
+        table = data
+        for part in path[:-1]:
+            table = table.setdefault(part, {})
         # A text setting is taken as given: read as TOML, a 0x-hex key or an all-digit pepper
         # would become an integer.
-        text = path[1] in _text_fields(path[0])
-        data.setdefault(path[0], {})[path[1]] = raw if text else _coerce_env_value(raw)
+        text = isinstance(kind, msgspec.inspect.StrType)
+        table[path[-1]] = raw if text else _coerce_env_value(raw)
     return data
 
 
