@@ -374,11 +374,16 @@ def test_history_left_transfer_logs(devnet: Devnet) -> None:
 # --- start-up, cache, chaingate dev --------------------------------------------------------
 
 
-def test_start_under_15s_and_second_start_reuses_the_cache(tmp_path: Path) -> None:
+def test_second_start_reuses_the_cache(tmp_path: Path) -> None:
+    """The first start compiles and deploys; the second loads the cached state and does
+    neither.  How long each takes is printed, not asserted: a timed test fails on a busy
+    machine, and docs/start.md's figures come from `chaingate dev`'s own lines."""
     cache = tmp_path / "cache"
     said: list[str] = []
     times = []
     manifests = []
+    starts: list[int] = []  # where each start's lines end in `said`
+    ends: list[int] = []  # where each iteration's lines end (the first bootstraps twice)
     # The cache's maker and its user started with other block gas limits, as the benches do
     # (issue 27): the state loads, the gas limit stays the loading node's own.
     for gas_limit in (100_000_000, 1_000_000_000):
@@ -392,6 +397,7 @@ def test_start_under_15s_and_second_start_reuses_the_cache(tmp_path: Path) -> No
             )
             times.append(time.monotonic() - started)
             manifests.append(manifest)
+            starts.append(len(said))
             with DevnetRpc(node.url) as rpc:
                 logs = rpc.call("eth_getLogs", {"fromBlock": "0x0", "topics": [TRANSFER]})
                 rpc.call("evm_mine")
@@ -409,15 +415,17 @@ def test_start_under_15s_and_second_start_reuses_the_cache(tmp_path: Path) -> No
                 for name, contract in manifest.contracts.items():
                     if contract.kind != "paymaster":
                         assert again.address(name) == contract.address, name
+        ends.append(len(said))
     print(f"devnet start: first {times[0]:.2f}s, second {times[1]:.2f}s")
-    assert times[0] < 15.0
-    assert times[1] < times[0]
     assert manifests[0] == manifests[1]
+    first, second = said[: starts[0]], said[ends[0] : starts[1]]
     # What took the first start's seconds is said as it happens: compiling, then deploying.
-    assert said[0].startswith("devnet: compiling the demo contracts") and said[0].endswith("...")
-    assert said[1].startswith("devnet: compiled in ")
-    assert re.fullmatch(r"devnet: \d+ contracts deployed in [\d.]+s \(state cached.*\)", said[2])
-    assert "loaded from cache" in said[-1]
+    assert first[0].startswith("devnet: compiling the demo contracts") and first[0].endswith("...")
+    assert first[1].startswith("devnet: compiled in ")
+    assert re.fullmatch(r"devnet: \d+ contracts deployed in [\d.]+s \(state cached.*\)", first[2])
+    # The second start neither compiles nor deploys: it loads the state the first one cached.
+    assert not any("compil" in line or "deployed in" in line for line in second), second
+    assert "loaded from cache" in second[-1]
     assert len(list(cache.glob("state-*.manifest.json"))) == 1  # the non-fresh run cached nothing
 
 
