@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -177,10 +178,13 @@ def test_a_stalled_log_stream_drops_lines_never_the_server(
 async def test_pipelined_key_guesses_never_reach_the_right_key(
     stack: AuthStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 3 failures a second per address (10 in production): the refill is slow enough that the
-    # right key, sent right after, is certain to find the allowance spent.
+    # 3 failures a second per address (10 in production), on a clock that stands still while
+    # the guesses are answered: however slowly a busy machine answers them, no allowance flows
+    # back in before the right key is sent.
     monkeypatch.setattr(keygate, "ANONYMOUS_RPS", 3)
     key, _ = await stack.key()
+    frozen = time.monotonic()
+    monkeypatch.setattr(keygate, "time", SimpleNamespace(monotonic=lambda: frozen, time=time.time))
     guesses = [f"svc_test_{'x' * 43}"] * 500
     guesses[250] = key
     body = rpc_body("eth_chainId")
@@ -198,7 +202,8 @@ async def test_pipelined_key_guesses_never_reach_the_right_key(
     assert limited.status_code == 429
     assert limited.headers["connection"] == "close"
     assert int(limited.headers["retry-after"]) >= 1
-    await trio.sleep(1.1)  # the allowance refills
+    monkeypatch.setattr(keygate, "time", time)  # the clock runs again: the allowance refills
+    await trio.sleep(1.1)
     async with stack.client(key) as client:
         assert (await client.post(RPC, json=json.loads(body))).status_code == 200
 
