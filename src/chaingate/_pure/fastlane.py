@@ -457,7 +457,7 @@ class Route:
 class OpenAdmission:
     """No keys, no limits (``[auth] enabled = false``): everyone is the anonymous principal."""
 
-    shared: twin.SharedLimits | None = None
+    shared: twin.SharedLimits[twin.Principal] | None = None
 
     def __init__(self, anonymous: twin.Principal) -> None:
         self.anonymous = anonymous
@@ -511,7 +511,7 @@ class KeyAdmission:
         self.used = used  # key ids used since the last touch of last_used_at
         self.meter = gate.meter
         self.latency = gate.latency
-        self.shared: twin.SharedLimits | None = (
+        self.shared: twin.SharedLimits[twin.Principal] | None = (
             None  # SharedLimits, when processes share limits (Redis)
         )
 
@@ -873,7 +873,7 @@ class Lane:
     def __init__(
         self,
         routes: dict[bytes, Route],
-        admission: twin.Admission,
+        admission: twin.Admission[Any],
         ledger: Ledger,
         ids: RequestIds,
         cors: Callable[[bytes | None], bytes],

@@ -11,7 +11,7 @@ names ``chaingate.auth`` or ``chaingate.rpc`` — they satisfy these Protocols s
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
@@ -52,10 +52,15 @@ class Principal(Protocol):
     def quota(self) -> DayQuota: ...
 
 
-class SharedLimits(Protocol):
+# The principal type of one admission: the lane hands back the principals it was given.
+P = TypeVar("P", bound=Principal)
+P_contra = TypeVar("P_contra", bound=Principal, contravariant=True)
+
+
+class SharedLimits(Protocol[P_contra]):
     """Limits shared between processes (``chaingate.auth.shared``): told of every admission."""
 
-    def note(self, principal: Principal) -> None: ...
+    def note(self, principal: P_contra) -> None: ...
 
 
 class LatencyMeter(Protocol):
@@ -148,9 +153,11 @@ class Sink(Protocol):
 
 
 class FlightWaiter(Protocol):
-    """A Python task waiting for a flight too (``chaingate.rpc.future.Future``)."""
+    """Python tasks waiting for a flight too (``chaingate.rpc.future.Future``): the lane
+    resolves it when the flight lands, the tasks wait for it."""
 
     def set_result(self, outcome: Outcome) -> None: ...
+    async def wait(self) -> Outcome: ...
 
 
 # --- what the lane offers -------------------------------------------------------------------
@@ -253,26 +260,27 @@ class Route(Protocol):
     def refuse(self, reason: str, executed: bool, calls: int = ...) -> bytes: ...
 
 
-class Admission(Protocol):
-    """Who may call and what it costs, on the lane: ``OpenAdmission`` or ``KeyAdmission``."""
+class Admission(Protocol[P]):
+    """Who may call and what it costs, on the lane: ``OpenAdmission`` or ``KeyAdmission``
+    (``P``: the principals it was given, which it hands back)."""
 
     # Set by the key gate when processes share limits (Redis); None otherwise.
-    shared: SharedLimits | None
+    shared: SharedLimits[P] | None
 
     def principal(
         self, request: Request, group: str, testnet: bool, key: bytes | None = ...
-    ) -> Principal | None: ...
+    ) -> P | None: ...
 
     def admit(
-        self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+        self, principal: P, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Rejection | None: ...
 
     def record(
-        self, principal: Principal, network: str, method: str, requests: int, cu: int, errors: int
+        self, principal: P, network: str, method: str, requests: int, cu: int, errors: int
     ) -> None: ...
 
-    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None: ...
-    def headers(self, principal: Principal) -> bytes: ...
+    def observe(self, principal: P, network: str, method: str, seconds: float) -> None: ...
+    def headers(self, principal: P) -> bytes: ...
 
 
 class Ledger(Protocol):
@@ -350,15 +358,15 @@ class FastlaneModule(Protocol):
         sticky_methods: frozenset[str] = ...,
     ) -> _Route: ...
 
-    def OpenAdmission(self, anonymous: Principal) -> _Admission: ...
+    def OpenAdmission(self, anonymous: P) -> _Admission[P]: ...
 
     def KeyAdmission(
         self,
         gate: AdmissionGate,
-        recent: Mapping[bytes, Principal],
+        recent: Mapping[bytes, P],
         failures: Mapping[str, FailureBucket],
         used: set[str],
-    ) -> _Admission: ...
+    ) -> _Admission[P]: ...
 
     def Ledger(
         self,
@@ -370,7 +378,7 @@ class FastlaneModule(Protocol):
     def Lane(
         self,
         routes: Mapping[bytes, _Route],
-        admission: _Admission,
+        admission: _Admission[Any],
         ledger: _Ledger,
         ids: _RequestIds,
         cors: Callable[[bytes | None], bytes],
