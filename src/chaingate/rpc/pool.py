@@ -295,7 +295,7 @@ class Upstream:
 
     def _connection(self, transport: Any) -> Connection:
         """The connection for what ALPN chose."""
-        http1: Any = self._impl.http1
+        http1 = self._impl.http1
         if transport.protocol == H2:
             return Http2Connection(
                 self.name,
@@ -356,7 +356,7 @@ class UpstreamPool:
         self._network = network
         self._rpc = rpc
         self._impl = impl
-        self._parse_response: Any = impl.jsonrpc.parse_response
+        self._parse_response = impl.jsonrpc.parse_response
         self._probe_body = probe_body
         self._parse_head = parse_head
         self.upstreams: list[Upstream] = []

@@ -21,7 +21,8 @@ class Conn(Protocol):
     state: int
     since: float
     unsent: int
-    request: Request | None
+    # The request being answered: read only while one is (the loop's encode callback).
+    request: Request
     auth_failures: int
 
 
