@@ -33,6 +33,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import Apply, Block, ChainEvent, Finalized, Log, Revert
 from chaingate.obs.metrics import LatencySeries
 from chaingate.rpc.pool import UpstreamPool
+from chaingate.store.tx import Tx
 from chaingate.ws.caps import WsCaps
 from chaingate.ws.filters import (
     DEFAULT_ADDRESSES,
@@ -245,7 +246,7 @@ class Hub:
                 work = 0
         self.pushes["logs"] += count
 
-    async def push_pending(self, tx_hash: str, tx: Any) -> None:
+    async def push_pending(self, tx_hash: str, tx: Tx) -> None:
         subscribers = self.registry.of_kind("newPendingTransactions")
         if not subscribers:
             return
