@@ -41,7 +41,7 @@ class Datasets:
         self._metadata = deps.metadata
         self._what = what
 
-    def resolve(self, name: str, principal: Any) -> Dataset:
+    def resolve(self, name: str, principal: object) -> Dataset:
         key = self._chains.resolve(name, principal)
         index = self._indexes.get(key)
         metadata = self._metadata.get(key)

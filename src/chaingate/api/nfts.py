@@ -22,6 +22,7 @@ from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, Paged50, Uint256
 from chaingate.api.wallets import iso
+from chaingate.auth.gate import Principal
 
 # How long a single-token or collection request may wait for a document fetched on its
 # behalf; after that it answers with what is known (status pending) and the fetch goes on.
@@ -277,7 +278,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         )
 
     async def refresh(
-        data: Any, contract: Address, token_id: int | None, principal: Any
+        data: Any, contract: Address, token_id: int | None, principal: Principal | None
     ) -> Response:
         account = principal.account_id if principal is not None else ""
         result = await data.metadata.request_refresh(contract, token_id, account)

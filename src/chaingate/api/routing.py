@@ -24,6 +24,8 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from chaingate.auth.gate import Principal
+
 P = TypeVar("P")
 Q = TypeVar("Q")
 B = TypeVar("B")
@@ -46,7 +48,7 @@ class Call(Generic[P, Q, B]):
     path: P
     query: Q
     body: B
-    principal: Any  # chaingate.auth.gate.Principal (None on public routes)
+    principal: Principal | None  # None on public routes
 
 
 Handler = Callable[[Call[Any, Any, Any]], Awaitable[Any]]

@@ -76,7 +76,7 @@ class AsgiBridge:
         path: bytes,
         peer: str,
         extra_headers: bytes = b"",
-        principal: Any = None,
+        principal: object = None,
     ) -> tuple[int, bytes, bytes]:
         """Run one request through the app; status, header lines and body for the edge.
 

@@ -334,7 +334,7 @@ class Routes:
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
     async def _compute_shared(
-        self, request: Any, path: bytes, peer: str, principal: Any, key: CacheKey, seconds: float
+        self, request: Any, path: bytes, peer: str, principal: object, key: CacheKey, seconds: float
     ) -> tuple[int, bytes, bytes]:
         """Compute a cacheable answer once for everyone asking for ``key`` meanwhile."""
         future: Future[tuple[int, bytes, bytes]] = Future()

@@ -138,7 +138,9 @@ class LocalRpc:
         """Compute units of the calls (an unknown or malformed call costs 1)."""
         return sum(self._methods.get(c.method, (None, 1))[1] for c in calls)
 
-    async def run(self, parsed: Parsed, principal: Any) -> tuple[list[dict[str, Any] | None], int]:
+    async def run(
+        self, parsed: Parsed, principal: object
+    ) -> tuple[list[dict[str, Any] | None], int]:
         """Each call's reply in order (None for a notification), and how many were errors.
         A batch's calls run concurrently, MAX_CONCURRENT at a time."""
         calls = parsed.calls
@@ -157,7 +159,7 @@ class LocalRpc:
                     nursery.start_soon(one, index, limiter)
         return [reply for reply, _ in outcomes], sum(failed for _, failed in outcomes)
 
-    async def _run_one(self, call: Call, principal: Any) -> tuple[dict[str, Any] | None, bool]:
+    async def _run_one(self, call: Call, principal: object) -> tuple[dict[str, Any] | None, bool]:
         """(the reply, None for a notification; whether it failed)."""
         fault = call.error
         result: Any = None

@@ -161,7 +161,7 @@ class SimulationService:
                 endpoint.register(method, self._bundler(key, method), costs[method])
 
     def _proxied(self, key: str, method: str) -> Any:
-        async def answer(params: bytes | None, principal: Any) -> Outcome:
+        async def answer(params: bytes | None, principal: object) -> Outcome:
             try:
                 decoded = _decode.decode(params) if params else []
             except msgspec.DecodeError:
@@ -176,7 +176,7 @@ class SimulationService:
         return answer
 
     def _bundler(self, key: str, method: str) -> Any:
-        async def answer(params: Any, principal: Any) -> Any:
+        async def answer(params: Any, principal: object) -> Any:
             try:
                 return await self.simulate(key, method, params, principal)
             except SimulationFault as fault:
@@ -189,7 +189,7 @@ class SimulationService:
 
     # --- simulating ------------------------------------------------------------------------
 
-    async def simulate(self, key: str, method: str, params: Any, principal: Any = None) -> Any:
+    async def simulate(self, key: str, method: str, params: Any, principal: object = None) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
         contract allowlist, if it has one, holds for every transaction as for an eth_call."""

@@ -184,7 +184,7 @@ def _authorization(value: dict[str, Any] | None) -> Authorization | None:
         raise RpcFault(INVALID_PARAMS, f"userOp.{exc}") from None
 
 
-def _require_sponsor_scope(method: str, principal: Any) -> None:
+def _require_sponsor_scope(method: str, principal: object) -> None:
     scopes: frozenset[str] = getattr(principal, "scopes", frozenset())
     if SPONSOR_SCOPE not in scopes:
         raise RpcFault(
@@ -233,7 +233,7 @@ class Erc7677:
         return op, str(net.entry_points[version]), version, policy
 
     async def _sponsor(
-        self, given: tuple[RpcUserOperation, str, Version, str], principal: Any, *, dry_run: bool
+        self, given: tuple[RpcUserOperation, str, Version, str], principal: object, *, dry_run: bool
     ) -> Any:
         raw, entry_point, version, policy = given
         op = to_user_operation(raw, version)
@@ -264,7 +264,7 @@ class Erc7677:
         except ValueError as exc:
             raise RpcFault(INTERNAL_ERROR, f"cannot sponsor this operation: {exc}") from None
 
-    async def stub_data(self, params: Any, principal: Any) -> Any:
+    async def stub_data(self, params: Any, principal: object) -> Any:
         _require_sponsor_scope("pm_getPaymasterStubData", principal)
         given = self._params(params)
         outcome = await self._sponsor(given, principal, dry_run=True)
@@ -299,7 +299,7 @@ class Erc7677:
             "isFinal": False,
         }
 
-    async def data(self, params: Any, principal: Any) -> Any:
+    async def data(self, params: Any, principal: object) -> Any:
         _require_sponsor_scope("pm_getPaymasterData", principal)
         done = await self._sponsor(self._params(params), principal, dry_run=False)
         assert isinstance(done, Sponsored)
