@@ -33,6 +33,7 @@ import msgspec
 import trio
 from Crypto.Cipher import AES
 from quart import Response, g, redirect, render_template, request
+from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from chaingate.api.chains import ChainNames
 from chaingate.api.deps import ApiDeps
@@ -248,7 +249,7 @@ class Dashboard:
             return None
         return bytes(opened).decode()
 
-    async def start_session(self, account_id: str, operator: bool) -> Any:
+    async def start_session(self, account_id: str, operator: bool) -> WerkzeugResponse:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
         token, _ = await self.rows.create_session(
             account_id,
