@@ -94,7 +94,7 @@ class EvaluationResult(msgspec.Struct):
 _rules_decoder = msgspec.json.Decoder(Rules)
 
 
-def _name(value: Any) -> str:
+def _name(value: object) -> str:
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
         raise ApiError(400, "invalid field 'name': expected a string of 1 to 200 characters")
     char = first_unprintable(value)

@@ -19,7 +19,7 @@ from chaingate.evm.addresses import checksum_address
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
-def _int(value: Any, name: str) -> int:
+def _int(value: object, name: str) -> int:
     try:
         if isinstance(value, str):
             return int(value, 16) if value[:2] in ("0x", "0X") else int(value)

@@ -48,7 +48,7 @@ _QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}")
 Triple = tuple[int, int, int]
 
 
-def parse_quantity(value: Any) -> int:
+def parse_quantity(value: object) -> int:
     """An int from a JSON-RPC hex quantity; ValueError for anything else."""
     if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
         raise ValueError(f"not a hex quantity: {str(value)[:40]!r}")

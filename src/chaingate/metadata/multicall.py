@@ -35,7 +35,7 @@ class Result(NamedTuple):
     data: bytes  # return data, or revert data when not ok
 
 
-def _hex(value: Any) -> bytes:
+def _hex(value: object) -> bytes:
     if not isinstance(value, str) or not value.startswith("0x"):
         raise ValueError("eth_call answer is not 0x-hex")
     return bytes.fromhex(value[2:])

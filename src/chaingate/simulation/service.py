@@ -282,7 +282,7 @@ class SimulationService:
         op = parse_user_operation(op_raw, version)
         return await simulator.user_operation(op, entry_point, version, block, overrides, deadline)
 
-    def _bundle(self, value: Any) -> list[dict[str, Any]]:
+    def _bundle(self, value: object) -> list[dict[str, Any]]:
         limit = self.settings.max_bundle
         if not isinstance(value, list) or not value:
             raise p.BadParams("transactions: expected a non-empty array")

@@ -99,7 +99,7 @@ def log_key(log: Log) -> tuple[bytes, list[bytes]] | None:
         return None
 
 
-def _value(value: Any, valid: Any, size: int, what: str) -> bytes:
+def _value(value: object, valid: Any, size: int, what: str) -> bytes:
     if not isinstance(value, str):
         raise FilterError(f"invalid {what}: expected a hex string")
     if valid(value) is None:
@@ -107,11 +107,11 @@ def _value(value: Any, valid: Any, size: int, what: str) -> bytes:
     return _fromhex(value[2:])
 
 
-def _address(value: Any) -> bytes:
+def _address(value: object) -> bytes:
     return _value(value, _ADDRESS, ADDRESS_BYTES, "address")
 
 
-def _topic(value: Any) -> bytes:
+def _topic(value: object) -> bytes:
     return _value(value, _TOPIC, TOPIC_BYTES, "topic")
 
 
