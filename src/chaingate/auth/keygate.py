@@ -30,13 +30,14 @@ import msgspec
 import trio
 
 from chaingate.auth import allowlists, apikeys
-from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import SCOPES, Credentials, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.obs.metrics import LATENCY_BUCKETS
 from chaingate.peers import peer_group
 from chaingate.twintypes import fastlane as lane
 from chaingate.twintypes.fastlane import Admission, FastlaneModule, LatencyMeter
+from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.limiter import DayQuota, KeyLimiter, LimiterModule, UsageMeter
 
 if TYPE_CHECKING:
@@ -317,7 +318,11 @@ class KeyGate:
         return self._limited(bucket, now, 1.0 / ANONYMOUS_RPS)
 
     def authenticate(
-        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+        self,
+        request: Request | Credentials,
+        peer: str,
+        network: NetworkInfo | None,
+        scope: str | None,
     ) -> Principal | Rejection:
         if self._anonymous:
             # Only addresses that failed recently are in the table: an empty one costs nothing.

@@ -23,6 +23,8 @@ from typing import Any
 from wsproto.extensions import PerMessageDeflate
 from wsproto.frame_protocol import CloseReason, Opcode, RsvBits
 
+from chaingate.twintypes.http1 import Request
+
 NAME = b"permessage-deflate"
 LEVEL = 1
 _SYNC_TAIL = b"\x00\x00\xff\xff"
@@ -73,7 +75,7 @@ def _accept_offer(params: list[bytes]) -> int | None:
     return window_bits
 
 
-def negotiate(request: Any, min_bytes: int) -> Negotiated | None:
+def negotiate(request: Request, min_bytes: int) -> Negotiated | None:
     """The first acceptable permessage-deflate offer of the upgrade request, or None (no
     offer, none acceptable, or ``min_bytes`` 0: compression off)."""
     if min_bytes <= 0:
