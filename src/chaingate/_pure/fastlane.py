@@ -877,7 +877,7 @@ class Lane:
         ledger: Ledger,
         ids: RequestIds,
         cors: Callable[[bytes | None], bytes],
-        error_body: Callable[[int, str, str | None], bytes],
+        error_body: twin.ErrorBody,
         log_path: Callable[[bytes], str],
     ) -> None:
         self.routes = routes  # the exact request path (with and without a trailing slash)

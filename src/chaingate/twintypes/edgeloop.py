@@ -7,7 +7,7 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeAlias
 
-from chaingate.twintypes.fastlane import AnswerBudget, Lane
+from chaingate.twintypes.fastlane import AnswerBudget, ErrorBody, Lane
 from chaingate.twintypes.http1 import Http1Module, Request, RequestParser
 
 
@@ -73,7 +73,7 @@ class EdgeloopModule(Protocol):
         compress_min: int,
         budget: AnswerBudget,
         date: DateLine,
-        error_body: Callable[[int, str, str | None], bytes],
+        error_body: ErrorBody,
         handoff: Callable[[Conn, Request], None],
         encode: Callable[[Conn, int, bytes, bytes], None],
         closed: Callable[[Conn], None],

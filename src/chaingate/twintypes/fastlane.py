@@ -144,6 +144,12 @@ class AccessLogSink(Protocol):
     ) -> None: ...
 
 
+class ErrorBody(Protocol):
+    """The spec's error envelope (``chaingate.edge.responses.error_body``)."""
+
+    def __call__(self, status: int, message: str, code: str | None = ...) -> bytes: ...
+
+
 class Sink(Protocol):
     """Where a deferred answer goes when its flights land (the edge loop)."""
 
@@ -307,6 +313,14 @@ class Lane(Protocol):
     sink: Sink | None
     served: int
 
+    # What the edge loop shares with the lane to note its own answers like the lane's.
+    @property
+    def ids(self) -> RequestIds: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def log_path(self) -> Callable[[bytes], str]: ...
+
     def serve(self, conn: ConnHandle, request: Request, peer: str, group: str) -> Answer | str: ...
 
 
@@ -382,6 +396,6 @@ class FastlaneModule(Protocol):
         ledger: _Ledger,
         ids: _RequestIds,
         cors: Callable[[bytes | None], bytes],
-        error_body: Callable[[int, str, str | None], bytes],
+        error_body: ErrorBody,
         log_path: Callable[[bytes], str],
     ) -> _Lane: ...
