@@ -154,7 +154,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "the answer says `metadata_status: pending` and the fetch goes on.",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_nft(call: Call[NftPath, NoInput, None]) -> Any:
+    async def get_nft(call: Call[NftPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         contract, token_id = call.path.contract, int(call.path.token_id)
         token = await data.index.nft_token(contract, token_id, limit=1)
@@ -198,7 +198,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("nfts",),
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_collection(call: Call[CollectionPath, NoInput, None]) -> Any:
+    async def get_collection(call: Call[CollectionPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         contract = call.path.contract
         counts = await data.index.collection(contract)
@@ -240,7 +240,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "cache only; missing documents are fetched in the background (`pending` meanwhile).",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_owned(call: Call[OwnedPath, Paged50, None]) -> Any:
+    async def get_owned(call: Call[OwnedPath, Paged50, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         page = call.query
         found = await data.index.owned_nfts(call.path.address, offset=page.offset, limit=page.limit)
@@ -312,7 +312,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404,),
         tags=("nfts",),
     )
-    async def refresh_nft(call: Call[NftPath, NoInput, None]) -> Any:
+    async def refresh_nft(call: Call[NftPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         token_id = int(call.path.token_id)
         if await data.index.nft_token(call.path.contract, token_id, limit=1) is None:
@@ -333,7 +333,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404,),
         tags=("nfts",),
     )
-    async def refresh_collection(call: Call[CollectionPath, NoInput, None]) -> Any:
+    async def refresh_collection(call: Call[CollectionPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         if await data.index.collection(call.path.contract) is None:
             raise ApiError(404, f"{call.path.contract} has no NFT transfers on {data.key}")

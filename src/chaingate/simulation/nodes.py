@@ -76,7 +76,7 @@ _MISSING_WORDS = re.compile(
 class NodeError(Exception):
     """The node answered the call with a JSON-RPC error."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(f"{code} {message}")
         self.code = code
         self.message = message

@@ -317,7 +317,7 @@ def _reverted(result: Any) -> bool:
     return isinstance(result, dict) and bool(result.get("error"))
 
 
-def _error(code: int, message: str, data: Any = None) -> bytes:
+def _error(code: int, message: str, data: object = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data

@@ -59,7 +59,7 @@ _PRESTATE_DIFF = {"tracer": "prestateTracer", "tracerConfig": {"diffMode": True}
 
 
 class SimulationFault(Exception):
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
