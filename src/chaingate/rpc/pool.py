@@ -59,6 +59,7 @@ from chaingate.rpc.future import Future
 from chaingate.rpc.h2connection import Http2Connection
 from chaingate.rpc.heads import HeadJudge, Witness, witness_head
 from chaingate.rpc.hedging import Hedger
+from chaingate.twintypes.http1 import Response
 
 Connection = UpstreamConnection | Http2Connection
 
@@ -413,7 +414,7 @@ class UpstreamPool:
         deadline: float,
         prefer: str | None = None,
         prefer_idle: bool = False,
-    ) -> tuple[Upstream, Any]:
+    ) -> tuple[Upstream, Response]:
         """Send one JSON-RPC body; the answering upstream and its HTTP response.
 
         For chaingate's own callers, which decode the body themselves: an answer is only
@@ -688,7 +689,7 @@ class UpstreamPool:
     def _judge(
         self,
         upstream: Upstream,
-        response: Any,
+        response: Response,
         body: bytes,
         parse: bool,
         started: float,
