@@ -214,7 +214,7 @@ class UsageMeter:
         """Every counter since the last drain, as (key, account, network, method, minute,
         requests, compute units, errors), sorted; the meter starts again from zero."""
         counts, self._counts = self._counts, {}
-        return sorted((*slot, *values) for slot, values in counts.items())  # type: ignore[misc]
+        return sorted((*slot, v[0], v[1], v[2]) for slot, v in counts.items())
 
 
 def rate_headers(limit: int, remaining: int, reset: int) -> bytes:

@@ -30,7 +30,7 @@ from chaingate.data.transfers import DecodedBlock, Transfer
 from chaingate.store.base import register_network_table
 from chaingate.store.indexbulk import Bulk, Table, bulk_for
 from chaingate.store.rows import Rows
-from chaingate.store.tx import Tx
+from chaingate.store.tx import T, Tx
 
 # Every table of the index: rows derived from one chain/network (Store.reset_network clears them).
 INDEX_TABLES = (
@@ -423,10 +423,10 @@ class IndexRows(Rows):
 
     # --- the read model --------------------------------------------------------------------
 
-    async def _read(self, fn: Callable[[Any], Any]) -> Any:
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
         snapshot = self.backend == "postgres"
 
-        def run(tx: Tx) -> Any:
+        def run(tx: Tx) -> T:
             if snapshot:
                 tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             return fn(tx)
@@ -543,7 +543,9 @@ class IndexRows(Rows):
         (positive quantities, in address order)."""
         token = token_hex(token_id)
 
-        def select(tx: Tx) -> Any:
+        def select(
+            tx: Tx,
+        ) -> tuple[IndexCursor | None, ContractRow | None, TokenRow | None, list[tuple[str, int]]]:
             where = (chain, network)
             contracts = tx.query(
                 f"SELECT {_CONTRACT_COLUMNS} FROM idx_contracts"  # noqa: S608
@@ -568,8 +570,7 @@ class IndexRows(Rows):
                 [(h, _amount(q)) for h, q in holders],
             )
 
-        result: Any = await self._read(select)
-        return result  # type: ignore[no-any-return]
+        return await self._read(select)
 
     async def index_transfers(
         self,

@@ -84,7 +84,7 @@ class TlsTransport:
 
     async def receive(self) -> bytes:
         data = bytes(await self._stream.receive_some(netio.RECV_SIZE))
-        netio.quick_ack(self._stream.transport_stream.socket)  # type: ignore[arg-type]
+        netio.quick_ack(self._stream.transport_stream.socket)
         return data
 
     def close(self) -> None:
