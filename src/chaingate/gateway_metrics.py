@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from chaingate.auth.gate import Gate
 from chaingate.auth.keygate import KeyGate
 from chaingate.auth.shared import SharedLimits
 from chaingate.chain.follower import Follower
@@ -18,6 +19,7 @@ from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.obs.sink import LogSink, stderr_sink
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.fastlane import AnswerBudget
 
 
 class Gateway(Protocol):
@@ -32,7 +34,7 @@ class Gateway(Protocol):
     @property
     def routes(self) -> Routes: ...
     @property
-    def answers(self) -> Any: ...
+    def answers(self) -> AnswerBudget: ...
     @property
     def services(self) -> Mapping[str, RpcService]: ...
     @property
@@ -40,7 +42,7 @@ class Gateway(Protocol):
     @property
     def gas_oracles(self) -> Mapping[str, GasOracle]: ...
     @property
-    def gate(self) -> Any: ...
+    def gate(self) -> Gate: ...
     @property
     def shared(self) -> SharedLimits | None: ...
 

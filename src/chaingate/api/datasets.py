@@ -14,6 +14,8 @@ import msgspec
 from chaingate.api.chains import ChainResolver
 from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
+from chaingate.data.reader import IndexReader
+from chaingate.metadata import MetadataService
 
 # The same answer is served again for up to a second, never across an index commit
 # (chaingate.edge.restcache): a popular page costs one computation per second.
@@ -30,8 +32,8 @@ class BlockRef(msgspec.Struct, frozen=True):
 class Dataset(msgspec.Struct, frozen=True):
     key: str  # chain/network
     name: str  # the shortest {chain} spelling of it, as answers show it
-    index: Any  # chaingate.data.reader.IndexReader
-    metadata: Any  # chaingate.metadata.MetadataService
+    index: IndexReader
+    metadata: MetadataService
 
 
 class Datasets:

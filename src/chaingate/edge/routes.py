@@ -43,7 +43,9 @@ from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.fastlane import RequestIds
 from chaingate.twintypes.http1 import Request
+from chaingate.twintypes.jsonrpc import JsonRpcModule
 
 log = logging.getLogger("chaingate.edge")
 
@@ -103,8 +105,8 @@ class Routes:
         registry: Registry,
         access_log: AccessLog,
         admin_token: str,
-        ids: Any,
-        jsonrpc: Any,
+        ids: RequestIds,
+        jsonrpc: JsonRpcModule,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
