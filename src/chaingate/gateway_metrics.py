@@ -5,8 +5,8 @@ subsystem with families of its own registers them itself: ``WsEndpoint.register_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from chaingate.auth.gate import Gate
 from chaingate.auth.keygate import KeyGate
@@ -18,6 +18,7 @@ from chaingate.gas.oracle import GasOracle
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.obs.sink import LogSink, stderr_sink
+from chaingate.rpc.pool import Upstream
 from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import AnswerBudget
 
@@ -135,8 +136,8 @@ def register_service_families(gateway: Gateway) -> None:
     edge = gateway.edge
 
     def per_service(
-        read: Any,
-    ) -> Any:
+        read: Callable[[RpcService, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect() -> Iterable[Sample]:
             for service in services.values():
                 base = {"chain": service.chain, "network": service.network}
@@ -251,7 +252,9 @@ def register_service_families(gateway: Gateway) -> None:
         per_service(lambda s, base: [] if s.sticky is None else [(base, s.sticky.routed)]),
     )
 
-    def upstreams(read: Any) -> Any:
+    def upstreams(
+        read: Callable[[Upstream, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
             for upstream in service.pool.upstreams:
                 yield from read(upstream, {**base, "upstream": upstream.name})
@@ -336,7 +339,9 @@ def register_service_families(gateway: Gateway) -> None:
     )
     followers = gateway.followers
 
-    def per_follower(read: Any) -> Any:
+    def per_follower(
+        read: Callable[[Follower, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect() -> Iterable[Sample]:
             for follower in followers.values():
                 base = {"chain": follower.chain, "network": follower.network}

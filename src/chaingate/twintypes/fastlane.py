@@ -10,6 +10,7 @@ names ``chaingate.auth`` or ``chaingate.rpc`` — they satisfy these Protocols s
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Protocol, TypeAlias, TypeVar
 
@@ -189,9 +190,17 @@ class AnswerBudget(Protocol):
 
 
 class ResponseCache(Protocol):
+    """Answers of cacheable calls, bounded in entries and bytes; its counters for /metrics."""
+
+    bytes: int
+    hits: int
+    misses: int
+    evictions: int
+
     def __len__(self) -> int: ...
-    def get(self, key: CacheKey) -> bytes | None: ...
-    def put(self, key: CacheKey, value: bytes) -> None: ...
+    # builtins.bytes: the ``bytes`` counter above shadows the type in this class's body.
+    def get(self, key: CacheKey) -> builtins.bytes | None: ...
+    def put(self, key: CacheKey, value: builtins.bytes) -> None: ...
 
 
 class RequestIds(Protocol):

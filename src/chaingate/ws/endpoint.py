@@ -333,7 +333,9 @@ class WsEndpoint:
     def register_metrics(self, registry: Registry) -> None:
         hubs = self.hubs
 
-        def per_hub(read: Callable[[Hub, dict[str, str]], Iterable[Sample]]) -> Any:
+        def per_hub(
+            read: Callable[[Hub, dict[str, str]], Iterable[Sample]],
+        ) -> Callable[[], Iterable[Sample]]:
             def collect() -> Iterable[Sample]:
                 for key, hub in hubs.items():
                     chain, _, network = key.partition("/")

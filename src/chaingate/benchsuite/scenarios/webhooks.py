@@ -276,7 +276,7 @@ class DriverUser(User):
     abstract = True
     scenario: WebhooksScenario
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.count = 0
 
