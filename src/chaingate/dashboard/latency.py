@@ -13,7 +13,7 @@ the bucket that holds them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -43,7 +43,7 @@ def percentile(counts: Sequence[int], q: float) -> float | None:
 
 
 class LatencySampler:
-    def __init__(self, rows: Any, series: Mapping[str, Any], clock: Any) -> None:
+    def __init__(self, rows: Any, series: Mapping[str, Any], clock: Callable[[], float]) -> None:
         self._rows = rows
         self._series = series  # route -> chaingate.obs.metrics.LatencySeries
         self._clock = clock  # seconds

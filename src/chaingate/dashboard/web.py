@@ -346,7 +346,7 @@ def form_value(form: Any, name: str, default: str = "") -> str:
     return str(value)[:MAX_FORM_FIELD]
 
 
-async def page(template: str, status: int = 200, **context: Any) -> Response:
+async def page(template: str, status: int = 200, **context: object) -> Response:
     html = await render_template(f"dashboard/{template}", **context)
     return Response(html, status=status, mimetype="text/html")
 

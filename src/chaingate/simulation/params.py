@@ -141,7 +141,11 @@ def _access_list(field: str, value: object) -> list[dict[str, Any]]:
     return entries
 
 
-def block_param(value: object) -> Any:
+# A block reference as the node takes it: a tag or 0x-hex, or an EIP-1898 object.
+BlockParam = str | dict[str, Any]
+
+
+def block_param(value: object) -> BlockParam:
     """A block reference as the node takes it: a tag, 0x-hex number, 32-byte hash, or an
     EIP-1898 ``{blockNumber}``/``{blockHash}`` object."""
     if value is None:

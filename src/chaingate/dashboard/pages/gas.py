@@ -30,7 +30,7 @@ EXAMPLE_RULES = '{\n  "max_gas_usd": "20",\n  "max_per_user_per_day": 10\n}'
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def policies_page(status: int = 200, **context: Any) -> ResponseReturnValue:
+    async def policies_page(status: int = 200, **context: object) -> ResponseReturnValue:
         query = {"page": page_number()}  # a bad one: the 400 page
         try:
             listed = await dash.rest("listGasPolicies", g.session.account_id, query=query)
@@ -67,7 +67,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await policies_page(exc.status, error=exc.message, form=dict(form))
         return redirect(f"{PREFIX}/policies/{created['id']}", 303)
 
-    async def policy_page(policy_id: str, status: int = 200, **context: Any) -> ResponseReturnValue:
+    async def policy_page(
+        policy_id: str, status: int = 200, **context: object
+    ) -> ResponseReturnValue:
         try:
             policy = await dash.rest(
                 "getGasPolicy", g.session.account_id, path={"id": policy_id[:64]}

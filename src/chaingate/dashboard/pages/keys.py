@@ -4,8 +4,6 @@ registry picks a change up within a second, as for the CLI."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from quart import Blueprint, g, redirect, request
 from quart.typing import ResponseReturnValue
@@ -26,7 +24,7 @@ def shown_lists(row: KeyRow) -> dict[str, list[str]]:
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def keys_page(status: int = 200, **context: Any) -> ResponseReturnValue:
+    async def keys_page(status: int = 200, **context: object) -> ResponseReturnValue:
         rows = await dash.store.list_keys(g.session.account_id)
         rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
         return await page(

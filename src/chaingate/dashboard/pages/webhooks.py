@@ -39,7 +39,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         service = dash.api.webhooks
         return list(service.variant.event_types) if service is not None else []
 
-    async def list_page(status: int = 200, **context: Any) -> ResponseReturnValue:
+    async def list_page(status: int = 200, **context: object) -> ResponseReturnValue:
         account = g.session.account_id
         filter_status = request.args.get("status", "")
         query = {"page": page_number()}
@@ -89,7 +89,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await list_page(exc.status, error=exc.message, form=dict(form))
         return await list_page(201, created=created)
 
-    async def detail(webhook_id: str, status: int = 200, **context: Any) -> ResponseReturnValue:
+    async def detail(webhook_id: str, status: int = 200, **context: object) -> ResponseReturnValue:
         account = g.session.account_id
         path = {"id": webhook_id[:64]}
         try:
