@@ -7,14 +7,12 @@ none (the network is configured but not indexed).
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from chaingate.api.chains import ChainResolver
 from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
-from chaingate.data.reader import IndexReader
+from chaingate.data.reader import IndexPosition, IndexReader
 from chaingate.metadata import MetadataService
 
 # The same answer is served again for up to a second, never across an index commit
@@ -56,7 +54,7 @@ class Datasets:
         return Dataset(key, self._chains.names.name_of(key), index, metadata)
 
 
-def block_ref(at: Any) -> BlockRef:
+def block_ref(at: IndexPosition | None) -> BlockRef:
     if at is None:
         return BlockRef(None, None)
     return BlockRef(at.block_number, at.block_hash)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -18,7 +17,12 @@ from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.mempool import Entry, Stake, new_entry
 from chaingate.bundler.reputation import Reputation, Title
 from chaingate.bundler.safemode import validate_safe
-from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_validation
+from chaingate.bundler.simulation import (
+    NodeClient,
+    StakeInfo,
+    ValidationResult,
+    simulate_validation,
+)
 from chaingate.bundler.tracing import code_hashes
 
 
@@ -28,7 +32,7 @@ class Validated(msgspec.Struct, frozen=True):
     paymaster_deposit: int | None = None  # as sanity read it: EREP-010 again in the mempool
 
 
-def _stake(info: Any) -> Stake:
+def _stake(info: StakeInfo) -> Stake:
     return Stake(stake=info.stake, unstake_delay_sec=info.unstake_delay_sec)
 
 

@@ -98,7 +98,7 @@ class BundlerMethods:
 
         return guarded
 
-    def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
+    def _op(self, raw: object, entry_point: object) -> tuple[UserOperation, str, Version]:
         version = self.net.version_of(entry_point)
         address = self.net.entry_points[version]
         return parse_user_operation(raw, version), address, version

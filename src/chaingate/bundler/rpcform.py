@@ -182,7 +182,7 @@ def _read(obj: Mapping[str, Any], version: Version, partial: bool) -> dict[str, 
     return values
 
 
-def parse_user_operation(obj: Any, version: Version, *, partial: bool = False) -> UserOperation:
+def parse_user_operation(obj: object, version: Version, *, partial: bool = False) -> UserOperation:
     """A UserOperation from its ERC-7769 RPC form for EntryPoint ``version``; -32602
     BundlerFault naming the field for anything wrong. ``partial``: estimation's form."""
     version = require_version(version)

@@ -105,14 +105,14 @@ def trait_value(value: object) -> str | None:
     return cleaned if cleaned is not None else ""
 
 
-def _trait(kind: Any, value: object) -> Trait | None:
+def _trait(kind: object, value: object) -> Trait | None:
     shown = trait_value(value)
     if shown is None:
         return None
     return Trait(trait_type=_text(kind, TRAIT_TYPE_MAX) or "", value=shown)
 
 
-def parse_traits(raw: Any) -> list[Trait]:
+def parse_traits(raw: object) -> list[Trait]:
     entries: list[tuple[Any, Any]] = []
     if isinstance(raw, list):
         for item in raw:

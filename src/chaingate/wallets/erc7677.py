@@ -206,7 +206,7 @@ class Erc7677:
         rpc.register("pm_getPaymasterStubData", self.stub_data, costs["pm_getPaymasterStubData"])
         rpc.register("pm_getPaymasterData", self.data, costs["pm_getPaymasterData"])
 
-    def _params(self, params: Any) -> tuple[RpcUserOperation, str, Version, str]:
+    def _params(self, params: object) -> tuple[RpcUserOperation, str, Version, str]:
         if not isinstance(params, list) or len(params) < 3:
             raise RpcFault(INVALID_PARAMS, "expected [userOperation, entryPoint, chainId, context]")
         net = self.service.networks.get(self.key)
@@ -264,7 +264,7 @@ class Erc7677:
         except ValueError as exc:
             raise RpcFault(INTERNAL_ERROR, f"cannot sponsor this operation: {exc}") from None
 
-    async def stub_data(self, params: Any, principal: object) -> Any:
+    async def stub_data(self, params: object, principal: object) -> Any:
         _require_sponsor_scope("pm_getPaymasterStubData", principal)
         given = self._params(params)
         outcome = await self._sponsor(given, principal, dry_run=True)
@@ -299,7 +299,7 @@ class Erc7677:
             "isFinal": False,
         }
 
-    async def data(self, params: Any, principal: object) -> Any:
+    async def data(self, params: object, principal: object) -> Any:
         _require_sponsor_scope("pm_getPaymasterData", principal)
         done = await self._sponsor(self._params(params), principal, dry_run=False)
         assert isinstance(done, Sponsored)

@@ -268,7 +268,7 @@ class Hub:
                 await trio.lowlevel.checkpoint()
         self.pushes["newPendingTransactions"] += count
 
-    async def push_syncing(self, state: Any) -> None:
+    async def push_syncing(self, state: object) -> None:
         subscribers = list(self.registry.of_kind("syncing").values())
         if subscribers:
             await self._fan("syncing", subscribers, Push(encode(state)))
