@@ -26,13 +26,15 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec
 from urllib.parse import urlsplit
 
 import msgspec
 import trio
 from Crypto.Cipher import AES
 from quart import Response, g, redirect, render_template, request
+from quart.typing import ResponseReturnValue
+from werkzeug.sansio.response import Response as SansioResponse
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from chaingate.api.chains import ChainNames
@@ -156,7 +158,9 @@ class Dashboard:
     def pre_cookie(self) -> str:
         return "__Host-cg_pre" if self.settings.secure_cookie else "cg_pre"
 
-    def set_cookie(self, response: Any, name: str, value: str, max_age: int | None) -> None:
+    def set_cookie(
+        self, response: SansioResponse, name: str, value: str, max_age: int | None
+    ) -> None:
         response.set_cookie(
             name,
             value,
@@ -167,7 +171,7 @@ class Dashboard:
             samesite="Strict",
         )
 
-    def clear_cookie(self, response: Any, name: str) -> None:
+    def clear_cookie(self, response: SansioResponse, name: str) -> None:
         self.set_cookie(response, name, "", 0)
 
     # --- CSRF --------------------------------------------------------------------------------
@@ -341,7 +345,7 @@ def chain_names(dash: Dashboard) -> list[str]:
     return sorted({names.name_of(key) for key in dash.api.evm_networks})
 
 
-def form_value(form: Any, name: str, default: str = "") -> str:
+def form_value(form: Mapping[str, object], name: str, default: str = "") -> str:
     value = form.get(name, default)
     return str(value)[:MAX_FORM_FIELD]
 
@@ -351,11 +355,16 @@ async def page(template: str, status: int = 200, **context: object) -> Response:
     return Response(html, status=status, mimetype="text/html")
 
 
-def signed_in(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+P = ParamSpec("P")
+# A page's view function.
+View = Callable[P, Awaitable[ResponseReturnValue]]
+
+
+def signed_in(view: View[P]) -> View[P]:
     """Pages of an account: the signed-in session's account, else the sign-in page."""
 
     @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         session: Session | None = g.get("session")
         if session is None:
             return redirect(f"{PREFIX}/signin", 303)
@@ -366,9 +375,9 @@ def signed_in(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     return wrapper
 
 
-def operator_only(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def operator_only(view: View[P]) -> View[P]:
     @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         session: Session | None = g.get("session")
         if session is None:
             return redirect(f"{PREFIX}/signin", 303)
