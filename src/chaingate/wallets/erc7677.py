@@ -234,7 +234,7 @@ class Erc7677:
 
     async def _sponsor(
         self, given: tuple[RpcUserOperation, str, Version, str], principal: object, *, dry_run: bool
-    ) -> Any:
+    ) -> object:
         raw, entry_point, version, policy = given
         op = to_user_operation(raw, version)
         try:
@@ -264,7 +264,7 @@ class Erc7677:
         except ValueError as exc:
             raise RpcFault(INTERNAL_ERROR, f"cannot sponsor this operation: {exc}") from None
 
-    async def stub_data(self, params: object, principal: object) -> Any:
+    async def stub_data(self, params: object, principal: object) -> object:
         _require_sponsor_scope("pm_getPaymasterStubData", principal)
         given = self._params(params)
         outcome = await self._sponsor(given, principal, dry_run=True)
@@ -299,7 +299,7 @@ class Erc7677:
             "isFinal": False,
         }
 
-    async def data(self, params: object, principal: object) -> Any:
+    async def data(self, params: object, principal: object) -> object:
         _require_sponsor_scope("pm_getPaymasterData", principal)
         done = await self._sponsor(self._params(params), principal, dry_run=False)
         assert isinstance(done, Sponsored)

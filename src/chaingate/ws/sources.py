@@ -113,7 +113,7 @@ async def upstream_call(
     return results
 
 
-async def _one(upstream: Upstream, method: str, params: list[Any]) -> Any:
+async def _one(upstream: Upstream, method: str, params: list[Any]) -> object:
     result = (await upstream_call(upstream, [(method, params)]))[0]
     if isinstance(result, RpcCallError):
         raise result
