@@ -51,10 +51,11 @@ from chaingate.rpc.methods import (
     is_historical,
     valid_block_tag,
 )
-from chaingate.rpc.pool import UpstreamPool
+from chaingate.rpc.pool import Upstream, UpstreamPool
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
 from chaingate.twintypes.fastlane import AnswerBudget, Flight, MethodStats, Route
 from chaingate.twintypes.fastlane import MethodSpec as LaneMethodSpec
+from chaingate.twintypes.http1 import Response
 from chaingate.twintypes.jsonrpc import JsonRpcModule, ParsedResponse, Reply
 
 # Who is calling (the key gate's principal): the proxy reads only its allowlists.
@@ -104,6 +105,9 @@ Outcome = tuple[bytes | None, bytes | None]
 LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
+
+# What the pool hands back for a group sent upstream: the answer, or why there is none.
+GroupOutcome = tuple[Upstream, Response, ParsedResponse] | UpstreamError
 
 _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
 
@@ -708,7 +712,7 @@ class RpcService:
             log.exception("sending a group of calls upstream failed")
             self._land(flights, request_id, UpstreamError(UNAVAILABLE, "internal error", sent=True))
 
-    def _land(self, flights: list[Flight], first_id: int, outcome: Any) -> None:
+    def _land(self, flights: list[Flight], first_id: int, outcome: GroupOutcome) -> None:
         """Every flight of a group landed with its own outcome, whatever happens."""
         route = self.route
         try:
@@ -720,7 +724,7 @@ class RpcService:
                 if not flight.done:
                     route.land(flight, *_CANCELLED)
 
-    def _land_outcome(self, flights: list[Flight], first_id: int, outcome: Any) -> None:
+    def _land_outcome(self, flights: list[Flight], first_id: int, outcome: GroupOutcome) -> None:
         """The group's answer (or failure) split into each flight's outcome."""
         route = self.route
         if isinstance(outcome, UpstreamError):
@@ -862,8 +866,8 @@ class RpcService:
         replies: list[bytes | None],
         principal: Principal,
         assembly: Assembly,
-        upstream: Any,
-        response: Any,
+        upstream: Upstream,
+        response: Response,
         parsed: ParsedResponse,
     ) -> None:
         """A group's upstream answer: each reply placed at its call's position."""
