@@ -523,7 +523,7 @@ def _decode_body(request: Request, coding: bytes, cap: int) -> tuple[int, bytes,
     return None
 
 
-def _peer(address: Any) -> str:
+def _peer(address: object) -> str:
     if isinstance(address, tuple) and address:
         return str(address[0])
     return "unix"
