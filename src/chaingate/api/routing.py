@@ -65,7 +65,7 @@ class Route:
     path_type: type[msgspec.Struct] = NoInput
     query_type: type[msgspec.Struct] = NoInput
     body_type: type[msgspec.Struct] | None = None
-    response_type: Any = None
+    response_type: object = None
     status: int = 200
     errors: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
@@ -120,7 +120,7 @@ class RestApi:
         name: str,
         summary: str,
         access: str,
-        response: Any,
+        response: object,
         path_params: type[msgspec.Struct] = NoInput,
         query: type[msgspec.Struct] = NoInput,
         body: type[msgspec.Struct] | None = None,

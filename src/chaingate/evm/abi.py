@@ -285,7 +285,7 @@ def event_topic(signature: str) -> str:
     return "0x" + keccak256(signature.replace(" ", "").encode()).hex()
 
 
-def encode_call(signature: str, *args: Any) -> bytes:
+def encode_call(signature: str, *args: object) -> bytes:
     """Calldata for ``name(types...)`` with ``args``."""
     signature = signature.replace(" ", "")
     open_at = signature.index("(")

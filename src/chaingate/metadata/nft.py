@@ -146,7 +146,7 @@ def _url(value: object, max_chars: int, token_id: int | None) -> str | None:
     return substitute_id(url, token_id) if token_id is not None else url
 
 
-def _first(doc: dict[str, Any], *keys: str) -> Any:
+def _first(doc: dict[str, Any], *keys: str) -> object:
     for key in keys:
         value = doc.get(key)
         if isinstance(value, str) and value.strip():

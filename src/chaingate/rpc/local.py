@@ -65,7 +65,9 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
-def _reply(call_id: Any, *, result: Any = None, fault: RpcFault | None = None) -> dict[str, Any]:
+def _reply(
+    call_id: object, *, result: object = None, fault: RpcFault | None = None
+) -> dict[str, Any]:
     if fault is None:
         return {"jsonrpc": "2.0", "id": call_id, "result": result}
     error: dict[str, Any] = {"code": fault.code, "message": fault.message}
@@ -74,7 +76,7 @@ def _reply(call_id: Any, *, result: Any = None, fault: RpcFault | None = None) -
     return {"jsonrpc": "2.0", "id": call_id, "error": error}
 
 
-def _call(item: Any) -> Call:
+def _call(item: object) -> Call:
     if not isinstance(item, dict):
         return Call(None, "", None, RpcFault(INVALID_REQUEST, "a call must be an object"))
     call_id = item.get("id")

@@ -135,7 +135,7 @@ class Hub:
     # --- subscriptions ---------------------------------------------------------------------
 
     def prepare(
-        self, kind: Any, args: list[Any], sink: Sink, caps: WsCaps | None = None
+        self, kind: object, args: list[Any], sink: Sink, caps: WsCaps | None = None
     ) -> Subscription:
         """A subscription for ``eth_subscribe(kind, *args)``, not yet live; or SubscribeError.
         A logs filter over ``caps`` (per filter: addresses, topics) is -32602."""
