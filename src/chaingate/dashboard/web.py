@@ -26,7 +26,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 from urllib.parse import urlsplit
 
 import msgspec
@@ -59,6 +59,10 @@ class HashingBusy(Exception):
     """Too many password checks are waiting for a CPU: answer 429 rather than queue more."""
 
 
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
 class PasswordHashing:
     """scrypt (~16 MiB, tens of ms of CPU each) on its own limiter, one thread per CPU, with
     a bounded queue: unauthenticated requests cannot take every core and thread, or
@@ -69,7 +73,7 @@ class PasswordHashing:
         self.limiter = trio.CapacityLimiter(threads)
         self.max_waiting = max_waiting if max_waiting is not None else 4 * threads
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         if self.limiter.statistics().tasks_waiting >= self.max_waiting:
             raise HashingBusy
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
