@@ -5,9 +5,10 @@ missing build is an ImportError at start-up, not a silent fall-back to the slow 
 proxy that quietly runs 5x slower is worse than one that refuses to start.
 (``CHAINGATE_PURE=auto`` allows the fall-back for tools that only need correctness.)
 
-Both sets are handed out under the module Protocols of ``chaingate.twintypes``: mypy checks
-the pure twins against them here, and every caller against them; tests/test_compiled_stubs.py
-checks the compiled modules (which mypy cannot read) at run time.
+Both sets are handed out under the module Protocols of ``chaingate.twintypes``, so mypy checks
+every caller against one declaration.  Here mypy also checks the pure http1, jsonrpc and
+limiter against theirs; tests/test_compiled_stubs.py checks all ten modules at run time (the
+compiled ones mypy cannot read, the lane and the loop it cannot fully check, see ``pure``).
 """
 
 from __future__ import annotations

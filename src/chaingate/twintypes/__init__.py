@@ -2,8 +2,14 @@
 
 Every ``native/<name>.pyx`` (``chaingate._native.<name>``) and its pure twin
 (``chaingate._pure.<name>``) satisfy the module Protocol of ``twintypes.<name>``; ``impl.py``
-hands them out under these types, so mypy checks every caller against one declaration.  The
-pure twins are checked statically (``impl.pure`` assigns them); the compiled modules, which
-mypy cannot read, by ``tests/test_compiled_stubs.py`` at run time.  Protocols cost nothing at
-run time: nothing here is called on the request path.
+hands them out under these types, so mypy checks every caller against one declaration.
+``tests/test_compiled_stubs.py`` checks that both twins offer what is declared (names,
+parameters, the members of every object they build); mypy also checks the pure http1, jsonrpc
+and limiter in ``impl.pure``.  Protocols cost nothing at run time: nothing here is called on
+the request path.
+
+The lane declares here what it asks of the code around it — the key gate it calls back
+(``AdmissionGate.rejection``, its meters), the principals it reads, the method specs, the
+access log, the edge loop it hands answers to — so ``chaingate.auth`` and ``chaingate.rpc``
+satisfy interfaces the lane owns, as ``rpc/`` owns its ``Gate``.
 """
