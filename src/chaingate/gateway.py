@@ -26,6 +26,8 @@ from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Gate, OpenGate
 from chaingate.auth.keygate import KeyRegistry
 from chaingate.auth.service import AuthService
+from chaingate.auth.shared import SharedLimits
+from chaingate.auth.usage import UsageWriter
 from chaingate.bundler.service import BundlerService
 from chaingate.chain.service import ChainService
 from chaingate.cluster.wiring import lead_writers
@@ -181,11 +183,11 @@ class Gateway:
         return self.auth.keys if self.auth is not None else None
 
     @property
-    def usage_writer(self) -> Any:
+    def usage_writer(self) -> UsageWriter | None:
         return self.auth.usage_writer if self.auth is not None else None
 
     @property
-    def shared(self) -> Any:
+    def shared(self) -> SharedLimits | None:
         return self.auth.shared if self.auth is not None else None
 
     @property

@@ -5,9 +5,10 @@ subsystem with families of its own registers them itself: ``WsEndpoint.register_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
+from chaingate.auth.gate import Gate
 from chaingate.auth.keygate import KeyGate
 from chaingate.auth.shared import SharedLimits
 from chaingate.chain.follower import Follower
@@ -17,7 +18,9 @@ from chaingate.gas.oracle import GasOracle
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.obs.sink import LogSink, stderr_sink
+from chaingate.rpc.pool import Upstream
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.fastlane import AnswerBudget
 
 
 class Gateway(Protocol):
@@ -32,7 +35,7 @@ class Gateway(Protocol):
     @property
     def routes(self) -> Routes: ...
     @property
-    def answers(self) -> Any: ...
+    def answers(self) -> AnswerBudget: ...
     @property
     def services(self) -> Mapping[str, RpcService]: ...
     @property
@@ -40,7 +43,7 @@ class Gateway(Protocol):
     @property
     def gas_oracles(self) -> Mapping[str, GasOracle]: ...
     @property
-    def gate(self) -> Any: ...
+    def gate(self) -> Gate: ...
     @property
     def shared(self) -> SharedLimits | None: ...
 
@@ -133,8 +136,8 @@ def register_service_families(gateway: Gateway) -> None:
     edge = gateway.edge
 
     def per_service(
-        read: Any,
-    ) -> Any:
+        read: Callable[[RpcService, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect() -> Iterable[Sample]:
             for service in services.values():
                 base = {"chain": service.chain, "network": service.network}
@@ -249,7 +252,9 @@ def register_service_families(gateway: Gateway) -> None:
         per_service(lambda s, base: [] if s.sticky is None else [(base, s.sticky.routed)]),
     )
 
-    def upstreams(read: Any) -> Any:
+    def upstreams(
+        read: Callable[[Upstream, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
             for upstream in service.pool.upstreams:
                 yield from read(upstream, {**base, "upstream": upstream.name})
@@ -334,7 +339,9 @@ def register_service_families(gateway: Gateway) -> None:
     )
     followers = gateway.followers
 
-    def per_follower(read: Any) -> Any:
+    def per_follower(
+        read: Callable[[Follower, dict[str, str]], Iterable[Sample]],
+    ) -> Callable[[], Iterable[Sample]]:
         def collect() -> Iterable[Sample]:
             for follower in followers.values():
                 base = {"chain": follower.chain, "network": follower.network}

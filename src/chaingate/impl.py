@@ -4,14 +4,24 @@
 missing build is an ImportError at start-up, not a silent fall-back to the slow path, because a
 proxy that quietly runs 5x slower is worse than one that refuses to start.
 (``CHAINGATE_PURE=auto`` allows the fall-back for tools that only need correctness.)
+
+Both sets are handed out under the module Protocols of ``chaingate.twintypes``, so mypy checks
+every caller against one declaration.  Here mypy also checks the pure http1, jsonrpc and
+limiter against theirs; tests/test_compiled_stubs.py checks all ten modules at run time (the
+compiled ones mypy cannot read, the lane and the loop it cannot fully check, see ``pure``).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
-from types import ModuleType
+from typing import cast
+
+from chaingate.twintypes.edgeloop import EdgeloopModule
+from chaingate.twintypes.fastlane import FastlaneModule
+from chaingate.twintypes.http1 import Http1Module
+from chaingate.twintypes.jsonrpc import JsonRpcModule
+from chaingate.twintypes.limiter import LimiterModule
 
 NATIVE_MODULES = ("http1", "jsonrpc", "limiter", "fastlane", "edgeloop")
 
@@ -21,24 +31,37 @@ class Impl:
     """One consistent set of framing modules: all compiled or all pure."""
 
     name: str
-    http1: ModuleType
-    jsonrpc: ModuleType
-    limiter: ModuleType
-    fastlane: ModuleType
-    edgeloop: ModuleType
-
-
-def _load(package: str, name: str) -> Impl:
-    modules = {mod: importlib.import_module(f"{package}.{mod}") for mod in NATIVE_MODULES}
-    return Impl(name=name, **modules)
+    http1: Http1Module
+    jsonrpc: JsonRpcModule
+    limiter: LimiterModule
+    fastlane: FastlaneModule
+    edgeloop: EdgeloopModule
 
 
 def pure() -> Impl:
-    return _load("chaingate._pure", "pure")
+    from chaingate._pure import edgeloop, fastlane, http1, jsonrpc, limiter
+
+    # The lane's and the loop's classes take each other's objects back (``Route.land`` the
+    # route's own flights, ``Loop.close`` its own connections): a Protocol cannot say "this
+    # module's class", so those two are cast; tests/test_compiled_stubs.py checks them.
+    return Impl(
+        "pure",
+        http1,
+        jsonrpc,
+        limiter,
+        cast(FastlaneModule, fastlane),
+        cast(EdgeloopModule, edgeloop),
+    )
 
 
 def compiled() -> Impl:
-    return _load("chaingate._native", "compiled")
+    import chaingate._native.edgeloop as edgeloop
+    import chaingate._native.fastlane as fastlane
+    import chaingate._native.http1 as http1
+    import chaingate._native.jsonrpc as jsonrpc
+    import chaingate._native.limiter as limiter
+
+    return Impl("compiled", http1, jsonrpc, limiter, fastlane, edgeloop)
 
 
 def select(mode: str | None = None) -> Impl:

@@ -164,14 +164,14 @@ _TYPES: dict[type, tuple[Callable[[object], Any], dict[str, Any]]] = {
 }
 
 
-def dec_hook(kind: type, value: Any) -> Any:
+def dec_hook(kind: type, value: object) -> object:
     entry = _TYPES.get(kind)
     if entry is None:
         raise NotImplementedError(f"no decoder for {kind}")
     return entry[0](value)
 
 
-def enc_hook(value: Any) -> Any:
+def enc_hook(value: object) -> object:
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):

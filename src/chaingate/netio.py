@@ -65,7 +65,7 @@ async def send_all(sock: socket.socket, data: bytes | bytearray | memoryview) ->
         view = view[sent:]
 
 
-def quick_ack(sock: socket.socket) -> None:
+def quick_ack(sock: socket.socket | trio.socket.SocketType) -> None:
     """ACK what was just read at once rather than up to 40 ms later.
 
     A node that does not set TCP_NODELAY (anvil, many HTTP servers) holds its next small

@@ -26,6 +26,7 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chaingate.framing_constants import (
@@ -38,6 +39,9 @@ from chaingate.framing_constants import (
     UPGRADED,
     WRITING,
 )
+from chaingate.twintypes.edgeloop import DateLine
+from chaingate.twintypes.fastlane import AnswerBudget, ErrorBody, Lane
+from chaingate.twintypes.http1 import Http1Module, Request, RequestParser
 
 log = logging.getLogger("chaingate.edge")
 
@@ -105,7 +109,9 @@ class Conn:
         "watching",
     )
 
-    def __init__(self, sock: socket.socket, peer: str, group: str, parser: Any, now: float) -> None:
+    def __init__(
+        self, sock: socket.socket, peer: str, group: str, parser: RequestParser, now: float
+    ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -131,19 +137,19 @@ class Loop:
 
     def __init__(
         self,
-        http1: Any,
-        lane: Any,
+        http1: Http1Module,
+        lane: Lane,
         *,
         limits: tuple[int, int, int, int],
         max_unsent_bytes: int,
         max_auth_failures: int,
         compress_min: int,
-        budget: Any,
-        date: Any,
-        error_body: Any,
-        handoff: Any,
-        encode: Any,
-        closed: Any,
+        budget: AnswerBudget,
+        date: DateLine,
+        error_body: ErrorBody,
+        handoff: Callable[[Conn, Request], None],
+        encode: Callable[[Conn, int, bytes, bytes], None],
+        closed: Callable[[Conn], None],
     ) -> None:
         self._http1 = http1
         self._http_error = http1.HttpError
@@ -324,7 +330,9 @@ class Loop:
         parser = conn.parser
         answered = 0
         while (conn.state == IDLE or conn.state == READING) and conn.after == KEEP:
-            request = parser.next_event()
+            # Any: Request | HttpError | None, told apart by isinstance on the twin's class
+            # (a Protocol mypy cannot narrow by).
+            request: Any = parser.next_event()
             if request is None:
                 if conn.eof:
                     conn.after = CLOSE  # the client closed between requests
@@ -376,7 +384,7 @@ class Loop:
                 break
         self._flush(conn)
 
-    def _dispatch(self, conn: Conn, request: Any) -> tuple[int, bytes, bytes] | None:
+    def _dispatch(self, conn: Conn, request: Request) -> tuple[int, bytes, bytes] | None:
         if self.unsent_bytes > self._max_unsent or self._budget.held >= self._budget.limit:
             # Memory held for clients that do not read, or by batches being assembled, is at
             # its bound: shed new work before it grows.
@@ -399,7 +407,7 @@ class Loop:
         self._handoff(conn, request)
         return None
 
-    def _note(self, conn: Conn, request: Any, status: int, size: int) -> bytes:
+    def _note(self, conn: Conn, request: Request | None, status: int, size: int) -> bytes:
         """Count and log an answer the loop gives itself (a framing error, a 503 when
         overloaded, a bug's 500) like every other; its ``X-Request-Id`` line."""
         lane = self._lane
@@ -411,7 +419,7 @@ class Loop:
         )
         return b"X-Request-Id: " + request_id + b"\r\n"
 
-    def _wants_coding(self, request: Any, body: bytes) -> bool:
+    def _wants_coding(self, request: Request, body: bytes) -> bool:
         """Might the client's Accept-Encoding turn this answer into a coded one?  (The size
         test first: a small answer is coded only when the client refused identity, which
         needs a "=0" somewhere.)"""
@@ -425,7 +433,9 @@ class Loop:
 
     # --- answers --------------------------------------------------------------------------
 
-    def deliver(self, conn: Conn, request: Any, status: int, headers: bytes, body: bytes) -> None:
+    def deliver(
+        self, conn: Conn, request: Request, status: int, headers: bytes, body: bytes
+    ) -> None:
         """A deferred answer of the lane, to ``request``."""
         if conn.state != BUSY or conn.request is not request:
             return  # the connection is gone, or this answer was given already
@@ -451,7 +461,9 @@ class Loop:
         else:
             self._process(conn)
 
-    def _frame(self, conn: Conn, request: Any, status: int, headers: bytes, body: bytes) -> None:
+    def _frame(
+        self, conn: Conn, request: Request, status: int, headers: bytes, body: bytes
+    ) -> None:
         """Queue the HTTP response; the connection is free for its next request."""
         if status == 401:
             conn.auth_failures += 1

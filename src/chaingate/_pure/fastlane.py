@@ -25,7 +25,7 @@ import bisect
 import logging
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from chaingate.framing_constants import (
@@ -36,7 +36,10 @@ from chaingate.framing_constants import (
     NO_WRITE_SCOPE,
     RATE,
 )
-from chaingate.refusals import refusal_error
+from chaingate.refusals import Rejection, refusal_error
+from chaingate.twintypes import fastlane as twin
+from chaingate.twintypes.http1 import Request
+from chaingate.twintypes.jsonrpc import JsonRpcModule
 
 log = logging.getLogger("chaingate.edge")
 
@@ -231,7 +234,7 @@ class Method:
         "write",
     )
 
-    def __init__(self, spec: Any, stats: MethodStats, special: bool) -> None:
+    def __init__(self, spec: twin.MethodSpec, stats: MethodStats, special: bool) -> None:
         self.spec = spec  # the MethodSpec, for the service's side of a landing
         self.name: str = spec.name
         self.cu: int = spec.cu
@@ -293,7 +296,7 @@ class Flight:
         self.waiters: list[tuple[_Pending, int]] = []
         # A Python task waiting too (the handler's path): any object with set_result, set
         # by whoever waits (chaingate.rpc.future.Future), resolved with (result, error).
-        self.future: Any = None
+        self.future: twin.FlightWaiter | None = None
 
 
 class Route:
@@ -305,10 +308,10 @@ class Route:
         label: str,
         family: str,
         testnet: bool,
-        methods: dict[str, Any],
-        passthrough: Any,
+        methods: Mapping[str, twin.MethodSpec],
+        passthrough: twin.MethodSpec | None,
         cache: ResponseCache,
-        jsonrpc: Any,
+        jsonrpc: JsonRpcModule,
         *,
         max_batch: int,
         max_answer: int,
@@ -316,7 +319,7 @@ class Route:
         upstream_batch: int,
         refusals: dict[str, bytes],
         python_methods: frozenset[str] = frozenset(),
-        sticky: Any = None,
+        sticky: twin.Sticky | None = None,
         sticky_methods: frozenset[str] = frozenset(),
     ) -> None:
         self.label = label
@@ -352,7 +355,7 @@ class Route:
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
         # Set by the service: dispatch(group) sends a list of new flights upstream.
-        self.dispatch: Any = None
+        self.dispatch: Any = None  # Callable[[list[Flight]], None], set before any request
 
     # --- flights --------------------------------------------------------------------------
 
@@ -443,39 +446,47 @@ class Route:
         if call.id is None:
             return None  # a notification gets no answer, not even an error
         message = f"method not found: {call.method[:64]}"
-        return self.jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+        return self.jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)
 
     def bad_tag(self, call: Any) -> bytes | None:
         if call.id is None:
             return None  # a notification gets no answer, not even an error
-        return self.jsonrpc.error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)  # type: ignore[no-any-return]
+        return self.jsonrpc.error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
 
 
 class OpenAdmission:
     """No keys, no limits (``[auth] enabled = false``): everyone is the anonymous principal."""
 
-    shared = None
+    shared: twin.SharedLimits[twin.Principal] | None = None
 
-    def __init__(self, anonymous: Any) -> None:
+    def __init__(self, anonymous: twin.Principal) -> None:
         self.anonymous = anonymous
 
-    def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
+    def principal(
+        self, request: Request, group: str, testnet: bool, key: bytes | None = None
+    ) -> twin.Principal | None:
         return self.anonymous
 
     def admit(
-        self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
-    ) -> Any:
+        self, principal: twin.Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
         return None
 
     def record(
-        self, principal: Any, network: str, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: twin.Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
         return None
 
-    def observe(self, principal: Any, network: str, method: str, seconds: float) -> None:
+    def observe(self, principal: twin.Principal, network: str, method: str, seconds: float) -> None:
         return None
 
-    def headers(self, principal: Any) -> bytes:
+    def headers(self, principal: twin.Principal) -> bytes:
         return b""
 
 
@@ -487,16 +498,26 @@ class KeyAdmission:
     allowlists, from an address with no failed-authentication debt — and None otherwise: the
     handler then authenticates (and refuses with the exact answer)."""
 
-    def __init__(self, gate: Any, recent: dict[bytes, Any], failures: Any, used: set[str]) -> None:
+    def __init__(
+        self,
+        gate: twin.AdmissionGate,
+        recent: Mapping[bytes, twin.Principal],
+        failures: Mapping[str, twin.FailureBucket],
+        used: set[str],
+    ) -> None:
         self.gate = gate  # KeyGate: builds refusals (``rejection``), counts them
         self.recent = recent  # raw key -> principal, for keys seen recently
         self.failures = failures  # client address -> failed-authentication bucket
         self.used = used  # key ids used since the last touch of last_used_at
         self.meter = gate.meter
         self.latency = gate.latency
-        self.shared: Any = None  # SharedLimits, when processes share limits (Redis)
+        self.shared: twin.SharedLimits[twin.Principal] | None = (
+            None  # SharedLimits, when processes share limits (Redis)
+        )
 
-    def principal(self, request: Any, group: str, testnet: bool, key: bytes | None = None) -> Any:
+    def principal(
+        self, request: Request, group: str, testnet: bool, key: bytes | None = None
+    ) -> twin.Principal | None:
         """``key``: the key in the request's path (``…/{chain}/{network}/{key}``), which a key
         in a header must then equal."""
         failures = self.failures
@@ -524,7 +545,7 @@ class KeyAdmission:
         return principal
 
     def _take(
-        self, principal: Any, reads: bool, writes: bool, requests: int, tcu: int
+        self, principal: twin.Principal, reads: bool, writes: bool, requests: int, tcu: int
     ) -> tuple[float, float, int]:
         """Scopes, day quota and token buckets: (wait, epoch, why); why is ADMITTED or the
         reason of the refusal, which costs nothing."""
@@ -551,15 +572,21 @@ class KeyAdmission:
         return 0.0, epoch, ADMITTED
 
     def admit(
-        self, principal: Any, reads: bool, writes: bool, requests: int, cu: int, tcu: int
-    ) -> Any:
+        self, principal: twin.Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
+    ) -> Rejection | None:
         wait, epoch, why = self._take(principal, reads, writes, requests, tcu)
         if why == ADMITTED:
             return None
         return self.gate.rejection(why, wait, epoch)
 
     def record(
-        self, principal: Any, network: str, method: str, requests: int, cu: int, errors: int
+        self,
+        principal: twin.Principal,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
     ) -> None:
         self.meter.record(
             principal.key_id,
@@ -572,12 +599,12 @@ class KeyAdmission:
             errors,
         )
 
-    def observe(self, principal: Any, network: str, method: str, seconds: float) -> None:
+    def observe(self, principal: twin.Principal, network: str, method: str, seconds: float) -> None:
         """An answered request's latency, the caller's account's under network and method."""
         self.latency.observe(principal.account_id, network, method, int(time.time() // 60), seconds)
 
-    def headers(self, principal: Any) -> bytes:
-        return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)  # type: ignore[no-any-return]
+    def headers(self, principal: twin.Principal) -> bytes:
+        return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)
 
 
 class LatencyMeter:
@@ -656,7 +683,12 @@ class Ledger:
     its access-log line.  Shared by the lane and the edge loop (the handler keeps its own
     books with the same counters)."""
 
-    def __init__(self, statuses: dict[str, Any], latency: dict[str, Any], access_log: Any) -> None:
+    def __init__(
+        self,
+        statuses: Mapping[str, MutableMapping[int, int]],
+        latency: Mapping[str, twin.LatencySample],
+        access_log: twin.AccessLogSink,
+    ) -> None:
         self.statuses = statuses  # route -> status -> count
         self.latency = latency  # route -> LatencySeries
         self.access_log = access_log
@@ -722,14 +754,14 @@ class _Pending:
     def __init__(
         self,
         lane: Lane,
-        conn: Any,
-        request: Any,
+        conn: twin.ConnHandle,
+        request: Request,
         peer: str,
         route: Route,
-        principal: Any,
+        principal: twin.Principal,
         request_id: bytes,
         started: float,
-        calls: list[Any],
+        calls: Sequence[Any],
         batch: bool,
     ) -> None:
         self.lane = lane
@@ -778,7 +810,8 @@ class _Pending:
         method, units = waiting
         call = self.calls[index]
         route = self.route
-        jsonrpc = route.jsonrpc
+        # Any: exactly one of result and error is set, which the types cannot say.
+        jsonrpc: Any = route.jsonrpc
         if call.id is not None:
             size = len(result) if result is not None else len(error or b"")
             if self.batch:
@@ -840,12 +873,12 @@ class Lane:
     def __init__(
         self,
         routes: dict[bytes, Route],
-        admission: Any,
+        admission: twin.Admission[Any],
         ledger: Ledger,
         ids: RequestIds,
-        cors: Any,
-        error_body: Any,
-        log_path: Any,
+        cors: Callable[[bytes | None], bytes],
+        error_body: twin.ErrorBody,
+        log_path: Callable[[bytes], str],
     ) -> None:
         self.routes = routes  # the exact request path (with and without a trailing slash)
         self.admission = admission
@@ -854,11 +887,13 @@ class Lane:
         self.cors = cors  # origin -> CORS answer header lines (chaingate.edge.cors)
         self.error_body = error_body  # (status, message, code) -> the refusal's body
         self.log_path = log_path  # path -> as the access log shows it (chaingate.edge.paths)
-        self.sink: Any = None  # deliver(conn, status, headers, body): the edge loop
+        self.sink: Any = None  # the edge loop (a twin.Sink), set before any request
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
 
-    def serve(self, conn: Any, request: Any, peer: str, group: str) -> Any:
+    def serve(
+        self, conn: twin.ConnHandle, request: Request, peer: str, group: str
+    ) -> twin.Answer | str:
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
         path = request.path
         route = self.routes.get(path)
@@ -876,7 +911,7 @@ class Lane:
         started = time.perf_counter()
         jsonrpc = route.jsonrpc
         parsed = jsonrpc.parse_request(request.body, route.max_batch)
-        calls = parsed.calls
+        calls: Sequence[Any] = parsed.calls  # a call without an error has a method (str)
         if not parsed.error:
             # Whatever the handler must answer, it answers whole: decided before anything
             # is counted or charged.
@@ -934,13 +969,13 @@ class Lane:
             return method, tag, False
         return method, tag, True
 
-    def _single(self, pending: _Pending) -> Any:
+    def _single(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
         jsonrpc = route.jsonrpc
         call = pending.calls[0]
         if call.error:
             route.invalid.error += 1
-            body = jsonrpc.error_reply(call.id, call.error, call.message)
+            body: bytes | None = jsonrpc.error_reply(call.id, call.error, call.message)
             return self._answer(pending, 200, body, b"MISS", "invalid", None, False)
         method, tag, valid = self._classify(route, call)
         if method is None:
@@ -992,7 +1027,7 @@ class Lane:
             route._send([], [flight])
         return DEFER
 
-    def _batch(self, pending: _Pending) -> Any:
+    def _batch(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
         jsonrpc = route.jsonrpc
         calls = pending.calls
@@ -1086,8 +1121,11 @@ class Lane:
         return self._batch_answer(pending, bool(jobs))
 
     def _refused_batch(
-        self, pending: _Pending, rejection: Any, jobs: list[tuple[int, Any, Method, Any, int]]
-    ) -> Any:
+        self,
+        pending: _Pending,
+        rejection: Rejection,
+        jobs: list[tuple[int, Any, Method, bytes | None, int]],
+    ) -> twin.Answer:
         """A refused batch: each call that would have gone upstream gets the refusal (-32005
         over a limit) with its id (notifications nothing), the others keep the errors already
         decided."""
@@ -1101,7 +1139,7 @@ class Lane:
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
-    def _batch_answer(self, pending: _Pending, timed: bool = True) -> Any:
+    def _batch_answer(self, pending: _Pending, timed: bool = True) -> twin.Answer:
         parts = [reply for reply in pending.replies if reply is not None]
         # Flights given up on still hold this _Pending until they land: not its replies.
         pending.replies = []
@@ -1129,7 +1167,7 @@ class Lane:
         body: bytes | None,
         cache: bytes,
         label: str,
-        rejection: Any,
+        rejection: Rejection | None,
         timed: bool = True,
     ) -> tuple[int, bytes, bytes]:
         """The answer's status, header lines and body, as the handler would frame it; and

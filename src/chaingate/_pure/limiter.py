@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+from chaingate.twintypes import limiter as twin
+
 __all__ = [
     "IMPLEMENTATION",
     "DayQuota",
@@ -85,7 +87,7 @@ class KeyLimiter:
             self._cu -= cu
         return 0.0
 
-    def admit(self, now: float, day: int, requests: int, cu: int, quota: DayQuota) -> float:
+    def admit(self, now: float, day: int, requests: int, cu: int, quota: twin.DayQuota) -> float:
         """The whole admission of one request in one call: 0.0 when admitted (buckets and the
         day quota paid), the seconds to wait when a bucket is short, -1.0 when the day quota
         is spent (nothing is paid then)."""
@@ -212,7 +214,7 @@ class UsageMeter:
         """Every counter since the last drain, as (key, account, network, method, minute,
         requests, compute units, errors), sorted; the meter starts again from zero."""
         counts, self._counts = self._counts, {}
-        return sorted((*slot, *values) for slot, values in counts.items())  # type: ignore[misc]
+        return sorted((*slot, v[0], v[1], v[2]) for slot, v in counts.items())
 
 
 def rate_headers(limit: int, remaining: int, reset: int) -> bytes:

@@ -117,7 +117,7 @@ def find_proxy_creation_code_candidates(runtime: bytes) -> list[bytes]:
     return candidates
 
 
-def _hex_bytes(value: Any, what: str) -> bytes:
+def _hex_bytes(value: object, what: str) -> bytes:
     if not isinstance(value, str) or value[:2] not in ("0x", "0X"):
         raise FactoryMismatch(f"{what}: expected 0x-hex from the node, got {value!r}")
     try:

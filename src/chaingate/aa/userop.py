@@ -150,7 +150,7 @@ class UserOperation(msgspec.Struct, frozen=True, kw_only=True):
             ) + uint128_bytes(self.paymaster_post_op_gas_limit, "paymasterPostOpGasLimit")
         return head + self.paymaster_data
 
-    def with_(self, **changes: Any) -> UserOperation:
+    def with_(self, **changes: object) -> UserOperation:
         return msgspec.structs.replace(self, **changes)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, cast
 
 from quart import Response, request
 from quart_trio import QuartTrio
@@ -22,6 +22,7 @@ from chaingate.api.errors import ApiError, error_response
 from chaingate.api.inputs import check_media_type, decode_body, decode_path, decode_query
 from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, RestApi, Route
+from chaingate.auth.gate import Principal
 
 log = logging.getLogger("chaingate.api")
 
@@ -88,7 +89,8 @@ def _view(route: Route) -> Any:
                 path=decode_path(route.path_type, params),
                 query=decode_query(route.query_type, request.args.lists()),
                 body=body,
-                principal=request.scope.get("chaingate.principal"),
+                # Set by the edge (edge/asgi.py) from the key gate: a Principal or None.
+                principal=cast("Principal | None", request.scope.get("chaingate.principal")),
             )
             result = await route.handler(call)
         except ApiError as exc:

@@ -67,7 +67,7 @@ def build_api(deps: ApiDeps | None = None, costs: dict[str, int] | None = None) 
         response=OpenApiDocument,
         tags=("service",),
     )
-    async def get_openapi(call: Call[NoInput, NoInput, None]) -> Any:
+    async def get_openapi(call: Call[NoInput, NoInput, None]) -> object:
         if not cached:
             cached.append(msgspec.json.encode(document(api)))
         return msgspec.Raw(cached[0])

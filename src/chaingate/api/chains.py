@@ -12,7 +12,6 @@ Test keys may only reach networks configured ``testnet = true``, as on the RPC r
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from chaingate.api.errors import ApiError
 from chaingate.config import NetworkSettings
@@ -76,7 +75,7 @@ class ChainResolver:
         self.names = ChainNames(networks)
         self.what = what  # "gas prices", "token balances": for messages
 
-    def resolve(self, name: str, principal: Any) -> str:
+    def resolve(self, name: str, principal: object) -> str:
         key = self.names.resolve(name)
         if key is None:
             raise ApiError(404, self.names.not_found(name, self.what))

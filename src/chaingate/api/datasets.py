@@ -7,13 +7,13 @@ none (the network is configured but not indexed).
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from chaingate.api.chains import ChainResolver
 from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
+from chaingate.data.reader import IndexPosition, IndexReader
+from chaingate.metadata import MetadataService
 
 # The same answer is served again for up to a second, never across an index commit
 # (chaingate.edge.restcache): a popular page costs one computation per second.
@@ -30,8 +30,8 @@ class BlockRef(msgspec.Struct, frozen=True):
 class Dataset(msgspec.Struct, frozen=True):
     key: str  # chain/network
     name: str  # the shortest {chain} spelling of it, as answers show it
-    index: Any  # chaingate.data.reader.IndexReader
-    metadata: Any  # chaingate.metadata.MetadataService
+    index: IndexReader
+    metadata: MetadataService
 
 
 class Datasets:
@@ -41,7 +41,7 @@ class Datasets:
         self._metadata = deps.metadata
         self._what = what
 
-    def resolve(self, name: str, principal: Any) -> Dataset:
+    def resolve(self, name: str, principal: object) -> Dataset:
         key = self._chains.resolve(name, principal)
         index = self._indexes.get(key)
         metadata = self._metadata.get(key)
@@ -54,7 +54,7 @@ class Datasets:
         return Dataset(key, self._chains.names.name_of(key), index, metadata)
 
 
-def block_ref(at: Any) -> BlockRef:
+def block_ref(at: IndexPosition | None) -> BlockRef:
     if at is None:
         return BlockRef(None, None)
     return BlockRef(at.block_number, at.block_hash)

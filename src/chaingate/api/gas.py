@@ -12,7 +12,6 @@ head arrived: a request costs a dictionary lookup, never an upstream call.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import msgspec
 
@@ -45,7 +44,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         description="Recomputed on every new block from `eth_feeHistory`; answered from "
         "memory. `503` (with `Retry-After`) until the first estimate exists.",
     )
-    async def get_gas_prices(call: Call[GasPath, NoInput, None]) -> Any:
+    async def get_gas_prices(call: Call[GasPath, NoInput, None]) -> object:
         key = chains.resolve(call.path.chain, call.principal)
         oracle = oracles.get(key)
         if oracle is None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from quart import Response
 
@@ -55,7 +53,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         other_responses={503: Health},
         tags=("service",),
     )
-    async def get_health(call: Call[NoInput, HealthQuery, None]) -> Any:
+    async def get_health(call: Call[NoInput, HealthQuery, None]) -> object:
         report = deps.health()
         body = msgspec.json.encode(report)
         return Response(body, 200 if report["status"] == "ok" else 503, mimetype="application/json")

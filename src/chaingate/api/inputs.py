@@ -151,7 +151,7 @@ def _repeats_a_key(data: bytes, decoded: bytes) -> bool:
     return outside_strings(data).count(b":") != outside_strings(decoded).count(b":")
 
 
-def _refuse_control_characters(value: Any) -> None:
+def _refuse_control_characters(value: object) -> None:
     """400 naming the first key or string of a decoded body that holds a control character
     (no field takes one; a NUL is no PostgreSQL text)."""
     pending: list[tuple[Any, _Where]] = [(value, None)]

@@ -22,6 +22,7 @@ from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, Paged50, Uint256
 from chaingate.api.wallets import iso
+from chaingate.auth.gate import Principal
 
 # How long a single-token or collection request may wait for a document fetched on its
 # behalf; after that it answers with what is known (status pending) and the fetch goes on.
@@ -153,7 +154,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "the answer says `metadata_status: pending` and the fetch goes on.",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_nft(call: Call[NftPath, NoInput, None]) -> Any:
+    async def get_nft(call: Call[NftPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         contract, token_id = call.path.contract, int(call.path.token_id)
         token = await data.index.nft_token(contract, token_id, limit=1)
@@ -197,7 +198,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("nfts",),
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_collection(call: Call[CollectionPath, NoInput, None]) -> Any:
+    async def get_collection(call: Call[CollectionPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         contract = call.path.contract
         counts = await data.index.collection(contract)
@@ -239,7 +240,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "cache only; missing documents are fetched in the background (`pending` meanwhile).",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_owned(call: Call[OwnedPath, Paged50, None]) -> Any:
+    async def get_owned(call: Call[OwnedPath, Paged50, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         page = call.query
         found = await data.index.owned_nfts(call.path.address, offset=page.offset, limit=page.limit)
@@ -277,7 +278,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         )
 
     async def refresh(
-        data: Any, contract: Address, token_id: int | None, principal: Any
+        data: Any, contract: Address, token_id: int | None, principal: Principal | None
     ) -> Response:
         account = principal.account_id if principal is not None else ""
         result = await data.metadata.request_refresh(contract, token_id, account)
@@ -311,7 +312,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404,),
         tags=("nfts",),
     )
-    async def refresh_nft(call: Call[NftPath, NoInput, None]) -> Any:
+    async def refresh_nft(call: Call[NftPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         token_id = int(call.path.token_id)
         if await data.index.nft_token(call.path.contract, token_id, limit=1) is None:
@@ -332,7 +333,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404,),
         tags=("nfts",),
     )
-    async def refresh_collection(call: Call[CollectionPath, NoInput, None]) -> Any:
+    async def refresh_collection(call: Call[CollectionPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         if await data.index.collection(call.path.contract) is None:
             raise ApiError(404, f"{call.path.contract} has no NFT transfers on {data.key}")

@@ -94,7 +94,7 @@ class EvaluationResult(msgspec.Struct):
 _rules_decoder = msgspec.json.Decoder(Rules)
 
 
-def _name(value: Any) -> str:
+def _name(value: object) -> str:
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
         raise ApiError(400, "invalid field 'name': expected a string of 1 to 200 characters")
     char = first_unprintable(value)
@@ -163,7 +163,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "policy); beyond the spec `valid_from`/`valid_until`, `max_total_usd`, "
         "`max_per_user_usd` and `budget_period` (day, week, month or never).",
     )
-    async def create_policy(call: Call[NoInput, NoInput, CreatePolicy]) -> Any:
+    async def create_policy(call: Call[NoInput, NoInput, CreatePolicy]) -> object:
         service = service_of(deps)
         body = call.body
         name = _name(body.name)
@@ -186,7 +186,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(400, 503),
         tags=("gas",),
     )
-    async def list_policies(call: Call[NoInput, Paged25, None]) -> Any:
+    async def list_policies(call: Call[NoInput, Paged25, None]) -> object:
         service = service_of(deps)
         rows, total = await service.store.list_policies(
             account_of(call.principal), offset=call.query.offset, limit=call.query.limit
@@ -209,7 +209,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404, 503),
         tags=("gas",),
     )
-    async def get_policy(call: Call[PolicyPath, NoInput, None]) -> Any:
+    async def get_policy(call: Call[PolicyPath, NoInput, None]) -> object:
         row = await owned(call)
         return policy(row, await service_of(deps).ledger(row.id))
 
@@ -227,7 +227,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         description="`rules` replaces the whole rules object. A paused policy refuses every "
         "sponsorship (rule `status`); sponsorships already signed stay valid on chain.",
     )
-    async def update_policy(call: Call[PolicyPath, NoInput, UpdatePolicy]) -> Any:
+    async def update_policy(call: Call[PolicyPath, NoInput, UpdatePolicy]) -> object:
         service = service_of(deps)
         body = call.body
         changes: dict[str, Any] = {}
@@ -260,7 +260,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404, 503),
         tags=("gas",),
     )
-    async def delete_policy(call: Call[PolicyPath, NoInput, None]) -> Any:
+    async def delete_policy(call: Call[PolicyPath, NoInput, None]) -> object:
         service = service_of(deps)
         if not await service.store.delete_policy(account_of(call.principal), call.path.id):
             raise ApiError(404, f"no gas policy {call.path.id[:64]} in this account")
@@ -281,7 +281,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         description="Every rule is evaluated as `POST /v1/gas/sponsor` would, counts "
         "included; nothing is signed or reserved.",
     )
-    async def evaluate(call: Call[PolicyPath, NoInput, EvaluateBody]) -> Any:
+    async def evaluate(call: Call[PolicyPath, NoInput, EvaluateBody]) -> object:
         service = service_of(deps)
         row = await owned(call)
         op = to_user_operation(call.body.user_operation)

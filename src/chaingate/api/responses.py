@@ -3,8 +3,6 @@ EIP-55 strings, uint256 as decimal strings)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from quart import Response
 
@@ -13,9 +11,9 @@ from chaingate.api.types import enc_hook
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
-def encode(payload: Any) -> bytes:
+def encode(payload: object) -> bytes:
     return _encoder.encode(payload)
 
 
-def json_response(payload: Any, status: int = 200) -> Response:
+def json_response(payload: object, status: int = 200) -> Response:
     return Response(_encoder.encode(payload), status=status, mimetype="application/json")

@@ -24,6 +24,8 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from chaingate.auth.gate import Principal
+
 P = TypeVar("P")
 Q = TypeVar("Q")
 B = TypeVar("B")
@@ -46,7 +48,7 @@ class Call(Generic[P, Q, B]):
     path: P
     query: Q
     body: B
-    principal: Any  # chaingate.auth.gate.Principal (None on public routes)
+    principal: Principal | None  # None on public routes
 
 
 Handler = Callable[[Call[Any, Any, Any]], Awaitable[Any]]
@@ -63,7 +65,7 @@ class Route:
     path_type: type[msgspec.Struct] = NoInput
     query_type: type[msgspec.Struct] = NoInput
     body_type: type[msgspec.Struct] | None = None
-    response_type: Any = None
+    response_type: object = None
     status: int = 200
     errors: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
@@ -118,7 +120,7 @@ class RestApi:
         name: str,
         summary: str,
         access: str,
-        response: Any,
+        response: object,
         path_params: type[msgspec.Struct] = NoInput,
         query: type[msgspec.Struct] = NoInput,
         body: type[msgspec.Struct] | None = None,

@@ -96,7 +96,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "ERC-721 and ERC-1155 balances and approvals with the tokens' metadata, or the call "
         "tree and logs decoded where the ABI is known. Nothing is sent to the chain.",
     )
-    async def simulate(call: Call[SimulatePath, NoInput, SimulateBody]) -> Any:
+    async def simulate(call: Call[SimulatePath, NoInput, SimulateBody]) -> object:
         service = deps.simulation
         key = chains.resolve(call.path.chain, call.principal)
         if service is None:

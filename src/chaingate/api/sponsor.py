@@ -187,7 +187,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "429 with Retry-After for `max_per_user_per_day` and `rate_limit`. The owner signs "
         "the operation after putting these fields in it.",
     )
-    async def sponsor_user_operation(call: Call[NoInput, NoInput, SponsorBody]) -> Any:
+    async def sponsor_user_operation(call: Call[NoInput, NoInput, SponsorBody]) -> object:
         service = service_of(deps)
         body = call.body
         key = chains.resolve(body.chain, call.principal)

@@ -11,8 +11,6 @@ index's query, so ``total`` counts exactly what the pages hold.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from chaingate.api.datasets import CACHE_SECONDS, Datasets, block_ref
@@ -91,7 +89,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "reorganised away. Ordered by contract address (stable across pages).",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_balances(call: Call[BalancesPath, Paged50, None]) -> Any:
+    async def get_balances(call: Call[BalancesPath, Paged50, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         page = call.query
         for _ in range(2):
@@ -147,7 +145,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "when both are known. 404 for an address without code or that is not an ERC-20.",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_token_metadata(call: Call[TokenPath, NoInput, None]) -> Any:
+    async def get_token_metadata(call: Call[TokenPath, NoInput, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         info = await data.metadata.token_info(call.path.contract, wait=METADATA_WAIT)
         meta = info.metadata

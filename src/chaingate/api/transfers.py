@@ -12,7 +12,7 @@ transfers are not included.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -103,7 +103,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "are not included. Page with `cursor` = the previous answer's `next_cursor`.",
         cache_seconds=CACHE_SECONDS,
     )
-    async def get_transfers(call: Call[TransfersPath, TransfersQuery, None]) -> Any:
+    async def get_transfers(call: Call[TransfersPath, TransfersQuery, None]) -> object:
         data = datasets.resolve(call.path.chain, call.principal)
         query = call.query
         if (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -85,7 +85,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(404,),
         tags=("account",),
     )
-    async def get_usage(call: Call[NoInput, UsageQuery, None]) -> Any:
+    async def get_usage(call: Call[NoInput, UsageQuery, None]) -> object:
         principal = call.principal
         store = deps.store
         if principal is None or not principal.account_id or store is None:

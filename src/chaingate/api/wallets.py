@@ -14,7 +14,7 @@ hold it — the owner key, not the record, controls a wallet.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -125,7 +125,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "`eip7702: true` (EntryPoint v0.8): the owner's own address as an EIP-7702 account, "
         "`deployed` once a delegation to the network's Simple7702Account lands on chain.",
     )
-    async def create_wallet(call: Call[NoInput, NoInput, CreateWallet]) -> Any:
+    async def create_wallet(call: Call[NoInput, NoInput, CreateWallet]) -> object:
         service = service_of(deps)
         body = call.body
         key = chains.resolve(body.chain, call.principal)
@@ -154,7 +154,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         description="`nonce` is the EntryPoint's `getNonce(wallet, 0)`. A wallet created on "
         "several chains: name one with `chain` (else the first created is shown).",
     )
-    async def get_wallet(call: Call[WalletPath, WalletQuery, None]) -> Any:
+    async def get_wallet(call: Call[WalletPath, WalletQuery, None]) -> object:
         service = service_of(deps)
         rows = await service.store.get_wallet(account_of(call.principal), call.path.address.lower())
         if call.query.chain is not None:
@@ -178,7 +178,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         errors=(400, 404),
         tags=("wallets",),
     )
-    async def list_wallets(call: Call[NoInput, ListQuery, None]) -> Any:
+    async def list_wallets(call: Call[NoInput, ListQuery, None]) -> object:
         service = service_of(deps)
         query = call.query
         network = None

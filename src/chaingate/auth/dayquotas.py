@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from chaingate.twintypes.limiter import DayQuota
+
 MIN_ROOM = 16  # units a process keeps in hand per account far from the quota's end
 USE_FACTOR = 4  # ... or this many sync intervals of the account's recent use
 STARVED_SECONDS = 2.0  # how long an "asked in vain" mark lasts
@@ -121,7 +123,7 @@ class _Held:
 class AccountDays(Protocol):
     """What the grants read of each account (the key registry, ``KeyRegistry``, keeps it)."""
 
-    def account_quota(self, account_id: str) -> Any:
+    def account_quota(self, account_id: str) -> DayQuota | None:
         """The account's ``DayQuota`` (compiled or pure twin); None: unknown here."""
 
     def day_limit(self, account_id: str) -> int:
@@ -165,7 +167,7 @@ class DayAllowances:
     def holds(self, account_id: str) -> bool:
         return account_id in self._held
 
-    def _adopt(self, account_id: str, quota: Any, day: int) -> tuple[int, bool]:
+    def _adopt(self, account_id: str, quota: DayQuota, day: int) -> tuple[int, bool]:
         """From now on the account's local room is what Redis grants: none yet.  Returns the
         charge (admissions here that no grant covered) and whether a stale record of this
         process is to be taken back first."""

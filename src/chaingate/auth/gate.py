@@ -17,6 +17,7 @@ import msgspec
 
 from chaingate.auth.allowlists import Policy
 from chaingate.refusals import Rejection
+from chaingate.twintypes.http1 import Request
 
 __all__ = [
     "ANONYMOUS",
@@ -112,7 +113,11 @@ class NetworkInfo(msgspec.Struct, frozen=True):
 
 class Gate(Protocol):
     def authenticate(
-        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+        self,
+        request: Request | Credentials,
+        peer: str,
+        network: NetworkInfo | None,
+        scope: str | None,
     ) -> Principal | Rejection:
         """The caller's principal, or why not.  ``scope`` is the REST endpoint's scope (RPC
         scopes depend on the methods and are checked by ``admit``)."""
@@ -152,7 +157,11 @@ class OpenGate:
     """No keys, no limits: what runs when ``[auth] enabled = false``."""
 
     def authenticate(
-        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+        self,
+        request: Request | Credentials,
+        peer: str,
+        network: NetworkInfo | None,
+        scope: str | None,
     ) -> Principal | Rejection:
         return ANONYMOUS
 

@@ -30,11 +30,15 @@ import msgspec
 import trio
 
 from chaingate.auth import allowlists, apikeys
-from chaingate.auth.gate import SCOPES, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import SCOPES, Credentials, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.obs.metrics import LATENCY_BUCKETS
 from chaingate.peers import peer_group
+from chaingate.twintypes import fastlane as lane
+from chaingate.twintypes.fastlane import Admission, FastlaneModule, LatencyMeter
+from chaingate.twintypes.http1 import Request
+from chaingate.twintypes.limiter import DayQuota, KeyLimiter, LimiterModule, UsageMeter
 
 if TYPE_CHECKING:
     from chaingate.auth.shared import SharedLimits
@@ -55,7 +59,7 @@ def utc_day(epoch: float) -> int:
 class _Account:
     __slots__ = ("keys", "limits", "quota")
 
-    def __init__(self, limits: Limits, quota: Any) -> None:
+    def __init__(self, limits: Limits, quota: DayQuota) -> None:
         self.limits = limits
         self.quota = quota
         self.keys: list[Principal] = []
@@ -64,7 +68,7 @@ class _Account:
 class KeyRegistry:
     """Every API key, in memory, kept current by polling the store."""
 
-    def __init__(self, store: Any, plans: Plans, pepper: bytes, limiter: Any) -> None:
+    def __init__(self, store: Any, plans: Plans, pepper: bytes, limiter: LimiterModule) -> None:
         self._store = store
         self._plans = plans
         self._pepper = pepper
@@ -96,7 +100,7 @@ class KeyRegistry:
                 self._by_raw.popitem(last=False)
         return principal
 
-    def account_quota(self, account_id: str) -> Any:
+    def account_quota(self, account_id: str) -> DayQuota | None:
         account = self._accounts.get(account_id)
         return None if account is None else account.quota
 
@@ -235,37 +239,39 @@ class KeyRegistry:
 
 
 class KeyGate:
-    def __init__(self, registry: KeyRegistry, limiter: Any, fastlane: Any) -> None:
+    def __init__(
+        self, registry: KeyRegistry, limiter: LimiterModule, fastlane: FastlaneModule
+    ) -> None:
         """``limiter`` and ``fastlane``: the twins' modules (compiled or pure)."""
         self.registry = registry
         self._limiter = limiter
         self._meter = limiter.UsageMeter()
         self._latency = fastlane.LatencyMeter(LATENCY_BUCKETS)
-        self._anonymous: OrderedDict[str, Any] = OrderedDict()
+        self._anonymous: OrderedDict[str, KeyLimiter] = OrderedDict()
         # Refused requests by (status, reason), for /metrics.
         self.refusals: defaultdict[tuple[int, str], int] = defaultdict(int)
         # The admission rule (scopes, quota, buckets) and the fast lane's key check live in
         # the compiled twin; refusals are worded here (``rejection``).
-        self.admission: Any = fastlane.KeyAdmission(
+        self.admission: Admission[Principal] = fastlane.KeyAdmission(
             self, registry.recent, self._anonymous, registry.used
         )
 
     @property
-    def meter(self) -> Any:
+    def meter(self) -> UsageMeter:
         return self._meter
 
     @property
-    def latency(self) -> Any:
+    def latency(self) -> LatencyMeter:
         """Answered requests' latencies per account, network, method and minute."""
         return self._latency
 
     @property
-    def shared(self) -> Any:
+    def shared(self) -> lane.SharedLimits[Principal] | None:
         """SharedLimits when several processes share a plan (Redis), else None."""
         return self.admission.shared
 
     @shared.setter
-    def shared(self, shared: Any) -> None:
+    def shared(self, shared: SharedLimits | None) -> None:
         self.admission.shared = shared
 
     # --- authentication ---------------------------------------------------------------------
@@ -289,7 +295,7 @@ class KeyGate:
         headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
         return Rejection(status, "unauthorized" if status == 401 else "forbidden", message, headers)
 
-    def _limited(self, bucket: Any, now: float, wait: float) -> Rejection:
+    def _limited(self, bucket: KeyLimiter, now: float, wait: float) -> Rejection:
         self.refusals[(429, "authentication")] += 1
         headers = bucket.headers(now, time.time(), ANONYMOUS_RPS)
         return Rejection(
@@ -312,7 +318,11 @@ class KeyGate:
         return self._limited(bucket, now, 1.0 / ANONYMOUS_RPS)
 
     def authenticate(
-        self, request: Any, peer: str, network: NetworkInfo | None, scope: str | None
+        self,
+        request: Request | Credentials,
+        peer: str,
+        network: NetworkInfo | None,
+        scope: str | None,
     ) -> Principal | Rejection:
         if self._anonymous:
             # Only addresses that failed recently are in the table: an empty one costs nothing.
@@ -372,7 +382,7 @@ class KeyGate:
     def admit(
         self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Rejection | None:
-        return self.admission.admit(principal, reads, writes, requests, cu, tcu)  # type: ignore[no-any-return]
+        return self.admission.admit(principal, reads, writes, requests, cu, tcu)
 
     def rejection(self, why: int, wait: float, epoch: float) -> Rejection:
         """The refusal of an admission (the fast lane's ``KeyAdmission`` said why), counted."""
@@ -414,4 +424,4 @@ class KeyGate:
         self.admission.observe(principal, network, method, seconds)
 
     def response_headers(self, principal: Principal) -> bytes:
-        return self.admission.headers(principal)  # type: ignore[no-any-return]
+        return self.admission.headers(principal)

@@ -7,10 +7,9 @@ limits shared through Redis when configured.
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
+from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
@@ -38,7 +37,7 @@ class AuthService:
                 settings.auth.redis_url, self.keys
             )
 
-    def logs_range_of(self, principal: Any) -> int:
+    def logs_range_of(self, principal: Principal) -> int:
         """The widest eth_getLogs range a caller's plan allows (0: the network's limit)."""
         limits = self.keys.limits_of(principal)
         return limits.logs_max_block_range if limits is not None else 0

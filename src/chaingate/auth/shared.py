@@ -79,7 +79,7 @@ class SharedLimits:
                         extra={"fields": {"error": exc.__class__.__name__}},
                     )
 
-    async def _loop(self, client: Any) -> None:
+    async def _loop(self, client: coredis.Redis[bytes]) -> None:
         while True:
             await trio.sleep(self._interval)
             try:
@@ -101,13 +101,13 @@ class SharedLimits:
                 self.up = False
                 await trio.sleep(1.0)  # back off while Redis is away
 
-    async def _top_up(self, client: Any, used: dict[str, int]) -> None:
+    async def _top_up(self, client: coredis.Redis[bytes], used: dict[str, int]) -> None:
         async with self._quota_lock:
             # A failure releases every account (``_loop``); a cancellation at exit keeps them
             # held, so that the exit path gives their units back.
             await self.quotas.top_up(client, used)
 
-    async def _sync(self, client: Any) -> None:
+    async def _sync(self, client: coredis.Redis[bytes]) -> None:
         now = time.monotonic()
         for principal, last in list(self._active.items()):
             if now - last > ACTIVE_SECONDS and not principal.pending_requests:

@@ -62,7 +62,7 @@ Rpc = Callable[[str, list[Any]], Any]  # (method, params) -> result
 
 
 def rpc_caller(url: str, headers: dict[str, str], timeout: float, count: Callable[[], None]) -> Rpc:
-    def call(method: str, params: list[Any]) -> Any:
+    def call(method: str, params: list[Any]) -> object:
         count()
         payload = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         try:

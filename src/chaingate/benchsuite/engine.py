@@ -61,7 +61,7 @@ def _record_requests(environment: Environment, recorder: Recorder) -> None:
         response_length: int,
         exception: BaseException | None = None,
         context: dict[str, Any] | None = None,
-        **_: Any,
+        **_: object,
     ) -> None:
         target = (context or {}).get("target")
         if target is None:
@@ -75,7 +75,7 @@ def _record_requests(environment: Environment, recorder: Recorder) -> None:
             outcome, detail = outcomes.OK, ""
         recorder.record(target, name, outcome, response_time, calls, detail)
 
-    def on_user_error(user_instance: User, exception: BaseException, tb: Any, **_: Any) -> None:
+    def on_user_error(user_instance: User, exception: BaseException, tb: Any, **_: object) -> None:
         # A scenario's own bug: fails the run (a report of nothing measured must not pass).
         recorder.check("the scenario ran without raising", "", False, repr(exception))
 
@@ -120,7 +120,7 @@ class _Run:
         for sig in (signal.SIGINT, signal.SIGTERM):
             gevent.signal_handler(sig, self._interrupt)
 
-    def _ending(self, **_: Any) -> None:
+    def _ending(self, **_: object) -> None:
         if not self.ended:
             self.ended = time.time()
 
@@ -155,11 +155,11 @@ def _run_master(plan: Plan, scenario: Scenario, recorder: Recorder) -> int:
     runner = environment.create_master_runner(plan.bind_host, plan.master_port)
     finals: set[str] = set()
 
-    def on_worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    def on_worker_report(client_id: str, data: dict[str, Any], **_: object) -> None:
         if "chaingate" in data:
             recorder.absorb(client_id, data["chaingate"])
 
-    def on_final(environment: Environment, msg: Message, **_: Any) -> None:
+    def on_final(environment: Environment, msg: Message, **_: object) -> None:
         recorder.absorb(msg.node_id, msg.data)
         finals.add(msg.node_id)
 
@@ -198,10 +198,10 @@ def _run_worker(plan: Plan, scenario: Scenario, recorder: Recorder) -> int:
     environment = _environment(plan, scenario, recorder)
     runner = environment.create_worker_runner(plan.master_host, plan.master_port)
 
-    def on_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    def on_report(client_id: str, data: dict[str, Any], **_: object) -> None:
         data["chaingate"] = recorder.drain()
 
-    def on_stop(**_: Any) -> None:
+    def on_stop(**_: object) -> None:
         runner.send_message(FINAL, recorder.drain())
         gevent.spawn(leave)
 

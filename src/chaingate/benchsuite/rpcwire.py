@@ -30,17 +30,17 @@ class Call:
         return msgspec.json.encode([self.method, self.params])
 
 
-def _block_essence(result: Any) -> Any:
+def _block_essence(result: Any) -> object:
     return result.get("hash") if isinstance(result, dict) else result
 
 
-def _receipt_essence(result: Any) -> Any:
+def _receipt_essence(result: Any) -> object:
     if not isinstance(result, dict):
         return result
     return [result.get(k) for k in ("transactionHash", "blockHash", "status", "gasUsed")]
 
 
-def _logs_essence(result: Any) -> Any:
+def _logs_essence(result: Any) -> object:
     if not isinstance(result, list):
         return result
     return [

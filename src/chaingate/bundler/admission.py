@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -16,9 +15,14 @@ from chaingate.aa.userop import UserOperation, Version, user_op_hash
 from chaingate.bundler import sanity
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.mempool import Entry, Stake, new_entry
-from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.reputation import Reputation, Title
 from chaingate.bundler.safemode import validate_safe
-from chaingate.bundler.simulation import NodeClient, ValidationResult, simulate_validation
+from chaingate.bundler.simulation import (
+    NodeClient,
+    StakeInfo,
+    ValidationResult,
+    simulate_validation,
+)
 from chaingate.bundler.tracing import code_hashes
 
 
@@ -28,7 +32,7 @@ class Validated(msgspec.Struct, frozen=True):
     paymaster_deposit: int | None = None  # as sanity read it: EREP-010 again in the mempool
 
 
-def _stake(info: Any) -> Stake:
+def _stake(info: StakeInfo) -> Stake:
     return Stake(stake=info.stake, unstake_delay_sec=info.unstake_delay_sec)
 
 
@@ -84,8 +88,12 @@ class Admission:
         """The entry to add, or a BundlerFault naming what failed.  ``paymaster_pending``:
         what the paymaster's operations in the mempool can cost at most (EREP-010)."""
         factory = op.factory if op.deploys else None
-        for title, address in (("factory", factory), ("paymaster", op.paymaster)):
-            self.reputation.check_entity(title, address)  # type: ignore[arg-type]
+        entities: tuple[tuple[Title, str | None], ...] = (
+            ("factory", factory),
+            ("paymaster", op.paymaster),
+        )
+        for title, address in entities:
+            self.reputation.check_entity(title, address)
         deposit = await sanity.check(
             self.client,
             op,

@@ -19,7 +19,7 @@ from chaingate.evm.addresses import checksum_address
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
-def _int(value: Any, name: str) -> int:
+def _int(value: object, name: str) -> int:
     try:
         if isinstance(value, str):
             return int(value, 16) if value[:2] in ("0x", "0X") else int(value)
@@ -47,19 +47,19 @@ class DebugMethods:
             "debug_bundler_getStakeStatus": self.stake_status,
         }
 
-    async def clear_state(self, params: Any, principal: Any) -> Any:
+    async def clear_state(self, params: object, principal: object) -> object:
         await self.net.clear(mempool=True, reputation=True)
         return "ok"
 
-    async def clear_mempool(self, params: Any, principal: Any) -> Any:
+    async def clear_mempool(self, params: object, principal: object) -> object:
         await self.net.clear(mempool=True, reputation=False)
         return "ok"
 
-    async def clear_reputation(self, params: Any, principal: Any) -> Any:
+    async def clear_reputation(self, params: object, principal: object) -> object:
         await self.net.clear(mempool=False, reputation=True)
         return "ok"
 
-    async def dump_mempool(self, params: Any, principal: Any) -> Any:
+    async def dump_mempool(self, params: object, principal: object) -> object:
         wanted = None
         if isinstance(params, list) and params:
             wanted = self.net.version_of(params[0])
@@ -69,19 +69,19 @@ class DebugMethods:
             if wanted is None or e.version == wanted
         ]
 
-    async def set_mode(self, params: Any, principal: Any) -> Any:
+    async def set_mode(self, params: object, principal: object) -> object:
         if not isinstance(params, list) or len(params) != 1 or params[0] not in ("auto", "manual"):
             raise BundlerFault(INVALID_PARAMS, 'params: expected ["auto"] or ["manual"]')
         self.net.mode = params[0]
         return "ok"
 
-    async def send_bundle_now(self, params: Any, principal: Any) -> Any:
+    async def send_bundle_now(self, params: object, principal: object) -> object:
         """Returns once the bundle is mined; "ok" when no operation waits (as the reference
         bundler: never null, which clients read as "no result")."""
         sent = await self.net.bundle_once()
         return "ok" if sent is None else sent
 
-    async def set_reputation(self, params: Any, principal: Any) -> Any:
+    async def set_reputation(self, params: object, principal: object) -> object:
         if not isinstance(params, list) or not params or not isinstance(params[0], list):
             raise BundlerFault(
                 INVALID_PARAMS, "params: expected [[{address, opsSeen, opsIncluded}], entryPoint?]"
@@ -104,7 +104,7 @@ class DebugMethods:
         await self.net.save_reputation()
         return "ok"
 
-    async def dump_reputation(self, params: Any, principal: Any) -> Any:
+    async def dump_reputation(self, params: object, principal: object) -> object:
         return [
             {
                 "address": checksum_address(entry.address),
@@ -115,7 +115,7 @@ class DebugMethods:
             for entry, status in self.net.reputation.dump()
         ]
 
-    async def stake_status(self, params: Any, principal: Any) -> Any:
+    async def stake_status(self, params: object, principal: object) -> object:
         if not isinstance(params, list) or len(params) != 2:
             raise BundlerFault(INVALID_PARAMS, "params: expected [address, entryPoint]")
         address = address_param(params[0], "address")

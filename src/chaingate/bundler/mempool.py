@@ -169,6 +169,7 @@ def new_entry(
         paymaster=_lower(op.paymaster),
         submitted_at=now_ms,
         updated_at=now_ms,
+        # The keywords are Entry's own fields (validation's findings), passed on by name.
         **validation,  # type: ignore[arg-type]
     )
 

@@ -36,13 +36,13 @@ from chaingate.rpc.local import Handler, LocalRpc, RpcFault
 _logs = msgspec.json.Decoder(list[dict[str, Any]])
 
 
-def _params(params: Any, least: int, most: int, shape: str) -> list[Any]:
+def _params(params: object, least: int, most: int, shape: str) -> list[Any]:
     if not isinstance(params, list) or not least <= len(params) <= most:
         raise BundlerFault(INVALID_PARAMS, f"params: expected {shape}")
     return params
 
 
-def _hash(params: Any) -> str:
+def _hash(params: object) -> str:
     """The one userOpHash parameter; -32602 with the reference bundler's words otherwise."""
     value = params[0] if isinstance(params, list) and len(params) == 1 else None
     if (
@@ -87,7 +87,7 @@ class BundlerMethods:
         """Every method waits for the chain id (learned from the upstreams when the config
         gives none): hashes and bundles depend on it."""
 
-        async def guarded(params: Any, principal: Any) -> Any:
+        async def guarded(params: object, principal: object) -> object:
             if self.net.chain_id is None:
                 raise RpcFault(
                     UNAVAILABLE,
@@ -98,19 +98,19 @@ class BundlerMethods:
 
         return guarded
 
-    def _op(self, raw: Any, entry_point: Any) -> tuple[UserOperation, str, Version]:
+    def _op(self, raw: object, entry_point: object) -> tuple[UserOperation, str, Version]:
         version = self.net.version_of(entry_point)
         address = self.net.entry_points[version]
         return parse_user_operation(raw, version), address, version
 
     # --- ERC-7769 --------------------------------------------------------------------------
 
-    async def send(self, params: Any, principal: Any) -> Any:
+    async def send(self, params: object, principal: object) -> object:
         raw, entry_point = _params(params, 2, 2, "[userOperation, entryPoint]")
         op, address, version = self._op(raw, entry_point)
         return await self.net.accept(op, address, version)
 
-    async def estimate(self, params: Any, principal: Any) -> Any:
+    async def estimate(self, params: object, principal: object) -> object:
         args = _params(params, 2, 3, "[userOperation, entryPoint, stateOverride?]")
         version = self.net.version_of(args[1])
         address = self.net.entry_points[version]
@@ -132,7 +132,7 @@ class BundlerMethods:
             answer["paymasterPostOpGasLimit"] = hex(estimate.paymaster_post_op_gas_limit or 0)
         return answer
 
-    async def by_hash(self, params: Any, principal: Any) -> Any:
+    async def by_hash(self, params: object, principal: object) -> object:
         user_op_hash = _hash(params)
         net = self.net
         row = await net.store.receipt(net.chain, net.network, user_op_hash)
@@ -174,7 +174,7 @@ class BundlerMethods:
                 return op
         return None
 
-    async def receipt(self, params: Any, principal: Any) -> Any:
+    async def receipt(self, params: object, principal: object) -> object:
         net = self.net
         row = await net.store.receipt(net.chain, net.network, _hash(params))
         if row is None:
@@ -198,17 +198,17 @@ class BundlerMethods:
             "receipt": tx_receipt,
         }
 
-    async def supported(self, params: Any, principal: Any) -> Any:
+    async def supported(self, params: object, principal: object) -> object:
         _params(params, 0, 0, "[]")
         return list(self.net.entry_points.values())
 
-    async def chain_id(self, params: Any, principal: Any) -> Any:
+    async def chain_id(self, params: object, principal: object) -> object:
         _params(params, 0, 0, "[]")
         return hex(self.net.chain_id or 0)
 
     # --- beyond the spec -------------------------------------------------------------------
 
-    async def status(self, params: Any, principal: Any) -> Any:
+    async def status(self, params: object, principal: object) -> object:
         user_op_hash = _hash(params)
         net = self.net
         row = await net.store.receipt(net.chain, net.network, user_op_hash)
@@ -235,7 +235,7 @@ class BundlerMethods:
             "reason": entry.reason,
         }
 
-    async def pending(self, params: Any, principal: Any) -> Any:
+    async def pending(self, params: object, principal: object) -> object:
         (value,) = _params(params, 1, 1, "[sender]")
         sender = address_param(value, "sender")
         return [_pending_view(e) for e in self.net.mempool.by_sender(sender)]
@@ -247,7 +247,7 @@ UNAVAILABLE = -32002
 
 
 def _node_errors(method: str, handler: Handler) -> Handler:
-    async def guarded(params: Any, principal: Any) -> Any:
+    async def guarded(params: object, principal: object) -> object:
         try:
             return await handler(params, principal)
         except RpcCallError as exc:

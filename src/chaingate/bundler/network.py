@@ -114,7 +114,7 @@ class BundlerNetwork:
         if self.submitter is not None:
             self.submitter.chain_id = chain_id
 
-    def version_of(self, entry_point: Any) -> Version:
+    def version_of(self, entry_point: object) -> Version:
         if not isinstance(entry_point, str):
             raise BundlerFault(INVALID_PARAMS, "entryPoint: expected an address")
         version = self._versions.get(entry_point.lower())

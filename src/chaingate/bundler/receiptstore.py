@@ -14,6 +14,7 @@ import msgspec
 
 from chaingate.store.base import register_network_table
 from chaingate.store.rows import Rows
+from chaingate.store.tx import Tx
 
 RECEIPT_TABLES = ("bundler_receipts",)
 
@@ -97,7 +98,7 @@ class BundlerReceiptRows(Rows):
             return
         values = [_values(chain, network, row) for row in rows]
 
-        def insert(tx: Any) -> None:
+        def insert(tx: Tx) -> None:
             tx.executemany(
                 f"INSERT INTO bundler_receipts (chain, network, {', '.join(_COLUMNS)})"  # noqa: S608
                 f" VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})"
@@ -110,7 +111,7 @@ class BundlerReceiptRows(Rows):
     async def revert_receipts(self, chain: str, network: str, block_hash: str) -> list[str]:
         """Deletes the receipts of a reorganised block; returns their operations' hashes."""
 
-        def undo(tx: Any) -> list[str]:
+        def undo(tx: Tx) -> list[str]:
             rows = tx.query(
                 "SELECT user_op_hash FROM bundler_receipts"
                 " WHERE chain = ? AND network = ? AND block_hash = ?",
@@ -129,7 +130,7 @@ class BundlerReceiptRows(Rows):
         """The operation's receipt in the newest block that holds it (a reorg's old branch is
         deleted when the follower reverts it)."""
 
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 f"SELECT {', '.join(_COLUMNS)} FROM bundler_receipts"  # noqa: S608
                 " WHERE chain = ? AND network = ? AND user_op_hash = ?"

@@ -95,7 +95,7 @@ def _fault(field: str, why: str) -> BundlerFault:
     return BundlerFault(INVALID_PARAMS, f"userOp.{field}: {why}", {"field": field})
 
 
-def _hex_digits(field: str, value: Any, what: str) -> str:
+def _hex_digits(field: str, value: object, what: str) -> str:
     if not isinstance(value, str):
         raise _fault(field, f"expected {what} as a 0x-hex string, got {type(value).__name__}")
     if value[:2] != "0x":
@@ -106,7 +106,7 @@ def _hex_digits(field: str, value: Any, what: str) -> str:
     return digits
 
 
-def _quantity(field: str, value: Any, bits: int) -> int:
+def _quantity(field: str, value: object, bits: int) -> int:
     digits = _hex_digits(field, value, "a quantity")
     if not digits:
         raise _fault(field, "an empty quantity (0x); zero is 0x0")
@@ -118,7 +118,7 @@ def _quantity(field: str, value: Any, bits: int) -> int:
     return number
 
 
-def _bytes(field: str, value: Any) -> bytes:
+def _bytes(field: str, value: object) -> bytes:
     if isinstance(value, str) and len(value) > 2 + 2 * MAX_FIELD_BYTES:
         raise _fault(field, f"longer than {MAX_FIELD_BYTES} bytes")
     digits = _hex_digits(field, value, "bytes")
@@ -127,7 +127,7 @@ def _bytes(field: str, value: Any) -> bytes:
     return bytes.fromhex(digits)
 
 
-def _address(field: str, value: Any) -> str:
+def _address(field: str, value: object) -> str:
     digits = _hex_digits(field, value, "an address")
     if len(digits) != 40:
         raise _fault(field, f"an address is 20 bytes, got {len(digits) / 2:g}")
@@ -138,14 +138,14 @@ def _address(field: str, value: Any) -> str:
     return address
 
 
-def _factory(field: str, value: Any) -> str:
+def _factory(field: str, value: object) -> str:
     """v0.8's factory: an address, or the EIP-7702 marker as viem sends it (two bytes)."""
     if isinstance(value, str) and value.lower() == EIP7702_SHORT:
         return EIP7702_SHORT
     return _address(field, value)
 
 
-def _authorization(value: Any) -> Authorization:
+def _authorization(value: object) -> Authorization:
     """``eip7702Auth`` as ERC-7769 (v0.8) gives it; its signature is checked by admission."""
     try:
         return parse_authorization(value)
@@ -182,7 +182,7 @@ def _read(obj: Mapping[str, Any], version: Version, partial: bool) -> dict[str, 
     return values
 
 
-def parse_user_operation(obj: Any, version: Version, *, partial: bool = False) -> UserOperation:
+def parse_user_operation(obj: object, version: Version, *, partial: bool = False) -> UserOperation:
     """A UserOperation from its ERC-7769 RPC form for EntryPoint ``version``; -32602
     BundlerFault naming the field for anything wrong. ``partial``: estimation's form."""
     version = require_version(version)
@@ -302,7 +302,7 @@ def encode_user_operation(op: UserOperation, version: Version) -> dict[str, Any]
     return out
 
 
-def address_param(value: Any, name: str) -> str:
+def address_param(value: object, name: str) -> str:
     """A parameter that must be an address, checksummed; -32602 naming it otherwise."""
     try:
         if not isinstance(value, str) or value[:2] not in ("0x", "0X") or len(value) != 42:

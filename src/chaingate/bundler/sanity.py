@@ -243,13 +243,13 @@ def check_authorization(
             raise _fault("eip7702Auth", f"signed by {authority}, not by the sender {op.sender}")
 
 
-def _code(value: Any) -> bytes:
+def _code(value: object) -> bytes:
     if isinstance(value, str) and value[:2] in ("0x", "0X"):
         return bytes.fromhex(value[2:])
     raise ValueError(f"expected 0x-hex code from the node, got {value!r}")
 
 
-def _hex_int(value: Any) -> int:
+def _hex_int(value: object) -> int:
     if isinstance(value, str) and value[:2] in ("0x", "0X"):
         return int(value[2:] or "0", 16)
     raise ValueError(f"expected a 0x-hex quantity from the node, got {value!r}")

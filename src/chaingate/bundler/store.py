@@ -25,6 +25,7 @@ from chaingate.bundler.reputation import ReputationEntry
 from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import still_current
 from chaingate.store.base import register_network_table
+from chaingate.store.tx import Tx
 
 BUNDLER_TABLES = ("bundler_ops", "bundler_reputation", "bundler_intents")
 
@@ -143,7 +144,7 @@ class BundlerRows(BundlerReceiptRows):
         rows = [_op_values(chain, network, e, now) for e in sorted(entries, key=lambda e: e.hash)]
         role = RoleKey("bundler", chain, network)
 
-        def upsert(tx: Any) -> bool:
+        def upsert(tx: Tx) -> bool:
             if term is not None and not still_current(tx, role, term):
                 return False
             tx.executemany(_UPSERT_OP, rows)
@@ -170,7 +171,7 @@ class BundlerRows(BundlerReceiptRows):
         role = RoleKey("bundler", chain, network)
         values = (chain, network, intent.tx_hash, intent.nonce, intent.raw.hex(), intent.term, now)
 
-        def record(tx: Any) -> bool:
+        def record(tx: Tx) -> bool:
             if fenced and not still_current(tx, role, intent.term):
                 return False
             tx.execute(_INTENT, values)
@@ -184,7 +185,7 @@ class BundlerRows(BundlerReceiptRows):
     async def bundler_intent(self, chain: str, network: str, tx_hash: str) -> Intent | None:
         """The recorded bundle transaction of ``tx_hash``, or None (recorded by no one)."""
 
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 "SELECT tx_hash, nonce, raw, term FROM bundler_intents"
                 " WHERE chain = ? AND network = ? AND tx_hash = ?",
@@ -201,7 +202,7 @@ class BundlerRows(BundlerReceiptRows):
     async def bundler_get(self, chain: str, network: str, user_op_hash: str) -> Entry | None:
         """One operation in any state (the status method's answer), or None."""
 
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 f"{_SELECT_OPS} WHERE chain = ? AND network = ? AND hash = ?",
                 (chain, network, user_op_hash.lower()),
@@ -214,7 +215,7 @@ class BundlerRows(BundlerReceiptRows):
     async def bundler_live(self, chain: str, network: str, limit: int = MAX_LOAD) -> list[Entry]:
         """The network's pending and submitted operations, oldest first (loaded at start)."""
 
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 f"{_SELECT_OPS} WHERE chain = ? AND network = ? AND status IN {_LIVE_SQL}"
                 " ORDER BY submitted_at, hash LIMIT ?",
@@ -229,7 +230,7 @@ class BundlerRows(BundlerReceiptRows):
     ) -> int:
         """Delete up to ``limit`` finished rows last changed before ``before_ms``."""
 
-        def prune(tx: Any) -> int:
+        def prune(tx: Tx) -> int:
             count: int = tx.execute(_PRUNE, (chain, network, chain, network, before_ms, limit))
             tx.execute(_PRUNE_INTENTS, (chain, network, before_ms))
             return count
@@ -255,7 +256,7 @@ class BundlerRows(BundlerReceiptRows):
         ]
         gone = [(chain, network, a.lower()) for a in sorted(deletes)]
 
-        def save(tx: Any) -> None:
+        def save(tx: Tx) -> None:
             if gone:
                 tx.executemany(
                     "DELETE FROM bundler_reputation WHERE chain = ? AND network = ?"
@@ -286,7 +287,7 @@ class BundlerRows(BundlerReceiptRows):
     ) -> tuple[list[ReputationEntry], int | None]:
         """(the entries, the last decay time in ms or None if the table is empty)."""
 
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 "SELECT address, ops_seen, ops_included, decayed_at FROM bundler_reputation"
                 " WHERE chain = ? AND network = ? ORDER BY address LIMIT ?",
@@ -300,7 +301,7 @@ class BundlerRows(BundlerReceiptRows):
         return entries, decayed
 
     async def bundler_clear_reputation(self, chain: str, network: str) -> int:
-        def clear(tx: Any) -> int:
+        def clear(tx: Tx) -> int:
             count: int = tx.execute(
                 "DELETE FROM bundler_reputation WHERE chain = ? AND network = ?", (chain, network)
             )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import msgspec
 import trio
@@ -68,7 +67,7 @@ def bundle_fees(
     return Fees(min(2 * base_fee + tip, cap), tip)
 
 
-def _quantity(value: Any) -> int:
+def _quantity(value: str | int) -> int:
     return int(value, 16) if isinstance(value, str) else int(value)
 
 

@@ -103,7 +103,7 @@ def trace_config(override: dict[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def parse_trace(raw: Any) -> Trace:
+def parse_trace(raw: object) -> Trace:
     """The tracer's JSON answer, typed; a malformed one is the node's fault."""
     try:
         return msgspec.convert(raw, Trace)

@@ -22,7 +22,7 @@ from chaingate.rpc.pool import UpstreamPool
 class RpcCallError(Exception):
     """The node answered the call with a JSON-RPC error."""
 
-    def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, method: str, code: int, message: str, data: object = None) -> None:
         super().__init__(f"{method}: {code} {message}")
         self.method = method
         self.code = code

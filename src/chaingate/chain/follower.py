@@ -32,7 +32,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import trio
@@ -530,7 +530,7 @@ class Follower:
 
     # --- fetching ------------------------------------------------------------------------
 
-    def _header(self, result: Any) -> BlockHeader:
+    def _header(self, result: object) -> BlockHeader:
         self._trim_txs()
         return self._parse_header(result)
 
@@ -538,7 +538,7 @@ class Follower:
         if len(self._txs) > 4 * self.window.keep + 10_000:
             self._txs.clear()  # headers fetched for walks that were abandoned
 
-    def _parse_header(self, result: Any) -> BlockHeader:
+    def _parse_header(self, result: object) -> BlockHeader:
         if not isinstance(result, dict):
             raise Inconsistent(f"expected a block object, got {type(result).__name__}")
         try:
@@ -687,7 +687,7 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return leaves[0] if len(leaves) == 1 else group
 
 
-def _logs(result: Any) -> list[Log]:
+def _logs(result: object) -> list[Log]:
     try:
         return msgspec.convert(result, list[Log])
     except msgspec.ValidationError as exc:

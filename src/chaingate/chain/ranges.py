@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 
@@ -53,7 +52,7 @@ class RangeFetcher(SpanSizer):
             self.grow(span)
             return await self._assemble(first, to, logs)
 
-    async def _assemble(self, first: int, last: int, raw_logs: Any) -> list[Block]:
+    async def _assemble(self, first: int, last: int, raw_logs: object) -> list[Block]:
         numbers = range(first, last + 1)
         results = await self._client.batch(
             [("eth_getBlockByNumber", [hex(n), False]) for n in numbers]

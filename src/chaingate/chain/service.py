@@ -104,7 +104,7 @@ class ChainService:
     def health(self) -> dict[str, Any]:
         # Never raises, whatever a component holds: one odd value (say a head of 5,000 hex
         # digits) must not turn the health of every network into a 500.
-        def number(value: Any) -> int | None:
+        def number(value: object) -> int | None:
             return value if type(value) is int and -(1 << 63) <= value < 1 << 64 else None
 
         networks = []

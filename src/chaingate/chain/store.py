@@ -12,12 +12,13 @@ save was on its way changes nothing, never the new leader's cursor or blocks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
 from chaingate.store.base import register_network_table
 from chaingate.store.rows import Rows
+from chaingate.store.tx import Tx
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ class ChainRows(Rows):
     ) -> tuple[ChainCursor | None, list[StoredBlock]]:
         """The cursor (None on a first start) and the stored window, oldest block first."""
 
-        def select(tx: Any) -> tuple[ChainCursor | None, list[StoredBlock]]:
+        def select(tx: Tx) -> tuple[ChainCursor | None, list[StoredBlock]]:
             rows = tx.query(
                 "SELECT number, hash, finalized FROM chain_cursors WHERE chain = ? AND network = ?",
                 (chain, network),
@@ -67,7 +68,7 @@ class ChainRows(Rows):
     async def chain_cursor(self, chain: str, network: str) -> tuple[int, str] | None:
         """The stored cursor's (number, hash), without the window: where a new saver starts."""
 
-        def select(tx: Any) -> tuple[int, str] | None:
+        def select(tx: Tx) -> tuple[int, str] | None:
             rows = tx.query(
                 "SELECT number, hash FROM chain_cursors WHERE chain = ? AND network = ?",
                 (chain, network),
@@ -94,7 +95,7 @@ class ChainRows(Rows):
         now = self.clock()
         rows = [(chain, network, b.number, b.hash, b.parent_hash, b.body) for b in added]
 
-        def save(tx: Any) -> bool:
+        def save(tx: Tx) -> bool:
             # The cursor first: its row lock also orders a concurrent saver behind this one.
             if expect is None:
                 moved = tx.execute(
@@ -134,7 +135,7 @@ class ChainRows(Rows):
     async def chain_origin(self, chain: str, network: str) -> int | None:
         """The first block this deployment followed on the network (None: not claimed yet)."""
 
-        def select(tx: Any) -> int | None:
+        def select(tx: Tx) -> int | None:
             rows = tx.query(
                 "SELECT number FROM chain_origins WHERE chain = ? AND network = ?",
                 (chain, network),
@@ -148,7 +149,7 @@ class ChainRows(Rows):
         """Record ``number`` as the network's origin unless one is recorded already; the
         origin recorded (the first claim wins: every process agrees on it)."""
 
-        def claim(tx: Any) -> int:
+        def claim(tx: Tx) -> int:
             tx.execute(
                 "INSERT INTO chain_origins (chain, network, number) VALUES (?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
@@ -168,7 +169,7 @@ class ChainRows(Rows):
     ) -> tuple[int, str] | None:
         """The last block ``consumer`` handled, as it last saved it (None: never saved)."""
 
-        def select(tx: Any) -> tuple[int, str] | None:
+        def select(tx: Tx) -> tuple[int, str] | None:
             rows = tx.query(
                 "SELECT number, hash FROM chain_consumers"
                 " WHERE consumer = ? AND chain = ? AND network = ?",
@@ -184,7 +185,7 @@ class ChainRows(Rows):
     ) -> None:
         now = self.clock()
 
-        def save(tx: Any) -> None:
+        def save(tx: Tx) -> None:
             tx.execute(
                 "INSERT INTO chain_consumers (consumer, chain, network, number, hash, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (consumer, chain, network) DO UPDATE"

@@ -38,7 +38,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 import trio
@@ -48,6 +48,8 @@ from chaingate.store.guard import guarded
 from chaingate.store.postgres import APPLICATION
 
 log = logging.getLogger("chaingate.cluster")
+
+T = TypeVar("T")
 
 TICK = 0.5  # seconds between looks at the locks: the handover delay is about one tick
 QUERY_TIMEOUT = 3.0  # a look that takes longer means the connection is lost
@@ -408,7 +410,7 @@ class PgLeadership(_Roles):
         self._conn = conn
         self.connected = True
 
-    async def _call(self, fn: Callable[[], Any]) -> Any:
+    async def _call(self, fn: Callable[[], T]) -> T:
         """``fn`` on a thread, given up after QUERY_TIMEOUT (then the connection is lost).
         One that answered renews the lease from when it was sent."""
         sent = time.monotonic()

@@ -662,7 +662,7 @@ def default_config_dir() -> Path:
     return package / "_defaults"
 
 
-def _coerce_env_value(raw: str) -> Any:
+def _coerce_env_value(raw: str) -> object:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

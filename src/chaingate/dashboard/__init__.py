@@ -14,6 +14,7 @@ from typing import Any
 from markupsafe import Markup
 from quart import Blueprint, Response, g, redirect, request
 from quart_trio import QuartTrio
+from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
@@ -41,7 +42,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
     )
 
     @blueprint.before_request
-    async def before() -> Any:
+    async def before() -> Response | None:
         if request.endpoint == "dashboard.static":
             return None
         g.session = await dash.load_session()
@@ -58,7 +59,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         return None
 
     @blueprint.errorhandler(ApiError)
-    async def refused(exc: ApiError) -> Any:
+    async def refused(exc: ApiError) -> Response:
         # A page's own bad input (a page number, a JSON field) read outside its form handling.
         return await page("error.html", exc.status, title="Refused", message=exc.message)
 
@@ -108,7 +109,7 @@ def install(app: QuartTrio, dash: Dashboard) -> Blueprint:
         module.register(blueprint, dash)
     app.register_blueprint(blueprint)
 
-    async def bare() -> Any:  # "/dashboard" without its slash: werkzeug would 404 it
+    async def bare() -> WerkzeugResponse:  # "/dashboard" without its slash: werkzeug would 404 it
         return redirect(f"{PREFIX}/", 308)
 
     app.add_url_rule(PREFIX, "dashboard_bare", bare, methods=["GET"])

@@ -13,12 +13,12 @@ the bucket that holds them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
-from chaingate.obs.metrics import LATENCY_BUCKETS
+from chaingate.obs.metrics import LATENCY_BUCKETS, LatencySeries
 
 log = logging.getLogger("chaingate.dashboard")
 
@@ -43,7 +43,9 @@ def percentile(counts: Sequence[int], q: float) -> float | None:
 
 
 class LatencySampler:
-    def __init__(self, rows: Any, series: Mapping[str, Any], clock: Any) -> None:
+    def __init__(
+        self, rows: Any, series: Mapping[str, LatencySeries], clock: Callable[[], float]
+    ) -> None:
         self._rows = rows
         self._series = series  # route -> chaingate.obs.metrics.LatencySeries
         self._clock = clock  # seconds

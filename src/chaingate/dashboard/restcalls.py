@@ -34,7 +34,7 @@ class RestCalls:
         *,
         path: Mapping[str, str] | None = None,
         query: Mapping[str, str] | None = None,
-        body: Any = None,
+        body: object = None,
     ) -> Any:
         """The handler's answer as plain data (dicts, lists); ApiError as the REST API
         raises it."""

@@ -81,7 +81,7 @@ class SharedLoginThrottle:
         self.up = False
         self.failures = 0
 
-    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold a Redis client for the process's life (the dashboard's tasks run this); while
         none can be had, sign-ins are throttled in process, and a new client is tried every
         ``RECONNECT_SECONDS``.  Started once it has a client, or could not get one."""

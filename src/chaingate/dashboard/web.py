@@ -26,13 +26,16 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 from urllib.parse import urlsplit
 
 import msgspec
 import trio
 from Crypto.Cipher import AES
 from quart import Response, g, redirect, render_template, request
+from quart.typing import ResponseReturnValue
+from werkzeug.sansio.response import Response as SansioResponse
+from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from chaingate.api.chains import ChainNames
 from chaingate.api.deps import ApiDeps
@@ -56,6 +59,10 @@ class HashingBusy(Exception):
     """Too many password checks are waiting for a CPU: answer 429 rather than queue more."""
 
 
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
 class PasswordHashing:
     """scrypt (~16 MiB, tens of ms of CPU each) on its own limiter, one thread per CPU, with
     a bounded queue: unauthenticated requests cannot take every core and thread, or
@@ -66,7 +73,7 @@ class PasswordHashing:
         self.limiter = trio.CapacityLimiter(threads)
         self.max_waiting = max_waiting if max_waiting is not None else 4 * threads
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         if self.limiter.statistics().tasks_waiting >= self.max_waiting:
             raise HashingBusy
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -155,7 +162,9 @@ class Dashboard:
     def pre_cookie(self) -> str:
         return "__Host-cg_pre" if self.settings.secure_cookie else "cg_pre"
 
-    def set_cookie(self, response: Any, name: str, value: str, max_age: int | None) -> None:
+    def set_cookie(
+        self, response: SansioResponse, name: str, value: str, max_age: int | None
+    ) -> None:
         response.set_cookie(
             name,
             value,
@@ -166,7 +175,7 @@ class Dashboard:
             samesite="Strict",
         )
 
-    def clear_cookie(self, response: Any, name: str) -> None:
+    def clear_cookie(self, response: SansioResponse, name: str) -> None:
         self.set_cookie(response, name, "", 0)
 
     # --- CSRF --------------------------------------------------------------------------------
@@ -248,7 +257,7 @@ class Dashboard:
             return None
         return bytes(opened).decode()
 
-    async def start_session(self, account_id: str, operator: bool) -> Any:
+    async def start_session(self, account_id: str, operator: bool) -> WerkzeugResponse:
         """Sign in: a new session (a new token, whatever cookie came in) and the way home."""
         token, _ = await self.rows.create_session(
             account_id,
@@ -340,21 +349,26 @@ def chain_names(dash: Dashboard) -> list[str]:
     return sorted({names.name_of(key) for key in dash.api.evm_networks})
 
 
-def form_value(form: Any, name: str, default: str = "") -> str:
+def form_value(form: Mapping[str, object], name: str, default: str = "") -> str:
     value = form.get(name, default)
     return str(value)[:MAX_FORM_FIELD]
 
 
-async def page(template: str, status: int = 200, **context: Any) -> Response:
+async def page(template: str, status: int = 200, **context: object) -> Response:
     html = await render_template(f"dashboard/{template}", **context)
     return Response(html, status=status, mimetype="text/html")
 
 
-def signed_in(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+P = ParamSpec("P")
+# A page's view function.
+View = Callable[P, Awaitable[ResponseReturnValue]]
+
+
+def signed_in(view: View[P]) -> View[P]:
     """Pages of an account: the signed-in session's account, else the sign-in page."""
 
     @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         session: Session | None = g.get("session")
         if session is None:
             return redirect(f"{PREFIX}/signin", 303)
@@ -365,9 +379,9 @@ def signed_in(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     return wrapper
 
 
-def operator_only(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def operator_only(view: View[P]) -> View[P]:
     @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         session: Session | None = g.get("session")
         if session is None:
             return redirect(f"{PREFIX}/signin", 303)

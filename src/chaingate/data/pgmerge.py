@@ -18,10 +18,9 @@ it has no integer type wide enough to sum uint256 amounts.
 
 from __future__ import annotations
 
-from typing import Any
-
 from chaingate.data.ledger import ContractRow
 from chaingate.data.transfers import ZERO_ADDRESS
+from chaingate.store.tx import Tx
 
 # Above any block number: "to the end" for an undo.
 NO_END = 1 << 62
@@ -201,7 +200,7 @@ _CONTRACTS = (
 )
 
 
-def _ensure_temp_tables(tx: Any) -> None:
+def _ensure_temp_tables(tx: Tx) -> None:
     """The session's scratch tables (temporary: no WAL, never seen by another session)."""
     if tx.query("SELECT to_regclass('pg_temp.cg_counts') IS NULL")[0][0]:
         for statement in _TEMP_TABLES:
@@ -209,7 +208,7 @@ def _ensure_temp_tables(tx: Any) -> None:
 
 
 def merge(
-    tx: Any,
+    tx: Tx,
     where: tuple[str, str],
     after: int,
     last: int,

@@ -30,6 +30,7 @@ from chaingate.data.transfers import DecodedBlock, Transfer
 from chaingate.store.base import register_network_table
 from chaingate.store.indexbulk import Bulk, Table, bulk_for
 from chaingate.store.rows import Rows
+from chaingate.store.tx import T, Tx
 
 # Every table of the index: rows derived from one chain/network (Store.reset_network clears them).
 INDEX_TABLES = (
@@ -256,7 +257,7 @@ def _transfer_values(chain: str, network: str, block: DecodedBlock) -> Iterable[
 
 
 def _move_cursor(
-    tx: Any,
+    tx: Tx,
     where: tuple[str, str],
     expect: IndexCursor | None,
     cursor: IndexCursor,
@@ -281,7 +282,7 @@ def _move_cursor(
         raise IndexConflict(f"{chain}/{network}: the index cursor moved under this writer")
 
 
-def _undo_above(tx: Any, bulk: Bulk, where: tuple[str, str], number: int) -> int:
+def _undo_above(tx: Tx, bulk: Bulk, where: tuple[str, str], number: int) -> int:
     """Undo every stored transfer above block ``number``; return how many there were."""
     rows = tx.query(
         f"SELECT {_TRANSFER_COLUMNS} FROM idx_transfers"  # noqa: S608 - constants only
@@ -310,7 +311,7 @@ def _undo_above(tx: Any, bulk: Bulk, where: tuple[str, str], number: int) -> int
     return len(transfers)
 
 
-def _delete_above(tx: Any, where: tuple[str, str], number: int) -> None:
+def _delete_above(tx: Tx, where: tuple[str, str], number: int) -> None:
     """The undone blocks' transfers and hashes, and the contracts first seen in them."""
     for table, column in (
         ("idx_transfers", "block_number"),
@@ -331,7 +332,7 @@ class IndexRows(Rows):
     async def load_index(self, chain: str, network: str) -> IndexState:
         """The cursor (None before the first commit) and the recent block hashes."""
 
-        def select(tx: Any) -> IndexState:
+        def select(tx: Tx) -> IndexState:
             rows = tx.query(
                 "SELECT number, hash FROM idx_cursors WHERE chain = ? AND network = ?",
                 (chain, network),
@@ -367,7 +368,7 @@ class IndexRows(Rows):
 
         merged = self.backend == "postgres"
 
-        def commit(tx: Any) -> list[ContractRow]:
+        def commit(tx: Tx) -> list[ContractRow]:
             if merged:
                 # Derived rows and their cursor commit together: a server crash that loses
                 # the last commits loses both, and they are indexed again from the node.  No
@@ -422,10 +423,10 @@ class IndexRows(Rows):
 
     # --- the read model --------------------------------------------------------------------
 
-    async def _read(self, fn: Callable[[Any], Any]) -> Any:
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
         snapshot = self.backend == "postgres"
 
-        def run(tx: Any) -> Any:
+        def run(tx: Tx) -> T:
             if snapshot:
                 tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             return fn(tx)
@@ -433,7 +434,7 @@ class IndexRows(Rows):
         return await self.run_transaction(run, write=False)
 
     async def index_cursor(self, chain: str, network: str) -> IndexCursor | None:
-        def select(tx: Any) -> IndexCursor | None:
+        def select(tx: Tx) -> IndexCursor | None:
             return _cursor(tx, (chain, network))
 
         result: IndexCursor | None = await self._read(select)
@@ -452,7 +453,7 @@ class IndexRows(Rows):
             " AND n.network = b.network AND n.contract = b.contract)"
         )
 
-        def select(tx: Any) -> tuple[IndexCursor | None, int, list[tuple[str, int]]]:
+        def select(tx: Tx) -> tuple[IndexCursor | None, int, list[tuple[str, int]]]:
             total = tx.query(
                 f"SELECT COUNT(*) FROM idx_balances b WHERE {filters}",  # noqa: S608
                 params,
@@ -478,7 +479,7 @@ class IndexRows(Rows):
         shown = sorted(c for c, keep in listed.items() if keep)
         hidden = sorted(c for c, keep in listed.items() if not keep)
 
-        def write(tx: Any) -> None:
+        def write(tx: Tx) -> None:
             for start in range(0, len(shown), _CHUNK):
                 chunk = shown[start : start + _CHUNK]
                 tx.execute(
@@ -503,7 +504,7 @@ class IndexRows(Rows):
         params = (chain, network, holder)
         filters = "h.chain = ? AND h.network = ? AND h.holder = ? AND h.quantity NOT LIKE '-%'"
 
-        def select(tx: Any) -> tuple[IndexCursor | None, int, list[Any]]:
+        def select(tx: Tx) -> tuple[IndexCursor | None, int, list[Any]]:
             total = tx.query(
                 f"SELECT COUNT(*) FROM idx_nft_holdings h WHERE {filters}",  # noqa: S608
                 params,
@@ -524,7 +525,7 @@ class IndexRows(Rows):
     async def index_contract(
         self, chain: str, network: str, contract: str
     ) -> tuple[IndexCursor | None, ContractRow | None]:
-        def select(tx: Any) -> tuple[IndexCursor | None, ContractRow | None]:
+        def select(tx: Tx) -> tuple[IndexCursor | None, ContractRow | None]:
             rows = tx.query(
                 f"SELECT {_CONTRACT_COLUMNS} FROM idx_contracts"  # noqa: S608
                 " WHERE chain = ? AND network = ? AND contract = ?",
@@ -542,7 +543,9 @@ class IndexRows(Rows):
         (positive quantities, in address order)."""
         token = token_hex(token_id)
 
-        def select(tx: Any) -> Any:
+        def select(
+            tx: Tx,
+        ) -> tuple[IndexCursor | None, ContractRow | None, TokenRow | None, list[tuple[str, int]]]:
             where = (chain, network)
             contracts = tx.query(
                 f"SELECT {_CONTRACT_COLUMNS} FROM idx_contracts"  # noqa: S608
@@ -567,8 +570,7 @@ class IndexRows(Rows):
                 [(h, _amount(q)) for h, q in holders],
             )
 
-        result: Any = await self._read(select)
-        return result  # type: ignore[no-any-return]
+        return await self._read(select)
 
     async def index_transfers(
         self,
@@ -614,7 +616,7 @@ class IndexRows(Rows):
         sql = " UNION ".join(parts) + f" {order}"
         all_params.append(limit)
 
-        def select(tx: Any) -> tuple[IndexCursor | None, list[TransferRow]]:
+        def select(tx: Tx) -> tuple[IndexCursor | None, list[TransferRow]]:
             rows = tx.query(sql, all_params)
             return _cursor(tx, (chain, network)), [_transfer_row(r) for r in rows]
 
@@ -631,7 +633,7 @@ class IndexRows(Rows):
             condition = " AND (first_block, contract) > (?, ?)"
             params.extend(after)
 
-        def select(tx: Any) -> list[ContractRow]:
+        def select(tx: Tx) -> list[ContractRow]:
             rows = tx.query(
                 f"SELECT {_CONTRACT_COLUMNS} FROM idx_contracts"  # noqa: S608
                 f" WHERE chain = ? AND network = ?{condition}"
@@ -669,7 +671,7 @@ def _check_chain(
         raise IndexConflict(f"the cursor {cursor.number} is not the last block's")
 
 
-def _cursor(tx: Any, where: tuple[str, str]) -> IndexCursor | None:
+def _cursor(tx: Tx, where: tuple[str, str]) -> IndexCursor | None:
     rows = tx.query("SELECT number, hash FROM idx_cursors WHERE chain = ? AND network = ?", where)
     return IndexCursor(int(rows[0][0]), rows[0][1]) if rows else None
 

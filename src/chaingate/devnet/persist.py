@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import msgspec
 
@@ -105,7 +105,7 @@ def write_state_file(saved: SavedChain, path: Path) -> None:
         raise
 
 
-def _hash(block: Any) -> str | None:
+def _hash(block: object) -> str | None:
     return block.get("hash") if isinstance(block, dict) else None
 
 

@@ -16,7 +16,7 @@ import msgspec
 
 
 class RpcError(RuntimeError):
-    def __init__(self, method: str, error: Any) -> None:
+    def __init__(self, method: str, error: object) -> None:
         message = error.get("message", error) if isinstance(error, dict) else error
         super().__init__(f"{method}: {message}")
         self.method = method
@@ -58,7 +58,7 @@ class DevnetRpc:
             raise RuntimeError(f"devnet node answered HTTP {response.status}")
         return _decode(payload)
 
-    def call(self, method: str, *params: Any) -> Any:
+    def call(self, method: str, *params: object) -> Any:
         reply = self._post(_encode({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
         if "error" in reply:
             raise RpcError(method, reply["error"])

@@ -56,7 +56,7 @@ def encode(dump: dict[str, Any]) -> str:
     return "0x" + gzip.compress(msgspec.json.encode(dump), compresslevel=6).hex()
 
 
-def _number(value: Any) -> int:
+def _number(value: str | int) -> int:
     return int(value, 16) if isinstance(value, str) else int(value)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from chaingate.edge.responses import JSON, error_body
+from chaingate.twintypes.http1 import Request
 
 log = logging.getLogger("chaingate.asgi")
 
@@ -72,11 +73,11 @@ class AsgiBridge:
 
     async def handle(
         self,
-        request: Any,
+        request: Request,
         path: bytes,
         peer: str,
         extra_headers: bytes = b"",
-        principal: Any = None,
+        principal: object = None,
     ) -> tuple[int, bytes, bytes]:
         """Run one request through the app; status, header lines and body for the edge.
 

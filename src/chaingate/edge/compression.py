@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Any
 
 import zstandard
+
+from chaingate.twintypes.http1 import Request
 
 GZIP = b"gzip"
 ZSTD = b"zstd"
@@ -184,7 +185,7 @@ def decode_body(content_encoding: bytes, body: bytes, cap: int) -> bytes:
     return out
 
 
-def replace_body(request: Any, body: bytes) -> None:
+def replace_body(request: Request, body: bytes) -> None:
     """Hand the inflated body on as if it had come so: the coding and the length that
     described the bytes on the wire go (the REST app sees these headers)."""
     request.body = body

@@ -18,6 +18,7 @@ from chaingate.edge.routes import Routes
 from chaingate.impl import Impl
 from chaingate.obs.logs import AccessLog
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.fastlane import Admission, Lane, Route
 
 RPC_PREFIX = b"/v1/rpc/"
 
@@ -28,13 +29,15 @@ def build_lane(
     gate: Gate,
     routes: Routes,
     access_log: AccessLog,
-) -> Any:
+) -> Lane:
     fastlane = impl.fastlane
-    paths: dict[bytes, Any] = {}
+    paths: dict[bytes, Route] = {}
     for key, service in services.items():
         path = RPC_PREFIX + key.encode()
         paths[path] = paths[path + b"/"] = service.route  # a trailing slash: the same endpoint
-    admission = getattr(gate, "admission", None) or fastlane.OpenAdmission(ANONYMOUS)
+    admission: Admission[Any] = getattr(gate, "admission", None) or fastlane.OpenAdmission(
+        ANONYMOUS
+    )
     ledger = fastlane.Ledger(routes.statuses, routes.route_latency, access_log)
     return fastlane.Lane(
         paths, admission, ledger, routes.ids, cors.answer_headers, error_body, loggable_path

@@ -43,6 +43,9 @@ from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.fastlane import RequestIds
+from chaingate.twintypes.http1 import Request
+from chaingate.twintypes.jsonrpc import JsonRpcModule
 
 log = logging.getLogger("chaingate.edge")
 
@@ -102,8 +105,8 @@ class Routes:
         registry: Registry,
         access_log: AccessLog,
         admin_token: str,
-        ids: Any,
-        jsonrpc: Any,
+        ids: RequestIds,
+        jsonrpc: JsonRpcModule,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
@@ -140,7 +143,7 @@ class Routes:
             for status, n in counts.items()
         }
 
-    async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
+    async def __call__(self, request: Request, peer: str) -> tuple[int, bytes, bytes]:
         started = perf_counter()
         request_id: bytes = self.ids.take(request.request_id)
         label = ""
@@ -188,7 +191,7 @@ class Routes:
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
 
     async def _rpc(
-        self, request: Any, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, started: float
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
@@ -221,7 +224,7 @@ class Routes:
         return 200, headers, reply.body, reply.label, cache
 
     async def _other(
-        self, request: Any, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, started: float
     ) -> tuple[str, int, bytes, bytes]:
         """Route, status, header lines and body of a request that is not JSON-RPC."""
         if path == b"/metrics":
@@ -259,7 +262,7 @@ class Routes:
         return route, status, headers, body
 
     async def _bundler(
-        self, request: Any, tail: bytes, peer: str, started: float
+        self, request: Request, tail: bytes, peer: str, started: float
     ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
@@ -303,7 +306,7 @@ class Routes:
         return 200, JSON + gate.response_headers(principal), body
 
     def _refused_rpc(
-        self, request: Any, rejection: Rejection, rate_headers: bytes, max_batch: int
+        self, request: Request, rejection: Rejection, rate_headers: bytes, max_batch: int
     ) -> tuple[int, bytes, bytes]:
         """A refusal on a JSON-RPC path: its HTTP status, and a JSON-RPC body with the
         request's ids that JSON-RPC clients read (chaingate.refusals)."""
@@ -317,7 +320,7 @@ class Routes:
             body = jsonrpc.raw_error_reply(ids[0] if ids else b"null", error)
         return _rejected(rejection, rate_headers, request, body)
 
-    def _metrics(self, request: Any) -> tuple[int, bytes, bytes]:
+    def _metrics(self, request: Request) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
             return 405, JSON + _ALLOW_GET, error_body(405, "use GET")
         if not self._admin_token:
@@ -334,7 +337,13 @@ class Routes:
         return 200, b"Content-Type: text/plain; version=0.0.4\r\n", self._registry.render()
 
     async def _compute_shared(
-        self, request: Any, path: bytes, peer: str, principal: Any, key: CacheKey, seconds: float
+        self,
+        request: Request,
+        path: bytes,
+        peer: str,
+        principal: object,
+        key: CacheKey,
+        seconds: float,
     ) -> tuple[int, bytes, bytes]:
         """Compute a cacheable answer once for everyone asking for ``key`` meanwhile."""
         future: Future[tuple[int, bytes, bytes]] = Future()
@@ -354,7 +363,7 @@ class Routes:
         return answer
 
     async def _rest(
-        self, request: Any, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, started: float
     ) -> tuple[int, bytes, bytes]:
         """A REST request: its route's scope, then admission like a JSON-RPC call (request and
         compute-unit buckets, day quota, usage), then the app."""
@@ -414,7 +423,7 @@ _TWO_KEYS = Rejection(
 )
 
 
-def _path_key(tail: bytes, known: Mapping[bytes, Any], request: Any) -> tuple[bytes, Any]:
+def _path_key(tail: bytes, known: Mapping[bytes, Any], request: Request) -> tuple[bytes, Any]:
     """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
     and the credentials to check: the request itself, or — for ``{chain}/{network}/{key}``,
     the form wallets and tools that take only a URL use — the key in the path in place of
@@ -441,7 +450,10 @@ class _LeaderGone(Exception):
 
 
 def _rejected(
-    rejection: Rejection, rate_headers: bytes, request: Any = None, body: bytes | None = None
+    rejection: Rejection,
+    rate_headers: bytes,
+    request: Request | None = None,
+    body: bytes | None = None,
 ) -> tuple[int, bytes, bytes]:
     """A refusal: the spec's error envelope, unless a body is given (JSON-RPC, over a limit).
     A rejection that asks for it closes the connection after the answer."""

@@ -37,6 +37,7 @@ import logging
 import os
 import socket
 from collections import defaultdict
+from collections.abc import Iterable
 from time import monotonic
 from typing import Any, Protocol
 
@@ -51,6 +52,9 @@ from chaingate.edge.responses import JSON, DateHeader, error_body
 from chaingate.framing_constants import BUSY, IDLE, LINGER, READING, WRITING
 from chaingate.impl import Impl
 from chaingate.peers import peer_group
+from chaingate.twintypes.edgeloop import Conn
+from chaingate.twintypes.fastlane import AnswerBudget, Lane
+from chaingate.twintypes.http1 import Http1Module, Request
 
 log = logging.getLogger("chaingate.edge")
 
@@ -66,7 +70,7 @@ UNSENT_POLL_SECONDS = 0.005
 
 
 class Handler(Protocol):
-    async def __call__(self, request: Any, peer: str) -> tuple[int, bytes, bytes]:
+    async def __call__(self, request: Request, peer: str) -> tuple[int, bytes, bytes]:
         """Answer one request: status, extra header lines, body."""
         ...
 
@@ -74,7 +78,7 @@ class Handler(Protocol):
 class Upgrades(Protocol):
     """Takes over connections that ask for another protocol (see ``chaingate.ws``)."""
 
-    def handshake(self, request: Any, peer: str) -> tuple[int, bytes, bytes] | Any:
+    def handshake(self, request: Request, peer: str) -> tuple[int, bytes, bytes] | Any:
         """None: not ours, answer as usual; (status, headers, body): refuse; else a ticket
         whose ``response`` (the 101) is written before ``serve`` takes the socket."""
         ...
@@ -94,8 +98,8 @@ class EdgeServer:
         settings: ServerSettings,
         impl: Impl,
         handler: Handler,
-        lane: Any,
-        budget: Any,
+        lane: Lane,
+        budget: AnswerBudget,
         upgrades: Upgrades | None = None,
         reserved_fds: int = 0,
     ) -> None:
@@ -103,12 +107,12 @@ class EdgeServer:
         ``budget``: the answer bytes batches are assembling (exhausted: new work is shed
         with 503)."""
         self._settings = settings
-        self._http1: Any = impl.http1
+        self._http1 = impl.http1
         self._handler = handler
         self._upgrades = upgrades
         self._reserved_fds = reserved_fds
         self._date = DateHeader()
-        self.loop: Any = impl.edgeloop.Loop(
+        self.loop = impl.edgeloop.Loop(
             impl.http1,
             lane,
             limits=(
@@ -128,7 +132,7 @@ class EdgeServer:
             closed=self._forget,
         )
         self._nursery: trio.Nursery | None = None
-        self._by_group: dict[str, set[Any]] = {}
+        self._by_group: dict[str, set[Conn]] = {}
         self._upgraded = 0  # connections handed to the upgraded protocol, still open
         self._closing = False
         self._listener: socket.socket | None = None
@@ -154,16 +158,16 @@ class EdgeServer:
     @property
     def unsent_bytes(self) -> int:
         """Bytes of answers handed to the loop but not yet taken by their clients."""
-        return self.loop.unsent_bytes  # type: ignore[no-any-return]
+        return self.loop.unsent_bytes
 
     @property
     def overloaded(self) -> int:
         """Requests answered 503 because of unsent_bytes or the answer budget."""
-        return self.loop.overloaded  # type: ignore[no-any-return]
+        return self.loop.overloaded
 
     @property
     def framing_errors(self) -> dict[int, int]:
-        return self.loop.framing_errors  # type: ignore[no-any-return]
+        return self.loop.framing_errors
 
     def _bind(self) -> socket.socket:
         settings = self._settings
@@ -276,7 +280,7 @@ class EdgeServer:
             if accepted % FAIRNESS_BATCH == 0:
                 await trio.lowlevel.checkpoint()
 
-    def _forget(self, conn: Any) -> None:
+    def _forget(self, conn: Conn) -> None:
         """The loop closed ``conn``."""
         members = self._by_group.get(conn.group)
         if members is not None:
@@ -303,8 +307,8 @@ class EdgeServer:
             return False
         return True
 
-    def _evict_idle(self, conns: Any) -> bool:
-        oldest: Any = None
+    def _evict_idle(self, conns: Iterable[Conn]) -> bool:
+        oldest: Conn | None = None
         idle = self.loop.idle
         for conn in conns:
             if idle(conn) and (oldest is None or conn.since < oldest.since):
@@ -334,22 +338,22 @@ class EdgeServer:
 
     # --- hand-offs: what the loop leaves to Python ----------------------------------------
 
-    def _handoff(self, conn: Any, request: Any) -> None:
+    def _handoff(self, conn: Conn, request: Request) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(self._answer, conn, request)
 
-    def _encode_later(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
+    def _encode_later(self, conn: Conn, status: int, headers: bytes, body: bytes) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(self._encode_and_answer, conn, status, headers, body)
 
-    async def _answer(self, conn: Any, request: Any) -> None:
+    async def _answer(self, conn: Conn, request: Request) -> None:
         """Answer one handed-off request (the loop waits for it before the connection's
         next one)."""
         peer = conn.peer
         ticket = None
         try:
-            if request.content_encoding is not None and (
-                refusal := _decode_body(request, self._settings.max_body_bytes)
+            if (coding := request.content_encoding) is not None and (
+                refusal := _decode_body(request, coding, self._settings.max_body_bytes)
             ):
                 status, headers, body = refusal
             elif request.upgrade is not None and self._upgrades is not None:
@@ -377,13 +381,18 @@ class EdgeServer:
                 log.exception("unhandled error while upgrading a connection")
                 self.loop.close(conn)
             return
-        if _wants_coding(request, body, self._settings.compress_min_bytes):
-            headers, body = await self._encode(request.accept_encoding, status, headers, body)
+        accept = request.accept_encoding
+        if accept is not None and _wants_coding(accept, body, self._settings.compress_min_bytes):
+            headers, body = await self._encode(accept, status, headers, body)
         self.loop.answer(conn, status, headers, body)
 
-    async def _encode_and_answer(self, conn: Any, status: int, headers: bytes, body: bytes) -> None:
-        request = conn.request
-        headers, body = await self._encode(request.accept_encoding, status, headers, body)
+    async def _encode_and_answer(
+        self, conn: Conn, status: int, headers: bytes, body: bytes
+    ) -> None:
+        accept = conn.request.accept_encoding
+        # The loop asks for a coding only for a request that accepts one (_wants_coding).
+        assert accept is not None
+        headers, body = await self._encode(accept, status, headers, body)
         self.loop.answer(conn, status, headers, body)
 
     async def _encode(
@@ -407,7 +416,7 @@ class EdgeServer:
         self.coded_bytes_out += len(coded)
         return headers + compression.coded_headers(coding), coded
 
-    async def _upgrade(self, conn: Any, ticket: Any) -> None:
+    async def _upgrade(self, conn: Conn, ticket: Any) -> None:
         upgrades = self._upgrades
         assert upgrades is not None
         # Answers to requests pipelined before the upgrade go first; the 101 follows them.
@@ -487,20 +496,14 @@ class EdgeServer:
                     loop.close(conn)
 
 
-def _wants_coding(request: Any, body: bytes, compress_min: int) -> bool:
+def _wants_coding(accept: bytes, body: bytes, compress_min: int) -> bool:
     """Might the client's Accept-Encoding turn this answer into a coded one?  (The size test
     first: a small answer is coded only when the client refused identity, which needs a
     "=0" somewhere.)"""
-    accept = request.accept_encoding
-    return (
-        accept is not None
-        and compress_min > 0
-        and len(body) > 0
-        and (len(body) >= compress_min or b"=0" in accept)
-    )
+    return compress_min > 0 and len(body) > 0 and (len(body) >= compress_min or b"=0" in accept)
 
 
-def _refuse_connection(sock: socket.socket, http1: Any, date: DateHeader) -> None:
+def _refuse_connection(sock: socket.socket, http1: Http1Module, date: DateHeader) -> None:
     """Tell a connection over a cap why it is closed (best effort, never waiting)."""
     body = error_body(503, "too many connections: retry shortly")
     netio.try_send(
@@ -509,10 +512,10 @@ def _refuse_connection(sock: socket.socket, http1: Any, date: DateHeader) -> Non
     sock.close()
 
 
-def _decode_body(request: Any, cap: int) -> tuple[int, bytes, bytes] | None:
-    """Undo the request body's content coding in place; the refusal when it cannot be."""
+def _decode_body(request: Request, coding: bytes, cap: int) -> tuple[int, bytes, bytes] | None:
+    """Undo the request body's content ``coding`` in place; the refusal when it cannot be."""
     try:
-        body = compression.decode_body(request.content_encoding, request.body, cap)
+        body = compression.decode_body(coding, request.body, cap)
     except compression.BodyError as exc:
         headers = JSON + compression.ACCEPTED_REQUEST_CODINGS if exc.status == 415 else JSON
         return exc.status, headers, error_body(exc.status, exc.message)
@@ -520,7 +523,7 @@ def _decode_body(request: Any, cap: int) -> tuple[int, bytes, bytes] | None:
     return None
 
 
-def _peer(address: Any) -> str:
+def _peer(address: object) -> str:
     if isinstance(address, tuple) and address:
         return str(address[0])
     return "unix"

@@ -35,7 +35,7 @@ class _Type:
     dynamic = False
     head_size = _WORD  # bytes this type takes in its enclosing sequence's head
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         raise NotImplementedError
 
     def decode(self, data: bytes, offset: int) -> Any:
@@ -62,7 +62,7 @@ class _Int(_Type):
         self.bits = bits
         self.signed = signed
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, int) or isinstance(value, bool):
             raise AbiError(f"expected an int, got {type(value).__name__}")
         low, high = (
@@ -80,7 +80,7 @@ class _Int(_Type):
 
 
 class _Address(_Type):
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: Any) -> bytes:  # str or bytes, as address_bytes takes
         return b"\x00" * 12 + address_bytes(value)
 
     def decode(self, data: bytes, offset: int) -> str:
@@ -88,7 +88,7 @@ class _Address(_Type):
 
 
 class _Bool(_Type):
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, bool):
             raise AbiError(f"expected a bool, got {type(value).__name__}")
         return _word(int(value))
@@ -103,7 +103,7 @@ class _FixedBytes(_Type):
             raise AbiError(f"invalid bytes{size}")
         self.size = size
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, bytes) or len(value) != self.size:
             raise AbiError(f"expected {self.size} bytes")
         return _pad(value)
@@ -122,7 +122,7 @@ def _read_bytes(data: bytes, offset: int) -> bytes:
 class _Bytes(_Type):
     dynamic = True
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, bytes | bytearray):
             raise AbiError(f"expected bytes, got {type(value).__name__}")
         return _word(len(value)) + _pad(bytes(value))
@@ -134,7 +134,7 @@ class _Bytes(_Type):
 class _String(_Type):
     dynamic = True
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, str):
             raise AbiError(f"expected a str, got {type(value).__name__}")
         raw = value.encode()
@@ -182,7 +182,7 @@ class _Tuple(_Type):
         self.dynamic = any(item.dynamic for item in self.items)
         self.head_size = _WORD if self.dynamic else sum(item.head_size for item in self.items)
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, tuple | list):
             raise AbiError(f"expected a tuple, got {type(value).__name__}")
         return _encode_sequence(self.items, value)
@@ -198,7 +198,7 @@ class _Array(_Type):
         self.dynamic = length is None or item.dynamic
         self.head_size = _WORD if self.dynamic else item.head_size * (length or 0)
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, list | tuple):
             raise AbiError(f"expected a list, got {type(value).__name__}")
         if self.length is not None and len(value) != self.length:
@@ -285,7 +285,7 @@ def event_topic(signature: str) -> str:
     return "0x" + keccak256(signature.replace(" ", "").encode()).hex()
 
 
-def encode_call(signature: str, *args: Any) -> bytes:
+def encode_call(signature: str, *args: object) -> bytes:
     """Calldata for ``name(types...)`` with ``args``."""
     signature = signature.replace(" ", "")
     open_at = signature.index("(")

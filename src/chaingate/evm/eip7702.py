@@ -10,7 +10,6 @@ address clears it) and bumps the authority's nonce.  A chain id of 0 is valid on
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -113,7 +112,7 @@ def delegate_of(code: bytes) -> str | None:
     return None
 
 
-def parse_authorization(value: Any, field: str = "eip7702Auth") -> Authorization:
+def parse_authorization(value: object, field: str = "eip7702Auth") -> Authorization:
     """An authorization in its JSON-RPC form (ERC-7769's ``eip7702Auth``: ``{chainId,
     address, nonce, yParity, r, s}``, 0x-hex), strictly; ValueError naming the field (its
     signature is not checked here: ``authority()`` does)."""

@@ -100,7 +100,7 @@ def _named(params: Sequence[Param], values: Sequence[Any]) -> list[dict[str, Any
     ]
 
 
-def decoded_value(kind: str, value: Any) -> Any:
+def decoded_value(kind: str, value: object) -> object:
     """``value`` (as ``abi.decode`` gives it) in its JSON-ready form (see the module doc)."""
     if isinstance(value, bool | str):
         return value

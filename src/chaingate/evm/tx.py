@@ -10,6 +10,8 @@ legacy (EIP-155 or not), EIP-2930, EIP-1559, EIP-4844 and EIP-7702 transactions.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import msgspec
 
 from chaingate.evm import rlp
@@ -106,6 +108,10 @@ def _signature(v: int, r: bytes, s: bytes) -> bytes:
     return r_int.to_bytes(32, "big") + s_int.to_bytes(32, "big") + bytes([v])
 
 
+def _all_bytes(fields: list[rlp.Item]) -> TypeGuard[list[bytes]]:
+    return all(isinstance(f, bytes) for f in fields)
+
+
 def _to(field: rlp.Item) -> str | None:
     if not isinstance(field, bytes):
         raise ValueError("transaction 'to' is not a string")
@@ -154,9 +160,9 @@ def decode_raw(raw: bytes) -> DecodedTx:
         fields = rlp.decode(raw)
         if not isinstance(fields, list) or len(fields) != 9:
             raise ValueError("a legacy transaction has 9 fields")
-        if not all(isinstance(f, bytes) for f in fields):
+        if not _all_bytes(fields):
             raise ValueError("malformed legacy transaction")
-        v = rlp.bytes_int(fields[6])  # type: ignore[arg-type]
+        v = rlp.bytes_int(fields[6])
         unsigned: list[rlp.Item] = list(fields[:6])
         if v in (27, 28):
             parity = v - 27
@@ -167,11 +173,11 @@ def decode_raw(raw: bytes) -> DecodedTx:
         else:
             raise ValueError("invalid legacy transaction v")
         digest = keccak256(rlp.encode(unsigned))
-        signature = _signature(parity, fields[7], fields[8])  # type: ignore[arg-type]
+        signature = _signature(parity, fields[7], fields[8])
         return DecodedTx(
             0,
             recover_address(digest, signature),
-            rlp.bytes_int(fields[0]),  # type: ignore[arg-type]
+            rlp.bytes_int(fields[0]),
             _to(fields[3]),
             tx_hash(raw),
         )

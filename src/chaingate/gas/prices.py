@@ -27,7 +27,6 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 
@@ -48,7 +47,7 @@ _QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}")
 Triple = tuple[int, int, int]
 
 
-def parse_quantity(value: Any) -> int:
+def parse_quantity(value: object) -> int:
     """An int from a JSON-RPC hex quantity; ValueError for anything else."""
     if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
         raise ValueError(f"not a hex quantity: {str(value)[:40]!r}")
@@ -91,7 +90,7 @@ class FeeHistory(msgspec.Struct, frozen=True):
         return self.base_fees[-1] if self.base_fees else 0
 
 
-def parse_fee_history(result: Any) -> FeeHistory:
+def parse_fee_history(result: object) -> FeeHistory:
     """Decode and check an ``eth_feeHistory`` result; ValueError when it is malformed."""
     raw = msgspec.convert(result, _RawFeeHistory)  # ValidationError is a ValueError
     blocks = len(raw.gas_used_ratio)

@@ -22,6 +22,13 @@ from typing import Literal
 import msgspec
 
 Status = Literal["ok", "stale", "pending", "failed"]
+# A stored status as the model knows it (a row's text, typed; anything else reads "failed").
+STATUSES: dict[str, Status] = {
+    "ok": "ok",
+    "stale": "stale",
+    "pending": "pending",
+    "failed": "failed",
+}
 # What a contract is, by ERC-165 first, then the indexer's hint from its logs, then calls.
 Standard = Literal["ERC20", "ERC721", "ERC1155"]
 STANDARDS: tuple[Standard, ...] = ("ERC20", "ERC721", "ERC1155")

@@ -35,7 +35,7 @@ class Result(NamedTuple):
     data: bytes  # return data, or revert data when not ok
 
 
-def _hex(value: Any) -> bytes:
+def _hex(value: object) -> bytes:
     if not isinstance(value, str) or not value.startswith("0x"):
         raise ValueError("eth_call answer is not 0x-hex")
     return bytes.fromhex(value[2:])
@@ -100,7 +100,7 @@ class Multicall:
         return _eth_call(self.address, data, block)
 
 
-def _decode_aggregate(answer: Any, count: int) -> list[Result] | None:
+def _decode_aggregate(answer: object, count: int) -> list[Result] | None:
     """aggregate3's Result[] — None when the answer is an error or not that shape."""
     if isinstance(answer, RpcCallError):
         return None
@@ -124,7 +124,7 @@ def is_execution_failure(error: RpcCallError) -> bool:
     return error.code == 3 or any(words in message for words in _EXECUTION_FAILURES)
 
 
-def _single_result(answer: Any) -> Result:
+def _single_result(answer: object) -> Result:
     if isinstance(answer, RpcCallError):
         if not is_execution_failure(answer):
             # Not an answer about the contract: a "no" now would be remembered as a fact

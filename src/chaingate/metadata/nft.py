@@ -70,7 +70,7 @@ def _decimal_text(value: Decimal) -> str:
     return str(value)
 
 
-def _scalar_text(value: Any) -> str | None:
+def _scalar_text(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -85,12 +85,12 @@ def _scalar_text(value: Any) -> str | None:
     return None
 
 
-def _text(value: Any, max_chars: int, *, keep_newlines: bool = False) -> str | None:
+def _text(value: object, max_chars: int, *, keep_newlines: bool = False) -> str | None:
     text = _scalar_text(value)
     return None if text is None else _clean(text, max_chars, keep_newlines=keep_newlines)
 
 
-def trait_value(value: Any) -> str | None:
+def trait_value(value: object) -> str | None:
     """A trait value as a string (None for null: the trait is dropped)."""
     if value is None:
         return None
@@ -105,14 +105,14 @@ def trait_value(value: Any) -> str | None:
     return cleaned if cleaned is not None else ""
 
 
-def _trait(kind: Any, value: Any) -> Trait | None:
+def _trait(kind: object, value: object) -> Trait | None:
     shown = trait_value(value)
     if shown is None:
         return None
     return Trait(trait_type=_text(kind, TRAIT_TYPE_MAX) or "", value=shown)
 
 
-def parse_traits(raw: Any) -> list[Trait]:
+def parse_traits(raw: object) -> list[Trait]:
     entries: list[tuple[Any, Any]] = []
     if isinstance(raw, list):
         for item in raw:
@@ -137,7 +137,7 @@ def parse_traits(raw: Any) -> list[Trait]:
     return traits
 
 
-def _url(value: Any, max_chars: int, token_id: int | None) -> str | None:
+def _url(value: object, max_chars: int, token_id: int | None) -> str | None:
     if not isinstance(value, str):
         return None
     url = value.strip()
@@ -146,7 +146,7 @@ def _url(value: Any, max_chars: int, token_id: int | None) -> str | None:
     return substitute_id(url, token_id) if token_id is not None else url
 
 
-def _first(doc: dict[str, Any], *keys: str) -> Any:
+def _first(doc: dict[str, Any], *keys: str) -> object:
     for key in keys:
         value = doc.get(key)
         if isinstance(value, str) and value.strip():

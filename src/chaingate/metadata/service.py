@@ -26,12 +26,14 @@ from chaingate.metadata.amounts import format_units, usd_value
 from chaingate.metadata.documents import DocumentSource
 from chaingate.metadata.model import (
     STANDARDS,
+    STATUSES,
     BalanceInfo,
     CollectionMetadata,
     NftMetadata,
     PriceQuote,
     RefreshResult,
     Standard,
+    Status,
     TokenInfo,
     TokenMetadata,
 )
@@ -95,8 +97,8 @@ def _lower(address: str) -> str:
     return "0x" + address_bytes(address).hex()
 
 
-def _status_of(row: NftRow) -> str:
-    return row.status if row.status in ("ok", "stale", "pending", "failed") else "failed"
+def _status_of(row: NftRow) -> Status:
+    return STATUSES.get(row.status, "failed")
 
 
 class MetadataService:
@@ -377,7 +379,7 @@ class MetadataService:
             animation_url=row.animation_url,
             external_url=row.external_url,
             traits=decode_traits(row.traits),
-            status=_status_of(row),  # type: ignore[arg-type]
+            status=_status_of(row),
             last_error=row.last_error,
             attempts=row.attempts,
             fetched_at=row.fetched_at,
@@ -486,7 +488,7 @@ class MetadataService:
             banner_url=row.banner_url,
             banner_gateway_url=self._gateway(row.banner_url),
             external_url=row.external_url,
-            status=_status_of(row),  # type: ignore[arg-type]
+            status=_status_of(row),
             last_error=row.last_error,
             next_retry_at=row.next_retry_at,
         )

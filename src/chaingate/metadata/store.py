@@ -16,6 +16,7 @@ import msgspec
 
 from chaingate.store.base import register_network_table
 from chaingate.store.rows import Rows
+from chaingate.store.tx import Tx
 
 # Bound on the parameters of one IN (...) list.
 _CHUNK = 400
@@ -121,7 +122,7 @@ class MetaRows(Rows):
     ) -> dict[str, TokenRow]:
         wanted = sorted(set(contracts))
 
-        def select(tx: Any) -> dict[str, TokenRow]:
+        def select(tx: Tx) -> dict[str, TokenRow]:
             found: dict[str, TokenRow] = {}
             for start in range(0, len(wanted), _CHUNK):
                 chunk = wanted[start : start + _CHUNK]
@@ -145,7 +146,7 @@ class MetaRows(Rows):
         if not values:
             return
 
-        def upsert(tx: Any) -> None:
+        def upsert(tx: Tx) -> None:
             tx.executemany(_TOKEN_UPSERT, values)
 
         await self.run_transaction(upsert)
@@ -157,7 +158,7 @@ class MetaRows(Rows):
         whose hint changed, become due for a probe now; returns those contracts."""
         given = dict(sorted(hints))
 
-        def note(tx: Any) -> list[str]:
+        def note(tx: Tx) -> list[str]:
             due: list[str] = []
             keys = list(given)
             known: dict[str, str | None] = {}
@@ -193,7 +194,7 @@ class MetaRows(Rows):
     async def due_token_contracts(
         self, chain: str, network: str, now: int, limit: int
     ) -> list[str]:
-        def select(tx: Any) -> list[str]:
+        def select(tx: Tx) -> list[str]:
             rows = tx.query(
                 "SELECT contract FROM token_metadata WHERE chain = ? AND network = ?"
                 " AND next_retry_at IS NOT NULL AND next_retry_at <= ?"
@@ -213,7 +214,7 @@ class MetaRows(Rows):
         wanted = set(keys)
         contracts = sorted({c for c, _ in wanted})
 
-        def select(tx: Any) -> dict[tuple[str, str], NftRow]:
+        def select(tx: Tx) -> dict[tuple[str, str], NftRow]:
             found: dict[tuple[str, str], NftRow] = {}
             for contract in contracts:
                 ids = sorted(t for c, t in wanted if c == contract)
@@ -255,7 +256,7 @@ class MetaRows(Rows):
         if not values:
             return
 
-        def insert(tx: Any) -> None:
+        def insert(tx: Tx) -> None:
             tx.executemany(_NFT_INSERT, values)
 
         await self.run_transaction(insert)
@@ -275,7 +276,7 @@ class MetaRows(Rows):
             (now, priority, now, chain, network, c, t, idle_before) for c, t in sorted(set(keys))
         ]
 
-        def wake(tx: Any) -> int:
+        def wake(tx: Tx) -> int:
             changed = 0
             for row in rows:
                 changed += tx.execute(
@@ -303,7 +304,7 @@ class MetaRows(Rows):
         ``lease_until``: nobody else claims them before then.  ``busy``: keys the caller is
         fetching already (made due again meanwhile), left for later."""
 
-        def claim(tx: Any) -> list[NftRow]:
+        def claim(tx: Tx) -> list[NftRow]:
             rows = tx.query(
                 f"{_NFT_SELECT} WHERE chain = ? AND network = ?"
                 " AND next_retry_at IS NOT NULL AND next_retry_at <= ?"
@@ -333,7 +334,7 @@ class MetaRows(Rows):
         ``version``.  A refresh or an ERC-4906 event that touched the row since then wins:
         the outcome is kept (as ``stale`` if it succeeded) and the row stays due."""
 
-        def save(tx: Any) -> None:
+        def save(tx: Tx) -> None:
             rows = tx.query(
                 "SELECT updated_at, next_retry_at, priority, refresh_requested_at"
                 " FROM nft_metadata"
@@ -391,7 +392,7 @@ class MetaRows(Rows):
             ),
         )
 
-        def request(tx: Any) -> RefreshGrant:
+        def request(tx: Tx) -> RefreshGrant:
             tx.execute(  # the document's requests past their cool-down mean nothing
                 "DELETE FROM nft_refresh_requests WHERE chain = ? AND network = ?"
                 " AND contract = ? AND token_id = ? AND requested_at <= ?",
@@ -457,7 +458,7 @@ class MetaRows(Rows):
     async def prune_nft_refresh_requests(self, chain: str, network: str, before: int) -> int:
         """Forget refreshes accepted before ``before`` (past every cool-down)."""
 
-        def prune(tx: Any) -> int:
+        def prune(tx: Tx) -> int:
             return int(
                 tx.execute(
                     "DELETE FROM nft_refresh_requests"
@@ -484,7 +485,7 @@ class MetaRows(Rows):
         contract refreshes).  Returns the count."""
         at = now if at is None else at
 
-        def mark(tx: Any) -> int:
+        def mark(tx: Tx) -> int:
             changed: int = tx.execute(
                 "UPDATE nft_metadata SET attempts = 0, updated_at = ?,"
                 " next_retry_at = CASE WHEN next_retry_at IS NULL OR next_retry_at > ?"

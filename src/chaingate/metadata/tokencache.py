@@ -23,7 +23,7 @@ from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.metadata import tokens
-from chaingate.metadata.model import STANDARDS, Standard, TokenMetadata
+from chaingate.metadata.model import STANDARDS, Standard, Status, TokenMetadata
 from chaingate.metadata.multicall import Call, Multicall
 from chaingate.metadata.refresher import next_retry_at
 from chaingate.metadata.store import MetaRows, TokenRow
@@ -41,12 +41,16 @@ TOTAL_SUPPLY = abi.encode_call("totalSupply()")
 VerdictListener = Callable[[Mapping[str, bool]], Awaitable[None]]
 
 
+# A token's stored status, typed; anything else ("stale" is an NFT's) reads "failed".
+_TOKEN_STATUSES: dict[str, Status] = {"ok": "ok", "pending": "pending", "failed": "failed"}
+
+
 def _standard(value: str | None) -> Standard | None:
     return next((s for s in STANDARDS if s == value), None)
 
 
 def to_metadata(row: TokenRow) -> TokenMetadata:
-    status = row.status if row.status in ("ok", "pending", "failed") else "failed"
+    status = _TOKEN_STATUSES.get(row.status, "failed")
     return TokenMetadata(
         contract=checksum_address(row.contract),
         standard=_standard(row.standard),
@@ -54,7 +58,7 @@ def to_metadata(row: TokenRow) -> TokenMetadata:
         symbol=row.symbol,
         decimals=row.decimals,
         total_supply=int(row.total_supply) if row.total_supply is not None else None,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         last_error=row.last_error,
         fetched_at=row.fetched_at,
         next_retry_at=row.next_retry_at,

@@ -9,8 +9,6 @@ fails (``stale``) — the one failure the fetcher retries.
 
 from __future__ import annotations
 
-from typing import Any
-
 import h11
 import trio
 
@@ -83,7 +81,7 @@ class Exchange:
             except FetchError as exc:  # the reader's own, which knows no origin
                 raise FetchError(exc.reason, f"{self._origin}: {exc.message}") from None
 
-    async def _next_event(self) -> Any:
+    async def _next_event(self) -> object:
         while True:
             try:
                 event = self._conn.next_event()

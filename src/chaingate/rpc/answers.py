@@ -14,9 +14,9 @@ new work with 503 before memory grows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
+
+from chaingate.twintypes.fastlane import AnswerBudget
 
 # Bytes a reply adds beyond its id and payload: '{"jsonrpc":"2.0","id":' ',"result":' '}' and
 # the comma that separates it from the next reply of a batch.
@@ -32,7 +32,7 @@ class Assembly:
 
     __slots__ = ("_budget", "_scopes", "coming", "limit", "over", "taken", "used")
 
-    def __init__(self, limit: int, budget: Any) -> None:
+    def __init__(self, limit: int, budget: AnswerBudget) -> None:
         self.limit = limit
         self.used = 0  # reply bytes placed in the answer so far
         self.taken = 0  # of which taken from the process budget

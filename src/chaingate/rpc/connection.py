@@ -25,6 +25,7 @@ import trio
 from chaingate import netio
 from chaingate.rpc.errors import ABANDONED, BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
 from chaingate.rpc.future import Future
+from chaingate.twintypes.http1 import ResponseParser
 
 HTTP1, H2 = "http/1.1", "h2"  # ALPN protocol ids
 
@@ -84,7 +85,7 @@ class TlsTransport:
 
     async def receive(self) -> bytes:
         data = bytes(await self._stream.receive_some(netio.RECV_SIZE))
-        netio.quick_ack(self._stream.transport_stream.socket)  # type: ignore[arg-type]
+        netio.quick_ack(self._stream.transport_stream.socket)
         return data
 
     def close(self) -> None:
@@ -195,7 +196,7 @@ class UpstreamConnection(Wire):
         self,
         name: str,
         transport: Transport,
-        parser: Any,
+        parser: ResponseParser,
         http_error: type,
         frame: Callable[[bytes], bytes],
     ) -> None:
@@ -283,7 +284,9 @@ class UpstreamConnection(Wire):
                 else:
                     parser.feed_eof()
                 while True:
-                    event = parser.next_event()
+                    # Any: Response | HttpError | None, told apart by isinstance on the twin's
+                    # class (a Protocol mypy cannot narrow by).
+                    event: Any = parser.next_event()
                     if event is None:
                         break
                     if isinstance(event, http_error):

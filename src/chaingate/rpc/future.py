@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from enum import Enum
+from typing import Final, Generic, TypeVar
 
 import outcome
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
@@ -23,14 +24,21 @@ log = logging.getLogger("chaingate.rpc")
 
 T = TypeVar("T")
 
-_UNSET = object()
+
+class _Unset(Enum):
+    """No result yet (an enum member, so that ``is _UNSET`` narrows the value's type)."""
+
+    UNSET = 0
+
+
+_UNSET: Final = _Unset.UNSET
 
 
 class Future(Generic[T]):
     __slots__ = ("_callbacks", "_error", "_value", "_waiters")
 
     def __init__(self) -> None:
-        self._value: object = _UNSET
+        self._value: T | _Unset = _UNSET
         self._error: BaseException | None = None
         self._waiters: list[Task] = []
         self._callbacks: list[Callable[[Future[T]], None]] | None = None
@@ -74,7 +82,7 @@ class Future(Generic[T]):
             raise self._error
         if self._value is _UNSET:
             raise RuntimeError("the future is not done")
-        return self._value  # type: ignore[return-value]
+        return self._value
 
     def _call_back(self) -> None:
         callbacks, self._callbacks = self._callbacks or [], None
@@ -89,7 +97,7 @@ class Future(Generic[T]):
         if self._error is not None:
             raise self._error
         if self._value is not _UNSET:
-            return self._value  # type: ignore[return-value]
+            return self._value
         task = current_task()
         self._waiters.append(task)
 

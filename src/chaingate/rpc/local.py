@@ -65,7 +65,9 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
-def _reply(call_id: Any, *, result: Any = None, fault: RpcFault | None = None) -> dict[str, Any]:
+def _reply(
+    call_id: object, *, result: object = None, fault: RpcFault | None = None
+) -> dict[str, Any]:
     if fault is None:
         return {"jsonrpc": "2.0", "id": call_id, "result": result}
     error: dict[str, Any] = {"code": fault.code, "message": fault.message}
@@ -74,7 +76,7 @@ def _reply(call_id: Any, *, result: Any = None, fault: RpcFault | None = None) -
     return {"jsonrpc": "2.0", "id": call_id, "error": error}
 
 
-def _call(item: Any) -> Call:
+def _call(item: object) -> Call:
     if not isinstance(item, dict):
         return Call(None, "", None, RpcFault(INVALID_REQUEST, "a call must be an object"))
     call_id = item.get("id")
@@ -138,7 +140,9 @@ class LocalRpc:
         """Compute units of the calls (an unknown or malformed call costs 1)."""
         return sum(self._methods.get(c.method, (None, 1))[1] for c in calls)
 
-    async def run(self, parsed: Parsed, principal: Any) -> tuple[list[dict[str, Any] | None], int]:
+    async def run(
+        self, parsed: Parsed, principal: object
+    ) -> tuple[list[dict[str, Any] | None], int]:
         """Each call's reply in order (None for a notification), and how many were errors.
         A batch's calls run concurrently, MAX_CONCURRENT at a time."""
         calls = parsed.calls
@@ -157,7 +161,7 @@ class LocalRpc:
                     nursery.start_soon(one, index, limiter)
         return [reply for reply, _ in outcomes], sum(failed for _, failed in outcomes)
 
-    async def _run_one(self, call: Call, principal: Any) -> tuple[dict[str, Any] | None, bool]:
+    async def _run_one(self, call: Call, principal: object) -> tuple[dict[str, Any] | None, bool]:
         """(the reply, None for a notification; whether it failed)."""
         fault = call.error
         result: Any = None

@@ -43,7 +43,14 @@ import trio
 
 from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
 from chaingate.impl import Impl
-from chaingate.rpc.connection import H2, HTTP1, UpstreamConnection, Wanted, open_transport
+from chaingate.rpc.connection import (
+    H2,
+    HTTP1,
+    Transport,
+    UpstreamConnection,
+    Wanted,
+    open_transport,
+)
 from chaingate.rpc.errors import (
     ABANDONED,
     BAD_RESPONSE,
@@ -59,6 +66,8 @@ from chaingate.rpc.future import Future
 from chaingate.rpc.h2connection import Http2Connection
 from chaingate.rpc.heads import HeadJudge, Witness, witness_head
 from chaingate.rpc.hedging import Hedger
+from chaingate.twintypes.http1 import Response
+from chaingate.twintypes.jsonrpc import ParsedResponse
 
 Connection = UpstreamConnection | Http2Connection
 
@@ -147,7 +156,9 @@ class Health:
 class Upstream:
     """One node: its connections and its health."""
 
-    def __init__(self, settings: UpstreamSettings, impl: Impl, pipeline_nursery: Any) -> None:
+    def __init__(
+        self, settings: UpstreamSettings, impl: Impl, pipeline_nursery: trio.Nursery
+    ) -> None:
         self.settings = settings
         self.name = settings.display_name()
         parts = urlsplit(settings.url)
@@ -293,9 +304,9 @@ class Upstream:
         opening.set_result(conn)
         return conn
 
-    def _connection(self, transport: Any) -> Connection:
+    def _connection(self, transport: Transport) -> Connection:
         """The connection for what ALPN chose."""
-        http1: Any = self._impl.http1
+        http1 = self._impl.http1
         if transport.protocol == H2:
             return Http2Connection(
                 self.name,
@@ -350,13 +361,13 @@ class UpstreamPool:
         rpc: RpcSettings,
         impl: Impl,
         probe_body: bytes,
-        parse_head: Any,
+        parse_head: Callable[[bytes], int | None],
     ) -> None:
         self.label = label
         self._network = network
         self._rpc = rpc
         self._impl = impl
-        self._parse_response: Any = impl.jsonrpc.parse_response
+        self._parse_response = impl.jsonrpc.parse_response
         self._probe_body = probe_body
         self._parse_head = parse_head
         self.upstreams: list[Upstream] = []
@@ -413,7 +424,7 @@ class UpstreamPool:
         deadline: float,
         prefer: str | None = None,
         prefer_idle: bool = False,
-    ) -> tuple[Upstream, Any]:
+    ) -> tuple[Upstream, Response]:
         """Send one JSON-RPC body; the answering upstream and its HTTP response.
 
         For chaingate's own callers, which decode the body themselves: an answer is only
@@ -688,7 +699,7 @@ class UpstreamPool:
     def _judge(
         self,
         upstream: Upstream,
-        response: Any,
+        response: Response,
         body: bytes,
         parse: bool,
         started: float,
@@ -851,7 +862,7 @@ def _looks_like_json(body: bytes) -> bool:
     return _JSON_START.match(body) is not None
 
 
-def _is_answer(parsed: Any, batch: bool) -> bool:
+def _is_answer(parsed: ParsedResponse | None, batch: bool) -> bool:
     """Is a parsed response a JSON-RPC answer to what was sent (one call, or a batch)?"""
     if parsed is None:
         return False

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -51,8 +51,12 @@ from chaingate.rpc.methods import (
     is_historical,
     valid_block_tag,
 )
-from chaingate.rpc.pool import UpstreamPool
+from chaingate.rpc.pool import Upstream, UpstreamPool
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
+from chaingate.twintypes.fastlane import AnswerBudget, Flight, MethodStats, Route
+from chaingate.twintypes.fastlane import MethodSpec as LaneMethodSpec
+from chaingate.twintypes.http1 import Response
+from chaingate.twintypes.jsonrpc import JsonRpcModule, ParsedResponse, Reply
 
 # Who is calling (the key gate's principal): the proxy reads only its allowlists.
 Principal = Any
@@ -101,6 +105,9 @@ Outcome = tuple[bytes | None, bytes | None]
 LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
+
+# What the pool hands back for a group sent upstream: the answer, or why there is none.
+GroupOutcome = tuple[Upstream, Response, ParsedResponse] | UpstreamError
 
 _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
 
@@ -190,7 +197,7 @@ class RpcService:
         self.network = network
         self.label = f"{chain}/{network}"
         self.settings = settings
-        self._jsonrpc: Any = impl.jsonrpc
+        self._jsonrpc: JsonRpcModule = impl.jsonrpc
         self._gate = gate
         self._methods = methods.family(settings.family)
         self._passthrough = methods.passthrough if settings.passthrough else None
@@ -231,7 +238,7 @@ class RpcService:
         # What this network shares with the edge's fast lane (compiled): the method table,
         # the cache, the calls in flight and every counter (see _pure/fastlane.py).
         fastlane = impl.fastlane
-        self.route: Any = fastlane.Route(
+        self.route: Route = fastlane.Route(
             self.label,
             settings.family,
             settings.testnet,
@@ -277,7 +284,7 @@ class RpcService:
     @property
     def coalesced(self) -> int:
         """Calls answered by joining an identical call already in flight."""
-        return self.route.coalesced  # type: ignore[no-any-return]
+        return self.route.coalesced
 
     def answer_locally(self, method: str, answer: LocalAnswer) -> None:
         """Serve ``method`` in process: it must be in the method table with ``local = true``
@@ -288,7 +295,7 @@ class RpcService:
         self._local[method] = answer
 
     @staticmethod
-    def share_answers(services: Iterable[RpcService], budget: Any) -> Any:
+    def share_answers(services: Iterable[RpcService], budget: AnswerBudget) -> AnswerBudget:
         """Make every service count its batches' replies in one process-wide budget."""
         for service in services:
             service.answers = service.route.budget = budget
@@ -330,7 +337,7 @@ class RpcService:
         return spec.cu, spec.tcu
 
     @staticmethod
-    def _may_be_cached(spec: MethodSpec, tag: bytes | None) -> bool:
+    def _may_be_cached(spec: LaneMethodSpec, tag: bytes | None) -> bool:
         """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
         if spec.cache == "static":
             return True
@@ -349,8 +356,9 @@ class RpcService:
             return RpcReply(body, b"MISS", "invalid", admitted=False)
         if parsed.batch:
             return await self._handle_batch(parsed.calls, principal)
-        # A single call, inline: this is the path most requests take.
-        call = parsed.calls[0]
+        # A single call, inline: this is the path most requests take.  (Any: a valid call's
+        # method is a str and an invalid one's id is bytes, which the Call type cannot say.)
+        call: Any = parsed.calls[0]
         if call.error:
             self._invalid.error += 1
             body = jsonrpc.error_reply(call.id, call.error, call.message)
@@ -417,13 +425,13 @@ class RpcService:
         self,
         call: Any,
         spec: MethodSpec,
-        stats: Any,
+        stats: MethodStats,
         principal: Principal,
         cu: int,
         result: bytes | None,
         error: bytes | None,
     ) -> RpcReply:
-        jsonrpc = self._jsonrpc
+        jsonrpc: Any = self._jsonrpc  # Any: exactly one of result and error is set
         if call.id is None:
             reply = None
         else:
@@ -441,7 +449,7 @@ class RpcService:
         self._gate.record(principal, self.label, spec.name, 1, cu, 0 if error is None else 1)
         return RpcReply(reply, b"MISS", spec.name)
 
-    async def _handle_batch(self, calls: list[Any], principal: Principal) -> RpcReply:
+    async def _handle_batch(self, calls: Sequence[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
         methods = self._methods
         passthrough = self._passthrough
@@ -516,7 +524,7 @@ class RpcService:
 
     async def _dispatch_batch(
         self,
-        calls: list[Any],
+        calls: Sequence[Any],
         jobs: list[_Job],
         replies: list[bytes | None],
         principal: Principal,
@@ -619,20 +627,20 @@ class RpcService:
         )
         if call.id is None:
             return None  # a notification gets no answer, not even an error
-        return self._jsonrpc.error_reply(call.id, INVALID_PARAMS, message)  # type: ignore[no-any-return]
+        return self._jsonrpc.error_reply(call.id, INVALID_PARAMS, message)
 
     def _not_found(self, call: Any) -> bytes | None:
         if call.id is None:
             return None  # a notification gets no answer, not even an error
         message = f"method not found: {call.method[:64]}"
-        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)
 
     def _not_served(self, call: Any) -> bytes | None:
         """A local method whose subsystem this deployment does not run."""
         if call.id is None:
             return None
         message = f"{call.method[:64]} is not served on {self.label}: its subsystem is off"
-        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)  # type: ignore[no-any-return]
+        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)
 
     # --- upstream calls ---------------------------------------------------------------------
 
@@ -655,7 +663,9 @@ class RpcService:
                 flight.future = Future()
             result: Outcome = await flight.future.wait()
             return result
-        flight = route.open_flight(key, params, route.methods.get(method, route.passthrough), tag)
+        # The method's row, or the passthrough's (the caller checked one of them exists).
+        row: Any = route.methods.get(method, route.passthrough)
+        flight = route.open_flight(key, params, row, tag)
         outcome = _CANCELLED
         try:
             outcome = await self._send_one(method, params, spec, tag, key)
@@ -665,7 +675,7 @@ class RpcService:
             route.land(flight, *outcome)
         return outcome
 
-    def _dispatch(self, flights: list[Any]) -> None:
+    def _dispatch(self, flights: list[Flight]) -> None:
         """The fast lane opened ``flights``: one upstream request for all of them (a batch
         unless it is one call); ``_land`` lands each with its own outcome."""
         jsonrpc = self._jsonrpc
@@ -702,7 +712,7 @@ class RpcService:
             log.exception("sending a group of calls upstream failed")
             self._land(flights, request_id, UpstreamError(UNAVAILABLE, "internal error", sent=True))
 
-    def _land(self, flights: list[Any], first_id: int, outcome: Any) -> None:
+    def _land(self, flights: list[Flight], first_id: int, outcome: GroupOutcome) -> None:
         """Every flight of a group landed with its own outcome, whatever happens."""
         route = self.route
         try:
@@ -714,7 +724,7 @@ class RpcService:
                 if not flight.done:
                     route.land(flight, *_CANCELLED)
 
-    def _land_outcome(self, flights: list[Any], first_id: int, outcome: Any) -> None:
+    def _land_outcome(self, flights: list[Flight], first_id: int, outcome: GroupOutcome) -> None:
         """The group's answer (or failure) split into each flight's outcome."""
         route = self.route
         if isinstance(outcome, UpstreamError):
@@ -741,13 +751,13 @@ class RpcService:
             return
         by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
         for reply in parsed.replies:
-            flight = by_id.pop(_int_id(reply.id), None)
-            if flight is None:
+            landing = by_id.pop(_int_id(reply.id), None)
+            if landing is None:
                 continue
             result, error = self._outcome(
-                reply, flight.spec.spec, flight.tag, flight.key, upstream.name, response.status
+                reply, landing.spec.spec, landing.tag, landing.key, upstream.name, response.status
             )
-            route.land(flight, result, error)
+            route.land(landing, result, error)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
@@ -856,12 +866,12 @@ class RpcService:
         replies: list[bytes | None],
         principal: Principal,
         assembly: Assembly,
-        upstream: Any,
-        response: Any,
-        parsed: Any,
+        upstream: Upstream,
+        response: Response,
+        parsed: ParsedResponse,
     ) -> None:
         """A group's upstream answer: each reply placed at its call's position."""
-        jsonrpc = self._jsonrpc
+        jsonrpc: Any = self._jsonrpc  # Any: exactly one of result and error is set
         response.body = b""  # parsed: a big answer's bytes are not kept while it is placed
         for reply in parsed.replies:
             request_id = _int_id(reply.id)
@@ -949,10 +959,11 @@ class RpcService:
             fits = assembly.admit(size + len(call.id) + REPLY_OVERHEAD)
             if fits != FITS:
                 result, error = None, self._refusal(fits, job)
+            jsonrpc: Any = self._jsonrpc  # Any: exactly one of result and error is set
             if result is not None:
-                replies[index] = self._jsonrpc.result_reply(call.id, result)
+                replies[index] = jsonrpc.result_reply(call.id, result)
             else:
-                replies[index] = self._jsonrpc.raw_error_reply(call.id, error)
+                replies[index] = jsonrpc.raw_error_reply(call.id, error)
         stats = self.stats[spec.name]
         if error is None:
             stats.ok += 1
@@ -984,8 +995,8 @@ class RpcService:
 
     def _outcome(
         self,
-        reply: Any,
-        spec: MethodSpec,
+        reply: Reply,
+        spec: LaneMethodSpec,
         tag: bytes | None,
         key: CacheKey,
         upstream: str,
@@ -1008,7 +1019,7 @@ class RpcService:
         return result, None
 
     def _maybe_cache(
-        self, spec: MethodSpec, tag: bytes | None, key: CacheKey, result: bytes
+        self, spec: LaneMethodSpec, tag: bytes | None, key: CacheKey, result: bytes
     ) -> None:
         if result == b"null" or not self._may_be_cached(spec, tag):
             return

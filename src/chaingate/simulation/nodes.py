@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -76,7 +76,7 @@ _MISSING_WORDS = re.compile(
 class NodeError(Exception):
     """The node answered the call with a JSON-RPC error."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(f"{code} {message}")
         self.code = code
         self.message = message
@@ -193,7 +193,7 @@ class Node:
 class Capabilities:
     """What each upstream of one network can do (see the module doc)."""
 
-    def __init__(self, clock: Any = trio.current_time) -> None:
+    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
         self._clock = clock
         self.known: dict[str, dict[Feature, bool]] = {}
         self._checked: dict[str, float] = {}

@@ -30,7 +30,7 @@ def _word(value: str) -> str:
     return "0x" + value[2:].lower().rjust(64, "0")
 
 
-def _quantity(value: Any) -> str:
+def _quantity(value: object) -> str:
     return hex(value) if isinstance(value, int) else hex(int(str(value), 16))
 
 

@@ -43,7 +43,7 @@ class BadParams(ValueError):
     """A parameter the client got wrong (JSON-RPC -32602, REST 400)."""
 
 
-def _digits(field: str, value: Any, what: str) -> str:
+def _digits(field: str, value: object, what: str) -> str:
     if not isinstance(value, str) or value[:2] not in ("0x", "0X"):
         raise BadParams(f"{field}: expected {what} as a 0x-hex string")
     digits = value[2:]
@@ -52,7 +52,7 @@ def _digits(field: str, value: Any, what: str) -> str:
     return digits
 
 
-def quantity(field: str, value: Any, bits: int = 256) -> int:
+def quantity(field: str, value: object, bits: int = 256) -> int:
     """A 0x-hex quantity (a JSON integer is taken too) that fits ``bits``."""
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -66,7 +66,7 @@ def quantity(field: str, value: Any, bits: int = 256) -> int:
     return number
 
 
-def data(field: str, value: Any, limit: int) -> str:
+def data(field: str, value: object, limit: int) -> str:
     """0x-hex bytes, at most ``limit`` of them; returned lowercase."""
     if isinstance(value, str) and len(value) > 2 + 2 * limit:
         raise BadParams(f"{field}: longer than {limit} bytes")
@@ -76,7 +76,7 @@ def data(field: str, value: Any, limit: int) -> str:
     return "0x" + digits.lower()
 
 
-def address(field: str, value: Any) -> str:
+def address(field: str, value: object) -> str:
     """An address, lowercase (a mixed-case one must carry a valid EIP-55 checksum)."""
     digits = _digits(field, value, "an address")
     if len(digits) != 40:
@@ -87,14 +87,14 @@ def address(field: str, value: Any) -> str:
     return "0x" + digits.lower()
 
 
-def _word(field: str, value: Any) -> str:
+def _word(field: str, value: object) -> str:
     digits = _digits(field, value, "a 32-byte word")
     if not digits or len(digits) > 64:
         raise BadParams(f"{field}: expected at most 32 bytes")
     return "0x" + digits.lower().rjust(64, "0")
 
 
-def transaction(value: Any, field: str = "transaction") -> dict[str, Any]:
+def transaction(value: object, field: str = "transaction") -> dict[str, Any]:
     """An eth_call transaction object as the node is sent it."""
     if not isinstance(value, Mapping):
         raise BadParams(f"{field}: expected a transaction object")
@@ -122,7 +122,7 @@ def transaction(value: Any, field: str = "transaction") -> dict[str, Any]:
     return out
 
 
-def _access_list(field: str, value: Any) -> list[dict[str, Any]]:
+def _access_list(field: str, value: object) -> list[dict[str, Any]]:
     if not isinstance(value, list) or len(value) > MAX_ACCESS_LIST:
         raise BadParams(f"{field}: expected a list of at most {MAX_ACCESS_LIST} entries")
     entries = []
@@ -141,7 +141,11 @@ def _access_list(field: str, value: Any) -> list[dict[str, Any]]:
     return entries
 
 
-def block_param(value: Any) -> Any:
+# A block reference as the node takes it: a tag or 0x-hex, or an EIP-1898 object.
+BlockParam = str | dict[str, Any]
+
+
+def block_param(value: object) -> BlockParam:
     """A block reference as the node takes it: a tag, 0x-hex number, 32-byte hash, or an
     EIP-1898 ``{blockNumber}``/``{blockHash}`` object."""
     if value is None:
@@ -168,7 +172,7 @@ def block_param(value: Any) -> Any:
     raise BadParams("block: expected a tag, a number, a hash or {blockHash}/{blockNumber}")
 
 
-def state_overrides(value: Any) -> dict[str, dict[str, Any]]:
+def state_overrides(value: object) -> dict[str, dict[str, Any]]:
     """geth's state override set, checked and bounded."""
     if value is None:
         return {}

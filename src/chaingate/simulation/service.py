@@ -21,6 +21,7 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import VERSIONS, Version, entry_point_address
+from chaingate.auth.allowlists import Policy
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rpcform import parse_user_operation
 from chaingate.config import NetworkSettings, SimulationSettings
@@ -28,9 +29,9 @@ from chaingate.config.manifest import load_manifest
 from chaingate.evm.native import native_currency
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.errors import UpstreamError, client_error
-from chaingate.rpc.local import LocalRpc, RpcFault
+from chaingate.rpc.local import Handler, LocalRpc, RpcFault
 from chaingate.rpc.pool import UpstreamPool
-from chaingate.rpc.service import Outcome, RpcService
+from chaingate.rpc.service import LocalAnswer, Outcome, RpcService
 from chaingate.simulation import params as p
 from chaingate.simulation.assets import Native, TokenFacts
 from chaingate.simulation.execution import Bounds, TooLarge
@@ -160,8 +161,8 @@ class SimulationService:
             for method in BUNDLER_METHODS:
                 endpoint.register(method, self._bundler(key, method), costs[method])
 
-    def _proxied(self, key: str, method: str) -> Any:
-        async def answer(params: bytes | None, principal: Any) -> Outcome:
+    def _proxied(self, key: str, method: str) -> LocalAnswer:
+        async def answer(params: bytes | None, principal: object) -> Outcome:
             try:
                 decoded = _decode.decode(params) if params else []
             except msgspec.DecodeError:
@@ -175,8 +176,8 @@ class SimulationService:
 
         return answer
 
-    def _bundler(self, key: str, method: str) -> Any:
-        async def answer(params: Any, principal: Any) -> Any:
+    def _bundler(self, key: str, method: str) -> Handler:
+        async def answer(params: Any, principal: object) -> object:
             try:
                 return await self.simulate(key, method, params, principal)
             except SimulationFault as fault:
@@ -189,7 +190,7 @@ class SimulationService:
 
     # --- simulating ------------------------------------------------------------------------
 
-    async def simulate(self, key: str, method: str, params: Any, principal: Any = None) -> Any:
+    async def simulate(self, key: str, method: str, params: Any, principal: object = None) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
         contract allowlist, if it has one, holds for every transaction as for an eth_call."""
@@ -225,7 +226,9 @@ class SimulationService:
         finally:
             self.counts[(key, ALIASES.get(method, method), outcome)] += 1
 
-    async def _run(self, simulator: Simulator, kind: Kind, params: list[Any], allow: Any) -> Any:
+    async def _run(
+        self, simulator: Simulator, kind: Kind, params: list[Any], allow: Policy | None
+    ) -> Any:
         timeout = self.settings.timeout
         deadline = trio.current_time() + timeout
         with trio.move_on_at(deadline) as scope:
@@ -245,7 +248,12 @@ class SimulationService:
         )
 
     async def _dispatch(
-        self, simulator: Simulator, kind: Kind, params: list[Any], deadline: float, allow: Any
+        self,
+        simulator: Simulator,
+        kind: Kind,
+        params: list[Any],
+        deadline: float,
+        allow: Policy | None,
     ) -> Any:
         if kind == "assets":
             tx, block, overrides = _positional(params, 3)
@@ -282,7 +290,7 @@ class SimulationService:
         op = parse_user_operation(op_raw, version)
         return await simulator.user_operation(op, entry_point, version, block, overrides, deadline)
 
-    def _bundle(self, value: Any) -> list[dict[str, Any]]:
+    def _bundle(self, value: object) -> list[dict[str, Any]]:
         limit = self.settings.max_bundle
         if not isinstance(value, list) or not value:
             raise p.BadParams("transactions: expected a non-empty array")
@@ -301,7 +309,7 @@ def _positional(params: list[Any], count: int) -> list[Any]:
     return values
 
 
-def _allowed(txs: list[dict[str, Any]], allow: Any) -> list[dict[str, Any]]:
+def _allowed(txs: list[dict[str, Any]], allow: Policy | None) -> list[dict[str, Any]]:
     """``txs``, each one a call the key's contract allowlist lets it make (as an eth_call)."""
     if allow is not None:
         for tx in txs:
@@ -311,13 +319,13 @@ def _allowed(txs: list[dict[str, Any]], allow: Any) -> list[dict[str, Any]]:
     return txs
 
 
-def _reverted(result: Any) -> bool:
+def _reverted(result: object) -> bool:
     if isinstance(result, list):
         return any(_reverted(item) for item in result)
     return isinstance(result, dict) and bool(result.get("error"))
 
 
-def _error(code: int, message: str, data: Any = None) -> bytes:
+def _error(code: int, message: str, data: object = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data

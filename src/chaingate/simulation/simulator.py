@@ -38,6 +38,7 @@ from chaingate.simulation.execution import (
 )
 from chaingate.simulation.nodes import Capabilities, Feature, Node, NodeError, Unsupported
 from chaingate.simulation.overrides import fold_diff
+from chaingate.simulation.params import BlockParam
 from chaingate.simulation.userops import decode_result, simulation_call, simulation_state
 
 __all__ = ["Engine", "SimulationFault", "Simulator"]
@@ -59,7 +60,7 @@ _PRESTATE_DIFF = {"tracer": "prestateTracer", "tracerConfig": {"diffMode": True}
 
 
 class SimulationFault(Exception):
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -178,7 +179,7 @@ class Simulator:
     async def _simulate_v1(
         self,
         txs: Sequence[dict[str, Any]],
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         deadline: float,
         prefer: str | None,
@@ -205,7 +206,7 @@ class Simulator:
     async def _trace(
         self,
         txs: Sequence[dict[str, Any]],
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         deadline: float,
         prefer: str | None,
@@ -251,7 +252,7 @@ class Simulator:
     async def _outcomes(
         self,
         txs: Sequence[dict[str, Any]],
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         deadline: float,
     ) -> list[Outcome]:
@@ -270,7 +271,7 @@ class Simulator:
     async def asset_changes(
         self,
         txs: Sequence[dict[str, Any]],
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         deadline: float,
     ) -> list[dict[str, Any]]:
@@ -294,7 +295,7 @@ class Simulator:
     async def execution(
         self,
         tx: dict[str, Any],
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         fmt: Format,
         deadline: float,
@@ -316,7 +317,7 @@ class Simulator:
         op: UserOperation,
         entry_point: str,
         version: Version,
-        block: Any,
+        block: BlockParam,
         overrides: Mapping[str, Any],
         deadline: float,
     ) -> dict[str, Any]:

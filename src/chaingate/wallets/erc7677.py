@@ -184,7 +184,7 @@ def _authorization(value: dict[str, Any] | None) -> Authorization | None:
         raise RpcFault(INVALID_PARAMS, f"userOp.{exc}") from None
 
 
-def _require_sponsor_scope(method: str, principal: Any) -> None:
+def _require_sponsor_scope(method: str, principal: object) -> None:
     scopes: frozenset[str] = getattr(principal, "scopes", frozenset())
     if SPONSOR_SCOPE not in scopes:
         raise RpcFault(
@@ -206,7 +206,7 @@ class Erc7677:
         rpc.register("pm_getPaymasterStubData", self.stub_data, costs["pm_getPaymasterStubData"])
         rpc.register("pm_getPaymasterData", self.data, costs["pm_getPaymasterData"])
 
-    def _params(self, params: Any) -> tuple[RpcUserOperation, str, Version, str]:
+    def _params(self, params: object) -> tuple[RpcUserOperation, str, Version, str]:
         if not isinstance(params, list) or len(params) < 3:
             raise RpcFault(INVALID_PARAMS, "expected [userOperation, entryPoint, chainId, context]")
         net = self.service.networks.get(self.key)
@@ -233,8 +233,8 @@ class Erc7677:
         return op, str(net.entry_points[version]), version, policy
 
     async def _sponsor(
-        self, given: tuple[RpcUserOperation, str, Version, str], principal: Any, *, dry_run: bool
-    ) -> Any:
+        self, given: tuple[RpcUserOperation, str, Version, str], principal: object, *, dry_run: bool
+    ) -> object:
         raw, entry_point, version, policy = given
         op = to_user_operation(raw, version)
         try:
@@ -264,7 +264,7 @@ class Erc7677:
         except ValueError as exc:
             raise RpcFault(INTERNAL_ERROR, f"cannot sponsor this operation: {exc}") from None
 
-    async def stub_data(self, params: Any, principal: Any) -> Any:
+    async def stub_data(self, params: object, principal: object) -> object:
         _require_sponsor_scope("pm_getPaymasterStubData", principal)
         given = self._params(params)
         outcome = await self._sponsor(given, principal, dry_run=True)
@@ -299,7 +299,7 @@ class Erc7677:
             "isFinal": False,
         }
 
-    async def data(self, params: Any, principal: Any) -> Any:
+    async def data(self, params: object, principal: object) -> object:
         _require_sponsor_scope("pm_getPaymasterData", principal)
         done = await self._sponsor(self._params(params), principal, dry_run=False)
         assert isinstance(done, Sponsored)

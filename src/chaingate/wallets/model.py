@@ -3,8 +3,6 @@ outcomes and refusals, and whose records a caller reaches."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from chaingate.aa.userop import UserOperation, Version
@@ -52,7 +50,7 @@ LOCAL_ACCOUNT = "local"
 SPONSOR_SCOPE = "gas:manage"
 
 
-def account_of(principal: Any) -> str:
+def account_of(principal: object) -> str:
     """Whose wallets and policies a caller reaches: its key's account."""
     account = getattr(principal, "account_id", None) if principal is not None else None
     return str(account) if account else LOCAL_ACCOUNT

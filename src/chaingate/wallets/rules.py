@@ -12,7 +12,7 @@ USD amounts are whole micro-dollars (``usd_micros``): exact sums, no floats.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -107,7 +107,7 @@ def method_selector(method: str) -> bytes:
 # --- parsing ---------------------------------------------------------------------------------
 
 
-def parse_rules(raw: object, *, parse_time: Any) -> Rules:
+def parse_rules(raw: object, *, parse_time: Callable[[object], int]) -> Rules:
     """Strict: unknown keys, wrong types and out-of-range values raise RuleError naming the
     key.  ``parse_time`` turns a client's timestamp text into Unix seconds (ValueError)."""
     if not isinstance(raw, Mapping):

@@ -16,6 +16,7 @@ import msgspec
 
 from chaingate.store.base import register_network_columns, register_network_table
 from chaingate.store.rows import Rows
+from chaingate.store.tx import Tx
 
 WALLET_TABLES = ("wallet_deployments", "wallet_delegations")
 # A sponsorship is the account's record; only its settlement came from the chain.
@@ -186,7 +187,7 @@ class WalletRows(Rows):
         """Insert unless the account already has it; the stored row and whether it is new."""
         values = [getattr(row, c) for c in _WALLET_COLUMNS]
 
-        def insert(tx: Any) -> tuple[WalletRow, bool]:
+        def insert(tx: Tx) -> tuple[WalletRow, bool]:
             created = tx.execute(
                 f"INSERT INTO wallets ({', '.join(_WALLET_COLUMNS)})"  # noqa: S608
                 f" VALUES ({', '.join('?' * len(_WALLET_COLUMNS))})"
@@ -206,7 +207,7 @@ class WalletRows(Rows):
     async def get_wallet(self, account_id: str, address: str) -> list[WalletRow]:
         """The account's wallets at this address (one per network it was created on)."""
 
-        def select(tx: Any) -> list[WalletRow]:
+        def select(tx: Tx) -> list[WalletRow]:
             rows = tx.query(
                 f"{_WALLET_SELECT} WHERE w.account_id = ? AND w.address = ?"
                 " ORDER BY w.created_at, w.chain, w.network",
@@ -231,7 +232,7 @@ class WalletRows(Rows):
             where += " AND w.chain = ? AND w.network = ?"
             params += network
 
-        def select(tx: Any) -> tuple[list[WalletRow], int]:
+        def select(tx: Tx) -> tuple[list[WalletRow], int]:
             total = tx.query(f"SELECT COUNT(*) FROM wallets w WHERE {where}", params)[0][0]  # noqa: S608
             rows = tx.query(
                 f"{_WALLET_SELECT} WHERE {where}"
@@ -250,7 +251,7 @@ class WalletRows(Rows):
         account's own wallet record of ``sender`` here — for its initCode (another account's
         record would tell its owner)."""
 
-        def select(tx: Any) -> tuple[PolicyRow | None, tuple[str, str, str, str] | None]:
+        def select(tx: Tx) -> tuple[PolicyRow | None, tuple[str, str, str, str] | None]:
             policies = tx.query(
                 f"{_POLICY_SELECT} WHERE id = ? AND account_id = ?", (policy_id, account_id)
             )
@@ -278,7 +279,7 @@ class WalletRows(Rows):
         if not values:
             return
 
-        def upsert(tx: Any) -> None:
+        def upsert(tx: Tx) -> None:
             tx.executemany(
                 "INSERT INTO wallet_deployments"
                 " (chain, network, address, block_number, block_hash, tx_hash, deployed_at)"
@@ -296,7 +297,7 @@ class WalletRows(Rows):
         if not addresses:
             return set()
 
-        def select(tx: Any) -> set[str]:
+        def select(tx: Tx) -> set[str]:
             found: set[str] = set()
             for start in range(0, len(addresses), _IN_CHUNK):
                 chunk = addresses[start : start + _IN_CHUNK]
@@ -313,7 +314,7 @@ class WalletRows(Rows):
         return found
 
     async def has_eip7702_wallets(self, chain: str, network: str) -> bool:
-        def select(tx: Any) -> bool:
+        def select(tx: Tx) -> bool:
             rows = tx.query(
                 "SELECT 1 FROM wallets WHERE kind = 'eip7702' AND chain = ? AND network = ?"
                 " LIMIT 1",
@@ -336,7 +337,7 @@ class WalletRows(Rows):
         if not values:
             return
 
-        def upsert(tx: Any) -> None:
+        def upsert(tx: Tx) -> None:
             tx.executemany(
                 "INSERT INTO wallet_delegations (chain, network, address, block_number,"
                 " block_hash, tx_hash, delegate, set_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -351,7 +352,7 @@ class WalletRows(Rows):
         """A block was reorganised away: its delegations are undone (the one before is the
         address's latest again)."""
 
-        def undo(tx: Any) -> None:
+        def undo(tx: Tx) -> None:
             tx.execute(
                 "DELETE FROM wallet_delegations WHERE chain = ? AND network = ? AND block_hash = ?",
                 (chain, network, block_hash),
@@ -362,7 +363,7 @@ class WalletRows(Rows):
     async def revert_block(self, chain: str, network: str, block_hash: str) -> None:
         """A block was reorganised away: its deployments and settlements are undone."""
 
-        def undo(tx: Any) -> None:
+        def undo(tx: Tx) -> None:
             tx.execute(
                 "DELETE FROM wallet_deployments WHERE chain = ? AND network = ? AND block_hash = ?",
                 (chain, network, block_hash),
@@ -381,7 +382,7 @@ class WalletRows(Rows):
     async def add_policy(self, row: PolicyRow) -> None:
         values = [getattr(row, c) for c in _POLICY_COLUMNS]
 
-        def insert(tx: Any) -> None:
+        def insert(tx: Tx) -> None:
             tx.execute(
                 f"INSERT INTO gas_policies ({', '.join(_POLICY_COLUMNS)}, reservations)"  # noqa: S608
                 f" VALUES ({', '.join('?' * len(_POLICY_COLUMNS))}, 0)",
@@ -391,7 +392,7 @@ class WalletRows(Rows):
         await self.run_transaction(insert)
 
     async def get_policy(self, account_id: str, policy_id: str) -> PolicyRow | None:
-        def select(tx: Any) -> list[tuple[Any, ...]]:
+        def select(tx: Tx) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = tx.query(
                 f"{_POLICY_SELECT} WHERE id = ? AND account_id = ?", (policy_id, account_id)
             )
@@ -403,7 +404,7 @@ class WalletRows(Rows):
     async def list_policies(
         self, account_id: str, *, offset: int, limit: int
     ) -> tuple[list[PolicyRow], int]:
-        def select(tx: Any) -> tuple[list[PolicyRow], int]:
+        def select(tx: Tx) -> tuple[list[PolicyRow], int]:
             total = tx.query(
                 "SELECT COUNT(*) FROM gas_policies WHERE account_id = ?", (account_id,)
             )[0][0]
@@ -425,7 +426,7 @@ class WalletRows(Rows):
             raise ValueError(f"cannot change {sorted(set(changes) - allowed)}")
         assignments = [f"{column} = ?" for column in sorted(changes)]
 
-        def update(tx: Any) -> list[tuple[Any, ...]]:
+        def update(tx: Tx) -> list[tuple[Any, ...]]:
             count = tx.execute(
                 f"UPDATE gas_policies SET {', '.join([*assignments, 'updated_at = ?'])}"  # noqa: S608
                 " WHERE id = ? AND account_id = ?",
@@ -442,7 +443,7 @@ class WalletRows(Rows):
     async def delete_policy(self, account_id: str, policy_id: str) -> bool:
         """The policy and its sponsorships; signatures already given stay valid on chain."""
 
-        def delete(tx: Any) -> bool:
+        def delete(tx: Tx) -> bool:
             count = tx.execute(
                 "DELETE FROM gas_policies WHERE id = ? AND account_id = ?", (policy_id, account_id)
             )
@@ -469,7 +470,7 @@ class WalletRows(Rows):
         when the account has no such policy.  ``wants`` names the counts the policy's rules
         need, as the policy is inside the transaction (those not wanted read as 0)."""
 
-        def reserve(tx: Any) -> SponsorshipRow:
+        def reserve(tx: Tx) -> SponsorshipRow:
             locked = tx.execute(
                 "UPDATE gas_policies SET reservations = reservations + 1"
                 " WHERE id = ? AND account_id = ?",
@@ -505,7 +506,7 @@ class WalletRows(Rows):
         """The policy and the counts a reservation would see, without reserving (a dry run:
         a read, no lock); None when the account has no such policy."""
 
-        def read(tx: Any) -> tuple[PolicyRow, PolicyUsage] | None:
+        def read(tx: Tx) -> tuple[PolicyRow, PolicyUsage] | None:
             rows = tx.query(
                 f"{_POLICY_SELECT} WHERE id = ? AND account_id = ?", (policy_id, account_id)
             )
@@ -525,7 +526,7 @@ class WalletRows(Rows):
         if not settlements:
             return 0
 
-        def settle(tx: Any) -> int:
+        def settle(tx: Tx) -> int:
             settled = 0
             for s in settlements:
                 rows = tx.query(
@@ -555,7 +556,7 @@ class WalletRows(Rows):
         return count
 
     async def policy_ledger(self, policy_id: str, now_ms: int) -> Ledger:
-        def select(tx: Any) -> Ledger:
+        def select(tx: Tx) -> Ledger:
             settled = tx.query(
                 "SELECT COUNT(*), COALESCE(SUM(estimated_usd), 0), COALESCE(SUM(actual_usd), 0)"
                 " FROM sponsorships WHERE policy_id = ? AND settled_block IS NOT NULL",
@@ -584,7 +585,7 @@ class WalletRows(Rows):
         return ledger
 
 
-def _usage(tx: Any, pid: str, sender: str, day: int, now_ms: int, counts: Counts) -> PolicyUsage:
+def _usage(tx: Tx, pid: str, sender: str, day: int, now_ms: int, counts: Counts) -> PolicyUsage:
     """The counts ``counts`` names of one policy (the others read as 0)."""
     sender_today = recent = spent = sender_spent = 0
     oldest = None

@@ -46,6 +46,7 @@ from chaingate.webhooks.filters import Filter
 from chaingate.webhooks.model import (
     BlockFact,
     BlockRef,
+    Fact,
     InternalTransferFact,
     Kind,
     LogFact,
@@ -551,7 +552,7 @@ def _sides(sender: str, receiver: str | None) -> list[tuple[str, Direction, int]
 
 def _match(
     sub: _Sub,
-    fact: Any,
+    fact: Fact,
     watched: str | None = None,
     direction: Direction | None = None,
 ) -> Match:
@@ -598,7 +599,7 @@ def _block_of(data: BlockData) -> Block:
 
 
 def parse_call_traces(
-    block: BlockRef, traces: Any, *, tx_hashes: Sequence[str] | None = None
+    block: BlockRef, traces: object, *, tx_hashes: Sequence[str] | None = None
 ) -> list[InternalTransferFact]:
     """The internal transfers in ``debug_traceBlockByHash(hash, {"tracer": "callTracer"})``'s
     answer: one ``{txHash, result: frame}`` per transaction, in block order (``tx_hashes``,

@@ -21,6 +21,8 @@ from typing import Any
 import psycopg
 import trio
 
+from chaingate.store.tx import Tx
+
 log = logging.getLogger("chaingate.webhooks.wakeups")
 
 CHANNEL = "chaingate_outbox"
@@ -31,7 +33,7 @@ CONNECT_TIMEOUT = 5
 RECONNECT = (0.5, 5.0)  # first pause after a lost session, doubling to the second
 
 
-def announce(tx: Any) -> None:
+def announce(tx: Tx) -> None:
     """In a writing transaction (PostgreSQL): wake every listener of this schema at commit."""
     tx.execute(f"SELECT pg_notify('{CHANNEL}', current_schema())")
 

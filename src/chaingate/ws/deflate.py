@@ -18,10 +18,11 @@ multiply the fan-out's CPU by the subscriber count).
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 from wsproto.extensions import PerMessageDeflate
-from wsproto.frame_protocol import CloseReason, Opcode, RsvBits
+from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol, Opcode, RsvBits
+
+from chaingate.twintypes.http1 import Request
 
 NAME = b"permessage-deflate"
 LEVEL = 1
@@ -73,7 +74,7 @@ def _accept_offer(params: list[bytes]) -> int | None:
     return window_bits
 
 
-def negotiate(request: Any, min_bytes: int) -> Negotiated | None:
+def negotiate(request: Request, min_bytes: int) -> Negotiated | None:
     """The first acceptable permessage-deflate offer of the upgrade request, or None (no
     offer, none acceptable, or ``min_bytes`` 0: compression off)."""
     if min_bytes <= 0:
@@ -112,7 +113,11 @@ class InboundDeflate(PerMessageDeflate):
         self._control = False
 
     def frame_inbound_header(
-        self, proto: Any, opcode: Opcode, rsv: RsvBits, payload_length: int
+        self,
+        proto: FrameDecoder | FrameProtocol,
+        opcode: Opcode,
+        rsv: RsvBits,
+        payload_length: int,
     ) -> CloseReason | RsvBits:
         # Control frames may come between a message's fragments: they must not touch its
         # state (wsproto's own class resets it on a ping).
@@ -133,12 +138,16 @@ class InboundDeflate(PerMessageDeflate):
             return CloseReason.MESSAGE_TOO_BIG
         return out
 
-    def frame_inbound_payload_data(self, proto: Any, data: bytes) -> bytes | CloseReason:
+    def frame_inbound_payload_data(
+        self, proto: FrameDecoder | FrameProtocol, data: bytes
+    ) -> bytes | CloseReason:
         if self._control or not self._inbound_compressed:
             return data
         return self._inflate(bytes(data))
 
-    def frame_inbound_complete(self, proto: Any, fin: bool) -> bytes | CloseReason | None:
+    def frame_inbound_complete(
+        self, proto: FrameDecoder | FrameProtocol, fin: bool
+    ) -> bytes | CloseReason | None:
         if self._control or not fin:
             return None
         compressed = self._inbound_compressed

@@ -33,6 +33,7 @@ from chaingate.edge.responses import JSON, error_body
 from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.service import RpcService
+from chaingate.twintypes.http1 import Request
 from chaingate.ws.caps import KeyBudgets, WsCaps, caps_for
 from chaingate.ws.deflate import Negotiated
 from chaingate.ws.deflate import negotiate as negotiate_deflate
@@ -149,7 +150,7 @@ class WsEndpoint:
         self._id_counter += 1
         return f"{self._id_prefix}-{self._id_counter:x}"
 
-    def handshake(self, request: Any, peer: str) -> tuple[int, bytes, bytes] | Ticket | None:
+    def handshake(self, request: Request, peer: str) -> tuple[int, bytes, bytes] | Ticket | None:
         """None when the path is not ours (the request is then answered as usual)."""
         path = request.path
         if not path.startswith(WS_PREFIX):
@@ -182,7 +183,7 @@ class WsEndpoint:
         return status, b"X-Request-Id: " + request_id.encode() + b"\r\n" + headers, body
 
     def _accept(
-        self, request: Any, peer: str, tail: bytes, request_id: str
+        self, request: Request, peer: str, tail: bytes, request_id: str
     ) -> tuple[int, bytes, bytes] | Ticket:
         service = self._services.get(tail)
         if service is None:
@@ -332,7 +333,9 @@ class WsEndpoint:
     def register_metrics(self, registry: Registry) -> None:
         hubs = self.hubs
 
-        def per_hub(read: Callable[[Hub, dict[str, str]], Iterable[Sample]]) -> Any:
+        def per_hub(
+            read: Callable[[Hub, dict[str, str]], Iterable[Sample]],
+        ) -> Callable[[], Iterable[Sample]]:
             def collect() -> Iterable[Sample]:
                 for key, hub in hubs.items():
                     chain, _, network = key.partition("/")

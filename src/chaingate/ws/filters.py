@@ -21,7 +21,7 @@ budgets count.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chaingate.chain.events import Log
@@ -99,7 +99,9 @@ def log_key(log: Log) -> tuple[bytes, list[bytes]] | None:
         return None
 
 
-def _value(value: Any, valid: Any, size: int, what: str) -> bytes:
+def _value(
+    value: object, valid: Callable[[str], re.Match[str] | None], size: int, what: str
+) -> bytes:
     if not isinstance(value, str):
         raise FilterError(f"invalid {what}: expected a hex string")
     if valid(value) is None:
@@ -107,15 +109,15 @@ def _value(value: Any, valid: Any, size: int, what: str) -> bytes:
     return _fromhex(value[2:])
 
 
-def _address(value: Any) -> bytes:
+def _address(value: object) -> bytes:
     return _value(value, _ADDRESS, ADDRESS_BYTES, "address")
 
 
-def _topic(value: Any) -> bytes:
+def _topic(value: object) -> bytes:
     return _value(value, _TOPIC, TOPIC_BYTES, "topic")
 
 
-def _addresses(raw: Any, cap: Limit) -> Values | None:
+def _addresses(raw: object, cap: Limit) -> Values | None:
     if raw is None:
         return None
     if isinstance(raw, str):
@@ -131,7 +133,7 @@ def _addresses(raw: Any, cap: Limit) -> Values | None:
     return frozenset(map(_address, raw))
 
 
-def _position(raw: Any) -> Values | None:
+def _position(raw: object) -> Values | None:
     if raw is None:
         return None
     if isinstance(raw, str):
@@ -153,7 +155,7 @@ def _topic_count(positions: list[Any]) -> int:
 
 
 def parse_log_filter(
-    raw: Any, addresses: Limit = DEFAULT_ADDRESSES, topics: Limit = DEFAULT_TOPICS
+    raw: object, addresses: Limit = DEFAULT_ADDRESSES, topics: Limit = DEFAULT_TOPICS
 ) -> LogFilter:
     """A LogFilter from the decoded second ``eth_subscribe`` parameter (absent: None), with
     at most ``addresses`` addresses and ``topics`` topic alternatives (counted as sent)."""

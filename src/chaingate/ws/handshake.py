@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from typing import Any
 from urllib.parse import parse_qsl
+
+from chaingate.twintypes.http1 import Request
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_QUERY_FIELDS = 20
@@ -31,7 +32,7 @@ def _tokens(value: bytes) -> set[bytes]:
     return {token.strip(b" \t").lower() for token in value.split(b",")}
 
 
-def websocket_key(request: Any) -> bytes:
+def websocket_key(request: Request) -> bytes:
     """The client's ``Sec-WebSocket-Key`` after checking the upgrade; or HandshakeError."""
     if request.version != 11:
         raise HandshakeError(400, "a WebSocket upgrade needs HTTP/1.1")

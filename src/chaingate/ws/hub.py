@@ -33,6 +33,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import Apply, Block, ChainEvent, Finalized, Log, Revert
 from chaingate.obs.metrics import LatencySeries
 from chaingate.rpc.pool import UpstreamPool
+from chaingate.store.tx import Tx
 from chaingate.ws.caps import WsCaps
 from chaingate.ws.filters import (
     DEFAULT_ADDRESSES,
@@ -64,7 +65,7 @@ FANOUT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class SubscribeError(Exception):
     """An ``eth_subscribe`` the hub cannot serve: JSON-RPC code and message for the client."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -134,7 +135,7 @@ class Hub:
     # --- subscriptions ---------------------------------------------------------------------
 
     def prepare(
-        self, kind: Any, args: list[Any], sink: Sink, caps: WsCaps | None = None
+        self, kind: object, args: list[Any], sink: Sink, caps: WsCaps | None = None
     ) -> Subscription:
         """A subscription for ``eth_subscribe(kind, *args)``, not yet live; or SubscribeError.
         A logs filter over ``caps`` (per filter: addresses, topics) is -32602."""
@@ -245,7 +246,7 @@ class Hub:
                 work = 0
         self.pushes["logs"] += count
 
-    async def push_pending(self, tx_hash: str, tx: Any) -> None:
+    async def push_pending(self, tx_hash: str, tx: Tx) -> None:
         subscribers = self.registry.of_kind("newPendingTransactions")
         if not subscribers:
             return
@@ -267,7 +268,7 @@ class Hub:
                 await trio.lowlevel.checkpoint()
         self.pushes["newPendingTransactions"] += count
 
-    async def push_syncing(self, state: Any) -> None:
+    async def push_syncing(self, state: object) -> None:
         subscribers = list(self.registry.of_kind("syncing").values())
         if subscribers:
             await self._fan("syncing", subscribers, Push(encode(state)))

@@ -113,7 +113,7 @@ def result_reply(id_raw: bytes, result: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + id_raw + b',"result":' + result + b"}"
 
 
-def error_reply(id_raw: bytes, code: int, message: str, data: Any = None) -> bytes:
+def error_reply(id_raw: bytes, code: int, message: str, data: object = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data

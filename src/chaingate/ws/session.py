@@ -605,7 +605,7 @@ def _batch_parts(message: bytes, max_batch: int) -> list[tuple[bytes, Call | Non
     return parts if any(_subscription(call) for _, call in parts) else None
 
 
-def _answers_of(reply: Any, calls: list[Call | None]) -> list[bytes]:
+def _answers_of(reply: RpcReply, calls: list[Call | None]) -> list[bytes]:
     """The RPC service's answers to the batch's other calls, one per call that gets one."""
     if reply.body is None:
         if reply.rejection is None:

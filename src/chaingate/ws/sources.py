@@ -113,7 +113,7 @@ async def upstream_call(
     return results
 
 
-async def _one(upstream: Upstream, method: str, params: list[Any]) -> Any:
+async def _one(upstream: Upstream, method: str, params: list[Any]) -> object:
     result = (await upstream_call(upstream, [(method, params)]))[0]
     if isinstance(result, RpcCallError):
         raise result
@@ -146,7 +146,7 @@ class PendingSource(Gated):
                 nursery.start_soon(self._follow, upstream)
 
     async def _follow(self, upstream: Upstream) -> None:
-        filter_id: Any = None
+        filter_id: object = None
         backoff = self._interval
         try:
             while True:
@@ -177,7 +177,7 @@ class PendingSource(Gated):
                     except (RpcCallError, UpstreamError):
                         pass
 
-    async def _take(self, upstream: Upstream, hashes: Any) -> None:
+    async def _take(self, upstream: Upstream, hashes: object) -> None:
         if not isinstance(hashes, list):
             return
         seen = self._seen
@@ -229,7 +229,7 @@ class SyncingSource(Gated):
         self._client = client
         self._interval = interval
         self._deliver = deliver
-        self.current: Any = None  # last state pushed; None: not known yet
+        self.current: object = None  # last state pushed; None: not known yet
 
     async def _poll(self) -> None:
         while True:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
 
 from locust import constant
 from locust.contrib.fasthttp import FastHttpUser, ResponseContextManager
@@ -22,7 +21,7 @@ class TargetUser(FastHttpUser):
     target: Target
     timeout: float
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         self.network_timeout = self.connection_timeout = self.timeout
         super().__init__(*args, **kwargs)
         self.rng = random.Random()  # noqa: S311 - a load mix, not a secret

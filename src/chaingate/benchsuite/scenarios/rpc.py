@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from locust import User, task
 
@@ -101,7 +100,7 @@ class RpcUser(TargetUser):
     abstract = True
     scenario: RpcScenario
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.headers = {"Content-Type": "application/json", **self.scenario.plan.key_headers()}
 

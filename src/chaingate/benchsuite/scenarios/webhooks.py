@@ -203,7 +203,7 @@ class WebhooksScenario:
 
     # The load: transactions on the devnet.
 
-    def _drive_rpc(self, method: str, params: list[Any]) -> Any:
+    def _drive_rpc(self, method: str, params: list[Any]) -> object:
         rpc = chainsample.rpc_caller(self.drive, {}, self.plan.timeout, lambda: None)
         try:
             return rpc(method, params)
@@ -276,7 +276,7 @@ class DriverUser(User):
     abstract = True
     scenario: WebhooksScenario
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.count = 0
 

@@ -83,7 +83,7 @@ class WsUser(User):
     target: Target
     scenario: WsScenario
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.client: WsClient | None = None
         self.last_head: int | None = None

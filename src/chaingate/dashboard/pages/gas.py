@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 from quart import Blueprint, g, redirect, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.restcalls import principal_for
@@ -29,7 +30,7 @@ EXAMPLE_RULES = '{\n  "max_gas_usd": "20",\n  "max_per_user_per_day": 10\n}'
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def policies_page(status: int = 200, **context: Any) -> Any:
+    async def policies_page(status: int = 200, **context: object) -> ResponseReturnValue:
         query = {"page": page_number()}  # a bad one: the 400 page
         try:
             listed = await dash.rest("listGasPolicies", g.session.account_id, query=query)
@@ -48,12 +49,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/policies", methods=["GET"])
     @signed_in
-    async def policies() -> Any:
+    async def policies() -> ResponseReturnValue:
         return await policies_page()
 
     @bp.route("/policies", methods=["POST"])
     @signed_in
-    async def create_policy() -> Any:
+    async def create_policy() -> ResponseReturnValue:
         form = await request.form
         try:
             body = {
@@ -66,7 +67,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await policies_page(exc.status, error=exc.message, form=dict(form))
         return redirect(f"{PREFIX}/policies/{created['id']}", 303)
 
-    async def policy_page(policy_id: str, status: int = 200, **context: Any) -> Any:
+    async def policy_page(
+        policy_id: str, status: int = 200, **context: object
+    ) -> ResponseReturnValue:
         try:
             policy = await dash.rest(
                 "getGasPolicy", g.session.account_id, path={"id": policy_id[:64]}
@@ -85,12 +88,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/policies/<policy_id>", methods=["GET"])
     @signed_in
-    async def policy(policy_id: str) -> Any:
+    async def policy(policy_id: str) -> ResponseReturnValue:
         return await policy_page(policy_id)
 
     @bp.route("/policies/<policy_id>/rules", methods=["POST"])
     @signed_in
-    async def edit_rules(policy_id: str) -> Any:
+    async def edit_rules(policy_id: str) -> ResponseReturnValue:
         form = await request.form
         text = form_value(form, "rules")
         try:
@@ -109,7 +112,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/policies/<policy_id>/evaluate", methods=["POST"])
     @signed_in
-    async def dry_run(policy_id: str) -> Any:
+    async def dry_run(policy_id: str) -> ResponseReturnValue:
         form = await request.form
         text = form_value(form, "user_operation")
         try:
@@ -125,7 +128,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/wallets", methods=["GET"])
     @signed_in
-    async def wallets() -> Any:
+    async def wallets() -> ResponseReturnValue:
         account = g.session.account_id
         error = ""
         detail = None
@@ -152,7 +155,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/bundler", methods=["GET"])
     @signed_in
-    async def bundler() -> Any:
+    async def bundler() -> ResponseReturnValue:
         networks = sorted(dash.bundlers)
         network = request.args.get("network", networks[0] if networks else "")
         sender = request.args.get("sender", "").strip()[:66]
@@ -188,7 +191,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         )
 
 
-async def _rpc(endpoint: Any, method: str, params: list[Any], session: Any) -> Any:
+async def _rpc(endpoint: Any, method: str, params: list[Any], session: Any) -> object:
     body = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
     parsed = local_rpc.parse(body)
     if isinstance(parsed, bytes):

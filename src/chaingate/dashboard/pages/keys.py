@@ -4,10 +4,9 @@ registry picks a change up within a second, as for the CLI."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from quart import Blueprint, g, redirect, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.auth import admin, allowlists
 from chaingate.auth.gate import SCOPES
@@ -25,7 +24,7 @@ def shown_lists(row: KeyRow) -> dict[str, list[str]]:
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def keys_page(status: int = 200, **context: Any) -> Any:
+    async def keys_page(status: int = 200, **context: object) -> ResponseReturnValue:
         rows = await dash.store.list_keys(g.session.account_id)
         rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
         return await page(
@@ -44,7 +43,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/keys", methods=["GET"])
     @signed_in
-    async def keys() -> Any:
+    async def keys() -> ResponseReturnValue:
         created = request.args.get("created", "")
         if not created:
             return await keys_page()
@@ -61,7 +60,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/keys", methods=["POST"])
     @signed_in
-    async def create_key() -> Any:
+    async def create_key() -> ResponseReturnValue:
         form = await request.form
         name = form_value(form, "name").strip()
         environment = form_value(form, "environment")
@@ -83,7 +82,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/keys/<key_id>/revoke", methods=["POST"])
     @signed_in
-    async def revoke_key(key_id: str) -> Any:
+    async def revoke_key(key_id: str) -> ResponseReturnValue:
         row = await owned_key(key_id[:64])
         if row is None:
             return await keys_page(404, error="No such key in this account.")
@@ -96,7 +95,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/keys/<key_id>", methods=["GET"])
     @signed_in
-    async def key_page(key_id: str) -> Any:
+    async def key_page(key_id: str) -> ResponseReturnValue:
         row = await owned_key(key_id[:64])
         if row is None:
             return await page("error.html", 404, title="Not found", message="No such key.")
@@ -104,7 +103,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/keys/<key_id>/allowlists", methods=["POST"])
     @signed_in
-    async def edit_allowlists(key_id: str) -> Any:
+    async def edit_allowlists(key_id: str) -> ResponseReturnValue:
         row = await owned_key(key_id[:64])
         if row is None:
             return await page("error.html", 404, title="Not found", message="No such key.")

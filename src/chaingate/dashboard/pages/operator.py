@@ -6,9 +6,9 @@ account's own is on its overview)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from quart import Blueprint, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.dashboard.pages.usage import (
     RANGE_NAMES,
@@ -28,7 +28,7 @@ API_ROUTES = ("rpc", "bundler", "rest", "ws")
 def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/operator", methods=["GET"])
     @operator_only
-    async def operator() -> Any:
+    async def operator() -> ResponseReturnValue:
         number = int(page_number())
         search = request.args.get("q", "").strip()[:MAX_SEARCH]
         day = int(dash.clock() // 60) // 1440 * 1440
@@ -64,7 +64,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/operator/accounts/<account_id>", methods=["GET"])
     @operator_only
-    async def account(account_id: str) -> Any:
+    async def account(account_id: str) -> ResponseReturnValue:
         found = await dash.store.get_account(account_id[:64])
         if found is None:
             return await page("error.html", 404, title="Account", message="No such account.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint
+from quart.typing import ResponseReturnValue
 
 from chaingate.dashboard.web import Dashboard, page, signed_in
 
@@ -18,7 +19,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/reference", methods=["GET"])
     @signed_in
-    async def reference() -> Any:
+    async def reference() -> ResponseReturnValue:
         if not cached:
             document = await dash.rest("getOpenApi", "")
             operations = []

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hmac
-from typing import Any
 
 from quart import Blueprint, g, redirect, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.dashboard.passwords import (
     MIN_LENGTH,
@@ -28,17 +28,17 @@ BUSY = "The server is busy checking other sign-ins: try again in a few seconds."
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def refused(email: str, message: str, status: int = 401) -> Any:
+    async def refused(email: str, message: str, status: int = 401) -> ResponseReturnValue:
         return await page("signin.html", status, title="Sign in", email=email, error=message)
 
     @bp.route("/signin", methods=["GET"])
-    async def signin_form() -> Any:
+    async def signin_form() -> ResponseReturnValue:
         if g.get("session") is not None:
             return redirect(f"{PREFIX}/", 303)
         return await page("signin.html", title="Sign in", email="")
 
     @bp.route("/signin", methods=["POST"])
-    async def signin() -> Any:
+    async def signin() -> ResponseReturnValue:
         form = await request.form
         email = form_value(form, "email").strip()[:MAX_EMAIL]
         password = form_value(form, "password")
@@ -65,14 +65,14 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         return await dash.start_session(account.id, credentials.operator)
 
     @bp.route("/signin/link/<token>", methods=["GET"])
-    async def signin_link_page(token: str) -> Any:
+    async def signin_link_page(token: str) -> ResponseReturnValue:
         # Opening the link uses nothing (prefetchers and scanners open links too); its button
         # POSTs with this browser's CSRF token, so another site cannot sign you in with its
         # own link.
         return await page("signin_link.html", title="Sign in", token=token[:100])
 
     @bp.route("/signin/link/<token>", methods=["POST"])
-    async def signin_link(token: str) -> Any:
+    async def signin_link(token: str) -> ResponseReturnValue:
         account_id = await dash.rows.use_signin_link(token[:100])
         if account_id is None:
             return await page(
@@ -87,7 +87,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         return await dash.start_session(account_id, bool(credentials and credentials.operator))
 
     @bp.route("/signin/admin", methods=["POST"])
-    async def signin_admin() -> Any:
+    async def signin_admin() -> ResponseReturnValue:
         form = await request.form
         supplied = form_value(form, "admin_token")
         now = dash.clock()
@@ -101,7 +101,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         return await dash.start_session("", True)
 
     @bp.route("/signout", methods=["POST"])
-    async def signout() -> Any:
+    async def signout() -> ResponseReturnValue:
         session = g.get("session")
         if session is not None:
             await dash.rows.revoke_session(session.id, session.account_id)
@@ -111,12 +111,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/account", methods=["GET"])
     @signed_in
-    async def account_page() -> Any:
+    async def account_page() -> ResponseReturnValue:
         return await _account(dash)
 
     @bp.route("/account/sessions/<session_id>/revoke", methods=["POST"])
     @signed_in
-    async def revoke_session(session_id: str) -> Any:
+    async def revoke_session(session_id: str) -> ResponseReturnValue:
         session = g.session
         if not await dash.rows.revoke_session(session_id[:64], session.account_id):
             return await _account(dash, error="No such session.", status=404)
@@ -128,7 +128,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/account/password", methods=["POST"])
     @signed_in
-    async def change_password() -> Any:
+    async def change_password() -> ResponseReturnValue:
         form = await request.form
         session = g.session
         current = form_value(form, "current")
@@ -151,7 +151,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         return response
 
 
-async def _account(dash: Dashboard, message: str = "", error: str = "", status: int = 200) -> Any:
+async def _account(
+    dash: Dashboard, message: str = "", error: str = "", status: int = 200
+) -> ResponseReturnValue:
     session = g.session
     account = await dash.store.get_account(session.account_id)
     sessions = await dash.rows.sessions_of(session.account_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 from markupsafe import Markup
 from quart import Blueprint, Response, g, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.dashboard.charts import line_chart
 from chaingate.dashboard.latency import percentile
@@ -199,7 +200,7 @@ def latency_tables(
 def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/", methods=["GET"])
     @signed_in
-    async def overview() -> Any:
+    async def overview() -> ResponseReturnValue:
         range_name = chosen_range()
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
@@ -249,7 +250,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/usage", methods=["GET"])
     @signed_in
-    async def usage_page() -> Any:
+    async def usage_page() -> ResponseReturnValue:
         range_name, size, first, end, account, key_id, rows = await _asked_usage()
         shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.network, r.method))
         shown = shown[:SHOWN_ROWS]
@@ -268,7 +269,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/usage.csv", methods=["GET"])
     @signed_in
-    async def usage_csv() -> Any:
+    async def usage_csv() -> ResponseReturnValue:
         range_name, size, _first, _end, account, _key_id, rows = await _asked_usage()
         names = await key_names(dash, account)
         out = io.StringIO()

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 from quart import Blueprint, g, redirect, request
+from quart.typing import ResponseReturnValue
 
 from chaingate.api.errors import ApiError
 from chaingate.dashboard.web import (
@@ -38,7 +39,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         service = dash.api.webhooks
         return list(service.variant.event_types) if service is not None else []
 
-    async def list_page(status: int = 200, **context: Any) -> Any:
+    async def list_page(status: int = 200, **context: object) -> ResponseReturnValue:
         account = g.session.account_id
         filter_status = request.args.get("status", "")
         query = {"page": page_number()}
@@ -62,12 +63,12 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks", methods=["GET"])
     @signed_in
-    async def webhooks() -> Any:
+    async def webhooks() -> ResponseReturnValue:
         return await list_page()
 
     @bp.route("/webhooks", methods=["POST"])
     @signed_in
-    async def create_webhook() -> Any:
+    async def create_webhook() -> ResponseReturnValue:
         form = await request.form
         try:
             body: dict[str, Any] = {
@@ -88,7 +89,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             return await list_page(exc.status, error=exc.message, form=dict(form))
         return await list_page(201, created=created)
 
-    async def detail(webhook_id: str, status: int = 200, **context: Any) -> Any:
+    async def detail(webhook_id: str, status: int = 200, **context: object) -> ResponseReturnValue:
         account = g.session.account_id
         path = {"id": webhook_id[:64]}
         try:
@@ -133,10 +134,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>", methods=["GET"])
     @signed_in
-    async def webhook(webhook_id: str) -> Any:
+    async def webhook(webhook_id: str) -> ResponseReturnValue:
         return await detail(webhook_id, message=_DONE.get(request.args.get("done", ""), ""))
 
-    async def act(webhook_id: str, name: str, done: str, **kwargs: Any) -> Any:
+    async def act(webhook_id: str, name: str, done: str, **kwargs: Any) -> ResponseReturnValue:
         try:
             await dash.rest(name, g.session.account_id, path={"id": webhook_id[:64]}, **kwargs)
         except ApiError as exc:
@@ -147,7 +148,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>/edit", methods=["POST"])
     @signed_in
-    async def edit(webhook_id: str) -> Any:
+    async def edit(webhook_id: str) -> ResponseReturnValue:
         form = await request.form
         try:
             body: dict[str, Any] = {}
@@ -168,22 +169,22 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>/pause", methods=["POST"])
     @signed_in
-    async def pause(webhook_id: str) -> Any:
+    async def pause(webhook_id: str) -> ResponseReturnValue:
         return await act(webhook_id, "updateWebhook", "paused", body={"status": "paused"})
 
     @bp.route("/webhooks/<webhook_id>/resume", methods=["POST"])
     @signed_in
-    async def resume(webhook_id: str) -> Any:
+    async def resume(webhook_id: str) -> ResponseReturnValue:
         return await act(webhook_id, "updateWebhook", "resumed", body={"status": "active"})
 
     @bp.route("/webhooks/<webhook_id>/test", methods=["POST"])
     @signed_in
-    async def ping(webhook_id: str) -> Any:
+    async def ping(webhook_id: str) -> ResponseReturnValue:
         return await act(webhook_id, "testWebhook", "tested")
 
     @bp.route("/webhooks/<webhook_id>/delete", methods=["POST"])
     @signed_in
-    async def delete(webhook_id: str) -> Any:
+    async def delete(webhook_id: str) -> ResponseReturnValue:
         try:
             await dash.rest("deleteWebhook", g.session.account_id, path={"id": webhook_id[:64]})
         except ApiError as exc:
@@ -192,7 +193,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>/rotate", methods=["POST"])
     @signed_in
-    async def rotate(webhook_id: str) -> Any:
+    async def rotate(webhook_id: str) -> ResponseReturnValue:
         try:
             rotated = await dash.rest(
                 "rotateWebhookSecret", g.session.account_id, path={"id": webhook_id[:64]}
@@ -203,7 +204,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>/events/<event_id>/replay", methods=["POST"])
     @signed_in
-    async def replay(webhook_id: str, event_id: str) -> Any:
+    async def replay(webhook_id: str, event_id: str) -> ResponseReturnValue:
         try:
             await dash.rest(
                 "replayWebhookEvent",
@@ -218,7 +219,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
 
     @bp.route("/webhooks/<webhook_id>/replay", methods=["POST"])
     @signed_in
-    async def replay_failed(webhook_id: str) -> Any:
+    async def replay_failed(webhook_id: str) -> ResponseReturnValue:
         form = await request.form
         since = form_value(form, "since").strip()
         try:
