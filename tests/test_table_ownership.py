@@ -100,9 +100,7 @@ def test_every_created_table_has_an_owner() -> None:
     """A new table needs an owner here (the test above would not see it otherwise)."""
     created = set()
     for migration in (SRC / "store" / "migrations").glob("*.sql"):
-        created.update(
-            re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", migration.read_text())
-        )
+        created.update(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", migration.read_text()))
     renamed_away = {name for name in created if name.endswith("_by_network")}
     assert created - renamed_away <= set(OWNER_OF), sorted(created - renamed_away - set(OWNER_OF))
 
