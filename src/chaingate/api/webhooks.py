@@ -381,7 +381,14 @@ def _attempt(attempt: Attempt) -> DeliveryAttempt:
 
 
 def register(api: RestApi, deps: ApiDeps) -> None:
-    chains = ChainResolver(deps.evm_networks, "webhooks")
+    _register_subscriptions(api, deps, ChainResolver(deps.evm_networks, "webhooks"))
+    _register_changes(api, deps)
+    _register_log(api, deps)
+    _register_deliveries(api, deps)
+
+
+def _register_subscriptions(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
+    """Creating, listing and reading webhooks."""
 
     @api.route(
         "POST",
@@ -466,6 +473,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             row = await subscriptions_of(deps).owned(account_of(call.principal), call.path.id)
         return _webhook(row)
 
+
+def _register_changes(api: RestApi, deps: ApiDeps) -> None:
+    """Changing and deleting a webhook."""
+
     @api.route(
         "PATCH",
         "/v1/webhooks/{id}",
@@ -528,6 +539,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             row = await subscriptions_of(deps).delete(account_of(call.principal), call.path.id)
         return DeletedWebhook(id=row.id, deleted=True)
 
+
+def _register_log(api: RestApi, deps: ApiDeps) -> None:
+    """The delivery log: events and attempts."""
+
     @api.route(
         "GET",
         "/v1/webhooks/{id}/events",
@@ -584,6 +599,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             total=total,
             limit=query.limit,
         )
+
+
+def _register_deliveries(api: RestApi, deps: ApiDeps) -> None:
+    """Replays, the test ping and secret rotation."""
 
     @api.route(
         "POST",
