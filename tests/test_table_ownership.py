@@ -1,9 +1,11 @@
-"""Each subsystem owns its tables: no module names, in SQL, a table of another package.
+"""Each subsystem owns its tables: no module names, in SQL, a table of another package, and
+each table's migrations live beside its owner.
 
 A table's rows are read and written only by the package that owns it (its ``store.py`` or
 rows module); another subsystem asks that package's rows class or service.  The test reads
 every SQL string in ``src/chaingate`` (string literals holding a statement keyword) and
-checks each table it names after ``FROM``, ``JOIN``, ``INTO``, ``UPDATE`` or ``TABLE``.
+checks each table it names after ``FROM``, ``JOIN``, ``INTO``, ``UPDATE`` or ``TABLE``; and
+every migration file, whose tables must be its package's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import io
 import re
 import tokenize
 from pathlib import Path
+
+from chaingate.store.migrate import load_migrations
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "chaingate"
 
@@ -64,6 +68,15 @@ OWNERS: dict[str, tuple[str, ...]] = {
     ),
 }
 OWNER_OF = {table: package for package, tables in OWNERS.items() for table in tables}
+# Migrations that made tables of two subsystems, or seeded a table from another's rows once:
+# kept whole (a database records each migration by version and name), in the first owner's
+# folder.
+SHARED_MIGRATIONS = {
+    # auth's rollups, filled from its minutes.
+    "0012_dashboard_and_usage_rollups.sql": {"usage_hours", "usage_days", "usage_minutes"},
+    "0016_role_terms_and_bundle_intents.sql": {"bundler_intents"},
+    "0019_idx_not_erc20.sql": {"token_metadata"},  # the verdicts metadata had stored
+}
 
 _STATEMENT = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|COPY)\b")
 _NAMED = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE(?: IF (?:NOT )?EXISTS)?|COPY)\s+([a-z_]\w*)")
@@ -96,10 +109,28 @@ def test_every_table_is_named_only_by_its_owner() -> None:
     assert foreign_tables() == []
 
 
+def migrations() -> list[Path]:
+    return sorted(SRC.glob("*/migrations/*.sql"))
+
+
+def test_every_migration_lives_beside_its_tables_owner() -> None:
+    wrong = []
+    for path in migrations():
+        package = path.relative_to(SRC).parts[0]
+        named = set(_NAMED.findall(path.read_text(encoding="utf-8")))
+        named -= SHARED_MIGRATIONS.get(path.name, set())
+        wrong += [
+            f"{path.relative_to(SRC)}: {table} ({OWNER_OF[table]}'s)"
+            for table in sorted(named)
+            if OWNER_OF.get(table, package) != package
+        ]
+    assert wrong == []
+
+
 def test_every_created_table_has_an_owner() -> None:
-    """A new table needs an owner here (the test above would not see it otherwise)."""
+    """A new table needs an owner here (the tests above would not see it otherwise)."""
     created = set()
-    for migration in (SRC / "store" / "migrations").glob("*.sql"):
+    for migration in migrations():
         created.update(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", migration.read_text()))
     renamed_away = {name for name in created if name.endswith("_by_network")}
     assert created - renamed_away <= set(OWNER_OF), sorted(created - renamed_away - set(OWNER_OF))
@@ -113,3 +144,12 @@ def test_the_check_sees_a_foreign_query(tmp_path: Path) -> None:
         'PROSE = "the accounts from webhooks"\n'
     )
     assert [_NAMED.findall(text) for _, text in sql_strings(module)] == [["webhooks", "accounts"]]
+
+
+def test_the_engine_loads_every_packages_migrations_in_one_order() -> None:
+    """Every file of every package's folder, by its global version; names as recorded."""
+    loaded = load_migrations()
+    assert [m.version for m in loaded] == list(range(1, len(migrations()) + 1))
+    assert sorted(f"{m.version:04d}_{m.name}.sql" for m in loaded) == sorted(
+        path.name for path in migrations()
+    )
