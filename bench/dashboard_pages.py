@@ -39,10 +39,10 @@ import trio
 
 from chaingate import config
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.dashboard.store import DashboardRows
 from chaingate.gateway import Gateway
 from chaingate.store import new_id, open_store
-from chaingate.store.base import LatencyDelta, UsageDelta
 from chaingate.webhooks.store import WebhookRow, WebhookRows
 
 PEPPER = "bench-pepper-" + "0" * 32
@@ -64,10 +64,12 @@ def histogram(n: int, requests: int) -> tuple[int, ...]:
 
 async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
     """The account id and the webhook id."""
-    account = await admin.ensure_account(store, "bench@example.com", "enterprise")
+    account = await admin.ensure_account(AuthRows(store), "bench@example.com", "enterprise")
     key_ids = []
     for i in range(KEYS):
-        _, row = await admin.create_key(store, PEPPER.encode(), account.id, f"k{i}", "live")
+        _, row = await admin.create_key(
+            AuthRows(store), PEPPER.encode(), account.id, f"k{i}", "live"
+        )
         key_ids.append(row.id)
     minutes = usage_rows // (KEYS * len(METHODS))
     end = int(time.time() // 60)
@@ -88,10 +90,10 @@ async def seed(store: Any, usage_rows: int, attempts: int) -> tuple[str, str]:
                 LatencyDelta(account.id, network, method, minute, histogram(n, KEYS * (3 + n)))
             )
         if len(deltas) >= BATCH:
-            await store.add_usage(deltas, latency)
+            await AuthRows(store).add_usage(deltas, latency)
             deltas, latency = [], []
     if deltas:
-        await store.add_usage(deltas, latency)
+        await AuthRows(store).add_usage(deltas, latency)
     rows = DashboardRows(store)
     await rows.add_latency(
         [

@@ -23,8 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -36,6 +35,7 @@ from chaingate.data.store import IndexCursor, IndexRows
 from chaingate.data.transfers import ZERO_ADDRESS, DecodedBlock, Transfer
 from chaingate.store import open_store
 from chaingate.store.base import Store, Tx
+from chaingate.store.tx import copying
 
 T = TypeVar("T")
 
@@ -131,19 +131,16 @@ class TimedTx:
     def __init__(self, inner: Any, timings: Timings) -> None:
         self._inner = inner
         self._timings = timings
-        cursor = getattr(inner, "_cursor", None)
-        if cursor is not None:
-            self.copy = self._copy_of(cursor)
+        if copying(inner) is not None:
+            self.copy_rows = self._copy_rows_of(inner)
 
-    def _copy_of(self, cursor: Any) -> Callable[[str], Any]:
-        @contextmanager
-        def copy(statement: str) -> Iterator[Any]:
+    def _copy_rows_of(self, inner: Any) -> Callable[[str, Iterable[Sequence[object]]], None]:
+        def copy_rows(target: str, rows: Iterable[Sequence[object]]) -> None:
             started = time.perf_counter()
-            with cursor.copy(statement) as c:
-                yield c
-            self._timings.add(label(statement), time.perf_counter() - started)
+            inner.copy_rows(target, rows)
+            self._timings.add(label(f"COPY {target} FROM STDIN"), time.perf_counter() - started)
 
-        return copy
+        return copy_rows
 
     def _timed(self, fn: Callable[..., T], sql: str, *args: Any) -> T:
         started = time.perf_counter()

@@ -19,6 +19,7 @@ from eth_account import Account
 from chaingate import cli
 from chaingate.auth import admin, allowlists
 from chaingate.auth.allowlists import AllowlistError, Policy, build
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.evm import rlp
 from chaingate.evm.keys import PrivateKey
@@ -252,7 +253,7 @@ async def stack(
 async def restricted(stack: AuthStack, **lists: list[str]) -> tuple[str, str]:
     """A new key with these lists, in force in the gateway."""
     key, key_id = await stack.key()
-    updated = await admin.update_allowlists(stack.store, key_id, lists, set())
+    updated = await admin.update_allowlists(AuthRows(stack.store), key_id, lists, set())
     assert updated is not None and updated.allowlists is not None
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     return key, key_id
@@ -426,11 +427,13 @@ async def test_contract_list_end_to_end(stack: AuthStack, anvil: AnvilProcess) -
 async def test_lists_change_and_clear_within_a_refresh(stack: AuthStack) -> None:
     key, key_id = await restricted(stack, methods=["eth_chainId"])
     assert (await post(stack, key, call("eth_blockNumber"))).status_code == 403
-    await admin.update_allowlists(stack.store, key_id, {"methods": ["eth_blockNumber"]}, set())
+    await admin.update_allowlists(
+        AuthRows(stack.store), key_id, {"methods": ["eth_blockNumber"]}, set()
+    )
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     assert (await post(stack, key, call("eth_blockNumber"))).status_code == 200
     assert (await post(stack, key, call("eth_chainId"))).status_code == 403
-    await admin.update_allowlists(stack.store, key_id, {}, {"all"})
+    await admin.update_allowlists(AuthRows(stack.store), key_id, {}, {"all"})
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     assert (await post(stack, key, call("eth_chainId"))).status_code == 200
 
@@ -454,7 +457,7 @@ def test_cli_sets_and_clears_lists(
         async def read() -> str | None:
             store = open_store(store_url, tmp_path)
             async with store:
-                rows = [row for row in await store.list_keys() if row.id == key_id]
+                rows = [row for row in await AuthRows(store).list_keys() if row.id == key_id]
                 return rows[0].allowlists
 
         text = trio.run(read)

@@ -14,6 +14,7 @@ import trio
 
 from chaingate import config
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
 from chaingate.impl import Impl
@@ -40,10 +41,10 @@ class AuthStack:
     ) -> tuple[str, str]:
         """A new key (and its account): (key, key id); visible to the gateway at once."""
         account = await admin.ensure_account(
-            self.store, email or f"{plan}-{time.monotonic_ns()}@t", plan
+            AuthRows(self.store), email or f"{plan}-{time.monotonic_ns()}@t", plan
         )
         key, row = await admin.create_key(
-            self.store, PEPPER.encode(), account.id, "t", env, admin.parse_scopes(scopes)
+            AuthRows(self.store), PEPPER.encode(), account.id, "t", env, admin.parse_scopes(scopes)
         )
         await self.handle.gateway.keys.refresh()  # type: ignore[union-attr]
         return key, row.id
@@ -141,7 +142,7 @@ async def test_unauthenticated_requests_are_401(stack: AuthStack) -> None:
                     assert body["error"] == body["error"] | {"code": "unauthorized", "status": 401}
                 assert_rate_headers(response)
                 assert "retry-after" not in response.headers
-    await stack.store.revoke_key(key_id)
+    await AuthRows(stack.store).revoke_key(key_id)
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     async with stack.client(key) as client:
         revoked = await client.post(RPC, json=CALL)
@@ -292,12 +293,12 @@ async def test_free_key_at_30_requests_per_second_gets_about_10(stack: AuthStack
 
 async def test_compute_units_per_second_are_enforced(stack: AuthStack) -> None:
     key, _ = await stack.key(plan="free", email="cu@t")
-    account = await stack.store.find_account_by_email("cu@t")
+    account = await AuthRows(stack.store).find_account_by_email("cu@t")
     # Requests are not what binds here (100/s); compute units do: 20 a second, one historical
     # call's worth, so the refusal below holds however slowly this machine sends (refilling
     # the next call takes a whole second, not the few milliseconds of a fuller bucket).
     plan = {"requests_per_second": 100, "compute_units_per_second": 20}
-    await stack.store.set_plan(account.id, "free", json.dumps(plan))
+    await AuthRows(stack.store).set_plan(account.id, "free", json.dumps(plan))
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     # eth_getStorageAt at a past block costs 20 CU (5 at latest).
     historical = {
@@ -376,7 +377,9 @@ async def test_revoked_key_is_refused_within_a_second_under_load(stack: AuthStac
             for _ in range(4):
                 nursery.start_soon(load)
             await trio.sleep(0.5)
-            await stack.store.revoke_key(key_id)  # through the store, as another process would
+            await AuthRows(stack.store).revoke_key(
+                key_id
+            )  # through the store, as another process would
             revoked_at.append(trio.current_time())
             with trio.fail_after(3):
                 while not first_refusal:
@@ -418,7 +421,7 @@ async def test_last_used_is_recorded_after_the_first_flush_too(stack: AuthStack)
     async def last_used_after(since: int) -> int:
         with trio.fail_after(10):
             while True:
-                row = next(k for k in await stack.store.list_keys() if k.id == key_id)
+                row = next(k for k in await AuthRows(stack.store).list_keys() if k.id == key_id)
                 if row.last_used_at is not None and row.last_used_at > since:
                     return int(row.last_used_at)
                 await trio.sleep(0.1)
@@ -439,8 +442,10 @@ async def test_day_counter_survives_a_restart(
     settings = auth_settings(anvil, store_url, tmp_path)
     first = await start_auth(nursery, impl, settings)
     key, _ = await first.key(plan="free")
-    await first.store.set_plan(
-        (await first.store.list_keys())[0].account_id, "free", json.dumps({"requests_per_day": 5})
+    await AuthRows(first.store).set_plan(
+        (await AuthRows(first.store).list_keys())[0].account_id,
+        "free",
+        json.dumps({"requests_per_day": 5}),
     )
     await first.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     async with first.client(key) as client:
@@ -448,9 +453,9 @@ async def test_day_counter_survives_a_restart(
             assert (await client.post(RPC, json=CALL)).status_code == 200
     first.handle.gateway.shutdown()
     # Drained, and the usage flushed on the way out (however busy the machine is).
-    account_id = (await first.store.list_keys())[0].account_id
+    account_id = (await AuthRows(first.store).list_keys())[0].account_id
     with trio.fail_after(10):
-        while (await first.store.day_totals(int(time.time() // 86400) * 1440)).get(
+        while (await AuthRows(first.store).day_totals(int(time.time() // 86400) * 1440)).get(
             account_id, (0, 0)
         )[0] < 3:
             await trio.sleep(0.05)

@@ -28,6 +28,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.npm import npm_install
 from chaingate.impl import Impl
@@ -131,7 +132,7 @@ async def test_browser_page_on_an_allowed_origin_works_and_another_is_refused(
     )
     key, key_id = await stack.key()
     allowed = f"http://127.0.0.1:{site_port}"
-    await admin.update_allowlists(stack.store, key_id, {"origins": [allowed]}, set())
+    await admin.update_allowlists(AuthRows(stack.store), key_id, {"origins": [allowed]}, set())
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     gateway = stack.handle.base  # http://127.0.0.1:<port>: a cross-origin call from the page
     query = f"/index.html?key={key}&gateway={gateway}"

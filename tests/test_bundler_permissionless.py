@@ -29,6 +29,7 @@ from chaingate import impl as impl_module
 from chaingate.aa import accounts
 from chaingate.aa.userop import Version
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.keeper import refresh_price_feeds
@@ -210,9 +211,11 @@ async def gate(
     )
     await nursery.start(gateway.run)
     async with open_store(settings.store.url, tmp_path) as store:
-        account = await admin.ensure_account(store, "permissionless@bundler", "enterprise")
+        account = await admin.ensure_account(
+            AuthRows(store), "permissionless@bundler", "enterprise"
+        )
         key, _ = await admin.create_key(
-            store,
+            AuthRows(store),
             PEPPER.encode(),
             account.id,
             "permissionless",

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
@@ -126,8 +127,10 @@ async def cluster_env(
     }
     async with open_store(url, tmp_path) as store:
         await store.migrate()
-        account = await admin.ensure_account(store, email, "enterprise")
-        key, _ = await admin.create_key(store, pepper.encode(), account.id, "cluster", "test")
+        account = await admin.ensure_account(AuthRows(store), email, "enterprise")
+        key, _ = await admin.create_key(
+            AuthRows(store), pepper.encode(), account.id, "cluster", "test"
+        )
     return env, key
 
 

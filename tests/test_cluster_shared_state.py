@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.store import Store, open_store
 from tests.conftest import pg_schema
@@ -46,10 +47,10 @@ class Cluster:
 
     async def key(self, store: Store, plan: str = "growth", limits: str | None = None) -> str:
         email = f"shared-{time.monotonic_ns()}@workers"
-        account = await admin.ensure_account(store, email, plan)
+        account = await admin.ensure_account(AuthRows(store), email, plan)
         if limits is not None:
-            assert await store.set_plan(account.id, plan, limits)
-        key, _ = await admin.create_key(store, self.pepper, account.id, "k", "test")
+            assert await AuthRows(store).set_plan(account.id, plan, limits)
+        key, _ = await admin.create_key(AuthRows(store), self.pepper, account.id, "k", "test")
         return key
 
     async def probe(
@@ -136,7 +137,7 @@ async def test_allowlist_changes_are_enforced_by_every_worker_within_a_second(
     key = await cluster.key(store)
     block_number = call("eth_blockNumber")
     await cluster.on_both(key, block_number, 200)
-    row = next(k for k in await store.keys_changed_since(0) if k.prefix in key)
+    row = next(k for k in await AuthRows(store).keys_changed_since(0) if k.prefix in key)
     timings: dict[str, dict[int, float]] = {}
 
     async def change(
@@ -147,7 +148,7 @@ async def test_allowlist_changes_are_enforced_by_every_worker_within_a_second(
         body: dict[str, Any] = block_number,
         headers: dict[str, str] | None = None,
     ) -> None:
-        assert await admin.update_allowlists(store, row.id, lists, clear) is not None
+        assert await admin.update_allowlists(AuthRows(store), row.id, lists, clear) is not None
         timings[name] = await cluster.on_both(key, body, want, headers)
 
     # Each list in turn, each refusing what was admitted a moment ago, then cleared.
@@ -399,8 +400,10 @@ async def test_a_hung_redis_leaves_limits_local_and_revocation_prompt(
                         (await cluster.probe(key, call("eth_blockNumber")))[1] for _ in range(20)
                     ]
                     assert statuses == [200] * 20
-                    row = next(k for k in await store.keys_changed_since(0) if k.prefix in key)
-                    assert await store.revoke_key(row.id)
+                    row = next(
+                        k for k in await AuthRows(store).keys_changed_since(0) if k.prefix in key
+                    )
+                    assert await AuthRows(store).revoke_key(row.id)
                     revoked = time.monotonic()
                     while (await cluster.probe(key, call("eth_blockNumber")))[1] != 401:
                         await trio.sleep(0.02)
@@ -437,7 +440,7 @@ async def test_a_stopped_server_gives_its_day_quota_units_back(
                     (await cluster.probe(key, call("eth_blockNumber")))[1] for _ in range(3)
                 ]
                 assert statuses == [200] * 3
-                account = next(a for a in await store.accounts_changed_since(0))
+                account = next(a for a in await AuthRows(store).accounts_changed_since(0))
                 name = b"cg:dq:%d:%s" % (utc_day(time.time()), account.id.encode())
                 client = coredis.Redis.from_url(REDIS_URL, decode_responses=False)
                 async with client:

@@ -3,7 +3,7 @@ each event exactly once; and the wake-up that makes it so reaches only its own s
 
 Only one process leads ``webhooks:ethereum/devnet`` (it matches blocks and writes the outbox);
 both deliver.  The dispatchers poll the outbox only every 5 s here, so the other process can
-take part only if the leader's commit wakes it (``webhooks/wakeups.py``: ``NOTIFY`` at commit,
+take part only if the leader's commit wakes it (``store/notify.py``: ``NOTIFY`` at commit,
 ``LISTEN`` in every process), and only if the leader leaves it something: a process holds no
 more events than it can start soon (``max_concurrency`` in flight and as many waiting), not
 the whole block.  The receiver is slow enough that the block takes the leader alone well over
@@ -30,7 +30,8 @@ from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm import abi
-from chaingate.webhooks.wakeups import OutboxListener, announce
+from chaingate.store.notify import Listener, notify
+from chaingate.webhooks.store import OUTBOX_CHANNEL
 from tests.conftest import DEVNET_SIGNER, pg_schema
 from tests.test_cluster_handover import Node, cluster_env, rpc, until
 from tests.webhook_receiver import Receiver
@@ -173,7 +174,7 @@ async def test_a_wake_up_reaches_the_listeners_of_its_schema_at_commit_only() ->
     with pg_schema() as one, pg_schema() as other:
         woken: Counter[str] = Counter()
         listeners = {
-            name: OutboxListener(url, functools.partial(woken.update, [name]))
+            name: Listener(url, OUTBOX_CHANNEL, functools.partial(woken.update, [name]))
             for name, url in (("one", one), ("other", other))
         }
         async with trio.open_nursery() as nursery:
@@ -186,7 +187,7 @@ async def test_a_wake_up_reaches_the_listeners_of_its_schema_at_commit_only() ->
 
             def write(commit: bool) -> None:
                 with psycopg.connect(one) as conn:  # a transaction, as the store's
-                    announce(_Tx(conn))
+                    notify(_Tx(conn), OUTBOX_CHANNEL)
                     if not commit:
                         conn.rollback()
 

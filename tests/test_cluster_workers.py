@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from chaingate import cli
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from tests.conftest import pg_schema
 from tests.serve_process import ServeProcess
@@ -174,9 +175,9 @@ async def test_a_revoked_key_is_refused_by_every_worker_within_a_second(
         # The default revocation delay, not the tests' 0.1 s.
         with serve.start(env={"CHAINGATE_AUTH__REFRESH_INTERVAL": "0.25"}):
             async with open_store(url, tmp_path) as store:
-                account = await admin.ensure_account(store, "revoke@workers", "growth")
+                account = await admin.ensure_account(AuthRows(store), "revoke@workers", "growth")
                 pepper = serve.env["CHAINGATE_AUTH__PEPPER"].encode()
-                key, row = await admin.create_key(store, pepper, account.id, "k", "test")
+                key, row = await admin.create_key(AuthRows(store), pepper, account.id, "k", "test")
                 deadline = time.monotonic() + 60
                 admitted: set[int] = set()
                 while len(admitted) < 2:
@@ -184,7 +185,7 @@ async def test_a_revoked_key_is_refused_by_every_worker_within_a_second(
                     if status == 200:
                         admitted.add(worker)
                     assert time.monotonic() < deadline, "the key never worked on both workers"
-                assert await store.revoke_key(row.id)
+                assert await AuthRows(store).revoke_key(row.id)
                 revoked = time.monotonic()
             refused_at: dict[int, float] = {}
             while len(refused_at) < 2:
@@ -217,9 +218,9 @@ async def test_one_plan_holds_across_workers(tmp_path: Path, anvil: AnvilProcess
         )
         with serve.start():
             async with open_store(url, tmp_path) as store:
-                account = await admin.ensure_account(store, "limits@workers", "free")
+                account = await admin.ensure_account(AuthRows(store), "limits@workers", "free")
                 pepper = serve.env["CHAINGATE_AUTH__PEPPER"].encode()
-                key, _ = await admin.create_key(store, pepper, account.id, "k", "test")
+                key, _ = await admin.create_key(AuthRows(store), pepper, account.id, "k", "test")
             await trio.sleep(0.5)  # the keys' refresh
             outcomes: Counter[int] = Counter()
             workers: set[int] = set()

@@ -11,6 +11,7 @@ import httpx
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.edge import cors
 from chaingate.impl import Impl
@@ -153,7 +154,7 @@ async def test_origin_list_governs_cors(
     )
     key, key_id = await stack.key()
     await admin.update_allowlists(
-        stack.store, key_id, {"origins": ["https://*.example.com"]}, set()
+        AuthRows(stack.store), key_id, {"origins": ["https://*.example.com"]}, set()
     )
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     async with plain(stack.handle.port) as client:

@@ -25,6 +25,7 @@ import trio
 import trio.testing
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows, UsageDelta
 from chaingate.dashboard.passwords import hash_password, verify_password
 from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows
@@ -32,7 +33,6 @@ from chaingate.dashboard.throttle import LoginThrottle
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.impl import Impl, select
 from chaingate.store import open_store
-from chaingate.store.base import UsageDelta
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
 from tests.test_shared_limits import REDIS_URL, _require_redis
 
@@ -67,7 +67,7 @@ async def stack(
 
 
 async def account_with_password(stack: AuthStack, email: str) -> str:
-    account = await admin.ensure_account(stack.store, email, "free")
+    account = await admin.ensure_account(AuthRows(stack.store), email, "free")
     rows = DashboardRows(stack.store)
     await rows.set_credentials(account.id, password_hash=hash_password(PASSWORD))
     return account.id
@@ -122,7 +122,7 @@ def test_throttle_counts_per_account_and_per_address() -> None:
 
 
 async def test_the_one_time_link_signs_in_once(stack: AuthStack) -> None:
-    account = await admin.ensure_account(stack.store, "link@example.com", "free")
+    account = await admin.ensure_account(AuthRows(stack.store), "link@example.com", "free")
     token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
     async with browser(stack) as client:
         first = await use_link(client, token)
@@ -147,7 +147,7 @@ async def use_link(client: httpx.AsyncClient, token: str) -> httpx.Response:
 async def test_opening_a_link_uses_nothing_and_its_post_needs_the_csrf_token(
     stack: AuthStack,
 ) -> None:
-    account = await admin.ensure_account(stack.store, "prefetch@example.com", "free")
+    account = await admin.ensure_account(AuthRows(stack.store), "prefetch@example.com", "free")
     token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
     async with browser(stack) as scanner:
         for _ in range(3):  # a prefetcher, a link scanner, a preview
@@ -178,7 +178,7 @@ async def test_security_headers_and_cookie_flags_outside_dev(
     stack = await _stack(
         nursery, impl, anvil, f"sqlite://{tmp_path}/store.db", tmp_path, secure_cookie=True
     )
-    account = await admin.ensure_account(stack.store, "secure@example.com", "free")
+    account = await admin.ensure_account(AuthRows(stack.store), "secure@example.com", "free")
     token = await DashboardRows(stack.store).create_signin_link(account.id, 60_000)
     async with browser(stack) as client:
         form = await client.get("/dashboard/signin")
@@ -222,8 +222,8 @@ async def test_a_form_without_its_csrf_token_is_refused(stack: AuthStack) -> Non
             headers={"Origin": "https://evil.example"},
         )
         assert elsewhere.status_code == 403
-        account = await stack.store.find_account_by_email("csrf@example.com")
-        assert account is not None and await stack.store.list_keys(account.id) == []
+        account = await AuthRows(stack.store).find_account_by_email("csrf@example.com")
+        assert account is not None and await AuthRows(stack.store).list_keys(account.id) == []
         # The sign-in form has one too.
         async with browser(stack) as fresh:
             bare = await fresh.post(
@@ -259,7 +259,7 @@ async def test_a_refresh_after_creating_a_key_shows_it_no_more_and_mints_none(
         again = await client.get(location)  # the browser's refresh: a GET
         assert again.status_code == 200 and 'id="new-key"' not in again.text
         assert "shown once already" in again.text
-        assert len(await stack.store.list_keys(await _account_of(stack))) == 1
+        assert len(await AuthRows(stack.store).list_keys(await _account_of(stack))) == 1
     # Another session (even of the same account) cannot read a flash it did not make.
     other = await signed_in(stack, "refresh2@example.com")
     async with aclosing(other), aclosing(browser(stack)) as third:
@@ -278,7 +278,7 @@ async def test_a_refresh_after_creating_a_key_shows_it_no_more_and_mints_none(
 
 
 async def _account_of(stack: AuthStack, email: str = "refresh@example.com") -> str:
-    account = await stack.store.find_account_by_email(email)
+    account = await AuthRows(stack.store).find_account_by_email(email)
     assert account is not None
     return str(account.id)
 
@@ -313,8 +313,10 @@ async def test_names_are_shown_escaped(stack: AuthStack) -> None:
 
 
 async def test_another_accounts_objects_are_404(stack: AuthStack) -> None:
-    other = await admin.ensure_account(stack.store, "other@example.com", "free")
-    _, other_key = await admin.create_key(stack.store, PEPPER.encode(), other.id, "theirs", "test")
+    other = await admin.ensure_account(AuthRows(stack.store), "other@example.com", "free")
+    _, other_key = await admin.create_key(
+        AuthRows(stack.store), PEPPER.encode(), other.id, "theirs", "test"
+    )
     client = await signed_in(stack, "mine@example.com")
     async with aclosing(client):
         page = await client.get("/dashboard/keys")
@@ -323,7 +325,7 @@ async def test_another_accounts_objects_are_404(stack: AuthStack) -> None:
         assert (await client.get(f"/dashboard/keys/{other_key.id}")).status_code == 404
         revoke = await client.post(f"/dashboard/keys/{other_key.id}/revoke", data={"csrf": token})
         assert revoke.status_code == 404
-        rows = await stack.store.list_keys(other.id)
+        rows = await AuthRows(stack.store).list_keys(other.id)
         assert rows[0].revoked_at is None
         assert (await client.get("/dashboard/webhooks/wh_notmine")).status_code == 404
         assert (await client.get("/dashboard/policies/gp_notmine")).status_code == 404
@@ -587,23 +589,23 @@ async def test_keys_created_in_the_dashboard_work_and_revoke_within_a_second(
 
 async def test_usage_pages_read_the_rollups_and_export_csv(stack: AuthStack) -> None:
     client = await signed_in(stack, "usage@example.com")
-    account = await stack.store.find_account_by_email("usage@example.com")
+    account = await AuthRows(stack.store).find_account_by_email("usage@example.com")
     assert account is not None
-    _, row = await admin.create_key(stack.store, PEPPER.encode(), account.id, "u", "test")
+    _, row = await admin.create_key(AuthRows(stack.store), PEPPER.encode(), account.id, "u", "test")
     now_minute = int(time.time() // 60)
-    await stack.store.add_usage(
+    await AuthRows(stack.store).add_usage(
         [
             UsageDelta(row.id, account.id, "eth_call", now_minute - 1, 5, 130, 1),
             UsageDelta(row.id, account.id, "eth_call", now_minute - 2, 3, 78, 0),
             UsageDelta(row.id, account.id, "eth_blockNumber", now_minute - 90, 7, 7, 0),
         ]
     )
-    hours = await DashboardRows(stack.store).usage(account.id, "hour", 0, now_minute + 60)
+    hours = await AuthRows(stack.store).usage_totals(account.id, "hour", 0, now_minute + 60)
     assert sum(r.requests for r in hours) == 15
-    rows = DashboardRows(stack.store)
-    one_key = await rows.usage(account.id, "hour", 0, now_minute + 60, key_id=row.id)
+    rows = AuthRows(stack.store)
+    one_key = await rows.usage_totals(account.id, "hour", 0, now_minute + 60, key_id=row.id)
     assert sum(r.requests for r in one_key) == 15  # the key filter is the query's
-    assert await rows.usage(account.id, "hour", 0, now_minute + 60, key_id="key_other") == []
+    assert await rows.usage_totals(account.id, "hour", 0, now_minute + 60, key_id="key_other") == []
     async with aclosing(client):
         hour = await client.get("/dashboard/?range=hour")
         assert 'id="total-requests">8<' in hour.text
@@ -627,12 +629,12 @@ def test_accounts_set_password_command(tmp_path: Path) -> None:
         store = open_store(url, tmp_path)
         async with store:
             await store.migrate()
-            await admin.ensure_account(store, "cli@example.com", "free")
+            await admin.ensure_account(AuthRows(store), "cli@example.com", "free")
 
     async def stored() -> Any:
         store = open_store(url, tmp_path)
         async with store:
-            account = await store.find_account_by_email("cli@example.com")
+            account = await AuthRows(store).find_account_by_email("cli@example.com")
             assert account is not None
             return await DashboardRows(store).credentials(account.id)
 
@@ -692,7 +694,7 @@ async def test_operators_see_every_account_and_the_upstreams(stack: AuthStack) -
         assert page.status_code == 200
         assert "plain@example.com" in page.text and 'id="upstreams"' in page.text
         assert "up0" in page.text  # the devnet's upstream, by name
-        plain_account = await stack.store.find_account_by_email("plain@example.com")
+        plain_account = await AuthRows(stack.store).find_account_by_email("plain@example.com")
         assert plain_account is not None
         detail = await client.get(f"/dashboard/operator/accounts/{plain_account.id}")
         assert detail.status_code == 200 and "plain@example.com" in detail.text
@@ -881,7 +883,7 @@ async def test_the_migration_rolls_up_what_was_metered_before(
         migrations = load_migrations()
         before = [m for m in migrations if "usage_rollups" not in m.name]
         await apply_pending(store, before[:11])
-        account = await store.create_account("old@example.com", "free")
+        account = await AuthRows(store).create_account("old@example.com", "free")
 
         def old_rows(tx: Any) -> None:
             tx.executemany(
@@ -896,21 +898,23 @@ async def test_the_migration_rolls_up_what_was_metered_before(
 
         await store.run_transaction(old_rows)
         await store.migrate()
-        rows = DashboardRows(store)
-        hours = await rows.usage(account.id, "hour", 0, 1440 * 12)
+        rows = AuthRows(store)
+        hours = await rows.usage_totals(account.id, "hour", 0, 1440 * 12)
         assert [(r.period, r.requests) for r in hours] == [
             (1440 * 10, 2),
             (1440 * 10 + 60, 3),
             (1440 * 11, 4),
         ]
-        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        days = await rows.usage_totals(account.id, "day", 0, 1440 * 12)
         assert [(r.period, r.requests, r.errors) for r in days] == [
             (1440 * 10, 5, 1),
             (1440 * 11, 4, 0),
         ]
         # New usage lands in every rollup with the minutes, in one transaction.
-        await store.add_usage([UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)])
-        days = await rows.usage(account.id, "day", 0, 1440 * 12)
+        await AuthRows(store).add_usage(
+            [UsageDelta("key_a", account.id, "eth_call", 1440 * 11 + 2, 1, 26)]
+        )
+        days = await rows.usage_totals(account.id, "day", 0, 1440 * 12)
         assert days[-1].requests == 5
 
 
@@ -964,11 +968,13 @@ async def test_the_operator_page_shows_the_newest_accounts_a_page_at_a_time(
 
     made = []
     for n in range(ACCOUNTS_PER_PAGE + 5):
-        account = await admin.ensure_account(stack.store, f"many{n:03}@example.com", "free")
+        account = await admin.ensure_account(
+            AuthRows(stack.store), f"many{n:03}@example.com", "free"
+        )
         made.append(account.id)
         if n == 0:
-            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k1", "test")
-            await admin.create_key(stack.store, PEPPER.encode(), account.id, "k2", "test")
+            await admin.create_key(AuthRows(stack.store), PEPPER.encode(), account.id, "k1", "test")
+            await admin.create_key(AuthRows(stack.store), PEPPER.encode(), account.id, "k2", "test")
     async with browser(stack) as client:
         assert (await admin_session(client, "test-admin-token")).status_code == 303
         first = await client.get("/dashboard/operator")
@@ -994,7 +1000,7 @@ async def test_the_prune_deletes_ended_sessions_used_links_and_old_latency(
     with trio.fail_after(10):
         await tasks.sampler.pruned.wait()
     rows = DashboardRows(stack.store)
-    account = await admin.ensure_account(stack.store, "prune@example.com", "free")
+    account = await admin.ensure_account(AuthRows(stack.store), "prune@example.com", "free")
     now = stack.store.clock()
     day_ms = 86_400_000
     live, _ = await rows.create_session(account.id, False, "", "", day_ms)

@@ -30,13 +30,13 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.npm import npm_install
 from chaingate.gateway import Gateway
 from chaingate.impl import Impl, select
 from chaingate.outbound import OutboundPolicy
-from chaingate.store.base import LatencyDelta, UsageDelta
 from tests.conftest import make_settings
 from tests.test_auth import PEPPER
 from tests.test_browser import CHROMIUM, PLAYWRIGHT
@@ -142,15 +142,17 @@ async def test_the_dashboard_flow_in_a_browser(
     await nursery.start(gateway.run)
     store = gateway.store
     assert store is not None
-    account = await admin.ensure_account(store, "browser@example.com", "growth")
+    account = await admin.ensure_account(AuthRows(store), "browser@example.com", "growth")
     rows = DashboardRows(store)
     await rows.set_credentials(account.id, operator=True)
     link_token = await rows.create_signin_link(account.id, 600_000)
-    api_key, api_row = await admin.create_key(store, PEPPER.encode(), account.id, "rest", "live")
+    api_key, api_row = await admin.create_key(
+        AuthRows(store), PEPPER.encode(), account.id, "rest", "live"
+    )
     # An hour of earlier traffic for the screenshot's charts (seeded: the flow's own requests
     # arrive in the last minute only).
     now_minute = int(time.time() // 60)
-    await store.add_usage(
+    await AuthRows(store).add_usage(
         [
             UsageDelta(
                 api_row.id,
@@ -168,7 +170,7 @@ async def test_the_dashboard_flow_in_a_browser(
     )
     # And their latency: most answers in one bucket (a method's own), a tail that swells
     # and ebbs.
-    await store.add_usage(
+    await AuthRows(store).add_usage(
         [],
         [
             seeded_latency(account.id, seeded, minute)

@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows, UsageDelta
 from chaingate.config import ConfigError, DashboardSettings, from_mapping
 from chaingate.dashboard.passwords import verify_password
 from chaingate.dashboard.store import DashboardRows
@@ -34,7 +35,6 @@ from chaingate.gateway import Gateway
 from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
-from chaingate.store.base import UsageDelta
 from chaingate.webhooks.mailer import pause_notice
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
@@ -153,12 +153,16 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 async def test_the_usage_csv_quotes_every_cell_and_starts_no_formula(site: AuthStack) -> None:
     client = await signed_in(site, "csv@example.com")
-    account = await site.store.find_account_by_email("csv@example.com")
+    account = await AuthRows(site.store).find_account_by_email("csv@example.com")
     assert account is not None
     now_minute = int(time.time() // 60)
     for name in FORMULA_NAMES:
-        _, row = await admin.create_key(site.store, PEPPER.encode(), account.id, name, "test")
-        await site.store.add_usage([UsageDelta(row.id, account.id, "eth_call", now_minute, 1, 26)])
+        _, row = await admin.create_key(
+            AuthRows(site.store), PEPPER.encode(), account.id, name, "test"
+        )
+        await AuthRows(site.store).add_usage(
+            [UsageDelta(row.id, account.id, "eth_call", now_minute, 1, 26)]
+        )
     async with aclosing(client):
         answer = await client.get("/dashboard/usage.csv?range=month")
     assert answer.status_code == 200
@@ -219,11 +223,11 @@ def test_set_password_refuses_short_and_common_passwords(tmp_path: Path) -> None
     async def prepare() -> None:
         async with open_store(url, tmp_path) as store:
             await store.migrate()
-            await admin.ensure_account(store, "cli12@example.com", "free")
+            await admin.ensure_account(AuthRows(store), "cli12@example.com", "free")
 
     async def stored_hash() -> str | None:
         async with open_store(url, tmp_path) as store:
-            account = await store.find_account_by_email("cli12@example.com")
+            account = await AuthRows(store).find_account_by_email("cli12@example.com")
             assert account is not None
             credentials = await DashboardRows(store).credentials(account.id)
             return credentials.password_hash if credentials is not None else None
@@ -373,7 +377,7 @@ async def test_sessions_end_after_30_minutes_idle_and_12_hours_by_default(
         with pytest.raises(ConfigError, match="must be >= 1"):
             from_mapping({"dashboard": bad}, environ={})
     client = await signed_in(site, "idle@example.com")
-    account = await site.store.find_account_by_email("idle@example.com")
+    account = await AuthRows(site.store).find_account_by_email("idle@example.com")
     assert account is not None
 
     def sessions(tx: Any) -> list[Any]:

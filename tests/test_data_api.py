@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
@@ -125,9 +126,9 @@ async def start_api(
     await nursery.start(gateway.run)
     store = open_store(store_url, tmp_path)
     async with store:
-        account = await admin.ensure_account(store, "data@t", "enterprise")
+        account = await admin.ensure_account(AuthRows(store), "data@t", "enterprise")
         key, _ = await admin.create_key(
-            store, PEPPER.encode(), account.id, "t", "test", admin.parse_scopes("")
+            AuthRows(store), PEPPER.encode(), account.id, "t", "test", admin.parse_scopes("")
         )
     assert gateway.keys is not None
     await gateway.keys.refresh()
@@ -311,8 +312,10 @@ async def test_each_account_has_its_own_refresh_allowance(api: Api) -> None:
     # Issue 25, item 7: one account's refreshes never refuse another's.
     gateway = api.handle.gateway
     assert gateway.store is not None and gateway.keys is not None
-    account = await admin.ensure_account(gateway.store, "other@t", "enterprise")
-    other, _ = await admin.create_key(gateway.store, PEPPER.encode(), account.id, "o", "test")
+    account = await admin.ensure_account(AuthRows(gateway.store), "other@t", "enterprise")
+    other, _ = await admin.create_key(
+        AuthRows(gateway.store), PEPPER.encode(), account.id, "o", "test"
+    )
     await gateway.keys.refresh()
     path = f"/v1/nfts/ethereum/metadata/{api.manifest.address('erc721_collection')}/1/refresh"
     async with api.client() as client:
@@ -412,9 +415,9 @@ async def test_a_popular_page_is_computed_once_a_second_and_never_across_blocks(
     # environment is part of the key, so this is computed afresh.
     gateway = api.handle.gateway
     assert gateway.store is not None
-    account = await admin.ensure_account(gateway.store, "live@t", "enterprise")
+    account = await admin.ensure_account(AuthRows(gateway.store), "live@t", "enterprise")
     live, _ = await admin.create_key(
-        gateway.store, PEPPER.encode(), account.id, "t", "live", admin.parse_scopes("")
+        AuthRows(gateway.store), PEPPER.encode(), account.id, "t", "live", admin.parse_scopes("")
     )
     assert gateway.keys is not None
     await gateway.keys.refresh()

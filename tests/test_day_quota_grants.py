@@ -32,6 +32,7 @@ from chaingate.auth.dayquotas import utc_day
 from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
+from chaingate.auth.store import AuthRows
 from chaingate.store import Store, open_store
 
 REDIS_URL = os.environ.get("CHAINGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -44,7 +45,7 @@ class Process:
     """One worker's key registry, gate and shared limits, on the common store and Redis."""
 
     def __init__(self, store: Store, impl: impl_module.Impl, redis_url: str = REDIS_URL) -> None:
-        self.registry = KeyRegistry(store, PLANS, PEPPER, impl.limiter)
+        self.registry = KeyRegistry(AuthRows(store), PLANS, PEPPER, impl.limiter)
         self.gate = KeyGate(self.registry, impl.limiter, impl.fastlane)
         self.shared = SharedLimits(redis_url, self.registry, interval=SYNC)
         self.gate.shared = self.registry.shared = self.shared
@@ -99,10 +100,12 @@ async def account_with_quota(
     requests per second; 0: unlimited)."""
     async with open_store(f"sqlite:///{tmp_path}/grants.db", tmp_path) as store:
         await store.migrate()
-        account = await admin.ensure_account(store, f"g-{secrets.token_hex(4)}@q", "enterprise")
+        account = await admin.ensure_account(
+            AuthRows(store), f"g-{secrets.token_hex(4)}@q", "enterprise"
+        )
         limits = f'{{"requests_per_day": {quota}, "requests_per_second": {rps}}}'
-        assert await store.set_plan(account.id, "enterprise", limits)
-        key, _ = await admin.create_key(store, PEPPER, account.id, "k", "test")
+        assert await AuthRows(store).set_plan(account.id, "enterprise", limits)
+        key, _ = await admin.create_key(AuthRows(store), PEPPER, account.id, "k", "test")
         try:
             yield store, account.id, key
         finally:

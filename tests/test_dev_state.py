@@ -15,6 +15,7 @@ import pytest
 
 from chaingate.auth import apikeys
 from chaingate.auth.plans import Plans
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import load_manifest
 from chaingate.devnet import chainfile, persist, statedump
 from chaingate.devnet.anvil import AnvilProcess
@@ -341,11 +342,11 @@ async def test_dev_keys_are_kept_while_valid_and_replaced_when_not(
     async with open_store(store_url, tmp_path) as store:
         await store.migrate()
         # An account from an older data dir (the plan's limits, no overrides of its own).
-        await store.create_account(DEV_EMAIL, "growth")
+        await AuthRows(store).create_account(DEV_EMAIL, "growth")
         first = await issue_dev_keys(store, PEPPER, path)
         assert first.new == ("test", "live")
         # Sized for development: every limit of its plan overridden, unlimited (0).
-        dev = await store.find_account_by_email(DEV_EMAIL)
+        dev = await AuthRows(store).find_account_by_email(DEV_EMAIL)
         assert dev is not None and dev.limits == DEV_LIMITS
         limits = Plans.load(Path("config/plans.toml")).limits(dev.plan, dev.limits)
         assert set(msgspec.structs.asdict(limits).values()) == {0}
@@ -359,13 +360,13 @@ async def test_dev_keys_are_kept_while_valid_and_replaced_when_not(
         again = await issue_dev_keys(store, PEPPER, path)
         assert (again.keys, again.new) == (first.keys, ())
         assert mode(path) == 0o600
-        account = await store.find_account_by_email(DEV_EMAIL)
+        account = await AuthRows(store).find_account_by_email(DEV_EMAIL)
         assert account is not None
-        rows = await store.list_keys(account.id)
+        rows = await AuthRows(store).list_keys(account.id)
         assert [r.revoked_at for r in rows] == [None, None]
         # The test key revoked meanwhile (`chaingate keys revoke`): only it is replaced.
         test_row = next(r for r in rows if r.environment == "test")
-        await store.revoke_key(test_row.id)
+        await AuthRows(store).revoke_key(test_row.id)
         third = await issue_dev_keys(store, PEPPER, path)
         assert third.new == ("test",)
         assert third.keys.live == first.keys.live and third.keys.test != first.keys.test
@@ -373,7 +374,7 @@ async def test_dev_keys_are_kept_while_valid_and_replaced_when_not(
         # and the dev keys nobody holds any more are revoked.
         other = await issue_dev_keys(store, b"another pepper", path)
         assert other.new == ("test", "live")
-        active = [r for r in await store.list_keys(account.id) if r.revoked_at is None]
+        active = [r for r in await AuthRows(store).list_keys(account.id) if r.revoked_at is None]
         assert len(active) == 2
         assert {r.key_hash for r in active} == {
             apikeys.hash_key(b"another pepper", k.encode())

@@ -18,6 +18,7 @@ import trio
 from eth_account import Account
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.evm import abi
 from chaingate.store import open_store
 from tests.node_clients import run_script
@@ -106,11 +107,16 @@ async def test_sponsorship_needs_the_same_scope_at_both_doors(api: Api, tmp_path
     owner = Account.create()
     created = await api.create_wallet(owner.address, "0.7", 0)
     async with open_store(api.gateway.settings.store.url, tmp_path) as store:
-        account = await admin.ensure_account(store, "a@wallets", "enterprise")  # key a's
+        account = await admin.ensure_account(AuthRows(store), "a@wallets", "enterprise")  # key a's
         scoped = {}
         for scopes in ("bundler:send", "bundler:send gas:manage"):
             scoped[scopes], _ = await admin.create_key(
-                store, PEPPER.encode(), account.id, scopes, "test", admin.parse_scopes(scopes)
+                AuthRows(store),
+                PEPPER.encode(),
+                account.id,
+                scopes,
+                "test",
+                admin.parse_scopes(scopes),
             )
     assert api.gateway.keys is not None
     await api.gateway.keys.refresh()

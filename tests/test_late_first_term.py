@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from chaingate.aa import accounts, userop
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.manifest import dumps
@@ -96,7 +97,7 @@ async def watch(store: Store, watched: str, url: str) -> WebhookRow:
     """A token-transfer webhook on ``watched``, made before the matcher ever ran (so it is
     matched from the network's origin)."""
     await store.migrate()
-    account = await store.create_account("late-term@example.com", "free")
+    account = await AuthRows(store).create_account("late-term@example.com", "free")
     config = parse_config("token_transfer", {"addresses": [watched]}, max_values=100)
     now = store.clock()
     row = WebhookRow(

@@ -22,6 +22,7 @@ from openapi_spec_validator import validate
 from chaingate.api.build import build_api, load_costs
 from chaingate.api.openapi import document
 from chaingate.api.routing import PricingError
+from chaingate.auth.store import AuthRows
 from chaingate.config import default_config_dir
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.impl import Impl
@@ -102,9 +103,9 @@ async def test_rest_compute_units_bind_like_json_rpc(stack: AuthStack) -> None:
     # 1,000 requests a second but 50 compute units: GET /v1/usage costs 10 (config/rest.toml),
     # so about 5 a second pass, whatever the request bucket says.
     key, _ = await stack.key(plan="free", email="cu-rest@t")
-    account = await stack.store.find_account_by_email("cu-rest@t")
+    account = await AuthRows(stack.store).find_account_by_email("cu-rest@t")
     limits = {"requests_per_second": 1000, "compute_units_per_second": 50}
-    await stack.store.set_plan(account.id, "free", json.dumps(limits))
+    await AuthRows(stack.store).set_plan(account.id, "free", json.dumps(limits))
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     started = time.monotonic()
     async with stack.client(key) as client:

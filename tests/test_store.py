@@ -20,18 +20,16 @@ import pytest
 import trio
 
 from chaingate import config
+from chaingate.auth.store import AuthRows, KeyRow, UsageDelta, UsageRow
 from chaingate.chain.store import CHAIN_TABLES, ChainCursor, ChainRows, StoredBlock
 from chaingate.store import (
     DuplicateKey,
-    KeyRow,
     Migration,
     MigrationError,
     Store,
     StoreError,
     Tx,
     UnknownAccount,
-    UsageDelta,
-    UsageRow,
     base,
     open_store,
 )
@@ -212,20 +210,20 @@ def test_migration_sql_is_portable() -> None:
 
 
 async def test_accounts(store: Store, clock: FakeClock) -> None:
-    account = await store.create_account("ada@example.com", "free")
+    account = await AuthRows(store).create_account("ada@example.com", "free")
     assert account.id.startswith("acct_") and len(account.id) == 25
     assert account.id[5:].isalnum() and account.id[5:].isascii()
     assert (account.created_at, account.updated_at, account.limits) == (T0, T0, None)
-    assert await store.get_account(account.id) == account
-    assert await store.get_account("acct_missing") is None
-    assert await store.find_account_by_email("ada@example.com") == account
-    assert await store.find_account_by_email("ADA@example.com") is None
+    assert await AuthRows(store).get_account(account.id) == account
+    assert await AuthRows(store).get_account("acct_missing") is None
+    assert await AuthRows(store).find_account_by_email("ada@example.com") == account
+    assert await AuthRows(store).find_account_by_email("ADA@example.com") is None
 
     clock.advance(5)
     limits = '{"requests_per_second": 500}'
-    assert await store.set_plan(account.id, "enterprise", limits)
-    assert not await store.set_plan("acct_missing", "growth", None)
-    updated = await store.get_account(account.id)
+    assert await AuthRows(store).set_plan(account.id, "enterprise", limits)
+    assert not await AuthRows(store).set_plan("acct_missing", "growth", None)
+    updated = await AuthRows(store).get_account(account.id)
     assert updated is not None
     assert (updated.plan, updated.limits, updated.updated_at) == ("enterprise", limits, T0 + 5)
     assert updated.created_at == T0
@@ -233,99 +231,99 @@ async def test_accounts(store: Store, clock: FakeClock) -> None:
 
 async def test_unicode_emails(store: Store) -> None:
     emails = ["zoë.ünïcødé@例え.jp", "пользователь@пример.рф", "emoji🦀@example.com"]
-    created = [await store.create_account(email, "free") for email in emails]
+    created = [await AuthRows(store).create_account(email, "free") for email in emails]
     for email, account in zip(emails, created, strict=True):
-        found = await store.find_account_by_email(email)
+        found = await AuthRows(store).find_account_by_email(email)
         assert found == account and found.email == email
 
 
 async def test_accounts_changed_since(store: Store, clock: FakeClock) -> None:
-    a = await store.create_account("a@example.com", "free")
+    a = await AuthRows(store).create_account("a@example.com", "free")
     clock.advance(10)
-    b = await store.create_account("b@example.com", "free")
+    b = await AuthRows(store).create_account("b@example.com", "free")
     clock.advance(10)
-    await store.set_plan(a.id, "growth", None)
-    changed = await store.accounts_changed_since(T0 + 10)
+    await AuthRows(store).set_plan(a.id, "growth", None)
+    changed = await AuthRows(store).accounts_changed_since(T0 + 10)
     assert [(x.id, x.updated_at) for x in changed] == [(b.id, T0 + 10), (a.id, T0 + 20)]
-    assert await store.accounts_changed_since(T0 + 21) == []
+    assert await AuthRows(store).accounts_changed_since(T0 + 21) == []
 
 
 # --- API keys --------------------------------------------------------------------------------
 
 
 async def test_insert_and_list_keys(store: Store, clock: FakeClock) -> None:
-    alice = await store.create_account("alice@example.com", "free")
-    bob = await store.create_account("bob@example.com", "free")
-    k1 = await store.insert_key(_key(alice.id, "svc_test_" + "a" * 32, name="first"))
+    alice = await AuthRows(store).create_account("alice@example.com", "free")
+    bob = await AuthRows(store).create_account("bob@example.com", "free")
+    k1 = await AuthRows(store).insert_key(_key(alice.id, "svc_test_" + "a" * 32, name="first"))
     clock.advance()
-    k2 = await store.insert_key(_key(bob.id, "svc_live_" + "b" * 32, environment="live"))
+    k2 = await AuthRows(store).insert_key(_key(bob.id, "svc_live_" + "b" * 32, environment="live"))
     clock.advance()
-    k3 = await store.insert_key(_key(alice.id, "svc_test_" + "c" * 32, scopes=""))
+    k3 = await AuthRows(store).insert_key(_key(alice.id, "svc_test_" + "c" * 32, scopes=""))
     assert k1.id.startswith("key_") and len(k1.id) == 24
     assert (k1.created_at, k1.updated_at, k1.last_used_at, k1.revoked_at) == (T0, T0, None, None)
-    assert await store.list_keys() == [k1, k2, k3]
-    assert await store.list_keys(alice.id) == [k1, k3]
-    assert await store.list_keys("acct_nobody") == []
+    assert await AuthRows(store).list_keys() == [k1, k2, k3]
+    assert await AuthRows(store).list_keys(alice.id) == [k1, k3]
+    assert await AuthRows(store).list_keys("acct_nobody") == []
     assert k3.scopes == "" and k2.environment == "live" and k1.name == "first"
 
 
 async def test_duplicate_key_hash_is_a_clear_error(store: Store) -> None:
-    account = await store.create_account("a@example.com", "free")
-    await store.insert_key(_key(account.id, "svc_test_" + "x" * 32))
+    account = await AuthRows(store).create_account("a@example.com", "free")
+    await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "x" * 32))
     with pytest.raises(DuplicateKey, match="key_hash"):
-        await store.insert_key(_key(account.id, "svc_test_" + "x" * 32, name="again"))
-    assert len(await store.list_keys()) == 1
+        await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "x" * 32, name="again"))
+    assert len(await AuthRows(store).list_keys()) == 1
 
 
 async def test_key_for_unknown_account(store: Store) -> None:
     with pytest.raises(UnknownAccount):
-        await store.insert_key(_key("acct_nobody", "svc_test_" + "y" * 32))
+        await AuthRows(store).insert_key(_key("acct_nobody", "svc_test_" + "y" * 32))
 
 
 async def test_revocation_is_seen_by_keys_changed_since(store: Store, clock: FakeClock) -> None:
-    account = await store.create_account("a@example.com", "free")
-    kept = await store.insert_key(_key(account.id, "svc_test_" + "k" * 32))
-    doomed = await store.insert_key(_key(account.id, "svc_test_" + "d" * 32))
+    account = await AuthRows(store).create_account("a@example.com", "free")
+    kept = await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "k" * 32))
+    doomed = await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "d" * 32))
     # Same updated_at: ties are ordered by id.
-    initial = await store.keys_changed_since(0)
+    initial = await AuthRows(store).keys_changed_since(0)
     assert [k.id for k in initial] == sorted([kept.id, doomed.id])
     cursor = max(k.updated_at for k in initial) + 1
 
     clock.advance(1000)
-    assert await store.revoke_key(doomed.id, clock.now)
-    assert not await store.revoke_key(doomed.id, clock.now + 5)  # already revoked
-    assert not await store.revoke_key("key_missing", clock.now)
-    changed = await store.keys_changed_since(cursor)
+    assert await AuthRows(store).revoke_key(doomed.id, clock.now)
+    assert not await AuthRows(store).revoke_key(doomed.id, clock.now + 5)  # already revoked
+    assert not await AuthRows(store).revoke_key("key_missing", clock.now)
+    changed = await AuthRows(store).keys_changed_since(cursor)
     assert [(k.id, k.revoked_at, k.updated_at) for k in changed] == [
         (doomed.id, T0 + 1000, T0 + 1000)
     ]
     # The cursor is inclusive: a poller re-reading from the last updated_at sees it again.
-    assert [k.id for k in await store.keys_changed_since(T0 + 1000)] == [doomed.id]
-    assert await store.keys_changed_since(T0 + 1001) == []
+    assert [k.id for k in await AuthRows(store).keys_changed_since(T0 + 1000)] == [doomed.id]
+    assert await AuthRows(store).keys_changed_since(T0 + 1001) == []
 
 
 async def test_revoke_key_uses_the_clock_by_default(store: Store, clock: FakeClock) -> None:
-    account = await store.create_account("a@example.com", "free")
-    key = await store.insert_key(_key(account.id, "svc_test_" + "r" * 32))
+    account = await AuthRows(store).create_account("a@example.com", "free")
+    key = await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "r" * 32))
     clock.advance(7)
-    assert await store.revoke_key(key.id)
-    [row] = await store.list_keys()
+    assert await AuthRows(store).revoke_key(key.id)
+    [row] = await AuthRows(store).list_keys()
     assert row.revoked_at == row.updated_at == T0 + 7
 
 
 async def test_touch_keys_last_used(store: Store, clock: FakeClock) -> None:
-    account = await store.create_account("a@example.com", "free")
-    k1 = await store.insert_key(_key(account.id, "svc_test_" + "1" * 32))
-    k2 = await store.insert_key(_key(account.id, "svc_test_" + "2" * 32))
-    await store.touch_keys_last_used({})
-    await store.touch_keys_last_used({k1.id: T0 + 50, k2.id: T0 + 60, "key_gone": T0})
-    await store.touch_keys_last_used({k1.id: T0 + 40})  # older: ignored
-    rows = {k.id: k for k in await store.list_keys()}
+    account = await AuthRows(store).create_account("a@example.com", "free")
+    k1 = await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "1" * 32))
+    k2 = await AuthRows(store).insert_key(_key(account.id, "svc_test_" + "2" * 32))
+    await AuthRows(store).touch_keys_last_used({})
+    await AuthRows(store).touch_keys_last_used({k1.id: T0 + 50, k2.id: T0 + 60, "key_gone": T0})
+    await AuthRows(store).touch_keys_last_used({k1.id: T0 + 40})  # older: ignored
+    rows = {k.id: k for k in await AuthRows(store).list_keys()}
     assert rows[k1.id].last_used_at == T0 + 50
     assert rows[k2.id].last_used_at == T0 + 60
     # Use is not a change the key caches need to reload.
     assert rows[k1.id].updated_at == T0
-    assert await store.keys_changed_since(T0 + 1) == []
+    assert await AuthRows(store).keys_changed_since(T0 + 1) == []
 
 
 # --- usage -----------------------------------------------------------------------------------
@@ -335,10 +333,10 @@ async def test_add_usage_accumulates(store: Store) -> None:
     def delta(minute: int, requests: int, cu: int, errors: int = 0) -> UsageDelta:
         return UsageDelta("key_a", "acct_a", "eth_call", minute, requests, cu, errors)
 
-    await store.add_usage([])
-    await store.add_usage([delta(M0, 1, 10), delta(M0, 2, 20, 1), delta(M0 + 1, 5, 50)])
-    await store.add_usage([delta(M0, 3, 30, 2)])
-    assert await store.usage("acct_a", M0, M0 + 2) == [
+    await AuthRows(store).add_usage([])
+    await AuthRows(store).add_usage([delta(M0, 1, 10), delta(M0, 2, 20, 1), delta(M0 + 1, 5, 50)])
+    await AuthRows(store).add_usage([delta(M0, 3, 30, 2)])
+    assert await AuthRows(store).usage("acct_a", M0, M0 + 2) == [
         UsageRow(M0, "eth_call", 6, 60, 3),
         UsageRow(M0 + 1, "eth_call", 5, 50, 0),
     ]
@@ -362,12 +360,12 @@ async def test_concurrent_add_usage_loses_nothing(store_url: str, tmp_path: Path
                     for method in ("eth_call", "eth_getLogs")
                     for minute in (0, 1)
                 ]
-                await s.add_usage(batch)
+                await AuthRows(s).add_usage(batch)
 
         async with trio.open_nursery() as nursery:
             for n in range(tasks):
                 nursery.start_soon(flush, stores[n % 2], n)
-        rows = await stores[1].usage("acct_a", M0, M0 + 2, "hour")
+        rows = await AuthRows(stores[1]).usage("acct_a", M0, M0 + 2, "hour")
     finally:
         for s in stores:
             await s.aclose()
@@ -390,38 +388,40 @@ async def test_usage_bucketing(store: Store) -> None:
         ("key_a", "eth_call", DAY, 64, 640, 0),
         ("key_a", "eth_call", 2 * DAY + 5, 128, 1280, 0),
     ]
-    await store.add_usage(
+    await AuthRows(store).add_usage(
         [UsageDelta(k, "acct_a", m, M0 + o, r, c, e) for k, m, o, r, c, e in rows]
     )
-    await store.add_usage([UsageDelta("key_z", "acct_other", "eth_call", M0, 1000, 1000, 0)])
+    await AuthRows(store).add_usage(
+        [UsageDelta("key_z", "acct_other", "eth_call", M0, 1000, 1000, 0)]
+    )
 
-    assert await store.usage("acct_a", M0, M0 + 61, "minute") == [
+    assert await AuthRows(store).usage("acct_a", M0, M0 + 61, "minute") == [
         UsageRow(M0, "eth_call", 1, 10, 0),
         UsageRow(M0 + 59, "eth_call", 6, 60, 1),
         UsageRow(M0 + 60, "eth_call", 8, 80, 0),
     ]
-    assert await store.usage("acct_a", M0, M0 + DAY + 1, "hour") == [
+    assert await AuthRows(store).usage("acct_a", M0, M0 + DAY + 1, "hour") == [
         UsageRow(M0, "eth_call", 7, 70, 1),
         UsageRow(M0 + 60, "eth_call", 8, 80, 0),
         UsageRow(M0 + 60, "eth_getLogs", 16, 320, 2),
         UsageRow(M0 + DAY - 60, "eth_call", 32, 320, 0),
         UsageRow(M0 + DAY, "eth_call", 64, 640, 0),
     ]
-    assert await store.usage("acct_a", M0, M0 + 3 * DAY, "day") == [
+    assert await AuthRows(store).usage("acct_a", M0, M0 + 3 * DAY, "day") == [
         UsageRow(M0, "eth_call", 47, 470, 1),
         UsageRow(M0, "eth_getLogs", 16, 320, 2),
         UsageRow(M0 + DAY, "eth_call", 64, 640, 0),
         UsageRow(M0 + 2 * DAY, "eth_call", 128, 1280, 0),
     ]
     # A range starting mid-period still labels rows with the period's start.
-    assert await store.usage("acct_a", M0 + 30, M0 + 60, "hour") == [
+    assert await AuthRows(store).usage("acct_a", M0 + 30, M0 + 60, "hour") == [
         UsageRow(M0, "eth_call", 6, 60, 1)
     ]
-    assert await store.usage("acct_nobody", M0, M0 + DAY, "day") == []
+    assert await AuthRows(store).usage("acct_nobody", M0, M0 + DAY, "day") == []
 
 
 async def test_day_totals(store: Store) -> None:
-    await store.add_usage(
+    await AuthRows(store).add_usage(
         [
             UsageDelta("key_a", "acct_a", "eth_call", M0 - 1, 100, 100, 0),  # yesterday
             UsageDelta("key_a", "acct_a", "eth_call", M0, 1, 10, 0),
@@ -431,8 +431,8 @@ async def test_day_totals(store: Store) -> None:
             UsageDelta("key_c", "acct_b", "eth_call", M0 + DAY, 1000, 1000, 0),  # tomorrow
         ]
     )
-    assert await store.day_totals(M0) == {"acct_a": (7, 90), "acct_b": (8, 80)}
-    assert await store.day_totals(M0 + 10 * DAY) == {}
+    assert await AuthRows(store).day_totals(M0) == {"acct_a": (7, 90), "acct_b": (8, 80)}
+    assert await AuthRows(store).day_totals(M0 + 10 * DAY) == {}
 
 
 # --- secrets ---------------------------------------------------------------------------------
@@ -448,9 +448,9 @@ async def test_sqlite_file_holds_no_key_in_clear(tmp_path: Path) -> None:
     secret = "svc_test_Ab12" + secrets.token_urlsafe(32)
     async with open_store("", tmp_path) as s:
         await s.migrate()
-        account = await s.create_account("a@example.com", "free")
-        await s.insert_key(_key(account.id, secret, prefix=secret[:13]))
-        await s.touch_keys_last_used({k.id: T0 for k in await s.list_keys()})
+        account = await AuthRows(s).create_account("a@example.com", "free")
+        await AuthRows(s).insert_key(_key(account.id, secret, prefix=secret[:13]))
+        await AuthRows(s).touch_keys_last_used({k.id: T0 for k in await AuthRows(s).list_keys()})
         while_open = _read_db_files(tmp_path)  # recent writes still in the WAL file
     after_close = _read_db_files(tmp_path)  # closing checkpointed them into chaingate.db
     for data in (while_open, after_close):
@@ -483,7 +483,7 @@ def _listdir(path: Path) -> list[Path]:
 async def test_memory_and_four_slash_urls(tmp_path: Path) -> None:
     async with open_store("sqlite:///:memory:", tmp_path) as memory:
         assert await memory.migrate() == VERSIONS
-        await memory.create_account("a@example.com", "free")
+        await AuthRows(memory).create_account("a@example.com", "free")
     assert not _listdir(tmp_path)
     four = open_store(f"sqlite:///{tmp_path}/x.db", tmp_path)
     assert four.display_url == f"sqlite://{tmp_path}/x.db"
@@ -500,7 +500,7 @@ def test_bad_urls() -> None:
 async def test_closed_store_refuses(tmp_path: Path) -> None:
     store = open_store("sqlite:///:memory:", tmp_path)
     with pytest.raises(StoreError, match="not open"):
-        await store.get_account("acct_x")
+        await AuthRows(store).get_account("acct_x")
 
 
 async def test_unreachable_postgres_is_a_clear_error(tmp_path: Path) -> None:
@@ -652,7 +652,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
                 "ethereum", network, ChainCursor(5, "0xa5", 3), [block(n) for n in range(1, 6)],
                 keep_from=2, expect=None,
             )  # fmt: skip
-        account = await s.create_account("ada@example.com", "free")
+        account = await AuthRows(s).create_account("ada@example.com", "free")
         # Rows kept before identities were recorded: they may come from any chain.
         first = await s.claim_chain("ethereum", "devnet", "0xgenesis:one")
         assert first == ChainClaim(None, True, {"chain_cursors": 1, "chain_blocks": 4})
@@ -680,7 +680,7 @@ async def test_claiming_another_chain_resets_only_that_networks_derived_state(
         # Other networks and everything not derived from a chain are untouched.
         cursor, rows = await ChainRows(s).load_chain("ethereum", "sepolia")
         assert cursor == ChainCursor(5, "0xa5", 3) and len(rows) == 4
-        assert await s.get_account(account.id) == account
+        assert await AuthRows(s).get_account(account.id) == account
         assert await s.chain_identity("ethereum", "sepolia") is None
         # reset_network on its own: every registered table, counted.
         assert await s.reset_network("ethereum", "sepolia") == {

@@ -17,10 +17,9 @@ from typing import Any
 import httpx
 import trio
 
-from chaingate.dashboard.store import DashboardRows
+from chaingate.auth.store import AuthRows, UsageDelta
 from chaingate.impl import Impl
 from chaingate.store import open_store
-from chaingate.store.base import UsageDelta
 from chaingate.store.migrate import apply_pending, load_migrations
 from tests.test_auth import auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, sign_in
@@ -64,7 +63,7 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
         first_report = await client.get("/v1/usage", params={"granularity": "minute"})
         assert first_report.status_code == 200
         now_minute = int(time.time() // 60)
-        rows = DashboardRows(stack.store)
+        rows = AuthRows(stack.store)
         expected = {
             ("ethereum/devnet", "eth_blockNumber"): (3, 3, 0),
             ("ethereum/mainnet", "eth_blockNumber"): (1, 1, 0),
@@ -76,7 +75,7 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
             while True:
                 found = {
                     (r.network, r.method): (r.requests, r.compute_units, r.errors)
-                    for r in await rows.usage(account_id, "minute", 0, now_minute + 2)
+                    for r in await rows.usage_totals(account_id, "minute", 0, now_minute + 2)
                 }
                 if (
                     all(found.get(slot, (0,))[0] >= n[0] for slot, n in expected.items())
@@ -86,7 +85,9 @@ async def test_every_path_meters_its_network_and_the_dashboard_shows_it(
                 await trio.sleep(0.05)
         for slot, (requests, _units, errors) in expected.items():
             assert found[slot][0] == requests and found[slot][2] == errors, (slot, found)
-        assert all(key_id == r.key_id for r in await rows.usage(account_id, "hour", 0, 10**9))
+        assert all(
+            key_id == r.key_id for r in await rows.usage_totals(account_id, "hour", 0, 10**9)
+        )
         assert {network for network, _ in found} <= {"", "ethereum/devnet", "ethereum/mainnet"}
         # The REST usage API keeps the spec's (and its own) shape: per period and method, the
         # networks summed, no field added.
@@ -135,7 +136,7 @@ async def test_usage_metered_before_networks_keeps_network_empty(
         before = [m for m in migrations if m.version < 17]
         assert [m.version for m in migrations if m.version >= 17][:1] == [17]
         await apply_pending(store, before)
-        account = await store.create_account("before@example.com", "free")
+        account = await AuthRows(store).create_account("before@example.com", "free")
         minute = 1440 * 20 + 61
 
         def old_rows(tx: Any) -> None:
@@ -153,28 +154,28 @@ async def test_usage_metered_before_networks_keeps_network_empty(
 
         await store.run_transaction(old_rows)
         await store.migrate()
-        rows = DashboardRows(store)
+        rows = AuthRows(store)
         for granularity in ("minute", "hour", "day"):
-            found = await rows.usage(account.id, granularity, 0, 1440 * 21)
+            found = await rows.usage_totals(account.id, granularity, 0, 1440 * 21)
             assert [(r.network, r.method, r.requests, r.errors) for r in found] == [
                 ("", "eth_call", 2, 1)
             ], granularity
         # The same key, method and minute on a network now: a row of its own, everywhere.
-        await store.add_usage(
+        await AuthRows(store).add_usage(
             [UsageDelta("key_a", account.id, "eth_call", minute, 3, 78, 0, "ethereum/devnet")]
         )
         for granularity in ("minute", "hour", "day"):
-            found = await rows.usage(account.id, granularity, 0, 1440 * 21)
+            found = await rows.usage_totals(account.id, granularity, 0, 1440 * 21)
             assert [(r.network, r.requests) for r in found] == [
                 ("", 2),
                 ("ethereum/devnet", 3),
             ], granularity
         # The account's usage as the REST API reads it: the networks summed per method.
-        summed = await store.usage(account.id, 0, 1440 * 21, "day")
+        summed = await AuthRows(store).usage(account.id, 0, 1440 * 21, "day")
         assert [(r.method, r.requests, r.compute_units) for r in summed] == [("eth_call", 5, 130)]
         # A second add to the same (key, network, method, minute) adds up, it does not clash.
-        await store.add_usage(
+        await AuthRows(store).add_usage(
             [UsageDelta("key_a", account.id, "eth_call", minute, 1, 26, 0, "ethereum/devnet")]
         )
-        found = await rows.usage(account.id, "minute", 0, 1440 * 21)
+        found = await rows.usage_totals(account.id, "minute", 0, 1440 * 21)
         assert [(r.network, r.requests) for r in found] == [("", 2), ("ethereum/devnet", 4)]

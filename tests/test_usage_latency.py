@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.impl import Impl
 from tests.test_auth import auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, sign_in
@@ -31,7 +32,7 @@ async def test_every_path_times_its_requests_for_the_account(
     stack = await start_auth(nursery, impl, settings)
     email = f"latency-{time.monotonic_ns()}@example.com"
     # Unlimited: a rate limit's refusals would be left untimed, and this test counts.
-    await admin.ensure_account(stack.store, email, "enterprise")
+    await admin.ensure_account(AuthRows(stack.store), email, "enterprise")
     account_id = await account_with_password(stack, email)
     key, _ = await stack.key(env="live", email=email)
     other_key, _ = await stack.key(env="live")  # another account's requests stay its own
@@ -47,7 +48,7 @@ async def test_every_path_times_its_requests_for_the_account(
     # A key with an allowlist is answered by the handler (the slow lane): the same rules.
     listed, listed_id = await stack.key(env="live", email=email)
     await admin.update_allowlists(
-        stack.store, listed_id, {"methods": ["eth_getBalance", "eth_nope"]}, set()
+        AuthRows(stack.store), listed_id, {"methods": ["eth_getBalance", "eth_nope"]}, set()
     )
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     balance = call("eth_getBalance", 5, ["0x" + "11" * 20, "latest"])
@@ -85,7 +86,9 @@ async def test_every_path_times_its_requests_for_the_account(
     now_minute = int(time.time() // 60)
     with trio.fail_after(10):  # the usage writer flushes every 0.2 s here
         while True:
-            rows = await stack.store.usage_latency(account_id, "minute", 0, now_minute + 2)
+            rows = await AuthRows(stack.store).usage_latency(
+                account_id, "minute", 0, now_minute + 2
+            )
             found: dict[tuple[str, str], int] = {}
             for row in rows:
                 slot = (row.network, row.method)
@@ -97,7 +100,9 @@ async def test_every_path_times_its_requests_for_the_account(
     assert all(len(row.counts) == 16 for row in rows)
     # The hour and day rollups hold the same samples.
     for granularity in ("hour", "day"):
-        rolled = await stack.store.usage_latency(account_id, granularity, 0, now_minute + 1440)
+        rolled = await AuthRows(stack.store).usage_latency(
+            account_id, granularity, 0, now_minute + 1440
+        )
         assert sum(sum(row.counts) for row in rolled) == sum(expected.values()), granularity
     dashboard = browser(stack)
     async with aclosing(dashboard):

@@ -18,12 +18,12 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.dashboard.latency import percentile
 from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.impl import Impl, select
 from chaingate.store import Store, open_store
-from chaingate.store.base import LatencyDelta, UsageDelta
 from chaingate.store.migrate import apply_pending, load_migrations
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, csrf, sign_in
@@ -70,9 +70,11 @@ async def test_latency_lands_in_minutes_hours_and_days_and_adds_up(
         b = LatencyDelta("acct_a", "ethereum/mainnet", "eth_call", M0 + 62, buckets(b3=5))
         c = LatencyDelta("acct_a", "", "GET /v1/health", M0 + 61, buckets(b0=7))
         # One call with a repeated key (merged), then a second "process" adding the same keys.
-        await store.add_usage([], [a, b, a])
-        await store.add_usage([UsageDelta("key_a", "acct_a", "eth_call", M0 + 61, 1, 26)], [a, c])
-        minutes = await store.usage_latency("acct_a", "minute", M0, M0 + 1440)
+        await AuthRows(store).add_usage([], [a, b, a])
+        await AuthRows(store).add_usage(
+            [UsageDelta("key_a", "acct_a", "eth_call", M0 + 61, 1, 26)], [a, c]
+        )
+        minutes = await AuthRows(store).usage_latency("acct_a", "minute", M0, M0 + 1440)
         assert [(r.period, r.network, r.method, r.counts) for r in minutes] == [
             (M0 + 61, "", "GET /v1/health", list(c.counts)),
             (M0 + 61, "ethereum/mainnet", "eth_call", plus(a.counts, a.counts, a.counts)),
@@ -80,13 +82,13 @@ async def test_latency_lands_in_minutes_hours_and_days_and_adds_up(
         ]
         everything = plus(a.counts, a.counts, a.counts, b.counts)
         for granularity, period in (("hour", M0 + 60), ("day", M0)):
-            rows = await store.usage_latency("acct_a", granularity, M0, M0 + 1440)
+            rows = await AuthRows(store).usage_latency("acct_a", granularity, M0, M0 + 1440)
             assert [(r.period, r.network, r.method, r.counts) for r in rows] == [
                 (period, "", "GET /v1/health", list(c.counts)),
                 (period, "ethereum/mainnet", "eth_call", everything),
             ], granularity
         # The usage delta of the same call was written with it.
-        assert [u.requests for u in await store.usage("acct_a", M0, M0 + 1440)] == [1]
+        assert [u.requests for u in await AuthRows(store).usage("acct_a", M0, M0 + 1440)] == [1]
 
 
 async def test_counts_of_another_length_are_refused_and_nothing_is_written(
@@ -98,16 +100,18 @@ async def test_counts_of_another_length_are_refused_and_nothing_is_written(
         usage = UsageDelta("key_a", "acct_a", "eth_call", M0, 1, 26)
         for latency in ([good, bad], [LatencyDelta("acct_a", "", "m", M0, (1,) * 17)]):
             with pytest.raises(ValueError, match="16 buckets"):
-                await store.add_usage([usage], latency)
+                await AuthRows(store).add_usage([usage], latency)
         assert await all_latency(store) == []
-        assert await store.usage("acct_a", 0, M0 + 1440) == []  # not even the usage deltas
-        await store.add_usage([], [])  # nothing to write: no transaction, no error
+        assert (
+            await AuthRows(store).usage("acct_a", 0, M0 + 1440) == []
+        )  # not even the usage deltas
+        await AuthRows(store).add_usage([], [])  # nothing to write: no transaction, no error
 
 
 async def test_usage_latency_reads_one_account_in_its_range(store_url: str, tmp_path: Path) -> None:
     async with migrated(store_url, tmp_path) as store:
         counts = buckets(b4=1)
-        await store.add_usage(
+        await AuthRows(store).add_usage(
             [],
             [
                 LatencyDelta("acct_a", "n", "m", M0 - 1, counts),  # before the range
@@ -117,18 +121,18 @@ async def test_usage_latency_reads_one_account_in_its_range(store_url: str, tmp_
                 LatencyDelta("acct_b", "n", "m", M0 + 1, counts),  # another account
             ],
         )
-        rows = await store.usage_latency("acct_a", "minute", M0, M0 + 60)
+        rows = await AuthRows(store).usage_latency("acct_a", "minute", M0, M0 + 60)
         assert [r.period for r in rows] == [M0, M0 + 59]
-        hours = await store.usage_latency("acct_a", "hour", M0, M0 + 60)
+        hours = await AuthRows(store).usage_latency("acct_a", "hour", M0, M0 + 60)
         assert [(r.period, r.counts[4]) for r in hours] == [(M0, 2)]
-        assert await store.usage_latency("acct_c", "day", 0, M0 + 1440) == []
+        assert await AuthRows(store).usage_latency("acct_c", "day", 0, M0 + 1440) == []
 
 
 async def test_the_prune_deletes_old_minutes_and_hours_only(store_url: str, tmp_path: Path) -> None:
     async with migrated(store_url, tmp_path) as store:
         now = M0 + 100 * 1440
         counts = buckets(b2=1)
-        await store.add_usage(
+        await AuthRows(store).add_usage(
             [],
             [
                 LatencyDelta("acct_a", "n", "m", now - 10, counts),  # kept everywhere
@@ -136,7 +140,7 @@ async def test_the_prune_deletes_old_minutes_and_hours_only(store_url: str, tmp_
                 LatencyDelta("acct_b", "n", "m", now - 40 * 1440, counts),  # minute and hour go
             ],
         )
-        assert await store.prune_usage_latency(now) == 3
+        assert await AuthRows(store).prune_usage_latency(now) == 3
         left = [(g, p) for _, g, p, *_ in await all_latency(store)]
         assert sorted(left) == sorted(
             [
@@ -148,7 +152,7 @@ async def test_the_prune_deletes_old_minutes_and_hours_only(store_url: str, tmp_
                 (1440, (now - 40 * 1440) // 1440 * 1440),
             ]
         )
-        assert await store.prune_usage_latency(now) == 0
+        assert await AuthRows(store).prune_usage_latency(now) == 0
 
 
 async def test_the_migration_upgrades_a_store_at_0017(store_url: str, tmp_path: Path) -> None:
@@ -157,12 +161,18 @@ async def test_the_migration_upgrades_a_store_at_0017(store_url: str, tmp_path: 
         migrations = load_migrations()
         assert [m.name for m in migrations if m.version == 18] == ["usage_latency"]
         await apply_pending(store, [m for m in migrations if m.version <= 17])
-        await store.add_usage([UsageDelta("key_a", "acct_a", "eth_call", M0 + 5, 2, 52, 1, "n")])
+        await AuthRows(store).add_usage(
+            [UsageDelta("key_a", "acct_a", "eth_call", M0 + 5, 2, 52, 1, "n")]
+        )
         assert 18 in await store.migrate()
-        usage = await store.usage("acct_a", M0, M0 + 1440, "day")
+        usage = await AuthRows(store).usage("acct_a", M0, M0 + 1440, "day")
         assert [(u.method, u.requests, u.errors) for u in usage] == [("eth_call", 2, 1)]
-        await store.add_usage([], [LatencyDelta("acct_a", "n", "eth_call", M0 + 5, buckets(b1=3))])
-        assert [r.counts[1] for r in await store.usage_latency("acct_a", "day", M0, M0 + 1)] == [3]
+        await AuthRows(store).add_usage(
+            [], [LatencyDelta("acct_a", "n", "eth_call", M0 + 5, buckets(b1=3))]
+        )
+        assert [
+            r.counts[1] for r in await AuthRows(store).usage_latency("acct_a", "day", M0, M0 + 1)
+        ] == [3]
 
 
 # --- the pages -----------------------------------------------------------------------------
@@ -204,7 +214,7 @@ def table(html: str, table_id: str) -> str:
 async def seed(stack: AuthStack, email: str, weights: dict[str, tuple[int, ...]]) -> str:
     """An account with usage and latency over the last two minutes, on two networks."""
     account_id = await account_with_password(stack, email)
-    _, key = await admin.create_key(stack.store, PEPPER.encode(), account_id, "k", "live")
+    _, key = await admin.create_key(AuthRows(stack.store), PEPPER.encode(), account_id, "k", "live")
     now = int(time.time() // 60)
     usage, latency = [], []
     for minute in (now - 2, now - 1):
@@ -220,7 +230,7 @@ async def seed(stack: AuthStack, email: str, weights: dict[str, tuple[int, ...]]
         latency.append(
             LatencyDelta(account_id, "ethereum/mainnet", "batch", minute, weights["batch"])
         )
-    await stack.store.add_usage(usage, latency)
+    await AuthRows(stack.store).add_usage(usage, latency)
     return account_id
 
 

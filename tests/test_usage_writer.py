@@ -15,12 +15,13 @@ from typing import Any
 
 import trio
 
+from chaingate.auth import usagelatency
+from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.auth.usage import UsageWriter
 from chaingate.dashboard import latency as dashboard_latency
 from chaingate.impl import Impl
 from chaingate.obs.metrics import LATENCY_BUCKETS
-from chaingate.store import Store, open_store, usagelatency
-from chaingate.store.base import LatencyDelta, UsageDelta
+from chaingate.store import open_store
 
 
 def test_every_latency_table_has_the_buckets_the_meter_counts() -> None:
@@ -32,7 +33,7 @@ class FlakyStore:
     """The real store, whose next ``add_usage`` calls fail (``fail``) or never begin
     (``hang``: parked as a call waiting for the store's thread is)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AuthRows) -> None:
         self.store = store
         self.fail = 0
         self.hang = False
@@ -58,7 +59,7 @@ async def writer_on(
     store = open_store(store_url, tmp_path)
     async with store:
         await store.migrate()
-        flaky = FlakyStore(store)
+        flaky = FlakyStore(AuthRows(store))
         meter = impl.limiter.UsageMeter()
         latency = impl.fastlane.LatencyMeter(LATENCY_BUCKETS)
         registry = SimpleNamespace(used=set())
@@ -72,7 +73,7 @@ def traffic(meter: Any, latency: Any, minute: int) -> None:
     latency.observe("acct_1", "eth/main", "batch", minute, 0.01)
 
 
-async def written(store: Store, minute: int) -> tuple[int, dict[str, int]]:
+async def written(store: AuthRows, minute: int) -> tuple[int, dict[str, int]]:
     usage = await store.usage("acct_1", minute, minute + 1)
     rows = await store.usage_latency("acct_1", "minute", minute, minute + 1)
     return sum(u.requests for u in usage), {r.method: sum(r.counts) for r in rows}

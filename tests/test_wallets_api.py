@@ -27,6 +27,7 @@ from eth_account.messages import encode_defunct
 from chaingate.aa.paymaster import decode_paymaster_data, verifying_paymaster_hash
 from chaingate.aa.userop import UserOperation, handle_ops_calldata, user_op_hash
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
@@ -144,9 +145,9 @@ async def api(
     keys = {}
     async with store:
         for who in ("a", "b"):
-            account = await admin.ensure_account(store, f"{who}@wallets", "enterprise")
+            account = await admin.ensure_account(AuthRows(store), f"{who}@wallets", "enterprise")
             keys[who], _ = await admin.create_key(
-                store, PEPPER.encode(), account.id, who, "test", admin.parse_scopes("")
+                AuthRows(store), PEPPER.encode(), account.id, who, "test", admin.parse_scopes("")
             )
     assert gateway.keys is not None
     await gateway.keys.refresh()

@@ -25,6 +25,7 @@ from eth_account import Account
 from psycopg import sql
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.store import open_store
@@ -97,8 +98,8 @@ def servers(
 
 async def make_key(store_url: str, tmp_path: Path) -> str:
     async with open_store(store_url, tmp_path) as store:
-        account = await admin.ensure_account(store, "pg@wallets", "enterprise")
-        key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "pg", "test")
+        account = await admin.ensure_account(AuthRows(store), "pg@wallets", "enterprise")
+        key, _ = await admin.create_key(AuthRows(store), PEPPER.encode(), account.id, "pg", "test")
     return key
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaingate.auth.store import AuthRows
 from chaingate.store import Store, open_store
 from chaingate.wallets.store import (
     Counts,
@@ -38,7 +39,7 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
 
 async def _settled(store: Store) -> tuple[str, str]:
     """A wallet deployed by, and a sponsorship settled in, block BLOCK; (policy, account)."""
-    account = (await store.create_account("w@t", "free")).id
+    account = (await AuthRows(store).create_account("w@t", "free")).id
     await WalletRows(store).add_wallet(
         WalletRow(
             chain=NET[0],

@@ -39,6 +39,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from standardwebhooks.webhooks import Webhook
 
+from chaingate.auth.store import AuthRows
 from chaingate.config import SmtpSettings, WebhookSettings
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher, IPAddress, OutboundPolicy, TcpConnector
@@ -414,7 +415,7 @@ async def test_an_event_is_delivered_once_signed_with_both_secrets_of_a_rotation
     await nursery.start(receiver.serve, server_tls)
     fetcher = Fetcher(OutboundPolicy.dev(), connector=TcpConnector(client_tls))
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         url = f"https://127.0.0.1:{receiver.port}/hooks/in?token=abc"
         hook = await make_webhook(store, account.id, url, variant)
         previous, current = hook.secret, new_secret()
@@ -486,7 +487,7 @@ async def test_variant_a_retries_on_schedule_then_pauses_and_mails_the_owner_onc
         smtp_server(implicit_tls=False) as inbox,
         opened(store_url, tmp_path, clock) as store,
     ):
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         url = f"http://127.0.0.1:{receiver.port}/a"
         hook = await make_webhook(store, account.id, url, VARIANT_A)
         [event] = await add_events(store, VARIANT_A, hook, 1)
@@ -551,7 +552,7 @@ async def test_variant_b_fails_the_event_after_seven_retries_and_keeps_the_webho
     await nursery.start(receiver.serve)
     clock = mock_time(mock_clock, MIDNIGHT + 3600)
     async with opened(store_url, tmp_path, clock) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hook = await make_webhook(
             store, account.id, f"http://127.0.0.1:{receiver.port}/", VARIANT_B
         )
@@ -608,7 +609,7 @@ async def test_timeouts_dropped_connections_redirects_and_gone(
     receiver = Receiver(answer=lambda r: answers[r.path])
     await nursery.start(receiver.serve)
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hooks, events = {}, {}
         for path in answers:
             url = f"http://127.0.0.1:{receiver.port}{path}"
@@ -673,7 +674,7 @@ async def test_the_daily_quota_holds_the_fourth_event_until_midnight_utc(
     start = MIDNIGHT - 60  # 23:59:00 UTC
     clock = mock_time(mock_clock, start)
     async with opened(store_url, tmp_path, clock) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hook = await make_webhook(
             store, account.id, f"http://127.0.0.1:{receiver.port}/", VARIANT_A
         )
@@ -717,7 +718,7 @@ async def test_concurrency_is_bounded_per_endpoint_overall_and_in_memory(
     await nursery.start(one.serve)
     await nursery.start(two.serve)
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         events = []
         for receiver in (one, two):
             url = f"http://127.0.0.1:{receiver.port}/"
@@ -758,7 +759,7 @@ async def test_two_dispatchers_share_one_outbox_and_send_each_event_once(
     receiver = Receiver(delay=0.01)
     await nursery.start(receiver.serve)
     async with opened(store_url, tmp_path) as first, opened(store_url, tmp_path) as second:
-        account = await first.create_account("owner@example.com", "free")
+        account = await AuthRows(first).create_account("owner@example.com", "free")
         url = f"http://127.0.0.1:{receiver.port}/"
         events = []
         for _ in range(4):
@@ -794,7 +795,7 @@ async def test_claims_come_in_outbox_order_before_and_after_the_outbox_is_analyz
     store_url: str, tmp_path: Path
 ) -> None:
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hook = await make_webhook(store, account.id, "https://receiver.example/", VARIANT_A)
         events = await add_events(store, VARIANT_A, hook, 30)
         first = await WebhookRows(store).claim_due_events(store.clock(), 10, 60_000)
@@ -835,7 +836,7 @@ async def test_refused_addresses_and_plain_http_are_never_connected_to(
         "plain": "http://93.184.216.34/hook",
     }
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hooks = {k: await make_webhook(store, account.id, u, VARIANT_A) for k, u in urls.items()}
         for hook in hooks.values():
             await add_events(store, VARIANT_A, hook, 1)
@@ -868,7 +869,7 @@ async def test_shutdown_gives_events_under_way_back_at_once(
     receiver = Receiver(answer=lambda _r: "hang")
     await nursery.start(receiver.serve)
     async with opened(store_url, tmp_path) as store:
-        account = await store.create_account("owner@example.com", "free")
+        account = await AuthRows(store).create_account("owner@example.com", "free")
         hook = await make_webhook(
             store, account.id, f"http://127.0.0.1:{receiver.port}/", VARIANT_A
         )

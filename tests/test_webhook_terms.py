@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from chaingate.auth.store import AuthRows
 from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, header_from_rpc
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.store import Store, open_store
@@ -140,7 +141,7 @@ async def test_an_event_another_writer_inserts_meanwhile_is_kept_once(tmp_path: 
 
     with pg_schema() as url:
         async with opened(url, tmp_path) as store:
-            account = await store.create_account("owner@example.com", "free")
+            account = await AuthRows(store).create_account("owner@example.com", "free")
             hook = await make_webhook(store, account.id, "https://example.com/", VARIANT_A)
             (first,) = await add_events(store, VARIANT_A, hook, 1)
             racing = event_id(hook.id, f"test|{new_id('')}")

@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.devnet.bootstrap import bootstrap_devnet
@@ -105,8 +106,10 @@ async def test_kill_9_while_matching_and_delivering_loses_nothing(
     env = {**os.environ, "CHAINGATE_AUTH__PEPPER": PEPPER, "CHAINGATE_STORE__URL": store_url}
     async with open_store(store_url, tmp_path) as store:
         await store.migrate()
-        account = await admin.ensure_account(store, "crash@hooks", "enterprise")
-        key, _ = await admin.create_key(store, PEPPER.encode(), account.id, "crash", "test")
+        account = await admin.ensure_account(AuthRows(store), "crash@hooks", "enterprise")
+        key, _ = await admin.create_key(
+            AuthRows(store), PEPPER.encode(), account.id, "crash", "test"
+        )
     server = KillableServe(config, env, data_dir / "stderr.log")
     try:
         process = server.spawn()

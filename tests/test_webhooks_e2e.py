@@ -28,6 +28,7 @@ import trio
 from standardwebhooks.webhooks import Webhook
 
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
@@ -210,9 +211,9 @@ async def hooks(
     await nursery.start(gateway.run)
     store = open_store(settings.store.url, tmp_path)
     async with store:
-        account = await admin.ensure_account(store, "hooks@example.com", "enterprise")
+        account = await admin.ensure_account(AuthRows(store), "hooks@example.com", "enterprise")
         key, _ = await admin.create_key(
-            store, PEPPER.encode(), account.id, "hooks", "test", admin.parse_scopes("")
+            AuthRows(store), PEPPER.encode(), account.id, "hooks", "test", admin.parse_scopes("")
         )
     assert gateway.keys is not None
     await gateway.keys.refresh()

@@ -25,6 +25,7 @@ import trio
 from chaingate.api.build import build_api
 from chaingate.api.openapi import document
 from chaingate.auth import admin
+from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.addresses import checksum_address
@@ -166,12 +167,19 @@ async def start_hooks(
     keys, accounts = {}, {}
     small = '{"webhooks": 2, "webhook_addresses": 3}'
     for who, limits in (("a", None), ("b", None), ("small", small)):
-        account = await store.create_account(f"{who}-{tag}@hooks", "enterprise", limits)
+        account = await AuthRows(store).create_account(f"{who}-{tag}@hooks", "enterprise", limits)
         accounts[who] = account.id
-        keys[who], _ = await admin.create_key(store, PEPPER.encode(), account.id, who, "test")
+        keys[who], _ = await admin.create_key(
+            AuthRows(store), PEPPER.encode(), account.id, who, "test"
+        )
         if who == "a":
             keys["reader"], _ = await admin.create_key(
-                store, PEPPER.encode(), account.id, "r", "test", admin.parse_scopes("data:read")
+                AuthRows(store),
+                PEPPER.encode(),
+                account.id,
+                "r",
+                "test",
+                admin.parse_scopes("data:read"),
             )
     await gateway.keys.refresh()
     return Hooks(gateway, keys, accounts, resolver, connector)

@@ -19,6 +19,7 @@ import pytest
 import trio
 from websockets.exceptions import InvalidStatus
 
+from chaingate.auth.store import AuthRows
 from chaingate.config import FollowerSettings
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.impl import Impl
@@ -593,14 +594,14 @@ async def test_plan_logs_filter_caps_per_connection_and_per_key(
     settings.chains["ethereum"]["devnet"].follower = FollowerSettings(poll_interval=0.05)
     stack = await start_auth(nursery, impl, settings)
     key, _ = await stack.key(plan="free", email="filters@t")
-    account = await stack.store.find_account_by_email("filters@t")
+    account = await AuthRows(stack.store).find_account_by_email("filters@t")
     limits = {
         "ws_filter_addresses": 2,
         "ws_filter_topics": 1,
         "ws_filter_bytes_per_connection": 80,
         "ws_filter_bytes_per_key": 100,
     }
-    await stack.store.set_plan(account.id, "free", json.dumps(limits))
+    await AuthRows(stack.store).set_plan(account.id, "free", json.dumps(limits))
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     url = ws_url(stack.handle, query=f"?apiKey={key}")
     first, second = await Client.open(url), await Client.open(url)
@@ -781,7 +782,7 @@ async def test_revoked_key_socket_closed_within_seconds(stack: AuthStack) -> Non
     key, key_id = await stack.key()
     client = await Client.open(ws_url(stack.handle, query=f"?apiKey={key}"))
     await client.subscribe("syncing")
-    await stack.store.revoke_key(key_id)  # through the store, as another process would
+    await AuthRows(stack.store).revoke_key(key_id)  # through the store, as another process would
     started = trio.current_time()
     assert await client.closed() == 1008
     assert trio.current_time() - started < 3.0
@@ -790,8 +791,8 @@ async def test_revoked_key_socket_closed_within_seconds(stack: AuthStack) -> Non
 
 async def test_plan_caps_connections_and_subscriptions(stack: AuthStack) -> None:
     key, _ = await stack.key(plan="free", email="caps@t")
-    account = await stack.store.find_account_by_email("caps@t")
-    await stack.store.set_plan(
+    account = await AuthRows(stack.store).find_account_by_email("caps@t")
+    await AuthRows(stack.store).set_plan(
         account.id, "free", json.dumps({"ws_connections": 2, "ws_subscriptions": 2})
     )
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
@@ -859,8 +860,8 @@ async def test_a_client_resetting_the_connection_is_logged_at_debug(
 
 async def test_rate_limits_over_the_socket_are_json_rpc_errors(stack: AuthStack) -> None:
     key, _ = await stack.key(plan="free", email="rate@t")
-    account = await stack.store.find_account_by_email("rate@t")
-    await stack.store.set_plan(account.id, "free", json.dumps({"requests_per_second": 3}))
+    account = await AuthRows(stack.store).find_account_by_email("rate@t")
+    await AuthRows(stack.store).set_plan(account.id, "free", json.dumps({"requests_per_second": 3}))
     await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
     client = await Client.open(ws_url(stack.handle, query=f"?apiKey={key}"))
     calls = [{"jsonrpc": "2.0", "id": i, "method": "eth_chainId", "params": []} for i in range(10)]

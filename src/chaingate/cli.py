@@ -30,6 +30,7 @@ from chaingate import config
 from chaingate.allocator import pin_mmap_threshold
 from chaingate.auth import admin
 from chaingate.auth.plans import PlanError, Plans
+from chaingate.auth.store import AuthRows
 from chaingate.bundler.service import bundler_key
 from chaingate.cluster.supervisor import PARENT_ENV, Supervisor, reserve_port, watch_parent
 from chaingate.cluster.workers import check_shared_state, worker_count
@@ -610,14 +611,15 @@ async def _keys(
     args: argparse.Namespace, settings: config.Settings, store: Store, plans: Plans
 ) -> int:
     pepper = settings.auth.pepper.encode()
+    accounts = AuthRows(store)
     async with store:
         await store.migrate()
         if args.action == "create":
             plans.limits(args.plan)  # an unknown plan is an error before anything is stored
-            account = await admin.ensure_account(store, args.email, args.plan)
+            account = await admin.ensure_account(accounts, args.email, args.plan)
             scopes = admin.parse_scopes(args.scopes)
             key, row = await admin.create_key(
-                store, pepper, account.id, args.name, args.env, scopes
+                accounts, pepper, account.id, args.name, args.env, scopes
             )
             _say(f"key {row.id} for {account.email} (account {account.id}, plan {account.plan})")
             _say(f"  scopes: {row.scopes or 'all'}")
@@ -626,12 +628,12 @@ async def _keys(
         elif args.action == "list":
             account_id = None
             if args.email:
-                found = await store.find_account_by_email(args.email)
+                found = await accounts.find_account_by_email(args.email)
                 if found is None:
                     _say(f"no account for {args.email}")
                     return 1
                 account_id = found.id
-            for row in await store.list_keys(account_id):
+            for row in await accounts.list_keys(account_id):
                 state = "revoked" if row.revoked_at is not None else "active"
                 last = _iso_ms(row.last_used_at) if row.last_used_at else "never"
                 _say(
@@ -657,7 +659,7 @@ async def _keys(
                     "--allow-contract or --clear"
                 )
                 return 2
-            updated = await admin.update_allowlists(store, args.key_id, replace, clear)
+            updated = await admin.update_allowlists(accounts, args.key_id, replace, clear)
             if updated is None:
                 _say(f"no key {args.key_id}")
                 return 1
@@ -666,17 +668,17 @@ async def _keys(
                 "every process applies them within a second"
             )
         elif args.action == "revoke":
-            if not await store.revoke_key(args.key_id):
+            if not await accounts.revoke_key(args.key_id):
                 _say(f"no key {args.key_id}")
                 return 1
             _say(f"revoked {args.key_id}; every process stops accepting it within a second")
         else:  # plan
-            target = await store.find_account_by_email(args.email)
+            target = await accounts.find_account_by_email(args.email)
             if target is None:
                 _say(f"no account for {args.email}")
                 return 1
             plans.limits(args.plan, args.limits)
-            await store.set_plan(target.id, args.plan, args.limits)
+            await accounts.set_plan(target.id, args.plan, args.limits)
             _say(
                 f"{args.email}: plan {args.plan}" + (f" with {args.limits}" if args.limits else "")
             )

@@ -18,6 +18,7 @@ from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
 from chaingate.api.routing import ANY_KEY, Call, NoInput, RestApi
 from chaingate.api.types import UnixTime
+from chaingate.auth.store import AuthRows
 
 GRANULARITY_MINUTES = {"minute": 1, "hour": 60, "day": 1440}
 MAX_PERIODS = 1500
@@ -92,7 +93,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             raise ApiError(404, "usage is recorded only when API keys are enabled")
         first, last = window(call.query, time.time())
         granularity = call.query.granularity
-        rows = await store.usage(principal.account_id, first, last, granularity)
+        rows = await AuthRows(store).usage(principal.account_id, first, last, granularity)
         return Usage(
             account_id=principal.account_id,
             granularity=granularity,

@@ -14,7 +14,6 @@ displays as what it is: no space, control or invisible formatting character
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
@@ -29,14 +28,19 @@ from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.evm.addresses import checksum_address
-from chaingate.store import new_id
-from chaingate.text import code_point, first_hidden_in_url
 from chaingate.wallets.model import account_of
-from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
-from chaingate.webhooks.model import Kind
-from chaingate.webhooks.service import MAX_URL_LENGTH, UrlRefused, WebhookService
+from chaingate.webhooks.manage import (
+    EventCancelled,
+    EventInFlight,
+    InvalidField,
+    NoEvent,
+    NotServed,
+    NoWebhook,
+    Subscriptions,
+    WebhookChange,
+)
+from chaingate.webhooks.service import MAX_URL_LENGTH, WebhookService
 from chaingate.webhooks.store import Attempt, OutboxEvent, WebhookLimitReached, WebhookRow
-from chaingate.webhooks.variants import new_secret
 
 Url = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_URL_LENGTH)]
 EventType = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -83,8 +87,6 @@ StatusReason = Annotated[
         "its owner)."
     ),
 ]
-# Any valid address: only whether the kind's filter takes addresses at all is asked of it.
-_PROBE_ADDRESS = "0x" + "00" * 20
 
 
 # --- requests --------------------------------------------------------------------------------
@@ -266,7 +268,6 @@ class RotatedSecret(msgspec.Struct):
 
 # --- helpers ---------------------------------------------------------------------------------
 
-_filter_decoder = msgspec.json.Decoder(Filter)
 _headers_decoder = msgspec.json.Decoder(list[tuple[str, str]])
 
 
@@ -277,40 +278,26 @@ def service_of(deps: ApiDeps) -> WebhookService:
     return service
 
 
-def _now_ms(service: WebhookService) -> int:
-    return int(service.clock() * 1000)
-
-
-def _kind(service: WebhookService, event_type: str) -> Kind:
-    kind = service.variant.event_types.get(event_type)
-    if kind is None:
-        shown = event_type if len(event_type) <= 64 else event_type[:64] + "..."
-        accepted = ", ".join(service.variant.event_types)
-        raise ApiError(
-            400, f"invalid field 'event_type': {shown!r} is not one; accepted: {accepted}"
-        )
-    return kind
+def subscriptions_of(deps: ApiDeps) -> Subscriptions:
+    return Subscriptions(service_of(deps))
 
 
 @contextmanager
-def _filter_errors() -> Iterator[None]:
-    """``FilterError`` as 400 naming the field: ``config.<key>``, or the PATCH field that
-    edits the addresses."""
+def _refusals() -> Iterator[None]:
+    """What the webhook rules refuse, as the API answers it (their messages as they are)."""
     try:
         yield
-    except FilterError as exc:
-        field = exc.key if exc.key.startswith("addresses_to_") else exc.field
-        raise ApiError(400, f"invalid field '{field}': {exc.message}") from None
-
-
-@functools.cache
-def _takes_addresses(kind: Kind) -> bool:
-    """Whether the kind's filter has an address list (addresses_to_add can edit)."""
-    try:
-        parse_config(kind, {"addresses": [_PROBE_ADDRESS]}, max_values=1)
-    except FilterError as exc:
-        return exc.key != "addresses"
-    return True
+    except InvalidField as exc:
+        raise ApiError(400, str(exc)) from None
+    except WebhookLimitReached as exc:
+        raise ApiError(403, str(exc)) from None
+    except (NotServed, NoWebhook, NoEvent) as exc:
+        raise ApiError(404, str(exc)) from None
+    except EventCancelled as exc:
+        raise ApiError(409, str(exc), code="conflict") from None
+    except EventInFlight as exc:
+        headers = {"Retry-After": str(exc.retry_after)}
+        raise ApiError(409, str(exc), code="conflict", headers=headers) from None
 
 
 _ADDRESS_KEYS = ("addresses", "contracts", "from", "to")
@@ -325,37 +312,6 @@ def shown_config(stored: str) -> dict[str, Any]:
         if isinstance(values, list):
             config[key] = [checksum_address(v) if isinstance(v, str) else v for v in values]
     return config
-
-
-def _config_json(f: Filter) -> str:
-    return msgspec.json.encode(f).decode()
-
-
-def _confirmations(service: WebhookService, value: int) -> int:
-    ceiling = service.settings.max_confirmations
-    if value > ceiling:
-        raise ApiError(
-            400, f"invalid field 'confirmations': expected an integer from 0 to {ceiling}"
-        )
-    return value
-
-
-async def _url(service: WebhookService, url: str) -> str:
-    hidden = first_hidden_in_url(url)
-    if hidden is not None:  # before the service resolves anything
-        raise ApiError(
-            400,
-            f"invalid field 'url': holds {code_point(hidden)}; a URL may not hold spaces, "
-            "control or invisible formatting characters (they can make it display as another)",
-        )
-    try:
-        return await service.check_url(url)
-    except UrlRefused as exc:
-        raise ApiError(400, f"invalid field 'url': {exc}") from None
-
-
-def _key(row: WebhookRow) -> str:
-    return f"{row.chain}/{row.network}"
 
 
 def _webhook(row: WebhookRow) -> Webhook:
@@ -403,28 +359,6 @@ def _event(event: OutboxEvent) -> WebhookEvent:
     )
 
 
-def _not_replayed(
-    webhook_id: str, event_id: str, event: OutboxEvent | None, now_ms: int
-) -> ApiError:
-    """Why ``replay_events`` replayed nothing: the event is missing, cancelled, or leased by a
-    delivery worker (being sent) until its lease ends."""
-    if event is None:
-        return ApiError(404, f"no event {event_id[:64]} of webhook {webhook_id}")
-    if event.state == "cancelled":
-        return ApiError(
-            409,
-            f"event {event.id} was cancelled (its block left the chain): not sent again",
-            code="conflict",
-        )
-    wait = max(1, -(-(event.lease_until - now_ms) // 1000))
-    return ApiError(
-        409,
-        f"event {event.id} is being delivered: replay it once that attempt ends",
-        code="conflict",
-        headers={"Retry-After": str(wait)},
-    )
-
-
 def _attempt(attempt: Attempt) -> DeliveryAttempt:
     try:
         headers = _headers_decoder.decode(attempt.request_headers)
@@ -443,21 +377,18 @@ def _attempt(attempt: Attempt) -> DeliveryAttempt:
     )
 
 
-def _no_webhook(webhook_id: str) -> ApiError:
-    return ApiError(404, f"no webhook {webhook_id[:64]} in this account")
-
-
 # --- routes ----------------------------------------------------------------------------------
 
 
 def register(api: RestApi, deps: ApiDeps) -> None:
-    chains = ChainResolver(deps.evm_networks, "webhooks")
+    _register_subscriptions(api, deps, ChainResolver(deps.evm_networks, "webhooks"))
+    _register_changes(api, deps)
+    _register_log(api, deps)
+    _register_deliveries(api, deps)
 
-    async def owned(call: Call[Any, Any, Any]) -> WebhookRow:
-        row = await service_of(deps).store.get_webhook(account_of(call.principal), call.path.id)
-        if row is None:
-            raise _no_webhook(call.path.id)
-        return row
+
+def _register_subscriptions(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
+    """Creating, listing and reading webhooks."""
 
     @api.route(
         "POST",
@@ -480,45 +411,19 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "matcher handles).",
     )
     async def create_webhook(call: Call[NoInput, NoInput, CreateWebhook]) -> Any:
-        service = service_of(deps)
+        subscriptions = subscriptions_of(deps)
         body = call.body
-        account = account_of(call.principal)
-        kind = _kind(service, body.event_type)
-        key = chains.resolve(body.chain, call.principal)
-        if not service.serves(key):
-            raise ApiError(404, f"webhooks are not served on {key}: it is not followed here")
-        max_hooks, max_values = service.plan_limits(account)
-        with _filter_errors():
-            parsed = parse_config(kind, body.config, max_values=max_values)
-        confirmations = _confirmations(service, body.confirmations)
-        url = await _url(service, body.url)
-        chain, network = key.split("/", 1)
-        now = _now_ms(service)
-        row = WebhookRow(
-            id=new_id("wh_"),
-            account_id=account,
-            url=url,
-            chain=chain,
-            network=network,
-            chain_label=body.chain,
-            event_type=body.event_type,
-            config=_config_json(parsed),
-            confirmations=confirmations,
-            status="active",
-            status_reason=None,
-            secret=new_secret(),
-            previous_secret=None,
-            previous_secret_until=None,
-            sequence=0,
-            matched_from=None,
-            created_at=now,
-            updated_at=now,
-        )
-        try:
-            stored = await service.store.create_webhook(row, limit=max_hooks)
-        except WebhookLimitReached as exc:
-            raise ApiError(403, str(exc)) from None
-        service.filters_changed(key)
+        with _refusals():
+            subscriptions.kind(body.event_type)  # refused before the chain is resolved
+            stored = await subscriptions.create(
+                account_of(call.principal),
+                key=chains.resolve(body.chain, call.principal),
+                chain_label=body.chain,
+                url=body.url,
+                event_type=body.event_type,
+                config=body.config,
+                confirmations=body.confirmations,
+            )
         return CreatedWebhook(
             id=stored.id,
             url=stored.url,
@@ -544,9 +449,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def list_webhooks(call: Call[NoInput, ListQuery, None]) -> Any:
-        service = service_of(deps)
         query = call.query
-        rows, total = await service.store.list_webhooks(
+        rows, total = await subscriptions_of(deps).of_account(
             account_of(call.principal), query.status, offset=query.offset, limit=query.limit
         )
         return WebhookList(
@@ -565,7 +469,13 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def get_webhook(call: Call[WebhookPath, NoInput, None]) -> Any:
-        return _webhook(await owned(call))
+        with _refusals():
+            row = await subscriptions_of(deps).owned(account_of(call.principal), call.path.id)
+        return _webhook(row)
+
+
+def _register_changes(api: RestApi, deps: ApiDeps) -> None:
+    """Changing and deleting a webhook."""
 
     @api.route(
         "PATCH",
@@ -588,55 +498,19 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "matches: the first block matched the new way.",
     )
     async def update_webhook(call: Call[WebhookPath, NoInput, UpdateWebhook]) -> Any:
-        service = service_of(deps)
         body = call.body
-        account = account_of(call.principal)
-        row = await owned(call)
-        changes: dict[str, Any] = {}
-        editing = body.addresses_to_add is not None or body.addresses_to_remove is not None
-        if body.config is not None or editing:
-            kind = service.variant.event_types.get(row.event_type)
-            if kind is None:  # made under the other variant: this deployment cannot match it
-                raise ApiError(
-                    400,
-                    f"invalid field 'config': event type {row.event_type!r} is not served by "
-                    "this deployment; delete the webhook",
-                )
-            if editing and not _takes_addresses(kind):
-                field = "addresses_to_add" if body.addresses_to_add else "addresses_to_remove"
-                raise ApiError(400, f"invalid field '{field}': {row.event_type} takes no addresses")
-            _, max_values = service.plan_limits(account)
-            with _filter_errors():
-                if body.config is not None:
-                    parsed = parse_config(kind, body.config, max_values=max_values)
-                else:
-                    parsed = _filter_decoder.decode(row.config)
-                if editing:
-                    parsed = merge_addresses(
-                        parsed,
-                        body.addresses_to_add or [],
-                        body.addresses_to_remove or [],
-                        max_values=max_values,
-                    )
-            changes["config"] = _config_json(parsed)
-        if body.confirmations is not None:
-            changes["confirmations"] = _confirmations(service, body.confirmations)
-        if body.url is not None:
-            changes["url"] = await _url(service, body.url)
-        if body.status is not None:
-            # Whoever sets the status now is the owner: the service's reason no longer holds.
-            changes["status"] = body.status
-            changes["status_reason"] = None
-        if changes:
-            updated = await service.store.update_webhook(account, row.id, changes, _now_ms(service))
-            if updated is None:  # deleted meanwhile
-                raise _no_webhook(row.id)
-            row = updated
-        refiltered = bool({"status", "config", "confirmations"} & set(changes))
-        if refiltered:
-            service.filters_changed(_key(row))
-        if body.status == "active":
-            service.wake()
+        change = WebhookChange(
+            url=body.url,
+            status=body.status,
+            config=body.config,
+            confirmations=body.confirmations,
+            addresses_to_add=body.addresses_to_add,
+            addresses_to_remove=body.addresses_to_remove,
+        )
+        with _refusals():
+            row, refiltered = await subscriptions_of(deps).update(
+                account_of(call.principal), call.path.id, change
+            )
         return UpdatedWebhook(
             id=row.id,
             url=row.url,
@@ -661,12 +535,13 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def delete_webhook(call: Call[WebhookPath, NoInput, None]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
-        if not await service.store.delete_webhook(row.account_id, row.id):
-            raise _no_webhook(row.id)
-        service.filters_changed(_key(row))
+        with _refusals():
+            row = await subscriptions_of(deps).delete(account_of(call.principal), call.path.id)
         return DeletedWebhook(id=row.id, deleted=True)
+
+
+def _register_log(api: RestApi, deps: ApiDeps) -> None:
+    """The delivery log: events and attempts."""
 
     @api.route(
         "GET",
@@ -683,12 +558,15 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "once delivered, failed or cancelled; pending ones until they are.",
     )
     async def list_events(call: Call[WebhookPath, EventsQuery, None]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
         query = call.query
-        events, total = await service.store.list_webhook_events(
-            row.id, query.state, offset=query.offset, limit=query.limit
-        )
+        with _refusals():
+            events, total = await subscriptions_of(deps).events(
+                account_of(call.principal),
+                call.path.id,
+                query.state,
+                offset=query.offset,
+                limit=query.limit,
+            )
         return WebhookEventList(
             events=[_event(e) for e in events], page=query.page, total=total, limit=query.limit
         )
@@ -706,18 +584,25 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def list_attempts(call: Call[WebhookPath, AttemptsQuery, None]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
         query = call.query
-        attempts, total = await service.store.list_webhook_attempts(
-            row.id, query.event_id, offset=query.offset, limit=query.limit
-        )
+        with _refusals():
+            attempts, total = await subscriptions_of(deps).attempts(
+                account_of(call.principal),
+                call.path.id,
+                query.event_id,
+                offset=query.offset,
+                limit=query.limit,
+            )
         return DeliveryAttemptList(
             attempts=[_attempt(a) for a in attempts],
             page=query.page,
             total=total,
             limit=query.limit,
         )
+
+
+def _register_deliveries(api: RestApi, deps: ApiDeps) -> None:
+    """Replays, the test ping and secret rotation."""
 
     @api.route(
         "POST",
@@ -736,13 +621,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "(never a second copy while the first is unanswered).",
     )
     async def replay_event(call: Call[EventPath, NoInput, None]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
-        count = await service.store.replay_events(row.id, event_id=call.path.event_id)
-        if not count:
-            event = await service.store.get_webhook_event(row.id, call.path.event_id)
-            raise _not_replayed(row.id, call.path.event_id, event, service.store.clock())
-        service.wake()
+        with _refusals():
+            count = await subscriptions_of(deps).replay_event(
+                account_of(call.principal), call.path.id, call.path.event_id
+            )
         return Replayed(replayed=count)
 
     @api.route(
@@ -759,11 +641,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def replay_failed(call: Call[WebhookPath, NoInput, ReplayBody]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
-        count = await service.store.replay_events(row.id, failed_since=call.body.since * 1000)
-        if count:
-            service.wake()
+        with _refusals():
+            count = await subscriptions_of(deps).replay_failed(
+                account_of(call.principal), call.path.id, call.body.since * 1000
+            )
         return Replayed(replayed=count)
 
     @api.route(
@@ -779,9 +660,9 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("webhooks",),
     )
     async def test_webhook(call: Call[WebhookPath, NoInput, None]) -> Any:
-        service = service_of(deps)
-        row = await owned(call)
-        return PingSent(event_id=await service.send_test(row))
+        with _refusals():
+            sent = await subscriptions_of(deps).send_test(account_of(call.principal), call.path.id)
+        return PingSent(event_id=sent)
 
     @api.route(
         "POST",
@@ -797,14 +678,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         "with each secret, so receivers can switch without losing an event.",
     )
     async def rotate_secret(call: Call[WebhookPath, NoInput, None]) -> Any:
-        service = service_of(deps)
-        now = _now_ms(service)
-        until = now + int(service.settings.secret_overlap * 1000)
-        row = await service.store.rotate_webhook_secret(
-            account_of(call.principal), call.path.id, new_secret(), until, now
-        )
-        if row is None:
-            raise _no_webhook(call.path.id)
+        with _refusals():
+            row = await subscriptions_of(deps).rotate_secret(
+                account_of(call.principal), call.path.id
+            )
         assert row.previous_secret_until is not None
         return RotatedSecret(
             id=row.id,

@@ -10,8 +10,7 @@ import msgspec
 
 from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES
-from chaingate.store import Store
-from chaingate.store.base import Account, KeyRow
+from chaingate.auth.store import Account, AuthRows, KeyRow
 
 
 class AdminError(ValueError):
@@ -29,7 +28,7 @@ def parse_scopes(text: str | None) -> str:
     return " ".join(sorted(set(scopes)))
 
 
-async def ensure_account(store: Store, email: str, plan: str) -> Account:
+async def ensure_account(store: AuthRows, email: str, plan: str) -> Account:
     account = await store.find_account_by_email(email)
     if account is None:
         account = await store.create_account(email, plan)
@@ -37,7 +36,7 @@ async def ensure_account(store: Store, email: str, plan: str) -> Account:
 
 
 async def create_key(
-    store: Store, pepper: bytes, account_id: str, name: str, environment: str, scopes: str = ""
+    store: AuthRows, pepper: bytes, account_id: str, name: str, environment: str, scopes: str = ""
 ) -> tuple[str, KeyRow]:
     """A new key: the full key (to show once) and what was stored (hash and prefix only)."""
     key = apikeys.generate(environment)
@@ -67,7 +66,7 @@ LISTS = ("origins", "ips", "methods", "contracts")
 
 
 async def update_allowlists(
-    store: Store, key_id: str, replace: dict[str, list[str]], clear: set[str]
+    store: AuthRows, key_id: str, replace: dict[str, list[str]], clear: set[str]
 ) -> KeyRow | None:
     """Replace the named lists of a key (``replace``: list name -> entries, comma- or
     space-separated as typed) and empty those in ``clear`` ("all": every list); the others

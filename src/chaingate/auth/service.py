@@ -13,6 +13,7 @@ from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate, KeyRegistry
 from chaingate.auth.plans import Plans
 from chaingate.auth.shared import SharedLimits
+from chaingate.auth.store import AuthRows
 from chaingate.auth.usage import UsageWriter
 from chaingate.config import AuthSettings, ConfigError, Settings, config_file
 from chaingate.impl import Impl
@@ -28,9 +29,10 @@ class AuthService:
             )
         self.settings: AuthSettings = settings.auth
         plans = Plans.load(config_file(settings, settings.auth.plans_file))
-        self.keys = KeyRegistry(store, plans, settings.auth.pepper.encode(), impl.limiter)
+        rows = AuthRows(store)
+        self.keys = KeyRegistry(rows, plans, settings.auth.pepper.encode(), impl.limiter)
         self.gate = KeyGate(self.keys, impl.limiter, impl.fastlane)
-        self.usage_writer = UsageWriter(store, self.gate.meter, self.gate.latency, self.keys)
+        self.usage_writer = UsageWriter(rows, self.gate.meter, self.gate.latency, self.keys)
         self.shared: SharedLimits | None = None
         if settings.auth.redis_url:
             self.shared = self.gate.shared = self.keys.shared = SharedLimits(

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from chaingate.store.base import LatencyDelta, UsageDelta
+from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 
 log = logging.getLogger("chaingate.usage")
 
@@ -22,7 +22,7 @@ PRUNE_SECONDS = 3600.0
 
 
 class UsageWriter:
-    def __init__(self, store: Any, meter: Any, latency: Any, registry: Any) -> None:
+    def __init__(self, store: AuthRows, meter: Any, latency: Any, registry: Any) -> None:
         self._store = store
         self._meter = meter  # the limiter twin's UsageMeter
         self._latency = latency  # the fast-lane twin's LatencyMeter

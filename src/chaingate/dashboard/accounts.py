@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import trio
 
+from chaingate.auth.store import AuthRows
 from chaingate.dashboard.passwords import PasswordRejected, check_strength, hash_password
 from chaingate.dashboard.store import DashboardRows
 from chaingate.store import Store
@@ -19,7 +20,7 @@ DEV_LINK_TTL_MS = 24 * 3_600_000
 async def dev_signin_link(store: Store, email: str) -> str:
     """A one-time link for the dev account ``email`` (an operator: dev shows the upstreams
     too)."""
-    account = await store.find_account_by_email(email)
+    account = await AuthRows(store).find_account_by_email(email)
     assert account is not None, "issue_dev_keys makes the dev account first"
     rows = DashboardRows(store)
     await rows.set_credentials(account.id, operator=True)
@@ -39,7 +40,7 @@ def read_password() -> str:
 async def _set(store: Store, email: str, password: str, operator: bool | None) -> str | None:
     async with store:
         await store.migrate()
-        account = await store.find_account_by_email(email)
+        account = await AuthRows(store).find_account_by_email(email)
         if account is None:
             return None
         hashed = await trio.to_thread.run_sync(hash_password, password)

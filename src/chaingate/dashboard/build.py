@@ -13,6 +13,7 @@ from quart_trio import QuartTrio
 
 from chaingate.api.deps import ApiDeps
 from chaingate.api.routing import RestApi
+from chaingate.auth.store import AuthRows
 from chaingate.config import Settings
 from chaingate.dashboard import install
 from chaingate.dashboard.latency import LatencySampler
@@ -79,7 +80,7 @@ def install_dashboard(
     rows = DashboardRows(store)
     dash = Dashboard(
         rows=rows,
-        store=store,
+        accounts=AuthRows(store),
         rest=RestCalls(rest),
         api=api,
         settings=settings.dashboard,

@@ -1,7 +1,7 @@
 """The whole deployment's latency over time, for the operator's page: the edge's
 request-latency histogram (one per route class — rpc, bundler, rest, ...), sampled once a
 minute and added to ``latency_rollups``.  (Each account's latency is timed per request and
-written by the usage writer: ``store/usagelatency.py``.)
+written by the usage writer: ``auth/usagelatency.py``.)
 The same task prunes the dashboard's tables about hourly (``DashboardRows.prune``).
 
 The hot path already pays for the histogram (one bisect per request); sampling it costs

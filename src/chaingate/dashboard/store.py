@@ -1,6 +1,7 @@
-"""The dashboard's rows: credentials, sessions, one-time sign-in links, and reads of the
-usage and latency rollups.  Portable SQL run through the store's ``run_transaction``, like the
-store's own row modules; tokens are kept as SHA-256 digests, never in clear.
+"""The dashboard's rows: credentials, sessions, one-time sign-in links, flashes and the
+deployment's latency rollups (accounts, keys and usage are auth's: the pages read them through
+``chaingate.auth.store.AuthRows``).  Portable SQL run through the store's ``run_transaction``,
+like every subsystem's rows; tokens are kept as SHA-256 digests, never in clear.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 import msgspec
 
+from chaingate.auth.usagelatency import BUCKETS, KEEP_MINUTES
 from chaingate.store import Store
-from chaingate.store.usagelatency import BUCKETS, KEEP_MINUTES
 
 # latency_rollups has the layout of the accounts' usage_latency: one column per bucket.
 LATENCY_COLUMNS = ", ".join(f"b{i}" for i in range(BUCKETS))
@@ -55,37 +56,10 @@ def _session(row: Sequence[Any]) -> Session:
     return Session(*values)
 
 
-class AccountSummary(msgspec.Struct, frozen=True):
-    """A row of the operator's page: an account, its live keys and its usage of one day."""
-
-    id: str
-    email: str
-    plan: str
-    created_at: int
-    active_keys: int = 0
-    requests: int = 0
-    compute_units: int = 0
-    errors: int = 0
-
-
 # What the prune keeps: ended sessions a week (the account page lists only live ones), and
-# the deployment's latency as the store keeps each account's (store/usagelatency.py: by the
+# the deployment's latency as auth keeps each account's (auth/usagelatency.py: by the
 # minute 2 days, by the hour 32).
 ENDED_SESSION_KEEP_MS = 7 * 86_400_000
-
-
-def _in(values: Sequence[str]) -> str:
-    return ", ".join("?" for _ in values)
-
-
-class UsageTotal(msgspec.Struct, frozen=True):
-    period: int  # epoch minutes
-    key_id: str
-    method: str
-    requests: int
-    compute_units: int
-    errors: int
-    network: str = ""  # chain/network; '' for REST calls and usage metered before 0017
 
 
 class DashboardRows:
@@ -303,94 +277,6 @@ class DashboardRows:
             return str(rows[0][0]) if rows else None
 
         return await self.store.run_transaction(use)
-
-    # --- rollups -----------------------------------------------------------------------------
-
-    async def usage(
-        self,
-        account_id: str | None,
-        granularity: str,
-        first: int,
-        last: int,
-        key_id: str = "",
-    ) -> list[UsageTotal]:
-        """Usage per period, key, network and method over minutes [first, last): minutes from
-        usage_minutes (an hour's worth at most), hours and days from their rollups.
-        ``account_id`` None: every account (operators); ``key_id``: that key's only."""
-        if granularity == "minute":
-            table, period = "usage_minutes", "minute"
-        elif granularity == "hour":
-            table, period = "usage_hours", "period"
-        else:
-            table, period = "usage_days", "period"
-        where = f"{period} >= ? AND {period} < ?"
-        params: tuple[Any, ...] = (first, last)
-        if account_id is not None:
-            where = "account_id = ? AND " + where
-            params = (account_id, first, last)
-        if key_id:
-            where += " AND key_id = ?"
-            params = (*params, key_id)
-        sql = (
-            f"SELECT {period}, key_id, method, SUM(requests), SUM(compute_units), SUM(errors),"  # noqa: S608
-            f" network FROM {table} WHERE {where} GROUP BY {period}, key_id, network, method"
-            f" ORDER BY {period}, key_id, network, method"
-        )
-        rows = await self.store.run_transaction(lambda tx: tx.query(sql, params), write=False)
-        return [
-            UsageTotal(int(p), str(k), str(m), int(r), int(c), int(e), str(n))
-            for p, k, m, r, c, e, n in rows
-        ]
-
-    async def operator_accounts(
-        self, limit: int, offset: int, day: int, email_contains: str = ""
-    ) -> list[AccountSummary]:
-        """Accounts newest first, a page at a time, with their live keys and their usage of
-        ``day`` (epoch minutes) counted and summed by the database."""
-
-        def read(tx: Any) -> list[AccountSummary]:
-            where, params = "", []
-            if email_contains:
-                where, params = " WHERE LOWER(email) LIKE ?", [f"%{email_contains.lower()}%"]
-            accounts = tx.query(
-                f"SELECT id, email, plan, created_at FROM accounts{where}"  # noqa: S608
-                " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-                (*params, limit, offset),
-            )
-            ids = [str(row[0]) for row in accounts]
-            if not ids:
-                return []
-            keys = dict(
-                tx.query(
-                    "SELECT account_id, COUNT(*) FROM api_keys"  # noqa: S608 - placeholders
-                    f" WHERE revoked_at IS NULL AND account_id IN ({_in(ids)})"
-                    " GROUP BY account_id",
-                    ids,
-                )
-            )
-            usage = {
-                row[0]: row[1:]
-                for row in tx.query(
-                    "SELECT account_id, SUM(requests), SUM(compute_units), SUM(errors)"  # noqa: S608
-                    f" FROM usage_days WHERE period = ? AND account_id IN ({_in(ids)})"
-                    " GROUP BY account_id",
-                    (day, *ids),
-                )
-            }
-            return [
-                AccountSummary(
-                    str(a),
-                    str(email),
-                    str(plan),
-                    int(created),
-                    int(keys.get(a, 0)),
-                    *(int(v) for v in usage.get(a, (0, 0, 0))),
-                )
-                for a, email, plan, created in accounts
-            ]
-
-        result: list[AccountSummary] = await self.store.run_transaction(read, write=False)
-        return result
 
     async def prune(self) -> dict[str, int]:
         """Delete what no page reads any more: ended sessions, used or expired sign-in links

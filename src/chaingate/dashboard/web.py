@@ -40,6 +40,7 @@ from werkzeug.wrappers.response import Response as WerkzeugResponse
 from chaingate.api.chains import ChainNames
 from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
+from chaingate.auth.store import AuthRows
 from chaingate.config import DashboardSettings
 from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
@@ -84,7 +85,7 @@ class Dashboard:
     """What the pages read from: the same services the REST API uses."""
 
     rows: DashboardRows
-    store: Any
+    accounts: AuthRows
     rest: RestCalls
     api: ApiDeps
     settings: DashboardSettings

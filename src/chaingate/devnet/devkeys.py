@@ -20,6 +20,7 @@ import trio
 
 from chaingate.auth import admin, apikeys
 from chaingate.auth.plans import Limits
+from chaingate.auth.store import AuthRows
 from chaingate.store import Store
 
 KEYS_FILE = "dev-keys.json"
@@ -61,10 +62,11 @@ def _write(path: Path, keys: DevKeys) -> None:
 
 async def issue_dev_keys(store: Store, pepper: bytes, path: Path) -> Issued:
     """The dev account's test and live keys: the kept ones while valid, new ones otherwise."""
-    account = await admin.ensure_account(store, DEV_EMAIL, DEV_PLAN)
+    accounts = AuthRows(store)
+    account = await admin.ensure_account(accounts, DEV_EMAIL, DEV_PLAN)
     if account.limits != DEV_LIMITS:  # also the account of a data dir from before
-        await store.set_plan(account.id, DEV_PLAN, DEV_LIMITS)
-    rows = await store.list_keys(account.id)
+        await accounts.set_plan(account.id, DEV_PLAN, DEV_LIMITS)
+    rows = await accounts.list_keys(account.id)
     active = {row.key_hash: row for row in rows if row.revoked_at is None}
     kept = await trio.to_thread.run_sync(_read, path)
     keys: dict[str, str] = {}
@@ -79,11 +81,11 @@ async def issue_dev_keys(store: Store, pepper: bytes, path: Path) -> Issued:
             keep_ids.add(row.id)
     for row in active.values():
         if row.name.startswith("dev-") and row.id not in keep_ids:
-            await store.revoke_key(row.id)  # an earlier run's key nobody holds any more
+            await accounts.revoke_key(row.id)  # an earlier run's key nobody holds any more
     new = tuple(e for e in ENVIRONMENTS if e not in keys)
     for environment in new:
         keys[environment], _ = await admin.create_key(
-            store, pepper, account.id, f"dev-{environment}", environment
+            accounts, pepper, account.id, f"dev-{environment}", environment
         )
     issued = DevKeys(test=keys["test"], live=keys["live"])
     await trio.to_thread.run_sync(_keep, path, issued, bool(new))

@@ -1,9 +1,11 @@
-"""Persistent state — accounts, API keys, usage — on SQLite (embedded default) or PostgreSQL.
+"""The store engine — transactions, migrations — on SQLite (embedded default) or PostgreSQL.
 
     store = open_store(settings.store.url, Path(settings.data_dir).expanduser())
     async with store:
         await store.migrate()
-        account = await store.create_account("ada@example.com", "free")
+        account = await AuthRows(store).create_account("ada@example.com", "free")
+
+Each subsystem's rows live beside it (``AuthRows`` in ``chaingate.auth.store``, ...).
 
 Every operation is async and runs on a worker thread; nothing blocks the trio event loop.
 """
@@ -13,39 +15,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from chaingate.store.base import (
-    BUCKET_MINUTES,
-    Account,
     Clock,
     DuplicateKey,
-    Granularity,
-    KeyRow,
     Store,
     StoreError,
     Tx,
     UnknownAccount,
-    UsageDelta,
-    UsageRow,
     new_id,
     now_ms,
 )
 from chaingate.store.migrate import AppliedMigration, Migration, MigrationError
 
 __all__ = [
-    "BUCKET_MINUTES",
-    "Account",
     "AppliedMigration",
     "Clock",
     "DuplicateKey",
-    "Granularity",
-    "KeyRow",
     "Migration",
     "MigrationError",
     "Store",
     "StoreError",
     "Tx",
     "UnknownAccount",
-    "UsageDelta",
-    "UsageRow",
     "default_url",
     "new_id",
     "now_ms",

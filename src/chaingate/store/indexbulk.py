@@ -19,8 +19,10 @@ constant ``Table`` definitions below, never from data.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
+
+from chaingate.store.tx import CopyTx, copying
 
 # Bound parameters per statement: well under SQLite's 32,766 and PostgreSQL's 65,535.
 MAX_PARAMS = 16_000
@@ -47,17 +49,11 @@ class Bulk(Protocol):
         """Delete the rows with these keys."""
 
 
-Copier = Callable[[str], Any]  # psycopg's cursor.copy: COPY statement -> context manager
-
-
 def bulk_for(tx: Any, where: tuple[str, str]) -> Bulk:
     """COPY where the transaction offers it, statements otherwise."""
-    copier = getattr(tx, "copy", None)
-    if copier is None:
-        # Until the PostgreSQL Tx offers ``copy`` itself: its cursor does.
-        copier = getattr(getattr(tx, "_cursor", None), "copy", None)
+    copier = copying(tx)
     if copier is not None:
-        return _CopyBulk(tx, copier, where)
+        return _CopyBulk(copier, where)
     return _StatementBulk(tx, where)
 
 
@@ -131,17 +127,14 @@ class _StatementBulk:
 
 
 class _CopyBulk:
-    def __init__(self, tx: Any, copier: Copier, where: tuple[str, str]) -> None:
+    def __init__(self, tx: CopyTx, where: tuple[str, str]) -> None:
         self.tx = tx
-        self.copier = copier
         self.where = where
         self._staged: set[str] = set()
 
     def _copy(self, target: str, rows: Iterable[Sequence[object]]) -> None:
-        # write_row encodes in psycopg's C extension: faster than any formatting in Python.
-        with self.copier(f"COPY {target} FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        # Rows are encoded in psycopg's C extension: faster than any formatting in Python.
+        self.tx.copy_rows(target, rows)
 
     def _stage(self, name: str, select: str) -> None:
         """An empty temporary table shaped like ``select``, dropped at commit."""

@@ -1,4 +1,10 @@
-"""Versioned schema migrations: ``migrations/NNNN_name.sql``, applied in order, once each.
+"""Versioned schema migrations: ``NNNN_name.sql`` files, applied in order, once each.
+
+Each subsystem keeps the migrations of the tables it owns beside it
+(``chaingate/<subsystem>/migrations/``); the versions are one global sequence across packages
+(a later table may name an earlier one of another subsystem), checked here: each number once,
+1..n without gaps.  A migration is recorded by its version and name, as before the files
+moved, so a database migrated from one folder goes on from the same version.
 
 The same files run on SQLite and PostgreSQL, so they are written in portable SQL.  Each
 migration runs in its own transaction that first takes the backend's migration lock
@@ -43,20 +49,35 @@ class AppliedMigration(msgspec.Struct, frozen=True):
     applied_at: int  # epoch milliseconds
 
 
+def migration_folders() -> list[Traversable]:
+    """Every ``chaingate/<package>/migrations`` folder (found without importing a package)."""
+    root = resources.files("chaingate")
+    return [
+        child / "migrations"
+        for child in sorted(root.iterdir(), key=lambda c: c.name)
+        if child.is_dir() and (child / "migrations").is_dir()
+    ]
+
+
 def load_migrations(directory: Traversable | None = None) -> list[Migration]:
-    """The migration files, by version.  Versions must run 1, 2, 3... without gaps."""
-    directory = directory or resources.files("chaingate.store") / "migrations"
+    """The migration files of every package (or of ``directory`` alone), by version.
+    Versions must run 1, 2, 3... without gaps, each in one file only."""
     found: dict[int, Migration] = {}
-    for entry in directory.iterdir():
-        if not entry.name.endswith(".sql"):
-            continue
-        match = _FILE_NAME.match(entry.name)
-        if match is None:
-            raise MigrationError(f"migration file name must be NNNN_name.sql: {entry.name}")
-        version = int(match[1])
-        if version in found:
-            raise MigrationError(f"two migration files for version {version}")
-        found[version] = Migration(version, match[2], entry.read_text(encoding="utf-8"))
+    where: dict[int, str] = {}
+    for folder in [directory] if directory is not None else migration_folders():
+        for entry in folder.iterdir():
+            if not entry.name.endswith(".sql"):
+                continue
+            match = _FILE_NAME.match(entry.name)
+            if match is None:
+                raise MigrationError(f"migration file name must be NNNN_name.sql: {entry.name}")
+            version = int(match[1])
+            if version in found:
+                raise MigrationError(
+                    f"two migration files for version {version}: {where[version]}, {entry.name}"
+                )
+            found[version] = Migration(version, match[2], entry.read_text(encoding="utf-8"))
+            where[version] = entry.name
     versions = sorted(found)
     if versions != list(range(1, len(versions) + 1)):
         raise MigrationError(f"migration versions must be 1..n without gaps, found {versions}")

@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +20,7 @@ import psycopg.errors
 import trio
 from psycopg_pool import ConnectionPool
 
+from chaingate.store import notify as wakeups
 from chaingate.store.base import Clock, DuplicateKey, Store, StoreError, Tx, UnknownAccount, now_ms
 from chaingate.store.guard import Check, current_guard, require
 
@@ -99,6 +100,11 @@ class _PgTx:
         else:
             self._cursor.execute(sql)
         return self._cursor.fetchall()
+
+    def copy_rows(self, target: str, rows: Iterable[Sequence[object]]) -> None:
+        with self._cursor.copy(f"COPY {target} FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 class PostgresStore(Store):
@@ -181,3 +187,9 @@ class PostgresStore(Store):
     def lock_migrations(self, tx: Tx) -> None:
         # Transaction-scoped: released by COMMIT/ROLLBACK, so a crash can never leave it held.
         tx.query("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_ID,))
+
+    def notify(self, tx: Tx, channel: str) -> None:
+        wakeups.notify(tx, channel)
+
+    def listener(self, channel: str, wake: Callable[[], None]) -> wakeups.Listener:
+        return wakeups.Listener(self._url, channel, wake)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -21,6 +21,20 @@ class Tx(Protocol):
     def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+
+
+class CopyTx(Tx, Protocol):
+    """A transaction whose backend streams rows in with ``COPY`` (PostgreSQL)."""
+
+    def copy_rows(self, target: str, rows: Iterable[Sequence[object]]) -> None:
+        """``COPY target FROM STDIN`` (``target``: a table and its columns, constants only):
+        the rows stream in, no statement per row."""
+        ...
+
+
+def copying(tx: Tx) -> CopyTx | None:
+    """The transaction, if its backend offers ``COPY``; None otherwise (SQLite)."""
+    return cast(CopyTx, tx) if callable(getattr(tx, "copy_rows", None)) else None
 
 
 class Transactions(Protocol):

@@ -14,7 +14,7 @@ written, and the loop claims only while fewer than ``max_concurrency + lookahead
 ``max_per_endpoint + claim_batch`` of them, events beyond that are given back for a second
 (see ``Admission``).  A process holds no more than it can start soon: what is due beyond
 that stays in the outbox for the other processes sharing it (``serve --workers N``), which
-the writer's commit wakes (``wakeups``).  Delivery is at least once: a process that dies
+the writer's commit wakes (``Store.notify``).  Delivery is at least once: a process that dies
 leaves its events leased until the lease runs out, and then they are sent again, with the same
 id.  See docs/decisions.md, "Webhook delivery".
 """

@@ -3,7 +3,7 @@
 * a ``NetworkMatcher`` per followed EVM network (the follower's blocks → the outbox), and a
   ``PendingPoller`` for the networks' pending transactions when the variant has them;
 * one ``Dispatcher`` (the outbox → receivers, retries, pauses, the daily quota), woken on
-  PostgreSQL also by the other processes' writes (``OutboxListener``);
+  PostgreSQL also by the other processes' writes (``Store.listener``);
 * a pruner that keeps the delivery log to ``retention_days``.
 
 The REST resource (``chaingate.api.webhooks``) works through the methods below and the store.
@@ -30,15 +30,13 @@ from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPoli
 from chaingate.outbound.url import parse_url
 from chaingate.store import Store
 from chaingate.store.base import StoreError
-from chaingate.store.postgres import PostgresStore
 from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
 from chaingate.webhooks.model import event_id
 from chaingate.webhooks.pending import PendingPoller
-from chaingate.webhooks.store import NewEvent, WebhookRow, WebhookRows
+from chaingate.webhooks.store import OUTBOX_CHANNEL, NewEvent, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant, variant
-from chaingate.webhooks.wakeups import OutboxListener
 
 log = logging.getLogger("chaingate.webhooks")
 
@@ -93,12 +91,8 @@ class WebhookService:
             mailer=Mailer(settings.smtp) if settings.smtp.url else None,
             clock=clock,
         )
-        # Processes sharing a PostgreSQL store wake each other's dispatchers (wakeups.py).
-        self.listener = (
-            OutboxListener(store.url, self.dispatcher.wake)
-            if isinstance(store, PostgresStore)
-            else None
-        )
+        # Processes sharing the store wake each other's dispatchers (None: none can).
+        self.listener = store.listener(OUTBOX_CHANNEL, self.dispatcher.wake)
         for key, follower in followers.items():
             net = networks[key]
             if net.family != "evm":

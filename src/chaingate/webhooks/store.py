@@ -6,7 +6,7 @@ a crash leaves both as they were, and the replayed block derives the same event 
 (``claim_due_events``: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so processes share the
 outbox; SQLite's one writer serialises claims) and write each attempt and its outcome in one
 transaction (``finish_attempts``).  On PostgreSQL a transaction that writes due events also
-wakes the other processes' dispatchers at commit (``wakeups.announce``).
+wakes the other processes' dispatchers at commit (``Store.notify`` on ``OUTBOX_CHANNEL``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from typing import Any
 
 import msgspec
 
+from chaingate.auth.store import AuthRows
 from chaingate.store.base import register_network_table
 from chaingate.store.rows import Rows
-from chaingate.webhooks.wakeups import announce
+from chaingate.store.tx import copying
 
 WEBHOOK_TABLES = ("webhook_cursors",)
+
+# What a write of due events notifies: every process's dispatcher listens (``service.py``).
+OUTBOX_CHANNEL = "chaingate_outbox"
 
 MAX_CLAIM = 1000
 
@@ -470,7 +474,7 @@ class WebhookRows(Rows):
                 if made == 0:
                     return False
             if _write_events(tx, events, render, now, set_based=set_based) and set_based:
-                announce(tx)
+                self.store.notify(tx, OUTBOX_CHANNEL)
             return True
 
         done: bool = await self.run_transaction(commit)
@@ -536,7 +540,7 @@ class WebhookRows(Rows):
                 )
                 compensated += 1
             if compensated and set_based:
-                announce(tx)
+                self.store.notify(tx, OUTBOX_CHANNEL)
             return cancelled, compensated
 
         result: tuple[int, int] = await self.run_transaction(revert)
@@ -588,7 +592,7 @@ class WebhookRows(Rows):
         def insert(tx: Any) -> int:
             written = _write_events(tx, events, render, now, set_based=set_based)
             if written and set_based:
-                announce(tx)
+                self.store.notify(tx, OUTBOX_CHANNEL)
             return written
 
         count: int = await self.run_transaction(insert)
@@ -770,7 +774,7 @@ class WebhookRows(Rows):
                     (until, list(event_ids)),
                 )
                 if due_now:
-                    announce(tx)
+                    self.store.notify(tx, OUTBOX_CHANNEL)
                 return
             tx.executemany(
                 "UPDATE webhook_events SET lease_until = 0, next_attempt_at = ? WHERE id = ?",
@@ -799,18 +803,18 @@ class WebhookRows(Rows):
         return taken
 
     async def webhook_owner_email(self, webhook_id: str) -> tuple[str, str] | None:
-        """(email, url) of the webhook's account, for the pause notice."""
+        """(email, url) of the webhook's account, for the pause notice (the email is auth's:
+        asked of its rows)."""
 
         def select(tx: Any) -> tuple[str, str] | None:
-            rows = tx.query(
-                "SELECT a.email, w.url FROM webhooks w JOIN accounts a ON a.id = w.account_id"
-                " WHERE w.id = ?",
-                (webhook_id,),
-            )
+            rows = tx.query("SELECT account_id, url FROM webhooks WHERE id = ?", (webhook_id,))
             return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
         found: tuple[str, str] | None = await self.run_transaction(select, write=False)
-        return found
+        if found is None:
+            return None
+        account = await AuthRows(self.store).get_account(found[0])
+        return None if account is None else (account.email, found[1])
 
     # --- the delivery log and replays ------------------------------------------------------
 
@@ -905,7 +909,7 @@ class WebhookRows(Rows):
                 )
             )
             if replayed and set_based:
-                announce(tx)
+                self.store.notify(tx, OUTBOX_CHANNEL)
             return replayed
 
         count: int = await self.run_transaction(replay)
@@ -1038,7 +1042,7 @@ def _write_events(
             rows.append(_event_values(event, hook, sequence, body, now))
     if not rows:
         return 0
-    copier = getattr(getattr(tx, "_cursor", None), "copy", None) if set_based else None
+    copier = copying(tx) if set_based else None
     if copier is None:
         tx.executemany(_INSERT_EVENT, rows)
         return len(rows)
@@ -1051,9 +1055,10 @@ def _write_events(
         )
     else:
         tx.execute(f"DELETE FROM {_EVENT_STAGE}")  # noqa: S608 - a write earlier in this tx
-    with copier(f"COPY {_EVENT_STAGE} ({_INSERT_EVENT_COLUMNS}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row((*row[:12], "pending", 0, 0, row[12], 0, row[13]))
+    copier.copy_rows(
+        f"{_EVENT_STAGE} ({_INSERT_EVENT_COLUMNS})",
+        ((*row[:12], "pending", 0, 0, row[12], 0, row[13]) for row in rows),
+    )
     inserted: int = tx.execute(
         f"INSERT INTO webhook_events ({_INSERT_EVENT_COLUMNS})"  # noqa: S608 - constants only
         f" SELECT {_INSERT_EVENT_COLUMNS} FROM {_EVENT_STAGE} ON CONFLICT (id) DO NOTHING"

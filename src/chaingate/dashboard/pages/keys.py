@@ -10,8 +10,8 @@ from quart.typing import ResponseReturnValue
 
 from chaingate.auth import admin, allowlists
 from chaingate.auth.gate import SCOPES
+from chaingate.auth.store import KeyRow
 from chaingate.dashboard.web import PREFIX, Dashboard, form_value, page, signed_in
-from chaingate.store.base import KeyRow
 
 MAX_NAME = 64
 
@@ -25,7 +25,7 @@ def shown_lists(row: KeyRow) -> dict[str, list[str]]:
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
     async def keys_page(status: int = 200, **context: object) -> ResponseReturnValue:
-        rows = await dash.store.list_keys(g.session.account_id)
+        rows = await dash.accounts.list_keys(g.session.account_id)
         rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
         return await page(
             "keys.html",
@@ -38,7 +38,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         )
 
     async def owned_key(key_id: str) -> KeyRow | None:
-        rows = await dash.store.list_keys(g.session.account_id)
+        rows = await dash.accounts.list_keys(g.session.account_id)
         return next((row for row in rows if row.id == key_id), None)
 
     @bp.route("/keys", methods=["GET"])
@@ -72,7 +72,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         # No scope ticked means every scope, as `chaingate keys create` without --scopes.
         scopes = admin.parse_scopes(" ".join(chosen))
         key, row = await admin.create_key(
-            dash.store, dash.pepper, g.session.account_id, name, environment, scopes
+            dash.accounts, dash.pepper, g.session.account_id, name, environment, scopes
         )
         if dash.keys_refresh is not None:
             await dash.keys_refresh()  # usable at once in this process
@@ -86,7 +86,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         row = await owned_key(key_id[:64])
         if row is None:
             return await keys_page(404, error="No such key in this account.")
-        await dash.store.revoke_key(row.id)
+        await dash.accounts.revoke_key(row.id)
         if dash.keys_refresh is not None:
             await dash.keys_refresh()
         return await keys_page(
@@ -117,7 +117,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             else:
                 clear.add(name)
         try:
-            updated = await admin.update_allowlists(dash.store, row.id, replace, clear)
+            updated = await admin.update_allowlists(dash.accounts, row.id, replace, clear)
         except admin.AdminError as exc:
             return await page(
                 "key.html",

@@ -36,7 +36,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         _, size, first, end = window(range_name, dash.clock())
         # One more than a page: whether there is a next one.
         accounts, latency_rows = await gather(
-            lambda: dash.rows.operator_accounts(
+            lambda: dash.accounts.account_summaries(
                 ACCOUNTS_PER_PAGE + 1, (number - 1) * ACCOUNTS_PER_PAGE, day, search
             ),
             lambda: dash.rows.latency(size, first, end),
@@ -65,14 +65,14 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/operator/accounts/<account_id>", methods=["GET"])
     @operator_only
     async def account(account_id: str) -> ResponseReturnValue:
-        found = await dash.store.get_account(account_id[:64])
+        found = await dash.accounts.get_account(account_id[:64])
         if found is None:
             return await page("error.html", 404, title="Account", message="No such account.")
         minute = int(dash.clock() // 60)
         day = minute // 1440 * 1440
         keys, rows = await gather(
-            lambda: dash.store.list_keys(found.id),
-            lambda: dash.rows.usage(found.id, "day", day - 29 * 1440, day + 1440),
+            lambda: dash.accounts.list_keys(found.id),
+            lambda: dash.accounts.usage_totals(found.id, "day", day - 29 * 1440, day + 1440),
         )
         by_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         for row in rows:

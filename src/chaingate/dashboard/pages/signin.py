@@ -52,7 +52,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                 f"Too many failed sign-ins: try again in {int(wait) + 1} seconds.",
                 429,
             )
-        account = await dash.store.find_account_by_email(email) if email else None
+        account = await dash.accounts.find_account_by_email(email) if email else None
         credentials = await dash.rows.credentials(account.id) if account is not None else None
         stored = credentials.password_hash if credentials is not None else None
         try:
@@ -155,7 +155,7 @@ async def _account(
     dash: Dashboard, message: str = "", error: str = "", status: int = 200
 ) -> ResponseReturnValue:
     session = g.session
-    account = await dash.store.get_account(session.account_id)
+    account = await dash.accounts.get_account(session.account_id)
     sessions = await dash.rows.sessions_of(session.account_id)
     credentials = await dash.rows.credentials(session.account_id)
     return await page(

@@ -18,14 +18,17 @@ from markupsafe import Markup
 from quart import Blueprint, Response, g, request
 from quart.typing import ResponseReturnValue
 
+from chaingate.auth.store import Granularity, UsageLatencyRow, UsageTotal
 from chaingate.dashboard.charts import line_chart
 from chaingate.dashboard.latency import percentile
-from chaingate.dashboard.store import UsageTotal
 from chaingate.dashboard.web import Dashboard, gather, page, signed_in
-from chaingate.store.base import UsageLatencyRow
 
 # range -> (granularity, minutes per period, periods)
-RANGES = {"hour": ("minute", 1, 60), "day": ("hour", 60, 24), "month": ("day", 1440, 30)}
+RANGES: dict[str, tuple[Granularity, int, int]] = {
+    "hour": ("minute", 1, 60),
+    "day": ("hour", 60, 24),
+    "month": ("day", 1440, 30),
+}
 SHOWN_ROWS = 200  # the newest; the CSV has every row
 SHOWN_METHODS = 50  # the busiest
 # A spreadsheet formula's first character, where a reader may start a cell (see _cell).
@@ -46,7 +49,7 @@ def network_name(network: str) -> str:
     return network or NO_NETWORK
 
 
-def window(range_name: str, now: float) -> tuple[str, int, int, int]:
+def window(range_name: str, now: float) -> tuple[Granularity, int, int, int]:
     """(granularity, period size, first minute, end minute) of a range ending now."""
     granularity, size, periods = RANGES[range_name]
     current = int(now // 60) // size * size
@@ -64,7 +67,9 @@ def chosen_range() -> str:
 
 
 async def key_names(dash: Dashboard, account_id: str) -> dict[str, str]:
-    return {row.id: f"{row.name} ({row.prefix}…)" for row in await dash.store.list_keys(account_id)}
+    return {
+        row.id: f"{row.name} ({row.prefix}…)" for row in await dash.accounts.list_keys(account_id)
+    }
 
 
 def summarise(rows: list[UsageTotal], first: int, end: int, size: int) -> dict[str, Any]:
@@ -205,8 +210,8 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         rows, latency_rows, keys = await gather(
-            lambda: dash.rows.usage(account, granularity, first, end),
-            lambda: dash.store.usage_latency(account, granularity, first, end),
+            lambda: dash.accounts.usage_totals(account, granularity, first, end),
+            lambda: dash.accounts.usage_latency(account, granularity, first, end),
             lambda: key_names(dash, account),
         )
         summary = summarise(rows, first, end, size)
@@ -245,7 +250,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         granularity, size, first, end = window(range_name, dash.clock())
         account = g.session.account_id
         key_id = request.args.get("key", "")[:64]  # filtered by the database
-        rows = await dash.rows.usage(account, granularity, first, end, key_id)
+        rows = await dash.accounts.usage_totals(account, granularity, first, end, key_id)
         return range_name, size, first, end, account, key_id, list(rows)
 
     @bp.route("/usage", methods=["GET"])

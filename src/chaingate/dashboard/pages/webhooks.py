@@ -25,6 +25,7 @@ from chaingate.dashboard.web import (
     signed_in,
     small_int,
 )
+from chaingate.webhooks.manage import Subscriptions
 
 EVENT_STATES = ("pending", "delivered", "failed", "cancelled")
 MAX_CONFIRMATIONS = 1_000_000  # the REST handler applies its own, tighter, rule
@@ -114,7 +115,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         # What each attempt sent: its event's body (every attempt sends exactly that).
         bodies = {event["id"]: event["body"] for event in events["events"]}
         if event_id and event_id not in bodies and dash.api.webhooks is not None:
-            found = await dash.api.webhooks.store.get_webhook_event(hook["id"], event_id)
+            found = await Subscriptions(dash.api.webhooks).event(hook["id"], event_id)
             if found is not None:
                 bodies[found.id] = msgspec.json.decode(found.body)
         return await page(

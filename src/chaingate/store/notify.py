@@ -1,20 +1,18 @@
-"""Wake-ups across processes: a process that writes due outbox events says so, every process
-sharing the store hears it (PostgreSQL ``LISTEN``/``NOTIFY``).
+"""Wake-ups across processes sharing a PostgreSQL store (``LISTEN``/``NOTIFY``), offered by
+the engine as ``Store.notify`` and ``Store.listener``.
 
-With ``serve --workers N`` (or several machines) only the ``webhooks`` leader matches blocks,
-but every process delivers.  The leader wakes its own dispatcher; without a signal the others
-would find a block's events only at their next poll (``poll_interval``, 0.5 s), which is
-latency, and would leave the whole block to the leader.  The writer's transaction sends
-``NOTIFY`` (``announce``, delivered at commit, never for a rolled-back write); each process
-keeps one session of its own listening (``OutboxListener``) and wakes its dispatcher.  The
-payload is the writer's schema: deployments sharing a database in schemas of their own do
-not wake each other.  A lost session is opened again; meanwhile the poll still finds
-everything (a wake-up is only ever a shortcut).
+A process that writes something the others poll for says so in its transaction (``notify``,
+delivered at commit, never for a rolled-back write); each process keeps one session of its own
+listening (``Listener``) and calls its ``wake``.  The payload is the writer's schema:
+deployments sharing a database in schemas of their own do not wake each other.  A lost
+session is opened again; meanwhile the subsystem's poll still finds everything (a wake-up is
+only ever a shortcut).  The webhook outbox is the user: see ``chaingate.webhooks.delivery``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +21,8 @@ import trio
 
 from chaingate.store.tx import Tx
 
-log = logging.getLogger("chaingate.webhooks.wakeups")
+log = logging.getLogger("chaingate.store.notify")
 
-CHANNEL = "chaingate_outbox"
 # How long one wait for notifications lasts in its thread: a cancelled listener's thread ends
 # within this (it is abandoned, not interrupted).
 WAIT_SLICE = 0.5
@@ -33,16 +30,28 @@ CONNECT_TIMEOUT = 5
 RECONNECT = (0.5, 5.0)  # first pause after a lost session, doubling to the second
 
 
-def announce(tx: Tx) -> None:
-    """In a writing transaction (PostgreSQL): wake every listener of this schema at commit."""
-    tx.execute(f"SELECT pg_notify('{CHANNEL}', current_schema())")
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-class OutboxListener:
-    """Calls ``wake`` whenever a process sharing the store announces new due events."""
+def checked_channel(channel: str) -> str:
+    """The channel's name, spliced into SQL: an identifier only."""
+    if not _CHANNEL.fullmatch(channel):
+        raise ValueError(f"not a channel name: {channel!r}")
+    return channel
 
-    def __init__(self, url: str, wake: Callable[[], None]) -> None:
+
+def notify(tx: Tx, channel: str) -> None:
+    """In a writing transaction (PostgreSQL): wake the channel's listeners of this schema at
+    commit."""
+    tx.execute(f"SELECT pg_notify('{checked_channel(channel)}', current_schema())")
+
+
+class Listener:
+    """Calls ``wake`` whenever a process sharing the store notifies ``channel``."""
+
+    def __init__(self, url: str, channel: str, wake: Callable[[], None]) -> None:
         self._url = url
+        self._channel = checked_channel(channel)
         self._wake = wake
         self.heard = 0
         self.connects = 0
@@ -56,8 +65,10 @@ class OutboxListener:
                 await self._listen()
             except (psycopg.Error, OSError) as exc:
                 log.warning(
-                    "webhooks: outbox wake-ups lost; polling meanwhile",
-                    extra={"fields": {"error": str(exc), "retry_s": pause}},
+                    "store: wake-ups lost; polling meanwhile",
+                    extra={
+                        "fields": {"channel": self._channel, "error": str(exc), "retry_s": pause}
+                    },
                 )
             if self.connects != connects:
                 pause = RECONNECT[0]  # that session worked: a new loss starts the backoff over
@@ -90,7 +101,7 @@ class OutboxListener:
             self._url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT,
-            application_name="chaingate-outbox-listener",
+            application_name=f"chaingate-listener/{self._channel}",
             # A vanished server (not a closed socket) is noticed within seconds.
             keepalives=1,
             keepalives_idle=5,
@@ -98,7 +109,7 @@ class OutboxListener:
             keepalives_count=3,
         )
         try:
-            conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {self._channel}")
         except BaseException:
             conn.close()
             raise

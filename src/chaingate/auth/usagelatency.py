@@ -19,7 +19,7 @@ import msgspec
 from chaingate.store.tx import Tx
 
 TABLE = "usage_latency"
-BUCKETS = 16  # the 15 bounds of LATENCY_BUCKETS and one above (obs is not the store's to import)
+BUCKETS = 16  # the 15 bounds of LATENCY_BUCKETS and one above (test_usage_writer checks both)
 GRANULARITIES = (1, 60, 1440)  # minutes per period: minute, hour, day rows
 # What the prune keeps: minutes 2 days and hours 32 (pages read the last hour by the minute,
 # the last day by the hour, 30 days by the day); days are kept, as usage_days are.  The
