@@ -336,7 +336,7 @@ def _summary(row: WebhookRow) -> WebhookSummary:
         url=row.url,
         chain=row.chain_label,
         event_type=row.event_type,
-        status=row.status,  # type: ignore[arg-type]
+        status=row.status,  # type: ignore[arg-type]  # the store holds only these three
         created_at=iso(row.created_at),
     )
 
@@ -516,7 +516,7 @@ def _register_changes(api: RestApi, deps: ApiDeps) -> None:
             url=row.url,
             chain=row.chain_label,
             event_type=row.event_type,
-            status=row.status,  # type: ignore[arg-type]
+            status=row.status,  # type: ignore[arg-type]  # the store holds only these three
             updated_at=iso(row.updated_at),
             matched_from_block=(
                 row.matched_from if refiltered and row.status == "active" else UNSET

@@ -170,7 +170,7 @@ def new_entry(
         submitted_at=now_ms,
         updated_at=now_ms,
         # The keywords are Entry's own fields (validation's findings), passed on by name.
-        **validation,  # type: ignore[arg-type]
+        **validation,  # type: ignore[arg-type]  # a dict of Entry fields
     )
 
 
