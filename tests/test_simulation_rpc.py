@@ -275,6 +275,46 @@ async def test_a_bundle_on_a_node_without_diff_mode_uses_the_other_upstream(
     assert new.asked["debug_traceCall"] >= 4  # probes + two traces + one diff
 
 
+class HeadlessBlocksStub(MissingMethodsStub):
+    """anvil behind a node whose block headers come without a hash (geth's pending block)."""
+
+    def _refusal(self, call: Any) -> dict[str, Any] | None:
+        if call.get("method") == "eth_getBlockByNumber":
+            return {"jsonrpc": "2.0", "id": call.get("id"), "result": {"hash": None}}
+        return super()._refusal(call)
+
+
+async def test_a_traced_bundle_on_the_pending_block_and_unreadable_headers(
+    nursery: trio.Nursery, start_gateway: StartGateway, devnet: Devnet
+) -> None:
+    """The pending block has no hash to pin a bundle to (geth answers null, anvil one it
+    cannot trace on): each trace names it.  A header the node answers unreadably is the
+    node's fault (-32000, REST 502), never a 500 nor a failed batch."""
+    node, manifest = devnet
+    tx = transfer(manifest)
+    traced = await start_gateway([node.url], simulation={"engine": "trace_call"})
+    pending = await traced.rpc("chaingate_simulateAssetChangesBundle", [[tx, tx], "pending"])
+    assert [r["error"] for r in pending.get("result", [])] == [None, None], pending
+    assert pending["result"][1]["changes"][0]["rawAmount"] == str(ETHER)
+    headless = HeadlessBlocksStub(node.url, set())
+    await nursery.start(headless.serve)
+    handle = await start_gateway([headless.url], simulation={"engine": "trace_call"})
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []},
+        {"jsonrpc": "2.0", "id": 2, "method": "alchemy_simulateAssetChangesBundle",
+         "params": [[tx, tx]]},
+    ]  # fmt: skip
+    async with handle.client() as client:
+        rest = await client.post(
+            "/v1/simulate/ethereum", json={"kind": "asset_changes", "transactions": [tx, tx]}
+        )
+        replies = (await client.post("/v1/rpc/ethereum/devnet", json=batch)).json()
+    assert rest.status_code == 502, rest.text
+    assert "unreadable" in rest.json()["error"]["message"]
+    assert replies[0]["result"] == "0x7a69"
+    assert replies[1]["error"]["code"] == -32000, replies
+
+
 async def test_simulations_need_rpc_read_and_are_metered_at_their_price(
     nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
 ) -> None:
