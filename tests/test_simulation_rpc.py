@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import trio
 
+from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, UserOperation
+from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.config import default_config_dir
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
@@ -275,6 +277,21 @@ async def test_a_bundle_on_a_node_without_diff_mode_uses_the_other_upstream(
     assert new.asked["debug_traceCall"] >= 4  # probes + two traces + one diff
 
 
+def user_operation(**fields: Any) -> dict[str, Any]:
+    """A v0.7 operation in its RPC form (unsigned: a simulation does not need it signed)."""
+    op = UserOperation(
+        nonce=0,
+        call_data=b"",
+        call_gas_limit=100_000,
+        verification_gas_limit=500_000,
+        pre_verification_gas=50_000,
+        max_fee_per_gas=10**9,
+        max_priority_fee_per_gas=10**9,
+        **fields,
+    )
+    return encode_user_operation(op, "0.7")
+
+
 class HeadlessBlocksStub(MissingMethodsStub):
     """anvil behind a node whose block headers come without a hash (geth's pending block)."""
 
@@ -441,8 +458,25 @@ async def test_a_keys_contract_allowlist_holds_for_simulations_as_for_eth_call(
             "/v1/simulate/ethereum-devnet",
             json={"kind": "execution", "transactions": [{"from": sender, "to": other}]},
         )
+        ops = {
+            "op sender": user_operation(sender=other),
+            "op factory": user_operation(sender=listed, factory=other),
+            "op paymaster": user_operation(sender=listed, paymaster=other),
+        }
+        for name, op in ops.items():
+            body = {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "alchemy_simulateUserOperationAssetChanges",
+                "params": [op, CANONICAL_ENTRY_POINTS["0.7"]],
+            }
+            answers[name] = (await client.post(RPC, json=body)).json()
+        body["params"] = [user_operation(sender=listed, factory=listed, paymaster=listed)]
+        body["params"].append(CANONICAL_ENTRY_POINTS["0.7"])
+        answers["op listed"] = (await client.post(RPC, json=body)).json()
     assert answers["listed"]["result"]["changes"][0]["to"] == listed
-    for name in ("other", "bundle"):
+    assert answers["op listed"].get("error", {}).get("code") != -32002, answers["op listed"]
+    for name in ("other", "bundle", *ops):
         assert answers[name]["error"]["code"] == -32002, answers[name]
         assert "contract allowlist" in answers[name]["error"]["message"]
     assert rest.status_code == 403, rest.text

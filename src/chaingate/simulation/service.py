@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import trio
 
-from chaingate.aa.userop import VERSIONS, Version, entry_point_address
+from chaingate.aa.userop import VERSIONS, UserOperation, Version, entry_point_address
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rpcform import parse_user_operation
 from chaingate.config import NetworkSettings, SimulationSettings
@@ -192,7 +192,8 @@ class SimulationService:
     async def simulate(self, key: str, method: str, params: Any, principal: Any = None) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
-        contract allowlist, if it has one, holds for every transaction as for an eth_call."""
+        contract allowlist, if it has one, holds for every transaction as for an eth_call, and
+        for a UserOperation's sender, factory and paymaster."""
         kind = METHODS[method]
         simulator = self.simulators.get(key)
         if simulator is None:
@@ -280,6 +281,7 @@ class SimulationService:
             )
             raise p.BadParams(f"entryPoint: not an EntryPoint of {simulator.label} ({served})")
         op = parse_user_operation(op_raw, version)
+        _allowed([{"to": contract} for contract in _contracts_of(op)], allow)
         return await simulator.user_operation(op, entry_point, version, block, overrides, deadline)
 
     def _bundle(self, value: Any) -> list[dict[str, Any]]:
@@ -309,6 +311,17 @@ def _allowed(txs: list[dict[str, Any]], allow: Any) -> list[dict[str, Any]]:
             if refused is not None:
                 raise SimulationFault(*refused)
     return txs
+
+
+def _contracts_of(op: UserOperation) -> list[str]:
+    """The contracts an operation calls through the EntryPoint: its sender, the factory that
+    deploys it (not v0.8's EIP-7702 marker) and its paymaster."""
+    contracts = [op.sender]
+    if op.deploys and op.factory is not None:
+        contracts.append(op.factory)
+    if op.paymaster is not None:
+        contracts.append(op.paymaster)
+    return contracts
 
 
 def _reverted(result: Any) -> bool:
