@@ -386,6 +386,22 @@ async def test_rest_simulate(start_gateway: StartGateway, devnet: Devnet, tmp_pa
     assert no_chain.status_code == 404
 
 
+async def test_rest_a_network_without_simulations_is_not_found_and_counted(
+    start_gateway: StartGateway, devnet: Devnet, tmp_path: Path
+) -> None:
+    handle = await start(start_gateway, devnet, tmp_path)
+    service = handle.gateway.simulation
+    del service.simulators["ethereum/devnet"]  # configured, but not simulated
+    body = {"kind": "asset_changes", "transactions": [transfer(devnet[1])]}
+    async with handle.client() as client:
+        answer = await client.post("/v1/simulate/ethereum", json=body)
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["code"] == "not_found"
+    assert "not served for ethereum/devnet" in answer.json()["error"]["message"]
+    method = "chaingate_simulateAssetChangesBundle"
+    assert service.counts[("ethereum/devnet", method, "refused")] == 1
+
+
 async def test_rest_bounds_have_their_statuses(
     start_gateway: StartGateway, devnet: Devnet, tmp_path: Path
 ) -> None:

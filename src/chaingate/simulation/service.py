@@ -39,6 +39,7 @@ from chaingate.simulation.nodes import Capabilities, Node, TooLargeAnswer
 from chaingate.simulation.simulator import (
     INVALID_PARAMS,
     LIMIT_EXCEEDED,
+    NOT_SERVED,
     SimulationFault,
     Simulator,
 )
@@ -48,6 +49,7 @@ __all__ = ["SimulationFault", "SimulationService"]
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder()
 _FORMATS = ("FLAT", "NESTED")
+_REFUSALS = (INVALID_PARAMS, LIMIT_EXCEEDED, NOT_SERVED)  # the request's fault, not the node's
 
 
 class SimulationService:
@@ -195,11 +197,14 @@ class SimulationService:
         contract allowlist, if it has one, holds for every transaction as for an eth_call, and
         for a UserOperation's sender, factory and paymaster."""
         kind = METHODS[method]
-        simulator = self.simulators.get(key)
-        if simulator is None:
-            raise SimulationFault(INVALID_PARAMS, f"simulation is not served for {key}")
         outcome = "failed"
         try:
+            simulator = self.simulators.get(key)
+            if simulator is None:
+                served = ", ".join(sorted(self.simulators)) or "none"
+                raise SimulationFault(
+                    NOT_SERVED, f"simulations are not served for {key} (served: {served})"
+                )
             if not isinstance(params, list):
                 raise p.BadParams("params must be an array")
             allow = getattr(principal, "allow", None)
@@ -221,7 +226,7 @@ class SimulationService:
                 {"reason": "simulation_too_large", "limit": limit},
             ) from None
         except SimulationFault as fault:
-            outcome = "refused" if fault.code in (INVALID_PARAMS, LIMIT_EXCEEDED) else "failed"
+            outcome = "refused" if fault.code in _REFUSALS else "failed"
             raise
         finally:
             self.counts[(key, ALIASES.get(method, method), outcome)] += 1

@@ -48,6 +48,7 @@ Format = Literal["FLAT", "NESTED"]
 
 # JSON-RPC codes of the faults (REST maps them to statuses).
 INVALID_PARAMS = -32602
+NOT_SERVED = -32601  # no simulation on that network (REST 404, as an unknown network)
 NOT_SUPPORTED = -32004  # EIP-1474: no upstream can run this simulation
 LIMIT_EXCEEDED = -32005  # EIP-1474: too large or too slow
 NODE_ERROR = -32000  # the node refused the simulation (its message is passed on)
