@@ -203,10 +203,6 @@ class Capabilities:
         self.known.setdefault(upstream, {})[feature] = supported
         self._checked[upstream] = self._clock()
 
-    def pick(self, feature: Feature, ranked: Sequence[str]) -> str | None:
-        """The best-ranked upstream known to have ``feature``."""
-        return next((u for u in ranked if self.known.get(u, {}).get(feature)), None)
-
     def _due(self, ranked: Sequence[str]) -> list[str]:
         now = self._clock()
         due = []
