@@ -34,8 +34,9 @@ from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
-from chaingate.edge.responses import JSON, PAGE_REFUSAL, error_body
+from chaingate.edge.responses import JSON, PAGE_REFUSAL
 from chaingate.edge.restcache import CacheKey, RestCache
+from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
 from chaingate.refusals import refusal_error
