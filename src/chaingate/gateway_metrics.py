@@ -133,6 +133,7 @@ def register_service_families(gateway: Gateway) -> None:
     registry, services = gateway.registry, gateway.services
     _register_http_families(registry, gateway.routes, gateway.edge)
     _register_rpc_families(registry, services)
+    _register_rpc_routing_families(registry, services)
     _register_upstream_families(registry, services)
     _register_answer_families(registry, services, gateway.answers)
     _register_follower_families(registry, gateway.followers)
@@ -211,7 +212,7 @@ def _register_http_families(registry: Registry, routes: Routes, edge: EdgeServer
 
 
 def _register_rpc_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
-    """The proxies' calls, response cache, coalescing, hedging, getLogs ranges, stickiness."""
+    """The proxies' calls, response cache and coalescing."""
     registry.family(
         "chaingate_rpc_calls_total",
         "counter",
@@ -262,8 +263,11 @@ def _register_rpc_families(registry: Registry, services: Mapping[str, RpcService
         "Calls answered by joining an identical call already in flight.",
         _per_service(services, lambda s, base: [(base, s.coalesced)]),
     )
-    # Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
-    # stickiness.py).
+
+
+def _register_rpc_routing_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+    """Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
+    stickiness.py)."""
     registry.family(
         "chaingate_rpc_hedges_sent_total",
         "counter",
