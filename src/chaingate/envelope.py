@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 # The spec names codes for 400/401/403/404/429/500; other statuses get a code of their own
-# (docs/decisions.md lists them).
+# (docs/decisions/edge.md lists them).
 ERROR_CODES: dict[int, str] = {
     400: "invalid_request",
     401: "unauthorized",

@@ -63,7 +63,7 @@ _BUNDLER_SCOPE = "bundler:send"
 # REST calls are metered under no network: a route may read several (or none).
 REST_NETWORK = ""
 
-# The scope each REST area needs (docs/decisions.md), for paths no route matches (so a key
+# The scope each REST area needs (docs/decisions/api.md), for paths no route matches (so a key
 # without the area's scope learns nothing about what exists there); a matched route carries
 # its own scope.  None: any valid key.
 _REST_SCOPES = (
