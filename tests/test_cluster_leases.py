@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -13,6 +15,7 @@ import trio
 
 from chaingate.cluster.leases import LocalLeadership, PgLeadership
 from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, lock_key, role_keys
+from chaingate.config.leases import MIN_LEADER_TIMEOUT, min_lease_timeout
 from chaingate.store import Store, open_store
 from chaingate.store.base import StoreError
 from chaingate.store.guard import Deposed
@@ -245,7 +248,15 @@ async def test_work_slow_to_stop_keeps_its_lock_while_the_ticks_go_on() -> None:
                 nursery.cancel_scope.cancel()
 
 
-LEASE = 1.0  # seconds: a short lease, so the test is short (the default is 5)
+LEASE = min_lease_timeout(TICK)  # seconds: the shortest lease, so the test is short
+
+
+def test_a_lease_outlasts_a_slow_look_and_two_ticks() -> None:
+    """A look may take QUERY_TIMEOUT before its process counts its connection lost: a lease
+    shorter than that and two ticks would depose a process that is only slow."""
+    with pytest.raises(ValueError, match="shorter than"):
+        PgLeadership("postgresql://unused", tick=0.5, lease_timeout=3.0)
+    PgLeadership("postgresql://unused", tick=0.5, lease_timeout=MIN_LEADER_TIMEOUT)
 
 
 class Writer:
@@ -275,10 +286,10 @@ class Writer:
 
 
 async def test_a_leader_silent_past_its_lease_is_deposed_and_writes_nothing_more(
-    tmp_path: object,
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The leader's renewals stall (its lease connection's only thread slot is taken: no
-    look can be sent, as in a stopped process) while its role's work goes on writing.  The
+    """The leader's renewals stall (its looks wait, their timeouts too, as in a stopped
+    process) while its role's work goes on writing.  The
     other session ends its sessions once it is silent past the lease and takes the role; no
     row of the stalled leader is written after the new leader's first; when its renewals
     resume it learns it lost everything, connects again, and leads again once the other
@@ -322,16 +333,26 @@ async def test_a_leader_silent_past_its_lease_is_deposed_and_writes_nothing_more
             await _until(lambda: other.members == 2)
             assert stalled.holds(role) and not other.holds(role)
 
-            async with stalled._limiter:  # its renewals stall from here on
+            resumed = trio.Event()
+            look = stalled._call
+
+            async def stopped(fn: Callable[[], Any]) -> Any:
+                with trio.CancelScope(shield=True):  # stopped: not even its timeouts run
+                    await resumed.wait()
+                return await look(fn)
+
+            monkeypatch.setattr(stalled, "_call", stopped)  # its renewals stall from here on
+            try:
                 stalled_at = time.monotonic()
                 took = await _until(lambda: other.holds(role), limit=LEASE + 5)
-                # Silent past the lease, then a tick or two (its own look would give up only
-                # after QUERY_TIMEOUT, 3 s: not what frees the role here).
+                # Silent past the lease, then a tick or two.
                 assert took <= LEASE + 1.0, took
                 assert other.stats["deposed"] >= 1
                 await _until(lambda: first.refused >= 3)  # it went on trying, refused
                 assert not stalled.holds(role)  # its lease lapsed by its own clock
                 assert time.monotonic() - stalled_at < LEASE + 5
+            finally:
+                resumed.set()
             # Renewals resume: the next look finds its session ended; every role stops.
             await _until(lambda: stalled.stats["lost"] >= 1)
             await _until(lambda: stalled.connected)  # a member again: a candidate

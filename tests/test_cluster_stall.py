@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import trio
 
+from chaingate.config.leases import MIN_LEADER_TIMEOUT
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.evm import abi
@@ -28,7 +29,7 @@ from tests.webhook_receiver import Receiver
 __all__ = ["chain"]  # the module-scoped devnet fixture, shared with the handover test
 
 PEPPER = "cluster-stall-pepper-" + "p" * 32
-LEASE = 2.0  # server.leader_timeout, seconds (5 by default)
+LEASE = MIN_LEADER_TIMEOUT  # server.leader_timeout, seconds (5 by default)
 MARGIN = 3.0  # a tick to notice, a tick to take, and a loaded machine's slack
 WEBHOOKS = "webhooks:ethereum/devnet"
 

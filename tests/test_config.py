@@ -49,6 +49,8 @@ def _upstream(**upstream: object) -> dict[str, object]:
         ({"server": {"port": 70000}}, "server.port"),
         ({"server": {"bogus": 1}}, "bogus"),
         ({"server": {"leader_timeout": 0.2}}, "server.leader_timeout"),
+        # A look may take 3 s before its process counts its connection lost.
+        ({"server": {"leader_timeout": 3.9}}, "server.leader_timeout"),
         ({"server": {"leader_timeout": float("nan")}}, "server.leader_timeout"),
         ({"chains": {"eth": {"main": {"upstreams": []}}}}, "at least one upstream"),
         ({"chains": {"eth": {"main": {"upstreams": [{"url": "ftp://x"}]}}}}, "http:// or https://"),

@@ -6,6 +6,7 @@ module.  The pure module's docstrings are the specification.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -878,6 +879,37 @@ def test_response_read_until_eof(impl: Impl) -> None:
     assert (resp.status, resp.body, resp.keep_alive) == (200, b"part one, part two", False)
     assert parser.next_event() is None
     assert not parser.has_partial
+
+
+def _resident(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def test_a_big_declared_body_is_resident_as_it_comes_and_never_twice(impl: Impl) -> None:
+    """A declared body of 128 MiB, fed 1 MiB at a time: half of it read, about half of it is
+    resident (nothing is zero-filled ahead of the bytes), and the process's peak RSS grows by
+    about one body (it is not copied once complete)."""
+    size, piece = 128 << 20, b"\xab" * (1 << 20)
+    parser = impl.http1.ResponseParser(max_body=size)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM: the peak from now on
+    before = _resident("VmRSS")
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+    pieces = size // len(piece)
+    for _ in range(pieces // 2):
+        parser.feed(piece)
+        assert parser.next_event() is None
+    half = _resident("VmRSS") - before
+    for _ in range(pieces - pieces // 2):
+        parser.feed(piece)
+        response = parser.next_event()
+    peak = _resident("VmHWM") - before
+    assert len(response.body) == size and response.body[-1:] == b"\xab"
+    assert half < size * 3 // 4, half >> 20
+    assert peak < size * 3 // 2, peak >> 20
 
 
 @pytest.mark.parametrize("size", [10, 3 << 20])  # kept as pieces; allocated whole

@@ -21,6 +21,7 @@ from chaingate.api.build import build_api
 from chaingate.api.openapi import document
 from chaingate.api.routing import Route
 from chaingate.devnet.anvil import AnvilProcess
+from chaingate.edge.paths import redact_key_shaped
 from chaingate.impl import pure
 from tests.conftest import _compiled_or_skip
 from tests.test_auth import AuthStack, auth_settings, start_auth
@@ -203,3 +204,33 @@ async def test_no_error_echoes_a_key_pasted_into_a_path(site: AuthStack) -> None
         # Our own ids are not key-shaped: they still come back.
         answer = await client.get("/v1/webhooks/wh_0123456789abcdefghij")
         assert refusal(answer, 404) == "no webhook wh_0123456789abcdefghij in this account"
+
+
+async def test_identifiers_in_an_error_come_back_and_secrets_do_not(site: AuthStack) -> None:
+    """Only key-shaped text is redacted: a long field or method name (letters and underscores,
+    snake_case or camelCase) is what the client must read to fix its request."""
+    key, _ = await site.key(plan="enterprise", email="names@example.com")
+    field = "paymaster_verification_gas_limit"
+    method = "chaingate_simulateUserOperationAssetChanges"
+    async with site.client(key) as client:
+        answer = await client.post("/v1/gas/policies", json={**POLICY, field: 1})
+        assert field in refusal(answer, 400)
+        answer = await client.get(f"/v1/webhooks/{method}")
+        assert refusal(answer, 404) == f"no webhook {method} in this account"
+    for name in (
+        field,
+        method,
+        "PAYMASTER_VERIFICATION_GAS_LIMIT",
+        "a-very-long-kebab-cased-option-name",
+    ):
+        assert redact_key_shaped(f"invalid field {name}") == f"invalid field {name}"
+    # Secrets: ours (prefixed), and another provider's: long, with digits among the letters.
+    secrets_ = [
+        key,
+        "whsec_" + secrets.token_urlsafe(24),
+        secrets.token_hex(20),
+        "AIzaSyD4xQ9kT2mN7pL0vR8sW3yZ6bC1eF5gH2j",  # shaped as a Google API key
+        "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc" + "Xy12" * 3,
+    ]
+    for secret in secrets_:
+        assert secret not in redact_key_shaped(f"no key {secret}."), secret

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import trio
 
+from chaingate.aa.userop import CANONICAL_ENTRY_POINTS, UserOperation
+from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.config import default_config_dir
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
@@ -275,6 +277,61 @@ async def test_a_bundle_on_a_node_without_diff_mode_uses_the_other_upstream(
     assert new.asked["debug_traceCall"] >= 4  # probes + two traces + one diff
 
 
+def user_operation(**fields: Any) -> dict[str, Any]:
+    """A v0.7 operation in its RPC form (unsigned: a simulation does not need it signed)."""
+    op = UserOperation(
+        nonce=0,
+        call_data=b"",
+        call_gas_limit=100_000,
+        verification_gas_limit=500_000,
+        pre_verification_gas=50_000,
+        max_fee_per_gas=10**9,
+        max_priority_fee_per_gas=10**9,
+        **fields,
+    )
+    return encode_user_operation(op, "0.7")
+
+
+class HeadlessBlocksStub(MissingMethodsStub):
+    """anvil behind a node whose block headers come without a hash (geth's pending block)."""
+
+    def _refusal(self, call: Any) -> dict[str, Any] | None:
+        if call.get("method") == "eth_getBlockByNumber":
+            return {"jsonrpc": "2.0", "id": call.get("id"), "result": {"hash": None}}
+        return super()._refusal(call)
+
+
+async def test_a_traced_bundle_on_the_pending_block_and_unreadable_headers(
+    nursery: trio.Nursery, start_gateway: StartGateway, devnet: Devnet
+) -> None:
+    """The pending block has no hash to pin a bundle to (geth answers null, anvil one it
+    cannot trace on): each trace names it.  A header the node answers unreadably is the
+    node's fault (-32000, REST 502), never a 500 nor a failed batch."""
+    node, manifest = devnet
+    tx = transfer(manifest)
+    traced = await start_gateway([node.url], simulation={"engine": "trace_call"})
+    pending = await traced.rpc("chaingate_simulateAssetChangesBundle", [[tx, tx], "pending"])
+    assert [r["error"] for r in pending.get("result", [])] == [None, None], pending
+    assert pending["result"][1]["changes"][0]["rawAmount"] == str(ETHER)
+    headless = HeadlessBlocksStub(node.url, set())
+    await nursery.start(headless.serve)
+    handle = await start_gateway([headless.url], simulation={"engine": "trace_call"})
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []},
+        {"jsonrpc": "2.0", "id": 2, "method": "alchemy_simulateAssetChangesBundle",
+         "params": [[tx, tx]]},
+    ]  # fmt: skip
+    async with handle.client() as client:
+        rest = await client.post(
+            "/v1/simulate/ethereum", json={"kind": "asset_changes", "transactions": [tx, tx]}
+        )
+        replies = (await client.post("/v1/rpc/ethereum/devnet", json=batch)).json()
+    assert rest.status_code == 502, rest.text
+    assert "unreadable" in rest.json()["error"]["message"]
+    assert replies[0]["result"] == "0x7a69"
+    assert replies[1]["error"]["code"] == -32000, replies
+
+
 async def test_simulations_need_rpc_read_and_are_metered_at_their_price(
     nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
 ) -> None:
@@ -327,6 +384,22 @@ async def test_rest_simulate(start_gateway: StartGateway, devnet: Devnet, tmp_pa
     assert over.status_code == 400 and "max_bundle" in over.json()["error"]["message"]
     assert wrong.status_code == 400 and "exactly one" in wrong.json()["error"]["message"]
     assert no_chain.status_code == 404
+
+
+async def test_rest_a_network_without_simulations_is_not_found_and_counted(
+    start_gateway: StartGateway, devnet: Devnet, tmp_path: Path
+) -> None:
+    handle = await start(start_gateway, devnet, tmp_path)
+    service = handle.gateway.simulation
+    del service.simulators["ethereum/devnet"]  # configured, but not simulated
+    body = {"kind": "asset_changes", "transactions": [transfer(devnet[1])]}
+    async with handle.client() as client:
+        answer = await client.post("/v1/simulate/ethereum", json=body)
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["code"] == "not_found"
+    assert "not served for ethereum/devnet" in answer.json()["error"]["message"]
+    method = "chaingate_simulateAssetChangesBundle"
+    assert service.counts[("ethereum/devnet", method, "refused")] == 1
 
 
 async def test_rest_bounds_have_their_statuses(
@@ -401,8 +474,25 @@ async def test_a_keys_contract_allowlist_holds_for_simulations_as_for_eth_call(
             "/v1/simulate/ethereum-devnet",
             json={"kind": "execution", "transactions": [{"from": sender, "to": other}]},
         )
+        ops = {
+            "op sender": user_operation(sender=other),
+            "op factory": user_operation(sender=listed, factory=other),
+            "op paymaster": user_operation(sender=listed, paymaster=other),
+        }
+        for name, op in ops.items():
+            body = {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "alchemy_simulateUserOperationAssetChanges",
+                "params": [op, CANONICAL_ENTRY_POINTS["0.7"]],
+            }
+            answers[name] = (await client.post(RPC, json=body)).json()
+        body["params"] = [user_operation(sender=listed, factory=listed, paymaster=listed)]
+        body["params"].append(CANONICAL_ENTRY_POINTS["0.7"])
+        answers["op listed"] = (await client.post(RPC, json=body)).json()
     assert answers["listed"]["result"]["changes"][0]["to"] == listed
-    for name in ("other", "bundle"):
+    assert answers["op listed"].get("error", {}).get("code") != -32002, answers["op listed"]
+    for name in ("other", "bundle", *ops):
         assert answers[name]["error"]["code"] == -32002, answers[name]
         assert "contract allowlist" in answers[name]["error"]["message"]
     assert rest.status_code == 403, rest.text

@@ -38,6 +38,7 @@ from chaingate.simulation.execution import (
     from_trace,
 )
 from chaingate.simulation.known import decode_call, revert_of
+from chaingate.simulation.nodes import NodeError
 from chaingate.simulation.overrides import fold_diff
 from chaingate.simulation.simulator import execution_result
 
@@ -390,3 +391,21 @@ def test_a_deep_call_tree_is_read_and_written_and_a_deeper_one_refused() -> None
     assert msgspec.json.decode(msgspec.json.encode(nested)) == nested  # writable as JSON
     with pytest.raises(TooLarge, match="nested calls"):
         from_trace(tree(MAX_DEPTH + 1), Bounds(frames=1000, logs=10))
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "missing"),
+    [
+        (-32601, "the method debug_traceCall does not exist/is not available", True),
+        (-32004, "method not supported", True),
+        (-32602, "unsupported tracer type", True),
+        (-32000, "Method not found", True),
+        # What a node says of a block nobody has: any client can name one, and it must not
+        # switch the feature off for everyone (ten minutes per upstream).
+        (-32000, "header not found", False),
+        (-32001, "Resource not found", False),
+        (3, "execution reverted", False),
+    ],
+)
+def test_only_a_missing_method_reads_as_missing(code: int, message: str, missing: bool) -> None:
+    assert NodeError(code, message).missing is missing

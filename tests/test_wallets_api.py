@@ -41,7 +41,9 @@ from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
 from tests.conftest import DEVNET_SIGNER, make_settings
 from tests.helpers import GatewayHandle
+from tests.provider_stub import MissingMethodsStub
 from tests.test_auth import PEPPER
+from tests.test_gas import network_settings, open_client
 
 NET = "ethereum/devnet"
 TAG = {"0.6": "v06", "0.7": "v07"}
@@ -452,3 +454,52 @@ async def test_an_eip7702_wallet_follows_its_delegation_set_cleared_and_reorgani
     await api.follower_at_head()
     got = (await api.request("GET", f"/v1/wallets/{owner.address}")).json()
     assert got["status"] == "deployed" and got["deploy_tx"] == delegated, got
+
+
+class LaggingNodeStub(MissingMethodsStub):
+    """anvil behind a node that lags: its first ``lag`` answers to eth_getBlockByHash are null
+    (it has not the block yet) and to eth_getCode unreadable; the code's block is kept."""
+
+    def __init__(self, target_url: str, lag: int) -> None:
+        super().__init__(target_url, set())
+        self.lag = lag
+        self.code_blocks: list[Any] = []
+
+    def _refusal(self, call: Any) -> dict[str, Any] | None:
+        refused = super()._refusal(call)
+        method = call.get("method")
+        if method == "eth_getCode":
+            self.code_blocks.append(call["params"][1])
+        if method in ("eth_getBlockByHash", "eth_getCode") and self.asked[method] <= self.lag:
+            result = None if method == "eth_getBlockByHash" else "0xnot-hex"
+            return {"jsonrpc": "2.0", "id": call.get("id"), "result": result}
+        return refused
+
+
+async def test_a_delegation_waits_for_a_lagging_node_and_reads_the_blocks_own_code(
+    nursery: trio.Nursery, api: Api
+) -> None:
+    """A null block (the node is behind) or unreadable code is asked again, never read as a
+    block without delegations; the code is read at the block's hash (EIP-1898)."""
+    stub = LaggingNodeStub(api.node.url, lag=1)
+    await nursery.start(stub.serve)
+    assert api.gateway.wallets is not None
+    tracker = api.gateway.wallets.trackers[NET]
+    tracker.client = await open_client(nursery, network_settings(stub.url))
+    owner = Account.create()
+    delegate = api.manifest.address("simple_7702_account_v08")
+    response = await api.request(
+        "POST", "/v1/wallets/create", {"owner": owner.address, "chain": "ethereum", "eip7702": True}
+    )
+    assert response.status_code == 201, response.text
+    delegated = delegate_by_type4(api, owner, delegate)
+    await api.follower_at_head()
+    with trio.fail_after(20):
+        while (got := (await api.request("GET", f"/v1/wallets/{owner.address}")).json())[
+            "status"
+        ] != "deployed":
+            await trio.sleep(0.1)
+    assert got["deploy_tx"] == delegated, got
+    assert stub.asked["eth_getBlockByHash"] >= 2 and stub.asked["eth_getCode"] >= 2
+    assert tracker.stats["node_errors"] >= 2
+    assert all(isinstance(at, dict) and "blockHash" in at for at in stub.code_blocks)

@@ -155,7 +155,6 @@ def _dev_banner(
     send_one = abi.encode_call("transfer(address,uint256)", manifest.deployer, 10**18).hex()
     sim_tx = f'{{"from":"{holder}","to":"{token}","data":"0x{send_one}"}}'
     sim_body = f'{{"kind":"asset_changes","transactions":[{sim_tx}]}}'
-    json_type = "-H 'Content-Type: application/json'"
     key_header = ""
     key_url = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
@@ -195,7 +194,7 @@ Try:
        -d '{{"jsonrpc":"2.0","id":1,"method":"chaingate_simulateAssetChanges","params":[{sim_tx}]}}'
   (what it would do before it is signed; alchemy_simulateAssetChanges answers the same;
    bundles, call traces and UserOperations: docs/guides/simulation.md)
-  curl -s {base}/v1/simulate/ethereum{key_header} {json_type} -d '{sim_body}'
+  curl -s {base}/v1/simulate/ethereum{key_header} {ct} -d '{sim_body}'
   curl -si -X OPTIONS {rpc} \\
        -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST'
   (a browser's preflight; lock a key to your site, IPs, methods or contracts with

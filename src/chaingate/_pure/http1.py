@@ -18,6 +18,7 @@ every input, which ``tests/test_framing_properties.py`` checks with hypothesis.
 
 from __future__ import annotations
 
+import io
 import re
 
 from chaingate.framing_constants import (
@@ -311,8 +312,7 @@ class _BodyReader:
         self.parts: list[bytes] = []
         self.discard = False  # the body is counted and dropped, not kept (ResponseParser)
         self.direct = False  # a declared length: the bytes go straight into ``whole``
-        self.whole: bytearray | None = None  # the body, allocated whole when its head came
-        self.filled = 0
+        self.whole: io.BytesIO | None = None  # the body as it comes (``preallocate``)
         self.received = 0
         self.remaining = 0
         self.chunk_left = 0
@@ -345,12 +345,14 @@ class _BodyReader:
             self.remaining = length
 
     def preallocate(self) -> None:
-        """The declared body is allocated whole now and filled as it comes: a big body is
-        not held as pieces plus their join, and leaves no pieces behind in the allocator's
-        heap.  Pages are touched only as bytes arrive."""
+        """The declared body goes into one buffer as it comes, which becomes the body: a big
+        body is never held twice (its pieces and their join, or a buffer and its copy), and
+        its pages are touched only as its bytes arrive.  The compiled twin allocates the
+        body's bytes uninitialised, whole; this one writes to an ``io.BytesIO``, which grows
+        by realloc (nothing zero-filled ahead of the bytes) and whose ``getvalue`` hands its
+        buffer over without a copy."""
         self.direct = True
-        self.whole = bytearray(self.remaining)
-        self.filled = 0
+        self.whole = io.BytesIO()
 
     def step(self, too_large: str) -> bytes | HttpError | None:
         """Advance the body; return the whole body once complete, None when more is needed."""
@@ -360,10 +362,7 @@ class _BodyReader:
             if state == _BODY_LENGTH and self.direct:
                 take = min(len(buf) - self.pos, self.remaining)
                 if self.whole is not None:
-                    self.whole[self.filled : self.filled + take] = memoryview(buf)[
-                        self.pos : self.pos + take
-                    ]
-                self.filled += take
+                    self.whole.write(memoryview(buf)[self.pos : self.pos + take])
                 self.pos += take
                 self.remaining -= take
                 if self.remaining:
@@ -371,7 +370,7 @@ class _BodyReader:
                 self.state = _HEAD
                 self.direct = False
                 whole, self.whole = self.whole, None
-                return b"" if whole is None else bytes(whole)
+                return b"" if whole is None else whole.getvalue()
             if state == _BODY_LENGTH:
                 available = len(buf) - self.pos
                 if available < self.remaining:

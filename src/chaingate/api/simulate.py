@@ -6,7 +6,8 @@ method's result(s) unchanged.  ``asset_changes`` takes one or more ``transaction
 each sees the previous ones' effects), ``execution`` exactly one, ``user_operation`` a
 ``user_operation`` and its ``entry_point``.  Scope ``rpc:read``, like the methods.
 
-Errors: 400 for what the request got wrong; 422 when the simulation passes a bound (its size),
+Errors: 400 for what the request got wrong; 404 for a chain not served (none configured by
+that name, or no simulation on it); 422 when the simulation passes a bound (its size),
 504 when it passes its time; 501 when no upstream of the network can run it (no
 ``eth_simulateV1`` nor ``debug_traceCall``); 502 when the node refused it; 503 when no
 upstream answered.
@@ -56,7 +57,7 @@ class SimulateResponse(msgspec.Struct):
     results: list[dict[str, Any]]
 
 
-_STATUS = {-32602: 400, -32002: 403, -32005: 422, -32004: 501, -32000: 502}
+_STATUS = {-32602: 400, -32002: 403, -32601: 404, -32005: 422, -32004: 501, -32000: 502}
 
 
 def _params(body: SimulateBody) -> tuple[str, list[Any]]:

@@ -17,7 +17,8 @@ dying (SIGSTOP, a hung event loop): its session stays open, and its roles would 
 ever.  So each look is also a renewal: PostgreSQL records when each session's last query
 ended (``pg_stat_activity.state_change``, the server's clock — no clock of ours compared with
 another's).  A chaingate session silent past ``lease_timeout`` (``server.leader_timeout``,
-5 s) is deposed by whichever other process looks next: it ends that session and every other
+5 s; at least ``min_lease_timeout``, ``chaingate.config.leases``) is deposed by whichever
+other process looks next: it ends that session and every other
 session of that process (``pg_terminate_backend``: they are named ``…/<session tag>``, so a
 transaction the stalled process left open does not hold its row locks meanwhile); the locks
 come free, and the fair share hands them out within a tick or two.  The stalled process
@@ -44,6 +45,7 @@ import psycopg
 import trio
 
 from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, decide, lock_key
+from chaingate.config.leases import QUERY_TIMEOUT, TICK, min_lease_timeout
 from chaingate.store.guard import guarded
 from chaingate.store.postgres import APPLICATION
 
@@ -51,8 +53,6 @@ log = logging.getLogger("chaingate.cluster")
 
 T = TypeVar("T")
 
-TICK = 0.5  # seconds between looks at the locks: the handover delay is about one tick
-QUERY_TIMEOUT = 3.0  # a look that takes longer means the connection is lost
 RECONNECT_BACKOFF = (0.2, 0.5, 1.0, 2.0)
 # How long a handover waits for the role's work to stop before it keeps the lock for now
 # (work that is slow to honour cancellation, e.g. a shielded commit) and ticks on.
@@ -276,8 +276,9 @@ class PgLeadership(_Roles):
         """``session_tag``: what this process's store sessions are named by (ended with the
         lease's own when the process is deposed)."""
         super().__init__()
-        if not lease_timeout >= 2 * tick:
-            raise ValueError(f"a lease of {lease_timeout}s must last two ticks ({tick}s) at least")
+        shortest = min_lease_timeout(tick)
+        if not lease_timeout >= shortest:
+            raise ValueError(f"a lease of {lease_timeout}s is shorter than {shortest}s")
         self._url = url
         self.tick = tick
         # A handover's wait is a tick without a look: short beside the lease, which the

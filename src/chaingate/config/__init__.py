@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import msgspec
 import msgspec.inspect
 
+from chaingate.config.leases import MIN_LEADER_TIMEOUT, QUERY_TIMEOUT
+
 ENV_PREFIX = "CHAINGATE_"
 
 
@@ -42,7 +44,8 @@ class ServerSettings(msgspec.Struct, forbid_unknown_fields=True):
     workers: int | Literal["auto"] = 1
     # Processes sharing a PostgreSQL store lead each single-writer role by a lease that each
     # renews every half second; one silent this long (seconds: a stopped process, a hung
-    # event loop) loses its roles to another, which ends its sessions.
+    # event loop) loses its roles to another, which ends its sessions.  At least 4 (a look
+    # may take 3 s before its process counts its connection lost, plus two looks' interval).
     leader_timeout: float = 5.0
     # Client connections at most; 0 derives it from the process's file-descriptor limit (the
     # soft limit is raised to the hard one at start), minus a reserve for upstreams, the
@@ -725,8 +728,12 @@ def _validate(settings: Settings) -> None:
     workers = settings.server.workers
     if workers != "auto" and not 1 <= workers <= 256:
         raise ConfigError('server.workers must be between 1 and 256, or "auto"')
-    if not 1.0 <= settings.server.leader_timeout <= 3600:
-        raise ConfigError("server.leader_timeout must be between 1 and 3600 seconds")
+    if not MIN_LEADER_TIMEOUT <= settings.server.leader_timeout <= 3600:
+        raise ConfigError(
+            f"server.leader_timeout must be between {MIN_LEADER_TIMEOUT:g} and 3600 seconds"
+            f" (a look at the locks may take {QUERY_TIMEOUT:g} s before its process counts"
+            " its connection lost)"
+        )
     if settings.store.pool_size < 1:
         raise ConfigError("store.pool_size must be >= 1")
     simulation = settings.simulation

@@ -22,14 +22,17 @@ _FORBIDDEN_DECODED = frozenset(b"/\\\x7f" + bytes(range(0x20)))
 
 
 def _key_shaped(before: str, after: str) -> str:
-    """Key-shaped text: our API keys and webhook secrets, and any long token-like run (another
-    provider's key pasted into a URL) — but not hex hashes and addresses (0x...) or decimal
-    token ids, which are what a path is for.  ``before`` and ``after`` bound a run: path
-    separators in a path, any character a token does not hold in a message."""
+    """Key-shaped text: our API keys and webhook secrets, and any long token-like run with
+    digits among its letters (another provider's key pasted into a URL: 32 random characters
+    hold digits) — but not names made of letters and ``_``/``-`` (a field or a method,
+    snake_case or camelCase: what a client reads to fix its request), hex hashes and addresses
+    (0x...) or decimal token ids, which are what a path is for.  ``before`` and ``after``
+    bound a run: path separators in a path, any character a token does not hold in a
+    message."""
     return (
         r"svc_(?:live|test)_[A-Za-z0-9]*"
         r"|whsec_[A-Za-z0-9+/=_-]*"
-        rf"|{before}(?!0x)(?![0-9]+{after})[A-Za-z0-9_-]{{32,}}{after}"
+        rf"|{before}(?!0x)(?![0-9]+{after})(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{{32,}}{after}"
     )
 
 

@@ -1,6 +1,6 @@
 """What one simulated transaction did, read from either node answer (sans-IO).
 
-Two answers carry it (``engines.py`` asks for them):
+Two answers carry it (``simulator.py`` asks for them):
 
 * ``eth_simulateV1`` with ``traceTransfers``: the call's status, gas, return data and logs, the
   native transfers among them as ERC-7528 logs (``Transfer`` from ``0xEeee...EEeE``), internal

@@ -65,10 +65,12 @@ _PROBES: dict[Feature, tuple[str, list[Any]]] = {
 }
 # What nodes answer for a method or tracer they do not have: -32601 (geth, reth, anvil),
 # -32004 (EIP-1474 "method not supported"), and messages to that effect from the others.
+# Never a bare "not found": that is what a node says of an unknown block ("header not found",
+# "Resource not found"), and any client can name one: it must not switch a feature off.
 _MISSING_CODES = frozenset({-32601, -32004})
 _MISSING_WORDS = re.compile(
-    r"not (?:supported|found|available|enabled|allowed)|does not exist|unsupported|"
-    r"unknown (?:method|tracer)|no such method|disabled",
+    r"not (?:supported|available|enabled|allowed)|(?:method|tracer) not found|does not exist|"
+    r"unsupported|unknown (?:method|tracer)|no such method|disabled",
     re.IGNORECASE,
 )
 
@@ -202,10 +204,6 @@ class Capabilities:
     def note(self, upstream: str, feature: Feature, supported: bool) -> None:
         self.known.setdefault(upstream, {})[feature] = supported
         self._checked[upstream] = self._clock()
-
-    def pick(self, feature: Feature, ranked: Sequence[str]) -> str | None:
-        """The best-ranked upstream known to have ``feature``."""
-        return next((u for u in ranked if self.known.get(u, {}).get(feature)), None)
 
     def _due(self, ranked: Sequence[str]) -> list[str]:
         now = self._clock()

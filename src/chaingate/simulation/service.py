@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import trio
 
-from chaingate.aa.userop import VERSIONS, Version, entry_point_address
+from chaingate.aa.userop import VERSIONS, UserOperation, Version, entry_point_address
 from chaingate.auth.allowlists import Policy
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rpcform import parse_user_operation
@@ -40,6 +40,7 @@ from chaingate.simulation.nodes import Capabilities, Node, TooLargeAnswer
 from chaingate.simulation.simulator import (
     INVALID_PARAMS,
     LIMIT_EXCEEDED,
+    NOT_SERVED,
     SimulationFault,
     Simulator,
 )
@@ -49,6 +50,7 @@ __all__ = ["SimulationFault", "SimulationService"]
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder()
 _FORMATS = ("FLAT", "NESTED")
+_REFUSALS = (INVALID_PARAMS, LIMIT_EXCEEDED, NOT_SERVED)  # the request's fault, not the node's
 
 
 class SimulationService:
@@ -193,13 +195,17 @@ class SimulationService:
     async def simulate(self, key: str, method: str, params: Any, principal: object = None) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
-        contract allowlist, if it has one, holds for every transaction as for an eth_call."""
+        contract allowlist, if it has one, holds for every transaction as for an eth_call, and
+        for a UserOperation's sender, factory and paymaster."""
         kind = METHODS[method]
-        simulator = self.simulators.get(key)
-        if simulator is None:
-            raise SimulationFault(INVALID_PARAMS, f"simulation is not served for {key}")
         outcome = "failed"
         try:
+            simulator = self.simulators.get(key)
+            if simulator is None:
+                served = ", ".join(sorted(self.simulators)) or "none"
+                raise SimulationFault(
+                    NOT_SERVED, f"simulations are not served for {key} (served: {served})"
+                )
             if not isinstance(params, list):
                 raise p.BadParams("params must be an array")
             allow = getattr(principal, "allow", None)
@@ -221,7 +227,7 @@ class SimulationService:
                 {"reason": "simulation_too_large", "limit": limit},
             ) from None
         except SimulationFault as fault:
-            outcome = "refused" if fault.code in (INVALID_PARAMS, LIMIT_EXCEEDED) else "failed"
+            outcome = "refused" if fault.code in _REFUSALS else "failed"
             raise
         finally:
             self.counts[(key, ALIASES.get(method, method), outcome)] += 1
@@ -288,6 +294,7 @@ class SimulationService:
             )
             raise p.BadParams(f"entryPoint: not an EntryPoint of {simulator.label} ({served})")
         op = parse_user_operation(op_raw, version)
+        _allowed([{"to": contract} for contract in _contracts_of(op)], allow)
         return await simulator.user_operation(op, entry_point, version, block, overrides, deadline)
 
     def _bundle(self, value: object) -> list[dict[str, Any]]:
@@ -317,6 +324,17 @@ def _allowed(txs: list[dict[str, Any]], allow: Policy | None) -> list[dict[str, 
             if refused is not None:
                 raise SimulationFault(*refused)
     return txs
+
+
+def _contracts_of(op: UserOperation) -> list[str]:
+    """The contracts an operation calls through the EntryPoint: its sender, the factory that
+    deploys it (not v0.8's EIP-7702 marker) and its paymaster."""
+    contracts = [op.sender]
+    if op.deploys and op.factory is not None:
+        contracts.append(op.factory)
+    if op.paymaster is not None:
+        contracts.append(op.paymaster)
+    return contracts
 
 
 def _reverted(result: object) -> bool:

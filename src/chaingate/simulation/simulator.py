@@ -3,7 +3,8 @@
 * Asset changes (one transaction or a bundle): ``eth_simulateV1`` where an upstream has it —
   one call, the bundle's transactions in one block, each seeing the previous one's effects —
   else ``debug_traceCall`` per transaction, the previous ones' effects carried as state
-  overrides (``overrides.py``), on one block pinned by hash.
+  overrides (``overrides.py``), on one block pinned by hash (``pending``, which has none,
+  by name).
 * Execution: ``debug_traceCall`` (only a trace has the call tree).
 * A UserOperation: its asset changes as ``simulateHandleOp`` runs it (``userops.py``), by the
   same engines.
@@ -48,6 +49,7 @@ Format = Literal["FLAT", "NESTED"]
 
 # JSON-RPC codes of the faults (REST maps them to statuses).
 INVALID_PARAMS = -32602
+NOT_SERVED = -32601  # no simulation on that network (REST 404, as an unknown network)
 NOT_SUPPORTED = -32004  # EIP-1474: no upstream can run this simulation
 LIMIT_EXCEEDED = -32005  # EIP-1474: too large or too slow
 NODE_ERROR = -32000  # the node refused the simulation (its message is passed on)
@@ -57,6 +59,10 @@ NODE_ERROR = -32000  # the node refused the simulation (its message is passed on
 METADATA_WAIT = 5.0
 _CALL_TRACER = {"tracer": "callTracer", "tracerConfig": {"withLog": True}}
 _PRESTATE_DIFF = {"tracer": "prestateTracer", "tracerConfig": {"diffMode": True}}
+# The tags a bundle's traces resolve to one block's hash first.  Not "pending": the pending
+# block has no hash (geth answers null; anvil one it cannot trace on), so each trace asks for
+# it by name.
+_PINNED_TAGS = frozenset({"latest", "safe", "finalized", "earliest"})
 
 
 class SimulationFault(Exception):
@@ -211,7 +217,7 @@ class Simulator:
         deadline: float,
         prefer: str | None,
     ) -> list[Outcome]:
-        if len(txs) > 1 and isinstance(block, str) and not block.startswith("0x"):
+        if len(txs) > 1 and isinstance(block, str) and block in _PINNED_TAGS:
             block = await self._pin(block, deadline, prefer)
         state = {address: dict(entry) for address, entry in overrides.items()}
         outcomes: list[Outcome] = []
@@ -244,7 +250,10 @@ class Simulator:
         )
         if isinstance(outcome, NodeError):
             raise SimulationFault(NODE_ERROR, f"the node refused the block: {outcome.message}")
-        header = _header.decode(outcome)
+        try:
+            header = _header.decode(outcome)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise SimulationFault(NODE_ERROR, f"the node's block {tag} is unreadable") from None
         if header is None:
             raise SimulationFault(INVALID_PARAMS, f"no block {tag} on {self.label}")
         return header.hash

@@ -39,6 +39,10 @@ log = logging.getLogger("chaingate.wallets")
 NODE_RETRY_SECONDS = 1.0
 
 
+class UnusableAnswer(Exception):
+    """The node answered what is not the block or code asked for: asked again."""
+
+
 class Tracker:
     def __init__(
         self,
@@ -105,8 +109,12 @@ class Tracker:
         if not await self.store.has_eip7702_wallets(self.chain, self.network):
             return []
         full = await self.client.call("eth_getBlockByHash", [block.header.hash, True])
+        if not isinstance(full, dict):
+            # Null: the node answering is behind the follower's (or lost the block to a
+            # reorganisation).  Read as a block without transactions it would lose delegations.
+            raise UnusableAnswer(f"eth_getBlockByHash {block.header.hash}: {str(full)[:80]}")
         last_tx: dict[str, str] = {}  # authority -> the block's last transaction naming it
-        for tx in (full or {}).get("transactions", []):
+        for tx in full.get("transactions", []):
             if not isinstance(tx, dict) or tx.get("type") != "0x4":
                 continue
             for item in tx.get("authorizationList") or []:
@@ -118,9 +126,15 @@ class Tracker:
                 last_tx[authority] = str(tx.get("hash", "")).lower()
         ours = await self.store.eip7702_wallets(self.chain, self.network, list(last_tx))
         found = []
+        at = {"blockHash": block.header.hash}  # EIP-1898: after this block, not one at its height
         for address in sorted(ours):
-            code = await self.client.call("eth_getCode", [address, hex(block.header.number)])
-            delegate = delegate_of(bytes.fromhex(code[2:])) if isinstance(code, str) else None
+            code = await self.client.call("eth_getCode", [address, at])
+            try:
+                if not isinstance(code, str) or code[:2] != "0x":
+                    raise ValueError("not 0x-hex")
+                delegate = delegate_of(bytes.fromhex(code[2:]))
+            except ValueError:
+                raise UnusableAnswer(f"eth_getCode {address}: {str(code)[:80]}") from None
             found.append(
                 Delegation(
                     address,
@@ -139,7 +153,7 @@ class Tracker:
                 try:
                     delegations = await self._delegations(event.block)
                     break
-                except (RpcCallError, UpstreamError) as exc:
+                except (RpcCallError, UpstreamError, UnusableAnswer) as exc:
                     self.stats["node_errors"] += 1
                     log.warning(
                         "wallet tracker: the node failed reading delegations; retrying",
