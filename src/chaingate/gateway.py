@@ -109,11 +109,9 @@ class Gateway:
         self.registry = Registry()
         self.front = self._front_door(access_stream)
         # What tests, benches and /metrics read by name.
-        self.services, self.clients = self.chain.services, self.chain.clients
-        self.followers = self.chain.followers
+        self.services, self.followers = self.chain.services, self.chain.followers
         self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
-        self.rest, self.asgi = self.front.rest, self.front.asgi
-        self.bundlers, self.routes, self.ws = self.front.bundlers, self.front.routes, self.front.ws
+        self.routes, self.ws = self.front.routes, self.front.ws
         self.answers, self.lane, self.edge = self.front.answers, self.front.lane, self.front.edge
         self._register_metrics()
         self.chain.witness_heads()
