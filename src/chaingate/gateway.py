@@ -112,7 +112,7 @@ class Gateway:
         self.services, self.followers = self.chain.services, self.chain.followers
         self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
         self.routes, self.ws = self.front.routes, self.front.ws
-        self.answers, self.lane, self.edge = self.front.answers, self.front.lane, self.front.edge
+        self.answers, self.edge = self.front.answers, self.front.edge
         self._register_metrics()
         self.chain.witness_heads()
         # Who runs which single writer when several processes share the store.
