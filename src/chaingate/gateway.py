@@ -111,7 +111,7 @@ class Gateway:
         # What tests, benches and /metrics read by name.
         self.services, self.followers = self.chain.services, self.chain.followers
         self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
-        self.routes, self.ws = self.front.routes, self.front.ws
+        self.routes = self.front.routes
         self.answers, self.edge = self.front.answers, self.front.edge
         self._register_metrics()
         self.chain.witness_heads()
@@ -192,7 +192,14 @@ class Gateway:
     def _register_metrics(self) -> None:
         register_service_families(self)
         register_edge_families(self)
-        parts = (self.ws, self.data, self.wallets, self.bundler, self.webhooks, self.simulation)
+        parts = (
+            self.front.ws,
+            self.data,
+            self.wallets,
+            self.bundler,
+            self.webhooks,
+            self.simulation,
+        )
         for part in parts:
             if part is not None:
                 part.register_metrics(self.registry)
