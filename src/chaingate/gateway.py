@@ -111,8 +111,7 @@ class Gateway:
         # What tests, benches and /metrics read by name.
         self.services, self.followers = self.chain.services, self.chain.followers
         self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
-        self.routes = self.front.routes
-        self.answers, self.edge = self.front.answers, self.front.edge
+        self.edge = self.front.edge
         self._register_metrics()
         self.chain.witness_heads()
         # Who runs which single writer when several processes share the store.

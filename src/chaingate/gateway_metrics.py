@@ -23,11 +23,9 @@ from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import AnswerBudget
 
 
-class Gateway(Protocol):
-    """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
+class Front(Protocol):
+    """The parts of the front door these families read (``chaingate.frontdoor.FrontDoor``)."""
 
-    @property
-    def registry(self) -> Registry: ...
     @property
     def edge(self) -> EdgeServer: ...
     @property
@@ -36,6 +34,15 @@ class Gateway(Protocol):
     def routes(self) -> Routes: ...
     @property
     def answers(self) -> AnswerBudget: ...
+
+
+class Gateway(Protocol):
+    """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
+
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def front(self) -> Front: ...
     @property
     def services(self) -> Mapping[str, RpcService]: ...
     @property
@@ -51,8 +58,8 @@ class Gateway(Protocol):
 def register_edge_families(gateway: Gateway) -> None:
     """Connections, overload, the REST cache and the log sinks."""
     registry = gateway.registry
-    edge = gateway.edge
-    sink = gateway.access_log.sink
+    edge = gateway.front.edge
+    sink = gateway.front.access_log.sink
     registry.family(
         "chaingate_connections_max",
         "gauge",
@@ -94,7 +101,7 @@ def register_edge_families(gateway: Gateway) -> None:
         lambda: [({}, edge.overloaded)],
     )
 
-    cache = gateway.routes.rest_cache
+    cache = gateway.front.routes.rest_cache
     registry.family(
         "chaingate_rest_cache_lookups_total",
         "counter",
@@ -131,18 +138,19 @@ def register_edge_families(gateway: Gateway) -> None:
 def register_service_families(gateway: Gateway) -> None:
     """Requests, upstreams, followers, gas oracles, the key gate and shared limits."""
     registry, services = gateway.registry, gateway.services
-    _register_http_families(registry, gateway.routes, gateway.edge)
+    front = gateway.front
+    _register_http_families(registry, front.routes, front.edge)
     _register_rpc_families(registry, services)
     _register_rpc_routing_families(registry, services)
     _register_upstream_families(registry, services)
-    _register_answer_families(registry, services, gateway.answers)
+    _register_answer_families(registry, services, front.answers)
     _register_follower_families(registry, gateway.followers)
     _register_gas_families(registry, gateway.gas_oracles)
     _register_gate_families(registry, gateway.gate, gateway.shared)
     registry.histogram(
         "chaingate_request_duration_seconds",
         "Time from a complete request to its response, by route.",
-        gateway.routes.latency,
+        front.routes.latency,
     )
 
 
