@@ -2,7 +2,7 @@
 
 The smoke size only proves the harness works (devnet, history, the reference, both stores,
 the report and its cross-checks of logs, transfer rows and holders); the real figures come
-from a full run, reported by hand in docs/decisions.md.
+from a full run, reported by hand in docs/decisions/chain.md ("Backfill").
 """
 
 from __future__ import annotations

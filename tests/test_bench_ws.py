@@ -2,7 +2,7 @@
 
 50 subscribers and 3 blocks only prove the harness (a real chaingate process, the upgrade with
 an API key, delivery of every head, the RSS and /metrics readings); the figures for 1,000
-subscribers come from a full run, reported by hand (docs/decisions.md, WebSocket).
+subscribers come from a full run, reported by hand (docs/decisions/ws.md, WebSocket).
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ import trio
 
 from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess, free_port
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.store import open_store

@@ -19,9 +19,8 @@ import httpx
 import trio
 
 from chaingate.config.leases import MIN_LEADER_TIMEOUT
-from chaingate.config.manifest import Manifest
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.manifest import dumps
 from chaingate.evm import abi
 from tests.conftest import pg_schema
 from tests.test_cluster_handover import Node, chain, cluster_env, config_text, rpc, until

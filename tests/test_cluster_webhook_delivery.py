@@ -26,9 +26,9 @@ import psycopg
 import pytest
 import trio
 
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
-from chaingate.devnet.manifest import Manifest, dumps
 from chaingate.evm import abi
 from chaingate.store.notify import Listener, notify
 from chaingate.webhooks.store import OUTBOX_CHANNEL

@@ -25,7 +25,8 @@ from chaingate.auth.gate import ANONYMOUS, Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
 from chaingate.edge.paths import loggable_path
-from chaingate.edge.responses import DateHeader, error_body
+from chaingate.edge.responses import DateHeader
+from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
 from chaingate.rpc.methods import MethodTable

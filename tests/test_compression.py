@@ -523,7 +523,7 @@ async def test_websockets_client_gets_deflate_and_it_works(
         # The client deflates what it sends too (its own choice): inflated on our side.
         reply = await client.call("eth_getBalance", ["0x" + secrets.token_hex(20), "latest"])
         assert reply["result"] == "0x0"
-        (session,) = handle.gateway.ws.sessions
+        (session,) = handle.gateway.front.ws.sessions
         assert session.deflated == 1
     finally:
         await client.close()
@@ -575,7 +575,7 @@ async def test_deflate_bomb_closes_1009_without_inflating_past_the_cap(
 ) -> None:
     handle = await start_gateway([anvil.url])
     client, _ = await _raw_upgrade(handle.port, OFFER)
-    cap = handle.gateway.ws.settings.max_message_bytes
+    cap = handle.gateway.front.ws.settings.max_message_bytes
     packer = zlib.compressobj(9, zlib.DEFLATED, -15)
     bomb = packer.compress(b" " * (10 << 20)) + packer.flush(zlib.Z_SYNC_FLUSH)[:-4]
     assert len(bomb) < 20_000

@@ -273,7 +273,7 @@ async def test_a_bug_in_the_fast_lane_is_a_500_not_a_dead_server(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     gw = await start_gateway([anvil.url])
-    lane = gw.gateway.lane
+    lane = gw.gateway.front.lane
     original = lane.admission
 
     class Broken(gw.gateway.impl.fastlane.OpenAdmission):  # type: ignore[misc,name-defined]

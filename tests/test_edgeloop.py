@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from chaingate import impl as impl_module
-from chaingate.edge.responses import DateHeader, error_body
+from chaingate.edge.responses import DateHeader
+from chaingate.envelope import error_body
 from chaingate.framing_constants import BUSY, IDLE
 
 PATH = b"/v1/rpc/x/y"

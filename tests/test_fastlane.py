@@ -27,7 +27,7 @@ from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
 from chaingate.edge.paths import loggable_path
-from chaingate.edge.responses import error_body
+from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
 from chaingate.obs.sink import LogSink

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chaingate import impl as impl_module
-from chaingate.edge.responses import error_body
+from chaingate.envelope import error_body
 from chaingate.framing_constants import MAX_JSON_DEPTH
 from chaingate.impl import Impl
 from tests.helpers import call_fields, request_fields

@@ -23,9 +23,8 @@ import trio
 
 from chaingate.aa import accounts, userop
 from chaingate.auth.store import AuthRows
-from chaingate.config.manifest import Manifest
+from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.devnet.manifest import dumps
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey

@@ -417,7 +417,7 @@ async def test_compute_units_follow_the_method_table(
         ) -> None:
             admitted.append((reads, writes, requests, cu, tcu))
 
-    gw.gateway.lane.admission = RecordingAdmission(ANONYMOUS)  # the fast lane's seam
+    gw.gateway.front.lane.admission = RecordingAdmission(ANONYMOUS)  # the fast lane's seam
     slot = "0x0"
     await gw.rpc("eth_blockNumber")
     await gw.rpc("eth_getStorageAt", [ACCOUNT, slot, "latest"])

@@ -56,7 +56,7 @@ async def test_the_document_is_served_without_a_key(stack: AuthStack) -> None:
     async with stack.client() as client:
         response = await client.get("/v1/openapi.json")
     assert response.status_code == 200
-    assert response.json() == json.loads(json.dumps(document(stack.handle.gateway.rest)))
+    assert response.json() == json.loads(json.dumps(document(stack.handle.gateway.front.rest)))
 
 
 @pytest.fixture

@@ -344,7 +344,7 @@ async def test_a_batch_past_the_answer_bound_gets_errors_and_memory_stays_bounde
     # Unbounded, this answer held ~120 MB several times over (upstream bodies, replies, the
     # joined answer, the client's copy); bounded, a few groups' worth at most.
     assert peak - baseline < 96 << 20, f"RSS grew by {(peak - baseline) >> 20} MiB"
-    assert gw.gateway.answers.held == 0  # the process budget was given back
+    assert gw.gateway.front.answers.held == 0  # the process budget was given back
     service = gw.gateway.services["ethereum/devnet"]
     assert service.refused["answer_too_large"] == len(refused)
 
@@ -364,7 +364,7 @@ async def test_the_process_budget_refuses_replies_as_overloaded_and_is_given_bac
     assert len(results) == (2 << 20) // (2 * RESULT_BYTES + 40) and len(busy) == 10 - len(results)
     assert {r["error"]["data"]["reason"] for r in busy} == {"overloaded"}
     assert {r["error"]["code"] for r in busy} == {-32005}
-    assert gw.gateway.answers.held == 0
+    assert gw.gateway.front.answers.held == 0
     assert all("result" in r for r in again)  # given back: the next batch fits again
 
 

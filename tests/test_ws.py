@@ -231,7 +231,7 @@ async def test_unsubscribe_stops_pushes(start_gateway: StartGateway, anvil: Anvi
     assert (await client.call("eth_unsubscribe", ["0x" + "00" * 16]))["result"] is False
     await mine(anvil.url)
     await nothing_more(client, 0.5)
-    hub = handle.gateway.ws.hubs["ethereum/devnet"]
+    hub = handle.gateway.front.ws.hubs["ethereum/devnet"]
     assert hub.registry.count() == 0
     await client.close()
 
@@ -395,7 +395,7 @@ async def test_thousandth_subscriber_opens_no_upstream_connection(
     for n, client in enumerate(clients):  # 999 subscriptions, kinds in turn, on 10 sockets
         await client.subscribe_many([kinds[i % 4] for i in range(n, 999, 10)])
     await trio.sleep(0.5)  # every source is running now
-    hub = handle.gateway.ws.hubs["ethereum/devnet"]
+    hub = handle.gateway.front.ws.hubs["ethereum/devnet"]
     assert hub.registry.count() == 999
     pool = handle.gateway.services["ethereum/devnet"].pool
     before = (relay.connections, sum(len(u.connections) for u in pool.upstreams))
@@ -440,7 +440,7 @@ async def test_slow_reader_is_cut_off_and_fast_readers_keep_up(
             (push,) = await collect(client, 1, 5)
             assert int(push["params"]["result"]["topics"][1], 16) == i
         delays.append(trio.current_time() - started)
-    ws = handle.gateway.ws
+    ws = handle.gateway.front.ws
     assert [session.dropped for session in ws.sessions].count(True) == 1
     # The slow reader's close frame (1008) follows whatever it had already been sent.
     with trio.fail_after(10):
@@ -621,7 +621,7 @@ async def test_plan_logs_filter_caps_per_connection_and_per_key(
     await second.subscribe("logs", {"address": c})  # 92 of the key's 100
     await first.close()  # its 72 bytes come back to the key
     with trio.fail_after(5):
-        while len(stack.handle.gateway.ws.sessions) > 1:
+        while len(stack.handle.gateway.front.ws.sessions) > 1:
             await trio.sleep(0.02)
     await second.subscribe("logs", {"address": [a, b]})
     await second.close()
@@ -664,7 +664,7 @@ async def test_keepalive_pings_and_drops_silent_peers(
         with pytest.raises((EOFError, ConnectionResetError)):
             await _frames_until_closed(mute)
     assert (await live.call("eth_chainId"))["result"] == "0x7a69"
-    assert handle.gateway.ws.disconnects["keepalive_timeout"] == 1
+    assert handle.gateway.front.ws.disconnects["keepalive_timeout"] == 1
     mute.close()
     await live.close()
 
@@ -786,7 +786,7 @@ async def test_revoked_key_socket_closed_within_seconds(stack: AuthStack) -> Non
     started = trio.current_time()
     assert await client.closed() == 1008
     assert trio.current_time() - started < 3.0
-    assert stack.handle.gateway.ws.disconnects["revoked"] == 1
+    assert stack.handle.gateway.front.ws.disconnects["revoked"] == 1
 
 
 async def test_plan_caps_connections_and_subscriptions(stack: AuthStack) -> None:
@@ -806,7 +806,7 @@ async def test_plan_caps_connections_and_subscriptions(stack: AuthStack) -> None
     assert third["error"]["code"] == -32005
     await second.close()
     with trio.fail_after(5):
-        while len(stack.handle.gateway.ws.sessions) > 1:
+        while len(stack.handle.gateway.front.ws.sessions) > 1:
             await trio.sleep(0.02)
     again = await Client.open(url)  # a slot is free again
     await again.close()
@@ -823,7 +823,7 @@ async def test_raw_socket_close_is_clean(start_gateway: StartGateway, anvil: Anv
         assert await client.sock.recv(10) == b""  # the server closes the TCP connection
     client.sock.close()
     with trio.fail_after(5):
-        while handle.gateway.ws.sessions:
+        while handle.gateway.front.ws.sessions:
             await trio.sleep(0.02)
 
 
@@ -847,7 +847,7 @@ async def test_a_client_resetting_the_connection_is_logged_at_debug(
         client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.sock.close()
         with trio.fail_after(5):
-            while handle.gateway.ws.sessions:
+            while handle.gateway.front.ws.sessions:
                 await trio.sleep(0.02)
     finally:
         logger.removeHandler(records)

@@ -137,7 +137,7 @@ async def test_http_p99_while_5000_logs_meet_1000_filters_of_1000_topics(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     handle = await start_gateway([anvil.url], network=FOLLOW)
-    hub = handle.gateway.ws.hubs["ethereum/devnet"]
+    hub = handle.gateway.front.ws.hubs["ethereum/devnet"]
     pool = [t(n) for n in range(2000)]
     sinks = []
     for n in range(1000):  # subscription n: topic0 one of pool[n : n + 1000]
@@ -178,7 +178,7 @@ async def test_subscribe_and_unsubscribe_1000_addresses_never_stall_the_loop(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     handle = await start_gateway([anvil.url], network=FOLLOW)
-    hub = handle.gateway.ws.hubs["ethereum/devnet"]
+    hub = handle.gateway.front.ws.hubs["ethereum/devnet"]
     pool = [addr(n) for n in range(1500)]
     for n in range(1000):  # already live: 250 different filters of 1,000 addresses, 4 times
         window = n % 250
@@ -258,7 +258,7 @@ async def _memory_probe(anvil_url: str, data_dir: str) -> dict[str, float]:
         await client.subscribe_many(distinct)
         gc.collect()
         different = (rss() - before) / 60
-        index = gateway.ws.hubs["ethereum/devnet"].logs
+        index = gateway.front.ws.hubs["ethereum/devnet"].logs
         figures = {
             "identical": identical,
             "distinct": different,

@@ -81,13 +81,7 @@ class Gateway:
         https host on loopback); None builds one under ``outbound_policy``."""
         self.settings = settings
         self.impl = impl or select()
-        self.store: Store | None = None
-        if settings.auth.enabled or follows_any(settings):
-            self.store = open_store(
-                settings.store.url,
-                Path(settings.data_dir).expanduser(),
-                pool_size=settings.store.pool_size,
-            )
+        self.store = _open_store(settings)
         # API keys, plans and usage (chaingate.auth), unless a gate is given.
         self.auth: AuthService | None = None
         if gate is None and settings.auth.enabled:
@@ -103,79 +97,111 @@ class Gateway:
             self.store,
             logs_range_of=self.auth.logs_range_of if self.auth is not None else None,
         )
-        networks = self.chain.networks
-        followers, clients = self.chain.followers, self.chain.clients
         # Gas prices, recomputed by each followed network's oracle on every new head.
-        self.gas = GasService(followers, clients, networks)
+        self.gas = GasService(self.chain.followers, self.chain.clients, self.chain.networks)
         # Token/NFT data (chaingate.data), fetched through the SSRF-safe outbound fetcher;
         # wallets and sponsorship; the ERC-4337 bundler; signed webhooks.
         self.fetcher = fetcher or Fetcher(outbound_policy or _outbound_policy(settings))
-        self.data: DataPlane | None = None
-        self.wallets: WalletService | None = None
-        self.bundler: BundlerService | None = None
-        self.webhooks: WebhookService | None = None
-        if self.store is not None:
-            self.data = DataPlane(self.store, followers, clients, networks, self.fetcher)
-            self.wallets = WalletService(
-                self.store, followers, clients, networks, paymaster_signer(settings)
-            )
-        if self.store is not None and settings.bundler.enabled:
-            self.bundler = BundlerService(
-                self.store, settings.bundler, followers, clients, networks
-            )
-        # Transaction simulation: its methods answered on the proxy's own endpoints.
-        self.simulation: SimulationService | None = None
-        if settings.simulation.enabled:
-            self.simulation = SimulationService(
-                settings.simulation,
-                networks,
-                {key: client.pool for key, client in clients.items()},
-                self.data.metadata if self.data is not None else {},
-            )
-            self.simulation.register_proxy(self.chain.services)
-        if self.store is not None and settings.webhooks.enabled:
-            self.webhooks = WebhookService(
-                self.store,
-                settings.webhooks,
-                followers,
-                clients,
-                networks,
-                webhook_fetcher or webhook_delivery_fetcher(self.fetcher.policy, settings.webhooks),
-                limits=self.keys.account_limits if self.keys is not None else lambda _a: None,
-                metadata=self.data.metadata if self.data is not None else None,
-            )
+        self.data, self.wallets = self._data_and_wallets()
+        self.bundler = self._bundler()
+        self.simulation = self._simulation()
+        self.webhooks = self._webhooks(webhook_fetcher)
         self.registry = Registry()
-        self.front = FrontDoor(
-            settings,
+        self.front = self._front_door(access_stream)
+        # What tests, benches and /metrics read by name.
+        self.services, self.followers = self.chain.services, self.chain.followers
+        self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
+        self.edge = self.front.edge
+        self._register_metrics()
+        self.chain.witness_heads()
+        # Who runs which single writer when several processes share the store.
+        writers = (self.data, self.webhooks, self.bundler, self.wallets)
+        self.leadership = lead_writers(self.store, settings, self.registry, self.followers, writers)
+        self._shutdown = trio.Event()
+
+    def _data_and_wallets(self) -> tuple[DataPlane | None, WalletService | None]:
+        """Token/NFT data and wallets, on every network, when there is a store."""
+        if self.store is None:
+            return None, None
+        chain = self.chain
+        data = DataPlane(self.store, chain.followers, chain.clients, chain.networks, self.fetcher)
+        wallets = WalletService(
+            self.store,
+            chain.followers,
+            chain.clients,
+            chain.networks,
+            paymaster_signer(self.settings),
+        )
+        return data, wallets
+
+    def _bundler(self) -> BundlerService | None:
+        if self.store is None or not self.settings.bundler.enabled:
+            return None
+        chain = self.chain
+        return BundlerService(
+            self.store, self.settings.bundler, chain.followers, chain.clients, chain.networks
+        )
+
+    def _simulation(self) -> SimulationService | None:
+        """Transaction simulation: its methods answered on the proxy's own endpoints."""
+        if not self.settings.simulation.enabled:
+            return None
+        simulation = SimulationService(
+            self.settings.simulation,
+            self.chain.networks,
+            {key: client.pool for key, client in self.chain.clients.items()},
+            self.data.metadata if self.data is not None else {},
+        )
+        simulation.register_proxy(self.chain.services)
+        return simulation
+
+    def _webhooks(self, webhook_fetcher: Fetcher | None) -> WebhookService | None:
+        settings = self.settings
+        if self.store is None or not settings.webhooks.enabled:
+            return None
+        chain = self.chain
+        return WebhookService(
+            self.store,
+            settings.webhooks,
+            chain.followers,
+            chain.clients,
+            chain.networks,
+            webhook_fetcher or webhook_delivery_fetcher(self.fetcher.policy, settings.webhooks),
+            limits=self.keys.account_limits if self.keys is not None else lambda _a: None,
+            metadata=self.data.metadata if self.data is not None else None,
+        )
+
+    def _front_door(self, access_stream: IO[bytes] | None) -> FrontDoor:
+        keys = self.keys
+        return FrontDoor(
+            self.settings,
             self.impl,
             self.chain,
             self.gate,
             self.registry,
             self._api_deps(),
             [s for s in (self.wallets, self.bundler, self.simulation) if s is not None],
-            limits_of=self.keys.limits_of if self.keys is not None else None,
+            limits_of=keys.limits_of if keys is not None else None,
             rest_version=self.data.version if self.data is not None else None,
             access_stream=access_stream,
             health=self.health,
-            keys_refresh=self.keys.refresh if self.keys is not None else None,
+            keys_refresh=keys.refresh if keys is not None else None,
         )
-        # What tests, benches and /metrics read by name.
-        self.services, self.clients, self.followers = self.chain.services, clients, followers
-        self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
-        self.rest, self.asgi = self.front.rest, self.front.asgi
-        self.bundlers, self.routes, self.ws = self.front.bundlers, self.front.routes, self.front.ws
-        self.answers, self.lane, self.edge = self.front.answers, self.front.lane, self.front.edge
+
+    def _register_metrics(self) -> None:
         register_service_families(self)
         register_edge_families(self)
-        parts = (self.ws, self.data, self.wallets, self.bundler, self.webhooks, self.simulation)
+        parts = (
+            self.front.ws,
+            self.data,
+            self.wallets,
+            self.bundler,
+            self.webhooks,
+            self.simulation,
+        )
         for part in parts:
             if part is not None:
                 part.register_metrics(self.registry)
-        self.chain.witness_heads()
-        # Who runs which single writer when several processes share the store.
-        writers = (self.data, self.webhooks, self.bundler, self.wallets)
-        self.leadership = lead_writers(self.store, settings, self.registry, self.followers, writers)
-        self._shutdown = trio.Event()
 
     @property
     def keys(self) -> KeyRegistry | None:
@@ -252,6 +278,17 @@ class Gateway:
             for service in reversed(services):
                 service.shutdown()
             nursery.cancel_scope.cancel()
+
+
+def _open_store(settings: Settings) -> Store | None:
+    """The store, when keys or a follower need one."""
+    if not (settings.auth.enabled or follows_any(settings)):
+        return None
+    return open_store(
+        settings.store.url,
+        Path(settings.data_dir).expanduser(),
+        pool_size=settings.store.pool_size,
+    )
 
 
 def _outbound_policy(settings: Settings) -> OutboundPolicy:

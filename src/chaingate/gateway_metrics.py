@@ -23,11 +23,9 @@ from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import AnswerBudget
 
 
-class Gateway(Protocol):
-    """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
+class Front(Protocol):
+    """The parts of the front door these families read (``chaingate.frontdoor.FrontDoor``)."""
 
-    @property
-    def registry(self) -> Registry: ...
     @property
     def edge(self) -> EdgeServer: ...
     @property
@@ -36,6 +34,15 @@ class Gateway(Protocol):
     def routes(self) -> Routes: ...
     @property
     def answers(self) -> AnswerBudget: ...
+
+
+class Gateway(Protocol):
+    """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
+
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def front(self) -> Front: ...
     @property
     def services(self) -> Mapping[str, RpcService]: ...
     @property
@@ -51,8 +58,8 @@ class Gateway(Protocol):
 def register_edge_families(gateway: Gateway) -> None:
     """Connections, overload, the REST cache and the log sinks."""
     registry = gateway.registry
-    edge = gateway.edge
-    sink = gateway.access_log.sink
+    edge = gateway.front.edge
+    sink = gateway.front.access_log.sink
     registry.family(
         "chaingate_connections_max",
         "gauge",
@@ -94,7 +101,7 @@ def register_edge_families(gateway: Gateway) -> None:
         lambda: [({}, edge.overloaded)],
     )
 
-    cache = gateway.routes.rest_cache
+    cache = gateway.front.routes.rest_cache
     registry.family(
         "chaingate_rest_cache_lookups_total",
         "counter",
@@ -130,21 +137,66 @@ def register_edge_families(gateway: Gateway) -> None:
 
 def register_service_families(gateway: Gateway) -> None:
     """Requests, upstreams, followers, gas oracles, the key gate and shared limits."""
-    registry = gateway.registry
-    services = gateway.services
-    routes = gateway.routes
-    edge = gateway.edge
+    registry, services = gateway.registry, gateway.services
+    front = gateway.front
+    _register_http_families(registry, front.routes, front.edge)
+    _register_rpc_families(registry, services)
+    _register_rpc_routing_families(registry, services)
+    _register_upstream_families(registry, services)
+    _register_answer_families(registry, services, front.answers)
+    _register_follower_families(registry, gateway.followers)
+    _register_gas_families(registry, gateway.gas_oracles)
+    _register_gate_families(registry, gateway.gate, gateway.shared)
+    registry.histogram(
+        "chaingate_request_duration_seconds",
+        "Time from a complete request to its response, by route.",
+        front.routes.latency,
+    )
 
-    def per_service(
-        read: Callable[[RpcService, dict[str, str]], Iterable[Sample]],
-    ) -> Callable[[], Iterable[Sample]]:
-        def collect() -> Iterable[Sample]:
-            for service in services.values():
-                base = {"chain": service.chain, "network": service.network}
-                yield from read(service, base)
 
-        return collect
+def _per_service(
+    services: Mapping[str, RpcService],
+    read: Callable[[RpcService, dict[str, str]], Iterable[Sample]],
+) -> Callable[[], Iterable[Sample]]:
+    """A family's collector over every network's proxy, labelled by chain and network."""
 
+    def collect() -> Iterable[Sample]:
+        for service in services.values():
+            base = {"chain": service.chain, "network": service.network}
+            yield from read(service, base)
+
+    return collect
+
+
+def _per_upstream(
+    services: Mapping[str, RpcService],
+    read: Callable[[Upstream, dict[str, str]], Iterable[Sample]],
+) -> Callable[[], Iterable[Sample]]:
+    """A family's collector over every upstream of every network, labelled by its name too."""
+
+    def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
+        for upstream in service.pool.upstreams:
+            yield from read(upstream, {**base, "upstream": upstream.name})
+
+    return _per_service(services, collect)
+
+
+def _per_follower(
+    followers: Mapping[str, Follower],
+    read: Callable[[Follower, dict[str, str]], Iterable[Sample]],
+) -> Callable[[], Iterable[Sample]]:
+    """A family's collector over every network's chain follower."""
+
+    def collect() -> Iterable[Sample]:
+        for follower in followers.values():
+            base = {"chain": follower.chain, "network": follower.network}
+            yield from read(follower, base)
+
+    return collect
+
+
+def _register_http_families(registry: Registry, routes: Routes, edge: EdgeServer) -> None:
+    """Requests by route and status, framing refusals, open connections."""
     registry.family(
         "chaingate_http_requests_total",
         "counter",
@@ -165,211 +217,235 @@ def register_service_families(gateway: Gateway) -> None:
         "Client connections currently open.",
         lambda: [({}, edge.open_connections)],
     )
+
+
+def _register_rpc_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+    """The proxies' calls, response cache and coalescing."""
     registry.family(
         "chaingate_rpc_calls_total",
         "counter",
         "JSON-RPC calls (batch items count one each), by method and outcome.",
-        per_service(
+        _per_service(
+            services,
             lambda s, base: (
                 ({**base, "method": m, "outcome": o}, n) for (m, o), n in sorted(s.calls.items())
-            )
+            ),
         ),
     )
     registry.family(
         "chaingate_rpc_cache_hits_total",
         "counter",
         "Calls answered from the response cache, by method.",
-        per_service(
-            lambda s, base: (({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items()))
+        _per_service(
+            services,
+            lambda s, base: (({**base, "method": m}, n) for m, n in sorted(s.cache_hits.items())),
         ),
     )
     registry.family(
         "chaingate_rpc_cache_lookups_total",
         "counter",
         "Cache lookups of cacheable calls, by result.",
-        per_service(
+        _per_service(
+            services,
             lambda s, base: [
                 ({**base, "result": "hit"}, s.cache.hits),
                 ({**base, "result": "miss"}, s.cache.misses),
-            ]
+            ],
         ),
     )
     registry.family(
         "chaingate_rpc_cache_entries",
         "gauge",
         "Entries in the response cache.",
-        per_service(lambda s, base: [(base, len(s.cache))]),
+        _per_service(services, lambda s, base: [(base, len(s.cache))]),
     )
     registry.family(
         "chaingate_rpc_cache_bytes",
         "gauge",
         "Approximate bytes held by the response cache.",
-        per_service(lambda s, base: [(base, s.cache.bytes)]),
+        _per_service(services, lambda s, base: [(base, s.cache.bytes)]),
     )
     registry.family(
         "chaingate_rpc_coalesced_total",
         "counter",
         "Calls answered by joining an identical call already in flight.",
-        per_service(lambda s, base: [(base, s.coalesced)]),
+        _per_service(services, lambda s, base: [(base, s.coalesced)]),
     )
-    # Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
-    # stickiness.py).
+
+
+def _register_rpc_routing_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+    """Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
+    stickiness.py)."""
     registry.family(
         "chaingate_rpc_hedges_sent_total",
         "counter",
         "Hedged requests: a second upstream asked because the first had not answered within "
         "its recent p95 (networks with hedging on).",
-        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.sent)]),
+        _per_service(
+            services, lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.sent)]
+        ),
     )
     registry.family(
         "chaingate_rpc_hedges_won_total",
         "counter",
         "Hedged requests whose second upstream answered first.",
-        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.won)]),
+        _per_service(
+            services, lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.won)]
+        ),
     )
     registry.family(
         "chaingate_rpc_hedgeable_total",
         "counter",
         "Retry-safe requests that could be hedged (the budget is a share of these).",
-        per_service(lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.calls)]),
+        _per_service(
+            services, lambda s, base: [] if s.pool.hedger is None else [(base, s.pool.hedger.calls)]
+        ),
     )
     registry.family(
         "chaingate_rpc_getlogs_split_total",
         "counter",
         "eth_getLogs calls wider than logs.upstream_block_range, answered by splitting.",
-        per_service(lambda s, base: [] if s.logs is None else [(base, s.logs.split_requests)]),
+        _per_service(
+            services, lambda s, base: [] if s.logs is None else [(base, s.logs.split_requests)]
+        ),
     )
     registry.family(
         "chaingate_rpc_getlogs_range_refusals_total",
         "counter",
         "eth_getLogs calls refused for a block range over the network's or plan's limit.",
-        per_service(lambda s, base: [] if s.logs is None else [(base, s.logs.refused)]),
+        _per_service(services, lambda s, base: [] if s.logs is None else [(base, s.logs.refused)]),
     )
     registry.family(
         "chaingate_rpc_read_your_writes_routed_total",
         "counter",
         "Reads sent first to the upstream that took their sender's or transaction's write.",
-        per_service(lambda s, base: [] if s.sticky is None else [(base, s.sticky.routed)]),
+        _per_service(
+            services, lambda s, base: [] if s.sticky is None else [(base, s.sticky.routed)]
+        ),
     )
 
-    def upstreams(
-        read: Callable[[Upstream, dict[str, str]], Iterable[Sample]],
-    ) -> Callable[[], Iterable[Sample]]:
-        def collect(service: RpcService, base: dict[str, str]) -> Iterable[Sample]:
-            for upstream in service.pool.upstreams:
-                yield from read(upstream, {**base, "upstream": upstream.name})
 
-        return per_service(collect)
-
+def _register_upstream_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+    """Each upstream's health, latency, head, requests, errors and connections."""
     registry.family(
         "chaingate_upstream_up",
         "gauge",
         "1 when the upstream is in rotation, 0 when it is out.",
-        upstreams(lambda u, labels: [(labels, 0 if u.health.state_down else 1)]),
+        _per_upstream(services, lambda u, labels: [(labels, 0 if u.health.state_down else 1)]),
     )
     registry.family(
         "chaingate_upstream_latency_seconds",
         "gauge",
         "Moving average of the upstream's answer latency.",
-        upstreams(lambda u, labels: [(labels, round(u.health.latency, 6))]),
+        _per_upstream(services, lambda u, labels: [(labels, round(u.health.latency, 6))]),
     )
     registry.family(
         "chaingate_upstream_head_lag_blocks",
         "gauge",
         "How far the upstream's head is behind the agreed head (outliers excluded).",
-        upstreams(lambda u, labels: [(labels, u.health.lag)]),
+        _per_upstream(services, lambda u, labels: [(labels, u.health.lag)]),
     )
     registry.family(
         "chaingate_upstream_requests_total",
         "counter",
         "Requests sent to the upstream (a batch counts once).",
-        upstreams(lambda u, labels: [(labels, u.health.requests)]),
+        _per_upstream(services, lambda u, labels: [(labels, u.health.requests)]),
     )
     registry.family(
         "chaingate_upstream_errors_total",
         "counter",
         "Failed upstream requests, by kind.",
-        upstreams(
+        _per_upstream(
+            services,
             lambda u, labels: (
                 ({**labels, "kind": k}, n) for k, n in sorted(u.health.errors.items())
-            )
+            ),
         ),
     )
     registry.family(
         "chaingate_upstream_connections",
         "gauge",
         "Open connections to the upstream.",
-        upstreams(lambda u, labels: [(labels, len(u.connections))]),
+        _per_upstream(services, lambda u, labels: [(labels, len(u.connections))]),
     )
     registry.family(
         "chaingate_upstream_http2_connections",
         "gauge",
         "Open connections to the upstream that speak HTTP/2 (chosen by ALPN).",
-        upstreams(lambda u, labels: [(labels, sum(1 for c in u.connections if c.multiplexed))]),
+        _per_upstream(
+            services, lambda u, labels: [(labels, sum(1 for c in u.connections if c.multiplexed))]
+        ),
     )
     registry.family(
         "chaingate_upstream_head_block",
         "gauge",
         "The head the upstream last reported to a probe (even when judged an outlier).",
-        upstreams(lambda u, labels: [] if u.health.head is None else [(labels, u.health.head)]),
+        _per_upstream(
+            services, lambda u, labels: [] if u.health.head is None else [(labels, u.health.head)]
+        ),
     )
+
+
+def _register_answer_families(
+    registry: Registry, services: Mapping[str, RpcService], answers: AnswerBudget
+) -> None:
+    """The agreed head of each network, and the answer limits' refusals and held bytes."""
     registry.family(
         "chaingate_rpc_head_block",
         "gauge",
         "The agreed head of the network (reached by two sources, or plausible in time); "
         "finality is decided from it.",
-        per_service(lambda s, base: [] if s.pool.head is None else [(base, s.pool.head)]),
+        _per_service(
+            services, lambda s, base: [] if s.pool.head is None else [(base, s.pool.head)]
+        ),
     )
     registry.family(
         "chaingate_rpc_answer_refusals_total",
         "counter",
         "Calls answered -32005 by an answer limit: answer_too_large (rpc.max_answer_bytes) "
         "or overloaded (rpc.max_assembling_bytes).",
-        per_service(
+        _per_service(
+            services,
             lambda s, base: (
                 ({**base, "reason": reason}, n) for reason, n in sorted(s.refused.items())
-            )
+            ),
         ),
     )
     registry.family(
         "chaingate_rpc_assembling_bytes",
         "gauge",
         "Reply bytes of batch answers being assembled, all networks together.",
-        lambda: [({}, gateway.answers.held)],
+        lambda: [({}, answers.held)],
     )
-    followers = gateway.followers
 
-    def per_follower(
-        read: Callable[[Follower, dict[str, str]], Iterable[Sample]],
-    ) -> Callable[[], Iterable[Sample]]:
-        def collect() -> Iterable[Sample]:
-            for follower in followers.values():
-                base = {"chain": follower.chain, "network": follower.network}
-                yield from read(follower, base)
 
-        return collect
-
+def _register_follower_families(registry: Registry, followers: Mapping[str, Follower]) -> None:
+    """Each chain follower's head, finalized block and activity."""
     registry.family(
         "chaingate_follower_block",
         "gauge",
         "Number of the newest block the chain follower has applied.",
-        per_follower(lambda f, base: [(base, f.head.number if f.head else -1)]),
+        _per_follower(followers, lambda f, base: [(base, f.head.number if f.head else -1)]),
     )
     registry.family(
         "chaingate_follower_finalized_block",
         "gauge",
         "Newest block the chain follower has announced as finalized.",
-        per_follower(lambda f, base: [(base, f.finalized)]),
+        _per_follower(followers, lambda f, base: [(base, f.finalized)]),
     )
     registry.family(
         "chaingate_follower_events_total",
         "counter",
         "Chain follower activity: blocks applied/reverted, logs, reorgs, errors, range splits.",
-        per_follower(
-            lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items()))
+        _per_follower(
+            followers,
+            lambda f, base: (({**base, "kind": kind}, n) for kind, n in sorted(f.stats.items())),
         ),
     )
-    oracles = gateway.gas_oracles
+
+
+def _register_gas_families(registry: Registry, oracles: Mapping[str, GasOracle]) -> None:
+    """Each gas oracle's updates and failed refreshes."""
     registry.family(
         "chaingate_gas_updates_total",
         "counter",
@@ -386,7 +462,10 @@ def register_service_families(gateway: Gateway) -> None:
             for reason, n in sorted(o.failures.items())
         ),
     )
-    gate = gateway.gate
+
+
+def _register_gate_families(registry: Registry, gate: Gate, shared: SharedLimits | None) -> None:
+    """The key gate's refusals, and whether rate limits are shared through Redis."""
     if isinstance(gate, KeyGate):
         registry.family(
             "chaingate_auth_refusals_total",
@@ -397,7 +476,6 @@ def register_service_families(gateway: Gateway) -> None:
                 for (status, reason), n in sorted(gate.refusals.items())
             ),
         )
-    shared = gateway.shared
     if shared is not None:
         registry.family(
             "chaingate_shared_limits_up",
@@ -411,8 +489,3 @@ def register_service_families(gateway: Gateway) -> None:
             "Failed synchronisations with Redis.",
             lambda: [({}, shared.failures)],
         )
-    registry.histogram(
-        "chaingate_request_duration_seconds",
-        "Time from a complete request to its response, by route.",
-        routes.latency,
-    )

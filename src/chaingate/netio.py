@@ -89,15 +89,6 @@ def try_send(sock: socket.socket, data: bytes) -> int:
         return 0
 
 
-def try_send_parts(sock: socket.socket, first: bytes, second: bytes) -> int:
-    """``try_send`` of ``first + second`` in one system call, without joining them (a large
-    answer body is not copied behind its header section)."""
-    try:
-        return sock.sendmsg((first, second))
-    except BlockingIOError:
-        return 0
-
-
 def close_socket(sock: socket.socket) -> None:
     """Close, first waking any task parked on the socket (it sees ClosedResourceError)."""
     if sock.fileno() >= 0:

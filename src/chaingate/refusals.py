@@ -10,7 +10,7 @@ retry logic) and carries a JSON-RPC error with the request's id (for JSON-RPC li
 otherwise report "invalid response" instead of the reason): over a limit EIP-1474's -32005
 "limit exceeded", as the proxy always answered; otherwise -32002 "resource unavailable" with
 the HTTP status and the spec's error code in ``data`` — what a WebSocket call, a contract the
-key's list refuses and ERC-7677 without its scope already answer (docs/decisions.md).
+key's list refuses and ERC-7677 without its scope already answer (docs/decisions/edge.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import chaingate
-from chaingate.edge.responses import ERROR_CODES, error_body
+from chaingate.envelope import ERROR_CODES, error_body
 from chaingate.framing_constants import REASONS
 from chaingate.rpc import errors as upstream_errors
 from tests.docsgen.markdown import GENERATED, code, json_block, table

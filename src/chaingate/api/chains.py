@@ -1,6 +1,6 @@
 """``{chain}`` in a REST path: which configured network it names, and who may use it.
 
-The REST paths name a chain but not a network (docs/decisions.md, "Gas prices"):
+The REST paths name a chain but not a network (docs/decisions/gas.md, "Gas prices"):
 
 * ``ethereum`` — the chain's ``mainnet`` when configured, else its only network; a chain
   with several networks and no mainnet must be named in full;

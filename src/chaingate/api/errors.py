@@ -13,7 +13,7 @@ import msgspec
 from quart import Response
 
 from chaingate.edge.paths import redact_key_shaped
-from chaingate.edge.responses import ERROR_CODES, error_body
+from chaingate.envelope import ERROR_CODES, error_body
 
 
 class ErrorDetail(msgspec.Struct, frozen=True):

@@ -138,7 +138,12 @@ _REFRESH = (
 
 def register(api: RestApi, deps: ApiDeps) -> None:
     datasets = Datasets(deps, "NFT data")
+    _register_token_and_collection(api, datasets)
+    _register_owned(api, datasets)
+    _register_refreshes(api, datasets)
 
+
+def _register_token_and_collection(api: RestApi, datasets: Datasets) -> None:
     @api.route(
         "GET",
         "/v1/nfts/{chain}/metadata/{contract}/{token_id}",
@@ -225,6 +230,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             block_hash=at.block_hash,
         )
 
+
+def _register_owned(api: RestApi, datasets: Datasets) -> None:
     @api.route(
         "GET",
         "/v1/nfts/{chain}/owned/{address}",
@@ -277,28 +284,33 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             block_hash=at.block_hash,
         )
 
-    async def refresh(
-        data: Any, contract: Address, token_id: int | None, principal: Principal | None
-    ) -> Response:
-        account = principal.account_id if principal is not None else ""
-        result = await data.metadata.request_refresh(contract, token_id, account)
-        if result.status == "cooldown":
-            raise ApiError(
-                429,
-                f"this account had a refresh of this "
-                f"{'token' if token_id is not None else 'collection'} accepted recently: "
-                f"retry in {result.retry_after} s",
-                code="rate_limited",
-                headers={"Retry-After": str(result.retry_after)},
-            )
-        accepted = RefreshAccepted(
-            "accepted",
-            contract,
-            None if token_id is None else str(token_id),
-            iso(result.due_at_ms),
-        )
-        return json_response(accepted, 202)
 
+async def _refresh(
+    data: Any, contract: Address, token_id: int | None, principal: Principal | None
+) -> Response:
+    """Queue a refresh of a token's documents (``token_id`` None: a collection's) for the
+    caller's account: 202 with when it is fetched, or 429 within the account's cool-down."""
+    account = principal.account_id if principal is not None else ""
+    result = await data.metadata.request_refresh(contract, token_id, account)
+    if result.status == "cooldown":
+        raise ApiError(
+            429,
+            f"this account had a refresh of this "
+            f"{'token' if token_id is not None else 'collection'} accepted recently: "
+            f"retry in {result.retry_after} s",
+            code="rate_limited",
+            headers={"Retry-After": str(result.retry_after)},
+        )
+    accepted = RefreshAccepted(
+        "accepted",
+        contract,
+        None if token_id is None else str(token_id),
+        iso(result.due_at_ms),
+    )
+    return json_response(accepted, 202)
+
+
+def _register_refreshes(api: RestApi, datasets: Datasets) -> None:
     @api.route(
         "POST",
         "/v1/nfts/{chain}/metadata/{contract}/{token_id}/refresh",
@@ -317,7 +329,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         token_id = int(call.path.token_id)
         if await data.index.nft_token(call.path.contract, token_id, limit=1) is None:
             raise ApiError(404, f"token {token_id} of {call.path.contract} does not exist")
-        return await refresh(data, call.path.contract, token_id, call.principal)
+        return await _refresh(data, call.path.contract, token_id, call.principal)
 
     @api.route(
         "POST",
@@ -337,4 +349,4 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         data = datasets.resolve(call.path.chain, call.principal)
         if await data.index.collection(call.path.contract) is None:
             raise ApiError(404, f"{call.path.contract} has no NFT transfers on {data.key}")
-        return await refresh(data, call.path.contract, None, call.principal)
+        return await _refresh(data, call.path.contract, None, call.principal)

@@ -125,26 +125,33 @@ def _spend(ledger: Ledger) -> Spend:
 
 
 def register(api: RestApi, deps: ApiDeps) -> None:
-    chains = ChainResolver(deps.evm_networks, "gas policies")
+    _register_create_and_list(api, deps, ChainResolver(deps.evm_networks, "gas policies"))
+    _register_one_policy(api, deps)
+    _register_evaluate(api, deps)
 
-    def policy(row: PolicyRow, ledger: Ledger | None = None) -> GasPolicy:
-        return GasPolicy(
-            id=row.id,
-            name=row.name,
-            chain=row.chain_label,
-            rules=_rules_decoder.decode(row.rules),
-            status=row.status,
-            created_at=iso(row.created_at),
-            updated_at=iso(row.updated_at),
-            spend=_spend(ledger) if ledger is not None else None,
-        )
 
-    async def owned(call: Call[PolicyPath, Any, Any]) -> PolicyRow:
-        row = await service_of(deps).store.get_policy(account_of(call.principal), call.path.id)
-        if row is None:
-            raise ApiError(404, f"no gas policy {call.path.id[:64]} in this account")
-        return row
+def _policy(row: PolicyRow, ledger: Ledger | None = None) -> GasPolicy:
+    return GasPolicy(
+        id=row.id,
+        name=row.name,
+        chain=row.chain_label,
+        rules=_rules_decoder.decode(row.rules),
+        status=row.status,
+        created_at=iso(row.created_at),
+        updated_at=iso(row.updated_at),
+        spend=_spend(ledger) if ledger is not None else None,
+    )
 
+
+async def _owned(deps: ApiDeps, call: Call[PolicyPath, Any, Any]) -> PolicyRow:
+    """The caller's account's policy the path names, else 404."""
+    row = await service_of(deps).store.get_policy(account_of(call.principal), call.path.id)
+    if row is None:
+        raise ApiError(404, f"no gas policy {call.path.id[:64]} in this account")
+    return row
+
+
+def _register_create_and_list(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
     @api.route(
         "POST",
         "/v1/gas/policies",
@@ -173,7 +180,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             row = await service.create_policy(
                 account_of(call.principal), name, key, body.chain, rules
             )
-        return policy(row)
+        return _policy(row)
 
     @api.route(
         "GET",
@@ -192,12 +199,14 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             account_of(call.principal), offset=call.query.offset, limit=call.query.limit
         )
         return GasPolicyList(
-            policies=[policy(r) for r in rows],
+            policies=[_policy(r) for r in rows],
             page=call.query.page,
             total=total,
             limit=call.query.limit,
         )
 
+
+def _register_one_policy(api: RestApi, deps: ApiDeps) -> None:
     @api.route(
         "GET",
         "/v1/gas/policies/{id}",
@@ -210,8 +219,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         tags=("gas",),
     )
     async def get_policy(call: Call[PolicyPath, NoInput, None]) -> object:
-        row = await owned(call)
-        return policy(row, await service_of(deps).ledger(row.id))
+        row = await _owned(deps, call)
+        return _policy(row, await service_of(deps).ledger(row.id))
 
     @api.route(
         "PATCH",
@@ -239,7 +248,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             changes["status"] = body.status
         account = account_of(call.principal)
         if not changes:
-            row = await owned(call)
+            row = await _owned(deps, call)
         else:
             found = await service.store.update_policy(
                 account, call.path.id, changes, int(service.clock() * 1000)
@@ -247,7 +256,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             if found is None:
                 raise ApiError(404, f"no gas policy {call.path.id[:64]} in this account")
             row = found
-        return policy(row)
+        return _policy(row)
 
     @api.route(
         "DELETE",
@@ -266,6 +275,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             raise ApiError(404, f"no gas policy {call.path.id[:64]} in this account")
         return DeletedPolicy(id=call.path.id, deleted=True)
 
+
+def _register_evaluate(api: RestApi, deps: ApiDeps) -> None:
     @api.route(
         "POST",
         "/v1/gas/policies/{id}/evaluate",
@@ -283,7 +294,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
     )
     async def evaluate(call: Call[PolicyPath, NoInput, EvaluateBody]) -> object:
         service = service_of(deps)
-        row = await owned(call)
+        row = await _owned(deps, call)
         op = to_user_operation(call.body.user_operation)
         key = f"{row.chain}/{row.network}"
         with unavailable():

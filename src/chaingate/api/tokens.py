@@ -73,7 +73,11 @@ class TokenMetadata(msgspec.Struct):
 
 def register(api: RestApi, deps: ApiDeps) -> None:
     datasets = Datasets(deps, "token balances")
+    _register_balances(api, datasets)
+    _register_metadata(api, datasets)
 
+
+def _register_balances(api: RestApi, datasets: Datasets) -> None:
     @api.route(
         "GET",
         "/v1/tokens/{chain}/balances/{address}",
@@ -130,6 +134,8 @@ def register(api: RestApi, deps: ApiDeps) -> None:
             block_hash=at.block_hash,
         )
 
+
+def _register_metadata(api: RestApi, datasets: Datasets) -> None:
     @api.route(
         "GET",
         "/v1/tokens/{chain}/metadata/{contract}",

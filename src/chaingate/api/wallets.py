@@ -88,24 +88,29 @@ def _status(row: WalletRow) -> Literal["counterfactual", "deployed"]:
 
 def register(api: RestApi, deps: ApiDeps) -> None:
     chains = ChainResolver(deps.evm_networks, "smart wallets")
+    _register_create(api, deps, chains)
+    _register_reads(api, deps, chains)
 
-    def wallet(row: WalletRow, *, nonce: int | None = None) -> Wallet:
-        deployed = row.deploy_tx is not None
-        return Wallet(
-            address=Address.of(row.address),
-            owner=Address.of(row.owner),
-            chain=chains.names.name_of(f"{row.chain}/{row.network}"),
-            status=_status(row),
-            factory=Address.of(row.factory),
-            created_at=iso(row.created_at),
-            entry_point_version=row.version,
-            salt=row.salt,
-            account_type="eip7702" if row.kind == "eip7702" else "simple",
-            nonce=nonce,
-            deployed_at=iso(row.deployed_at) if deployed and row.deployed_at else None,
-            deploy_tx=row.deploy_tx if deployed else None,
-        )
 
+def _wallet(chains: ChainResolver, row: WalletRow, *, nonce: int | None = None) -> Wallet:
+    deployed = row.deploy_tx is not None
+    return Wallet(
+        address=Address.of(row.address),
+        owner=Address.of(row.owner),
+        chain=chains.names.name_of(f"{row.chain}/{row.network}"),
+        status=_status(row),
+        factory=Address.of(row.factory),
+        created_at=iso(row.created_at),
+        entry_point_version=row.version,
+        salt=row.salt,
+        account_type="eip7702" if row.kind == "eip7702" else "simple",
+        nonce=nonce,
+        deployed_at=iso(row.deployed_at) if deployed and row.deployed_at else None,
+        deploy_tx=row.deploy_tx if deployed else None,
+    )
+
+
+def _register_create(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
     @api.route(
         "POST",
         "/v1/wallets/create",
@@ -138,8 +143,10 @@ def register(api: RestApi, deps: ApiDeps) -> None:
                 body.entry_point_version,
                 eip7702=body.eip7702,
             )
-        return json_response(wallet(row), 201 if created else 200)
+        return json_response(_wallet(chains, row), 201 if created else 200)
 
+
+def _register_reads(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
     @api.route(
         "GET",
         "/v1/wallets/{address}",
@@ -165,7 +172,7 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         row = rows[0]
         with unavailable():
             nonce = await service.nonce(row)
-        return wallet(row, nonce=nonce)
+        return _wallet(chains, row, nonce=nonce)
 
     @api.route(
         "GET",

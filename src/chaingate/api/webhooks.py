@@ -403,7 +403,7 @@ def _register_subscriptions(api: RestApi, deps: ApiDeps, chains: ChainResolver) 
         tags=("webhooks",),
         description="`signing_secret` is shown here only, once. `config` filters by kind "
         "(address_activity: `addresses` (required), `selectors`; the other kinds' keys are in "
-        'docs/decisions.md, "Webhook filters"); its values, all keys together, count '
+        'docs/decisions/webhooks.md, "Webhook filters"); its values, all keys together, count '
         "against the plan's limit per webhook, and the account's webhooks against its limit "
         "(403). The URL must be HTTPS and resolve only to public addresses. Beyond the spec: "
         "`confirmations` (deliver once the block is that deep) and `matched_from_block`, the "

@@ -61,7 +61,3 @@ def display_prefix(key: str) -> str:
 
 def hash_key(pepper: bytes, key: bytes) -> str:
     return hmac.new(pepper, key, hashlib.sha256).hexdigest()
-
-
-def same_hash(a: str, b: str) -> bool:
-    return hmac.compare_digest(a, b)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence, Set
 import msgspec
 
 # The writers that must be single per chain/network (issue 22).  ``gas`` and ``wallets`` are
-# registered like the others; what each one guards is in docs/decisions.md.
+# registered like the others; what each one guards is in docs/decisions/cluster.md.
 ROLES = ("follower", "indexer", "webhooks", "bundler", "gas", "wallets")
 
 # First key of every chaingate leadership lock: "cgld" (never the migrations' bigint lock,

@@ -449,7 +449,8 @@ class RpcSettings(msgspec.Struct, forbid_unknown_fields=True):
     # head was reached; beyond it the head is a fault and the upstream goes out of rotation.
     max_head_lead: float = 600.0
     # Bytes of one request's answer (a batch: all its replies together); past it the
-    # remaining calls get JSON-RPC error -32005 "answer too large" (docs/decisions.md).
+    # remaining calls get JSON-RPC error -32005 "answer too large" (docs/decisions/hardening.md,
+    # "The answer bound").
     max_answer_bytes: int = 64 << 20
     # Reply bytes of batches being assembled, all requests of the process together; past it
     # further replies get -32005 "server busy" until assembled answers are handed on.
@@ -531,7 +532,7 @@ class SmtpSettings(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class WebhookSettings(msgspec.Struct, forbid_unknown_fields=True):
-    """Signed webhooks (``chaingate.webhooks``); docs/decisions.md, "Webhooks"."""
+    """Signed webhooks (``chaingate.webhooks``); docs/decisions/webhooks.md."""
 
     enabled: bool = True
     # Event names, envelope, headers, signature and retry rules: the spec's variant A or B.

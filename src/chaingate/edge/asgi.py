@@ -13,7 +13,8 @@ from typing import Any
 
 import trio
 
-from chaingate.edge.responses import JSON, error_body
+from chaingate.edge.responses import JSON
+from chaingate.envelope import error_body
 from chaingate.twintypes.http1 import Request
 
 log = logging.getLogger("chaingate.asgi")

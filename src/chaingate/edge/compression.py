@@ -1,7 +1,7 @@
 """HTTP content codings at the edge, sans-IO: which coding an answer gets, coding it, and
 undoing a request body's ``Content-Encoding`` under a cap.
 
-Answers: zstd or gzip (level 1 of each: measured, docs/decisions.md "Compression") when the
+Answers: zstd or gzip (level 1 of each: measured, docs/decisions/rpc.md "Compression") when the
 client's ``Accept-Encoding`` allows it (q-values, ``*``, ``identity;q=0``; RFC 9110 12.5.3)
 and the answer is at least ``min_bytes`` of a textual type.  Smaller answers fit one TCP
 segment anyway: coding them costs CPU on both sides and saves no packet — unless the client

@@ -13,8 +13,8 @@ from typing import Any
 from chaingate.auth.gate import ANONYMOUS, Gate
 from chaingate.edge import cors
 from chaingate.edge.paths import loggable_path
-from chaingate.edge.responses import error_body
 from chaingate.edge.routes import Routes
+from chaingate.envelope import error_body
 from chaingate.impl import Impl
 from chaingate.obs.logs import AccessLog
 from chaingate.rpc.service import RpcService

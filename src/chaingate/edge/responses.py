@@ -1,39 +1,14 @@
-"""Responses the edge writes itself: the spec's error envelope, the Date header, and the
-headers of answers under /dashboard."""
+"""Responses the edge writes itself: the Date header and the headers of answers under
+/dashboard (the error envelope every layer writes is ``chaingate.envelope``)."""
 
 from __future__ import annotations
 
 import time
 from email.utils import formatdate
 
-import msgspec
-
 from chaingate.framing_constants import JSON_HEADERS
 
 JSON = JSON_HEADERS  # with nosniff
-
-# The spec names codes for 400/401/403/404/429/500; other statuses get a code of their own
-# (docs/decisions.md lists them).
-ERROR_CODES: dict[int, str] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
-    413: "payload_too_large",
-    414: "uri_too_long",
-    415: "unsupported_media_type",
-    417: "expectation_failed",
-    426: "upgrade_required",
-    429: "rate_limited",
-    431: "headers_too_large",
-    500: "internal_error",
-    501: "not_implemented",
-    502: "bad_gateway",
-    503: "unavailable",
-    505: "http_version_not_supported",
-}
 
 # The headers of every answer under /dashboard: a strict Content-Security-Policy (scripts
 # and styles from this origin only, no inline script or style), no framing, no sniffing, no
@@ -66,21 +41,6 @@ PAGE_REFUSAL = (
     )
     + b"Cache-Control: no-store\r\n"
 )
-
-_encoder = msgspec.json.Encoder()
-
-
-def error_body(status: int, message: str, code: str | None = None) -> bytes:
-    """``{"error": {"code", "message", "status"}}`` as the spec's Errors section defines it."""
-    return _encoder.encode(
-        {
-            "error": {
-                "code": code or ERROR_CODES.get(status, "error"),
-                "message": message,
-                "status": status,
-            }
-        }
-    )
 
 
 class DateHeader:

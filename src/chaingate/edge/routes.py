@@ -34,8 +34,9 @@ from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, loggable_path, normalize_path
-from chaingate.edge.responses import JSON, PAGE_REFUSAL, error_body
+from chaingate.edge.responses import JSON, PAGE_REFUSAL
 from chaingate.edge.restcache import CacheKey, RestCache
+from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
 from chaingate.refusals import refusal_error
@@ -62,7 +63,7 @@ _BUNDLER_SCOPE = "bundler:send"
 # REST calls are metered under no network: a route may read several (or none).
 REST_NETWORK = ""
 
-# The scope each REST area needs (docs/decisions.md), for paths no route matches (so a key
+# The scope each REST area needs (docs/decisions/api.md), for paths no route matches (so a key
 # without the area's scope learns nothing about what exists there); a matched route carries
 # its own scope.  None: any valid key.
 _REST_SCOPES = (

@@ -48,7 +48,8 @@ from chaingate import netio
 from chaingate.config import ServerSettings
 from chaingate.edge import compression
 from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_limit
-from chaingate.edge.responses import JSON, DateHeader, error_body
+from chaingate.edge.responses import JSON, DateHeader
+from chaingate.envelope import error_body
 from chaingate.framing_constants import BUSY, IDLE, LINGER, READING, WRITING
 from chaingate.impl import Impl
 from chaingate.peers import peer_group

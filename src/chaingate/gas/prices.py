@@ -1,6 +1,6 @@
 """Gas price estimates from an ``eth_feeHistory`` result: pure functions, no I/O.
 
-The rule (docs/decisions.md, "Gas prices"):
+The rule (docs/decisions/gas.md, "Gas prices"):
 
 * ``eth_feeHistory`` gives, for each of the last ``history_blocks`` blocks, the priority fee
   paid at three gas-weighted reward percentiles — one per tier (slow, standard, fast);

@@ -557,11 +557,6 @@ class MetadataService:
         balance lists in the query itself."""
         self.tokens_cache.verdict_listeners.append(listener)
 
-    async def on_new_contract(self, contract: str, standard_hint: str | None = None) -> None:
-        """The indexer saw a token contract (``standard_hint``: ERC20 / ERC721 / ERC1155, as
-        its logs suggest, or None).  It is probed in the background; returns at once."""
-        await self.on_new_contracts([(contract, standard_hint)])
-
     async def on_new_contracts(self, contracts: Sequence[tuple[str, str | None]]) -> None:
         hints: list[tuple[str, str | None]] = []
         for contract, hint in contracts:

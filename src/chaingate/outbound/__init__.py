@@ -5,7 +5,7 @@
 address that is not global unicast unless the operator allows it; ``OutboundPolicy.dev()``
 adds loopback for the devnet.  ``Fetcher(policy, pool=ConnectionPool())`` keeps connections
 alive between requests (webhook delivery); every check still runs on every request.  See
-docs/decisions.md, "Outbound HTTP".
+docs/decisions/outbound.md, "Outbound HTTP".
 """
 
 from chaingate.outbound.errors import FetchError, Reason

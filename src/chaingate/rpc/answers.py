@@ -5,7 +5,7 @@ one request's reply bytes against the per-request bound and, for batches, agains
 process-wide ``AnswerBudget`` of bytes being assembled (``rpc.max_assembling_bytes``; the
 fast lane's, ``fastlane.AnswerBudget``, shared with it).  A
 reply that does not fit is not built: its call gets a JSON-RPC error instead (see
-docs/decisions.md, "The answer bound").  Once a request is over its bound, reads still in
+docs/decisions/hardening.md, "The answer bound").  Once a request is over its bound, reads still in
 flight are abandoned — they could only be refused — through the cancel scopes registered here.
 
 The edge reads ``AnswerBudget.held`` / ``exhausted`` (all services share one budget) to refuse

@@ -1,6 +1,6 @@
 """HPACK for the upstream HTTP/2 connection, without re-encoding or re-decoding the same headers.
 
-Measured through nginx (docs/decisions.md, "Upstreams"): the pure-Python ``hpack`` library was
+Measured through nginx (docs/decisions/rpc.md, "Upstreams"): the pure-Python ``hpack`` library was
 most of HTTP/2's cost per request — encoding our request's headers through the dynamic table,
 and Huffman-decoding nginx's answer headers, which nginx sends as literals it never indexes.
 Both sides are the same bytes request after request, so both are memoised:

@@ -4,7 +4,7 @@ Selection: upstreams are ranked by health class (up and current, then up but lag
 throttled, then down) and, within a class, by latency (EWMA).  A call goes to the first; if it
 fails in a way that allows another try it moves down the list, within the call's deadline.
 
-Retry rules (see docs/decisions.md):
+Retry rules (see docs/decisions/rpc.md, "Upstreams"):
 
 * a call that provably never left (connect failure, or its bytes were still queued when the
   connection broke) may always go to the next upstream — reads and writes alike;

@@ -146,7 +146,7 @@ class AccessLogSink(Protocol):
 
 
 class ErrorBody(Protocol):
-    """The spec's error envelope (``chaingate.edge.responses.error_body``)."""
+    """The spec's error envelope (``chaingate.envelope.error_body``)."""
 
     def __call__(self, status: int, message: str, code: str | None = ...) -> bytes: ...
 

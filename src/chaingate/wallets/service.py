@@ -438,6 +438,47 @@ class WalletService:
 
         return decide
 
+    async def _check_rules(
+        self,
+        net: WalletNetwork,
+        policy: PolicyRow,
+        rules: Rules,
+        op: UserOperation,
+        version: Version,
+        now_s: float,
+    ) -> tuple[Refusal | None, int | None, int | None]:
+        """The policy's rules that need no counts, on ``op``: (the refusal or None, the worst
+        case in USD micros, USD micros per coin).  A paused policy or calls that cannot be
+        decoded raise PolicyRefused."""
+        if policy.status != "active":
+            raise PolicyRefused(policy.id, Refusal("status", f"the policy is {policy.status}"))
+        try:
+            calls = self._calls(rules, op, version)
+        except PolicyRefused as exc:
+            raise PolicyRefused(policy.id, exc.refusal) from None
+        cost, rate = await self._price(net, rules, op, version)
+        refusal = policy_rules.check_operation(
+            rules,
+            calls,
+            cost or 0,
+            int(now_s),
+            # Whose code runs to make the account: its factory, or the code it delegates to.
+            factory=_account_maker(op),
+            known_factories=[net.factory_addresses[version], net.delegate],
+        )
+        return refusal, cost, rate
+
+    def _valid_until(self, net: WalletNetwork, key: str, rules: Rules, now_s: float) -> int:
+        """When a signature given now expires: the network's TTL after the later of our clock
+        and the chain's head."""
+        follower = self._followers.get(key)
+        chain_now = follower.head.timestamp if follower is not None and follower.head else 0
+        valid_until = max(int(now_s), chain_now) + net.settings.signature_ttl
+        if rules.valid_until is not None:
+            # A signature never outlives its policy's window.
+            valid_until = min(valid_until, max(rules.valid_until, int(now_s) + 1))
+        return valid_until
+
     async def sponsor(
         self,
         account_id: str,
@@ -464,22 +505,7 @@ class WalletService:
         if paymaster is None and not dry_run:
             raise NotServed(f"no v{version} paymaster is configured for {key}")
         now_s = self.clock()
-        if policy.status != "active":
-            raise PolicyRefused(policy.id, Refusal("status", f"the policy is {policy.status}"))
-        try:
-            calls = self._calls(rules, op, version)
-        except PolicyRefused as exc:
-            raise PolicyRefused(policy.id, exc.refusal) from None
-        cost, rate = await self._price(net, rules, op, version)
-        refusal = policy_rules.check_operation(
-            rules,
-            calls,
-            cost or 0,
-            int(now_s),
-            # Whose code runs to make the account: its factory, or the code it delegates to.
-            factory=_account_maker(op),
-            known_factories=[net.factory_addresses[version], net.delegate],
-        )
+        refusal, cost, rate = await self._check_rules(net, policy, rules, op, version, now_s)
         if refusal is not None:
             if dry_run:
                 return Evaluation(refusal, cost, version)
@@ -500,12 +526,7 @@ class WalletService:
         chain_id = net.chain_id
         if chain_id is None:
             raise NotServed(f"{key} has no chain_id configured")
-        follower = self._followers.get(key)
-        chain_now = follower.head.timestamp if follower is not None and follower.head else 0
-        valid_until = max(int(now_s), chain_now) + net.settings.signature_ttl
-        if rules.valid_until is not None:
-            # A signature never outlives its policy's window.
-            valid_until = min(valid_until, max(rules.valid_until, int(now_s) + 1))
+        valid_until = self._valid_until(net, key, rules, now_s)
         valid_after = 0
         # The v0.6 sample paymaster also signs over its own per-sender counter.
         sender_nonce = await net.paymaster_nonce(version, op.sender) if version == "0.6" else 0
@@ -523,20 +544,8 @@ class WalletService:
         op_hash = (
             "0x" + user_op_hash(signed, entry_point=entry, chain_id=chain_id, version=version).hex()
         )
-        row = SponsorshipRow(
-            id=new_id("sp_"),
-            policy_id=policy.id,
-            chain=net.chain,
-            network=net.network,
-            sender=op.sender.lower(),
-            user_op_hash=op_hash,
-            day=_day(now_s),
-            created_at=now_ms,
-            valid_until_s=valid_until,
-            released_at=now_ms + (net.settings.signature_ttl + net.settings.settle_grace) * 1000,
-            estimated_wei=str(worst_case_wei(signed, version)),
-            estimated_usd=cost or 0,
-            usd_per_eth=str(rate or 0),
+        row = _sponsorship_row(
+            net, policy.id, op.sender, signed, op_hash, version, now_s, valid_until, cost, rate
         )
         try:
             await self.store.reserve_sponsorship(
@@ -560,6 +569,38 @@ class WalletService:
             sponsorship_id=row.id,
             init_code_filled=filled,
         )
+
+
+def _sponsorship_row(
+    net: WalletNetwork,
+    policy_id: str,
+    sender: str,
+    signed: UserOperation,
+    op_hash: str,
+    version: Version,
+    now_s: float,
+    valid_until: int,
+    cost: int | None,
+    rate: int | None,
+) -> SponsorshipRow:
+    """The reservation a signature makes: counted against the policy until it settles, or
+    until its signature has expired and the settle grace has passed."""
+    now_ms = int(now_s * 1000)
+    return SponsorshipRow(
+        id=new_id("sp_"),
+        policy_id=policy_id,
+        chain=net.chain,
+        network=net.network,
+        sender=sender.lower(),
+        user_op_hash=op_hash,
+        day=_day(now_s),
+        created_at=now_ms,
+        valid_until_s=valid_until,
+        released_at=now_ms + (net.settings.signature_ttl + net.settings.settle_grace) * 1000,
+        estimated_wei=str(worst_case_wei(signed, version)),
+        estimated_usd=cost or 0,
+        usd_per_eth=str(rate or 0),
+    )
 
 
 def _account_maker(op: UserOperation) -> str | None:

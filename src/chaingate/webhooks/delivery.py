@@ -16,7 +16,7 @@ written, and the loop claims only while fewer than ``max_concurrency + lookahead
 that stays in the outbox for the other processes sharing it (``serve --workers N``), which
 the writer's commit wakes (``Store.notify``).  Delivery is at least once: a process that dies
 leaves its events leased until the lease runs out, and then they are sent again, with the same
-id.  See docs/decisions.md, "Webhook delivery".
+id.  See docs/decisions/webhooks.md, "Delivery".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ naming the key (and the index) at fault, which the API answers as
 shows back: 0x + lowercase hex, each list de-duplicated and sorted, amounts as decimal
 strings.  Parsing a stored filter's JSON again yields the same filter.
 
-Keys by kind (``docs/decisions.md``, "Webhook filters", has an example of each):
+Keys by kind (``docs/decisions/webhooks.md``, "Webhook filters", has an example of each):
 
 =====================  ==============================================================
 address_activity       ``addresses`` (required), ``selectors``

@@ -29,7 +29,8 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.config import WebSocketSettings
-from chaingate.edge.responses import JSON, error_body
+from chaingate.edge.responses import JSON
+from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.service import RpcService

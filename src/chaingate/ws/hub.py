@@ -105,10 +105,6 @@ class Hub:
         self.pushes: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.fanout = LatencySeries(FANOUT_BUCKETS)
 
-    @property
-    def follows_chain(self) -> bool:
-        return self._events is not None
-
     def attach(
         self, events: trio.MemoryReceiveChannel[ChainEvent] | None, client: ChainClient
     ) -> None:

@@ -30,27 +30,57 @@ EXAMPLE_RULES = '{\n  "max_gas_usd": "20",\n  "max_per_user_per_day": 10\n}'
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def policies_page(status: int = 200, **context: object) -> ResponseReturnValue:
-        query = {"page": page_number()}  # a bad one: the 400 page
-        try:
-            listed = await dash.rest("listGasPolicies", g.session.account_id, query=query)
-        except ApiError as exc:
-            listed = {"policies": [], "page": 1, "total": 0, "limit": 25}
-            context.setdefault("error", exc.message)
-        return await page(
-            "policies.html",
-            status,
-            title="Gas policies",
-            listed=listed,
-            chains=chain_names(dash),
-            example_rules=EXAMPLE_RULES,
-            **context,
-        )
+    _register_policies(bp, dash)
+    _register_wallets_and_bundler(bp, dash)
 
+
+async def _policies_page(
+    dash: Dashboard, status: int = 200, **context: object
+) -> ResponseReturnValue:
+    """The account's gas policies and the form to create one."""
+    query = {"page": page_number()}  # a bad one: the 400 page
+    try:
+        listed = await dash.rest("listGasPolicies", g.session.account_id, query=query)
+    except ApiError as exc:
+        listed = {"policies": [], "page": 1, "total": 0, "limit": 25}
+        context.setdefault("error", exc.message)
+    return await page(
+        "policies.html",
+        status,
+        title="Gas policies",
+        listed=listed,
+        chains=chain_names(dash),
+        example_rules=EXAMPLE_RULES,
+        **context,
+    )
+
+
+async def _policy_page(
+    dash: Dashboard, policy_id: str, status: int = 200, **context: object
+) -> ResponseReturnValue:
+    """One policy: its rules (editable) and spend, and the dry-run form."""
+    try:
+        policy = await dash.rest("getGasPolicy", g.session.account_id, path={"id": policy_id[:64]})
+    except ApiError as exc:
+        return await page("error.html", exc.status, title="Gas policy", message=exc.message)
+    rules = msgspec.json.format(msgspec.json.encode(policy["rules"]), indent=2).decode()
+    return await page(
+        "policy.html",
+        status,
+        title=f"Policy {policy['name']}",
+        policy=policy,
+        rules_text=context.pop("rules_text", rules),
+        **context,
+    )
+
+
+def _register_policies(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/policies", methods=["GET"])
     @signed_in
     async def policies() -> ResponseReturnValue:
-        return await policies_page()
+        return await _policies_page(
+            dash,
+        )
 
     @bp.route("/policies", methods=["POST"])
     @signed_in
@@ -64,32 +94,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             }
             created = await dash.rest("createGasPolicy", g.session.account_id, body=body)
         except ApiError as exc:
-            return await policies_page(exc.status, error=exc.message, form=dict(form))
+            return await _policies_page(dash, exc.status, error=exc.message, form=dict(form))
         return redirect(f"{PREFIX}/policies/{created['id']}", 303)
-
-    async def policy_page(
-        policy_id: str, status: int = 200, **context: object
-    ) -> ResponseReturnValue:
-        try:
-            policy = await dash.rest(
-                "getGasPolicy", g.session.account_id, path={"id": policy_id[:64]}
-            )
-        except ApiError as exc:
-            return await page("error.html", exc.status, title="Gas policy", message=exc.message)
-        rules = msgspec.json.format(msgspec.json.encode(policy["rules"]), indent=2).decode()
-        return await page(
-            "policy.html",
-            status,
-            title=f"Policy {policy['name']}",
-            policy=policy,
-            rules_text=context.pop("rules_text", rules),
-            **context,
-        )
 
     @bp.route("/policies/<policy_id>", methods=["GET"])
     @signed_in
     async def policy(policy_id: str) -> ResponseReturnValue:
-        return await policy_page(policy_id)
+        return await _policy_page(dash, policy_id)
 
     @bp.route("/policies/<policy_id>/rules", methods=["POST"])
     @signed_in
@@ -107,8 +118,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         except ApiError as exc:
             if exc.status == 404:
                 return await page("error.html", 404, title="Gas policy", message=exc.message)
-            return await policy_page(policy_id, exc.status, error=exc.message, rules_text=text)
-        return await policy_page(policy_id, message="Rules saved.")
+            return await _policy_page(
+                dash, policy_id, exc.status, error=exc.message, rules_text=text
+            )
+        return await _policy_page(dash, policy_id, message="Rules saved.")
 
     @bp.route("/policies/<policy_id>/evaluate", methods=["POST"])
     @signed_in
@@ -123,9 +136,13 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         except ApiError as exc:
             if exc.status == 404:
                 return await page("error.html", 404, title="Gas policy", message=exc.message)
-            return await policy_page(policy_id, exc.status, error=exc.message, operation=text)
-        return await policy_page(policy_id, evaluation=result, operation=text)
+            return await _policy_page(
+                dash, policy_id, exc.status, error=exc.message, operation=text
+            )
+        return await _policy_page(dash, policy_id, evaluation=result, operation=text)
 
+
+def _register_wallets_and_bundler(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/wallets", methods=["GET"])
     @signed_in
     async def wallets() -> ResponseReturnValue:

@@ -24,39 +24,54 @@ def shown_lists(row: KeyRow) -> dict[str, list[str]]:
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def keys_page(status: int = 200, **context: object) -> ResponseReturnValue:
-        rows = await dash.accounts.list_keys(g.session.account_id)
-        rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
-        return await page(
-            "keys.html",
-            status,
-            title="API keys",
-            keys=rows,
-            scopes=SCOPES,
-            lists={row.id: shown_lists(row) for row in rows},
-            **context,
-        )
+    _register_list(bp, dash)
+    _register_one_key(bp, dash)
 
-    async def owned_key(key_id: str) -> KeyRow | None:
-        rows = await dash.accounts.list_keys(g.session.account_id)
-        return next((row for row in rows if row.id == key_id), None)
+
+async def _keys_page(dash: Dashboard, status: int = 200, **context: object) -> ResponseReturnValue:
+    """The account's keys, revoked ones last, newest first; the form to create one."""
+    rows = await dash.accounts.list_keys(g.session.account_id)
+    rows.sort(key=lambda r: (r.revoked_at is not None, -r.created_at))
+    return await page(
+        "keys.html",
+        status,
+        title="API keys",
+        keys=rows,
+        scopes=SCOPES,
+        lists={row.id: shown_lists(row) for row in rows},
+        **context,
+    )
+
+
+async def _owned_key(dash: Dashboard, key_id: str) -> KeyRow | None:
+    """The signed-in account's key of that id, else None."""
+    rows = await dash.accounts.list_keys(g.session.account_id)
+    return next((row for row in rows if row.id == key_id), None)
+
+
+def _register_list(bp: Blueprint, dash: Dashboard) -> None:
+    """The list, a new key (shown once), revoking one."""
 
     @bp.route("/keys", methods=["GET"])
     @signed_in
     async def keys() -> ResponseReturnValue:
         created = request.args.get("created", "")
         if not created:
-            return await keys_page()
+            return await _keys_page(
+                dash,
+            )
         shown = await dash.take_flash(created)
         if shown is None:
-            return await keys_page(
-                message="The new key was shown once already: chaingate keeps only its hash."
+            return await _keys_page(
+                dash, message="The new key was shown once already: chaingate keeps only its hash."
             )
         new = msgspec.json.decode(shown)
-        row = await owned_key(str(new["id"]))
+        row = await _owned_key(dash, str(new["id"]))
         if row is None:
-            return await keys_page()
-        return await keys_page(new_key=new["key"], new_row=row)
+            return await _keys_page(
+                dash,
+            )
+        return await _keys_page(dash, new_key=new["key"], new_row=row)
 
     @bp.route("/keys", methods=["POST"])
     @signed_in
@@ -66,9 +81,11 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         environment = form_value(form, "environment")
         chosen = [s for s in form.getlist("scopes") if s in SCOPES]
         if not 1 <= len(name) <= MAX_NAME or not name.isprintable():
-            return await keys_page(400, error=f"A key needs a name of 1 to {MAX_NAME} characters.")
+            return await _keys_page(
+                dash, 400, error=f"A key needs a name of 1 to {MAX_NAME} characters."
+            )
         if environment not in ("test", "live"):
-            return await keys_page(400, error="Choose the key's environment: test or live.")
+            return await _keys_page(dash, 400, error="Choose the key's environment: test or live.")
         # No scope ticked means every scope, as `chaingate keys create` without --scopes.
         scopes = admin.parse_scopes(" ".join(chosen))
         key, row = await admin.create_key(
@@ -83,20 +100,24 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/keys/<key_id>/revoke", methods=["POST"])
     @signed_in
     async def revoke_key(key_id: str) -> ResponseReturnValue:
-        row = await owned_key(key_id[:64])
+        row = await _owned_key(dash, key_id[:64])
         if row is None:
-            return await keys_page(404, error="No such key in this account.")
+            return await _keys_page(dash, 404, error="No such key in this account.")
         await dash.accounts.revoke_key(row.id)
         if dash.keys_refresh is not None:
             await dash.keys_refresh()
-        return await keys_page(
-            message=f"Key {row.name} revoked: every process refuses it within a second."
+        return await _keys_page(
+            dash, message=f"Key {row.name} revoked: every process refuses it within a second."
         )
+
+
+def _register_one_key(bp: Blueprint, dash: Dashboard) -> None:
+    """One key's page and its allowlists."""
 
     @bp.route("/keys/<key_id>", methods=["GET"])
     @signed_in
     async def key_page(key_id: str) -> ResponseReturnValue:
-        row = await owned_key(key_id[:64])
+        row = await _owned_key(dash, key_id[:64])
         if row is None:
             return await page("error.html", 404, title="Not found", message="No such key.")
         return await page("key.html", title=f"Key {row.name}", key=row, lists=shown_lists(row))
@@ -104,7 +125,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/keys/<key_id>/allowlists", methods=["POST"])
     @signed_in
     async def edit_allowlists(key_id: str) -> ResponseReturnValue:
-        row = await owned_key(key_id[:64])
+        row = await _owned_key(dash, key_id[:64])
         if row is None:
             return await page("error.html", 404, title="Not found", message="No such key.")
         form = await request.form

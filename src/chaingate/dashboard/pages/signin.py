@@ -28,8 +28,17 @@ BUSY = "The server is busy checking other sign-ins: try again in a few seconds."
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    async def refused(email: str, message: str, status: int = 401) -> ResponseReturnValue:
-        return await page("signin.html", status, title="Sign in", email=email, error=message)
+    _register_signin(bp, dash)
+    _register_account(bp, dash)
+
+
+async def _refused(email: str, message: str, status: int = 401) -> ResponseReturnValue:
+    """The sign-in form again, saying why."""
+    return await page("signin.html", status, title="Sign in", email=email, error=message)
+
+
+def _register_signin(bp: Blueprint, dash: Dashboard) -> None:
+    """Sign in with a password, a one-time link or the admin token."""
 
     @bp.route("/signin", methods=["GET"])
     async def signin_form() -> ResponseReturnValue:
@@ -47,7 +56,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         # Counted before the check: side-by-side requests cannot exceed the budget.
         wait = await dash.throttle.attempt(email, address, now)
         if wait > 0:
-            return await refused(
+            return await _refused(
                 email,
                 f"Too many failed sign-ins: try again in {int(wait) + 1} seconds.",
                 429,
@@ -58,9 +67,9 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         try:
             ok = await dash.hashing.run(verify_password, password, stored)
         except HashingBusy:
-            return await refused(email, BUSY, 429)
+            return await _refused(email, BUSY, 429)
         if not ok or account is None or credentials is None:
-            return await refused(email, "Wrong e-mail or password.")
+            return await _refused(email, "Wrong e-mail or password.")
         await dash.throttle.succeeded(email, address, now)
         return await dash.start_session(account.id, credentials.operator)
 
@@ -93,12 +102,16 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         now = dash.clock()
         address = dash.client_address()
         if await dash.throttle.admin_attempt(address, now) > 0:
-            return await refused("", "Too many failed sign-ins: try again later.", 429)
+            return await _refused("", "Too many failed sign-ins: try again later.", 429)
         token = dash.admin_token
         if not token or not hmac.compare_digest(supplied.encode(), token.encode()):
-            return await refused("", "Wrong admin token.")
+            return await _refused("", "Wrong admin token.")
         await dash.throttle.admin_succeeded(address, now)
         return await dash.start_session("", True)
+
+
+def _register_account(bp: Blueprint, dash: Dashboard) -> None:
+    """Sign out; the account's sessions and password."""
 
     @bp.route("/signout", methods=["POST"])
     async def signout() -> ResponseReturnValue:

@@ -203,6 +203,21 @@ def latency_tables(
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
+    _register_overview(bp, dash)
+    _register_usage(bp, dash)
+
+
+async def _asked_usage(dash: Dashboard) -> tuple[str, int, int, int, str, str, list[Any]]:
+    """The usage rows the request asks for: its range, the signed-in account, ``?key=``."""
+    range_name = chosen_range()
+    granularity, size, first, end = window(range_name, dash.clock())
+    account = g.session.account_id
+    key_id = request.args.get("key", "")[:64]  # filtered by the database
+    rows = await dash.accounts.usage_totals(account, granularity, first, end, key_id)
+    return range_name, size, first, end, account, key_id, list(rows)
+
+
+def _register_overview(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/", methods=["GET"])
     @signed_in
     async def overview() -> ResponseReturnValue:
@@ -244,19 +259,14 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             methods=methods,
         )
 
-    async def _asked_usage() -> tuple[str, int, int, int, str, str, list[Any]]:
-        """The usage rows the request asks for: its range, the signed-in account, ``?key=``."""
-        range_name = chosen_range()
-        granularity, size, first, end = window(range_name, dash.clock())
-        account = g.session.account_id
-        key_id = request.args.get("key", "")[:64]  # filtered by the database
-        rows = await dash.accounts.usage_totals(account, granularity, first, end, key_id)
-        return range_name, size, first, end, account, key_id, list(rows)
+
+def _register_usage(bp: Blueprint, dash: Dashboard) -> None:
+    """The usage rows as a table and as CSV."""
 
     @bp.route("/usage", methods=["GET"])
     @signed_in
     async def usage_page() -> ResponseReturnValue:
-        range_name, size, first, end, account, key_id, rows = await _asked_usage()
+        range_name, size, first, end, account, key_id, rows = await _asked_usage(dash)
         shown = sorted(rows, key=lambda r: (-r.period, r.key_id, r.network, r.method))
         shown = shown[:SHOWN_ROWS]
         return await page(
@@ -275,7 +285,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/usage.csv", methods=["GET"])
     @signed_in
     async def usage_csv() -> ResponseReturnValue:
-        range_name, size, _first, _end, account, _key_id, rows = await _asked_usage()
+        range_name, size, _first, _end, account, _key_id, rows = await _asked_usage(dash)
         names = await key_names(dash, account)
         out = io.StringIO()
         writer = csv.writer(out, quoting=csv.QUOTE_ALL)

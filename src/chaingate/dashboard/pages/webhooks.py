@@ -36,36 +36,107 @@ def _config(text: str) -> dict[str, Any] | None:
 
 
 def register(bp: Blueprint, dash: Dashboard) -> None:
-    def event_types() -> list[str]:
-        service = dash.api.webhooks
-        return list(service.variant.event_types) if service is not None else []
+    _register_list(bp, dash)
+    _register_changes(bp, dash)
+    _register_replays(bp, dash)
 
-    async def list_page(status: int = 200, **context: object) -> ResponseReturnValue:
-        account = g.session.account_id
-        filter_status = request.args.get("status", "")
-        query = {"page": page_number()}
-        if filter_status in ("active", "paused", "disabled"):
-            query["status"] = filter_status
-        try:
-            listed = await dash.rest("listWebhooks", account, query=query)
-        except ApiError as exc:
-            listed = {"webhooks": [], "page": 1, "total": 0, "limit": 25}
-            context.setdefault("error", exc.message)
-        return await page(
-            "webhooks.html",
-            status,
-            title="Webhooks",
-            listed=listed,
-            filter_status=filter_status,
-            event_types=event_types(),
-            chains=chain_names(dash),
-            **context,
+
+def _event_types(dash: Dashboard) -> list[str]:
+    service = dash.api.webhooks
+    return list(service.variant.event_types) if service is not None else []
+
+
+async def _list_page(dash: Dashboard, status: int = 200, **context: object) -> ResponseReturnValue:
+    """The list of the account's webhooks (filtered by status) and the form to create one."""
+    account = g.session.account_id
+    filter_status = request.args.get("status", "")
+    query = {"page": page_number()}
+    if filter_status in ("active", "paused", "disabled"):
+        query["status"] = filter_status
+    try:
+        listed = await dash.rest("listWebhooks", account, query=query)
+    except ApiError as exc:
+        listed = {"webhooks": [], "page": 1, "total": 0, "limit": 25}
+        context.setdefault("error", exc.message)
+    return await page(
+        "webhooks.html",
+        status,
+        title="Webhooks",
+        listed=listed,
+        filter_status=filter_status,
+        event_types=_event_types(dash),
+        chains=chain_names(dash),
+        **context,
+    )
+
+
+async def _detail(
+    dash: Dashboard, webhook_id: str, status: int = 200, **context: object
+) -> ResponseReturnValue:
+    """One webhook: its settings, delivery attempts and events (filtered as asked)."""
+    account = g.session.account_id
+    path = {"id": webhook_id[:64]}
+    try:
+        hook = await dash.rest("getWebhook", account, path=path)
+    except ApiError as exc:
+        return await page("error.html", exc.status, title="Webhook", message=exc.message)
+    event_id = request.args.get("event_id", "").strip()[:64]
+    state = request.args.get("state", "")
+    attempts_query = {"page": page_number()}
+    if event_id:
+        attempts_query["event_id"] = event_id
+    events_query = {"page": page_number("events_page")}
+    if state in EVENT_STATES:
+        events_query["state"] = state
+    try:
+        attempts, events = await gather(
+            lambda: dash.rest("listWebhookAttempts", account, path=path, query=attempts_query),
+            lambda: dash.rest("listWebhookEvents", account, path=path, query=events_query),
         )
+    except ApiError as exc:
+        return await page("error.html", exc.status, title="Webhook", message=exc.message)
+    # What each attempt sent: its event's body (every attempt sends exactly that).
+    bodies = {event["id"]: event["body"] for event in events["events"]}
+    if event_id and event_id not in bodies and dash.api.webhooks is not None:
+        found = await Subscriptions(dash.api.webhooks).event(hook["id"], event_id)
+        if found is not None:
+            bodies[found.id] = msgspec.json.decode(found.body)
+    return await page(
+        "webhook.html",
+        status,
+        bodies=bodies,
+        title=f"Webhook {hook['id']}",
+        hook=hook,
+        config_text=msgspec.json.format(msgspec.json.encode(hook["config"]), indent=2).decode(),
+        attempts=attempts,
+        events=events,
+        event_id=event_id,
+        state=state,
+        states=EVENT_STATES,
+        **context,
+    )
 
+
+async def _act(
+    dash: Dashboard, webhook_id: str, name: str, done: str, **kwargs: Any
+) -> ResponseReturnValue:
+    """Call the REST route ``name`` on the webhook; back to its page saying ``done``."""
+    try:
+        await dash.rest(name, g.session.account_id, path={"id": webhook_id[:64]}, **kwargs)
+    except ApiError as exc:
+        if exc.status == 404:
+            return await page("error.html", 404, title="Webhook", message=exc.message)
+        return await _detail(dash, webhook_id, exc.status, error=exc.message)
+    return redirect(f"{PREFIX}/webhooks/{webhook_id[:64]}?done={done}", 303)
+
+
+def _register_list(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/webhooks", methods=["GET"])
     @signed_in
     async def webhooks() -> ResponseReturnValue:
-        return await list_page()
+        return await _list_page(
+            dash,
+        )
 
     @bp.route("/webhooks", methods=["POST"])
     @signed_in
@@ -87,66 +158,16 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                 )
             created = await dash.rest("createWebhook", g.session.account_id, body=body)
         except ApiError as exc:
-            return await list_page(exc.status, error=exc.message, form=dict(form))
-        return await list_page(201, created=created)
-
-    async def detail(webhook_id: str, status: int = 200, **context: object) -> ResponseReturnValue:
-        account = g.session.account_id
-        path = {"id": webhook_id[:64]}
-        try:
-            hook = await dash.rest("getWebhook", account, path=path)
-        except ApiError as exc:
-            return await page("error.html", exc.status, title="Webhook", message=exc.message)
-        event_id = request.args.get("event_id", "").strip()[:64]
-        state = request.args.get("state", "")
-        attempts_query = {"page": page_number()}
-        if event_id:
-            attempts_query["event_id"] = event_id
-        events_query = {"page": page_number("events_page")}
-        if state in EVENT_STATES:
-            events_query["state"] = state
-        try:
-            attempts, events = await gather(
-                lambda: dash.rest("listWebhookAttempts", account, path=path, query=attempts_query),
-                lambda: dash.rest("listWebhookEvents", account, path=path, query=events_query),
-            )
-        except ApiError as exc:
-            return await page("error.html", exc.status, title="Webhook", message=exc.message)
-        # What each attempt sent: its event's body (every attempt sends exactly that).
-        bodies = {event["id"]: event["body"] for event in events["events"]}
-        if event_id and event_id not in bodies and dash.api.webhooks is not None:
-            found = await Subscriptions(dash.api.webhooks).event(hook["id"], event_id)
-            if found is not None:
-                bodies[found.id] = msgspec.json.decode(found.body)
-        return await page(
-            "webhook.html",
-            status,
-            bodies=bodies,
-            title=f"Webhook {hook['id']}",
-            hook=hook,
-            config_text=msgspec.json.format(msgspec.json.encode(hook["config"]), indent=2).decode(),
-            attempts=attempts,
-            events=events,
-            event_id=event_id,
-            state=state,
-            states=EVENT_STATES,
-            **context,
-        )
+            return await _list_page(dash, exc.status, error=exc.message, form=dict(form))
+        return await _list_page(dash, 201, created=created)
 
     @bp.route("/webhooks/<webhook_id>", methods=["GET"])
     @signed_in
     async def webhook(webhook_id: str) -> ResponseReturnValue:
-        return await detail(webhook_id, message=_DONE.get(request.args.get("done", ""), ""))
+        return await _detail(dash, webhook_id, message=_DONE.get(request.args.get("done", ""), ""))
 
-    async def act(webhook_id: str, name: str, done: str, **kwargs: Any) -> ResponseReturnValue:
-        try:
-            await dash.rest(name, g.session.account_id, path={"id": webhook_id[:64]}, **kwargs)
-        except ApiError as exc:
-            if exc.status == 404:
-                return await page("error.html", 404, title="Webhook", message=exc.message)
-            return await detail(webhook_id, exc.status, error=exc.message)
-        return redirect(f"{PREFIX}/webhooks/{webhook_id[:64]}?done={done}", 303)
 
+def _register_changes(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/webhooks/<webhook_id>/edit", methods=["POST"])
     @signed_in
     async def edit(webhook_id: str) -> ResponseReturnValue:
@@ -165,23 +186,23 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
                     confirmations, "confirmations", MAX_CONFIRMATIONS, low=0
                 )
         except ApiError as exc:
-            return await detail(webhook_id, exc.status, error=exc.message)
-        return await act(webhook_id, "updateWebhook", "saved", body=body)
+            return await _detail(dash, webhook_id, exc.status, error=exc.message)
+        return await _act(dash, webhook_id, "updateWebhook", "saved", body=body)
 
     @bp.route("/webhooks/<webhook_id>/pause", methods=["POST"])
     @signed_in
     async def pause(webhook_id: str) -> ResponseReturnValue:
-        return await act(webhook_id, "updateWebhook", "paused", body={"status": "paused"})
+        return await _act(dash, webhook_id, "updateWebhook", "paused", body={"status": "paused"})
 
     @bp.route("/webhooks/<webhook_id>/resume", methods=["POST"])
     @signed_in
     async def resume(webhook_id: str) -> ResponseReturnValue:
-        return await act(webhook_id, "updateWebhook", "resumed", body={"status": "active"})
+        return await _act(dash, webhook_id, "updateWebhook", "resumed", body={"status": "active"})
 
     @bp.route("/webhooks/<webhook_id>/test", methods=["POST"])
     @signed_in
     async def ping(webhook_id: str) -> ResponseReturnValue:
-        return await act(webhook_id, "testWebhook", "tested")
+        return await _act(dash, webhook_id, "testWebhook", "tested")
 
     @bp.route("/webhooks/<webhook_id>/delete", methods=["POST"])
     @signed_in
@@ -190,7 +211,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             await dash.rest("deleteWebhook", g.session.account_id, path={"id": webhook_id[:64]})
         except ApiError as exc:
             return await page("error.html", exc.status, title="Webhook", message=exc.message)
-        return await list_page(message=f"Webhook {webhook_id[:64]} deleted.")
+        return await _list_page(dash, message=f"Webhook {webhook_id[:64]} deleted.")
 
     @bp.route("/webhooks/<webhook_id>/rotate", methods=["POST"])
     @signed_in
@@ -201,8 +222,10 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
             )
         except ApiError as exc:
             return await page("error.html", exc.status, title="Webhook", message=exc.message)
-        return await detail(webhook_id, rotated=rotated)
+        return await _detail(dash, webhook_id, rotated=rotated)
 
+
+def _register_replays(bp: Blueprint, dash: Dashboard) -> None:
     @bp.route("/webhooks/<webhook_id>/events/<event_id>/replay", methods=["POST"])
     @signed_in
     async def replay(webhook_id: str, event_id: str) -> ResponseReturnValue:
@@ -215,7 +238,7 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         except ApiError as exc:
             if exc.status == 404:
                 return await page("error.html", 404, title="Webhook", message=exc.message)
-            return await detail(webhook_id, exc.status, error=exc.message)
+            return await _detail(dash, webhook_id, exc.status, error=exc.message)
         return redirect(f"{PREFIX}/webhooks/{webhook_id[:64]}?done=replayed", 303)
 
     @bp.route("/webhooks/<webhook_id>/replay", methods=["POST"])
@@ -226,13 +249,17 @@ def register(bp: Blueprint, dash: Dashboard) -> None:
         try:
             moment = datetime.fromisoformat(since)
         except ValueError:
-            return await detail(
-                webhook_id, 400, error="invalid field 'since': expected a date and time"
+            return await _detail(
+                dash, webhook_id, 400, error="invalid field 'since': expected a date and time"
             )
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        return await act(
-            webhook_id, "replayWebhookEvents", "replayed", body={"since": int(moment.timestamp())}
+        return await _act(
+            dash,
+            webhook_id,
+            "replayWebhookEvents",
+            "replayed",
+            body={"since": int(moment.timestamp())},
         )
 
 
