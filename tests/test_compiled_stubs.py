@@ -24,11 +24,11 @@ from chaingate import impl as impl_module
 from chaingate.auth.gate import ANONYMOUS, Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
-from chaingate.edge.paths import loggable_path
 from chaingate.edge.responses import DateHeader
 from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
+from chaingate.redaction import loggable_path
 from chaingate.rpc.methods import MethodTable
 from chaingate.twintypes import edgeloop as edgeloop_types
 from chaingate.twintypes import fastlane as fastlane_types

@@ -26,11 +26,11 @@ from chaingate import impl as impl_module
 from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
-from chaingate.edge.paths import loggable_path
 from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
 from chaingate.obs.sink import LogSink
+from chaingate.redaction import loggable_path
 from chaingate.rpc.methods import MethodTable
 
 PATH = b"/v1/rpc/ethereum/devnet"

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import msgspec
 from quart import Response
 
-from chaingate.edge.paths import redact_key_shaped
 from chaingate.envelope import ERROR_CODES, error_body
+from chaingate.redaction import redact_key_shaped
 
 
 class ErrorDetail(msgspec.Struct, frozen=True):

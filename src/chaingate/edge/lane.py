@@ -12,11 +12,11 @@ from typing import Any
 
 from chaingate.auth.gate import ANONYMOUS, Gate
 from chaingate.edge import cors
-from chaingate.edge.paths import loggable_path
 from chaingate.edge.routes import Routes
 from chaingate.envelope import error_body
 from chaingate.impl import Impl
 from chaingate.obs.logs import AccessLog
+from chaingate.redaction import loggable_path
 from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import Admission, Lane, Route
 

@@ -10,37 +10,15 @@ control character or NUL; bytes that are not UTF-8 once decoded; ``.`` and ``..`
 encoded or not (clients resolve them before sending); and empty segments (``//``), which
 would otherwise be merged — or redirected — behind our back.  A trailing ``/`` is left as it
 is: it names no route and answers 404.
+``loggable_path`` (what the access log shows of a path) lives with the rest of the key-shaped
+rule in ``chaingate.redaction``.
 """
 
 from __future__ import annotations
 
-import re
-
 _HEX = b"0123456789abcdefABCDEF"
 # Separators and control characters may not be smuggled in through an escape.
 _FORBIDDEN_DECODED = frozenset(b"/\\\x7f" + bytes(range(0x20)))
-
-
-def _key_shaped(before: str, after: str) -> str:
-    """Key-shaped text: our API keys and webhook secrets, and any long token-like run with
-    digits among its letters (another provider's key pasted into a URL: 32 random characters
-    hold digits) — but not names made of letters and ``_``/``-`` (a field or a method,
-    snake_case or camelCase: what a client reads to fix its request), hex hashes and addresses
-    (0x...) or decimal token ids, which are what a path is for.  ``before`` and ``after``
-    bound a run: path separators in a path, any character a token does not hold in a
-    message."""
-    return (
-        r"svc_(?:live|test)_[A-Za-z0-9]*"
-        r"|whsec_[A-Za-z0-9+/=_-]*"
-        rf"|{before}(?!0x)(?![0-9]+{after})(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{{32,}}{after}"
-    )
-
-
-# Redacted in the access log (``loggable_path``) ...
-_KEY_SHAPED = re.compile(_key_shaped(r"(?<=/)", r"(?=/|$)").encode())
-# ... and in what an answer says (``redact_key_shaped``).
-_KEY_SHAPED_TEXT = re.compile(_key_shaped(r"(?<![A-Za-z0-9_-])", r"(?![A-Za-z0-9_-])"))
-REDACTED = b"[redacted]"
 
 
 class PathError(ValueError):
@@ -86,19 +64,3 @@ def _percent_decode(raw: bytes) -> bytes:
     except UnicodeDecodeError:
         raise PathError("the decoded path is not UTF-8") from None
     return decoded
-
-
-def redact_key_shaped(text: str) -> str:
-    """``text`` with key-shaped runs replaced by ``[redacted]``: what an error message may
-    echo of a client's input (a key pasted into a path must not come back in the answer, nor
-    go on to whatever logs or shows it)."""
-    if "svc_" not in text and "whsec_" not in text and len(text) < 32:
-        return text
-    return _KEY_SHAPED_TEXT.sub(REDACTED.decode(), text)
-
-
-def loggable_path(path: bytes, limit: int = 256) -> str:
-    """``path`` for the access log: key-shaped text redacted, length bounded."""
-    if b"svc_" in path or b"whsec_" in path or len(path) >= 40:
-        path = _KEY_SHAPED.sub(REDACTED, path)
-    return path[:limit].decode("latin-1")

@@ -33,12 +33,13 @@ from chaingate.auth.apikeys import environment_of
 from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
-from chaingate.edge.paths import PathError, loggable_path, normalize_path
+from chaingate.edge.paths import PathError, normalize_path
 from chaingate.edge.responses import JSON, PAGE_REFUSAL
 from chaingate.edge.restcache import CacheKey, RestCache
 from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram, Registry
+from chaingate.redaction import loggable_path
 from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
