@@ -34,7 +34,7 @@ def gateway() -> Gateway:
 
 
 def openapi() -> dict[str, Any]:
-    return document(gateway().rest)
+    return document(gateway().front.rest)
 
 
 def exposition() -> str:
