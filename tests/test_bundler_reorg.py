@@ -12,6 +12,7 @@ short chain).
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import trio
 
 from chaingate.aa.userop import Version
 from chaingate.bundler.rpcform import encode_user_operation
+from chaingate.bundler.submitter import Mined, Submitter
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.rpc import DevnetRpc
@@ -250,4 +252,48 @@ async def test_a_reorg_that_mines_the_same_bundle_again_leaves_it_included_blami
     assert reputation and all(r["status"] == "ok" for r in reputation), reputation
     factory = b.manifest.address(f"simple_account_factory_{TAGS[version]}")
     assert factory.lower() in {r["address"].lower() for r in reputation}, reputation
+    assert await b.result("debug_bundler_dumpMempool") == []
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7"])
+async def test_a_reorg_while_the_submitter_still_waits_for_the_bundle_is_bundled_again_once(
+    nursery: trio.Nursery,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    version: Version,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a busy machine showed: the bundle is mined and its receipt served, and its
+    block orphaned before the submitter's next receipt poll (held here until the reorg is
+    done), so the submitter is still waiting for a transaction anvil dropped.  It must not
+    wait ``resend_after`` (30 s) for it: a copy with the same nonce (only one can be mined)
+    is sent as soon as the node shows none pending, its operations submitted under it."""
+    reorged = trio.Event()
+    poll = Submitter.receipt
+
+    async def late_poll(self: Submitter, hashes: Sequence[str]) -> Mined | None:
+        await reorged.wait()
+        return await poll(self, hashes)
+
+    monkeypatch.setattr(Submitter, "receipt", late_poll)
+    b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
+    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
+    op, _ = await sponsored_op(b, version)
+    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+    first = await b.receipt(sent)
+    orphaned = first["receipt"]["blockHash"]
+    assert rpc(b.node, "eth_getBlockByNumber", "latest", False)["hash"] == orphaned
+    bundle_tx = rpc(b.node, "eth_getTransactionByHash", first["receipt"]["transactionHash"])
+    rpc(b.node, "anvil_reorg", 1, [])
+    await wait_status(b, sent, {"pending"})  # the follower's revert, while the submitter waits
+    reorged.set()
+    with trio.fail_after(15):  # well before resend_after
+        second = await receipt_not_in(b, sent, orphaned)
+    assert second["success"] is True
+    copy = rpc(b.node, "eth_getTransactionByHash", second["receipt"]["transactionHash"])
+    assert copy["hash"] != bundle_tx["hash"] and copy["nonce"] == bundle_tx["nonce"], copy
+    status = await wait_status(b, sent, {"included"})
+    assert status["transactionHash"] == second["receipt"]["transactionHash"]
+    logs = events_for(b.node, entry_point, sent)
+    assert len(logs) == 1 and logs[0]["blockHash"] == second["receipt"]["blockHash"], logs
     assert await b.result("debug_bundler_dumpMempool") == []

@@ -2,11 +2,14 @@
 
 One bundle transaction is in flight per network at a time (the EOA's nonces are sequential;
 a second bundle waits for the first), which keeps replacement simple: a transaction not
-mined after ``resend_after`` is sent again with the same nonce and both fees raised by 12.5%
-(nodes want 10%), up to ``max_resends``; if an earlier copy is mined meanwhile, that one
-counts.  Fees: the tip is the node's ``eth_maxPriorityFeePerGas`` (capped by what every
-operation in the bundle offers), the cap twice the base fee plus the tip (likewise capped),
-so the bundle never pays more per gas than its operations repay.
+mined after ``resend_after`` — or dropped: neither mined nor pending in the node any more (a
+reorg orphaned its block on a node that does not take orphaned transactions back into its
+pool, or the pool evicted it) — is sent again with the same nonce, so only one copy can ever
+be mined, and both fees raised by 12.5% (nodes want 10%), up to ``max_resends``; if an
+earlier copy is mined meanwhile, that one counts.  Fees: the tip is the node's
+``eth_maxPriorityFeePerGas`` (capped by what every operation in the bundle offers), the cap
+twice the base fee plus the tip (likewise capped), so the bundle never pays more per gas
+than its operations repay.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ log = logging.getLogger("chaingate.bundler")
 
 BUMP_NUMERATOR, BUMP_DENOMINATOR = 1125, 1000  # +12.5% per resend
 POLL_SECONDS = 0.25
+# How long after a copy was sent the node must show it pending (several upstreams may lag)
+# before its absence means it was dropped.
+DROPPED_AFTER = 2.0
 RECEIPT_RETRIES = 8
 
 
@@ -173,8 +179,9 @@ class Submitter:
         *,
         before_resend: Callable[[str, bytes], Awaitable[None]] | None = None,
     ) -> Mined:
-        """Until a copy is mined, resending with bumped fees when it stalls;
-        ``before_resend(hash, raw)`` is awaited before a copy is sent (to store it first)."""
+        """Until a copy is mined, resending with bumped fees when it stalls or the node
+        dropped it; ``before_resend(hash, raw)`` is awaited before a copy is sent (to store
+        it first, and its operations submitted under it: a reorg may have put them back)."""
         copies = [first]
         resends = 0
         sent_at = trio.current_time()
@@ -197,7 +204,10 @@ class Submitter:
                     await trio.sleep(POLL_SECONDS)
                 self.stats["dropped"] += 1
                 raise NotMined(f"nonce {nonce} was used by another transaction")
-            if trio.current_time() - sent_at >= self.resend_after:
+            waited = trio.current_time() - sent_at
+            stalled = waited >= self.resend_after
+            dropped = not stalled and waited >= DROPPED_AFTER and await self.next_nonce() <= nonce
+            if stalled or dropped:
                 if resends >= self.max_resends:
                     self.stats["dropped"] += 1
                     raise NotMined(f"not mined after {resends} resends")
@@ -212,6 +222,13 @@ class Submitter:
                 sent_at = trio.current_time()
                 log.info(
                     "bundle resent with higher fees",
-                    extra={"fields": {"nonce": nonce, "tx": copies[-1], "resends": resends}},
+                    extra={
+                        "fields": {
+                            "nonce": nonce,
+                            "tx": copies[-1],
+                            "resends": resends,
+                            "dropped": dropped,
+                        }
+                    },
                 )
             await trio.sleep(POLL_SECONDS)

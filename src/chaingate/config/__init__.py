@@ -344,7 +344,8 @@ class NetworkBundlerSettings(msgspec.Struct, forbid_unknown_fields=True):
     # ERC-7562 MIN_STAKE_VALUE (wei, decimal) and MIN_UNSTAKE_DELAY (seconds).
     min_stake: str = "1000000000000000000"
     min_unstake_delay: int = 86_400
-    # A bundle transaction not mined after this many seconds is sent again with fees +12.5%.
+    # A bundle transaction not mined after this many seconds is sent again with fees +12.5%
+    # (at once if the node dropped it: neither mined nor pending).
     resend_after: float = 30.0
     # Finished operations (included, failed, dropped) are kept this long for lookups (seconds).
     keep_finished: float = 7 * 86400.0
