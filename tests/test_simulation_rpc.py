@@ -496,3 +496,7 @@ async def test_a_keys_contract_allowlist_holds_for_simulations_as_for_eth_call(
         assert answers[name]["error"]["code"] == -32002, answers[name]
         assert "contract allowlist" in answers[name]["error"]["message"]
     assert rest.status_code == 403, rest.text
+    # The key's fault, not the node's: counted as refused, never as failed.
+    counts = stack.handle.gateway.simulation.counts
+    assert not any(outcome == "failed" for (_, _, outcome) in counts), counts
+    assert sum(n for (_, _, outcome), n in counts.items() if outcome == "refused") == 6

@@ -21,7 +21,7 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import VERSIONS, UserOperation, Version, entry_point_address
-from chaingate.auth.allowlists import Policy
+from chaingate.auth.allowlists import RESOURCE_UNAVAILABLE, Policy
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rpcform import parse_user_operation
 from chaingate.config import NetworkSettings, SimulationSettings
@@ -50,7 +50,9 @@ __all__ = ["SimulationFault", "SimulationService"]
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder()
 _FORMATS = ("FLAT", "NESTED")
-_REFUSALS = (INVALID_PARAMS, LIMIT_EXCEEDED, NOT_SERVED)  # the request's fault, not the node's
+# The request's fault, not the node's: bad params, over a bound, a network not served, or a
+# contract the key's allowlist does not name (RESOURCE_UNAVAILABLE, as for an eth_call).
+_REFUSALS = (INVALID_PARAMS, LIMIT_EXCEEDED, NOT_SERVED, RESOURCE_UNAVAILABLE)
 
 
 class SimulationService:
