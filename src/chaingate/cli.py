@@ -135,7 +135,10 @@ def _dev_banner(
     bundler_address: str = "",
     dashboard_token: str = "",
 ) -> str:
+    """What `chaingate dev` prints once it is up: where everything is, then a curl line for
+    every feature (docs/start.md walks through them)."""
     base = f"http://{host}:{port}"
+    rpc = f"{base}/v1/rpc/ethereum/devnet"
     dashboard = (
         f"  dashboard {base}/dashboard/signin/link/{dashboard_token}\n"
         "            (open it and press Sign in, once; then: chaingate accounts set-password"
@@ -143,18 +146,6 @@ def _dev_banner(
         if dashboard_token
         else ""
     )
-    rpc = f"{base}/v1/rpc/ethereum/devnet"
-    ct = "-H 'Content-Type: application/json'"  # REST bodies say they are JSON (else 415)
-    hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
-    # A demo account with tokens and NFTs, and the demo token and collection.
-    holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
-    token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
-    collection = manifest.contracts.get("erc721_collection")
-    collection_address = collection.address if collection is not None else ""
-    # A transaction to simulate: the holder sends one CGT to the deployer.
-    send_one = abi.encode_call("transfer(address,uint256)", manifest.deployer, 10**18).hex()
-    sim_tx = f'{{"from":"{holder}","to":"{token}","data":"0x{send_one}"}}'
-    sim_body = f'{{"kind":"asset_changes","transactions":[{sim_tx}]}}'
     key_header = ""
     key_url = ""
     key_lines = "  API keys  off ([auth] enabled = false)\n"
@@ -172,7 +163,7 @@ def _dev_banner(
             f"            the same on every start: kept in {keys_path}\n"
             "            no rate or compute-unit limits (the dev account overrides its plan's)\n"
         )
-    return f"""
+    where = f"""
 chaingate dev is up.
   JSON-RPC  {rpc}{key_url}
   anvil     {anvil_url}  (chain id {anvil.DEVNET_CHAIN_ID})
@@ -181,7 +172,32 @@ chaingate dev is up.
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
 {dashboard}{key_lines}
-Try:
+"""
+    try_lines = _dev_try_lines(base, rpc, key_header, admin_token, manifest, webhook_variant)
+    return where + try_lines + "Ctrl-C stops chaingate and anvil.\n"
+
+
+def _dev_try_lines(
+    base: str,
+    rpc: str,
+    key_header: str,
+    admin_token: str,
+    manifest: Manifest,
+    webhook_variant: str,
+) -> str:
+    """A curl line for every feature, on the devnet's demo account, token and collection."""
+    ct = "-H 'Content-Type: application/json'"  # REST bodies say they are JSON (else 415)
+    hook_type = "address_activity" if webhook_variant == "a" else "ADDRESS_ACTIVITY"
+    # A demo account with tokens and NFTs, and the demo token and collection.
+    holder = manifest.accounts[2] if len(manifest.accounts) > 2 else manifest.deployer
+    token = manifest.contracts["erc20_cgt"].address if "erc20_cgt" in manifest.contracts else ""
+    collection = manifest.contracts.get("erc721_collection")
+    collection_address = collection.address if collection is not None else ""
+    # A transaction to simulate: the holder sends one CGT to the deployer.
+    send_one = abi.encode_call("transfer(address,uint256)", manifest.deployer, 10**18).hex()
+    sim_tx = f'{{"from":"{holder}","to":"{token}","data":"0x{send_one}"}}'
+    sim_body = f'{{"kind":"asset_changes","transactions":[{sim_tx}]}}'
+    return f"""Try:
   curl -s {rpc}{key_header} \\
        -H 'Content-Type: application/json' \\
        -d '{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}}'
@@ -228,7 +244,6 @@ Try:
    chaingate serve --workers N on PostgreSQL + Redis: docs/guides/operator.md)
   curl -s {base}/metrics -H 'Authorization: Bearer {admin_token}'
 
-Ctrl-C stops chaingate and anvil.
 """
 
 
