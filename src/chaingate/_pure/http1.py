@@ -354,42 +354,48 @@ class _BodyReader:
         self.direct = True
         self.whole = io.BytesIO()
 
+    def _step_direct(self, buf: bytes) -> bytes | None:
+        """A declared body going into its preallocated buffer."""
+        take = min(len(buf) - self.pos, self.remaining)
+        if self.whole is not None:
+            self.whole.write(memoryview(buf)[self.pos : self.pos + take])
+        self.pos += take
+        self.remaining -= take
+        if self.remaining:
+            return None
+        self.state = _HEAD
+        self.direct = False
+        whole, self.whole = self.whole, None
+        return b"" if whole is None else whole.getvalue()
+
+    def _step_length(self, buf: bytes) -> bytes | None:
+        """A declared body gathered in pieces (or discarded)."""
+        available = len(buf) - self.pos
+        if available < self.remaining:
+            if available >= PARTIAL_BODY_MIN:
+                # Set a big body's bytes aside as they come: appending every read to one
+                # bytes object would copy the body over and over (quadratic).
+                if not self.discard:
+                    self.parts.append(buf[self.pos :])
+                self.remaining -= available
+                self.pos = len(buf)
+            return None
+        body = b"" if self.discard else buf[self.pos : self.pos + self.remaining]
+        self.pos += self.remaining
+        self.state = _HEAD
+        if self.parts:
+            self.parts.append(body)
+            body = b"".join(self.parts)
+            self.parts = []
+        return body
+
     def step(self, too_large: str) -> bytes | HttpError | None:
         """Advance the body; return the whole body once complete, None when more is needed."""
         buf = self.buf
         while True:
             state = self.state
-            if state == _BODY_LENGTH and self.direct:
-                take = min(len(buf) - self.pos, self.remaining)
-                if self.whole is not None:
-                    self.whole.write(memoryview(buf)[self.pos : self.pos + take])
-                self.pos += take
-                self.remaining -= take
-                if self.remaining:
-                    return None
-                self.state = _HEAD
-                self.direct = False
-                whole, self.whole = self.whole, None
-                return b"" if whole is None else whole.getvalue()
             if state == _BODY_LENGTH:
-                available = len(buf) - self.pos
-                if available < self.remaining:
-                    if available >= PARTIAL_BODY_MIN:
-                        # Set a big body's bytes aside as they come: appending every read to
-                        # one bytes object would copy the body over and over (quadratic).
-                        if not self.discard:
-                            self.parts.append(buf[self.pos :])
-                        self.remaining -= available
-                        self.pos = len(buf)
-                    return None
-                body = b"" if self.discard else buf[self.pos : self.pos + self.remaining]
-                self.pos += self.remaining
-                self.state = _HEAD
-                if self.parts:
-                    self.parts.append(body)
-                    body = b"".join(self.parts)
-                    self.parts = []
-                return body
+                return self._step_direct(buf) if self.direct else self._step_length(buf)
             if state == _BODY_UNTIL_EOF:
                 available = len(buf) - self.pos
                 if self.received + available > self.max_body:
