@@ -30,6 +30,7 @@ import pytest
 import standardwebhooks
 
 from chaingate.benchsuite import (
+    chainsample,
     command,
     compare,
     hooksig,
@@ -269,6 +270,14 @@ def test_refusals_and_rate_limits_are_reported_as_such_not_as_slow(
         serve.start()
         free = serve.create_key(plan="free")  # 10 requests per second
         url = f"{serve.base}{RPC_PATH}"
+        # The bench draws its parameters through the first target's key: a limited one is
+        # waited for (its 429s' Retry-After), not a failed setup.  30 calls: 3 seconds' worth.
+        attempts: list[int] = []
+        rpc = chainsample.rpc_caller(f"{url}/{free}", {}, 10.0, lambda: attempts.append(1))
+        heads = [rpc("eth_blockNumber", []) for _ in range(30)]
+        assert all(isinstance(h, str) and h.startswith("0x") for h in heads)
+        assert len(attempts) >= 30
+        time.sleep(1.1)  # the key's allowance back for the bench
         done = bench(
             "rpc",
             "--target", f"limited={url}/{free}",

@@ -8,7 +8,9 @@ each has one right answer.
 from __future__ import annotations
 
 import json
+import math
 import random
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -26,6 +28,20 @@ MAX_ACCOUNTS = 20  # addresses probed with eth_getCode for accounts without code
 
 class SampleError(RuntimeError):
     pass
+
+
+class RateLimited(SampleError):
+    """A 429: the target's rate limit, to wait out (``retry_after`` seconds), not a failure."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# Drawing parameters through a rate-limited key (a Free plan's 10 requests a second) waits for
+# its allowance: at most this many waits per call, each at most MAX_RETRY_AFTER seconds.
+RATE_LIMIT_WAITS = 10
+MAX_RETRY_AFTER = 5.0
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> bytes:
@@ -53,9 +69,21 @@ def _fetch(request: urllib.request.Request, timeout: float) -> bytes:
             data: bytes = answer.read()
             return data
     except urllib.error.HTTPError as exc:
-        raise SampleError(f"HTTP {exc.code}: {exc.read()[:200]!r}") from None
+        message = f"HTTP {exc.code}: {exc.read()[:200]!r}"
+        if exc.code == 429:
+            raise RateLimited(message, _retry_after(exc.headers.get("Retry-After"))) from None
+        raise SampleError(message) from None
     except (urllib.error.URLError, OSError) as exc:
         raise SampleError(str(exc)) from None
+
+
+def _retry_after(value: str | None) -> float:
+    """Retry-After's seconds (1 when absent or a date), bounded by MAX_RETRY_AFTER."""
+    try:
+        seconds = float(value or "1")
+    except ValueError:
+        return 1.0
+    return min(max(seconds, 0.1), MAX_RETRY_AFTER) if math.isfinite(seconds) else 1.0
 
 
 Rpc = Callable[[str, list[Any]], Any]  # (method, params) -> result
@@ -63,10 +91,18 @@ Rpc = Callable[[str, list[Any]], Any]  # (method, params) -> result
 
 def rpc_caller(url: str, headers: dict[str, str], timeout: float, count: Callable[[], None]) -> Rpc:
     def call(method: str, params: list[Any]) -> object:
-        count()
-        payload = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        payload = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        for waits in range(RATE_LIMIT_WAITS + 1):
+            count()
+            try:
+                raw = post(url, payload.encode(), headers, timeout)
+                break
+            except RateLimited as limited:
+                if waits == RATE_LIMIT_WAITS:
+                    raise
+                time.sleep(limited.retry_after)
         try:
-            answer = json.loads(post(url, json.dumps(payload).encode(), headers, timeout))
+            answer = json.loads(raw)
         except ValueError:
             raise SampleError(f"{method}: the answer is not JSON") from None
         if not isinstance(answer, dict) or "result" not in answer:
