@@ -74,6 +74,14 @@ async def start(
     return Bundler(GatewayHandle(gateway, io.BytesIO()), node, manifest)
 
 
+async def send_sponsored(b: Bundler, version: Version) -> tuple[str, str]:
+    """(entry point, operation hash) of a sponsored operation sent to the bundler."""
+    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
+    op, _ = await sponsored_op(b, version)
+    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+    return entry_point, sent
+
+
 async def wait_status(b: Bundler, user_op_hash: str, wanted: set[str], wait: float = 20.0) -> Any:
     with trio.fail_after(wait):
         while True:
@@ -157,9 +165,7 @@ async def test_auto_mode_a_reorged_operation_is_bundled_again_by_itself_once(
     safe: bool,
 ) -> None:
     b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=safe)
-    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
-    op, op_hash = await sponsored_op(b, version)
-    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+    entry_point, sent = await send_sponsored(b, version)
     first = await b.receipt(sent)
     orphaned = first["receipt"]["blockHash"]
     # Mine nothing else before the reorg: the bundle's block must be the head.
@@ -191,9 +197,7 @@ async def test_no_receipt_answer_names_an_orphaned_bundle(
     the operation is included again; a run that misses the window passes (the window is the
     follower's poll, ~20-100 ms).  This was a bug once; the test keeps it fixed."""
     b = await start(nursery, module_devnet, tmp_path, mode="manual", safe=False)
-    entry_point = b.manifest.address("entry_point_v07")
-    op, _ = await sponsored_op(b, "0.7")
-    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, "0.7"), entry_point)
+    entry_point, sent = await send_sponsored(b, "0.7")
     bundle = await b.result("debug_bundler_sendBundleNow")
     await b.receipt(sent)
     rpc(b.node, "anvil_reorg", 1, [])
@@ -221,9 +225,7 @@ async def test_a_reorg_that_mines_the_same_bundle_again_leaves_it_included_blami
     with no bundle of its own reverted on it and no entity penalised for the FailedOp a second
     bundle would hit (the factory is blamed for AA10 "sender already constructed")."""
     b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
-    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
-    op, _ = await sponsored_op(b, version)
-    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+    entry_point, sent = await send_sponsored(b, version)
     first = await b.receipt(sent)
     orphaned = first["receipt"]["blockHash"]
     bundle_tx = first["receipt"]["transactionHash"]
@@ -277,9 +279,7 @@ async def test_a_reorg_while_the_submitter_still_waits_for_the_bundle_is_bundled
 
     monkeypatch.setattr(Submitter, "receipt", late_poll)
     b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
-    entry_point = b.manifest.address(f"entry_point_{TAGS[version]}")
-    op, _ = await sponsored_op(b, version)
-    sent = await b.result("eth_sendUserOperation", encode_user_operation(op, version), entry_point)
+    entry_point, sent = await send_sponsored(b, version)
     first = await b.receipt(sent)
     orphaned = first["receipt"]["blockHash"]
     assert rpc(b.node, "eth_getBlockByNumber", "latest", False)["hash"] == orphaned
