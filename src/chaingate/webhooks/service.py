@@ -34,8 +34,9 @@ from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
 from chaingate.webhooks.model import event_id
+from chaingate.webhooks.outbox import OUTBOX_CHANNEL, NewEvent
 from chaingate.webhooks.pending import PendingPoller
-from chaingate.webhooks.store import OUTBOX_CHANNEL, NewEvent, WebhookRow, WebhookRows
+from chaingate.webhooks.store import WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant, variant
 
 log = logging.getLogger("chaingate.webhooks")
