@@ -38,13 +38,14 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import distinct, procs, pyspy, scenarios, tools  # noqa: E402
+from benchkit import distinct, procs, pyspy, scenarios, threads, tools  # noqa: E402
 from benchkit.wrkload import Wrk  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 
 PAYMASTER_SIGNER = "0x" + "11" * 20  # as bench/run.py: the same cached devnet state
 TRANSFERS = 2_000
+RATE = 250  # py-spy samples per second
 CALLGRIND_START_TIMEOUT = 600.0  # imports under callgrind are ~50x slower
 
 
@@ -107,15 +108,22 @@ def profile_pyspy(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: 
     pid = server.process.pid
     assert pid is not None
     out = path.with_suffix(".pyspy.txt")
-    sampler = pyspy.Sampler(binary, pid, opts.seconds, out, rate=250)
-    if opts.native:
+    sampler = pyspy.Sampler(binary, pid, opts.seconds, out, rate=RATE)
+    if opts.native:  # native stacks need the process paused at each sample
+        sampler.argv.remove("--nonblocking")
         sampler.argv.append("--native")
+    before = threads.split_cpu(pid)
     with sampler:
         result = wrk.run(server.rpc_url, b"", opts.seconds + 1, requests=path)
+    used = threads.split_cpu(pid) - before
     if sampler.failure:
         raise SystemExit(sampler.failure)
     profile = pyspy.parse_collapsed(out.read_text())
     profile.label = f"{opts.scenario}, {result.rps:.0f} req/s under py-spy"
+    profile.rate, profile.requests = RATE, result.requests
+    if result.requests:
+        profile.main_cpu_us = used.main / result.requests * 1e6
+        profile.others_cpu_us = used.others / result.requests * 1e6
     return "\n".join(pyspy.render(profile, top=opts.top))
 
 

@@ -268,10 +268,13 @@ class Bench:
         gateway: procs.ChaingateServer | None,
         wrk: Wrk | None = None,
     ) -> Row:
+        pid = gateway.process.pid if gateway is not None else None
         wrk = wrk or self.wrk
         warm = wrk.run(url, scenario.body, self.opts.warmup, requests=scenario.requests)
+        # Each worker of several has its own /metrics, and a scrape reaches any one of them:
+        # their deltas would mix workers, so only a one-process chaingate's are shown.
+        gateway = gateway if gateway is None or gateway.workers == 1 else None
         before = gateway.metrics() if gateway else ""
-        pid = gateway.process.pid if gateway is not None else None
         cpu_before = self._cpu(target, pid)
         result = wrk.run(url, scenario.body, self.opts.duration, requests=scenario.requests)
         cpu = self._per_request(cpu_before, self._cpu(target, pid), result)
@@ -558,6 +561,11 @@ def bench(
     }
     runner = Bench(opts, wrk, urls, main, rep, pids, auth, shared)
     rep.workers[CHAINGATE] = opts.workers[0]
+    if max(opts.workers) > 1:
+        rep.notes.append(
+            "a chaingate with several workers has no /metrics deltas: each worker counts its "
+            "own, and a scrape reaches any one of them"
+        )
     for count in opts.workers[1:]:
         name = f"{CHAINGATE} x{count}"
         other = procs.ChaingateServer(
