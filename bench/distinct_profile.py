@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
+import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +38,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import distinct, procs, pyspy, scenarios, threads, tools  # noqa: E402
+from benchkit import callgrind, distinct, procs, pyspy, scenarios, threads, tools  # noqa: E402
 from benchkit.wrkload import Wrk  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
@@ -46,6 +46,7 @@ from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 PAYMASTER_SIGNER = "0x" + "11" * 20  # as bench/run.py: the same cached devnet state
 TRANSFERS = 2_000
 RATE = 250  # py-spy samples per second
+TICKS = os.sysconf("SC_CLK_TCK")
 CALLGRIND_START_TIMEOUT = 600.0  # imports under callgrind are ~50x slower
 
 
@@ -89,15 +90,26 @@ def _cpu(server: procs.ChaingateServer) -> float:
     return tools.process_cpu_seconds(tools.process_tree(pid)) if pid else 0.0
 
 
+def _user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` (every thread) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
 def _measured(wrk: Wrk, server: procs.ChaingateServer, path: Path, seconds: int) -> str:
-    """One plain run (no profiler attached): req/s and chaingate's CPU per request."""
-    before = _cpu(server)
+    """One plain run (no profiler attached): req/s and chaingate's CPU per request, in user
+    space and in the kernel (callgrind sees the first only)."""
+    pid = server.process.pid
+    assert pid is not None
+    user, system = _user_system(pid)
     result = wrk.run(server.rpc_url, b"", seconds, requests=path)
-    used = _cpu(server) - before
-    per = used / result.requests * 1e6 if result.requests else 0.0
+    user_after, system_after = _user_system(pid)
+    per = 1e6 / result.requests if result.requests else 0.0
     return (
-        f"unprofiled: {result.rps:.0f} req/s, chaingate CPU {per:.1f} µs per request, "
-        f"p99 {result.p99_ms:.2f} ms, {result.errors} errors ({seconds} s)"
+        f"Unprofiled ({seconds} s, wrk -c{wrk.connections}): {result.rps:.0f} req/s, chaingate "
+        f"CPU {(user_after - user + system_after - system) * per:.1f} µs per request = user "
+        f"{(user_after - user) * per:.1f} + system (kernel: sockets, epoll) "
+        f"{(system_after - system) * per:.1f}; p99 {result.p99_ms:.2f} ms, {result.errors} errors."
     )
 
 
@@ -127,37 +139,17 @@ def profile_pyspy(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: 
     return "\n".join(pyspy.render(profile, top=opts.top))
 
 
-def _annotate(out: Path, requests: int, top: int, inclusive: bool) -> list[str]:
-    argv = ["callgrind_annotate", "--threshold=99", str(out)]
-    if inclusive:
-        argv.insert(1, "--inclusive=yes")
-    text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    rows: list[tuple[int, str]] = []
-    total = 0
-    for line in text.splitlines():
-        found = re.match(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(.+)$", line)
-        if found is None:
-            continue
-        count = int(found.group(1).replace(",", ""))
-        if "PROGRAM TOTALS" in found.group(2):
-            total = count
-        elif total and len(rows) < top:
-            rows.append((count, found.group(2).strip()))
-    kind = "inclusive" if inclusive else "own"
-    lines = [
-        f"### Instructions, {kind} (callgrind_annotate{' --inclusive=yes' if inclusive else ''})",
-        "",
-        f"{total / max(requests, 1):,.0f} instructions per request in all "
-        f"({total:,} for {requests:,} requests).",
-        "",
-        "| share | instr/request | function |",
-        "|---:|---:|---|",
-    ]
-    lines += [
-        f"| {count / total:.1%} | {count / max(requests, 1):,.0f} | `{name[:140]}` |"
-        for count, name in rows
-    ]
-    return lines
+def _dump(pid: int, out: Path, before: set[Path]) -> Path:
+    """Dump callgrind's counts (zeroed after) and return the new file."""
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = set(out.parent.glob(out.name + "*")) - before
+        if new:
+            time.sleep(1.0)  # let it finish writing
+            return new.pop()
+        time.sleep(0.2)
+    raise SystemExit("callgrind wrote no dump")
 
 
 def profile_callgrind(
@@ -167,20 +159,35 @@ def profile_callgrind(
     assert pid is not None
     wrk.run(server.rpc_url, b"", 5, requests=path)  # warm-up, not instrumented
     subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    seen: set[Path] = set(out.parent.glob(out.name + "*"))
+    _dump(pid, out, seen)  # zero the counters: the windows start now
+    seen = set(out.parent.glob(out.name + "*"))
+    started = time.monotonic()
+    time.sleep(opts.seconds)  # the idle window: timers only
+    idle_dump = _dump(pid, out, seen)
+    idle_seconds = time.monotonic() - started
+    seen.add(idle_dump)
+    started = time.monotonic()
     result = wrk.run(server.rpc_url, b"", opts.seconds, requests=path)
+    load_dump = _dump(pid, out, seen)
+    load_seconds = time.monotonic() - started
     subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    time.sleep(1.0)
-    dumps = sorted(out.parent.glob(out.name + "*"), key=lambda p: p.stat().st_mtime)
-    if not dumps:
-        raise SystemExit("callgrind wrote no profile")
+    scale = load_seconds / idle_seconds
+    idle_total, idle_own = callgrind.counts(idle_dump)
+    load_total, load_own = callgrind.counts(load_dump)
+    _, idle_incl = callgrind.counts(idle_dump, inclusive=True)
+    _, load_incl = callgrind.counts(load_dump, inclusive=True)
+    own = callgrind.net(load_own, idle_own, scale)
+    inclusive = callgrind.net(load_incl, idle_incl, scale)
     lines = [
-        f"## Where the instructions go: {opts.scenario}, {result.requests:,} requests "
-        f"under callgrind ({result.rps:.0f} req/s)",
+        f"## Where the instructions go: {opts.scenario} under callgrind",
         "",
+        f"Idle window {idle_seconds:.1f} s: {idle_total:,} instructions (timers only).  Load "
+        f"window {load_seconds:.1f} s: {load_total:,} instructions, {result.requests:,} "
+        f"requests ({result.rps:.0f} req/s, {result.errors} errors).",
+        "",
+        *callgrind.render(own, inclusive, result.requests, opts.top),
     ]
-    lines += _annotate(dumps[-1], result.requests, opts.top, inclusive=False)
-    lines += ["", *_annotate(dumps[-1], result.requests, opts.top, inclusive=True)]
     return "\n".join(lines)
 
 
@@ -215,8 +222,7 @@ def run(opts: Options, stack: contextlib.ExitStack) -> str:
     )
     report = [f"# {opts.scenario}: {scenarios.DISTINCT_NOTES[opts.scenario[9:]]}", ""]
     if opts.tool == "py-spy":
-        report.append(_measured(wrk, server, path, 10))
-        report += ["", profile_pyspy(opts, wrk, server, path)]
+        report += [_measured(wrk, server, path, 10), "", profile_pyspy(opts, wrk, server, path)]
     else:
         report += ["", profile_callgrind(opts, wrk, server, path, callgrind_out)]
     return "\n".join(report) + "\n"
