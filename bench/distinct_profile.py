@@ -1,25 +1,26 @@
-"""Where a distinct proxied request's CPU goes in chaingate: py-spy or callgrind under wrk.
+"""Where a distinct proxied request's CPU goes in chaingate: py-spy or perf under wrk.
 
     python bench/distinct_profile.py [--scenario distinct-balance] [--seconds 20]
-                                     [--tool py-spy|callgrind] [--py-spy PATH] [--native]
+                                     [--tool py-spy|perf] [--py-spy PATH] [--native]
                                      [--connections 32] [--top 25] [--out PATH]
 
 The devnet and chaingate of ``bench/run.py``'s ``distinct-...`` scenarios (anvil bootstrapped,
 10,000 holders, the transfers; one ``chaingate serve`` with the production defaults: API keys
-on, access log on), one scenario's load from wrk, and one of:
+on, access log on), one scenario's load from wrk: first a plain run (req/s, chaingate's CPU per
+request in user space and in the kernel), then the same load again under one of:
 
 * ``py-spy`` (``pip install --target /tmp/pyspy py-spy``; ``--py-spy /tmp/pyspy/bin/py-spy``):
-  samples the event loop's thread while wrk drives the load; the report gives the request's
-  parts, the hottest functions by own time and chaingate's by inclusive time
-  (``benchkit/pyspy.py``), with ``--native`` the compiled lane's C functions too.
-* ``callgrind`` (valgrind): chaingate runs under callgrind, instrumentation off until the load
-  has warmed up, then on for ``--seconds`` of load (a slower one: ``--connections 4``); the
-  report gives instructions per request and the functions with the most instructions, own
-  and inclusive (``callgrind_annotate``), which is where the compiled lane and the interpreter
-  spend them.
+  samples the event loop's thread; the report gives the request's parts, the hottest Python
+  functions by own time (C code, the compiled lane's included, counts in its Python caller) and
+  chaingate's by inclusive time (``benchkit/pyspy.py``).  ``--native`` adds C frames, but must
+  pause the process at each sample, and counts a thread waiting in epoll_wait as busy.
+* ``perf`` (``perf record -e cpu-clock``, a software clock: it works where the hardware
+  counters do not, as on this VM): every thread's CPU by library (kernel, interpreter, compiled
+  lane, libc...) and by C function (``benchkit/perfprof.py``).
 
-CPU time per request (from /proc) is measured in the same run, outside the profiler's window
-for callgrind.  Absolute numbers depend on the machine and its load; the shares are the point.
+callgrind is no use here: under it chaingate answers a few dozen requests a second, while its
+timers fire by the wall clock, so their instructions swamp the requests'.  Absolute numbers
+depend on the machine and its load; the shares are the point.
 """
 
 from __future__ import annotations
@@ -28,17 +29,15 @@ import argparse
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import callgrind, distinct, procs, pyspy, scenarios, threads, tools  # noqa: E402
+from benchkit import distinct, perfprof, procs, pyspy, scenarios, threads, tools  # noqa: E402
 from benchkit.wrkload import Wrk  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
@@ -47,7 +46,6 @@ PAYMASTER_SIGNER = "0x" + "11" * 20  # as bench/run.py: the same cached devnet s
 TRANSFERS = 2_000
 RATE = 250  # py-spy samples per second
 TICKS = os.sysconf("SC_CLK_TCK")
-CALLGRIND_START_TIMEOUT = 600.0  # imports under callgrind are ~50x slower
 
 
 @dataclass(frozen=True)
@@ -67,16 +65,15 @@ def parse_args(argv: list[str] | None) -> Options:
     kinds = [f"distinct-{kind}" for kind in scenarios.DISTINCT_NOTES]
     parser.add_argument("--scenario", choices=kinds, default="distinct-balance")
     parser.add_argument("--seconds", type=int, default=20, help="of profiled load")
-    parser.add_argument("--tool", choices=("py-spy", "callgrind"), default="py-spy")
+    parser.add_argument("--tool", choices=("py-spy", "perf"), default="py-spy")
     parser.add_argument("--py-spy", help="the py-spy binary (default: beside python, on PATH)")
     parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
-    parser.add_argument("--connections", type=int, help="wrk connections (32; callgrind 4)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections")
     parser.add_argument("--top", type=int, default=25, help="functions listed")
     parser.add_argument("--out", type=Path, help="write the report here too")
     args = parser.parse_args(argv)
-    connections = args.connections or (4 if args.tool == "callgrind" else 32)
     return Options(
-        args.scenario, args.seconds, args.tool, args.py_spy, args.native, connections,
+        args.scenario, args.seconds, args.tool, args.py_spy, args.native, args.connections,
         args.top, args.out,
     )  # fmt: skip
 
@@ -98,7 +95,7 @@ def _user_system(pid: int) -> tuple[float, float]:
 
 def _measured(wrk: Wrk, server: procs.ChaingateServer, path: Path, seconds: int) -> str:
     """One plain run (no profiler attached): req/s and chaingate's CPU per request, in user
-    space and in the kernel (callgrind sees the first only)."""
+    space and in the kernel."""
     pid = server.process.pid
     assert pid is not None
     user, system = _user_system(pid)
@@ -139,54 +136,29 @@ def profile_pyspy(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: 
     return "\n".join(pyspy.render(profile, top=opts.top))
 
 
-def _dump(pid: int, out: Path, before: set[Path]) -> Path:
-    """Dump callgrind's counts (zeroed after) and return the new file."""
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        new = set(out.parent.glob(out.name + "*")) - before
-        if new:
-            time.sleep(1.0)  # let it finish writing
-            return new.pop()
-        time.sleep(0.2)
-    raise SystemExit("callgrind wrote no dump")
-
-
-def profile_callgrind(
-    opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: Path, out: Path
-) -> str:
+def profile_perf(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: Path) -> str:
     pid = server.process.pid
     assert pid is not None
-    wrk.run(server.rpc_url, b"", 5, requests=path)  # warm-up, not instrumented
-    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
-    seen: set[Path] = set(out.parent.glob(out.name + "*"))
-    _dump(pid, out, seen)  # zero the counters: the windows start now
-    seen = set(out.parent.glob(out.name + "*"))
-    started = time.monotonic()
-    time.sleep(opts.seconds)  # the idle window: timers only
-    idle_dump = _dump(pid, out, seen)
-    idle_seconds = time.monotonic() - started
-    seen.add(idle_dump)
-    started = time.monotonic()
-    result = wrk.run(server.rpc_url, b"", opts.seconds, requests=path)
-    load_dump = _dump(pid, out, seen)
-    load_seconds = time.monotonic() - started
-    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
-    scale = load_seconds / idle_seconds
-    idle_total, idle_own = callgrind.counts(idle_dump)
-    load_total, load_own = callgrind.counts(load_dump)
-    _, idle_incl = callgrind.counts(idle_dump, inclusive=True)
-    _, load_incl = callgrind.counts(load_dump, inclusive=True)
-    own = callgrind.net(load_own, idle_own, scale)
-    inclusive = callgrind.net(load_incl, idle_incl, scale)
+    data = path.with_suffix(".perf.data")
+    user, system = _user_system(pid)
+    recorder = perfprof.record(pid, opts.seconds, data)
+    result = wrk.run(server.rpc_url, b"", opts.seconds + 1, requests=path)
+    recorder.wait(timeout=60)
+    user_after, system_after = _user_system(pid)
+    cpu_us = (
+        (user_after - user + system_after - system) / result.requests * 1e6
+        if result.requests
+        else None
+    )
     lines = [
-        f"## Where the instructions go: {opts.scenario} under callgrind",
+        f"## Where the CPU goes: {opts.scenario} under perf (cpu-clock, {perfprof.FREQUENCY} Hz, "
+        "every thread of chaingate)",
         "",
-        f"Idle window {idle_seconds:.1f} s: {idle_total:,} instructions (timers only).  Load "
-        f"window {load_seconds:.1f} s: {load_total:,} instructions, {result.requests:,} "
-        f"requests ({result.rps:.0f} req/s, {result.errors} errors).",
+        f"{result.rps:.0f} req/s, {result.errors} errors; chaingate CPU "
+        f"{cpu_us or 0:.1f} µs per request (user {user_after - user:.2f} s, system "
+        f"{system_after - system:.2f} s in all).",
         "",
-        *callgrind.render(own, inclusive, result.requests, opts.top),
+        *perfprof.render(data, cpu_us, opts.top),
     ]
     return "\n".join(lines)
 
@@ -205,14 +177,8 @@ def run(opts: Options, stack: contextlib.ExitStack) -> str:
         workdir, "chaingate", anvil.url, access_log=True, coalesce=True, auth=auth
     )
     server.create_key()
-    callgrind_out = workdir / "callgrind.out"
-    if opts.tool == "callgrind":
-        server.process.argv[:0] = [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={callgrind_out}",
-        ]  # fmt: skip
     stack.callback(server.stop)
-    server.start(timeout=CALLGRIND_START_TIMEOUT if opts.tool == "callgrind" else 30.0)
+    server.start(timeout=30.0)
     say(f"chaingate on :{server.port} (impl {server.impl()}) under {opts.tool}")
     wrk = Wrk(
         tools.require_tools(("wrk",))["wrk"],
@@ -221,10 +187,11 @@ def run(opts: Options, stack: contextlib.ExitStack) -> str:
         headers=tuple(server.headers.items()),
     )
     report = [f"# {opts.scenario}: {scenarios.DISTINCT_NOTES[opts.scenario[9:]]}", ""]
+    report += [_measured(wrk, server, path, 10), ""]
     if opts.tool == "py-spy":
-        report += [_measured(wrk, server, path, 10), "", profile_pyspy(opts, wrk, server, path)]
+        report.append(profile_pyspy(opts, wrk, server, path))
     else:
-        report += ["", profile_callgrind(opts, wrk, server, path, callgrind_out)]
+        report.append(profile_perf(opts, wrk, server, path))
     return "\n".join(report) + "\n"
 
 
