@@ -1,7 +1,7 @@
 """Where a distinct proxied request's CPU goes in chaingate: py-spy or perf under wrk.
 
     python bench/distinct_profile.py [--scenario distinct-balance] [--seconds 20]
-                                     [--tool py-spy|perf] [--py-spy PATH] [--native]
+                                     [--tool py-spy|perf|strace] [--py-spy PATH] [--native]
                                      [--connections 32] [--top 25] [--out PATH]
 
 The devnet and chaingate of ``bench/run.py``'s ``distinct-...`` scenarios (anvil bootstrapped,
@@ -17,6 +17,7 @@ request in user space and in the kernel), then the same load again under one of:
 * ``perf`` (``perf record -e cpu-clock``, a software clock: it works where the hardware
   counters do not, as on this VM): every thread's CPU by library (kernel, interpreter, compiled
   lane, libc...) and by C function (``benchkit/perfprof.py``).
+* ``strace``: syscalls per request, every thread (``strace -c -f``, which slows them).
 
 callgrind is no use here: under it chaingate answers a few dozen requests a second, while its
 timers fire by the wall clock, so their instructions swamp the requests'.  Absolute numbers
@@ -29,8 +30,11 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +69,7 @@ def parse_args(argv: list[str] | None) -> Options:
     kinds = [f"distinct-{kind}" for kind in scenarios.DISTINCT_NOTES]
     parser.add_argument("--scenario", choices=kinds, default="distinct-balance")
     parser.add_argument("--seconds", type=int, default=20, help="of profiled load")
-    parser.add_argument("--tool", choices=("py-spy", "perf"), default="py-spy")
+    parser.add_argument("--tool", choices=("py-spy", "perf", "strace"), default="py-spy")
     parser.add_argument("--py-spy", help="the py-spy binary (default: beside python, on PATH)")
     parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections")
@@ -163,6 +167,42 @@ def profile_perf(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: P
     return "\n".join(lines)
 
 
+def profile_strace(opts: Options, wrk: Wrk, server: procs.ChaingateServer, path: Path) -> str:
+    """Syscalls per request: ``strace -c -f`` attached for the load (which it slows)."""
+    pid = server.process.pid
+    assert pid is not None
+    out = path.with_suffix(".strace.txt")
+    tracer = subprocess.Popen(
+        ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # attached to every thread
+    result = wrk.run(server.rpc_url, b"", opts.seconds, requests=path)
+    tracer.send_signal(signal.SIGINT)  # strace prints its summary on detaching
+    tracer.wait(timeout=60)
+    per = max(result.requests, 1)
+    rows = []
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            calls = int(fields[3])
+            rows.append((calls, fields[-1]))
+    rows.sort(reverse=True)
+    lines = [
+        f"## Syscalls per request: {opts.scenario} under strace -c -f",
+        "",
+        f"{result.requests:,} requests ({result.rps:.0f} req/s under strace, which slows every "
+        f"syscall: the counts are the point); {sum(c for c, _ in rows) / per:.2f} syscalls per "
+        "request in all, every thread (timers' included).",
+        "",
+        "| syscall | per request |",
+        "|---|---:|",
+    ]
+    lines += [f"| {name} | {calls / per:.2f} |" for calls, name in rows[: opts.top]]
+    return "\n".join(lines)
+
+
 def run(opts: Options, stack: contextlib.ExitStack) -> str:
     workdir = Path(tempfile.mkdtemp(prefix="chaingate-profile-"))
     stack.callback(shutil.rmtree, workdir, ignore_errors=True)
@@ -188,10 +228,8 @@ def run(opts: Options, stack: contextlib.ExitStack) -> str:
     )
     report = [f"# {opts.scenario}: {scenarios.DISTINCT_NOTES[opts.scenario[9:]]}", ""]
     report += [_measured(wrk, server, path, 10), ""]
-    if opts.tool == "py-spy":
-        report.append(profile_pyspy(opts, wrk, server, path))
-    else:
-        report.append(profile_perf(opts, wrk, server, path))
+    tool = {"py-spy": profile_pyspy, "perf": profile_perf, "strace": profile_strace}[opts.tool]
+    report.append(tool(opts, wrk, server, path))
     return "\n".join(report) + "\n"
 
 
