@@ -213,7 +213,7 @@ data_dir = "{data_dir}"
 [server]
 host = "{LOOPBACK}"
 port = {port}
-workers = {workers}
+{f"workers = {workers}" if workers > 1 else "# one process (a --baseline may predate workers)"}
 shutdown_grace = 2.0
 
 [rpc]
