@@ -68,6 +68,14 @@ def render(data: Path, cpu_us: float | None, top: int) -> list[str]:
     ranked = sorted(by_part.items(), key=lambda item: -item[1])
     lines = ["| part | share of samples | ≈ CPU µs/request |", "|---|---:|---:|"]
     lines += [f"| {name} | {p:.1f}% | {us(p)} |" for name, p in ranked]
+    lines += [
+        "",
+        "By thread (its name):",
+        "",
+        "| share | ≈ µs/request | thread |",
+        "|---:|---:|---|",
+    ]
+    lines += [f"| {p:.1f}% | {us(p)} | `{key}` |" for p, key in shares(data, "comm")]
     lines += ["", "Functions by own samples:", "", "| share | ≈ µs/request | library, function |"]
     lines += ["|---:|---:|---|"]
     lines += [f"| {p:.1f}% | {us(p)} | `{key}` |" for p, key in shares(data, "dso,sym")[:top]]
