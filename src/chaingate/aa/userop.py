@@ -17,6 +17,7 @@ bytes) names no factory: the EntryPoint hashes the sender's delegate in its plac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -289,6 +290,7 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
     return keccak256(abi.encode(_PACKED_HASH_TYPES, values))
 
 
+@functools.lru_cache(maxsize=64)  # a few EntryPoints and chains: every v0.8 hash needs it
 def domain_separator(entry_point: str, chain_id: int) -> bytes:
     """The v0.8 EntryPoint's EIP-712 domain separator (getDomainSeparatorV4)."""
     return keccak256(
