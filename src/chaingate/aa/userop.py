@@ -185,6 +185,15 @@ def from_paymaster_and_data(data: bytes, version: Version) -> tuple[str | None, 
     )
 
 
+def encoded_size(op: UserOperation, version: Version) -> int:
+    """``len(abi.encode(OP_TUPLE_TYPE[version], packed(op, version)))`` without encoding it
+    (sanity's size bound, on every operation): a word per field, and each of the four byte
+    strings its length word and its bytes padded to words."""
+    words = 11 if require_version(version) == "0.6" else 9
+    dynamic = (op.init_code, op.call_data, op.paymaster_and_data(version), op.signature)
+    return 32 * words + sum(32 + (len(b) + 31) // 32 * 32 for b in dynamic)
+
+
 def packed(op: UserOperation, version: Version) -> tuple[Any, ...]:
     """The struct ``handleOps`` takes, for ``abi.encode(OP_TUPLE_TYPE[version], ...)``."""
     if require_version(version) == "0.6":

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import trio
 
-from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, packed, require_version
+from chaingate.aa.userop import UserOperation, Version, encoded_size, require_version
 from chaingate.bundler.errors import INVALID_PARAMS, PAYMASTER_BALANCE, BundlerFault
 from chaingate.bundler.estimation import pre_verification_gas
 from chaingate.bundler.simulation import NodeClient
@@ -90,7 +90,7 @@ def required_prefund(op: UserOperation, version: Version) -> int:
 def check_static(op: UserOperation, version: Version, limits: SanityLimits) -> None:
     """The checks that need only the operation."""
     version = require_version(version)
-    size = len(abi.encode(OP_TUPLE_TYPE[version], packed(op, version)))
+    size = encoded_size(op, version)
     if size > limits.max_op_bytes:
         raise _fault("callData", f"the operation is {size} bytes; at most {limits.max_op_bytes}")
     if op.verification_gas_limit > limits.max_verification_gas:
