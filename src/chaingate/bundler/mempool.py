@@ -261,6 +261,9 @@ class Mempool:
         self._by_sender: dict[str, set[str]] = {}
         self._entities: Counter[str] = Counter()  # factory/paymaster/aggregator -> live ops
         self._costs: Counter[str] = Counter()  # paymaster -> its live ops' max_cost (EREP-010)
+        # (role, address) -> the stakes its live ops recorded, counted: precheck reads the
+        # highest of a few distinct values, not every live entry (a factory names them all).
+        self._stakes: dict[tuple[Title, str], Counter[Stake]] = {}
         self._finals: OrderedDict[str, Entry] = OrderedDict()
 
     # --- lookups ---------------------------------------------------------------------------
@@ -370,11 +373,11 @@ class Mempool:
         if address is None or (title != "account" and not self._entities[address]):
             return Stake()
         if title == "account":
-            stakes = [self._live[h].sender_stake for h in self._by_sender.get(address, ())]
-        elif title == "factory":
-            stakes = [e.factory_stake for e in self._live.values() if e.factory == address]
+            stakes: Iterable[Stake] = [
+                self._live[h].sender_stake for h in self._by_sender.get(address, ())
+            ]
         else:
-            stakes = [e.paymaster_stake for e in self._live.values() if e.paymaster == address]
+            stakes = self._stakes.get((title, address), ())
         return max(stakes, key=lambda s: (s.stake, s.unstake_delay_sec), default=Stake())
 
     def _check_known(self, entry: Entry) -> None:
@@ -755,6 +758,17 @@ class Mempool:
             out.append(("aggregator", entry.aggregator))
         return out
 
+    @staticmethod
+    def _stakes_of(entry: Entry) -> list[tuple[tuple[Title, str], Stake]]:
+        """The factory's and paymaster's stakes the entry recorded (``_seen_stake``'s index;
+        ``_replace`` never changes them)."""
+        out: list[tuple[tuple[Title, str], Stake]] = []
+        if entry.factory is not None:
+            out.append((("factory", entry.factory), entry.factory_stake))
+        if entry.paymaster is not None:
+            out.append((("paymaster", entry.paymaster), entry.paymaster_stake))
+        return out
+
     def _take_order(self) -> int:
         self._next_order += 1
         return self._next_order
@@ -766,6 +780,8 @@ class Mempool:
         self._by_sender.setdefault(entry.sender, set()).add(entry.hash)
         for _, address in self._entities_of(entry):
             self._entities[address] += 1
+        for key, stake in self._stakes_of(entry):
+            self._stakes.setdefault(key, Counter())[stake] += 1
         if entry.paymaster is not None:
             self._costs[entry.paymaster] += max_cost(entry)
 
@@ -781,6 +797,13 @@ class Mempool:
             self._entities[address] -= 1
             if self._entities[address] <= 0:
                 del self._entities[address]
+        for key, stake in self._stakes_of(entry):
+            counted = self._stakes[key]
+            counted[stake] -= 1
+            if counted[stake] <= 0:
+                del counted[stake]
+                if not counted:
+                    del self._stakes[key]
         if entry.paymaster is not None:
             self._costs[entry.paymaster] -= max_cost(entry)
             if self._costs[entry.paymaster] <= 0:

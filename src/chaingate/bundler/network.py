@@ -146,7 +146,13 @@ class BundlerNetwork:
                 else 0
             )
             validated = await self.admission.validate(
-                op, entry_point, version, self.head, paymaster_pending=pending, delegate=delegate
+                op,
+                entry_point,
+                version,
+                self.head,
+                paymaster_pending=pending,
+                delegate=delegate,
+                op_hash=provisional.hash,
             )
             async with self._lock:
                 added = self.mempool.add(
@@ -155,12 +161,16 @@ class BundlerNetwork:
                 changed = [added.entry, *added.evicted]
                 if added.replaced is not None:
                     changed.append(added.replaced)  # kept, dropped: "replaced by <hash>"
+                # One transaction (one commit) with the reputation it changed.
+                reputation = self.reputation.changes()
                 try:
-                    await self.store.save_bundler_entries(self.chain, self.network, changed)
+                    await self.store.save_bundler_entries(
+                        self.chain, self.network, changed, reputation=reputation
+                    )
                 except BaseException:
                     self.mempool.forget(added)  # not kept: not accepted
+                    self.reputation.untake(reputation)
                     raise
-                await self.save_reputation()
         except BundlerFault as fault:
             self.rejected[fault.code] += 1
             raise
