@@ -52,6 +52,7 @@ from chaingate.chain.events import (
 from chaingate.chain.heads import HeadNotifier
 from chaingate.chain.ranges import RangeFetcher
 from chaingate.chain.store import ChainCursor, StoredBlock
+from chaingate.chain.tap import Tap
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
 from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
@@ -122,6 +123,7 @@ class Follower:
         self.notifier = HeadNotifier(list(ws_urls), self.label) if ws_urls else None
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
+        self._taps: list[Tap] = []
         # Set once the stored cursor and window are loaded.
         self.loaded = trio.Event()
         # The network's origin (see ``origin``), and an event set once it is known.
@@ -167,6 +169,18 @@ class Follower:
         send, receive = trio.open_memory_channel[ChainEvent](size)
         self._consumers.append((name, send))
         return receive
+
+    def tap(self, name: str, size: int | None = None) -> Tap:
+        """A queue of this follower's events for a consumer run in terms, that the follower
+        never waits for (``chaingate.chain.feed``; ``size``: ``consumer_buffer``)."""
+        tap = Tap(name, self._settings.consumer_buffer if size is None else size)
+        self._taps.append(tap)
+        return tap
+
+    def _offer(self, event: ChainEvent) -> None:
+        """To every tap, in the same step as the window's change (``chaingate.chain.feed``)."""
+        for tap in self._taps:
+            tap.offer(event)
 
     async def origin(self) -> int:
         """The first block this deployment followed on the network: stored, or claimed on
@@ -222,6 +236,8 @@ class Follower:
                 await self._save()
             for _, send in self._consumers:
                 send.close()
+            for tap in self._taps:
+                tap.end()
 
     async def _loop(self) -> None:
         failures = 0
@@ -406,6 +422,7 @@ class Follower:
             block = self.window.tip
             await self._emit(Revert(block))
             self.window.pop()
+            self._offer(Revert(block))
             self._unsaved = [b for b in self._unsaved if b.header.number < block.header.number]
             self._dirty = True
             self.stats["reverted"] += 1
@@ -421,7 +438,10 @@ class Follower:
         log.error(
             "reorg deeper than the window", extra={"fields": {"network": self.label, "why": why}}
         )
-        for block in self.window.clear():
+        reverted = self.window.clear()
+        for block in reverted:
+            self._offer(Revert(block))
+        for block in reverted:
             self.stats["reverted"] += 1
             await self._emit(Revert(block))
         self._unsaved = []
@@ -587,6 +607,7 @@ class Follower:
 
     async def _apply(self, block: Block, *, live: bool) -> None:
         self.window.push(block)
+        self._offer(Apply(block, live))
         self._pushed.set()
         self._pushed = trio.Event()
         try:
@@ -604,6 +625,7 @@ class Follower:
         while self._finalized < ready:
             final = self.window.get(self._finalized + 1)
             if final is not None:
+                self._offer(Finalized(final.header))
                 await self._emit(Finalized(final.header))
             self._finalized += 1
         self._publish()
