@@ -7,14 +7,17 @@ included (what its events apply, in order, is anvil's canonical chain).
 from __future__ import annotations
 
 import functools
+import logging
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 import trio
 
+from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, ChainEvent, Revert
 from chaingate.chain.feed import TermFeed
+from chaingate.chain.store import ChainRows
 from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import LocalLeadership
 from chaingate.devnet.anvil import AnvilProcess
@@ -192,3 +195,82 @@ async def test_a_term_ends_and_the_next_goes_on_from_the_consumer_s_position(
     await run.wait_for_head(node.url, limit=60)
     nursery.start_soon(term, trio.CancelScope())
     await assert_has_every_block_once(slow, node.url, 2)
+
+
+class Kept:
+    """A consumer with a kept position, as the wallets' and bundler's trackers run."""
+
+    def __init__(self, position: KeptPosition) -> None:
+        self.position = position
+        self.events: list[ChainEvent] = []
+
+    async def handle(self, event: ChainEvent) -> None:
+        self.events.append(event)
+
+    async def run(self, events: TermFeed) -> None:
+        await consume(
+            events,
+            self.handle,
+            name="test",
+            label="ethereum/devnet",
+            stats=self.position.stats,
+            log=logging.getLogger("test"),
+            position=self.position,
+        )
+
+    def applied(self) -> list[int]:
+        return [e.block.header.number for e in self.events if isinstance(e, Apply)]
+
+
+async def run_kept(run: Run, nursery: trio.Nursery, name: str) -> Kept:
+    follower = run.follower
+    position = KeptPosition(
+        run.gateway.store,
+        name,
+        follower.chain,
+        follower.network,
+        Counter(),
+        begins_at=follower.started_at,
+    )
+    kept = Kept(position)
+    stream = follower_terms(
+        LocalLeadership(), name, follower, follower.tap(name), kept.run, position
+    )
+    await nursery.start(stream.run)
+    return kept
+
+
+async def test_a_kept_position_consumer_begins_where_it_was_created_not_at_the_origin(
+    follow: Starter, node: AnvilProcess, nursery: trio.Nursery, store_url: str
+) -> None:
+    """On a deployment's first start, at the origin with the follower; enabled on a
+    deployment that followed the network before, after the follower's stored cursor (its
+    history is not replayed), claimed as its position at once."""
+    await emit_logs(node.url, 5)
+    first = await follow(node.url, store_url=store_url, start_block=1)
+    await first.wait_for_head(node.url)
+    assert await first.follower.started_at() is None
+    early = await run_kept(first, nursery, "early")
+    head = await head_number(node.url)
+    await until(lambda: early.applied()[-1:] == [head])
+    assert early.applied() == list(range(1, head + 1))  # the origin: follower.start_block
+    rows = ChainRows(first.gateway.store)
+    stored = await rows.chain_cursor("ethereum", "devnet")
+    assert stored is not None and stored[0] == head  # saved live, before the stop
+    first.scope.cancel()
+    await emit_logs(node.url, 4)  # the chain moves on while chaingate is down
+
+    second = await follow(node.url, store_url=store_url, start_block=1)
+    await second.wait_for_head(node.url)
+    assert await second.follower.started_at() == stored
+    late = await run_kept(second, nursery, "late")
+    new_head = await head_number(node.url)
+    await until(lambda: late.applied()[-1:] == [new_head])
+    assert late.applied() == list(range(head + 1, new_head + 1))
+    rows = ChainRows(second.gateway.store)
+    saved = await rows.consumer_position("late", "ethereum", "devnet")
+    assert saved is not None and saved[0] >= head
+    # One that saved a position goes on from it (here: "early", from before the stop).
+    again = await run_kept(second, nursery, "early")
+    await until(lambda: again.applied()[-1:] == [new_head])
+    assert again.applied()[0] <= head + 1

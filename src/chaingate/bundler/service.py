@@ -162,6 +162,7 @@ class BundlerService:
                     included=bundler_net.included,
                     reverted=bundler_net.reverted,
                     head=bundler_net.on_head,
+                    begins_at=follower.started_at,
                 )
                 self._taps[key] = follower.tap("bundler")
 

@@ -124,8 +124,9 @@ class Follower:
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
         self._taps: list[Tap] = []
-        # Set once the stored cursor and window are loaded.
+        # Set once the stored cursor and window are loaded; that cursor (None: none stored).
         self.loaded = trio.Event()
+        self._loaded_cursor: tuple[int, str] | None = None
         # The network's origin (see ``origin``), and an event set once it is known.
         self._origin: int | None = None
         self._origin_known = trio.Event()
@@ -189,6 +190,12 @@ class Follower:
         await self._origin_known.wait()
         assert self._origin is not None
         return self._origin
+
+    async def started_at(self) -> tuple[int, str] | None:
+        """The last block followed on the network before this process began (its stored
+        cursor, as loaded); None when nothing was (the deployment's first start)."""
+        await self.loaded.wait()
+        return self._loaded_cursor
 
     async def wait_tip(self) -> None:
         """Returns once the window holds a block: the stored one loaded, or a first block
@@ -292,7 +299,7 @@ class Follower:
             self._know_origin(origin)
         if cursor is None:
             return
-        self._expect = (cursor.number, cursor.hash)
+        self._expect = self._loaded_cursor = (cursor.number, cursor.hash)
         try:
             for row in stored:
                 if row.number <= cursor.number:

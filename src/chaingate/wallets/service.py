@@ -110,6 +110,7 @@ class WalletService:
                     entry_points=list(wallet_net.entry_points.values()),
                     paymasters=list(wallet_net.paymasters.values()),
                     client=clients[key],
+                    begins_at=follower.started_at,
                 )
                 self._taps[key] = follower.tap("wallets")
 
