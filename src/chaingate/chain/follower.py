@@ -14,14 +14,20 @@ How it works (every step restartable, state in the store):
    to a block the window holds (``window.find_fork``); emit ``Revert`` for every held block
    above that ancestor (newest first), then fetch the new branch's logs by block hash and emit
    ``Apply`` for each new block (oldest first); emit ``Finalized`` as blocks pass the depth.
-4. After every consumer has taken a block's events, the cursor and window are saved in one
+4. After every subscriber has taken a block's events, the cursor and window are saved in one
    transaction (per block when live, per range when backfilling).
 
-Consumers call ``subscribe()`` and read an async stream of ``ChainEvent`` (see
-``chaingate.chain.events`` for the ordering guarantees).  Each stream has a bounded buffer:
-when a consumer falls behind, the follower waits for it (backpressure) rather than dropping
-events — a consumer that must never slow the chain down (the WebSocket hub) drains its
-stream into its own per-client queues.
+Two kinds of consumer (see ``chaingate.chain.events`` for the ordering guarantees):
+
+* ``subscribe()``: an async stream of ``ChainEvent`` with a bounded buffer; when such a
+  consumer falls behind, the follower waits for it (backpressure).  For consumers that keep
+  no position and are never slow: the gas oracle, the WebSocket hub (which drains its stream
+  into its own per-client queues).
+* ``tap()``: for a consumer run in terms that keeps its own position (the indexer, the
+  webhook matcher, the wallets' and bundler's trackers): a queue the follower offers every
+  event to and never waits for; a consumer that falls behind catches up by itself from the
+  window or the node (``chaingate.chain.feed``), so it holds back neither the follower nor
+  the other consumers.
 """
 
 from __future__ import annotations
