@@ -4,8 +4,9 @@ without ever holding the follower back.
 A consumer run in terms (``chaingate.cluster.gates``) is fed through a ``Tap``: a queue of
 ``consumer_buffer`` events the follower offers each event to without waiting, in the same
 step (no await between) as the event's change to its window — ``Apply`` right after the block
-joins the window, ``Revert`` right after it leaves.  So at any await, a tap that was attached
-holds exactly the window's changes since it was attached.
+joins the window, ``Revert`` right after it leaves (``Finalized`` is not offered: no consumer
+run in terms uses it).  So at any await, a tap that was attached holds exactly the window's
+changes since it was attached.
 
 ``TermFeed`` reads it: first the backlog (``catching up``) — the blocks from the consumer's
 position up to the follower's window, fetched from the node a range at a time, then the
@@ -28,7 +29,7 @@ from collections import Counter, deque
 import trio
 
 from chaingate.chain.catchup import below_window
-from chaingate.chain.events import Apply, Block, ChainEvent, Finalized, Revert
+from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.chain.follower import Follower
 from chaingate.chain.tap import Tap
 
@@ -100,8 +101,6 @@ class TermFeed(trio.abc.ReceiveChannel[ChainEvent]):
             self._take_apply(event)
         elif isinstance(event, Revert):
             self._take_revert(event.block)
-        elif isinstance(event, Finalized) and event.header.number <= self._at[0]:
-            self._queued.append(event)
         return True
 
     def _take_apply(self, event: Apply) -> None:

@@ -638,7 +638,8 @@ class Follower:
         while self._finalized < ready:
             final = self.window.get(self._finalized + 1)
             if final is not None:
-                self._offer(Finalized(final.header))
+                # Not offered to taps: no consumer run in terms uses it, and a backfill's
+                # every block would take two places in their queues.
                 await self._emit(Finalized(final.header))
             self._finalized += 1
         self._publish()
