@@ -113,7 +113,10 @@ class TermFeed(trio.abc.ReceiveChannel[ChainEvent]):
             header.hash,
         ):
             self._resync(f"block {header.number} does not extend {number}")
-        # else: delivered already (by the backlog), or held by the consumer before the term.
+        else:
+            # Held by the consumer before the term (a follower that resumed from a cursor
+            # below the consumer's position applies them again): not passed on.
+            self.stats["feed_skipped"] += 1
 
     def _take_revert(self, block: Block) -> None:
         number, hash_ = self._at
