@@ -672,23 +672,29 @@ class Mempool:
         ]
         return done, stale
 
-    def revert_inclusion(self, user_op_hash: str) -> Entry | None:
-        """included -> pending: its block was orphaned.  None if this pool no longer holds
-        the entry (the caller restores it from the store with ``restore``)."""
+    def included(self, user_op_hash: str) -> Entry | None:
+        """The entry if this pool holds it as included (recently finished)."""
         e = self._finals.get(user_op_hash.lower())
-        if e is None or e.status != "included":
-            return None
-        return self.restore(e)
+        return e if e is not None and e.status == "included" else None
 
-    def restore(self, entry: Entry) -> Entry | None:
+    def revert_inclusion(self, user_op_hash: str, *, still_sent: bool = False) -> Entry | None:
+        """included -> pending (``still_sent``: submitted, under the same transaction): its
+        block was orphaned.  None if this pool no longer holds the entry (the caller restores
+        it from the store with ``restore``)."""
+        e = self.included(user_op_hash)
+        return None if e is None else self.restore(e, still_sent=still_sent)
+
+    def restore(self, entry: Entry, *, still_sent: bool = False) -> Entry | None:
         """Put a finished (or loaded) entry back as pending, without the admission checks it
-        passed once; None if its (sender, nonce) is taken by another live operation."""
+        passed once — or, ``still_sent``, as submitted in the bundle transaction it names (the
+        node still has it: a second bundle of it would revert); None if its (sender, nonce) is
+        taken by another live operation."""
         if entry.hash in self._live or (entry.sender, entry.nonce) in self._slot:
             return None
         self._finals.pop(entry.hash, None)
         back = entry.with_(
-            status="pending",
-            bundle_tx=None,
+            status="submitted" if still_sent else "pending",
+            bundle_tx=entry.bundle_tx if still_sent else None,
             block_number=None,
             block_hash=None,
             reason="reorged",

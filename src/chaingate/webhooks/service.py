@@ -19,8 +19,8 @@ import trio
 
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.chain.tap import Tap
 from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
@@ -76,7 +76,7 @@ class WebhookService:
         self._limits = limits
         self._networks = networks
         self.matchers: dict[str, NetworkMatcher] = {}
-        self._streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._taps: dict[str, Tap] = {}
         self._pollers: list[tuple[str, PendingPoller]] = []
         # Matching (and pending polls) run while this process leads the network's
         # ``webhooks`` role (set by the gateway: here alone unless processes share the
@@ -110,7 +110,7 @@ class WebhookService:
                 metadata=(metadata or {}).get(key),
             )
             self.matchers[key] = matcher
-            self._streams[key] = follower.subscribe("webhooks")
+            self._taps[key] = follower.tap("webhooks")
             client = clients.get(key)
             if client is not None and "pending_transaction" in self.variant.event_types.values():
                 self._pollers.append(
@@ -255,7 +255,7 @@ class WebhookService:
                     self.leadership,
                     "webhooks",
                     self._followers[key],
-                    self._streams[key],
+                    self._taps[key],
                     matcher.run,
                     matcher,
                 )
