@@ -36,6 +36,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "presented_key",
 ]
 
 IMPLEMENTATION = "compiled"
@@ -279,6 +280,25 @@ cdef bint valid_block_tag(bytes tag, bint solana):
     return True
 
 
+cdef inline object _presented_key(request, object path_key):
+    cdef object raw = request.api_key, authorization
+    if raw is None:
+        authorization = request.authorization
+        if authorization is not None and (<bytes>authorization)[:7].lower() == b"bearer ":
+            raw = (<bytes>authorization)[7:].strip()
+    if path_key is None:
+        return raw
+    if raw is not None and raw != path_key:
+        return None
+    return path_key
+
+
+def presented_key(request, path_key=None):
+    """The API key a request presents: X-API-Key, else Authorization: Bearer, else the key in
+    its path, which a header's key must equal (see the pure twin)."""
+    return _presented_key(request, path_key)
+
+
 cdef class Method:
     """One row of the method table as the lane reads it (built from ``MethodSpec``)."""
 
@@ -311,7 +331,17 @@ cdef class Method:
         self.stats = stats
         self.special = special
 
-    cdef inline void price(self, object tag, long long* cu, long long* tcu):
+    def price(self, tag):
+        """(billed, throughput) units; a historical block tag scales both alike."""
+        cdef long long cu = 0, tcu = 0
+        self.charge(tag, &cu, &tcu)
+        return cu, tcu
+
+    def may_be_cached(self, tag):
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
+        return self.cacheable(tag)
+
+    cdef inline void charge(self, object tag, long long* cu, long long* tcu):
         if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
             cu[0] = self.cu_historical
             tcu[0] = self.tcu * self.cu_historical // (self.cu if self.cu > 1 else 1)
@@ -319,7 +349,7 @@ cdef class Method:
             cu[0] = self.cu
             tcu[0] = self.tcu
 
-    cdef inline bint may_be_cached(self, object tag):
+    cdef inline bint cacheable(self, object tag):
         if self.cache == STATIC:
             return True
         if self.cache == NO_CACHE:
@@ -485,7 +515,7 @@ cdef class Route:
         for flight in flights:
             if not flight.done and (
                 flight.future is not None
-                or (flight.spec.cache != NO_CACHE and flight.spec.may_be_cached(flight.tag))
+                or (flight.spec.cache != NO_CACHE and flight.spec.cacheable(flight.tag))
             ):
                 return True
         for flight in flights:
@@ -523,13 +553,31 @@ cdef class Route:
             return self.refusals["busy_write" if executed else "busy"]
         return self.refusals["too_large_write" if executed else "too_large"]
 
-    cdef object not_found(self, call):
+    def classify(self, call):
+        """(method row, raw block tag, tag valid) of a well-formed call (see the pure twin)."""
+        return self.classify_call(call)
+
+    cdef tuple classify_call(self, call):
+        cdef Method method = self.methods.get(call.method)
+        if method is None:
+            method = self.passthrough
+            if method is None:
+                return None, None, True
+        tag = None
+        params = call.params
+        if method.block_param >= 0 and params is not None:
+            tag = self._array_item(params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, self.solana):
+            return method, tag, False
+        return method, tag, True
+
+    cpdef object not_found(self, call):
         if call.id is None:
             return None
         cdef str method = call.method
         return self._error_reply(call.id, METHOD_NOT_FOUND, f"method not found: {method[:64]}")
 
-    cdef object bad_tag(self, call):
+    cpdef object bad_tag(self, call):
         if call.id is None:
             return None
         return self._error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
@@ -586,22 +634,14 @@ cdef class KeyAdmission(OpenAdmission):
         self.latency = gate.latency
 
     cpdef object principal(self, request, str group, bint testnet, object key=None):
-        cdef object raw, authorization, principal, bucket
+        cdef object raw, principal, bucket
         failures = self.failures
         if failures:
             bucket = failures.get(group)
             if bucket is not None and bucket.remaining(monotonic()) < 1:
                 return None
-        raw = request.api_key
+        raw = _presented_key(request, key)
         if raw is None:
-            authorization = request.authorization
-            if authorization is not None and (<bytes>authorization)[:7].lower() == b"bearer ":
-                raw = (<bytes>authorization)[7:].strip()
-        if key is not None:
-            if raw is not None and raw != key:
-                return None
-            raw = key
-        elif raw is None:
             return None
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
@@ -1104,21 +1144,6 @@ cdef class Lane:
             return self._batch(pending)
         return self._single(pending)
 
-    cdef tuple _classify(self, Route route, call):
-        """(method, block tag, tag valid) of a well-formed call."""
-        cdef Method method = route.methods.get(call.method)
-        if method is None:
-            method = route.passthrough
-            if method is None:
-                return None, None, True
-        tag = None
-        params = call.params
-        if method.block_param >= 0 and params is not None:
-            tag = route._array_item(params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, route.solana):
-            return method, tag, False
-        return method, tag, True
-
     cdef object _single(self, Pending pending):
         cdef Route route = pending.route
         cdef Method method
@@ -1128,7 +1153,7 @@ cdef class Lane:
             route.invalid.error += 1
             body = route._error_reply(call.id, call.error, call.message)
             return self._answer(pending, 200, body, MISS, "invalid", None, False)
-        method_obj, tag, valid = self._classify(route, call)
+        method_obj, tag, valid = route.classify_call(call)
         if method_obj is None:
             route.unknown.error += 1
             return self._answer(pending, 200, route.not_found(call), MISS, "unknown", None, False)
@@ -1137,7 +1162,7 @@ cdef class Lane:
             route.invalid.error += 1
             return self._answer(pending, 200, route.bad_tag(call), MISS, method.name, None,
                                 False)
-        method.price(tag, &cu, &tcu)
+        method.charge(tag, &cu, &tcu)
         cdef bint writes = method.write
         cdef OpenAdmission admission = self.admission
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
@@ -1149,7 +1174,7 @@ cdef class Lane:
         cdef MethodStats stats = method.stats
         params = call.params
         key = (call.method, params if params is not None else b"")
-        if method.cache != NO_CACHE and method.may_be_cached(tag):
+        if method.cache != NO_CACHE and method.cacheable(tag):
             hit = route.cache.get(key)
             if hit is not None:
                 if call_id is not None and (
@@ -1193,7 +1218,7 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = self._classify(route, call)
+            method_obj, tag, valid = route.classify_call(call)
             if method_obj is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
@@ -1203,7 +1228,7 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
                 continue
-            method.price(tag, &units, &weight)
+            method.charge(tag, &units, &weight)
             cu += units
             tcu += weight
             if method.write:
@@ -1227,7 +1252,7 @@ cdef class Lane:
             method = <Method>(<tuple>job)[2]
             tag = (<tuple>job)[3]
             units = (<tuple>job)[4]
-            if method.cache != NO_CACHE and method.may_be_cached(tag):
+            if method.cache != NO_CACHE and method.cacheable(tag):
                 params = call.params
                 hit = cache.get((call.method, params if params is not None else b""))
                 if hit is not None:

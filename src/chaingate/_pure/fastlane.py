@@ -58,6 +58,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "presented_key",
 ]
 
 IMPLEMENTATION = "pure"
@@ -202,7 +203,7 @@ class RequestIds:
 
 
 def valid_block_tag(tag: bytes, family: str) -> bool:
-    """A block reference a node can understand (rpc/methods.py holds the same rule).
+    """A block reference a node can understand (``Route.classify`` asks).
 
     EVM: a named tag, a hex quantity, a 32-byte hash or an EIP-1898 object.  Solana: a slot,
     a non-negative integer."""
@@ -214,6 +215,23 @@ def valid_block_tag(tag: bytes, family: str) -> bool:
         return False
     digits = tag[3:-1]
     return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
+def presented_key(request: twin.Presenter, path_key: bytes | None = None) -> bytes | None:
+    """The API key a request presents: ``X-API-Key``, else ``Authorization: Bearer``, else
+    the key in its path (``path_key``, the form tools that take only a URL use), which a key
+    in a header must then equal.  None: no key at all, or a header's key other than the
+    path's (the gate says which, ``KeyGate.authenticate``)."""
+    raw = request.api_key
+    if raw is None:
+        authorization = request.authorization
+        if authorization is not None and authorization[:7].lower() == b"bearer ":
+            raw = authorization[7:].strip()
+    if path_key is None:
+        return raw
+    if raw is not None and raw != path_key:
+        return None
+    return path_key
 
 
 class Method:
@@ -433,6 +451,23 @@ class Route:
                     for flight in group:
                         self.land(flight, None, UNSENT)
 
+    # --- the request rules, for the lane and for the Python handler alike ------------------
+
+    def classify(self, call: Any) -> tuple[Method | None, bytes | None, bool]:
+        """(method row, raw block tag, tag valid) of a well-formed call; no row: a method
+        this network neither knows nor passes through (``not_found``); a tag not valid:
+        ``bad_tag``.  Price (``Method.price``) and cacheability (``Method.may_be_cached``)
+        follow from the row and the tag."""
+        method = self.methods.get(call.method) or self.passthrough
+        if method is None:
+            return None, None, True
+        tag = None
+        if method.block_param is not None and call.params is not None:
+            tag = self.jsonrpc.array_item(call.params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, self.family):
+            return method, tag, False
+        return method, tag, True
+
     # --- answers the lane builds from this route's table ----------------------------------
 
     def refuse(self, reason: str, executed: bool, calls: int = 1) -> bytes:
@@ -525,17 +560,9 @@ class KeyAdmission:
             bucket = failures.get(group)
             if bucket is not None and bucket.remaining(time.monotonic()) < 1:
                 return None
-        raw = request.api_key
+        raw = presented_key(request, key)
         if raw is None:
-            authorization = request.authorization
-            if authorization is not None and authorization[:7].lower() == b"bearer ":
-                raw = authorization[7:].strip()
-        if key is not None:
-            if raw is not None and raw != key:
-                return None  # two different keys: the handler refuses
-            raw = key
-        elif raw is None:
-            return None
+            return None  # no key, or two different ones: the handler refuses
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
             return None
@@ -957,18 +984,6 @@ class Lane:
                 self._log_paths[path] = shown
         return shown
 
-    def _classify(self, route: Route, call: Any) -> tuple[Method | None, bytes | None, bool]:
-        """(method, block tag, tag valid) of a well-formed call."""
-        method = route.methods.get(call.method) or route.passthrough
-        if method is None:
-            return None, None, True
-        tag = None
-        if method.block_param is not None and call.params is not None:
-            tag = route.jsonrpc.array_item(call.params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, route.family):
-            return method, tag, False
-        return method, tag, True
-
     def _single(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
         jsonrpc = route.jsonrpc
@@ -977,7 +992,7 @@ class Lane:
             route.invalid.error += 1
             body: bytes | None = jsonrpc.error_reply(call.id, call.error, call.message)
             return self._answer(pending, 200, body, b"MISS", "invalid", None, False)
-        method, tag, valid = self._classify(route, call)
+        method, tag, valid = route.classify(call)
         if method is None:
             route.unknown.error += 1
             return self._answer(
@@ -1040,7 +1055,7 @@ class Lane:
                 route.invalid.error += 1
                 replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
                 continue
-            method, tag, valid = self._classify(route, call)
+            method, tag, valid = route.classify(call)
             if method is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
