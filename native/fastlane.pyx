@@ -37,6 +37,7 @@ __all__ = [
     "ResponseCache",
     "Route",
     "presented_key",
+    "split_path_key",
 ]
 
 IMPLEMENTATION = "compiled"
@@ -291,6 +292,19 @@ cdef inline object _presented_key(request, object path_key):
     if raw is not None and raw != path_key:
         return None
     return path_key
+
+
+cdef inline tuple _split_path_key(bytes path):
+    head, _, key = path.rpartition(b"/")
+    if (<bytes>key).startswith(KEY_SHAPES) and not (<bytes>head).endswith(b"/"):
+        return head, key
+    return path, None
+
+
+def split_path_key(bytes path):
+    """(endpoint path, key) of a path whose last segment is key-shaped, else (path, None)
+    (see the pure twin)."""
+    return _split_path_key(path)
 
 
 def presented_key(request, path_key=None):
@@ -1095,8 +1109,8 @@ cdef class Lane:
         cdef Pending pending
         key = None
         if route is None:
-            head, _, key = path.rpartition(b"/")
-            if (<bytes>key).startswith(KEY_SHAPES) and not (<bytes>head).endswith(b"/"):
+            head, key = _split_path_key(path)
+            if key is not None:
                 route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF

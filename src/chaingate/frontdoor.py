@@ -80,6 +80,7 @@ class FrontDoor:
             settings.observability.admin_token,
             impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
             impl.jsonrpc,
+            impl.fastlane,
             self.bundlers,
         )
         # The dashboard (/dashboard/) on the same app; its tasks (latency sampler, shared

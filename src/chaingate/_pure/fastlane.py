@@ -59,6 +59,7 @@ __all__ = [
     "ResponseCache",
     "Route",
     "presented_key",
+    "split_path_key",
 ]
 
 IMPLEMENTATION = "pure"
@@ -215,6 +216,15 @@ def valid_block_tag(tag: bytes, family: str) -> bool:
         return False
     digits = tag[3:-1]
     return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
+def split_path_key(path: bytes) -> tuple[bytes, bytes | None]:
+    """(endpoint path, key) of a path whose last segment is key-shaped (``…/{key}``, the form
+    wallets and tools that take only a URL use), else (path, None)."""
+    head, _, key = path.rpartition(b"/")
+    if key.startswith(KEY_SHAPES) and not head.endswith(b"/"):
+        return head, key
+    return path, None
 
 
 def presented_key(request: twin.Presenter, path_key: bytes | None = None) -> bytes | None:
@@ -926,9 +936,8 @@ class Lane:
         route = self.routes.get(path)
         key = None
         if route is None:
-            # A key in the path, as tools that take only a URL send it.
-            head, _, key = path.rpartition(b"/")
-            if key.startswith(KEY_SHAPES) and not head.endswith(b"/"):
+            head, key = split_path_key(path)
+            if key is not None:
                 route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF

@@ -118,9 +118,11 @@ class Gate(Protocol):
         peer: str,
         network: NetworkInfo | None,
         scope: str | None,
+        path_key: bytes | None = None,
     ) -> Principal | Rejection:
         """The caller's principal, or why not.  ``scope`` is the REST endpoint's scope (RPC
-        scopes depend on the methods and are checked by ``admit``)."""
+        scopes depend on the methods and are checked by ``admit``); ``path_key`` a key in
+        the request's path (``…/{chain}/{network}/{key}``), which a header's must equal."""
         ...
 
     def admit(
@@ -152,6 +154,11 @@ class Gate(Protocol):
 
 ANONYMOUS = Principal()
 
+# A key in the path and another in a header: which would be the caller's?
+TWO_KEYS = Rejection(
+    400, "invalid_request", "two different API keys: one in the path, another in a header"
+)
+
 
 class OpenGate:
     """No keys, no limits: what runs when ``[auth] enabled = false``."""
@@ -162,6 +169,7 @@ class OpenGate:
         peer: str,
         network: NetworkInfo | None,
         scope: str | None,
+        path_key: bytes | None = None,
     ) -> Principal | Rejection:
         return ANONYMOUS
 

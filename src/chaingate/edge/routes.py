@@ -26,11 +26,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
-from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
+from chaingate.auth.gate import Gate, NetworkInfo, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, normalize_path
@@ -45,7 +44,7 @@ from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.service import RpcService
-from chaingate.twintypes.fastlane import RequestIds
+from chaingate.twintypes.fastlane import FastlaneModule, RequestIds
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule
 
@@ -109,10 +108,12 @@ class Routes:
         admin_token: str,
         ids: RequestIds,
         jsonrpc: JsonRpcModule,
+        fastlane: FastlaneModule,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
-        with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths."""
+        with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths;
+        ``fastlane``: the lane's twin, whose rules the handler's requests follow too."""
         self._services = {key.encode(): service for key, service in services.items()}
         self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
@@ -129,6 +130,7 @@ class Routes:
         self._access_log = access_log
         self._admin_token = admin_token.encode()
         self.ids = ids
+        self._split_path_key = fastlane.split_path_key
         self._jsonrpc = jsonrpc
         self.latency = LatencyHistogram()
         self.route_latency = {route: self.latency.series(route) for route in _ROUTES}
@@ -197,7 +199,7 @@ class Routes:
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
-        tail, credentials = _path_key(path[8:], self._services, request)
+        tail, path_key = self._endpoint(path[8:], self._services)
         service = self._services.get(tail)
         if request.method == b"OPTIONS":  # a browser's preflight: no key to check
             return (*cors.preflight(request.origin, cors.RPC_METHODS), "", b"")
@@ -206,10 +208,8 @@ class Routes:
         if request.method != b"POST":
             body = error_body(405, "JSON-RPC requests must be POST")
             return 405, JSON + _ALLOW_POST, body, "", b""
-        if credentials is None:
-            return (*self._refused_rpc(request, _TWO_KEYS, b"", service.max_batch), "", b"")
         gate = self._gate
-        principal = gate.authenticate(credentials, peer, self._networks[tail], None)
+        principal = gate.authenticate(request, peer, self._networks[tail], None, path_key)
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
@@ -268,12 +268,11 @@ class Routes:
     ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
-        tail, credentials = _path_key(tail, self._networks, request)
-        if credentials is None:
-            return self._refused_rpc(request, _TWO_KEYS, b"", local_rpc.MAX_BATCH)
+        tail, path_key = self._endpoint(tail, self._networks)
         # The scope first: a key without it learns nothing about what exists here.
         gate = self._gate
-        principal = gate.authenticate(credentials, peer, self._networks.get(tail), _BUNDLER_SCOPE)
+        info = self._networks.get(tail)
+        principal = gate.authenticate(request, peer, info, _BUNDLER_SCOPE, path_key)
         if isinstance(principal, Rejection):
             return self._refused_rpc(request, principal, b"", local_rpc.MAX_BATCH)
         rpc = self._bundlers.get(tail)
@@ -321,6 +320,19 @@ class Routes:
         else:
             body = jsonrpc.raw_error_reply(ids[0] if ids else b"null", error)
         return _rejected(rejection, rate_headers, request, body)
+
+    def _endpoint(self, tail: bytes, known: Mapping[bytes, object]) -> tuple[bytes, bytes | None]:
+        """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
+        and the key in the path, for ``{chain}/{network}/{key}`` (the lane's rule,
+        ``split_path_key``; the gate checks it against a header's, ``presented_key``)."""
+        if tail in known:
+            return tail, None
+        if tail.endswith(b"/") and tail[:-1] in known:
+            return tail[:-1], None  # a trailing slash names the same endpoint
+        head, key = self._split_path_key(tail)
+        if key is None or head not in known or environment_of(key) is None:
+            return tail, None  # no such endpoint: 404
+        return head, key
 
     def _metrics(self, request: Request) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -417,34 +429,6 @@ class Routes:
 def _refusal_headers(path: bytes) -> bytes:
     """The headers of a refusal the edge writes itself: a page's under /dashboard."""
     return PAGE_REFUSAL if path == _DASHBOARD or path.startswith(_DASHBOARD + b"/") else JSON
-
-
-# A key in the path and another in a header: which would be the caller's?
-_TWO_KEYS = Rejection(
-    400, "invalid_request", "two different API keys: one in the path, another in a header"
-)
-
-
-def _path_key(tail: bytes, known: Mapping[bytes, Any], request: Request) -> tuple[bytes, Any]:
-    """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
-    and the credentials to check: the request itself, or — for ``{chain}/{network}/{key}``,
-    the form wallets and tools that take only a URL use — the key in the path in place of
-    the header.  None for the credentials: two different keys."""
-    if tail in known:
-        return tail, request
-    if tail.endswith(b"/") and tail[:-1] in known:
-        return tail[:-1], request  # a trailing slash names the same endpoint
-    head, _, key = tail.rpartition(b"/")
-    if head not in known or environment_of(key) is None:
-        return tail, request  # no such endpoint: 404
-    header = request.api_key
-    if header is None and request.authorization is not None:
-        authorization = request.authorization
-        if authorization[:7].lower() == b"bearer ":
-            header = authorization[7:].strip()
-    if header is not None and header != key:
-        return head, None
-    return head, Credentials(key, None, request.origin)
 
 
 class _LeaderGone(Exception):
