@@ -34,7 +34,8 @@ from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.impl import Impl
 from chaingate.rpc.methods import MethodTable
-from tests.helpers import parse_responses, post_bytes
+from tests.conftest import StartGateway
+from tests.helpers import parse_responses, post_bytes, rpc_body
 from tests.test_auth import AuthStack, auth_settings, start_auth
 
 T = TypeVar("T")
@@ -268,3 +269,25 @@ def test_the_lane_and_the_handler_answer_and_meter_alike(
 
     by_lane, by_handler = gateway.run(both)
     assert by_lane == by_handler
+
+
+async def test_with_keys_off_two_keys_are_ignored_on_both_paths(
+    start_gateway: StartGateway, anvil: AnvilProcess
+) -> None:
+    """Keys off: a key in the path and another in a header identify no one, so neither the
+    lane nor the handler refuses them (the handler used to answer 400 where the lane served)."""
+    handle = await start_gateway([anvil.url])
+    path_key, header_key = b"svc_test_" + b"A" * 43, b"svc_test_" + b"B" * 43
+    for endpoint in (b"devnet", ENDPOINTS["devnet"]):
+        path = b"/v1/rpc/ethereum/" + endpoint + b"/" + path_key
+        raw = await exchange(
+            handle.port,
+            post_bytes(
+                path.decode(),
+                rpc_body("eth_chainId"),
+                b"X-API-Key: " + header_key + b"\r\nConnection: close\r\n",
+            ),
+            "127.0.0.1",
+        )
+        (response,) = parse_responses(raw, ["POST"])
+        assert (response.status, response.json()["result"]) == (200, "0x7a69"), endpoint
