@@ -862,18 +862,23 @@ class _Pending:
                 self.replies[index] = jsonrpc.result_reply(call.id, result)
             else:
                 self.replies[index] = jsonrpc.raw_error_reply(call.id, error)
-        if error is None:
-            method.stats.ok += 1
-        else:
-            method.stats.error += 1
-        self.lane.admission.record(
-            self.principal, route.label, method.name, 1, units, 0 if error is None else 1
-        )
+        self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
             self.give_up_reads()
         if self.left == 0:
             self.lane.finish(self)
+
+    def book(self, method: Method, units: int, failed: bool) -> None:
+        """One call answered: counted under its method, metered for the caller (the lane's
+        one place that meters a call)."""
+        if failed:
+            method.stats.error += 1
+        else:
+            method.stats.ok += 1
+        self.lane.admission.record(
+            self.principal, self.route.label, method.name, 1, units, 1 if failed else 0
+        )
 
     def fail(self) -> None:
         """Answer 500 and wait for nothing more."""
@@ -899,8 +904,7 @@ class _Pending:
             if call.id is not None:
                 error = route.refuse(ANSWER_TOO_LARGE, False)
                 self.replies[index] = route.jsonrpc.raw_error_reply(call.id, error)
-            method.stats.error += 1
-            self.lane.admission.record(self.principal, route.label, method.name, 1, units, 1)
+            self.book(method, units, True)
             self.left -= 1
 
 
@@ -1026,14 +1030,12 @@ class Lane:
             hit = route.cache.get(key)
             if hit is not None:
                 if call.id is not None and len(hit) + len(call.id) > route.max_single:
-                    stats.error += 1
-                    admission.record(pending.principal, route.label, method.name, 1, cu, 1)
+                    pending.book(method, cu, True)
                     refusal = route.refuse(ANSWER_TOO_LARGE, False)
                     body = jsonrpc.raw_error_reply(call.id, refusal)
                     return self._answer(pending, 200, body, b"MISS", method.name, None)
                 stats.cache_hits += 1
-                stats.ok += 1
-                admission.record(pending.principal, route.label, method.name, 1, cu, 0)
+                pending.book(method, cu, False)
                 body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, b"HIT", method.name, None)
@@ -1086,7 +1088,6 @@ class Lane:
             rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
                 return self._refused_batch(pending, rejection, jobs)
-        principal = pending.principal
         cache = route.cache
         upstream: list[tuple[int, Any, Method, bytes | None, int]] = []
         for job in jobs:
@@ -1102,14 +1103,12 @@ class Lane:
                             replies[index] = jsonrpc.raw_error_reply(
                                 call.id, route.refuse(reason, False)
                             )
-                            stats.error += 1
-                            admission.record(principal, route.label, method.name, 1, units, 1)
+                            pending.book(method, units, True)
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
-                    stats.ok += 1
-                    admission.record(principal, route.label, method.name, 1, units, 0)
+                    pending.book(method, units, False)
                     continue
             upstream.append(job)
         if pending.over:
@@ -1118,8 +1117,7 @@ class Lane:
                 if call.id is not None:
                     error = route.refuse(ANSWER_TOO_LARGE, False)
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
-                method.stats.error += 1
-                admission.record(principal, route.label, method.name, 1, units, 1)
+                pending.book(method, units, True)
             return self._batch_answer(pending)
         safe: list[Flight] = []
         unsafe: list[Flight] = []
