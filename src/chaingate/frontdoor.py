@@ -109,7 +109,7 @@ class FrontDoor:
             chain.services.values(),
             impl.fastlane.AnswerBudget(settings.rpc.max_assembling_bytes),
         )
-        self.lane = build_lane(impl, chain.services, gate, self.routes, self.access_log)
+        self.lane = build_lane(impl, chain.services, gate, self.routes)
         self.edge = EdgeServer(
             settings.server,
             impl,

@@ -29,7 +29,7 @@ from time import perf_counter
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
-from chaingate.auth.gate import Gate, NetworkInfo, Rejection
+from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, normalize_path
@@ -127,7 +127,6 @@ class Routes:
         self._rest_inflight: dict[CacheKey, tuple[object, Future[tuple[int, bytes, bytes]]]] = {}
         self._gate = gate
         self._registry = registry
-        self._access_log = access_log
         self._admin_token = admin_token.encode()
         self.ids = ids
         self._split_path_key = fastlane.split_path_key
@@ -138,6 +137,9 @@ class Routes:
         self.statuses: dict[str, defaultdict[int, int]] = {
             route: defaultdict(int) for route in _ROUTES
         }
+        # What every answered request leaves behind (status count, latency, access-log line):
+        # the fast lane's books, which it shares.
+        self.ledger = fastlane.Ledger(self.statuses, self.route_latency, access_log)
 
     @property
     def requests(self) -> dict[tuple[str, int], int]:
@@ -153,6 +155,7 @@ class Routes:
         label = ""
         cache = b""
         route = "other"
+        sample = _Sample()
         try:
             path = normalize_path(request.path)
         except PathError as exc:
@@ -163,10 +166,10 @@ class Routes:
                 if path.startswith(_RPC_PREFIX):
                     route = "rpc"
                     status, headers, body, label, cache = await self._rpc(
-                        request, path, peer, started
+                        request, path, peer, sample
                     )
                 else:
-                    route, status, headers, body = await self._other(request, path, peer, started)
+                    route, status, headers, body = await self._other(request, path, peer, sample)
             except Exception:
                 # A bug of ours costs this request a 500 (logged, and in the access log like
                 # every answer), never the listener.
@@ -174,28 +177,18 @@ class Routes:
                 status, headers = 500, _refusal_headers(path)
                 body = error_body(500, "internal error; retry with exponential backoff")
                 request.keep_alive = False
-        elapsed = perf_counter() - started
-        self.route_latency[route].observe(elapsed)
-        self.statuses[route][status] += 1
-        access_log = self._access_log
-        if access_log.enabled:
-            access_log.write_request(
-                request_id.decode(),
-                peer,
-                request.method.decode("latin-1"),
-                loggable_path(path),
-                status,
-                int(elapsed * 1_000_000),
-                len(body),
-                label,
-                cache.decode(),
-            )
+        elapsed = self.ledger.note(
+            route, status, request_id, peer, request.method, loggable_path(path), started,
+            len(body), label, cache,
+        )  # fmt: skip
+        if sample.principal is not None:
+            sample.book(self._gate, elapsed)
         if request.origin is not None and route != "metrics":
             headers += cors.answer_headers(request.origin)
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
 
     async def _rpc(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
@@ -213,8 +206,8 @@ class Routes:
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
-        if reply.admitted:
-            gate.observe(principal, service.label, reply.label, perf_counter() - started)
+        if reply.admitted:  # its calls are metered by the service, its latency here
+            sample.principal, sample.network, sample.method = principal, service.label, reply.label
         rate_headers = gate.response_headers(principal)
         if reply.rejection is not None:
             status, headers, body = _rejected(reply.rejection, rate_headers, request, reply.body)
@@ -226,7 +219,7 @@ class Routes:
         return 200, headers, reply.body, reply.label, cache
 
     async def _other(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[str, int, bytes, bytes]:
         """Route, status, header lines and body of a request that is not JSON-RPC."""
         if path == b"/metrics":
@@ -238,7 +231,7 @@ class Routes:
                 status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
             else:
                 tail = path[len(_BUNDLER_PREFIX) :]
-                status, headers, body = await self._bundler(request, tail, peer, started)
+                status, headers, body = await self._bundler(request, tail, peer, sample)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (
@@ -253,7 +246,7 @@ class Routes:
             if request.method == b"OPTIONS" and request.origin is not None:
                 status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
             else:
-                status, headers, body = await self._rest(request, path, peer, started)
+                status, headers, body = await self._rest(request, path, peer, sample)
         elif path == _DASHBOARD or path.startswith(_DASHBOARD + b"/"):
             route = "dashboard"  # pages with sessions of their own: no API key, no CORS
             request.origin = None
@@ -264,7 +257,7 @@ class Routes:
         return route, status, headers, body
 
     async def _bundler(
-        self, request: Request, tail: bytes, peer: str, started: float
+        self, request: Request, tail: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
@@ -291,8 +284,7 @@ class Routes:
             rate_headers = gate.response_headers(principal)
             return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
-            gate.record(principal, network, "bundler:invalid", 1, units, 1)
-            gate.observe(principal, network, "bundler:invalid", perf_counter() - started)
+            sample.priced(principal, network, "bundler:invalid", units, failed=True)
             return 200, JSON + gate.response_headers(principal), parsed
         replies, _ = await rpc.run(parsed, principal)
         for call, reply in zip(calls, replies, strict=True):
@@ -300,7 +292,7 @@ class Routes:
             failed = call.error is not None or (reply is not None and "error" in reply)
             gate.record(principal, network, method, 1, rpc.cost([call]), 1 if failed else 0)
         label = "batch" if parsed.batch else method  # a single call's method
-        gate.observe(principal, network, label, perf_counter() - started)
+        sample.principal, sample.network, sample.method = principal, network, label
         body = local_rpc.encode(parsed, replies)
         if body is None:  # notifications only
             return 204, gate.response_headers(principal), b""
@@ -377,7 +369,7 @@ class Routes:
         return answer
 
     async def _rest(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes]:
         """A REST request: its route's scope, then admission like a JSON-RPC call (request and
         compute-unit buckets, day quota, usage), then the app."""
@@ -398,14 +390,12 @@ class Routes:
         seconds = route.cache_seconds if route is not None else 0.0
         if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
             status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
-            gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
-            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+            sample.priced(principal, REST_NETWORK, name, units, status >= 400)
             return status, headers + gate.response_headers(principal), body
         key = (principal.environment, b"GET", path, request.query)
         hit = self.rest_cache.get(key)
         if hit is not None:
-            gate.record(principal, REST_NETWORK, name, 1, units, 0)
-            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+            sample.priced(principal, REST_NETWORK, name, units, False)
             return 200, hit[0] + _HIT + gate.response_headers(principal), hit[1]
         # One computation per key at a time: requests arriving while it runs share its answer
         # (else a popular page that expires is computed by every client waiting for it).
@@ -421,9 +411,40 @@ class Routes:
         if answer is None:
             answer = await self._compute_shared(request, path, peer, principal, key, seconds)
         status, headers, body = answer
-        gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
-        gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+        sample.priced(principal, REST_NETWORK, name, units, status >= 400)
         return status, headers + _MISS + gate.response_headers(principal), body
+
+
+class _Sample:
+    """What one request answered in Python leaves in its caller's books, filled in while it
+    is answered and booked once, when the answer leaves (``__call__``): its latency under its
+    network and method, once admitted; and the usage it was priced at as a whole (a REST call,
+    a bundler body that is not JSON-RPC).  The calls of a JSON-RPC body are metered one by
+    one where they are answered (the RPC service, the bundler's loop)."""
+
+    __slots__ = ("cu", "errors", "method", "network", "principal", "requests")
+
+    def __init__(self) -> None:
+        self.principal: Principal | None = None  # None: not admitted, nothing to book
+        self.network = ""
+        self.method = ""
+        self.requests = 0
+        self.cu = 0
+        self.errors = 0
+
+    def priced(
+        self, principal: Principal, network: str, method: str, units: int, failed: bool
+    ) -> None:
+        """One request priced as a whole, answered."""
+        self.principal, self.network, self.method = principal, network, method
+        self.requests, self.cu, self.errors = 1, units, 1 if failed else 0
+
+    def book(self, gate: Gate, seconds: float) -> None:
+        principal = self.principal
+        assert principal is not None
+        if self.requests:
+            gate.record(principal, self.network, self.method, self.requests, self.cu, self.errors)
+        gate.observe(principal, self.network, self.method, seconds)
 
 
 def _refusal_headers(path: bytes) -> bytes:

@@ -377,15 +377,12 @@ class RpcService:
         if row.may_be_cached(tag):
             hit = self.cache.get(key)
             if hit is not None:
-                stats = row.stats
                 if call.id is not None and len(hit) + len(call.id) > self._max_single:
-                    stats.error += 1
-                    self._gate.record(principal, self.label, row.name, 1, cu, 1)
+                    self._book(principal, row, cu, True)
                     refusal = self._refuse(ANSWER_TOO_LARGE, False)
                     return RpcReply(jsonrpc.raw_error_reply(call.id, refusal), b"MISS", row.name)
-                stats.cache_hits += 1
-                stats.ok += 1
-                self._gate.record(principal, self.label, row.name, 1, cu, 0)
+                row.stats.cache_hits += 1
+                self._book(principal, row, cu, False)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 return RpcReply(reply, b"HIT", row.name)
         result, error = await self._call(method, params, row, tag, key)
@@ -411,11 +408,7 @@ class RpcService:
                 reply = jsonrpc.result_reply(call.id, result)
             else:
                 reply = jsonrpc.raw_error_reply(call.id, error)
-        if error is None:
-            row.stats.ok += 1
-        else:
-            row.stats.error += 1
-        self._gate.record(principal, self.label, row.name, 1, cu, 0 if error is None else 1)
+        self._book(principal, row, cu, error is not None)
         return RpcReply(reply, b"MISS", row.name)
 
     async def _handle_batch(self, calls: Sequence[Any], principal: Principal) -> RpcReply:
@@ -516,7 +509,6 @@ class RpcService:
             if row.may_be_cached(tag):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
-                    stats = row.stats
                     if call.id is not None:
                         fits = assembly.admit(len(hit) + len(call.id) + REPLY_OVERHEAD)
                         if fits != FITS:
@@ -524,9 +516,8 @@ class RpcService:
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     hits += 1
-                    stats.cache_hits += 1
-                    stats.ok += 1
-                    self._gate.record(principal, self.label, row.name, 1, units, 0)
+                    row.stats.cache_hits += 1
+                    self._book(principal, row, units, False)
                     continue
             if self.sticky is not None and call.method in STICKY_METHODS:
                 prefer = self.sticky.route(call.method, call.params, trio.current_time())
@@ -839,11 +830,7 @@ class RpcService:
                     replies[index] = jsonrpc.result_reply(call.id, result)
                 else:
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
-            if error is None:
-                row.stats.ok += 1
-            else:
-                row.stats.error += 1
-            self._gate.record(principal, self.label, row.name, 1, units, 0 if error is None else 1)
+            self._book(principal, row, units, error is not None)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
@@ -912,11 +899,16 @@ class RpcService:
                 replies[index] = jsonrpc.result_reply(call.id, result)
             else:
                 replies[index] = jsonrpc.raw_error_reply(call.id, error)
-        if error is None:
-            row.stats.ok += 1
-        else:
+        self._book(principal, row, units, error is not None)
+
+    def _book(self, principal: Principal, row: Method, units: int, failed: bool) -> None:
+        """One call answered: counted under its method, metered for the caller (this
+        service's one place that meters a call, as ``Pending.book`` is the lane's)."""
+        if failed:
             row.stats.error += 1
-        self._gate.record(principal, self.label, row.name, 1, units, 0 if error is None else 1)
+        else:
+            row.stats.ok += 1
+        self._gate.record(principal, self.label, row.name, 1, units, 1 if failed else 0)
 
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""
@@ -935,8 +927,7 @@ class RpcService:
     ) -> None:
         raw_error_reply = self._jsonrpc.raw_error_reply
         for index, call, row, _, units in jobs:
-            row.stats.error += 1
-            self._gate.record(principal, self.label, row.name, 1, units, 1)
+            self._book(principal, row, units, True)
             if call.id is not None:
                 replies[index] = raw_error_reply(call.id, error)
 
