@@ -43,7 +43,7 @@ from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
-from chaingate.rpc.service import RpcService
+from chaingate.rpc.service import RpcService, Usage
 from chaingate.twintypes.fastlane import FastlaneModule, RequestIds
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule
@@ -206,8 +206,8 @@ class Routes:
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
-        if reply.admitted:  # its calls are metered by the service, its latency here
-            sample.principal, sample.network, sample.method = principal, service.label, reply.label
+        sample.principal, sample.network, sample.method = principal, service.label, reply.label
+        sample.usage, sample.timed = reply.usage, reply.admitted
         rate_headers = gate.response_headers(principal)
         if reply.rejection is not None:
             status, headers, body = _rejected(reply.rejection, rate_headers, request, reply.body)
@@ -287,10 +287,11 @@ class Routes:
             sample.priced(principal, network, "bundler:invalid", units, failed=True)
             return 200, JSON + gate.response_headers(principal), parsed
         replies, _ = await rpc.run(parsed, principal)
+        usage = sample.usage
         for call, reply in zip(calls, replies, strict=True):
             method = call.method if call.method in rpc.methods else "bundler:unknown"
             failed = call.error is not None or (reply is not None and "error" in reply)
-            gate.record(principal, network, method, 1, rpc.cost([call]), 1 if failed else 0)
+            usage.append((method, rpc.cost([call]), failed))
         label = "batch" if parsed.batch else method  # a single call's method
         sample.principal, sample.network, sample.method = principal, network, label
         body = local_rpc.encode(parsed, replies)
@@ -417,34 +418,35 @@ class Routes:
 
 class _Sample:
     """What one request answered in Python leaves in its caller's books, filled in while it
-    is answered and booked once, when the answer leaves (``__call__``): its latency under its
-    network and method, once admitted; and the usage it was priced at as a whole (a REST call,
-    a bundler body that is not JSON-RPC).  The calls of a JSON-RPC body are metered one by
-    one where they are answered (the RPC service, the bundler's loop)."""
+    is answered and booked once, when the answer leaves (``__call__``): the usage of its
+    calls, each (method, billed units, failed), under its network; and its latency under its
+    method ("batch" for a batch), once admitted."""
 
-    __slots__ = ("cu", "errors", "method", "network", "principal", "requests")
+    __slots__ = ("method", "network", "principal", "timed", "usage")
 
     def __init__(self) -> None:
-        self.principal: Principal | None = None  # None: not admitted, nothing to book
+        self.principal: Principal | None = None  # None: nothing to book
         self.network = ""
         self.method = ""
-        self.requests = 0
-        self.cu = 0
-        self.errors = 0
+        self.usage: Usage = []
+        self.timed = True
 
     def priced(
         self, principal: Principal, network: str, method: str, units: int, failed: bool
     ) -> None:
-        """One request priced as a whole, answered."""
+        """One request priced as a whole (a REST call, a bundler body that is not
+        JSON-RPC), answered."""
         self.principal, self.network, self.method = principal, network, method
-        self.requests, self.cu, self.errors = 1, units, 1 if failed else 0
+        self.usage.append((method, units, failed))
 
     def book(self, gate: Gate, seconds: float) -> None:
         principal = self.principal
         assert principal is not None
-        if self.requests:
-            gate.record(principal, self.network, self.method, self.requests, self.cu, self.errors)
-        gate.observe(principal, self.network, self.method, seconds)
+        network = self.network
+        for method, units, failed in self.usage:
+            gate.record(principal, network, method, 1, units, 1 if failed else 0)
+        if self.timed:
+            gate.observe(principal, network, self.method, seconds)
 
 
 def _refusal_headers(path: bytes) -> bytes:

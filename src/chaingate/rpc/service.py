@@ -66,18 +66,6 @@ class Gate(Protocol):
         """Scopes and limits for ``requests`` calls costing ``cu``/``tcu`` units."""
         ...
 
-    def record(
-        self,
-        principal: Principal,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-    ) -> None:
-        """Count answered calls in the usage meter."""
-        ...
-
 
 log = logging.getLogger("chaingate.rpc")
 
@@ -97,6 +85,9 @@ Outcome = tuple[bytes | None, bytes | None]
 # A method chaingate answers itself (methods.toml ``local = true``): the call's raw params and
 # the caller's principal in, its outcome out.  A subsystem registers it (``answer_locally``).
 LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
+# The calls of one request answered so far, each (method, billed units, failed): the request's
+# usage, metered once by whoever answers the request (the edge, the WebSocket session).
+Usage = list[tuple[str, int, bool]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
 
@@ -136,7 +127,7 @@ def result_block_number(result: bytes) -> int | None:
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
-    __slots__ = ("admitted", "body", "cache", "label", "rejection")
+    __slots__ = ("admitted", "body", "cache", "label", "rejection", "usage")
 
     def __init__(
         self,
@@ -145,6 +136,7 @@ class RpcReply:
         label: str,
         rejection: Rejection | None = None,
         admitted: bool = True,
+        usage: Usage | None = None,
     ) -> None:
         self.body = body  # None: nothing to send (only notifications)
         self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
@@ -153,6 +145,8 @@ class RpcReply:
         # False for what was answered before admission (malformed, unknown method, a bad
         # block tag, a range over the limit): its latency is not the caller's usage.
         self.admitted = admitted and rejection is None
+        # The calls answered (for the caller's usage), each (method, billed units, failed).
+        self.usage: Usage = usage if usage is not None else []
 
 
 # A call of a batch on its way upstream: (position, call, its method's row in the route's
@@ -369,30 +363,31 @@ class RpcService:
             return self._refused(rejection, call.id or b"null", row.name)
         if local is not None:
             result, error = await local(params, principal)
-            return self._single_reply(call, row, principal, cu, result, error)
+            return self._single_reply(call, row, cu, result, error)
         if split is not None:
             result, error = await self._split_logs(split, limit)
-            return self._single_reply(call, row, principal, cu, result, error)
+            return self._single_reply(call, row, cu, result, error)
         key = (method, params or b"")
         if row.may_be_cached(tag):
             hit = self.cache.get(key)
             if hit is not None:
+                usage: Usage = []
                 if call.id is not None and len(hit) + len(call.id) > self._max_single:
-                    self._book(principal, row, cu, True)
+                    self._book(usage, row, cu, True)
                     refusal = self._refuse(ANSWER_TOO_LARGE, False)
-                    return RpcReply(jsonrpc.raw_error_reply(call.id, refusal), b"MISS", row.name)
+                    answer = jsonrpc.raw_error_reply(call.id, refusal)
+                    return RpcReply(answer, b"MISS", row.name, usage=usage)
                 row.stats.cache_hits += 1
-                self._book(principal, row, cu, False)
+                self._book(usage, row, cu, False)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
-                return RpcReply(reply, b"HIT", row.name)
+                return RpcReply(reply, b"HIT", row.name, usage=usage)
         result, error = await self._call(method, params, row, tag, key)
-        return self._single_reply(call, row, principal, cu, result, error)
+        return self._single_reply(call, row, cu, result, error)
 
     def _single_reply(
         self,
         call: Any,
         row: Method,
-        principal: Principal,
         cu: int,
         result: bytes | None,
         error: bytes | None,
@@ -408,8 +403,9 @@ class RpcService:
                 reply = jsonrpc.result_reply(call.id, result)
             else:
                 reply = jsonrpc.raw_error_reply(call.id, error)
-        self._book(principal, row, cu, error is not None)
-        return RpcReply(reply, b"MISS", row.name)
+        usage: Usage = []
+        self._book(usage, row, cu, error is not None)
+        return RpcReply(reply, b"MISS", row.name, usage=usage)
 
     async def _handle_batch(self, calls: Sequence[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
@@ -470,13 +466,14 @@ class RpcService:
             if rejection is not None:
                 return self._refused_batch(rejection, jobs, replies)
         assembly = Assembly(self._max_answer, self.answers)
+        usage: Usage = []
         try:
             if splits:
                 assert limit is not None
                 return await self._dispatch_batch(
-                    calls, jobs, replies, principal, assembly, splits, limit
+                    calls, jobs, replies, principal, usage, assembly, splits, limit
                 )
-            return await self._dispatch_batch(calls, jobs, replies, principal, assembly)
+            return await self._dispatch_batch(calls, jobs, replies, principal, usage, assembly)
         finally:
             assembly.release()
 
@@ -486,6 +483,7 @@ class RpcService:
         jobs: list[_Job],
         replies: list[bytes | None],
         principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         splits: dict[int, Split] | None = None,
         limit: Limit | None = None,
@@ -512,12 +510,12 @@ class RpcService:
                     if call.id is not None:
                         fits = assembly.admit(len(hit) + len(call.id) + REPLY_OVERHEAD)
                         if fits != FITS:
-                            self._fail_all([job], self._refusal(fits, job), replies, principal)
+                            self._fail_all([job], self._refusal(fits, job), replies, usage)
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     hits += 1
                     row.stats.cache_hits += 1
-                    self._book(principal, row, units, False)
+                    self._book(usage, row, units, False)
                     continue
             if self.sticky is not None and call.method in STICKY_METHODS:
                 prefer = self.sticky.route(call.method, call.params, trio.current_time())
@@ -534,24 +532,22 @@ class RpcService:
             groups += [(chosen[i : i + size], prefer) for i in range(0, len(chosen), size)]
         if len(groups) == 1 and not split_jobs and not local_jobs:
             group, prefer = groups[0]
-            await self._send_group(group, replies, principal, assembly, prefer)
+            await self._send_group(group, replies, usage, assembly, prefer)
         elif groups or split_jobs or local_jobs:
             async with trio.open_nursery() as nursery:
                 for group, prefer in groups:
-                    nursery.start_soon(
-                        self._send_group, group, replies, principal, assembly, prefer
-                    )
+                    nursery.start_soon(self._send_group, group, replies, usage, assembly, prefer)
                 for job, split in split_jobs:
                     assert limit is not None
                     nursery.start_soon(
-                        self._send_split, job, split, limit, replies, principal, assembly
+                        self._send_split, job, split, limit, replies, usage, assembly
                     )
                 for job in local_jobs:
-                    nursery.start_soon(self._answer_local, job, replies, principal, assembly)
+                    nursery.start_soon(self._answer_local, job, replies, principal, usage, assembly)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
-        return RpcReply(body, status, "batch", admitted=bool(jobs))
+        return RpcReply(body, status, "batch", admitted=bool(jobs), usage=usage)
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
         """A call the gate refused.  The client still gets a JSON-RPC body (-32005 over a
@@ -731,16 +727,14 @@ class RpcService:
         self,
         jobs: list[_Job],
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         prefer: str | None = None,
     ) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
         if assembly.over:
             # The answer is already over its bound: these calls would only be refused.
-            self._fail_all(
-                jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
-            )
+            self._fail_all(jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, usage)
             return
         jsonrpc = self._jsonrpc
         by_id: dict[int, _Job] = {}
@@ -783,19 +777,19 @@ class RpcService:
                     )
                 except UpstreamError as exc:
                     failure = client_error(exc, write=any(job[2].write for job in jobs))
-                    self._fail_all(jobs, failure, replies, principal)
+                    self._fail_all(jobs, failure, replies, usage)
                     return
             if scope.cancelled_caught:
                 self._fail_all(
-                    jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
+                    jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, usage
                 )
                 return
             if not parsed.batch:
                 # The node refused the batch as a whole (for example: too large); the pool saw
                 # to it that this is an error object.
-                self._fail_all(jobs, parsed.replies[0].error, replies, principal)
+                self._fail_all(jobs, parsed.replies[0].error, replies, usage)
                 return
-            self._place_group(by_id, replies, principal, assembly, upstream, response, parsed)
+            self._place_group(by_id, replies, usage, assembly, upstream, response, parsed)
         finally:
             assembly.unreserve(max(reserved, 0))
 
@@ -803,7 +797,7 @@ class RpcService:
         self,
         by_id: dict[int, _Job],
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         upstream: Upstream,
         response: Response,
@@ -830,12 +824,12 @@ class RpcService:
                     replies[index] = jsonrpc.result_reply(call.id, result)
                 else:
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
-            self._book(principal, row, units, error is not None)
+            self._book(usage, row, units, error is not None)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
             )
-            self._fail_all(list(by_id.values()), missing, replies, principal)
+            self._fail_all(list(by_id.values()), missing, replies, usage)
 
     async def _split_logs(self, split: Split, limit: Limit) -> Outcome:
         """An eth_getLogs too wide for one upstream call, sent in parts (logranges.py)."""
@@ -858,24 +852,25 @@ class RpcService:
         split: Split,
         limit: Limit,
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A batch's eth_getLogs that is split: answered on its own, placed at its position."""
         result, error = await self._split_logs(split, limit)
-        self._place(job, result, error, replies, principal, assembly)
+        self._place(job, result, error, replies, usage, assembly)
 
     async def _answer_local(
         self,
         job: _Job,
         replies: list[bytes | None],
         principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A batch's call of a local method: answered in process, placed at its position."""
         call = job[1]
         result, error = await self._local[call.method](call.params, principal)
-        self._place(job, result, error, replies, principal, assembly)
+        self._place(job, result, error, replies, usage, assembly)
 
     def _place(
         self,
@@ -883,7 +878,7 @@ class RpcService:
         result: bytes | None,
         error: bytes | None,
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A call answered on its own (a split eth_getLogs, a local method): its reply at its
@@ -899,16 +894,17 @@ class RpcService:
                 replies[index] = jsonrpc.result_reply(call.id, result)
             else:
                 replies[index] = jsonrpc.raw_error_reply(call.id, error)
-        self._book(principal, row, units, error is not None)
+        self._book(usage, row, units, error is not None)
 
-    def _book(self, principal: Principal, row: Method, units: int, failed: bool) -> None:
-        """One call answered: counted under its method, metered for the caller (this
-        service's one place that meters a call, as ``Pending.book`` is the lane's)."""
+    @staticmethod
+    def _book(usage: Usage, row: Method, units: int, failed: bool) -> None:
+        """One call answered: counted under its method, and added to its request's usage,
+        which whoever answers the request meters once (the edge, the WebSocket session)."""
         if failed:
             row.stats.error += 1
         else:
             row.stats.ok += 1
-        self._gate.record(principal, self.label, row.name, 1, units, 1 if failed else 0)
+        usage.append((row.name, units, failed))
 
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""
@@ -923,11 +919,11 @@ class RpcService:
         return self._too_large_write if executed else self._too_large
 
     def _fail_all(
-        self, jobs: list[_Job], error: bytes, replies: list[bytes | None], principal: Principal
+        self, jobs: list[_Job], error: bytes, replies: list[bytes | None], usage: Usage
     ) -> None:
         raw_error_reply = self._jsonrpc.raw_error_reply
         for index, call, row, _, units in jobs:
-            self._book(principal, row, units, True)
+            self._book(usage, row, units, True)
             if call.id is not None:
                 replies[index] = raw_error_reply(call.id, error)
 

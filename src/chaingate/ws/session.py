@@ -295,7 +295,7 @@ class Session:
             answers: deque[bytes] = deque()
             if others:
                 reply = await self.service.handle(b"[" + b",".join(others) + b"]", self.principal)
-                self._timed(reply, started)
+                self._booked(reply, started)
                 answers.extend(_answers_of(reply, [c for r, c in parts if not _subscription(c)]))
             # Room first, then the subscription calls, their answers and the write with no
             # await between them: no push of a new subscription can overtake its id.
@@ -337,7 +337,7 @@ class Session:
                     id_bytes(call) if call else b"null", INTERNAL_ERROR, "internal error"
                 )
             else:
-                self._timed(reply, started)
+                self._booked(reply, started)
                 body = reply.body
                 if body is None and reply.rejection is not None:
                     body = _refusal(id_bytes(call) if call else b"null", reply.rejection)
@@ -346,12 +346,22 @@ class Session:
         finally:
             self._inflight.release()
 
-    def _timed(self, reply: RpcReply, started: float) -> None:
-        """An admitted call's latency, from its message to its answer (the subscription
-        calls of a batch are not timed: they are answered here, at once)."""
+    def _booked(self, reply: RpcReply, started: float) -> None:
+        """A message the RPC service answered: its calls' usage, and its latency from the
+        message to its answer once admitted (the subscription calls of a batch are not timed:
+        they are answered here, at once)."""
+        for method, units, failed in reply.usage:
+            self.book(method, 1, units, failed)
         if reply.admitted:
             elapsed = perf_counter() - started
             self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
+
+    def book(self, method: str, requests: int, units: int, failed: bool = False) -> None:
+        """Usage of this connection's key: calls answered, or units pushed (``requests`` 0):
+        the session's one place that meters usage."""
+        self._gate.record(
+            self.principal, self.service.label, method, requests, units, 1 if failed else 0
+        )
 
     async def _frame(self, body: bytes) -> bytes:
         """A reply's frame: deflated when negotiated and large enough to pay."""
@@ -392,7 +402,7 @@ class Session:
             if params and isinstance(params[0], str):
                 subscription = self.subscriptions.pop(params[0], None)
                 found = subscription is not None and self._end(subscription)
-            self._gate.record(self.principal, self.service.label, "eth_unsubscribe", 1, 0, 0)
+            self.book("eth_unsubscribe", 1, 0)
             if not notification:
                 self._answer(result_reply(id_raw, b"true" if found else b"false"))
             return
@@ -448,7 +458,7 @@ class Session:
         if rejection is not None:
             code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
             return SubscribeError(code, rejection.message)
-        self._gate.record(self.principal, self.service.label, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
+        self.book("eth_subscribe", 1, SUBSCRIBE_CU)
         return subscription
 
     def _end(self, subscription: Subscription) -> bool:
