@@ -257,6 +257,10 @@ class KeyGate:
         self.admission: Admission[Principal] = fastlane.KeyAdmission(
             self, registry.recent, self._anonymous, registry.used
         )
+        # Metering is the lane's too: what the handler, the bundler, REST and WebSocket record
+        # goes into the same meters by the same methods as the lane's own answers.
+        self.record = self.admission.record
+        self.observe = self.admission.observe
 
     @property
     def meter(self) -> UsageMeter:
@@ -408,20 +412,6 @@ class KeyGate:
             "rate limit exceeded (requests or compute units per second)",
             b"Retry-After: %d\r\n" % math.ceil(wait),
         )
-
-    def record(
-        self,
-        principal: Principal,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-    ) -> None:
-        self.admission.record(principal, network, method, requests, cu, errors)
-
-    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
-        self.admission.observe(principal, network, method, seconds)
 
     def response_headers(self, principal: Principal) -> bytes:
         return self.admission.headers(principal)
