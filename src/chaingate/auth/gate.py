@@ -2,8 +2,9 @@
 
 The edge calls ``authenticate`` once per request (before reading meaning into the body); the
 RPC service calls ``admit`` with the request's calls and compute units once it has classified
-them, before anything reaches a node, and ``record`` afterwards for the usage meter.  Every
-response carries ``response_headers``.  A refused request costs nothing.
+them, before anything reaches a node; whoever answers the request (the edge, the WebSocket
+session) calls ``record`` for its calls' usage and ``observe`` for its latency once, as the
+answer leaves.  Every response carries ``response_headers``.  A refused request costs nothing.
 
 ``OpenGate`` admits everything (auth disabled); ``chaingate.auth.keygate.KeyGate`` is the real
 one: API keys, scopes, plans and rate limits.

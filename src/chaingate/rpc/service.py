@@ -1,4 +1,4 @@
-"""The JSON-RPC proxy of one chain/network: method table, metering, cache, coalescing, batches.
+"""The JSON-RPC proxy of one chain/network: method table, usage, cache, coalescing, batches.
 
 Most requests never reach this module's ``handle``: the edge's fast lane (``fastlane``, compiled)
 answers them from the state this service owns and shares with it — the ``Route``: the method
@@ -882,7 +882,7 @@ class RpcService:
         assembly: Assembly,
     ) -> None:
         """A call answered on its own (a split eth_getLogs, a local method): its reply at its
-        position within the answer's bound, counted and recorded."""
+        position within the answer's bound, counted and added to the usage."""
         index, call, row, _, units = job
         if call.id is not None:
             size = len(result) if result is not None else len(error or b"")
