@@ -12,6 +12,7 @@ one: API keys, scopes, plans and rate limits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -154,6 +155,25 @@ class Gate(Protocol):
 
 
 ANONYMOUS = Principal()
+
+
+def book(
+    gate: Gate,
+    principal: Principal,
+    network: str,
+    usage: Iterable[tuple[str, int, int, int]],
+    method: str = "",
+    seconds: float | None = None,
+) -> None:
+    """A request's books, kept once, as its answer leaves (the edge's handler, the WebSocket
+    session; the fast lane keeps its own, in the same meters): each row of its ``usage``
+    (method, requests, compute units, errors) under ``network``, and its latency under
+    ``method`` when it was admitted (``seconds``)."""
+    for name, requests, units, errors in usage:
+        gate.record(principal, network, name, requests, units, errors)
+    if seconds is not None:
+        gate.observe(principal, network, method, seconds)
+
 
 # A key in the path and another in a header: which would be the caller's?
 TWO_KEYS = Rejection(

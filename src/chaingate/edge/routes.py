@@ -29,7 +29,7 @@ from time import perf_counter
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
-from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection, book
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, normalize_path
@@ -291,7 +291,7 @@ class Routes:
         for call, reply in zip(calls, replies, strict=True):
             method = call.method if call.method in rpc.methods else "bundler:unknown"
             failed = call.error is not None or (reply is not None and "error" in reply)
-            usage.append((method, rpc.cost([call]), failed))
+            usage.append((method, 1, rpc.cost([call]), 1 if failed else 0))
         label = "batch" if parsed.batch else method  # a single call's method
         sample.principal, sample.network, sample.method = principal, network, label
         body = local_rpc.encode(parsed, replies)
@@ -419,8 +419,8 @@ class Routes:
 class _Sample:
     """What one request answered in Python leaves in its caller's books, filled in while it
     is answered and booked once, when the answer leaves (``__call__``): the usage of its
-    calls, each (method, billed units, failed), under its network; and its latency under its
-    method ("batch" for a batch), once admitted."""
+    calls, each (method, requests, billed units, errors), under its network; and its latency
+    under its method ("batch" for a batch), once admitted."""
 
     __slots__ = ("method", "network", "principal", "timed", "usage")
 
@@ -437,16 +437,12 @@ class _Sample:
         """One request priced as a whole (a REST call, a bundler body that is not
         JSON-RPC), answered."""
         self.principal, self.network, self.method = principal, network, method
-        self.usage.append((method, units, failed))
+        self.usage.append((method, 1, units, 1 if failed else 0))
 
     def book(self, gate: Gate, seconds: float) -> None:
-        principal = self.principal
-        assert principal is not None
-        network = self.network
-        for method, units, failed in self.usage:
-            gate.record(principal, network, method, 1, units, 1 if failed else 0)
-        if self.timed:
-            gate.observe(principal, network, self.method, seconds)
+        assert self.principal is not None
+        timed = seconds if self.timed else None
+        book(gate, self.principal, self.network, self.usage, self.method, timed)
 
 
 def _refusal_headers(path: bytes) -> bytes:

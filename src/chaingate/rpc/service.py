@@ -85,9 +85,9 @@ Outcome = tuple[bytes | None, bytes | None]
 # A method chaingate answers itself (methods.toml ``local = true``): the call's raw params and
 # the caller's principal in, its outcome out.  A subsystem registers it (``answer_locally``).
 LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
-# The calls of one request answered so far, each (method, billed units, failed): the request's
-# usage, metered once by whoever answers the request (the edge, the WebSocket session).
-Usage = list[tuple[str, int, bool]]
+# The calls of one request answered so far, each (method, requests, billed units, errors): the
+# request's usage, metered once by whoever answers the request (``chaingate.auth.gate.book``).
+Usage = list[tuple[str, int, int, int]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
 
@@ -145,7 +145,7 @@ class RpcReply:
         # False for what was answered before admission (malformed, unknown method, a bad
         # block tag, a range over the limit): its latency is not the caller's usage.
         self.admitted = admitted and rejection is None
-        # The calls answered (for the caller's usage), each (method, billed units, failed).
+        # The calls answered (the caller's usage), each (method, requests, units, errors).
         self.usage: Usage = usage if usage is not None else []
 
 
@@ -904,7 +904,7 @@ class RpcService:
             row.stats.error += 1
         else:
             row.stats.ok += 1
-        usage.append((row.name, units, failed))
+        usage.append((row.name, 1, units, 1 if failed else 0))
 
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""

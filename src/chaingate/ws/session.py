@@ -40,7 +40,7 @@ from wsproto.events import (
 )
 
 from chaingate import netio
-from chaingate.auth.gate import Gate, Principal, Rejection
+from chaingate.auth.gate import Gate, Principal, Rejection, book
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
@@ -350,18 +350,13 @@ class Session:
         """A message the RPC service answered: its calls' usage, and its latency from the
         message to its answer once admitted (the subscription calls of a batch are not timed:
         they are answered here, at once)."""
-        for method, units, failed in reply.usage:
-            self.book(method, 1, units, failed)
-        if reply.admitted:
-            elapsed = perf_counter() - started
-            self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
+        seconds = perf_counter() - started if reply.admitted else None
+        book(self._gate, self.principal, self.service.label, reply.usage, reply.label, seconds)
 
-    def book(self, method: str, requests: int, units: int, failed: bool = False) -> None:
-        """Usage of this connection's key: calls answered, or units pushed (``requests`` 0):
-        the session's one place that meters usage."""
-        self._gate.record(
-            self.principal, self.service.label, method, requests, units, 1 if failed else 0
-        )
+    def bill(self, method: str, requests: int, units: int) -> None:
+        """Usage of this connection's key answered here: (un)subscriptions, or units pushed
+        (``requests`` 0)."""
+        book(self._gate, self.principal, self.service.label, [(method, requests, units, 0)])
 
     async def _frame(self, body: bytes) -> bytes:
         """A reply's frame: deflated when negotiated and large enough to pay."""
@@ -402,7 +397,7 @@ class Session:
             if params and isinstance(params[0], str):
                 subscription = self.subscriptions.pop(params[0], None)
                 found = subscription is not None and self._end(subscription)
-            self.book("eth_unsubscribe", 1, 0)
+            self.bill("eth_unsubscribe", 1, 0)
             if not notification:
                 self._answer(result_reply(id_raw, b"true" if found else b"false"))
             return
@@ -458,7 +453,7 @@ class Session:
         if rejection is not None:
             code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
             return SubscribeError(code, rejection.message)
-        self.book("eth_subscribe", 1, SUBSCRIBE_CU)
+        self.bill("eth_subscribe", 1, SUBSCRIBE_CU)
         return subscription
 
     def _end(self, subscription: Subscription) -> bool:
