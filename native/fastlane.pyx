@@ -36,6 +36,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "presented_key",
+    "split_path_key",
 ]
 
 IMPLEMENTATION = "compiled"
@@ -279,6 +281,38 @@ cdef bint valid_block_tag(bytes tag, bint solana):
     return True
 
 
+cdef inline object _presented_key(request, object path_key):
+    cdef object raw = request.api_key, authorization
+    if raw is None:
+        authorization = request.authorization
+        if authorization is not None and (<bytes>authorization)[:7].lower() == b"bearer ":
+            raw = (<bytes>authorization)[7:].strip()
+    if path_key is None:
+        return raw
+    if raw is not None and raw != path_key:
+        return None
+    return path_key
+
+
+cdef inline tuple _split_path_key(bytes path):
+    head, _, key = path.rpartition(b"/")
+    if (<bytes>key).startswith(KEY_SHAPES) and not (<bytes>head).endswith(b"/"):
+        return head, key
+    return path, None
+
+
+def split_path_key(bytes path):
+    """(endpoint path, key) of a path whose last segment is key-shaped, else (path, None)
+    (see the pure twin)."""
+    return _split_path_key(path)
+
+
+def presented_key(request, path_key=None):
+    """The API key a request presents: X-API-Key, else Authorization: Bearer, else the key in
+    its path, which a header's key must equal (see the pure twin)."""
+    return _presented_key(request, path_key)
+
+
 cdef class Method:
     """One row of the method table as the lane reads it (built from ``MethodSpec``)."""
 
@@ -311,7 +345,17 @@ cdef class Method:
         self.stats = stats
         self.special = special
 
-    cdef inline void price(self, object tag, long long* cu, long long* tcu):
+    def price(self, tag):
+        """(billed, throughput) units; a historical block tag scales both alike."""
+        cdef long long cu = 0, tcu = 0
+        self.charge(tag, &cu, &tcu)
+        return cu, tcu
+
+    def may_be_cached(self, tag):
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
+        return self.cacheable(tag)
+
+    cdef inline void charge(self, object tag, long long* cu, long long* tcu):
         if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
             cu[0] = self.cu_historical
             tcu[0] = self.tcu * self.cu_historical // (self.cu if self.cu > 1 else 1)
@@ -319,7 +363,7 @@ cdef class Method:
             cu[0] = self.cu
             tcu[0] = self.tcu
 
-    cdef inline bint may_be_cached(self, object tag):
+    cdef inline bint cacheable(self, object tag):
         if self.cache == STATIC:
             return True
         if self.cache == NO_CACHE:
@@ -485,7 +529,7 @@ cdef class Route:
         for flight in flights:
             if not flight.done and (
                 flight.future is not None
-                or (flight.spec.cache != NO_CACHE and flight.spec.may_be_cached(flight.tag))
+                or (flight.spec.cache != NO_CACHE and flight.spec.cacheable(flight.tag))
             ):
                 return True
         for flight in flights:
@@ -523,13 +567,31 @@ cdef class Route:
             return self.refusals["busy_write" if executed else "busy"]
         return self.refusals["too_large_write" if executed else "too_large"]
 
-    cdef object not_found(self, call):
+    def classify(self, call):
+        """(method row, raw block tag, tag valid) of a well-formed call (see the pure twin)."""
+        return self.classify_call(call)
+
+    cdef tuple classify_call(self, call):
+        cdef Method method = self.methods.get(call.method)
+        if method is None:
+            method = self.passthrough
+            if method is None:
+                return None, None, True
+        tag = None
+        params = call.params
+        if method.block_param >= 0 and params is not None:
+            tag = self._array_item(params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, self.solana):
+            return method, tag, False
+        return method, tag, True
+
+    cpdef object not_found(self, call):
         if call.id is None:
             return None
         cdef str method = call.method
         return self._error_reply(call.id, METHOD_NOT_FOUND, f"method not found: {method[:64]}")
 
-    cdef object bad_tag(self, call):
+    cpdef object bad_tag(self, call):
         if call.id is None:
             return None
         return self._error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
@@ -586,22 +648,14 @@ cdef class KeyAdmission(OpenAdmission):
         self.latency = gate.latency
 
     cpdef object principal(self, request, str group, bint testnet, object key=None):
-        cdef object raw, authorization, principal, bucket
+        cdef object raw, principal, bucket
         failures = self.failures
         if failures:
             bucket = failures.get(group)
             if bucket is not None and bucket.remaining(monotonic()) < 1:
                 return None
-        raw = request.api_key
+        raw = _presented_key(request, key)
         if raw is None:
-            authorization = request.authorization
-            if authorization is not None and (<bytes>authorization)[:7].lower() == b"bearer ":
-                raw = (<bytes>authorization)[7:].strip()
-        if key is not None:
-            if raw is not None and raw != key:
-                return None
-            raw = key
-        elif raw is None:
             return None
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
@@ -976,17 +1030,22 @@ cdef class Pending:
                 self.replies[index] = route._result_reply(call_id, result)
             else:
                 self.replies[index] = route._raw_error_reply(call_id, error)
-        if error is None:
-            method.stats.ok += 1
-        else:
-            method.stats.error += 1
-        self.lane.admission.record(self.principal, route.label, method.name, 1, units,
-                                   0 if error is None else 1)
+        self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
             self.give_up_reads()
         if self.left == 0:
             self.lane.finish(self)
+
+    cdef void book(self, Method method, long long units, bint failed) except *:
+        """One call answered: counted under its method, metered for the caller (the lane's
+        one place that meters a call; see the pure twin)."""
+        if failed:
+            method.stats.error += 1
+        else:
+            method.stats.ok += 1
+        self.lane.admission.record(self.principal, self.route.label, method.name, 1, units,
+                                   failed)
 
     cdef void fail(self) except *:
         self.units = [None] * len(self.units)
@@ -1014,9 +1073,7 @@ cdef class Pending:
             if call.id is not None:
                 self.replies[index] = route._raw_error_reply(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
-            method.stats.error += 1
-            self.lane.admission.record(self.principal, route.label, method.name, 1,
-                                       (<tuple>waiting)[1], 1)
+            self.book(method, (<tuple>waiting)[1], True)
             self.left -= 1
 
 
@@ -1055,8 +1112,8 @@ cdef class Lane:
         cdef Pending pending
         key = None
         if route is None:
-            head, _, key = path.rpartition(b"/")
-            if (<bytes>key).startswith(KEY_SHAPES) and not (<bytes>head).endswith(b"/"):
+            head, key = _split_path_key(path)
+            if key is not None:
                 route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF
@@ -1104,21 +1161,6 @@ cdef class Lane:
             return self._batch(pending)
         return self._single(pending)
 
-    cdef tuple _classify(self, Route route, call):
-        """(method, block tag, tag valid) of a well-formed call."""
-        cdef Method method = route.methods.get(call.method)
-        if method is None:
-            method = route.passthrough
-            if method is None:
-                return None, None, True
-        tag = None
-        params = call.params
-        if method.block_param >= 0 and params is not None:
-            tag = route._array_item(params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, route.solana):
-            return method, tag, False
-        return method, tag, True
-
     cdef object _single(self, Pending pending):
         cdef Route route = pending.route
         cdef Method method
@@ -1128,7 +1170,7 @@ cdef class Lane:
             route.invalid.error += 1
             body = route._error_reply(call.id, call.error, call.message)
             return self._answer(pending, 200, body, MISS, "invalid", None, False)
-        method_obj, tag, valid = self._classify(route, call)
+        method_obj, tag, valid = route.classify_call(call)
         if method_obj is None:
             route.unknown.error += 1
             return self._answer(pending, 200, route.not_found(call), MISS, "unknown", None, False)
@@ -1137,7 +1179,7 @@ cdef class Lane:
             route.invalid.error += 1
             return self._answer(pending, 200, route.bad_tag(call), MISS, method.name, None,
                                 False)
-        method.price(tag, &cu, &tcu)
+        method.charge(tag, &cu, &tcu)
         cdef bint writes = method.write
         cdef OpenAdmission admission = self.admission
         rejection = admission.admit(pending.principal, not writes, writes, 1, cu, tcu)
@@ -1149,18 +1191,16 @@ cdef class Lane:
         cdef MethodStats stats = method.stats
         params = call.params
         key = (call.method, params if params is not None else b"")
-        if method.cache != NO_CACHE and method.may_be_cached(tag):
+        if method.cache != NO_CACHE and method.cacheable(tag):
             hit = route.cache.get(key)
             if hit is not None:
                 if call_id is not None and (
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
-                    stats.error += 1
-                    admission.record(pending.principal, route.label, method.name, 1, cu, 1)
+                    pending.book(method, cu, True)
                     body = route._raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
                     return self._answer(pending, 200, body, MISS, method.name, None)
                 stats.cache_hits += 1
-                stats.ok += 1
-                admission.record(pending.principal, route.label, method.name, 1, cu, 0)
+                pending.book(method, cu, False)
                 body = None if call_id is None else route._result_reply(call_id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
@@ -1193,7 +1233,7 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = self._classify(route, call)
+            method_obj, tag, valid = route.classify_call(call)
             if method_obj is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
@@ -1203,7 +1243,7 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
                 continue
-            method.price(tag, &units, &weight)
+            method.charge(tag, &units, &weight)
             cu += units
             tcu += weight
             if method.write:
@@ -1216,7 +1256,6 @@ cdef class Lane:
             rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
                 return self._refused_batch(pending, rejection, jobs)
-        principal = pending.principal
         cdef ResponseCache cache = route.cache
         cdef list upstream = []
         cdef int fits
@@ -1227,7 +1266,7 @@ cdef class Lane:
             method = <Method>(<tuple>job)[2]
             tag = (<tuple>job)[3]
             units = (<tuple>job)[4]
-            if method.cache != NO_CACHE and method.may_be_cached(tag):
+            if method.cache != NO_CACHE and method.cacheable(tag):
                 params = call.params
                 hit = cache.get((call.method, params if params is not None else b""))
                 if hit is not None:
@@ -1239,14 +1278,12 @@ cdef class Lane:
                         if fits != FITS:
                             replies[index] = route._raw_error_reply(call_id, route.refuse(
                                 OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE, False))
-                            stats.error += 1
-                            admission.record(principal, route.label, method.name, 1, units, 1)
+                            pending.book(method, units, True)
                             continue
                         replies[index] = route._result_reply(call_id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
-                    stats.ok += 1
-                    admission.record(principal, route.label, method.name, 1, units, 0)
+                    pending.book(method, units, False)
                     continue
             upstream.append(job)
         if pending.over:
@@ -1257,8 +1294,7 @@ cdef class Lane:
                 if call.id is not None:
                     replies[index] = route._raw_error_reply(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
-                method.stats.error += 1
-                admission.record(principal, route.label, method.name, 1, (<tuple>job)[4], 1)
+                pending.book(method, (<tuple>job)[4], True)
             return self._batch_answer(pending)
         cdef list safe = [], unsafe = []
         cdef dict flights = route.flights

@@ -80,6 +80,7 @@ class FrontDoor:
             settings.observability.admin_token,
             impl.fastlane.RequestIds(os.urandom(4).hex().encode()),
             impl.jsonrpc,
+            impl.fastlane,
             self.bundlers,
         )
         # The dashboard (/dashboard/) on the same app; its tasks (latency sampler, shared
@@ -108,7 +109,7 @@ class FrontDoor:
             chain.services.values(),
             impl.fastlane.AnswerBudget(settings.rpc.max_assembling_bytes),
         )
-        self.lane = build_lane(impl, chain.services, gate, self.routes, self.access_log)
+        self.lane = build_lane(impl, chain.services, gate, self.routes)
         self.edge = EdgeServer(
             settings.server,
             impl,

@@ -58,6 +58,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "presented_key",
+    "split_path_key",
 ]
 
 IMPLEMENTATION = "pure"
@@ -202,7 +204,7 @@ class RequestIds:
 
 
 def valid_block_tag(tag: bytes, family: str) -> bool:
-    """A block reference a node can understand (rpc/methods.py holds the same rule).
+    """A block reference a node can understand (``Route.classify`` asks).
 
     EVM: a named tag, a hex quantity, a 32-byte hash or an EIP-1898 object.  Solana: a slot,
     a non-negative integer."""
@@ -214,6 +216,32 @@ def valid_block_tag(tag: bytes, family: str) -> bool:
         return False
     digits = tag[3:-1]
     return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
+def split_path_key(path: bytes) -> tuple[bytes, bytes | None]:
+    """(endpoint path, key) of a path whose last segment is key-shaped (``…/{key}``, the form
+    wallets and tools that take only a URL use), else (path, None)."""
+    head, _, key = path.rpartition(b"/")
+    if key.startswith(KEY_SHAPES) and not head.endswith(b"/"):
+        return head, key
+    return path, None
+
+
+def presented_key(request: twin.Presenter, path_key: bytes | None = None) -> bytes | None:
+    """The API key a request presents: ``X-API-Key``, else ``Authorization: Bearer``, else
+    the key in its path (``path_key``, the form tools that take only a URL use), which a key
+    in a header must then equal.  None: no key at all, or a header's key other than the
+    path's (the gate says which, ``KeyGate.authenticate``)."""
+    raw = request.api_key
+    if raw is None:
+        authorization = request.authorization
+        if authorization is not None and authorization[:7].lower() == b"bearer ":
+            raw = authorization[7:].strip()
+    if path_key is None:
+        return raw
+    if raw is not None and raw != path_key:
+        return None
+    return path_key
 
 
 class Method:
@@ -433,6 +461,23 @@ class Route:
                     for flight in group:
                         self.land(flight, None, UNSENT)
 
+    # --- the request rules, for the lane and for the Python handler alike ------------------
+
+    def classify(self, call: Any) -> tuple[Method | None, bytes | None, bool]:
+        """(method row, raw block tag, tag valid) of a well-formed call; no row: a method
+        this network neither knows nor passes through (``not_found``); a tag not valid:
+        ``bad_tag``.  Price (``Method.price``) and cacheability (``Method.may_be_cached``)
+        follow from the row and the tag."""
+        method = self.methods.get(call.method) or self.passthrough
+        if method is None:
+            return None, None, True
+        tag = None
+        if method.block_param is not None and call.params is not None:
+            tag = self.jsonrpc.array_item(call.params, method.block_param)
+        if tag is not None and not valid_block_tag(tag, self.family):
+            return method, tag, False
+        return method, tag, True
+
     # --- answers the lane builds from this route's table ----------------------------------
 
     def refuse(self, reason: str, executed: bool, calls: int = 1) -> bytes:
@@ -525,17 +570,9 @@ class KeyAdmission:
             bucket = failures.get(group)
             if bucket is not None and bucket.remaining(time.monotonic()) < 1:
                 return None
-        raw = request.api_key
+        raw = presented_key(request, key)
         if raw is None:
-            authorization = request.authorization
-            if authorization is not None and authorization[:7].lower() == b"bearer ":
-                raw = authorization[7:].strip()
-        if key is not None:
-            if raw is not None and raw != key:
-                return None  # two different keys: the handler refuses
-            raw = key
-        elif raw is None:
-            return None
+            return None  # no key, or two different ones: the handler refuses
         principal = self.recent.get(raw)
         if principal is None or principal.revoked or principal.allow is not None:
             return None
@@ -825,18 +862,23 @@ class _Pending:
                 self.replies[index] = jsonrpc.result_reply(call.id, result)
             else:
                 self.replies[index] = jsonrpc.raw_error_reply(call.id, error)
-        if error is None:
-            method.stats.ok += 1
-        else:
-            method.stats.error += 1
-        self.lane.admission.record(
-            self.principal, route.label, method.name, 1, units, 0 if error is None else 1
-        )
+        self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
             self.give_up_reads()
         if self.left == 0:
             self.lane.finish(self)
+
+    def book(self, method: Method, units: int, failed: bool) -> None:
+        """One call answered: counted under its method, metered for the caller (the lane's
+        one place that meters a call)."""
+        if failed:
+            method.stats.error += 1
+        else:
+            method.stats.ok += 1
+        self.lane.admission.record(
+            self.principal, self.route.label, method.name, 1, units, 1 if failed else 0
+        )
 
     def fail(self) -> None:
         """Answer 500 and wait for nothing more."""
@@ -862,8 +904,7 @@ class _Pending:
             if call.id is not None:
                 error = route.refuse(ANSWER_TOO_LARGE, False)
                 self.replies[index] = route.jsonrpc.raw_error_reply(call.id, error)
-            method.stats.error += 1
-            self.lane.admission.record(self.principal, route.label, method.name, 1, units, 1)
+            self.book(method, units, True)
             self.left -= 1
 
 
@@ -899,9 +940,8 @@ class Lane:
         route = self.routes.get(path)
         key = None
         if route is None:
-            # A key in the path, as tools that take only a URL send it.
-            head, _, key = path.rpartition(b"/")
-            if key.startswith(KEY_SHAPES) and not head.endswith(b"/"):
+            head, key = split_path_key(path)
+            if key is not None:
                 route = self.routes.get(head)
         if route is None or request.method != b"POST":
             return HANDOFF
@@ -957,18 +997,6 @@ class Lane:
                 self._log_paths[path] = shown
         return shown
 
-    def _classify(self, route: Route, call: Any) -> tuple[Method | None, bytes | None, bool]:
-        """(method, block tag, tag valid) of a well-formed call."""
-        method = route.methods.get(call.method) or route.passthrough
-        if method is None:
-            return None, None, True
-        tag = None
-        if method.block_param is not None and call.params is not None:
-            tag = route.jsonrpc.array_item(call.params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, route.family):
-            return method, tag, False
-        return method, tag, True
-
     def _single(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
         jsonrpc = route.jsonrpc
@@ -977,7 +1005,7 @@ class Lane:
             route.invalid.error += 1
             body: bytes | None = jsonrpc.error_reply(call.id, call.error, call.message)
             return self._answer(pending, 200, body, b"MISS", "invalid", None, False)
-        method, tag, valid = self._classify(route, call)
+        method, tag, valid = route.classify(call)
         if method is None:
             route.unknown.error += 1
             return self._answer(
@@ -1002,14 +1030,12 @@ class Lane:
             hit = route.cache.get(key)
             if hit is not None:
                 if call.id is not None and len(hit) + len(call.id) > route.max_single:
-                    stats.error += 1
-                    admission.record(pending.principal, route.label, method.name, 1, cu, 1)
+                    pending.book(method, cu, True)
                     refusal = route.refuse(ANSWER_TOO_LARGE, False)
                     body = jsonrpc.raw_error_reply(call.id, refusal)
                     return self._answer(pending, 200, body, b"MISS", method.name, None)
                 stats.cache_hits += 1
-                stats.ok += 1
-                admission.record(pending.principal, route.label, method.name, 1, cu, 0)
+                pending.book(method, cu, False)
                 body = None if call.id is None else jsonrpc.result_reply(call.id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, b"HIT", method.name, None)
@@ -1040,7 +1066,7 @@ class Lane:
                 route.invalid.error += 1
                 replies[index] = jsonrpc.error_reply(call.id, call.error, call.message)
                 continue
-            method, tag, valid = self._classify(route, call)
+            method, tag, valid = route.classify(call)
             if method is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
@@ -1062,7 +1088,6 @@ class Lane:
             rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
                 return self._refused_batch(pending, rejection, jobs)
-        principal = pending.principal
         cache = route.cache
         upstream: list[tuple[int, Any, Method, bytes | None, int]] = []
         for job in jobs:
@@ -1078,14 +1103,12 @@ class Lane:
                             replies[index] = jsonrpc.raw_error_reply(
                                 call.id, route.refuse(reason, False)
                             )
-                            stats.error += 1
-                            admission.record(principal, route.label, method.name, 1, units, 1)
+                            pending.book(method, units, True)
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
-                    stats.ok += 1
-                    admission.record(principal, route.label, method.name, 1, units, 0)
+                    pending.book(method, units, False)
                     continue
             upstream.append(job)
         if pending.over:
@@ -1094,8 +1117,7 @@ class Lane:
                 if call.id is not None:
                     error = route.refuse(ANSWER_TOO_LARGE, False)
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
-                method.stats.error += 1
-                admission.record(principal, route.label, method.name, 1, units, 1)
+                pending.book(method, units, True)
             return self._batch_answer(pending)
         safe: list[Flight] = []
         unsafe: list[Flight] = []

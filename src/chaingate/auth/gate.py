@@ -2,8 +2,9 @@
 
 The edge calls ``authenticate`` once per request (before reading meaning into the body); the
 RPC service calls ``admit`` with the request's calls and compute units once it has classified
-them, before anything reaches a node, and ``record`` afterwards for the usage meter.  Every
-response carries ``response_headers``.  A refused request costs nothing.
+them, before anything reaches a node; whoever answers the request (the edge, the WebSocket
+session) calls ``record`` for its calls' usage and ``observe`` for its latency once, as the
+answer leaves.  Every response carries ``response_headers``.  A refused request costs nothing.
 
 ``OpenGate`` admits everything (auth disabled); ``chaingate.auth.keygate.KeyGate`` is the real
 one: API keys, scopes, plans and rate limits.
@@ -11,6 +12,7 @@ one: API keys, scopes, plans and rate limits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -118,9 +120,11 @@ class Gate(Protocol):
         peer: str,
         network: NetworkInfo | None,
         scope: str | None,
+        path_key: bytes | None = None,
     ) -> Principal | Rejection:
         """The caller's principal, or why not.  ``scope`` is the REST endpoint's scope (RPC
-        scopes depend on the methods and are checked by ``admit``)."""
+        scopes depend on the methods and are checked by ``admit``); ``path_key`` a key in
+        the request's path (``…/{chain}/{network}/{key}``), which a header's must equal."""
         ...
 
     def admit(
@@ -153,6 +157,30 @@ class Gate(Protocol):
 ANONYMOUS = Principal()
 
 
+def book(
+    gate: Gate,
+    principal: Principal,
+    network: str,
+    usage: Iterable[tuple[str, int, int, int]],
+    method: str = "",
+    seconds: float | None = None,
+) -> None:
+    """A request's books, kept once, as its answer leaves (the edge's handler, the WebSocket
+    session; the fast lane keeps its own, in the same meters): each row of its ``usage``
+    (method, requests, compute units, errors) under ``network``, and its latency under
+    ``method`` when it was admitted (``seconds``)."""
+    for name, requests, units, errors in usage:
+        gate.record(principal, network, name, requests, units, errors)
+    if seconds is not None:
+        gate.observe(principal, network, method, seconds)
+
+
+# A key in the path and another in a header: which would be the caller's?
+TWO_KEYS = Rejection(
+    400, "invalid_request", "two different API keys: one in the path, another in a header"
+)
+
+
 class OpenGate:
     """No keys, no limits: what runs when ``[auth] enabled = false``."""
 
@@ -162,6 +190,7 @@ class OpenGate:
         peer: str,
         network: NetworkInfo | None,
         scope: str | None,
+        path_key: bytes | None = None,
     ) -> Principal | Rejection:
         return ANONYMOUS
 

@@ -30,7 +30,7 @@ import msgspec
 import trio
 
 from chaingate.auth import allowlists, apikeys
-from chaingate.auth.gate import SCOPES, Credentials, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import SCOPES, TWO_KEYS, Credentials, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.obs.metrics import LATENCY_BUCKETS
@@ -247,6 +247,8 @@ class KeyGate:
         self._limiter = limiter
         self._meter = limiter.UsageMeter()
         self._latency = fastlane.LatencyMeter(LATENCY_BUCKETS)
+        # Which key a request presents is the lane's rule (header, Bearer, path): one copy.
+        self._presented_key = fastlane.presented_key
         self._anonymous: OrderedDict[str, KeyLimiter] = OrderedDict()
         # Refused requests by (status, reason), for /metrics.
         self.refusals: defaultdict[tuple[int, str], int] = defaultdict(int)
@@ -255,6 +257,10 @@ class KeyGate:
         self.admission: Admission[Principal] = fastlane.KeyAdmission(
             self, registry.recent, self._anonymous, registry.used
         )
+        # Metering is the lane's too: what the handler, the bundler, REST and WebSocket record
+        # goes into the same meters by the same methods as the lane's own answers.
+        self.record = self.admission.record
+        self.observe = self.admission.observe
 
     @property
     def meter(self) -> UsageMeter:
@@ -323,24 +329,22 @@ class KeyGate:
         peer: str,
         network: NetworkInfo | None,
         scope: str | None,
+        path_key: bytes | None = None,
     ) -> Principal | Rejection:
+        raw = self._presented_key(request, path_key)
+        if raw is None and path_key is not None:
+            return TWO_KEYS
         if self._anonymous:
             # Only addresses that failed recently are in the table: an empty one costs nothing.
             limited = self._over_failure_limit(peer)
             if limited is not None:
                 return limited
-        raw = request.api_key
         if raw is None:
-            authorization = request.authorization
-            if authorization is None:
+            if request.authorization is None:
                 return self._refuse(
                     peer, 401, "missing API key: send X-API-Key or Authorization: Bearer"
                 )
-            if authorization[:7].lower() != b"bearer ":
-                return self._refuse(
-                    peer, 401, "malformed Authorization header: use Bearer <API key>"
-                )
-            raw = authorization[7:].strip()
+            return self._refuse(peer, 401, "malformed Authorization header: use Bearer <API key>")
         principal = self.registry.lookup(raw)
         if principal is None:
             if apikeys.environment_of(raw) is None:
@@ -408,20 +412,6 @@ class KeyGate:
             "rate limit exceeded (requests or compute units per second)",
             b"Retry-After: %d\r\n" % math.ceil(wait),
         )
-
-    def record(
-        self,
-        principal: Principal,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-    ) -> None:
-        self.admission.record(principal, network, method, requests, cu, errors)
-
-    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
-        self.admission.observe(principal, network, method, seconds)
 
     def response_headers(self, principal: Principal) -> bytes:
         return self.admission.headers(principal)

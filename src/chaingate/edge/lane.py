@@ -1,8 +1,8 @@
 """The fast lane of this process: every JSON-RPC endpoint, the key gate's view, the books.
 
 Built once by the gateway from the RPC services (each owns its ``Route``), the gate and the
-handler's counters, so that an answer given by the lane is counted, logged and metered
-exactly where one given by the handler is.
+handler's books (``Routes.ledger``), so that an answer given by the lane is counted, logged
+and metered exactly where one given by the handler is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from chaingate.edge import cors
 from chaingate.edge.routes import Routes
 from chaingate.envelope import error_body
 from chaingate.impl import Impl
-from chaingate.obs.logs import AccessLog
 from chaingate.redaction import loggable_path
 from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import Admission, Lane, Route
@@ -28,7 +27,6 @@ def build_lane(
     services: Mapping[str, RpcService],
     gate: Gate,
     routes: Routes,
-    access_log: AccessLog,
 ) -> Lane:
     fastlane = impl.fastlane
     paths: dict[bytes, Route] = {}
@@ -38,7 +36,6 @@ def build_lane(
     admission: Admission[Any] = getattr(gate, "admission", None) or fastlane.OpenAdmission(
         ANONYMOUS
     )
-    ledger = fastlane.Ledger(routes.statuses, routes.route_latency, access_log)
     return fastlane.Lane(
-        paths, admission, ledger, routes.ids, cors.answer_headers, error_body, loggable_path
+        paths, admission, routes.ledger, routes.ids, cors.answer_headers, error_body, loggable_path
     )

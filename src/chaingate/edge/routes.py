@@ -26,11 +26,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
-from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Rejection
+from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection, book
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, normalize_path
@@ -44,8 +43,8 @@ from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
-from chaingate.rpc.service import RpcService
-from chaingate.twintypes.fastlane import RequestIds
+from chaingate.rpc.service import RpcService, Usage
+from chaingate.twintypes.fastlane import FastlaneModule, RequestIds
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule
 
@@ -109,10 +108,12 @@ class Routes:
         admin_token: str,
         ids: RequestIds,
         jsonrpc: JsonRpcModule,
+        fastlane: FastlaneModule,
         bundlers: Mapping[str, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
-        with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths."""
+        with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths;
+        ``fastlane``: the lane's twin, whose rules the handler's requests follow too."""
         self._services = {key.encode(): service for key, service in services.items()}
         self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
@@ -126,9 +127,9 @@ class Routes:
         self._rest_inflight: dict[CacheKey, tuple[object, Future[tuple[int, bytes, bytes]]]] = {}
         self._gate = gate
         self._registry = registry
-        self._access_log = access_log
         self._admin_token = admin_token.encode()
         self.ids = ids
+        self._split_path_key = fastlane.split_path_key
         self._jsonrpc = jsonrpc
         self.latency = LatencyHistogram()
         self.route_latency = {route: self.latency.series(route) for route in _ROUTES}
@@ -136,6 +137,9 @@ class Routes:
         self.statuses: dict[str, defaultdict[int, int]] = {
             route: defaultdict(int) for route in _ROUTES
         }
+        # What every answered request leaves behind (status count, latency, access-log line):
+        # the fast lane's books, which it shares.
+        self.ledger = fastlane.Ledger(self.statuses, self.route_latency, access_log)
 
     @property
     def requests(self) -> dict[tuple[str, int], int]:
@@ -151,6 +155,7 @@ class Routes:
         label = ""
         cache = b""
         route = "other"
+        sample = _Sample()
         try:
             path = normalize_path(request.path)
         except PathError as exc:
@@ -161,10 +166,10 @@ class Routes:
                 if path.startswith(_RPC_PREFIX):
                     route = "rpc"
                     status, headers, body, label, cache = await self._rpc(
-                        request, path, peer, started
+                        request, path, peer, sample
                     )
                 else:
-                    route, status, headers, body = await self._other(request, path, peer, started)
+                    route, status, headers, body = await self._other(request, path, peer, sample)
             except Exception:
                 # A bug of ours costs this request a 500 (logged, and in the access log like
                 # every answer), never the listener.
@@ -172,32 +177,22 @@ class Routes:
                 status, headers = 500, _refusal_headers(path)
                 body = error_body(500, "internal error; retry with exponential backoff")
                 request.keep_alive = False
-        elapsed = perf_counter() - started
-        self.route_latency[route].observe(elapsed)
-        self.statuses[route][status] += 1
-        access_log = self._access_log
-        if access_log.enabled:
-            access_log.write_request(
-                request_id.decode(),
-                peer,
-                request.method.decode("latin-1"),
-                loggable_path(path),
-                status,
-                int(elapsed * 1_000_000),
-                len(body),
-                label,
-                cache.decode(),
-            )
+        elapsed = self.ledger.note(
+            route, status, request_id, peer, request.method, loggable_path(path), started,
+            len(body), label, cache,
+        )  # fmt: skip
+        if sample.principal is not None:
+            sample.book(self._gate, elapsed)
         if request.origin is not None and route != "metrics":
             headers += cors.answer_headers(request.origin)
         return status, b"X-Request-Id: " + request_id + b"\r\n" + headers, body
 
     async def _rpc(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
-        tail, credentials = _path_key(path[8:], self._services, request)
+        tail, path_key = self._endpoint(path[8:], self._services)
         service = self._services.get(tail)
         if request.method == b"OPTIONS":  # a browser's preflight: no key to check
             return (*cors.preflight(request.origin, cors.RPC_METHODS), "", b"")
@@ -206,15 +201,13 @@ class Routes:
         if request.method != b"POST":
             body = error_body(405, "JSON-RPC requests must be POST")
             return 405, JSON + _ALLOW_POST, body, "", b""
-        if credentials is None:
-            return (*self._refused_rpc(request, _TWO_KEYS, b"", service.max_batch), "", b"")
         gate = self._gate
-        principal = gate.authenticate(credentials, peer, self._networks[tail], None)
+        principal = gate.authenticate(request, peer, self._networks[tail], None, path_key)
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
-        if reply.admitted:
-            gate.observe(principal, service.label, reply.label, perf_counter() - started)
+        sample.principal, sample.network, sample.method = principal, service.label, reply.label
+        sample.usage, sample.timed = reply.usage, reply.admitted
         rate_headers = gate.response_headers(principal)
         if reply.rejection is not None:
             status, headers, body = _rejected(reply.rejection, rate_headers, request, reply.body)
@@ -226,7 +219,7 @@ class Routes:
         return 200, headers, reply.body, reply.label, cache
 
     async def _other(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[str, int, bytes, bytes]:
         """Route, status, header lines and body of a request that is not JSON-RPC."""
         if path == b"/metrics":
@@ -238,7 +231,7 @@ class Routes:
                 status, headers, body = cors.preflight(request.origin, cors.RPC_METHODS)
             else:
                 tail = path[len(_BUNDLER_PREFIX) :]
-                status, headers, body = await self._bundler(request, tail, peer, started)
+                status, headers, body = await self._bundler(request, tail, peer, sample)
         elif path.startswith(_WS_PREFIX):
             route = "ws"
             status, headers, body = (
@@ -253,7 +246,7 @@ class Routes:
             if request.method == b"OPTIONS" and request.origin is not None:
                 status, headers, body = cors.preflight(request.origin, cors.REST_METHODS)
             else:
-                status, headers, body = await self._rest(request, path, peer, started)
+                status, headers, body = await self._rest(request, path, peer, sample)
         elif path == _DASHBOARD or path.startswith(_DASHBOARD + b"/"):
             route = "dashboard"  # pages with sessions of their own: no API key, no CORS
             request.origin = None
@@ -264,16 +257,15 @@ class Routes:
         return route, status, headers, body
 
     async def _bundler(
-        self, request: Request, tail: bytes, peer: str, started: float
+        self, request: Request, tail: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
-        tail, credentials = _path_key(tail, self._networks, request)
-        if credentials is None:
-            return self._refused_rpc(request, _TWO_KEYS, b"", local_rpc.MAX_BATCH)
+        tail, path_key = self._endpoint(tail, self._networks)
         # The scope first: a key without it learns nothing about what exists here.
         gate = self._gate
-        principal = gate.authenticate(credentials, peer, self._networks.get(tail), _BUNDLER_SCOPE)
+        info = self._networks.get(tail)
+        principal = gate.authenticate(request, peer, info, _BUNDLER_SCOPE, path_key)
         if isinstance(principal, Rejection):
             return self._refused_rpc(request, principal, b"", local_rpc.MAX_BATCH)
         rpc = self._bundlers.get(tail)
@@ -292,16 +284,16 @@ class Routes:
             rate_headers = gate.response_headers(principal)
             return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
-            gate.record(principal, network, "bundler:invalid", 1, units, 1)
-            gate.observe(principal, network, "bundler:invalid", perf_counter() - started)
+            sample.priced(principal, network, "bundler:invalid", units, failed=True)
             return 200, JSON + gate.response_headers(principal), parsed
         replies, _ = await rpc.run(parsed, principal)
+        usage = sample.usage
         for call, reply in zip(calls, replies, strict=True):
             method = call.method if call.method in rpc.methods else "bundler:unknown"
             failed = call.error is not None or (reply is not None and "error" in reply)
-            gate.record(principal, network, method, 1, rpc.cost([call]), 1 if failed else 0)
+            usage.append((method, 1, rpc.cost([call]), 1 if failed else 0))
         label = "batch" if parsed.batch else method  # a single call's method
-        gate.observe(principal, network, label, perf_counter() - started)
+        sample.principal, sample.network, sample.method = principal, network, label
         body = local_rpc.encode(parsed, replies)
         if body is None:  # notifications only
             return 204, gate.response_headers(principal), b""
@@ -321,6 +313,19 @@ class Routes:
         else:
             body = jsonrpc.raw_error_reply(ids[0] if ids else b"null", error)
         return _rejected(rejection, rate_headers, request, body)
+
+    def _endpoint(self, tail: bytes, known: Mapping[bytes, object]) -> tuple[bytes, bytes | None]:
+        """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
+        and the key in the path, for ``{chain}/{network}/{key}`` (the lane's rule,
+        ``split_path_key``; the gate checks it against a header's, ``presented_key``)."""
+        if tail in known:
+            return tail, None
+        if tail.endswith(b"/") and tail[:-1] in known:
+            return tail[:-1], None  # a trailing slash names the same endpoint
+        head, key = self._split_path_key(tail)
+        if key is None or head not in known or environment_of(key) is None:
+            return tail, None  # no such endpoint: 404
+        return head, key
 
     def _metrics(self, request: Request) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -365,7 +370,7 @@ class Routes:
         return answer
 
     async def _rest(
-        self, request: Request, path: bytes, peer: str, started: float
+        self, request: Request, path: bytes, peer: str, sample: _Sample
     ) -> tuple[int, bytes, bytes]:
         """A REST request: its route's scope, then admission like a JSON-RPC call (request and
         compute-unit buckets, day quota, usage), then the app."""
@@ -386,14 +391,12 @@ class Routes:
         seconds = route.cache_seconds if route is not None else 0.0
         if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
             status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
-            gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
-            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+            sample.priced(principal, REST_NETWORK, name, units, status >= 400)
             return status, headers + gate.response_headers(principal), body
         key = (principal.environment, b"GET", path, request.query)
         hit = self.rest_cache.get(key)
         if hit is not None:
-            gate.record(principal, REST_NETWORK, name, 1, units, 0)
-            gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+            sample.priced(principal, REST_NETWORK, name, units, False)
             return 200, hit[0] + _HIT + gate.response_headers(principal), hit[1]
         # One computation per key at a time: requests arriving while it runs share its answer
         # (else a popular page that expires is computed by every client waiting for it).
@@ -409,42 +412,42 @@ class Routes:
         if answer is None:
             answer = await self._compute_shared(request, path, peer, principal, key, seconds)
         status, headers, body = answer
-        gate.record(principal, REST_NETWORK, name, 1, units, 1 if status >= 400 else 0)
-        gate.observe(principal, REST_NETWORK, name, perf_counter() - started)
+        sample.priced(principal, REST_NETWORK, name, units, status >= 400)
         return status, headers + _MISS + gate.response_headers(principal), body
+
+
+class _Sample:
+    """What one request answered in Python leaves in its caller's books, filled in while it
+    is answered and booked once, when the answer leaves (``__call__``): the usage of its
+    calls, each (method, requests, billed units, errors), under its network; and its latency
+    under its method ("batch" for a batch), once admitted."""
+
+    __slots__ = ("method", "network", "principal", "timed", "usage")
+
+    def __init__(self) -> None:
+        self.principal: Principal | None = None  # None: nothing to book
+        self.network = ""
+        self.method = ""
+        self.usage: Usage = []
+        self.timed = True
+
+    def priced(
+        self, principal: Principal, network: str, method: str, units: int, failed: bool
+    ) -> None:
+        """One request priced as a whole (a REST call, a bundler body that is not
+        JSON-RPC), answered."""
+        self.principal, self.network, self.method = principal, network, method
+        self.usage.append((method, 1, units, 1 if failed else 0))
+
+    def book(self, gate: Gate, seconds: float) -> None:
+        assert self.principal is not None
+        timed = seconds if self.timed else None
+        book(gate, self.principal, self.network, self.usage, self.method, timed)
 
 
 def _refusal_headers(path: bytes) -> bytes:
     """The headers of a refusal the edge writes itself: a page's under /dashboard."""
     return PAGE_REFUSAL if path == _DASHBOARD or path.startswith(_DASHBOARD + b"/") else JSON
-
-
-# A key in the path and another in a header: which would be the caller's?
-_TWO_KEYS = Rejection(
-    400, "invalid_request", "two different API keys: one in the path, another in a header"
-)
-
-
-def _path_key(tail: bytes, known: Mapping[bytes, Any], request: Request) -> tuple[bytes, Any]:
-    """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
-    and the credentials to check: the request itself, or — for ``{chain}/{network}/{key}``,
-    the form wallets and tools that take only a URL use — the key in the path in place of
-    the header.  None for the credentials: two different keys."""
-    if tail in known:
-        return tail, request
-    if tail.endswith(b"/") and tail[:-1] in known:
-        return tail[:-1], request  # a trailing slash names the same endpoint
-    head, _, key = tail.rpartition(b"/")
-    if head not in known or environment_of(key) is None:
-        return tail, request  # no such endpoint: 404
-    header = request.api_key
-    if header is None and request.authorization is not None:
-        authorization = request.authorization
-        if authorization[:7].lower() == b"bearer ":
-            header = authorization[7:].strip()
-    if header is not None and header != key:
-        return head, None
-    return head, Credentials(key, None, request.origin)
 
 
 class _LeaderGone(Exception):

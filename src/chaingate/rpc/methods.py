@@ -1,8 +1,9 @@
 """The method table: scope, compute units, cacheability and retry safety per JSON-RPC method.
 
-Loaded once from ``config/methods.toml`` (see the comments there for each field).  Lookups on
-the hot path are one dict access; classifying a call's block tag reads a single array element
-of the raw params with the framing module's ``array_item``.
+Loaded once from ``config/methods.toml`` (see the comments there for each field).  The rules
+that read a row — a call's block tag, whether it is valid, its price, whether its answer may be
+cached — are the fast lane's (``Route.classify``, ``Method.price``, ``Method.may_be_cached`` in
+``_pure/fastlane.py`` and its compiled twin), which the Python handler asks too.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ import msgspec
 
 Scope = Literal["rpc:read", "rpc:write"]
 CachePolicy = Literal["none", "static", "finalized"]
-
-# Block tags that name the moving head of the chain; any other tag is historical.
-CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
 
 
 class _Entry(msgspec.Struct, forbid_unknown_fields=True):
@@ -102,26 +100,6 @@ class MethodTable:
         return cls(families, passthrough)
 
 
-_NAMED_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'})
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-
-
-def valid_block_tag(tag: bytes, family: str = "evm") -> bool:
-    """A block reference a node can understand.
-
-    EVM: a named tag, a hex quantity, a 32-byte hash or an EIP-1898 object.  Solana: a slot,
-    a non-negative integer.
-    """
-    if family == "solana":
-        return tag.isdigit()
-    if tag in _NAMED_TAGS or tag[:1] == b"{":
-        return True
-    if len(tag) < 5 or tag[:3] != b'"0x' or tag[-1:] != b'"':
-        return False
-    digits = tag[3:-1]
-    return len(digits) <= 64 and all(c in _HEX for c in digits)
-
-
 def block_number(tag: bytes | None) -> int | None:
     """The block number a raw JSON block tag names (``"0x1b4"`` or a bare integer), else None."""
     if tag is None:
@@ -134,8 +112,3 @@ def block_number(tag: bytes | None) -> int | None:
     if tag.isdigit() and len(tag) < 20:
         return int(tag)
     return None
-
-
-def is_historical(tag: bytes | None) -> bool:
-    """True for a block tag other than latest/pending/safe/finalized (absent means latest)."""
-    return tag is not None and tag not in CURRENT_TAGS

@@ -1,14 +1,16 @@
-"""The JSON-RPC proxy of one chain/network: method table, metering, cache, coalescing, batches.
+"""The JSON-RPC proxy of one chain/network: method table, usage, cache, coalescing, batches.
 
 Most requests never reach this module's ``handle``: the edge's fast lane (``fastlane``, compiled)
 answers them from the state this service owns and shares with it — the ``Route``: the method
 table, the cache, the flights in the air and the counters — and hands this service the groups
 of calls that need a node (``_dispatch``, landed by ``_land``).  ``handle`` answers what the
-lane leaves to Python (allowlisted keys, eth_getLogs, routed reads, WebSocket calls); it follows
-the same rules, in four steps:
+lane leaves to Python (allowlisted keys, eth_getLogs, routed reads, WebSocket calls) by the
+same rules, which it asks the route for (``Route.classify``, ``Method.price``,
+``Method.may_be_cached``, the route's -32601 and -32602 replies), in four steps:
 
 1. framing (compiled): split into calls, keeping ids and params as raw bytes;
-2. classification: each call's method spec, its compute units, whether it writes;
+2. classification (the route's): each call's method row and block tag, its compute units,
+   whether it writes;
 3. admission: the gate (auth/limits) sees the total cost before anything is dispatched;
 4. dispatch: each call is answered from the cache, by joining an identical call already in
    flight, or by an upstream.  A batch's upstream calls travel as one upstream batch per
@@ -44,17 +46,10 @@ from chaingate.rpc.errors import (
 from chaingate.rpc.future import Future
 from chaingate.rpc.heads import parse_evm_head, parse_solana_head
 from chaingate.rpc.logranges import Limit, LogRanges, Split
-from chaingate.rpc.methods import (
-    MethodSpec,
-    MethodTable,
-    block_number,
-    is_historical,
-    valid_block_tag,
-)
+from chaingate.rpc.methods import MethodTable, block_number
 from chaingate.rpc.pool import Upstream, UpstreamPool
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
-from chaingate.twintypes.fastlane import AnswerBudget, Flight, MethodStats, Route
-from chaingate.twintypes.fastlane import MethodSpec as LaneMethodSpec
+from chaingate.twintypes.fastlane import AnswerBudget, Flight, Method, Route
 from chaingate.twintypes.http1 import Response
 from chaingate.twintypes.jsonrpc import JsonRpcModule, ParsedResponse, Reply
 
@@ -71,18 +66,6 @@ class Gate(Protocol):
         """Scopes and limits for ``requests`` calls costing ``cu``/``tcu`` units."""
         ...
 
-    def record(
-        self,
-        principal: Principal,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-    ) -> None:
-        """Count answered calls in the usage meter."""
-        ...
-
 
 log = logging.getLogger("chaingate.rpc")
 
@@ -96,13 +79,15 @@ __all__ = [
 ]
 
 METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 
 # (result, error): exactly one is raw JSON bytes.
 Outcome = tuple[bytes | None, bytes | None]
 # A method chaingate answers itself (methods.toml ``local = true``): the call's raw params and
 # the caller's principal in, its outcome out.  A subsystem registers it (``answer_locally``).
 LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
+# The calls of one request answered so far, each (method, requests, billed units, errors): the
+# request's usage, metered once by whoever answers the request (``chaingate.auth.gate.book``).
+Usage = list[tuple[str, int, int, int]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
 
@@ -142,7 +127,7 @@ def result_block_number(result: bytes) -> int | None:
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
-    __slots__ = ("admitted", "body", "cache", "label", "rejection")
+    __slots__ = ("admitted", "body", "cache", "label", "rejection", "usage")
 
     def __init__(
         self,
@@ -151,6 +136,7 @@ class RpcReply:
         label: str,
         rejection: Rejection | None = None,
         admitted: bool = True,
+        usage: Usage | None = None,
     ) -> None:
         self.body = body  # None: nothing to send (only notifications)
         self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
@@ -159,10 +145,13 @@ class RpcReply:
         # False for what was answered before admission (malformed, unknown method, a bad
         # block tag, a range over the limit): its latency is not the caller's usage.
         self.admitted = admitted and rejection is None
+        # The calls answered (the caller's usage), each (method, requests, units, errors).
+        self.usage: Usage = usage if usage is not None else []
 
 
-# A call of a batch on its way upstream: (position, call, spec, raw block tag, billed units).
-_Job = tuple[int, Any, MethodSpec, bytes | None, int]
+# A call of a batch on its way upstream: (position, call, its method's row in the route's
+# table, raw block tag, billed units).
+_Job = tuple[int, Any, Method, bytes | None, int]
 
 
 ANSWER_TOO_LARGE = "answer_too_large"
@@ -200,12 +189,10 @@ class RpcService:
         self._jsonrpc: JsonRpcModule = impl.jsonrpc
         self._gate = gate
         self._methods = methods.family(settings.family)
-        self._passthrough = methods.passthrough if settings.passthrough else None
         self._max_batch = rpc.max_batch
         self._timeout = rpc.request_timeout
         self._coalesce = rpc.coalesce
         self._finality_depth = settings.finality_depth
-        self._family = settings.family
         self._upstream_batch = min(u.max_batch for u in settings.upstreams)
         self._next_id = 1
         # The answer bound: a single call's payload plus its id may take this many bytes.
@@ -243,7 +230,7 @@ class RpcService:
             settings.family,
             settings.testnet,
             self._methods,
-            self._passthrough,
+            methods.passthrough if settings.passthrough else None,
             fastlane.ResponseCache(rpc.cache_max_entries, rpc.cache_max_bytes),
             impl.jsonrpc,
             max_batch=rpc.max_batch,
@@ -320,31 +307,6 @@ class RpcService:
     def cache_hits(self) -> dict[str, int]:
         return {name: stats.cache_hits for name, stats in self.stats.items() if stats.cache_hits}
 
-    # --- classification -------------------------------------------------------------------
-
-    def _tag(self, spec: MethodSpec, params: bytes | None) -> bytes | None:
-        """Raw block tag of a call (None when absent, which means latest)."""
-        if spec.block_param is None or params is None:
-            return None
-        tag: bytes | None = self._jsonrpc.array_item(params, spec.block_param)
-        return tag
-
-    @staticmethod
-    def _price(spec: MethodSpec, tag: bytes | None) -> tuple[int, int]:
-        """(billed, throughput) units; a historical block tag scales both by the same factor."""
-        if spec.cu_historical is not None and is_historical(tag):
-            return spec.cu_historical, spec.tcu * spec.cu_historical // max(spec.cu, 1)
-        return spec.cu, spec.tcu
-
-    @staticmethod
-    def _may_be_cached(spec: LaneMethodSpec, tag: bytes | None) -> bool:
-        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
-        if spec.cache == "static":
-            return True
-        if spec.cache == "none":
-            return False
-        return spec.block_param is None or is_historical(tag)
-
     # --- entry point ------------------------------------------------------------------------
 
     async def handle(self, body: bytes, principal: Principal) -> RpcReply:
@@ -370,17 +332,19 @@ class RpcService:
                 answer = jsonrpc.error_reply(call.id, *refused) if call.id is not None else None
                 forbidden = Rejection(403, "forbidden", refused[1])
                 return RpcReply(answer, b"MISS", "allowlist", forbidden)
-        spec = self._methods.get(method) or self._passthrough
-        if spec is None:
+        # The route's rules (the fast lane's): the method's row, its block tag, the price.
+        route = self.route
+        row, tag, valid = route.classify(call)
+        if row is None:
             self._unknown.error += 1
-            return RpcReply(self._not_found(call), b"MISS", "unknown", admitted=False)
-        params = call.params
-        tag = self._tag(spec, params) if spec.block_param is not None else None
-        if tag is not None and not valid_block_tag(tag, self._family):
+            return RpcReply(route.not_found(call), b"MISS", "unknown", admitted=False)
+        if not valid:
             self._invalid.error += 1
-            return RpcReply(self._bad_tag(call), b"MISS", spec.name, admitted=False)
-        local = self._local.get(method) if spec.local else None
-        if spec.local and local is None:  # its subsystem is off here
+            return RpcReply(route.bad_tag(call), b"MISS", row.name, admitted=False)
+        params = call.params
+        is_local = row.spec.local
+        local = self._local.get(method) if is_local else None
+        if is_local and local is None:  # its subsystem is off here
             self._unknown.error += 1
             return RpcReply(self._not_served(call), b"MISS", "unknown", admitted=False)
         split: Split | None = None
@@ -388,45 +352,42 @@ class RpcService:
             limit = self.logs.limit(self._logs_range_of(principal))
             verdict = self.logs.plan(params, self.pool.head, limit)
             if isinstance(verdict, bytes):  # over the range limit: refused, not charged
-                self.stats[spec.name].error += 1
+                row.stats.error += 1
                 refusal = jsonrpc.raw_error_reply(call.id, verdict) if call.id else None
-                return RpcReply(refusal, b"MISS", spec.name, admitted=False)
+                return RpcReply(refusal, b"MISS", row.name, admitted=False)
             split = verdict
-        cu, tcu = (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
-        writes = spec.is_write
+        cu, tcu = row.price(tag)
+        writes = row.write
         rejection = self._gate.admit(principal, not writes, writes, 1, cu, tcu)
         if rejection is not None:
-            return self._refused(rejection, call.id or b"null", spec.name)
-        stats = self.stats[spec.name]
+            return self._refused(rejection, call.id or b"null", row.name)
         if local is not None:
             result, error = await local(params, principal)
-            return self._single_reply(call, spec, stats, principal, cu, result, error)
+            return self._single_reply(call, row, cu, result, error)
         if split is not None:
             result, error = await self._split_logs(split, limit)
-            return self._single_reply(call, spec, stats, principal, cu, result, error)
+            return self._single_reply(call, row, cu, result, error)
         key = (method, params or b"")
-        if spec.cache != "none" and self._may_be_cached(spec, tag):
+        if row.may_be_cached(tag):
             hit = self.cache.get(key)
             if hit is not None:
+                usage: Usage = []
                 if call.id is not None and len(hit) + len(call.id) > self._max_single:
-                    stats.error += 1
-                    self._gate.record(principal, self.label, spec.name, 1, cu, 1)
+                    self._book(usage, row, cu, True)
                     refusal = self._refuse(ANSWER_TOO_LARGE, False)
-                    return RpcReply(jsonrpc.raw_error_reply(call.id, refusal), b"MISS", spec.name)
-                stats.cache_hits += 1
-                stats.ok += 1
-                self._gate.record(principal, self.label, spec.name, 1, cu, 0)
+                    answer = jsonrpc.raw_error_reply(call.id, refusal)
+                    return RpcReply(answer, b"MISS", row.name, usage=usage)
+                row.stats.cache_hits += 1
+                self._book(usage, row, cu, False)
                 reply = None if call.id is None else jsonrpc.result_reply(call.id, hit)
-                return RpcReply(reply, b"HIT", spec.name)
-        result, error = await self._call(method, params, spec, tag, key)
-        return self._single_reply(call, spec, stats, principal, cu, result, error)
+                return RpcReply(reply, b"HIT", row.name, usage=usage)
+        result, error = await self._call(method, params, row, tag, key)
+        return self._single_reply(call, row, cu, result, error)
 
     def _single_reply(
         self,
         call: Any,
-        spec: MethodSpec,
-        stats: MethodStats,
-        principal: Principal,
+        row: Method,
         cu: int,
         result: bytes | None,
         error: bytes | None,
@@ -437,22 +398,18 @@ class RpcService:
         else:
             size = len(result) if result is not None else len(error or b"")
             if size + len(call.id) > self._max_single:
-                result, error = None, self._refuse(ANSWER_TOO_LARGE, spec.is_write)
+                result, error = None, self._refuse(ANSWER_TOO_LARGE, row.write)
             if result is not None:
                 reply = jsonrpc.result_reply(call.id, result)
             else:
                 reply = jsonrpc.raw_error_reply(call.id, error)
-        if error is None:
-            stats.ok += 1
-        else:
-            stats.error += 1
-        self._gate.record(principal, self.label, spec.name, 1, cu, 0 if error is None else 1)
-        return RpcReply(reply, b"MISS", spec.name)
+        usage: Usage = []
+        self._book(usage, row, cu, error is not None)
+        return RpcReply(reply, b"MISS", row.name, usage=usage)
 
     async def _handle_batch(self, calls: Sequence[Any], principal: Principal) -> RpcReply:
         jsonrpc = self._jsonrpc
-        methods = self._methods
-        passthrough = self._passthrough
+        route = self.route
         replies: list[bytes | None] = [None] * len(calls)
         jobs: list[_Job] = []
         cu = tcu = 0
@@ -472,17 +429,16 @@ class RpcService:
                     if call.id is not None:
                         replies[index] = jsonrpc.error_reply(call.id, *refused)
                     continue
-            spec = methods.get(call.method) or passthrough
-            if spec is None:
+            row, tag, valid = route.classify(call)
+            if row is None:
                 self._unknown.error += 1
-                replies[index] = self._not_found(call)
+                replies[index] = route.not_found(call)
                 continue
-            tag = self._tag(spec, call.params) if spec.block_param is not None else None
-            if tag is not None and not valid_block_tag(tag, self._family):
+            if not valid:
                 self._invalid.error += 1
-                replies[index] = self._bad_tag(call)
+                replies[index] = route.bad_tag(call)
                 continue
-            if spec.local and call.method not in self._local:
+            if row.spec.local and call.method not in self._local:
                 self._unknown.error += 1
                 replies[index] = self._not_served(call)
                 continue
@@ -491,34 +447,33 @@ class RpcService:
                     limit = self.logs.limit(self._logs_range_of(principal))
                 verdict = self.logs.plan(call.params, self.pool.head, limit)
                 if isinstance(verdict, bytes):
-                    self.stats[spec.name].error += 1
+                    row.stats.error += 1
                     if call.id is not None:
                         replies[index] = jsonrpc.raw_error_reply(call.id, verdict)
                     continue
                 if verdict is not None:
                     splits[index] = verdict
-            units, weight = (
-                (spec.cu, spec.tcu) if spec.cu_historical is None else self._price(spec, tag)
-            )
+            units, weight = row.price(tag)
             cu += units
             tcu += weight
-            if spec.is_write:
+            if row.write:
                 writes = True
             else:
                 reads = True
-            jobs.append((index, call, spec, tag, units))
+            jobs.append((index, call, row, tag, units))
         if jobs:
             rejection = self._gate.admit(principal, reads, writes, len(jobs), cu, tcu)
             if rejection is not None:
                 return self._refused_batch(rejection, jobs, replies)
         assembly = Assembly(self._max_answer, self.answers)
+        usage: Usage = []
         try:
             if splits:
                 assert limit is not None
                 return await self._dispatch_batch(
-                    calls, jobs, replies, principal, assembly, splits, limit
+                    calls, jobs, replies, principal, usage, assembly, splits, limit
                 )
-            return await self._dispatch_batch(calls, jobs, replies, principal, assembly)
+            return await self._dispatch_batch(calls, jobs, replies, principal, usage, assembly)
         finally:
             assembly.release()
 
@@ -528,6 +483,7 @@ class RpcService:
         jobs: list[_Job],
         replies: list[bytes | None],
         principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         splits: dict[int, Split] | None = None,
         limit: Limit | None = None,
@@ -541,34 +497,32 @@ class RpcService:
         sticky: dict[str, list[_Job]] = {}  # reads that follow a write, by its upstream
         cache = self.cache
         for job in jobs:
-            index, call, spec, tag, units = job
+            index, call, row, tag, units = job
             if splits and index in splits:
                 split_jobs.append((job, splits[index]))
                 continue
-            if spec.local:
+            if row.spec.local:
                 local_jobs.append(job)
                 continue
-            if spec.cache != "none" and self._may_be_cached(spec, tag):
+            if row.may_be_cached(tag):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
-                    stats = self.stats[spec.name]
                     if call.id is not None:
                         fits = assembly.admit(len(hit) + len(call.id) + REPLY_OVERHEAD)
                         if fits != FITS:
-                            self._fail_all([job], self._refusal(fits, job), replies, principal)
+                            self._fail_all([job], self._refusal(fits, job), replies, usage)
                             continue
                         replies[index] = jsonrpc.result_reply(call.id, hit)
                     hits += 1
-                    stats.cache_hits += 1
-                    stats.ok += 1
-                    self._gate.record(principal, self.label, spec.name, 1, units, 0)
+                    row.stats.cache_hits += 1
+                    self._book(usage, row, units, False)
                     continue
             if self.sticky is not None and call.method in STICKY_METHODS:
                 prefer = self.sticky.route(call.method, call.params, trio.current_time())
                 if prefer is not None:
                     sticky.setdefault(prefer, []).append(job)
                     continue
-            (safe if spec.retry else unsafe).append(job)
+            (safe if row.retry else unsafe).append(job)
         size = self._upstream_batch
         groups: list[tuple[list[_Job], str | None]] = [
             (safe[i : i + size], None) for i in range(0, len(safe), size)
@@ -578,24 +532,22 @@ class RpcService:
             groups += [(chosen[i : i + size], prefer) for i in range(0, len(chosen), size)]
         if len(groups) == 1 and not split_jobs and not local_jobs:
             group, prefer = groups[0]
-            await self._send_group(group, replies, principal, assembly, prefer)
+            await self._send_group(group, replies, usage, assembly, prefer)
         elif groups or split_jobs or local_jobs:
             async with trio.open_nursery() as nursery:
                 for group, prefer in groups:
-                    nursery.start_soon(
-                        self._send_group, group, replies, principal, assembly, prefer
-                    )
+                    nursery.start_soon(self._send_group, group, replies, usage, assembly, prefer)
                 for job, split in split_jobs:
                     assert limit is not None
                     nursery.start_soon(
-                        self._send_split, job, split, limit, replies, principal, assembly
+                        self._send_split, job, split, limit, replies, usage, assembly
                     )
                 for job in local_jobs:
-                    nursery.start_soon(self._answer_local, job, replies, principal, assembly)
+                    nursery.start_soon(self._answer_local, job, replies, principal, usage, assembly)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
-        return RpcReply(body, status, "batch", admitted=bool(jobs))
+        return RpcReply(body, status, "batch", admitted=bool(jobs), usage=usage)
 
     def _refused(self, rejection: Rejection, id_raw: bytes, label: str) -> RpcReply:
         """A call the gate refused.  The client still gets a JSON-RPC body (-32005 over a
@@ -620,21 +572,6 @@ class RpcService:
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return RpcReply(body, b"MISS", "batch", rejection)
 
-    def _bad_tag(self, call: Any) -> bytes | None:
-        message = (
-            "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
-            "a hex number, a block hash or an EIP-1898 object"
-        )
-        if call.id is None:
-            return None  # a notification gets no answer, not even an error
-        return self._jsonrpc.error_reply(call.id, INVALID_PARAMS, message)
-
-    def _not_found(self, call: Any) -> bytes | None:
-        if call.id is None:
-            return None  # a notification gets no answer, not even an error
-        message = f"method not found: {call.method[:64]}"
-        return self._jsonrpc.error_reply(call.id, METHOD_NOT_FOUND, message)
-
     def _not_served(self, call: Any) -> bytes | None:
         """A local method whose subsystem this deployment does not run."""
         if call.id is None:
@@ -645,16 +582,16 @@ class RpcService:
     # --- upstream calls ---------------------------------------------------------------------
 
     async def _call(
-        self, method: str, params: bytes | None, spec: MethodSpec, tag: bytes | None, key: CacheKey
+        self, method: str, params: bytes | None, row: Method, tag: bytes | None, key: CacheKey
     ) -> Outcome:
         """One call, joined to an identical one already in flight when that is safe."""
         if self.sticky is not None and method in STICKY_METHODS:
             prefer = self.sticky.route(method, params, trio.current_time())
             if prefer is not None:
                 # Never joined to a call that may have left before the write did.
-                return await self._send_one(method, params, spec, tag, key, prefer)
-        if not (self._coalesce and spec.coalescible):
-            return await self._send_one(method, params, spec, tag, key)
+                return await self._send_one(method, params, row, tag, key, prefer)
+        if not (self._coalesce and row.coalescible):
+            return await self._send_one(method, params, row, tag, key)
         route = self.route
         flight = route.flights.get(key)
         if flight is not None:
@@ -663,12 +600,10 @@ class RpcService:
                 flight.future = Future()
             result: Outcome = await flight.future.wait()
             return result
-        # The method's row, or the passthrough's (the caller checked one of them exists).
-        row: Any = route.methods.get(method, route.passthrough)
         flight = route.open_flight(key, params, row, tag)
         outcome = _CANCELLED
         try:
-            outcome = await self._send_one(method, params, spec, tag, key)
+            outcome = await self._send_one(method, params, row, tag, key)
         finally:
             # Everyone who joined gets an answer even if this task is cancelled (they are
             # not), the fast lane's waiters included.
@@ -738,7 +673,7 @@ class RpcService:
             # The pool checked the framing: one reply, with a result or an error object.
             flight = flights[0]
             result, error = self._outcome(
-                parsed.replies[0], flight.spec.spec, flight.tag, flight.key, upstream.name,
+                parsed.replies[0], flight.spec, flight.tag, flight.key, upstream.name,
                 response.status,
             )  # fmt: skip
             route.land(flight, result, error)
@@ -755,7 +690,7 @@ class RpcService:
             if landing is None:
                 continue
             result, error = self._outcome(
-                reply, landing.spec.spec, landing.tag, landing.key, upstream.name, response.status
+                reply, landing.spec, landing.tag, landing.key, upstream.name, response.status
             )
             route.land(landing, result, error)
         if by_id:
@@ -769,7 +704,7 @@ class RpcService:
         self,
         method: str,
         params: bytes | None,
-        spec: MethodSpec,
+        row: Method,
         tag: bytes | None,
         key: CacheKey,
         prefer: str | None = None,
@@ -781,27 +716,25 @@ class RpcService:
         deadline = trio.current_time() + self._timeout
         try:
             upstream, response, parsed = await self.pool.request_parsed(
-                body, retry_safe=spec.retry, deadline=deadline, prefer=prefer
+                body, retry_safe=row.retry, deadline=deadline, prefer=prefer
             )
         except UpstreamError as exc:
-            return None, client_error(exc, write=spec.is_write)
+            return None, client_error(exc, write=row.write)
         # The pool checked the framing: one reply, with a result or an error object.
-        return self._outcome(parsed.replies[0], spec, tag, key, upstream.name, response.status)
+        return self._outcome(parsed.replies[0], row, tag, key, upstream.name, response.status)
 
     async def _send_group(
         self,
         jobs: list[_Job],
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         prefer: str | None = None,
     ) -> None:
         """Send calls as one upstream batch and place each reply at its call's position."""
         if assembly.over:
             # The answer is already over its bound: these calls would only be refused.
-            self._fail_all(
-                jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
-            )
+            self._fail_all(jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, usage)
             return
         jsonrpc = self._jsonrpc
         by_id: dict[int, _Job] = {}
@@ -843,20 +776,20 @@ class RpcService:
                         wanted=wanted if retry_safe else None,
                     )
                 except UpstreamError as exc:
-                    failure = client_error(exc, write=any(job[2].is_write for job in jobs))
-                    self._fail_all(jobs, failure, replies, principal)
+                    failure = client_error(exc, write=any(job[2].write for job in jobs))
+                    self._fail_all(jobs, failure, replies, usage)
                     return
             if scope.cancelled_caught:
                 self._fail_all(
-                    jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, principal
+                    jobs, self._refuse(ANSWER_TOO_LARGE, False, len(jobs)), replies, usage
                 )
                 return
             if not parsed.batch:
                 # The node refused the batch as a whole (for example: too large); the pool saw
                 # to it that this is an error object.
-                self._fail_all(jobs, parsed.replies[0].error, replies, principal)
+                self._fail_all(jobs, parsed.replies[0].error, replies, usage)
                 return
-            self._place_group(by_id, replies, principal, assembly, upstream, response, parsed)
+            self._place_group(by_id, replies, usage, assembly, upstream, response, parsed)
         finally:
             assembly.unreserve(max(reserved, 0))
 
@@ -864,7 +797,7 @@ class RpcService:
         self,
         by_id: dict[int, _Job],
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
         upstream: Upstream,
         response: Response,
@@ -878,9 +811,9 @@ class RpcService:
             if request_id not in by_id:
                 continue
             job = by_id.pop(request_id)
-            index, call, spec, tag, units = job
+            index, call, row, tag, units = job
             result, error = self._outcome(
-                reply, spec, tag, (call.method, call.params or b""), upstream.name, response.status
+                reply, row, tag, (call.method, call.params or b""), upstream.name, response.status
             )
             if call.id is not None:
                 size = len(result) if result is not None else len(error or b"")
@@ -891,26 +824,22 @@ class RpcService:
                     replies[index] = jsonrpc.result_reply(call.id, result)
                 else:
                     replies[index] = jsonrpc.raw_error_reply(call.id, error)
-            stats = self.stats[spec.name]
-            if error is None:
-                stats.ok += 1
-            else:
-                stats.error += 1
-            self._gate.record(principal, self.label, spec.name, 1, units, 0 if error is None else 1)
+            self._book(usage, row, units, error is not None)
         if by_id:
             missing = error_object(
                 INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
             )
-            self._fail_all(list(by_id.values()), missing, replies, principal)
+            self._fail_all(list(by_id.values()), missing, replies, usage)
 
     async def _split_logs(self, split: Split, limit: Limit) -> Outcome:
         """An eth_getLogs too wide for one upstream call, sent in parts (logranges.py)."""
         assert self.logs is not None
-        logs_spec = self._methods["eth_getLogs"]
+        methods = self.route.methods
+        logs_row = methods["eth_getLogs"]
 
         async def send(method: str, params: bytes) -> Outcome:
-            spec = self._methods.get(method, logs_spec)
-            return await self._send_one(method, params, spec, None, (method, params))
+            row = methods.get(method, logs_row)
+            return await self._send_one(method, params, row, None, (method, params))
 
         result, error = await self.logs.fetch(split, send, limit, self._max_single, self._too_large)
         if error is self._too_large:
@@ -923,24 +852,25 @@ class RpcService:
         split: Split,
         limit: Limit,
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A batch's eth_getLogs that is split: answered on its own, placed at its position."""
         result, error = await self._split_logs(split, limit)
-        self._place(job, result, error, replies, principal, assembly)
+        self._place(job, result, error, replies, usage, assembly)
 
     async def _answer_local(
         self,
         job: _Job,
         replies: list[bytes | None],
         principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A batch's call of a local method: answered in process, placed at its position."""
         call = job[1]
         result, error = await self._local[call.method](call.params, principal)
-        self._place(job, result, error, replies, principal, assembly)
+        self._place(job, result, error, replies, usage, assembly)
 
     def _place(
         self,
@@ -948,12 +878,12 @@ class RpcService:
         result: bytes | None,
         error: bytes | None,
         replies: list[bytes | None],
-        principal: Principal,
+        usage: Usage,
         assembly: Assembly,
     ) -> None:
         """A call answered on its own (a split eth_getLogs, a local method): its reply at its
-        position within the answer's bound, counted and recorded."""
-        index, call, spec, _, units = job
+        position within the answer's bound, counted and added to the usage."""
+        index, call, row, _, units = job
         if call.id is not None:
             size = len(result) if result is not None else len(error or b"")
             fits = assembly.admit(size + len(call.id) + REPLY_OVERHEAD)
@@ -964,17 +894,22 @@ class RpcService:
                 replies[index] = jsonrpc.result_reply(call.id, result)
             else:
                 replies[index] = jsonrpc.raw_error_reply(call.id, error)
-        stats = self.stats[spec.name]
-        if error is None:
-            stats.ok += 1
+        self._book(usage, row, units, error is not None)
+
+    @staticmethod
+    def _book(usage: Usage, row: Method, units: int, failed: bool) -> None:
+        """One call answered: counted under its method, and added to its request's usage,
+        which whoever answers the request meters once (the edge, the WebSocket session)."""
+        if failed:
+            row.stats.error += 1
         else:
-            stats.error += 1
-        self._gate.record(principal, self.label, spec.name, 1, units, 0 if error is None else 1)
+            row.stats.ok += 1
+        usage.append((row.name, 1, units, 1 if failed else 0))
 
     def _refusal(self, fits: int, job: _Job, *, sent: bool = False) -> bytes:
         """The error of a call whose reply did not fit (answer bound, or process budget)."""
         reason = OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE
-        return self._refuse(reason, sent and job[2].is_write)
+        return self._refuse(reason, sent and job[2].write)
 
     def _refuse(self, reason: str, executed: bool, calls: int = 1) -> bytes:
         """The error object for calls refused by an answer limit (counted for /metrics)."""
@@ -984,19 +919,18 @@ class RpcService:
         return self._too_large_write if executed else self._too_large
 
     def _fail_all(
-        self, jobs: list[_Job], error: bytes, replies: list[bytes | None], principal: Principal
+        self, jobs: list[_Job], error: bytes, replies: list[bytes | None], usage: Usage
     ) -> None:
         raw_error_reply = self._jsonrpc.raw_error_reply
-        for index, call, spec, _, units in jobs:
-            self.stats[spec.name].error += 1
-            self._gate.record(principal, self.label, spec.name, 1, units, 1)
+        for index, call, row, _, units in jobs:
+            self._book(usage, row, units, True)
             if call.id is not None:
                 replies[index] = raw_error_reply(call.id, error)
 
     def _outcome(
         self,
         reply: Reply,
-        spec: LaneMethodSpec,
+        row: Method,
         tag: bytes | None,
         key: CacheKey,
         upstream: str,
@@ -1007,8 +941,9 @@ class RpcService:
             if _is_object(reply.error):
                 return None, reply.error
             return None, _bad_response(upstream, status)
+        spec = row.spec
         if spec.cache != "none":
-            self._maybe_cache(spec, tag, key, result)
+            self._maybe_cache(row, tag, key, result)
         elif spec.name == "eth_sendRawTransaction":
             if self.sticky is not None:
                 self.sticky.note_send(key[1], result, upstream, trio.current_time())
@@ -1018,11 +953,10 @@ class RpcService:
                 self.pool.note_head(head)
         return result, None
 
-    def _maybe_cache(
-        self, spec: LaneMethodSpec, tag: bytes | None, key: CacheKey, result: bytes
-    ) -> None:
-        if result == b"null" or not self._may_be_cached(spec, tag):
+    def _maybe_cache(self, row: Method, tag: bytes | None, key: CacheKey, result: bytes) -> None:
+        if result == b"null" or not row.may_be_cached(tag):
             return
+        spec = row.spec
         if spec.cache == "static":
             self.cache.put(key, result)
             return

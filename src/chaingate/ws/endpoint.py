@@ -320,7 +320,7 @@ class WsEndpoint:
             return
         session.pending_cu = 0
         principal = session.principal
-        self.gate.record(principal, session.service.label, "eth_subscription", 0, cu, 0)
+        session.bill("eth_subscription", 0, cu)
         limiter = principal.limiter
         if limiter is not None:
             limiter.absorb(monotonic(), 0, cu)

@@ -40,7 +40,7 @@ from wsproto.events import (
 )
 
 from chaingate import netio
-from chaingate.auth.gate import Gate, Principal, Rejection
+from chaingate.auth.gate import Gate, Principal, Rejection, book
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
@@ -295,7 +295,7 @@ class Session:
             answers: deque[bytes] = deque()
             if others:
                 reply = await self.service.handle(b"[" + b",".join(others) + b"]", self.principal)
-                self._timed(reply, started)
+                self._booked(reply, started)
                 answers.extend(_answers_of(reply, [c for r, c in parts if not _subscription(c)]))
             # Room first, then the subscription calls, their answers and the write with no
             # await between them: no push of a new subscription can overtake its id.
@@ -337,7 +337,7 @@ class Session:
                     id_bytes(call) if call else b"null", INTERNAL_ERROR, "internal error"
                 )
             else:
-                self._timed(reply, started)
+                self._booked(reply, started)
                 body = reply.body
                 if body is None and reply.rejection is not None:
                     body = _refusal(id_bytes(call) if call else b"null", reply.rejection)
@@ -346,12 +346,17 @@ class Session:
         finally:
             self._inflight.release()
 
-    def _timed(self, reply: RpcReply, started: float) -> None:
-        """An admitted call's latency, from its message to its answer (the subscription
-        calls of a batch are not timed: they are answered here, at once)."""
-        if reply.admitted:
-            elapsed = perf_counter() - started
-            self._gate.observe(self.principal, self.service.label, reply.label, elapsed)
+    def _booked(self, reply: RpcReply, started: float) -> None:
+        """A message the RPC service answered: its calls' usage, and its latency from the
+        message to its answer once admitted (the subscription calls of a batch are not timed:
+        they are answered here, at once)."""
+        seconds = perf_counter() - started if reply.admitted else None
+        book(self._gate, self.principal, self.service.label, reply.usage, reply.label, seconds)
+
+    def bill(self, method: str, requests: int, units: int) -> None:
+        """Usage of this connection's key answered here: (un)subscriptions, or units pushed
+        (``requests`` 0)."""
+        book(self._gate, self.principal, self.service.label, [(method, requests, units, 0)])
 
     async def _frame(self, body: bytes) -> bytes:
         """A reply's frame: deflated when negotiated and large enough to pay."""
@@ -392,7 +397,7 @@ class Session:
             if params and isinstance(params[0], str):
                 subscription = self.subscriptions.pop(params[0], None)
                 found = subscription is not None and self._end(subscription)
-            self._gate.record(self.principal, self.service.label, "eth_unsubscribe", 1, 0, 0)
+            self.bill("eth_unsubscribe", 1, 0)
             if not notification:
                 self._answer(result_reply(id_raw, b"true" if found else b"false"))
             return
@@ -448,7 +453,7 @@ class Session:
         if rejection is not None:
             code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
             return SubscribeError(code, rejection.message)
-        self._gate.record(self.principal, self.service.label, "eth_subscribe", 1, SUBSCRIBE_CU, 0)
+        self.bill("eth_subscribe", 1, SUBSCRIBE_CU)
         return subscription
 
     def _end(self, subscription: Subscription) -> bool:
