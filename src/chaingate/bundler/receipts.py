@@ -23,6 +23,7 @@ from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_even
 from chaingate.bundler.receiptstore import BundlerReceiptRows, ReceiptRow
 from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
+from chaingate.config.network import Network
 from chaingate.evm import abi
 from chaingate.store import Store
 
@@ -149,4 +150,4 @@ class ReceiptTracker:
 
     @property
     def label(self) -> str:
-        return f"{self.chain}/{self.network}"
+        return str(Network(self.chain, self.network))

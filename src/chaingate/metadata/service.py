@@ -20,6 +20,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, MetadataSettings
 from chaingate.config.manifest import Manifest
+from chaingate.config.network import Network
 from chaingate.evm.addresses import address_bytes, checksum_address
 from chaingate.metadata import tokens as token_calls
 from chaingate.metadata.amounts import format_units, usd_value
@@ -181,7 +182,7 @@ class MetadataService:
 
     @property
     def label(self) -> str:
-        return f"{self.chain}/{self.network}"
+        return str(Network(self.chain, self.network))
 
     def _current_multicall(self) -> Multicall:
         return self.multicall

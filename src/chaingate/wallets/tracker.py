@@ -30,6 +30,7 @@ from chaingate.aa.userop import (
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.config.network import Network
 from chaingate.evm.eip7702 import ZERO_ADDRESS, delegate_of, parse_authorization
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
@@ -158,7 +159,10 @@ class Tracker:
                     log.warning(
                         "wallet tracker: the node failed reading delegations; retrying",
                         extra={
-                            "fields": {"network": f"{self.chain}/{self.network}", "error": str(exc)}
+                            "fields": {
+                                "network": str(Network(self.chain, self.network)),
+                                "error": str(exc),
+                            }
                         },
                     )
                     await trio.sleep(NODE_RETRY_SECONDS)
@@ -186,7 +190,7 @@ class Tracker:
             events,
             self.handle,
             name="wallet tracker",
-            label=f"{self.chain}/{self.network}",
+            label=str(Network(self.chain, self.network)),
             stats=self.stats,
             log=log,
             position=self.position,
