@@ -107,6 +107,7 @@ class ReceiptTracker:
         self.store = BundlerReceiptRows(store)
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self._entry_points = {a.lower() for a in entry_points}
         self._included = included
         self._reverted = reverted
@@ -147,7 +148,3 @@ class ReceiptTracker:
             log=log,
             position=self.position,
         )
-
-    @property
-    def label(self) -> str:
-        return str(Network(self.chain, self.network))

@@ -122,6 +122,7 @@ class MetadataService:
             raise ConfigError(f"chains.{chain}.{network}: {exc}") from None
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self.settings = settings
         self.client = client
         self.store = MetaRows(store)
@@ -179,10 +180,6 @@ class MetadataService:
         )
         self._fetcher = fetcher
         self.token_list: TokenList | None = None
-
-    @property
-    def label(self) -> str:
-        return str(Network(self.chain, self.network))
 
     def _current_multicall(self) -> Multicall:
         return self.multicall

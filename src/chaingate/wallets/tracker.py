@@ -59,6 +59,7 @@ class Tracker:
         self.client = client  # reads type-4 transactions and codes (EIP-7702 wallets)
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
@@ -160,7 +161,7 @@ class Tracker:
                         "wallet tracker: the node failed reading delegations; retrying",
                         extra={
                             "fields": {
-                                "network": str(Network(self.chain, self.network)),
+                                "network": self.label,
                                 "error": str(exc),
                             }
                         },
@@ -190,7 +191,7 @@ class Tracker:
             events,
             self.handle,
             name="wallet tracker",
-            label=str(Network(self.chain, self.network)),
+            label=self.label,
             stats=self.stats,
             log=log,
             position=self.position,
