@@ -17,11 +17,11 @@ process.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, get_args
 
 Family = Literal["evm", "solana"]
 
-_FAMILIES = ("evm", "solana")
+_FAMILIES: tuple[str, ...] = get_args(Family)
 
 
 class Network(str):
