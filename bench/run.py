@@ -3,14 +3,16 @@
     python bench/run.py [--duration 10] [--connections 32] [--smoke] [--out PATH]
                         [--scenarios block,chainid,...] [--access-log on|off] [--auth on|off]
                         [--baseline OTHER_CHECKOUT/src] [--allowlists on|off]
-                        [--accept-encoding VALUE]
+                        [--accept-encoding VALUE] [--workers N[,M...]]
 
 Starts on loopback free ports: anvil (the node), one ``chaingate serve`` process in front of
 it (API keys on by default: one unlimited key, sent by every request to every target), and
 nginx with one worker in front of it too; then drives each scenario's request with
 wrk against every target and prints (and writes) a markdown report.  With ``--baseline``,
 a second chaingate built from another checkout answers every scenario too, right after this
-one: before/after figures from one run.  See bench/README.md.
+one: before/after figures from one run.  The ``distinct-...`` scenarios send requests no two
+alike (real traffic) on a bootstrapped devnet; ``--workers`` runs chaingate as
+``chaingate serve --workers N``.  See bench/README.md.
 
 Exit status: 0 all good; 1 some run had errors (flagged in the report); 2 a server failed or
 a target answered wrongly; 3 nginx or wrk is missing; 130 interrupted.
@@ -24,6 +26,7 @@ import datetime as dt
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import sys
@@ -39,13 +42,20 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 import chaingate  # noqa: E402
-from benchkit import evm, procs, report, scenarios, tools  # noqa: E402
+from benchkit import distinct, evm, procs, report, scenarios, tools  # noqa: E402
 from benchkit.report import Paced, Report, Row, Traffic  # noqa: E402
 from benchkit.scenarios import BASELINE, CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
+from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 
-SCENARIO_ORDER = ("block", "block-nocoalesce", "chainid", "batch", "call", "paced")
+DISTINCT = tuple(f"distinct-{kind}" for kind in scenarios.DISTINCT_NOTES)
+SCENARIO_ORDER = ("block", "block-nocoalesce", "chainid", "batch", "call", "paced", *DISTINCT)
+TRANSFERS, SMOKE_TRANSFERS = 2_000, 200  # receipts the distinct scenarios read
+# The devnet's paymaster signer: no key is needed, and a fixed one reuses the cached state.
+PAYMASTER_SIGNER = "0x" + "11" * 20
+PG_URL = os.environ.get("CHAINGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("CHAINGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PACED_FRACTION = 0.5
 CALIBRATION_TRIALS = 3
 CALIBRATION_TOLERANCE = 0.05  # calibration stops once a trial is this close to the target
@@ -65,6 +75,14 @@ class Options:
     baseline: Path | None = None
     allowlists: bool = False
     accept_encoding: str | None = None
+    workers: tuple[int, ...] = (1,)  # the main chaingate's, then one more chaingate each
+    pg_url: str = PG_URL
+    redis_url: str = REDIS_URL
+
+    @property
+    def shared(self) -> bool:
+        """Every chaingate of the run on PostgreSQL and Redis (some has several workers)."""
+        return max(self.workers) > 1
 
 
 # --allowlists on: the client IP ranges of the key's list (wrk and the check come from loopback).
@@ -117,7 +135,26 @@ def parse_args(argv: list[str] | None) -> Options:
         help="send 'Accept-Encoding: VALUE' with every request to every target (wrk and the "
         "check), e.g. 'gzip, deflate, br, zstd'; default: no such header",
     )
+    parser.add_argument(
+        "--workers",
+        default="1",
+        metavar="N[,M...]",
+        help="chaingate serve --workers N for the target 'chaingate'; each further count one "
+        "more chaingate (target 'chaingate xM') measured right after it.  Above 1, every "
+        "chaingate of the run has its store in a fresh PostgreSQL schema (--pg-url) and, keys "
+        "on, its limits in Redis (--redis-url); default 1",
+    )
+    parser.add_argument("--pg-url", default=PG_URL, help="PostgreSQL for --workers above 1")
+    parser.add_argument("--redis-url", default=REDIS_URL, help="Redis for --workers above 1")
     args = parser.parse_args(argv)
+    try:
+        workers = tuple(int(n) for n in args.workers.split(","))
+    except ValueError:
+        parser.error(f"--workers {args.workers}: give counts, e.g. 2 or 1,2")
+    if not workers or min(workers) < 1 or len(set(workers)) != len(workers):
+        parser.error(f"--workers {args.workers}: distinct counts of at least 1")
+    if args.baseline is not None and workers != (1,):
+        parser.error("--baseline and --workers: one at a time")
     if args.allowlists == "on" and args.auth == "off":
         parser.error("--allowlists on needs --auth on: allowlists belong to the API key")
     accept = args.accept_encoding
@@ -144,6 +181,9 @@ def parse_args(argv: list[str] | None) -> Options:
         baseline=args.baseline.resolve() if args.baseline is not None else None,
         allowlists=args.allowlists == "on",
         accept_encoding=accept.strip() if accept is not None else None,
+        workers=workers,
+        pg_url=args.pg_url,
+        redis_url=args.redis_url,
     )
 
 
@@ -197,6 +237,7 @@ class Bench:
         rep: Report,
         pids: dict[str, int],
         auth: procs.Auth | None,
+        shared: procs.Shared | None = None,
     ) -> None:
         self.opts = opts
         self.wrk = wrk
@@ -208,6 +249,8 @@ class Bench:
         self.report = rep
         self.pids = pids  # target -> pid of the process answering it
         self.baseline: tuple[procs.ChaingateServer, Wrk] | None = None
+        self.shared = shared  # --workers above 1: every chaingate's store and limits
+        self.others: dict[str, procs.ChaingateServer] = {}  # --workers M: target -> server
 
     def _cpu(self, target: str, pid: int | None = None) -> float:
         root = pid if pid is not None else self.pids.get(target)
@@ -225,12 +268,15 @@ class Bench:
         gateway: procs.ChaingateServer | None,
         wrk: Wrk | None = None,
     ) -> Row:
-        wrk = wrk or self.wrk
-        warm = wrk.run(url, scenario.body, self.opts.warmup)
-        before = gateway.metrics() if gateway else ""
         pid = gateway.process.pid if gateway is not None else None
+        wrk = wrk or self.wrk
+        warm = wrk.run(url, scenario.body, self.opts.warmup, requests=scenario.requests)
+        # Each worker of several has its own /metrics, and a scrape reaches any one of them:
+        # their deltas would mix workers, so only a one-process chaingate's are shown.
+        gateway = gateway if gateway is None or gateway.workers == 1 else None
+        before = gateway.metrics() if gateway else ""
         cpu_before = self._cpu(target, pid)
-        result = wrk.run(url, scenario.body, self.opts.duration)
+        result = wrk.run(url, scenario.body, self.opts.duration, requests=scenario.requests)
         cpu = self._per_request(cpu_before, self._cpu(target, pid), result)
         if gateway is not None:
             self._traffic(f"{scenario.label} / {target}", before, gateway.metrics())
@@ -256,16 +302,30 @@ class Bench:
             )
         )
 
+    @staticmethod
+    def _check(
+        scenario: Scenario, urls: dict[str, str], expected: object, headers: dict[str, str]
+    ) -> object:
+        if scenario.requests is not None:  # distinct-...: a sample of its requests
+            return scenarios.check_distinct(scenario, urls, headers)
+        return scenarios.check(scenario, urls, expected, headers)
+
     def scenario(self, scenario: Scenario, expected: object = None) -> None:
-        answer = scenarios.check(scenario, self.urls, expected, self.headers)
+        answer = self._check(scenario, self.urls, expected, self.headers)
         say(f"[{scenario.key}] every target answers alike: {str(answer)[:80]}")
         for target in scenario.targets:
             gateway = self.main if target == CHAINGATE else None
             self.run(scenario, target, self.urls[target], gateway)
-            if target == CHAINGATE and self.baseline is not None:
+            if target != CHAINGATE:
+                continue
+            for name, other in self.others.items():  # --workers: right after ours
+                urls = {**self.urls, CHAINGATE: other.rpc_url}
+                self._check(scenario, urls, expected, self.headers)
+                self.run(scenario, name, other.rpc_url, other)
+            if self.baseline is not None:
                 server, wrk = self.baseline  # right after ours, under the same conditions
                 urls = {**self.urls, CHAINGATE: server.rpc_url}
-                scenarios.check(scenario, urls, expected, client_headers(self.opts, server))
+                self._check(scenario, urls, expected, client_headers(self.opts, server))
                 self.run(scenario, BASELINE, server.rpc_url, server, wrk)
 
     def no_coalesce(self, scenario: Scenario, workdir: Path, upstream: str) -> None:
@@ -277,6 +337,7 @@ class Bench:
             coalesce=False,
             auth=self.auth,  # the same pepper and store as the main server: the same key
             api_key=self.main.api_key,
+            shared=self.shared,
         )
         try:
             server.start()
@@ -375,7 +436,15 @@ def header(
         "background": report.quietness(busy),
         "chaingate": (
             f"{chaingate.__version__}, impl **{impl}** (CHAINGATE_PURE="
-            f"{pure if pure is not None else 'unset'}), one `chaingate serve` process"
+            f"{pure if pure is not None else 'unset'}), "
+            + (
+                "one `chaingate serve` process"
+                if not opts.shared
+                else "`chaingate serve --workers "
+                + "`, `--workers ".join(str(n) for n in opts.workers)
+                + "` (one chaingate each); every chaingate's store in a fresh PostgreSQL "
+                "schema, its limits (keys on) in Redis"
+            )
         ),
         "access_log": f"**{str(opts.access_log).lower()}**"
         + (" (production default)" if opts.access_log else " (turned off with --access-log off)"),
@@ -425,6 +494,7 @@ def bench(
         "wrk": tools.wrk_version(found["wrk"]),
     }
     say(f"anvil {versions['anvil']} on :{anvil.port}")
+    chain = distinct_chain(opts, anvil.url)
     contract = evm.deploy(anvil.url)
     say(f"contract at {contract.address}: eth_call returns {contract.expected}")
     accounts = rpc_call(anvil.url, "eth_accounts")
@@ -432,10 +502,20 @@ def bench(
         raise RuntimeError(f"eth_accounts answered {accounts!r}")
 
     catalogue = scenarios.build([str(a) for a in accounts], contract)
+    if chain is not None:
+        catalogue.update(scenarios.build_distinct(chain, workdir))
     lists = allowlists_for(opts.scenarios, catalogue) if opts.allowlists else None
     auth = procs.Auth.fresh(workdir / "chaingate.db") if opts.auth else None
+    shared = shared_state(opts, stack) if opts.shared else None
     main = procs.ChaingateServer(
-        workdir, "chaingate", anvil.url, access_log=opts.access_log, coalesce=True, auth=auth
+        workdir,
+        "chaingate",
+        anvil.url,
+        access_log=opts.access_log,
+        coalesce=True,
+        auth=auth,
+        workers=opts.workers[0],
+        shared=shared,
     )
     if auth is not None:
         key = main.create_key()
@@ -479,7 +559,31 @@ def bench(
         )
         if pid is not None
     }
-    runner = Bench(opts, wrk, urls, main, rep, pids, auth)
+    runner = Bench(opts, wrk, urls, main, rep, pids, auth, shared)
+    rep.workers[CHAINGATE] = opts.workers[0]
+    if max(opts.workers) > 1:
+        rep.notes.append(
+            "a chaingate with several workers has no /metrics deltas: each worker counts its "
+            "own, and a scrape reaches any one of them"
+        )
+    for count in opts.workers[1:]:
+        name = f"{CHAINGATE} x{count}"
+        other = procs.ChaingateServer(
+            workdir,
+            f"chaingate-w{count}",
+            anvil.url,
+            access_log=opts.access_log,
+            coalesce=True,
+            auth=auth,  # the same pepper and store: the same key
+            api_key=main.api_key,
+            workers=count,
+            shared=shared,
+        )
+        stack.callback(other.stop)
+        other.start(timeout=60.0)
+        runner.others[name] = other
+        rep.workers[name] = count
+        say(f"{name}: chaingate serve --workers {count} on :{other.port}")
     if opts.baseline is not None:
         runner.baseline, baseline_lists = start_baseline(
             opts, opts.baseline, workdir, anvil.url, found, stack, lists
@@ -507,6 +611,31 @@ def bench(
             runner.scenario(scenario, expected.get(key))
     rep.metrics["chaingate"] = report.recorded_metrics(main.metrics())
     return rep
+
+
+def distinct_chain(opts: Options, url: str) -> distinct.Chain | None:
+    """The devnet the distinct-... scenarios read, when one of them is chosen."""
+    if not any(key in DISTINCT for key in opts.scenarios):
+        return None
+    manifest = bootstrap_devnet(url, paymaster_signer=PAYMASTER_SIGNER, announce=say)
+    return distinct.prepare(url, manifest, SMOKE_TRANSFERS if opts.smoke else TRANSFERS, say)
+
+
+def shared_state(opts: Options, stack: contextlib.ExitStack) -> procs.Shared:
+    """A fresh PostgreSQL schema (dropped at the end) and Redis, for --workers above 1."""
+    import psycopg  # only this option needs it
+
+    schema = f"cg_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(opts.pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # a fresh random name, no user input
+
+    def drop() -> None:
+        with psycopg.connect(opts.pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    stack.callback(drop)
+    say(f"--workers {','.join(map(str, opts.workers))}: store in PostgreSQL schema {schema}")
+    return procs.Shared(f"{opts.pg_url}?options=-c%20search_path%3D{schema}", opts.redis_url)
 
 
 def start_baseline(

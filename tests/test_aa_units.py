@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from chaingate.aa import accounts, calls, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
 from chaingate.devnet.artifacts import aa_artifacts
+from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey
 
 VERSIONS: tuple[Version, ...] = ("0.6", "0.7")
@@ -231,6 +232,16 @@ def test_packed_layout_and_handle_ops_calldata(op: UserOperation) -> None:
         op.paymaster_post_op_gas_limit,
         op.paymaster_data,
     )
+
+
+@given(user_ops())
+def test_encoded_size_is_the_encoding_s_length(op: UserOperation) -> None:
+    for version in ("0.6", "0.7", "0.8"):
+        struct = userop.OP_TUPLE_TYPE[version]
+        # eth_abi puts the tuple behind an offset word; chaingate's encoder does not.
+        expected = len(eth_encode([struct], [userop.packed(op, version)])) - 32
+        assert userop.encoded_size(op, version) == expected
+        assert expected == len(abi.encode(struct, userop.packed(op, version)))
 
 
 def test_init_code_and_paymaster_fields() -> None:

@@ -20,7 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench" / "run.py"
 IN_CI = os.environ.get("CI", "").lower() == "true"
-TIMEOUT = 150  # the smoke run takes ~35 s; this only catches a hang
+TIMEOUT = 150  # the smoke run takes ~50 s; this only catches a hang
+# Every identical-request scenario and one of real traffic (distinct-batch: all four kinds of
+# distinct request, on the bootstrapped devnet); the other distinct ones would only add minutes.
+SCENARIOS = "block,block-nocoalesce,chainid,batch,call,paced,distinct-batch"
 
 # (scenario label prefix, target) of every row the smoke report must hold.
 EXPECTED_ROWS = {
@@ -30,6 +33,7 @@ EXPECTED_ROWS = {
     ("(c)", "chaingate"), ("(c)", "nginx"), ("(c)", "direct"),
     ("(d)", "chaingate"), ("(d)", "nginx"), ("(d)", "direct"),
     ("(e)", "chaingate"), ("(e)", "direct"),
+    ("(f6)", "chaingate"), ("(f6)", "nginx"), ("(f6)", "direct"),
 }  # fmt: skip
 
 
@@ -41,7 +45,7 @@ def _missing_tools() -> list[str]:
 def _run_smoke(out: Path) -> tuple[int, str, float]:
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, str(RUN), "--smoke", "--out", str(out)],
+        [sys.executable, str(RUN), "--smoke", "--scenarios", SCENARIOS, "--out", str(out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

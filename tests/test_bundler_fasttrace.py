@@ -50,6 +50,7 @@ from chaingate.bundler.tracing import CodeAccess, Trace, trace_validation
 from chaingate.chain.client import RpcCallError
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
+from chaingate.evm.keccak import keccak256
 from chaingate.evm.keys import PrivateKey
 from tests.conftest import DEVNET_SIGNER
 from tests.test_aa_devnet import NodeCaller
@@ -912,6 +913,20 @@ def test_reachable_knows_a_tested_word() -> None:
     code = bytes.fromhex("33806008570000005b600e5700005b4200")
     found = opcodes.reachable(code, 0)
     assert found is not None and 0x42 in found.opcodes
+
+
+def test_code_cache_decodes_hashes_and_stays_bounded() -> None:
+    cache = opcodes.CodeCache(max_chars=12)
+    code, digest = cache.get("0x6000")
+    assert (code, digest) == (bytes.fromhex("6000"), keccak256(bytes.fromhex("6000")))
+    assert cache.get("0x6000")[0] is code  # kept
+    assert cache.get("0x") == (b"", keccak256(b""))
+    cache.get("0x60016002")  # 6 + 2 + 10 characters: the oldest goes
+    assert cache.get("0x6000")[0] is not code
+    with pytest.raises(ValueError, match="hex"):
+        cache.get("0x6g")
+    with pytest.raises(ValueError, match="hex"):
+        cache.get("6000")
 
 
 def test_opcode_table_is_the_collectors() -> None:

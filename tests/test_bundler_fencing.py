@@ -297,9 +297,9 @@ async def test_a_lease_lost_during_the_send_is_finished_not_bundled_again(
     assert recorded[0][2] == first_term
 
     # The lease is taken away: its session ends (as when the leader's connection dies).
-    conn = leadership._conn
-    assert conn is not None
-    lease_pid = conn.info.backend_pid
+    session = leadership._session
+    assert session is not None
+    lease_pid = session.backend_pid
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (lease_pid,))
     # The next term (this process again, the only one: as another would) settles the record.

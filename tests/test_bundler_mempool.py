@@ -737,3 +737,24 @@ def test_precheck_refuses_what_needs_no_validation_and_changes_nothing() -> None
         p.add(make_op(rich, nonce=key << 64), sender_stake=STAKED)
     p.pool.precheck(p.entry(make_op(rich, nonce=4 << 64)))
     assert p.pool.entries()[: len(before)] == before and len(added) == 4
+
+
+@pytest.mark.parametrize("role", ["factory", "paymaster"])
+def test_precheck_judges_an_entity_by_the_highest_stake_its_live_operations_recorded(
+    role: str,
+) -> None:
+    p = Pool()
+    entity = addr(0xFB)
+    stake_field = f"{role}_stake"
+    ops = [make_op(sender=addr(0x400 + i), **{role: entity}) for i in range(10)]
+    added = [p.add(op) for op in ops[:9]]
+    staked = p.add(ops[9], **{stake_field: STAKED})  # one of ten recorded a stake
+    p.pool.precheck(p.entry(make_op(sender=addr(0x4FF), **{role: entity})))  # an eleventh
+    p.pool.drop(staked.hash, "gone")  # the staked one leaves: ten unstaked would be the limit
+    p.add(make_op(sender=addr(0x40A), **{role: entity}))
+    with pytest.raises(BundlerFault) as fault:
+        p.pool.precheck(p.entry(make_op(sender=addr(0x4FF), **{role: entity})))
+    assert refused(fault)[0] == STAKE_TOO_LOW
+    for entry in added:
+        p.pool.drop(entry.hash, "gone")
+    p.pool.precheck(p.entry(make_op(sender=addr(0x4FF), **{role: entity})))

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from chaingate.aa.userop import Version
+from chaingate.bundler.network import BundlerNetwork
 from chaingate.bundler.rpcform import encode_user_operation
 from chaingate.bundler.submitter import Mined, Submitter
 from chaingate.config.manifest import Manifest
@@ -296,4 +297,113 @@ async def test_a_reorg_while_the_submitter_still_waits_for_the_bundle_is_bundled
     assert status["transactionHash"] == second["receipt"]["transactionHash"]
     logs = events_for(b.node, entry_point, sent)
     assert len(logs) == 1 and logs[0]["blockHash"] == second["receipt"]["blockHash"], logs
+    assert await b.result("debug_bundler_dumpMempool") == []
+
+
+async def orphan_and_pool_again(
+    b: Bundler, version: Version, held: tuple[trio.Event, trio.Event]
+) -> tuple[str, str, str, int]:
+    """A sponsored operation bundled and mined, its block orphaned, and its bundle transaction
+    put back into the node's pool, pending (what many nodes do with an orphaned block's
+    transactions; anvil drops them, so the test sends the same bytes again, automine off)
+    before the bundler hears of the reorg.  Returns (entry point, operation hash, bundle
+    transaction, the block before the bundle's) once the bundler has taken the receipt back."""
+    entry_point, sent = await send_sponsored(b, version)
+    first = await b.receipt(sent)
+    bundle_tx = first["receipt"]["transactionHash"]
+    raw = rpc(b.node, "eth_getRawTransactionByHash", bundle_tx)
+    before = int(first["receipt"]["blockNumber"], 16) - 1
+    rpc(b.node, "evm_setAutomine", False)
+    rpc(b.node, "anvil_reorg", 1, [])
+    assert rpc(b.node, "eth_getTransactionByHash", bundle_tx) is None
+    rpc(b.node, "eth_sendRawTransaction", raw)
+    assert rpc(b.node, "eth_getTransactionByHash", bundle_tx)["blockHash"] is None
+    repooled, handled = held
+    repooled.set()
+    with trio.fail_after(30):
+        await handled.wait()
+    return entry_point, sent, bundle_tx, before
+
+
+def hold_reverts(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Event]:
+    """The bundler's ``reverted`` held until the first event is set; the second is set once
+    it has returned."""
+    repooled, handled = trio.Event(), trio.Event()
+    reverted = BundlerNetwork.reverted
+
+    async def held(self: BundlerNetwork, hashes: Sequence[str]) -> None:
+        await repooled.wait()
+        await reverted(self, hashes)
+        handled.set()
+
+    monkeypatch.setattr(BundlerNetwork, "reverted", held)
+    return repooled, handled
+
+
+def bundler_txs(b: Bundler, first: int) -> list[str]:
+    """The bundler key's transactions in blocks ``first``.. of the node's chain."""
+    bundler_key = b.handle.gateway.bundler.key  # type: ignore[union-attr]
+    assert bundler_key is not None
+    found = []
+    for number in range(first, int(rpc(b.node, "eth_blockNumber"), 16) + 1):
+        block = rpc(b.node, "eth_getBlockByNumber", hex(number), True)
+        found += [
+            tx["hash"]
+            for tx in block["transactions"]
+            if tx["from"].lower() == bundler_key.address.lower()
+        ]
+    return found
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7"])
+async def test_a_reorged_bundle_the_node_pools_again_is_mined_once_not_bundled_again(
+    nursery: trio.Nursery,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    version: Version,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its operations stay submitted under the pooled transaction (a second bundle of them
+    would revert on chain); once the node mines it, they are included by it, once, and the
+    bundler sent no other transaction."""
+    held = hold_reverts(monkeypatch)
+    b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
+    try:
+        entry_point, sent, bundle_tx, before = await orphan_and_pool_again(b, version, held)
+        status = await b.result("chaingate_getUserOperationStatus", sent)
+        assert status["status"] == "submitted" and status["transactionHash"] == bundle_tx, status
+        rpc(b.node, "evm_mine")
+    finally:
+        rpc(b.node, "evm_setAutomine", True)
+    mined = rpc(b.node, "eth_getTransactionReceipt", bundle_tx)
+    assert mined is not None and mined["status"] == "0x1"
+    status = await wait_status(b, sent, {"included"})
+    assert status["transactionHash"] == bundle_tx and status["blockHash"] == mined["blockHash"]
+    logs = events_for(b.node, entry_point, sent)
+    assert len(logs) == 1 and logs[0]["blockHash"] == mined["blockHash"], logs
+    assert bundler_txs(b, before) == [bundle_tx]
+    assert await b.result("debug_bundler_dumpMempool") == []
+
+
+async def test_a_reorged_bundle_the_node_pooled_then_dropped_is_bundled_again_once(
+    nursery: trio.Nursery,
+    module_devnet: tuple[AnvilProcess, Manifest],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pooled again, then gone from the pool: its operations go back to pending and are
+    bundled again, once."""
+    held = hold_reverts(monkeypatch)
+    b = await start(nursery, module_devnet, tmp_path, mode="auto", safe=True)
+    try:
+        entry_point, sent, bundle_tx, before = await orphan_and_pool_again(b, "0.7", held)
+        assert (await b.result("chaingate_getUserOperationStatus", sent))["status"] == "submitted"
+        rpc(b.node, "anvil_dropTransaction", bundle_tx)
+    finally:
+        rpc(b.node, "evm_setAutomine", True)
+    status = await wait_status(b, sent, {"included"}, wait=30)
+    assert status["transactionHash"] != bundle_tx
+    logs = events_for(b.node, entry_point, sent)
+    assert len(logs) == 1 and logs[0]["transactionHash"] == status["transactionHash"], logs
+    assert bundler_txs(b, before) == [status["transactionHash"]]
     assert await b.result("debug_bundler_dumpMempool") == []

@@ -185,6 +185,31 @@ async def test_an_admission_is_written_in_one_transaction(store: Store) -> None:
     ]
 
 
+async def test_an_admission_writes_its_reputation_in_the_same_transaction(store: Store) -> None:
+    """One commit per accepted operation: its rows and the reputation it changed together,
+    both or neither; changes the store did not keep are taken again with the next ones."""
+    rep = Reputation(min_stake=10**18, clock=lambda: 1000.0)
+    pool = Mempool(rep, clock=lambda: T0)
+    first = pool.add(entry(1))  # a factory and a paymaster: both seen once
+    changes = rep.changes()
+    assert [e.address for e in changes.upserts] == [addr(0xBB), addr(0xFA)]
+    refused = entry(7).with_(hash="0x" + "ff" * 32, version=None)  # NOT NULL version
+    with pytest.raises(StoreError):
+        await BundlerRows(store).save_bundler_entries(
+            *NET, [*admitted(first), refused], reputation=changes
+        )
+    assert await BundlerRows(store).bundler_load_reputation(*NET) == ([], None)
+    rep.untake(changes)
+    again = rep.changes()
+    assert again == changes
+    await BundlerRows(store).save_bundler_entries(*NET, admitted(first), reputation=again)
+    assert await BundlerRows(store).bundler_get(*NET, first.entry.hash) == first.entry
+    entries, decayed = await BundlerRows(store).bundler_load_reputation(*NET)
+    assert entries == [ReputationEntry(addr(0xBB), 1, 0), ReputationEntry(addr(0xFA), 1, 0)]
+    assert decayed == 1_000_000
+    assert not rep.changes()  # nothing left to write
+
+
 async def test_a_known_row_takes_only_the_lifecycle_state(store: Store) -> None:
     first = entry(1)
     await BundlerRows(store).save_bundler_entries(*NET, [first])

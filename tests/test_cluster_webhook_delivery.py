@@ -31,7 +31,7 @@ from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm import abi
 from chaingate.store.notify import Listener, notify
-from chaingate.webhooks.store import OUTBOX_CHANNEL
+from chaingate.webhooks.outbox import OUTBOX_CHANNEL
 from tests.conftest import DEVNET_SIGNER, pg_schema
 from tests.test_cluster_handover import Node, cluster_env, rpc, until
 from tests.webhook_receiver import Receiver

@@ -54,7 +54,8 @@ from chaingate.webhooks.delivery import (
 )
 from chaingate.webhooks.mailer import Mailer, MailError
 from chaingate.webhooks.model import event_id
-from chaingate.webhooks.store import Attempt, Due, NewEvent, OutboxEvent, WebhookRow, WebhookRows
+from chaingate.webhooks.outbox import Attempt, Due, NewEvent, OutboxEvent
+from chaingate.webhooks.store import WebhookRow, WebhookRows
 from chaingate.webhooks.variants import VARIANT_A, VARIANT_B, Variant, new_secret, verify_a
 from tests.webhook_receiver import Receiver, tls_pair
 

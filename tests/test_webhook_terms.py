@@ -135,7 +135,7 @@ async def test_an_event_another_writer_inserts_meanwhile_is_kept_once(tmp_path: 
 
     from chaingate.store.base import new_id
     from chaingate.webhooks.model import event_id
-    from chaingate.webhooks.store import NewEvent
+    from chaingate.webhooks.outbox import NewEvent
     from tests.conftest import pg_schema
     from tests.test_webhook_delivery import add_events, make_webhook
 

@@ -31,8 +31,8 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.addresses import checksum_address
 from chaingate.gateway import Gateway
 from chaingate.outbound import Fetcher, OutboundPolicy
+from chaingate.webhooks.outbox import Attempt, Outcome
 from chaingate.webhooks.service import WebhookService
-from chaingate.webhooks.store import Attempt, Outcome
 from chaingate.webhooks.variants import verify_a
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle

@@ -82,6 +82,7 @@ class Report:
     traffic: list[Traffic] = field(default_factory=list)
     metrics: dict[str, str] = field(default_factory=dict)  # process name -> filtered /metrics
     notes: list[str] = field(default_factory=list)
+    workers: dict[str, int] = field(default_factory=dict)  # chaingate target -> its workers
 
     def find(self, key: str, target: str) -> Row | None:
         return next((r for r in self.rows if r.scenario.key == key and r.target == target), None)
@@ -95,6 +96,7 @@ class Report:
             _header(self.header),
             _table(self.rows),
             _ratios(self),
+            _workers(self),
             _paced(self.paced),
             _traffic(self.traffic),
             _metrics(self.metrics),
@@ -156,6 +158,41 @@ def _cpu_ratio(chaingate: Row | None, other: Row | None) -> str:
     if chaingate is None or other is None or not chaingate.cpu_us or not other.cpu_us:
         return "n/a"
     return f"{chaingate.cpu_us / other.cpu_us:.2f}"
+
+
+def _workers(report: Report) -> str:
+    """--workers with more than one count: each chaingate against nginx and the node."""
+    if len(report.workers) < 2:
+        return ""
+    lines = [
+        "## Workers",
+        "",
+        "| scenario | chaingate | workers | req/s | req/s /nginx | req/s /direct "
+        "| CPU µs/req | CPU per request /nginx |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    seen: list[Scenario] = []
+    for row in report.rows:
+        if row.scenario not in seen and row.target in report.workers:
+            seen.append(row.scenario)
+    for scenario in seen:
+        nginx, direct = report.find(scenario.key, NGINX), report.find(scenario.key, DIRECT)
+        for target, count in report.workers.items():
+            ours = report.find(scenario.key, target)
+            if ours is None:
+                continue
+            cpu = "n/a" if ours.cpu_us is None else f"{ours.cpu_us:.1f}"
+            lines.append(
+                f"| {scenario.label} | {target} | {count} | {ours.result.rps:.0f} "
+                f"| {_ratio(ours, nginx)} | {_ratio(ours, direct)} | {cpu} "
+                f"| {_cpu_ratio(ours, nginx)} |"
+            )
+    lines += [
+        "",
+        "CPU µs/req of a chaingate with several workers: its whole process tree (the "
+        "supervisor and every worker) divided by the requests answered.",
+    ]
+    return "\n".join(lines)
 
 
 def _ratios(report: Report) -> str:

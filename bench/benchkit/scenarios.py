@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import zstandard
 
+from benchkit import distinct
 from benchkit.evm import Contract
 
 CHAINGATE, NGINX, DIRECT = "chaingate", "nginx", "direct"
@@ -25,6 +28,9 @@ class Scenario:
     body: bytes
     targets: tuple[str, ...]
     note: str = ""
+    # distinct-...: a file of request templates (benchkit/distinct.py), one per request in
+    # turn; ``body`` is then the first of them, its ids filled in.
+    requests: Path | None = None
 
 
 class WrongAnswer(Exception):
@@ -104,21 +110,56 @@ def build(accounts: list[str], contract: Contract) -> dict[str, Scenario]:
     return {scenario.key: scenario for scenario in scenarios}
 
 
-def _calls(body: bytes) -> list[dict[str, Any]]:
-    request = json.loads(body)
-    return request if isinstance(request, list) else [request]
+DISTINCT_NOTES = {
+    "balance": "`eth_getBalance` at latest of 10,000 addresses in turn (holders of the devnet's "
+    "tokens)",
+    "call": "`eth_call` at latest of `balanceOf(holder)`, 10,000 holders in turn, on CGT and "
+    "CGUSD alternately",
+    "receipt": "`eth_getTransactionReceipt` of the mined CGT transfers in turn (within 64 "
+    "blocks of the head: not cached)",
+    "logs": "`eth_getLogs` of CGT Transfers to one recipient over 1-7 blocks around its "
+    "transfer (one log each), the transfers in turn",
+    "mix": "the four kinds above drawn at random with weights "
+    + ", ".join(f"{kind} {weight}" for kind, weight in distinct.MIX_WEIGHTS.items()),
+    "batch": f"batches of {distinct.BATCH_SIZE} calls drawn as the mix's",
+}
+
+
+def build_distinct(chain: distinct.Chain, directory: Path) -> dict[str, Scenario]:
+    """The ``distinct-...`` scenarios, their templates written under ``directory``."""
+    found = {}
+    for index, (kind, note) in enumerate(DISTINCT_NOTES.items()):
+        path = distinct.write(chain, kind, directory)
+        first = distinct.render(distinct.read(path)[0])
+        label = f"(f{index + 1}) distinct {kind}"
+        key = f"distinct-{kind}"
+        found[key] = Scenario(key, label, first, ALL_TARGETS, note + "; every id its own", path)
+    return found
+
+
+def _calls(scenario: Scenario) -> list[dict[str, Any]]:
+    bodies = (
+        [scenario.body]
+        if scenario.requests is None
+        else [distinct.render(line) for line in distinct.read(scenario.requests)]
+    )
+    calls: list[dict[str, Any]] = []
+    for body in bodies:
+        request = json.loads(body)
+        calls += request if isinstance(request, list) else [request]
+    return calls
 
 
 def methods(scenario: Scenario) -> set[str]:
-    """The JSON-RPC methods the scenario's request calls."""
-    return {call["method"] for call in _calls(scenario.body)}
+    """The JSON-RPC methods the scenario's requests call."""
+    return {call["method"] for call in _calls(scenario)}
 
 
 def call_targets(scenario: Scenario) -> set[str]:
     """The addresses the scenario's ``eth_call`` requests target."""
     return {
         call["params"][0]["to"]
-        for call in _calls(scenario.body)
+        for call in _calls(scenario)
         if call["method"] == "eth_call" and call["params"] and "to" in call["params"][0]
     }
 
@@ -191,3 +232,21 @@ def check(
                 f"the node answers {str(reference)[:300]}"
             )
     return reference
+
+
+def check_distinct(
+    scenario: Scenario, urls: dict[str, str], headers: Mapping[str, str] | None, samples: int = 8
+) -> Any:
+    """``check`` of ``samples`` of the scenario's templates spread over its file; a null result
+    (an unknown receipt, say) is wrong too."""
+    if scenario.requests is None:
+        return check(scenario, urls, None, headers)
+    lines = distinct.read(scenario.requests)
+    step = max(1, len(lines) // samples)
+    answer: Any = None
+    for index in range(0, len(lines), step)[:samples]:
+        sample = dataclasses.replace(scenario, body=distinct.render(lines[index], index + 1))
+        answer = check(sample, urls, None, headers)
+        if answer is None or (isinstance(answer, list) and None in answer):
+            raise WrongAnswer(f"{scenario.label}: the node answered null to {lines[index][:200]}")
+    return answer

@@ -214,9 +214,22 @@ class Wrk:
             f"HTTP/1.1 keep-alive, POST with a fixed JSON body{extra} (Lua script)"
         )
 
-    def run(self, url: str, body: bytes, duration: int, pace_ms: float | None = None) -> WrkResult:
+    def run(
+        self,
+        url: str,
+        body: bytes,
+        duration: int,
+        pace_ms: float | None = None,
+        requests: Path | None = None,
+    ) -> WrkResult:
+        """``requests``: a file of templates (benchkit/distinct.py) instead of ``body``."""
         script = self.script_dir / f"load-{next(_counter)}.lua"
-        script.write_text(lua_script(body, pace_ms, self.headers))
+        if requests is not None:
+            if pace_ms is not None:
+                raise ValueError("a distinct load is not paced")
+            script.write_text(distinct_lua_script(requests, self.headers))
+        else:
+            script.write_text(lua_script(body, pace_ms, self.headers))
         output = run_script(
             self.binary, self.threads, self.connections, self.timeout_s, script, url, duration
         )
@@ -224,3 +237,50 @@ class Wrk:
 
 
 _counter = itertools.count(1)
+
+
+# Every request different (the distinct-... scenarios): each is the next line of a file of
+# JSON templates (benchkit/distinct.py), its "@"s replaced by a counter, so each request and
+# each batch item carries its own id.  request() runs per request, which costs wrk more CPU
+# than a fixed body: the same for every target.  A "result":null counts as an error too: every
+# template asks for something that exists (a mined transaction's receipt, say).
+_DISTINCT = """
+local templates = {{}}
+local next_id = 0
+local index = 0
+
+function init(args)
+  for line in io.lines("{path}") do
+    if #line > 0 then table.insert(templates, line) end
+  end
+end
+
+local function stamp()
+  next_id = next_id + 1
+  return next_id
+end
+
+function request()
+  index = index % #templates + 1
+  return wrk.format(nil, nil, nil, (string.gsub(templates[index], "@", stamp)))
+end
+"""
+_NULL_RESULT = """
+function response(status, headers, body)
+  if status < 200 or status > 299 then
+    bad_status = bad_status + 1
+  elseif string.find(body, '"error":%s*{') or string.find(body, '"result":%s*null') then
+    rpc_errors = rpc_errors + 1
+  end
+end
+"""
+
+
+def distinct_lua_script(requests: Path, headers: tuple[tuple[str, str], ...] = ()) -> str:
+    """The script of a load where every request differs: see ``_DISTINCT``."""
+    path = str(requests.resolve())
+    if not _PLAIN.fullmatch(path):
+        raise ValueError(f"cannot embed the path {path!r} in a Lua string")
+    # The fixed-body script, its body emptied; request() and a stricter response() follow and
+    # replace what it defined.
+    return lua_script(b"", None, headers) + _DISTINCT.format(path=path) + _NULL_RESULT

@@ -17,6 +17,7 @@ bytes) names no factory: the EntryPoint hashes the sender's delegate in its plac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -184,6 +185,15 @@ def from_paymaster_and_data(data: bytes, version: Version) -> tuple[str | None, 
     )
 
 
+def encoded_size(op: UserOperation, version: Version) -> int:
+    """``len(abi.encode(OP_TUPLE_TYPE[version], packed(op, version)))`` without encoding it
+    (sanity's size bound, on every operation): a word per field, and each of the four byte
+    strings its length word and its bytes padded to words."""
+    words = 11 if require_version(version) == "0.6" else 9
+    dynamic = (op.init_code, op.call_data, op.paymaster_and_data(version), op.signature)
+    return 32 * words + sum(32 + (len(b) + 31) // 32 * 32 for b in dynamic)
+
+
 def packed(op: UserOperation, version: Version) -> tuple[Any, ...]:
     """The struct ``handleOps`` takes, for ``abi.encode(OP_TUPLE_TYPE[version], ...)``."""
     if require_version(version) == "0.6":
@@ -289,6 +299,7 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
     return keccak256(abi.encode(_PACKED_HASH_TYPES, values))
 
 
+@functools.lru_cache(maxsize=64)  # a few EntryPoints and chains: every v0.8 hash needs it
 def domain_separator(entry_point: str, chain_id: int) -> bytes:
     """The v0.8 EntryPoint's EIP-712 domain separator (getDomainSeparatorV4)."""
     return keccak256(

@@ -39,8 +39,9 @@ from chaingate.webhooks.manage import (
     Subscriptions,
     WebhookChange,
 )
+from chaingate.webhooks.outbox import Attempt, OutboxEvent
 from chaingate.webhooks.service import MAX_URL_LENGTH, WebhookService
-from chaingate.webhooks.store import Attempt, OutboxEvent, WebhookLimitReached, WebhookRow
+from chaingate.webhooks.store import WebhookLimitReached, WebhookRow
 
 Url = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_URL_LENGTH)]
 EventType = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]

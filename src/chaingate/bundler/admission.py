@@ -84,9 +84,12 @@ class Admission:
         *,
         paymaster_pending: int = 0,
         delegate: str | None = None,
+        op_hash: str | None = None,
     ) -> Validated:
         """The entry to add, or a BundlerFault naming what failed.  ``paymaster_pending``:
-        what the paymaster's operations in the mempool can cost at most (EREP-010)."""
+        what the paymaster's operations in the mempool can cost at most (EREP-010).
+        ``op_hash``: ``user_op_hash(op, entry_point, version, delegate)`` if the caller has it
+        (two keccaks of the packed operation, not worth doing twice)."""
         factory = op.factory if op.deploys else None
         entities: tuple[tuple[Title, str | None], ...] = (
             ("factory", factory),
@@ -94,7 +97,7 @@ class Admission:
         )
         for title, address in entities:
             self.reputation.check_entity(title, address)
-        deposit = await sanity.check(
+        checked = await sanity.check(
             self.client,
             op,
             entry_point,
@@ -116,6 +119,7 @@ class Admission:
                 is_staked=lambda info: self.reputation.is_staked(
                     info.stake, info.unstake_delay_sec
                 ),
+                block=checked.block,
             )
             code_hashes = tuple(sorted((await self._delegated(op, outcome.code_hashes)).items()))
             storage = outcome.storage
@@ -132,7 +136,7 @@ class Admission:
             code_hashes, storage = (), ()
         entry = new_entry(
             op,
-            user_op_hash=self.user_op_hash(op, entry_point, version, delegate),
+            user_op_hash=op_hash or self.user_op_hash(op, entry_point, version, delegate),
             entry_point=entry_point,
             version=version,
             now_ms=int(self.clock() * 1000),
@@ -147,7 +151,7 @@ class Admission:
             storage=storage,
             accepted_block=head,
         )
-        return Validated(entry, result, deposit)
+        return Validated(entry, result, checked.paymaster_deposit)
 
     async def _delegated(self, op: UserOperation, hashes: dict[str, str]) -> dict[str, str]:
         """The code hashes bundling checks again.  An EIP-7702 sender whose authorization the

@@ -46,6 +46,7 @@ replayed alone, run beside the two traces (``replay_call``, ``factory_oracle``).
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from collections.abc import Iterable, Mapping
@@ -215,6 +216,13 @@ def _hex_bytes(text: str | None) -> bytes:
         raise _Unsure("non-hex data from the node") from None
 
 
+def _code(text: str | None) -> tuple[bytes, bytes]:
+    try:
+        return opcodes.CODES.get(text or "0x")
+    except ValueError:
+        raise _Unsure("non-hex data from the node") from None
+
+
 def _ran_out_of_gas(frame: _Frame) -> bool:
     """Out of gas in the frame's code: a precompile refusing too little gas is not (OP-062
     allows precompiles; the collector skips their frames too)."""
@@ -280,131 +288,153 @@ def _build(
 ) -> FastTrace | Fallback:
     if root.to is None or root.to.lower() != entry_point:
         raise _Unsure("the traced call is not to the EntryPoint")
-    code_len = {a.lower(): len(_hex_bytes(acc.code)) for a, acc in prestate.items()}
-    phases: list[_PhaseBuild] = []
-    cur: _PhaseBuild | None = None
-    frames = [_Open(root, entry_point)]
-    entered: _Frame | None = None  # consumed by the previous step's *CALL/CREATE
-    gas_at: tuple[_PhaseBuild, str] | None = None
-    keccaks = 0
-    calls = 0
-
-    def finish(frame: _Frame) -> None:
-        if frame.type in _CREATES and frame.error is None and frame.to:
-            code_len[frame.to.lower()] = len(_hex_bytes(frame.output))
-
-    def close() -> None:
-        done = frames.pop()
-        if done.next_child != len(done.frame.calls):
-            raise _Unsure("call frames and steps do not line up (frames left over)")
-        finish(done.frame)
-
+    walk = _StepWalk(root, entry_point, prestate)
     for step in steps:
+        walk.step(step)
+    walk.end()
+    # The oracle replayed the first createSender phase (the one the rules judge as the
+    # factory's); EXTCODE* anywhere else cannot be judged here.
+    vouched = next((p for p in walk.phases if p.method == rules._CREATE_SENDER), None)
+    for phase in walk.phases:
+        if phase.extcode and not (factory_extcode_harmless and phase is vouched):
+            phase.doubt(f"{phase.extcode} (its target is on the stack)")
+    return _assemble(walk.phases, prestate, root, op, entry_point, version)
+
+
+class _StepWalk:
+    """The struct log's steps walked in order beside the callTracer frames (``build_trace``):
+    each step's frame and storage context, what it counts for its phase.  Raises _Unsure."""
+
+    def __init__(self, root: _Frame, entry_point: str, prestate: Mapping[str, _Account]) -> None:
+        self.code_len = {a.lower(): len(_code(acc.code)[0]) for a, acc in prestate.items()}
+        self.phases: list[_PhaseBuild] = []
+        self.cur: _PhaseBuild | None = None
+        self.frames = [_Open(root, entry_point)]
+        self.entered: _Frame | None = None  # consumed by the previous step's *CALL/CREATE
+        self.gas_at: tuple[_PhaseBuild, str] | None = None
+        self.keccaks = 0
+        self.calls = 0
+
+    def step(self, step: _Step) -> None:
         depth = step.depth
-        if entered is not None:
-            parent = frames[-1]
-            if depth == len(frames) + 1:
-                kind = entered.type
-                if kind in ("DELEGATECALL", "CALLCODE"):
-                    context = parent.context
-                elif entered.to:
-                    context = entered.to.lower()
-                else:
-                    raise _Unsure("a frame with steps has no address")
-                frames.append(_Open(entered, context))
-            elif depth == len(frames):
-                finish(entered)  # no code ran (a precompile, no code, failed early)
-            else:
-                raise _Unsure("call frames and steps do not line up (depth)")
-            entered = None
-        while depth < len(frames):
-            close()
-        if depth != len(frames):
+        if self.entered is not None:
+            self._enter(depth)
+        while depth < len(self.frames):
+            self._close()
+        if depth != len(self.frames):
             raise _Unsure("call frames and steps do not line up (depth jump)")
         name = step.op
-        if gas_at is not None:
+        if self.gas_at is not None:
             # GAS counts unless a *CALL follows (OP-012), as the collector's settle().
             if name not in _CALLISH:
-                gas_at[0].count("GAS", gas_at[1])
-            gas_at = None
+                self.gas_at[0].count("GAS", self.gas_at[1])
+            self.gas_at = None
         if name not in _PLAIN and name not in _NAMED:
             raise _Unsure(f"opcode {name} is not known to the fast path")
-        top = frames[-1]
         if name in _CALLISH or name in _CREATES:
-            children = top.frame.calls
-            if top.next_child >= len(children):
-                raise _Unsure("call frames and steps do not line up (missing frame)")
-            child = children[top.next_child]
-            top.next_child += 1
-            if child.type != name:
-                raise _Unsure(f"step {name} met a {child.type} frame")
-            entered = child
-            failed = child.error
-            if failed is not None and failed not in _REVERT and not _OOG.search(failed):
-                raise _Unsure(f"a frame failed with {child.error!r}")
-            if depth == 1:
-                if name not in ("CALL", "STATICCALL"):
-                    raise _Unsure(f"the EntryPoint used {name}")
-                if len(phases) >= tracer.MAX_PHASES:
-                    raise _Unsure("more top-level calls than the collector keeps")
-                cur = _PhaseBuild(len(phases), (child.to or "").lower(), _method(child))
-                phases.append(cur)
-            elif cur is not None and name in _CALLISH:
-                target = (child.to or "").lower()
-                if target not in cur.code:
-                    size = -1 if target in PRECOMPILES else code_len.get(target, 0)
-                    cur.code[target] = CodeAccess(size=size, op=name)
-            if cur is not None:
-                calls += 1
-                if calls > tracer.MAX_CALLS:
-                    raise _Unsure("more calls than the collector keeps")
-                cur.calls.append(_call(child))
-                if _ran_out_of_gas(child):
-                    cur.oog = True
-            if name in _CREATES and depth > 1 and cur is not None:
-                cur.count(name, top.context)
-            continue
-        if depth == 1:
+            self._call(name, depth)
+        elif depth == 1:
             if name == "LOG1":
                 raise _Unsure("a LOG1 at depth 1 (BeforeExecution?) needs the stack")
             if name == "SELFDESTRUCT":
                 raise _Unsure("SELFDESTRUCT")
-            continue
-        if cur is None:
-            continue
+        elif self.cur is not None:
+            self._opcode(self.cur, name, self.frames[-1].context)
+
+    def end(self) -> None:
+        if self.entered is not None:
+            self._finish(self.entered)
+        while self.frames:
+            self._close()
+        if self.keccaks > tracer.MAX_KECCAK:
+            raise _Unsure("more KECCAK256 than the collector keeps")
+        if self.gas_at is not None:
+            self.gas_at[0].count("GAS", self.gas_at[1])
+
+    def _enter(self, depth: int) -> None:
+        """The frame the previous *CALL/CREATE step made: entered if this step is in it."""
+        entered, parent = self.entered, self.frames[-1]
+        assert entered is not None
+        if depth == len(self.frames) + 1:
+            if entered.type in ("DELEGATECALL", "CALLCODE"):
+                context = parent.context
+            elif entered.to:
+                context = entered.to.lower()
+            else:
+                raise _Unsure("a frame with steps has no address")
+            self.frames.append(_Open(entered, context))
+        elif depth == len(self.frames):
+            self._finish(entered)  # no code ran (a precompile, no code, failed early)
+        else:
+            raise _Unsure("call frames and steps do not line up (depth)")
+        self.entered = None
+
+    def _finish(self, frame: _Frame) -> None:
+        if frame.type in _CREATES and frame.error is None and frame.to:
+            self.code_len[frame.to.lower()] = len(_hex_bytes(frame.output))
+
+    def _close(self) -> None:
+        done = self.frames.pop()
+        if done.next_child != len(done.frame.calls):
+            raise _Unsure("call frames and steps do not line up (frames left over)")
+        self._finish(done.frame)
+
+    def _call(self, name: str, depth: int) -> None:
+        """A *CALL/CREATE step: its frame is the next child of the current one."""
+        top = self.frames[-1]
+        children = top.frame.calls
+        if top.next_child >= len(children):
+            raise _Unsure("call frames and steps do not line up (missing frame)")
+        child = children[top.next_child]
+        top.next_child += 1
+        if child.type != name:
+            raise _Unsure(f"step {name} met a {child.type} frame")
+        self.entered = child
+        failed = child.error
+        if failed is not None and failed not in _REVERT and not _OOG.search(failed):
+            raise _Unsure(f"a frame failed with {child.error!r}")
+        cur = self.cur
+        if depth == 1:
+            if name not in ("CALL", "STATICCALL"):
+                raise _Unsure(f"the EntryPoint used {name}")
+            if len(self.phases) >= tracer.MAX_PHASES:
+                raise _Unsure("more top-level calls than the collector keeps")
+            cur = self.cur = _PhaseBuild(len(self.phases), (child.to or "").lower(), _method(child))
+            self.phases.append(cur)
+        elif cur is not None and name in _CALLISH:
+            target = (child.to or "").lower()
+            if target not in cur.code:
+                size = -1 if target in PRECOMPILES else self.code_len.get(target, 0)
+                cur.code[target] = CodeAccess(size=size, op=name)
+        if cur is not None:
+            self.calls += 1
+            if self.calls > tracer.MAX_CALLS:
+                raise _Unsure("more calls than the collector keeps")
+            cur.calls.append(_call(child))
+            if _ran_out_of_gas(child):
+                cur.oog = True
+            if name in _CREATES and depth > 1:
+                cur.count(name, top.context)
+
+    def _opcode(self, cur: _PhaseBuild, name: str, context: str) -> None:
+        """Any other step below the EntryPoint, in a phase."""
         if name in _NAMED:
             if name == "SELFDESTRUCT":
                 raise _Unsure("SELFDESTRUCT changes code during the call")
-            cur.count(name, top.context)
+            cur.count(name, context)
         elif name == "GAS":
-            gas_at = (cur, top.context)
+            self.gas_at = (cur, context)
         elif name == "SLOAD":
-            cur.touched_storage.add(top.context)
+            cur.touched_storage.add(context)
         elif name == "SSTORE":
-            cur.touched_storage.add(top.context)
-            cur.stored.add(top.context)
+            cur.touched_storage.add(context)
+            cur.stored.add(context)
         elif name in _TRANSIENT:
             cur.doubt("transient storage (not in the prestate)")
         elif name in _EXTCODE:
             cur.extcode = cur.extcode or name
         elif name in ("KECCAK256", "SHA3"):
-            keccaks += 1
-    if entered is not None:
-        finish(entered)
-    while frames:
-        close()
-    if keccaks > tracer.MAX_KECCAK:
-        raise _Unsure("more KECCAK256 than the collector keeps")
-    if gas_at is not None:
-        gas_at[0].count("GAS", gas_at[1])
-    # The oracle replayed the first createSender phase (the one the rules judge as the
-    # factory's); EXTCODE* anywhere else cannot be judged here.
-    vouched = next((p for p in phases if p.method == rules._CREATE_SENDER), None)
-    for phase in phases:
-        if phase.extcode and not (factory_extcode_harmless and phase is vouched):
-            phase.doubt(f"{phase.extcode} (its target is on the stack)")
-
-    return _assemble(phases, prestate, root, op, entry_point, version)
+            self.keccaks += 1
 
 
 def _assemble(
@@ -450,7 +480,7 @@ def _assemble(
     output = _hex_bytes(root.output)
     if hashes is None:
         hashes = {
-            address.lower(): "0x" + keccak256(_hex_bytes(account.code)).hex()
+            address.lower(): "0x" + _code(account.code)[1].hex()
             for address, account in prestate.items()
             if address.lower() != entry_point and address.lower() not in PRECOMPILES
         }
@@ -484,6 +514,7 @@ def factory_phase(root: _Frame) -> _Frame | None:
     return next((c for c in root.calls if _method(c) == rules._CREATE_SENDER), None)
 
 
+@functools.lru_cache(maxsize=64)
 def sender_creator(entry_point: str) -> str:
     """The EntryPoint's SenderCreator: the first contract its constructor creates (every
     version's ``new SenderCreator()``, CREATE at nonce 1).  ``fast_trace`` checks the factory
@@ -560,7 +591,7 @@ def factory_oracle(
         key = address.lower()
         if key == entry_point.lower():
             return "the factory phase touched the EntryPoint"
-        if key not in allowed and not _hex_bytes(account.code):
+        if key not in allowed and not _code(account.code)[0]:
             return f"the factory phase touched {key}, which has no code"
     return None
 
@@ -660,26 +691,49 @@ def _build_static(
     version: Version,
     factory_extcode_harmless: bool,
 ) -> FastTrace | Fallback:
-
     if root.to is None or root.to.lower() != entry_point:
         raise _NeedSteps("the traced call is not to the EntryPoint")
-    codes: dict[str, tuple[bytes, bytes]] = {}  # address -> (code, keccak of it)
-    for address, account in prestate.items():
-        code = _hex_bytes(account.code)
-        codes[address.lower()] = (code, keccak256(code))
+    codes = _StaticCodes(prestate)
     # What bundling compares again: the code before the validation (a sender it deploys has
     # none yet), as the exact path reads it at the block.
     hashes = {
         address: "0x" + digest.hex()
-        for address, (_, digest) in codes.items()
+        for address, (_, digest) in codes.codes.items()
         if address != entry_point and address not in PRECOMPILES
     }
+    phases, judged = _static_phases(root, op, entry_point, version, codes)
+    vouched = next((p.index for p in phases if p.method == rules._CREATE_SENDER), None)
+    calls = 0
+    keccak_gas = 0
+    for index, (phase, frame) in enumerate(zip(phases, root.calls, strict=True)):
+        forbidden = _JUDGED_BAD if index in judged else _ANYWHERE_BAD
+        if index == vouched and factory_extcode_harmless:
+            forbidden = forbidden - _EXTCODE_OPS
+        walk = _StaticPhase(phase, codes, forbidden, judged=index in judged, calls=calls)
+        walk.run(frame)
+        calls, keccak_gas = walk.calls, keccak_gas + walk.keccak_gas
+    if keccak_gas >= KECCAK_GAS:
+        raise _NeedSteps("enough gas in hashing frames to overflow the KECCAK256 list")
+    return _assemble(phases, prestate, root, op, entry_point, version, hashes)
 
-    def profile_of(frame: _Frame, target: str) -> opcodes.CodeProfile | None:
+
+class _StaticCodes:
+    """The code each address has at this point of the walk (the prestate's; a contract created
+    here once its CREATE frame is done), and each frame's static profile."""
+
+    def __init__(self, prestate: Mapping[str, _Account]) -> None:
+        # address -> (code, keccak of it)
+        self.codes = {a.lower(): _code(account.code) for a, account in prestate.items()}
+
+    def created(self, frame: _Frame) -> None:
+        if frame.error is None and frame.to:
+            self.codes[frame.to.lower()] = _code(frame.output)
+
+    def profile(self, frame: _Frame, target: str) -> opcodes.CodeProfile | None:
         if frame.type in _CREATES:  # its init code, run from the start (empty calldata)
             code = _hex_bytes(frame.input)
             return PROFILES.get(keccak256(code), code, 0) if code else None
-        found = codes.get(target)
+        found = self.codes.get(target)
         if found is None:
             if target in PRECOMPILES:
                 return None
@@ -687,17 +741,22 @@ def _build_static(
         code, digest = found
         return PROFILES.get(digest, code, _selector(frame)) if code else None
 
-    top = profile_of(root, entry_point)
+
+def _static_phases(
+    root: _Frame, op: UserOperation, entry_point: str, version: Version, codes: _StaticCodes
+) -> tuple[list[_PhaseBuild], set[int]]:
+    """The EntryPoint's top-level calls as phases (checked: its own code can run nothing the
+    walk falls back on at depth 1), and the indexes of those the rules judge."""
+    top = codes.profile(root, entry_point)
     if top is None:
         raise _NeedSteps("the EntryPoint has no code")
     bad = top.opcodes & (_ANYWHERE_BAD | {_LOG1})
     if bad:
         raise _NeedSteps(f"the EntryPoint may run {_names(bad)} at depth 1")
-    children = root.calls
-    if len(children) > tracer.MAX_PHASES:
+    if len(root.calls) > tracer.MAX_PHASES:
         raise _NeedSteps("more top-level calls than the collector keeps")
     phases: list[_PhaseBuild] = []
-    for index, child in enumerate(children):
+    for index, child in enumerate(root.calls):
         if child.type not in ("CALL", "STATICCALL"):
             raise _NeedSteps(f"the EntryPoint used {child.type}")
         phases.append(_PhaseBuild(index, (child.to or "").lower(), _method(child)))
@@ -705,64 +764,78 @@ def _build_static(
     mapped = rules._phases(
         Trace(skeleton, [], entry_point, overflow=False, output="0x", error=None), op, version
     )
-    judged = {i for i, p in enumerate(skeleton) if any(p is q for q in mapped.values())}
-    vouched = next((p.index for p in phases if p.method == rules._CREATE_SENDER), None)
+    return phases, {i for i, p in enumerate(skeleton) if any(p is q for q in mapped.values())}
 
-    calls = 0
-    keccak_gas = 0
-    for index, (phase, frame) in enumerate(zip(phases, children, strict=True)):
-        forbidden = _JUDGED_BAD if index in judged else _ANYWHERE_BAD
-        if index == vouched and factory_extcode_harmless:
-            forbidden = forbidden - _EXTCODE_OPS
-        # The phase's frames in DFS preorder, as the collector's enter() sees them; a CREATE's
-        # code is the chain's once its whole subtree is done (its entry again, ``finished``).
-        todo: list[tuple[_Frame, str, str, bool, bool]] = [
-            (frame, phase.target, phase.target, True, False)
-        ]
+
+class _StaticPhase:
+    """One phase's frames in DFS preorder, as the collector's enter() sees them, judged by the
+    static profile of the code each runs.  Raises _NeedSteps."""
+
+    def __init__(
+        self,
+        phase: _PhaseBuild,
+        codes: _StaticCodes,
+        forbidden: frozenset[int],
+        *,
+        judged: bool,
+        calls: int,
+    ) -> None:
+        self.phase = phase
+        self.codes = codes
+        self.forbidden = forbidden
+        self.judged = judged
+        self.calls = calls  # the whole trace's so far: the collector's cap is on all of them
+        self.keccak_gas = 0
+
+    def run(self, frame: _Frame) -> None:
+        target = self.phase.target
+        # (frame, storage context, its caller's context, is the phase's own frame, finished):
+        # a CREATE's code is the chain's once its whole subtree is done (its entry again).
+        todo: list[tuple[_Frame, str, str, bool, bool]] = [(frame, target, target, True, False)]
         while todo:
             current, context, parent_context, is_phase, finished = todo.pop()
             if finished:
-                if current.error is None and current.to:
-                    runtime = _hex_bytes(current.output)
-                    codes[current.to.lower()] = (runtime, keccak256(runtime))
+                self.codes.created(current)
                 continue
-            error = current.error
-            if error is not None and error not in _REVERT and not _OOG.search(error):
-                raise _NeedSteps(f"a frame failed with {error!r}")
-            calls += 1
-            if calls > tracer.MAX_CALLS:
-                raise _NeedSteps("more calls than the collector keeps")
-            phase.calls.append(_call(current))
-            if _ran_out_of_gas(current):
-                phase.oog = True
-            target = (current.to or "").lower()
-            if current.type in _CREATES:
-                phase.count(current.type, parent_context)  # the opcode, where it ran
-            elif not is_phase and target not in phase.code:
-                size = -1 if target in PRECOMPILES else len(codes.get(target, (b"", b""))[0])
-                phase.code[target] = CodeAccess(size=size, op=current.type)
-            profile = profile_of(current, target)
-            if profile is not None:
-                bad = profile.opcodes & forbidden
-                if bad:
-                    raise _NeedSteps(f"{target} may run {_names(bad)}")
-                if index in judged and profile.lone_gas:
-                    raise _NeedSteps(f"{target} may run GAS not followed by a *CALL")
-                if _SLOAD in profile.opcodes or _SSTORE in profile.opcodes:
-                    phase.touched_storage.add(context)
-                if _SSTORE in profile.opcodes:
-                    phase.stored.add(context)
-                if _KECCAK in profile.opcodes:
-                    keccak_gas += _self_gas(current)
+            self._frame(current, context, parent_context, is_phase)
             if current.type in _CREATES:
                 todo.append((current, context, parent_context, False, True))
             for inner in reversed(current.calls):
                 own = inner.type in ("DELEGATECALL", "CALLCODE")
                 inner_context = context if own else (inner.to or "").lower()
                 todo.append((inner, inner_context, context, False, False))
-    if keccak_gas >= KECCAK_GAS:
-        raise _NeedSteps("enough gas in hashing frames to overflow the KECCAK256 list")
-    return _assemble(phases, prestate, root, op, entry_point, version, hashes)
+
+    def _frame(self, current: _Frame, context: str, parent_context: str, is_phase: bool) -> None:
+        phase = self.phase
+        error = current.error
+        if error is not None and error not in _REVERT and not _OOG.search(error):
+            raise _NeedSteps(f"a frame failed with {error!r}")
+        self.calls += 1
+        if self.calls > tracer.MAX_CALLS:
+            raise _NeedSteps("more calls than the collector keeps")
+        phase.calls.append(_call(current))
+        if _ran_out_of_gas(current):
+            phase.oog = True
+        target = (current.to or "").lower()
+        if current.type in _CREATES:
+            phase.count(current.type, parent_context)  # the opcode, where it ran
+        elif not is_phase and target not in phase.code:
+            size = -1 if target in PRECOMPILES else len(self.codes.codes.get(target, (b"",))[0])
+            phase.code[target] = CodeAccess(size=size, op=current.type)
+        profile = self.codes.profile(current, target)
+        if profile is None:
+            return
+        bad = profile.opcodes & self.forbidden
+        if bad:
+            raise _NeedSteps(f"{target} may run {_names(bad)}")
+        if self.judged and profile.lone_gas:
+            raise _NeedSteps(f"{target} may run GAS not followed by a *CALL")
+        if _SLOAD in profile.opcodes or _SSTORE in profile.opcodes:
+            phase.touched_storage.add(context)
+        if _SSTORE in profile.opcodes:
+            phase.stored.add(context)
+        if _KECCAK in profile.opcodes:
+            self.keccak_gas += _self_gas(current)
 
 
 _STRUCT_CONFIG = {"disableStack": True, "disableStorage": True, "enableMemory": False}
@@ -790,11 +863,14 @@ async def fast_trace(
     entry_point: str,
     version: Version,
     simulations_code: bytes | None,
+    *,
+    block: str | None = None,
 ) -> FastTrace | Fallback:
     """``op``'s validation traced by the native tracers (``build_static``, else
     ``build_trace``), or a Fallback.
 
-    The block is pinned first; callTracer and prestateTracer run concurrently — with the
+    The block is pinned first (``block``, a recent one the caller read, else the node's
+    latest); callTracer and prestateTracer run concurrently — with the
     factory phase's replay (two more) for a deploying operation — then, only when static
     analysis cannot do without it and the validation used at most ``MAX_GAS``, the struct
     log.  A node error is a Fallback too: the exact path then gives the node's own answer.
@@ -807,7 +883,8 @@ async def fast_trace(
     failed = ""
     replay: dict[str, Any] = {}
     try:
-        block = await client.call("eth_blockNumber", [])
+        if block is None:
+            block = await client.call("eth_blockNumber", [])
         if not isinstance(block, str):
             return Fallback("eth_blockNumber answered a non-string")
         answers: dict[str, Any] = {}

@@ -261,6 +261,9 @@ class Mempool:
         self._by_sender: dict[str, set[str]] = {}
         self._entities: Counter[str] = Counter()  # factory/paymaster/aggregator -> live ops
         self._costs: Counter[str] = Counter()  # paymaster -> its live ops' max_cost (EREP-010)
+        # (role, address) -> the stakes its live ops recorded, counted: precheck reads the
+        # highest of a few distinct values, not every live entry (a factory names them all).
+        self._stakes: dict[tuple[Title, str], Counter[Stake]] = {}
         self._finals: OrderedDict[str, Entry] = OrderedDict()
 
     # --- lookups ---------------------------------------------------------------------------
@@ -370,11 +373,11 @@ class Mempool:
         if address is None or (title != "account" and not self._entities[address]):
             return Stake()
         if title == "account":
-            stakes = [self._live[h].sender_stake for h in self._by_sender.get(address, ())]
-        elif title == "factory":
-            stakes = [e.factory_stake for e in self._live.values() if e.factory == address]
+            stakes: Iterable[Stake] = [
+                self._live[h].sender_stake for h in self._by_sender.get(address, ())
+            ]
         else:
-            stakes = [e.paymaster_stake for e in self._live.values() if e.paymaster == address]
+            stakes = self._stakes.get((title, address), ())
         return max(stakes, key=lambda s: (s.stake, s.unstake_delay_sec), default=Stake())
 
     def _check_known(self, entry: Entry) -> None:
@@ -669,23 +672,29 @@ class Mempool:
         ]
         return done, stale
 
-    def revert_inclusion(self, user_op_hash: str) -> Entry | None:
-        """included -> pending: its block was orphaned.  None if this pool no longer holds
-        the entry (the caller restores it from the store with ``restore``)."""
+    def included(self, user_op_hash: str) -> Entry | None:
+        """The entry if this pool holds it as included (recently finished)."""
         e = self._finals.get(user_op_hash.lower())
-        if e is None or e.status != "included":
-            return None
-        return self.restore(e)
+        return e if e is not None and e.status == "included" else None
 
-    def restore(self, entry: Entry) -> Entry | None:
+    def revert_inclusion(self, user_op_hash: str, *, still_sent: bool = False) -> Entry | None:
+        """included -> pending (``still_sent``: submitted, under the same transaction): its
+        block was orphaned.  None if this pool no longer holds the entry (the caller restores
+        it from the store with ``restore``)."""
+        e = self.included(user_op_hash)
+        return None if e is None else self.restore(e, still_sent=still_sent)
+
+    def restore(self, entry: Entry, *, still_sent: bool = False) -> Entry | None:
         """Put a finished (or loaded) entry back as pending, without the admission checks it
-        passed once; None if its (sender, nonce) is taken by another live operation."""
+        passed once — or, ``still_sent``, as submitted in the bundle transaction it names (the
+        node still has it: a second bundle of it would revert); None if its (sender, nonce) is
+        taken by another live operation."""
         if entry.hash in self._live or (entry.sender, entry.nonce) in self._slot:
             return None
         self._finals.pop(entry.hash, None)
         back = entry.with_(
-            status="pending",
-            bundle_tx=None,
+            status="submitted" if still_sent else "pending",
+            bundle_tx=entry.bundle_tx if still_sent else None,
             block_number=None,
             block_hash=None,
             reason="reorged",
@@ -755,6 +764,17 @@ class Mempool:
             out.append(("aggregator", entry.aggregator))
         return out
 
+    @staticmethod
+    def _stakes_of(entry: Entry) -> list[tuple[tuple[Title, str], Stake]]:
+        """The factory's and paymaster's stakes the entry recorded (``_seen_stake``'s index;
+        ``_replace`` never changes them)."""
+        out: list[tuple[tuple[Title, str], Stake]] = []
+        if entry.factory is not None:
+            out.append((("factory", entry.factory), entry.factory_stake))
+        if entry.paymaster is not None:
+            out.append((("paymaster", entry.paymaster), entry.paymaster_stake))
+        return out
+
     def _take_order(self) -> int:
         self._next_order += 1
         return self._next_order
@@ -766,6 +786,8 @@ class Mempool:
         self._by_sender.setdefault(entry.sender, set()).add(entry.hash)
         for _, address in self._entities_of(entry):
             self._entities[address] += 1
+        for key, stake in self._stakes_of(entry):
+            self._stakes.setdefault(key, Counter())[stake] += 1
         if entry.paymaster is not None:
             self._costs[entry.paymaster] += max_cost(entry)
 
@@ -781,6 +803,13 @@ class Mempool:
             self._entities[address] -= 1
             if self._entities[address] <= 0:
                 del self._entities[address]
+        for key, stake in self._stakes_of(entry):
+            counted = self._stakes[key]
+            counted[stake] -= 1
+            if counted[stake] <= 0:
+                del counted[stake]
+                if not counted:
+                    del self._stakes[key]
         if entry.paymaster is not None:
             self._costs[entry.paymaster] -= max_cost(entry)
             if self._costs[entry.paymaster] <= 0:

@@ -24,6 +24,7 @@ from chaingate.bundler.admission import Admission
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.bundler.estimation import AUTHORIZATION_GAS
 from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
+from chaingate.bundler.orphans import OrphanWatch
 from chaingate.bundler.receiptstore import ReceiptRow
 from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
@@ -98,6 +99,7 @@ class BundlerNetwork:
         self._wake = trio.Event()
         self._head_moved = trio.Event()
         self._lock = trio.Lock()  # admission and bundling change the mempool one at a time
+        self._orphans = OrphanWatch(client)  # reorged bundles the node may still mine
         self.accepted: Counter[str] = Counter()  # by entry point version
         self.rejected: Counter[int] = Counter()  # by error code
         self.bundles: Counter[str] = Counter()  # sent, mined, failed
@@ -148,7 +150,13 @@ class BundlerNetwork:
                 else 0
             )
             validated = await self.admission.validate(
-                op, entry_point, version, self.head, paymaster_pending=pending, delegate=delegate
+                op,
+                entry_point,
+                version,
+                self.head,
+                paymaster_pending=pending,
+                delegate=delegate,
+                op_hash=provisional.hash,
             )
             async with self._lock:
                 added = self.mempool.add(
@@ -157,12 +165,16 @@ class BundlerNetwork:
                 changed = [added.entry, *added.evicted]
                 if added.replaced is not None:
                     changed.append(added.replaced)  # kept, dropped: "replaced by <hash>"
+                # One transaction (one commit) with the reputation it changed.
+                reputation = self.reputation.changes()
                 try:
-                    await self.store.save_bundler_entries(self.chain, self.network, changed)
+                    await self.store.save_bundler_entries(
+                        self.chain, self.network, changed, reputation=reputation
+                    )
                 except BaseException:
                     self.mempool.forget(added)  # not kept: not accepted
+                    self.reputation.untake(reputation)
                     raise
-                await self.save_reputation()
         except BundlerFault as fault:
             self.rejected[fault.code] += 1
             raise
@@ -255,11 +267,12 @@ class BundlerNetwork:
         self, bundle_tx: str, group: list[Entry], term: int | None
     ) -> None:
         """A bundle sent before a restart: mined (the follower's receipts will include its
-        operations), still known to the node (left submitted, watched by the next bundle
-        round), or gone (its operations are pending again)."""
+        operations), still known to the node (left submitted, watched: pending again if the
+        node drops it), or gone (its operations are pending again)."""
         if await self.client.call("eth_getTransactionReceipt", [bundle_tx]):
             return
         if await self.client.call("eth_getTransactionByHash", [bundle_tx]):
+            self._orphans.watch(bundle_tx)  # pending: back to pending if the node drops it
             return
         if await self._finish_recorded(bundle_tx):
             return
@@ -334,26 +347,59 @@ class BundlerNetwork:
             self._wake.set()
 
     async def reverted(self, hashes: Sequence[str]) -> None:
-        """Operations whose block was orphaned: pending again, to be bundled again."""
+        """Operations whose block was orphaned: submitted still, under their bundle
+        transaction, while the node has it (``chaingate.bundler.orphans``); else pending
+        again, to be bundled again."""
         async with self._lock:
-            term = self._serving()  # a deposed term puts nothing back
-            back: list[Entry] = []
+            self._serving()  # a deposed term puts nothing back
+            found: list[Entry] = []
             for user_op_hash in hashes:
-                entry = self.mempool.revert_inclusion(user_op_hash)
+                entry = self.mempool.included(user_op_hash)
                 if entry is None:
-                    stored = await self.store.bundler_get(self.chain, self.network, user_op_hash)
-                    if stored is not None and stored.status == "included":
-                        entry = self.mempool.restore(stored)
-                if entry is not None:
-                    back.append(entry)
+                    entry = await self.store.bundler_get(self.chain, self.network, user_op_hash)
+                if entry is not None and entry.status == "included":
+                    found.append(entry)
+        sent = await self._orphans.known(e.bundle_tx for e in found if e.bundle_tx)
+        async with self._lock:
+            term = self._serving()
+            back: list[Entry] = []
+            for entry in found:
+                still_sent = entry.bundle_tx in sent
+                restored = self.mempool.revert_inclusion(
+                    entry.hash, still_sent=still_sent
+                ) or self.mempool.restore(entry, still_sent=still_sent)
+                if restored is not None:
+                    back.append(restored)
             if back:
                 await self._persist(back, term)
         if back:
             log.info(
                 "operations of an orphaned block are back in the mempool",
-                extra={"fields": {"network": self.label, "count": len(back)}},
+                extra={
+                    "fields": {
+                        "network": self.label,
+                        "count": len(back),
+                        "still_sent": sum(e.status == "submitted" for e in back),
+                    }
+                },
             )
             self._wake.set()
+
+    async def _requeue_orphans(self) -> None:
+        """The operations of reorged bundle transactions the node has since dropped: pending
+        again."""
+        for tx in await self._orphans.gone():
+            async with self._lock:
+                term = self._serving()
+                left = [
+                    e.hash
+                    for e in self.mempool.entries()
+                    if e.status == "submitted" and e.bundle_tx == tx
+                ]
+                back = self.mempool.requeue(left, "bundle transaction dropped after a reorg")
+                await self._persist(back, term)
+            if back:
+                self._wake.set()
 
     def on_head(self, number: int) -> None:
         self.head = max(self.head, number)
@@ -386,9 +432,11 @@ class BundlerNetwork:
             with trio.move_on_after(self.settings.bundle_interval):
                 await self._wake.wait()
             self._wake = trio.Event()
-            if self.mode != "auto" or self.submitter is None or not self.mempool.has_pending():
-                continue
             try:
+                if self._orphans:
+                    await self._requeue_orphans()
+                if self.mode != "auto" or self.submitter is None or not self.mempool.has_pending():
+                    continue
                 await self.bundle_once()
             except (RpcCallError, UpstreamError, NotMined, BundlerFault) as exc:
                 self.bundles["failed"] += 1

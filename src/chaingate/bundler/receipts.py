@@ -21,7 +21,7 @@ import trio
 
 from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_event
 from chaingate.bundler.receiptstore import BundlerReceiptRows, ReceiptRow
-from chaingate.chain.consumer import KeptPosition, consume
+from chaingate.chain.consumer import BeginsAt, KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
 from chaingate.config.network import Network
 from chaingate.evm import abi
@@ -103,7 +103,9 @@ class ReceiptTracker:
         included: Included,
         reverted: Reverted,
         head: Head,
+        begins_at: BeginsAt | None = None,
     ) -> None:
+        """``begins_at``: where it begins having handled nothing (``KeptPosition``)."""
         self.store = BundlerReceiptRows(store)
         self.chain = chain
         self.network = network
@@ -115,7 +117,9 @@ class ReceiptTracker:
         self.stats: Counter[str] = Counter()
         self.head = 0  # the newest block applied
         # Where each term goes on from (chaingate.chain.catchup): kept for it.
-        self.position = KeptPosition(store, "bundler", chain, network, self.stats)
+        self.position = KeptPosition(
+            store, "bundler", chain, network, self.stats, begins_at=begins_at
+        )
 
     async def handle(self, event: ChainEvent) -> None:
         store = self.store

@@ -43,6 +43,7 @@ __all__ = [
     "THROTTLED_ENTITY_LIVE_BLOCKS",
     "THROTTLED_ENTITY_MEMPOOL_COUNT",
     "Reputation",
+    "ReputationChanges",
     "ReputationEntry",
     "ReputationParams",
     "Status",
@@ -86,6 +87,18 @@ class ReputationEntry(msgspec.Struct, frozen=True):
     address: str  # 0x + 40 lowercase hex
     ops_seen: int
     ops_included: int
+
+
+class ReputationChanges(msgspec.Struct, frozen=True):
+    """What ``Reputation.take_changes`` returned, and the table's last decay time: what the
+    store writes (with an admission's entries, in its transaction)."""
+
+    upserts: list[ReputationEntry]
+    deletes: list[str]
+    decayed_at_ms: int
+
+    def __bool__(self) -> bool:
+        return bool(self.upserts or self.deletes)
 
 
 def _key(address: str) -> str:
@@ -324,6 +337,16 @@ class Reputation:
         deletes = sorted(k for k in self._changed if k not in self._seen)
         self._changed.clear()
         return upserts, deletes
+
+    def changes(self) -> ReputationChanges:
+        """``take_changes`` with the decay time, as the store writes them."""
+        upserts, deletes = self.take_changes()
+        return ReputationChanges(upserts, deletes, int(self.decayed_at * 1000))
+
+    def untake(self, changes: ReputationChanges) -> None:
+        """The store did not keep ``changes``: they are taken again with the next ones."""
+        self._changed.update(e.address for e in changes.upserts)
+        self._changed.update(changes.deletes)
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -43,14 +43,18 @@ async def validate_safe(
     min_valid_seconds: int = MIN_VALID_SECONDS,
     is_staked: Callable[[StakeInfo], bool] | None = None,
     fast_path: bool = True,
+    block: str | None = None,
 ) -> tuple[ValidationResult, Outcome]:
     """The ValidationResult and the rules' outcome (code hashes), or a BundlerFault.
 
-    ``fast_path=False`` always runs the exact JS-traced path."""
+    ``fast_path=False`` always runs the exact JS-traced path.  ``block``: a recent block
+    number (0x-hex) to pin the fast path's traces at, instead of asking the node for one."""
     version = require_version(version)
     outcome: Outcome | None = None
     if fast_path:
-        fast = await fasttrace.fast_trace(client, op, entry_point, version, simulations_code)
+        fast = await fasttrace.fast_trace(
+            client, op, entry_point, version, simulations_code, block=block
+        )
         if isinstance(fast, fasttrace.FastTrace):
             # A FailedOp or other revert is the same data the exact path would decode.
             result = decode_validation(version, fast.data, fast.reverted)

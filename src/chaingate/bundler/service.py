@@ -28,8 +28,9 @@ from chaingate.bundler.sanity import SanityLimits
 from chaingate.bundler.submitter import Submitter
 from chaingate.chain.chainid import ChainIdMismatch, upstream_chain_id
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
+from chaingate.chain.feed import TermFeed
 from chaingate.chain.follower import Follower
+from chaingate.chain.tap import Tap
 from chaingate.cluster.gates import RoleStream, follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
@@ -92,7 +93,7 @@ class BundlerService:
         self.key = bundler_key(settings)
         self.networks: dict[Network, BundlerNetwork] = {}
         self.trackers: dict[Network, ReceiptTracker] = {}
-        self._streams: dict[Network, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._taps: dict[Network, Tap] = {}
         self._followers = followers
         # Who leads the network's ``bundler`` role (set by the gateway).  When processes
         # share the store (``leadership.shared``), bundling, submission and receipts run
@@ -162,8 +163,9 @@ class BundlerService:
                     included=bundler_net.included,
                     reverted=bundler_net.reverted,
                     head=bundler_net.on_head,
+                    begins_at=follower.started_at,
                 )
-                self._streams[key] = follower.subscribe("bundler")
+                self._taps[key] = follower.tap("bundler")
 
     # chaingate.cluster: the single-writer role this service runs, one process per network.
     writer_role = "bundler"
@@ -232,14 +234,14 @@ class BundlerService:
                 nursery.start_soon(self._mirror, leadership, role, net)
             task_status.started()
 
-    def _receipts(self, leadership: Leadership, key: Network) -> RoleStream[ChainEvent]:
+    def _receipts(self, leadership: Leadership, key: Network) -> RoleStream[TermFeed]:
         """The network's receipt tracker on the follower's stream, in the role's terms."""
         tracker = self.trackers[key]
         return follower_terms(
             leadership,
             "bundler",
             self._followers[key],
-            self._streams[key],
+            self._taps[key],
             tracker.run,
             tracker.position,
         )
@@ -263,7 +265,7 @@ class BundlerService:
                 net.mempool.load(live)
 
     async def _term(
-        self, key: Network, net: BundlerNetwork, receipts: RoleStream[ChainEvent] | None
+        self, key: Network, net: BundlerNetwork, receipts: RoleStream[TermFeed] | None
     ) -> None:
         """One leadership term of a network's bundler: what a start after a restart does —
         the mempool as the store has it (what this process kept while another led may have

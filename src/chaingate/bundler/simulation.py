@@ -201,6 +201,13 @@ def state_override(op: UserOperation) -> dict[str, Any]:
     return {checksum_address(op.sender): {"code": "0x" + designator(op.eip7702_auth.address).hex()}}
 
 
+@functools.lru_cache(maxsize=8)
+def _code_hex(code: bytes) -> str:
+    """The EntryPointSimulations code as the override says it: the same few codes on every
+    validation (~20 KB; the bytes object is the caller's own, so its hash is computed once)."""
+    return "0x" + code.hex()
+
+
 def validation_call(
     op: UserOperation,
     entry_point: str,
@@ -227,7 +234,7 @@ def validation_call(
             raise ValueError(
                 f"EntryPoint v{version} validation needs the EntryPointSimulations code"
             )
-        override[entry_point] = {"code": "0x" + simulations.hex()}
+        override[entry_point] = {"code": _code_hex(simulations)}
     return tx, override or None
 
 

@@ -14,14 +14,14 @@ and writes the receipts of included operations (``receiptstore``): the bundler's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from chaingate.bundler.mempool import FINAL, LIVE, Entry
 from chaingate.bundler.receiptstore import BundlerReceiptRows
-from chaingate.bundler.reputation import ReputationEntry
+from chaingate.bundler.reputation import ReputationChanges, ReputationEntry
 from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import still_current
 from chaingate.store.base import register_network_table
@@ -132,22 +132,34 @@ class BundlerRows(BundlerReceiptRows):
     # --- operations ------------------------------------------------------------------------
 
     async def save_bundler_entries(
-        self, chain: str, network: str, entries: Sequence[Entry], *, term: int | None = None
+        self,
+        chain: str,
+        network: str,
+        entries: Sequence[Entry],
+        *,
+        term: int | None = None,
+        reputation: ReputationChanges | None = None,
     ) -> bool:
         """Write what Mempool calls returned, in one transaction: a new entry's row is
         inserted, a known one's lifecycle columns take the entry's state (its JSON, fixed at
         acceptance, is not rewritten).  ``term``: only while it is still the newest term of
-        the network's ``bundler`` role (False: nothing written, a later leader began)."""
-        if not entries:
+        the network's ``bundler`` role (False: nothing written, a later leader began).
+        ``reputation``: changes written in the same transaction (an admission's: one commit,
+        not two, per accepted operation)."""
+        if not entries and not reputation:
             return True
         now = self.clock()
         rows = [_op_values(chain, network, e, now) for e in sorted(entries, key=lambda e: e.hash)]
         role = RoleKey("bundler", chain, network)
+        also = _reputation_writes(chain, network, reputation, now) if reputation else None
 
         def upsert(tx: Tx) -> bool:
             if term is not None and not still_current(tx, role, term):
                 return False
-            tx.executemany(_UPSERT_OP, rows)
+            if rows:
+                tx.executemany(_UPSERT_OP, rows)
+            if also is not None:
+                also(tx)
             return True
 
         saved: bool = await self.run_transaction(upsert)
@@ -249,38 +261,8 @@ class BundlerRows(BundlerReceiptRows):
         decayed_at_ms: int,
     ) -> None:
         """What ``Reputation.take_changes`` returned, and the table's last decay time."""
-        now = self.clock()
-        rows = [
-            (chain, network, e.address.lower(), e.ops_seen, e.ops_included, decayed_at_ms, now)
-            for e in sorted(upserts, key=lambda e: e.address)
-        ]
-        gone = [(chain, network, a.lower()) for a in sorted(deletes)]
-
-        def save(tx: Tx) -> None:
-            if gone:
-                tx.executemany(
-                    "DELETE FROM bundler_reputation WHERE chain = ? AND network = ?"
-                    " AND address = ?",
-                    gone,
-                )
-            if rows:
-                tx.executemany(
-                    "INSERT INTO bundler_reputation (chain, network, address, ops_seen,"
-                    " ops_included, decayed_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (chain, network, address) DO UPDATE SET"
-                    " ops_seen = excluded.ops_seen, ops_included = excluded.ops_included,"
-                    " decayed_at = excluded.decayed_at, updated_at = excluded.updated_at",
-                    rows,
-                )
-            # Every row carries the table's decay time, so an entity unchanged since an
-            # earlier decay is not decayed again for the same hours after a restart.
-            tx.execute(
-                "UPDATE bundler_reputation SET decayed_at = ? WHERE chain = ? AND network = ?"
-                " AND decayed_at < ?",
-                (decayed_at_ms, chain, network, decayed_at_ms),
-            )
-
-        await self.run_transaction(save)
+        changes = ReputationChanges(list(upserts), list(deletes), decayed_at_ms)
+        await self.run_transaction(_reputation_writes(chain, network, changes, self.clock()))
 
     async def bundler_load_reputation(
         self, chain: str, network: str, limit: int = MAX_LOAD
@@ -313,3 +295,40 @@ class BundlerRows(BundlerReceiptRows):
 
 # Rows derived from one chain/network: emptied by Store.reset_network.
 register_network_table(*BUNDLER_TABLES)
+
+
+def _reputation_writes(
+    chain: str, network: str, changes: ReputationChanges, now: int
+) -> Callable[[Tx], None]:
+    """The writes of ``changes``, to run in a transaction."""
+    decayed_at_ms = changes.decayed_at_ms
+    rows = [
+        (chain, network, e.address.lower(), e.ops_seen, e.ops_included, decayed_at_ms, now)
+        for e in sorted(changes.upserts, key=lambda e: e.address)
+    ]
+    gone = [(chain, network, a.lower()) for a in sorted(changes.deletes)]
+
+    def save(tx: Tx) -> None:
+        if gone:
+            tx.executemany(
+                "DELETE FROM bundler_reputation WHERE chain = ? AND network = ? AND address = ?",
+                gone,
+            )
+        if rows:
+            tx.executemany(
+                "INSERT INTO bundler_reputation (chain, network, address, ops_seen,"
+                " ops_included, decayed_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (chain, network, address) DO UPDATE SET"
+                " ops_seen = excluded.ops_seen, ops_included = excluded.ops_included,"
+                " decayed_at = excluded.decayed_at, updated_at = excluded.updated_at",
+                rows,
+            )
+        # Every row carries the table's decay time, so an entity unchanged since an
+        # earlier decay is not decayed again for the same hours after a restart.
+        tx.execute(
+            "UPDATE bundler_reputation SET decayed_at = ? WHERE chain = ? AND network = ?"
+            " AND decayed_at < ?",
+            (decayed_at_ms, chain, network, decayed_at_ms),
+        )
+
+    return save

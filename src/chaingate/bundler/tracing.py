@@ -19,11 +19,11 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
+from chaingate.bundler import opcodes
 from chaingate.bundler.errors import SIMULATION_REJECTED, BundlerFault
 from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
 from chaingate.bundler.tracer import COLLECTOR_JS
 from chaingate.chain.client import RpcCallError
-from chaingate.evm.keccak import keccak256
 
 __all__ = [
     "Call",
@@ -114,18 +114,32 @@ def parse_trace(raw: object) -> Trace:
 async def code_hashes(
     client: NodeClient, addresses: Iterable[str], block: str = "latest"
 ) -> dict[str, str]:
-    """address (lower-case) -> 0x-hex keccak of its code at ``block``; fetched concurrently."""
-    found: dict[str, str] = {}
+    """address (lower-case) -> 0x-hex keccak of its code at ``block``: one JSON-RPC batch with
+    a client that has them (a bundle's check names ~2 addresses per operation), else
+    concurrent calls; the hashes through ``opcodes.CODES`` (the same few codes each time)."""
+    wanted = list(dict.fromkeys(a.lower() for a in addresses))
+    batch = getattr(client, "batch", None)
+    if batch is not None:
+        codes = await batch([("eth_getCode", [address, block]) for address in wanted])
+    else:
+        codes = [None] * len(wanted)
 
-    async def one(address: str) -> None:
-        code = await client.call("eth_getCode", [address, block])
+        async def one(index: int) -> None:
+            codes[index] = await client.call("eth_getCode", [wanted[index], block])
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(wanted)):
+                nursery.start_soon(one, index)
+    found: dict[str, str] = {}
+    for address, code in zip(wanted, codes, strict=True):
+        if isinstance(code, RpcCallError):
+            raise code
         if not isinstance(code, str) or code[:2] not in ("0x", "0X"):
             raise RpcCallError("eth_getCode", -32603, f"non-hex code {code!r}")
-        found[address.lower()] = "0x" + keccak256(bytes.fromhex(code[2:])).hex()
-
-    async with trio.open_nursery() as nursery:
-        for address in dict.fromkeys(a.lower() for a in addresses):
-            nursery.start_soon(one, address)
+        try:
+            found[address] = "0x" + opcodes.CODES.get(code)[1].hex()
+        except ValueError:
+            raise RpcCallError("eth_getCode", -32603, f"non-hex code {code[:80]!r}") from None
     return found
 
 

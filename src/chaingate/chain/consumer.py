@@ -10,6 +10,12 @@ These consumers keep no cursor of their own (their writes are idempotent by bloc
 most every ``SAVE_EVERY`` seconds and when the loop ends, where their next term begins
 (``chaingate.chain.catchup``).  Saved after the block's writes, so a term repeats a few
 blocks at most and never skips one.
+
+Having saved none, such a consumer begins where it was created (``begins_at``): on a
+deployment's first start, at the network's origin, with the follower; enabled later on a
+deployment that already followed the network, after the follower's stored cursor as its
+process loaded it — claimed as its position at its first term, so every term and process
+agrees — never replaying the network's history (docs/decisions/chain.md).
 """
 
 from __future__ import annotations
@@ -33,26 +39,50 @@ FINAL_SAVE_WAIT = 2.0  # seconds the loop's last save may take as it ends
 log = logging.getLogger("chaingate.follower")
 
 
+# Where the follower was when this process began following (``Follower.started_at``): the
+# stored cursor it loaded, None on a deployment's first start.
+BeginsAt = Callable[[], Awaitable[tuple[int, str] | None]]
+
+
 class KeptPosition:
     """The position of a consumer without a cursor of its own, in the chain's rows."""
 
-    # No start of its own: having saved nothing, its terms begin at the network's origin.
+    # No start block of its own: having saved nothing, its terms begin at ``begins_at``.
     start_block: int | None = None
 
     def __init__(
-        self, store: Store, consumer: str, chain: str, network: str, stats: Counter[str]
+        self,
+        store: Store,
+        consumer: str,
+        chain: str,
+        network: str,
+        stats: Counter[str],
+        *,
+        begins_at: BeginsAt | None = None,
     ) -> None:
-        """``stats``: the consumer's counters."""
+        """``stats``: the consumer's counters; ``begins_at``: where it begins having saved
+        nothing (None: at the network's origin)."""
         self._rows = ChainRows(store)
         self.consumer = consumer
         self.chain = chain
         self.network = network
         self.stats = stats
+        self._begins_at = begins_at
         self._at: tuple[int, str] | None = None  # handled, not saved yet
         self._saved_at = -float("inf")
 
     async def resume_point(self) -> tuple[int, str] | None:
-        return await self._rows.consumer_position(self.consumer, self.chain, self.network)
+        """The last block handled, as saved; having saved none, the block before the one it
+        begins at, claimed now (None: it begins at the network's origin)."""
+        saved = await self._rows.consumer_position(self.consumer, self.chain, self.network)
+        if saved is not None or self._begins_at is None:
+            return saved
+        begins_at = await self._begins_at()
+        if begins_at is None:
+            return None  # the deployment's first start: it follows from the origin too
+        return await self._rows.claim_consumer_position(
+            self.consumer, self.chain, self.network, begins_at
+        )
 
     def handled(self, event: ChainEvent) -> None:
         if isinstance(event, Apply):

@@ -12,9 +12,11 @@ into.  Every consumer gets the same ordered stream (see ``Follower.subscribe``):
 * ``Finalized(header)`` — the block is ``finality_depth`` blocks below the head: it will not be
   reverted any more, and the follower forgets its logs.
 
-Delivery is at least once: the follower records its cursor after every consumer has taken
-an event, so a crash in between replays the last block.  A consumer that persists what it
-derives should key it by block hash (idempotent apply).
+Delivery is at least once: the follower records its cursor after every subscriber has taken
+an event, so a crash in between replays the last block, and a consumer run in terms goes on
+from the position it saved, which may be a little behind what it handled
+(``chaingate.chain.feed``: within a term, every block once).  A consumer that persists what
+it derives should key it by block hash (idempotent apply).
 
 Hex quantities from the node are kept as the node sent them where clients get them back
 verbatim (logs, header fields); numbers the follower reasons about are decoded to ``int``.
@@ -103,7 +105,7 @@ def transaction_hashes(obj: dict[str, Any]) -> list[str]:
 
 class EventStream(Protocol):
     """What a consumer with a batch reads: a follower's subscription, or a leadership term's
-    feed of it (``chaingate.cluster.gates.TermFeed``)."""
+    feed of it (``chaingate.chain.feed.TermFeed``)."""
 
     async def receive(self) -> ChainEvent: ...
 

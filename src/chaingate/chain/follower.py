@@ -14,14 +14,20 @@ How it works (every step restartable, state in the store):
    to a block the window holds (``window.find_fork``); emit ``Revert`` for every held block
    above that ancestor (newest first), then fetch the new branch's logs by block hash and emit
    ``Apply`` for each new block (oldest first); emit ``Finalized`` as blocks pass the depth.
-4. After every consumer has taken a block's events, the cursor and window are saved in one
+4. After every subscriber has taken a block's events, the cursor and window are saved in one
    transaction (per block when live, per range when backfilling).
 
-Consumers call ``subscribe()`` and read an async stream of ``ChainEvent`` (see
-``chaingate.chain.events`` for the ordering guarantees).  Each stream has a bounded buffer:
-when a consumer falls behind, the follower waits for it (backpressure) rather than dropping
-events — a consumer that must never slow the chain down (the WebSocket hub) drains its
-stream into its own per-client queues.
+Two kinds of consumer (see ``chaingate.chain.events`` for the ordering guarantees):
+
+* ``subscribe()``: an async stream of ``ChainEvent`` with a bounded buffer; when such a
+  consumer falls behind, the follower waits for it (backpressure).  For consumers that keep
+  no position and are never slow: the gas oracle, the WebSocket hub (which drains its stream
+  into its own per-client queues).
+* ``tap()``: for a consumer run in terms that keeps its own position (the indexer, the
+  webhook matcher, the wallets' and bundler's trackers): a queue the follower offers every
+  event to and never waits for; a consumer that falls behind catches up by itself from the
+  window or the node (``chaingate.chain.feed``), so it holds back neither the follower nor
+  the other consumers.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from chaingate.chain.events import (
 from chaingate.chain.heads import HeadNotifier
 from chaingate.chain.ranges import RangeFetcher
 from chaingate.chain.store import ChainCursor, StoredBlock
+from chaingate.chain.tap import Tap
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
 from chaingate.config.network import Network
@@ -123,8 +130,10 @@ class Follower:
         self.notifier = HeadNotifier(list(ws_urls), self.label) if ws_urls else None
         self._log_range = max(1, settings.max_log_range)
         self._consumers: list[tuple[str, trio.MemorySendChannel[ChainEvent]]] = []
-        # Set once the stored cursor and window are loaded.
+        self._taps: list[Tap] = []
+        # Set once the stored cursor and window are loaded; that cursor (None: none stored).
         self.loaded = trio.Event()
+        self._loaded_cursor: tuple[int, str] | None = None
         # The network's origin (see ``origin``), and an event set once it is known.
         self._origin: int | None = None
         self._origin_known = trio.Event()
@@ -169,6 +178,18 @@ class Follower:
         self._consumers.append((name, send))
         return receive
 
+    def tap(self, name: str, size: int | None = None) -> Tap:
+        """A queue of this follower's events for a consumer run in terms, that the follower
+        never waits for (``chaingate.chain.feed``; ``size``: ``consumer_buffer``)."""
+        tap = Tap(name, self._settings.consumer_buffer if size is None else size)
+        self._taps.append(tap)
+        return tap
+
+    def _offer(self, event: ChainEvent) -> None:
+        """To every tap, in the same step as the window's change (``chaingate.chain.feed``)."""
+        for tap in self._taps:
+            tap.offer(event)
+
     async def origin(self) -> int:
         """The first block this deployment followed on the network: stored, or claimed on
         the first start (``follower.start_block``, else the head minus the finality depth
@@ -176,6 +197,12 @@ class Follower:
         await self._origin_known.wait()
         assert self._origin is not None
         return self._origin
+
+    async def started_at(self) -> tuple[int, str] | None:
+        """The last block followed on the network before this process began (its stored
+        cursor, as loaded); None when nothing was (the deployment's first start)."""
+        await self.loaded.wait()
+        return self._loaded_cursor
 
     async def wait_tip(self) -> None:
         """Returns once the window holds a block: the stored one loaded, or a first block
@@ -223,6 +250,8 @@ class Follower:
                 await self._save()
             for _, send in self._consumers:
                 send.close()
+            for tap in self._taps:
+                tap.end()
 
     async def _loop(self) -> None:
         failures = 0
@@ -277,7 +306,7 @@ class Follower:
             self._know_origin(origin)
         if cursor is None:
             return
-        self._expect = (cursor.number, cursor.hash)
+        self._expect = self._loaded_cursor = (cursor.number, cursor.hash)
         try:
             for row in stored:
                 if row.number <= cursor.number:
@@ -407,6 +436,7 @@ class Follower:
             block = self.window.tip
             await self._emit(Revert(block))
             self.window.pop()
+            self._offer(Revert(block))
             self._unsaved = [b for b in self._unsaved if b.header.number < block.header.number]
             self._dirty = True
             self.stats["reverted"] += 1
@@ -422,7 +452,10 @@ class Follower:
         log.error(
             "reorg deeper than the window", extra={"fields": {"network": self.label, "why": why}}
         )
-        for block in self.window.clear():
+        reverted = self.window.clear()
+        for block in reverted:
+            self._offer(Revert(block))
+        for block in reverted:
             self.stats["reverted"] += 1
             await self._emit(Revert(block))
         self._unsaved = []
@@ -588,6 +621,7 @@ class Follower:
 
     async def _apply(self, block: Block, *, live: bool) -> None:
         self.window.push(block)
+        self._offer(Apply(block, live))
         self._pushed.set()
         self._pushed = trio.Event()
         try:
@@ -605,6 +639,8 @@ class Follower:
         while self._finalized < ready:
             final = self.window.get(self._finalized + 1)
             if final is not None:
+                # Not offered to taps: no consumer run in terms uses it, and a backfill's
+                # every block would take two places in their queues.
                 await self._emit(Finalized(final.header))
             self._finalized += 1
         self._publish()

@@ -196,6 +196,29 @@ class ChainRows(Rows):
 
         await self.run_transaction(save)
 
+    async def claim_consumer_position(
+        self, consumer: str, chain: str, network: str, position: tuple[int, str]
+    ) -> tuple[int, str]:
+        """Save ``position`` for ``consumer`` unless it has one saved already; the one saved
+        (the first claim wins: every process agrees on it)."""
+        now = self.clock()
+
+        def claim(tx: Tx) -> tuple[int, str]:
+            tx.execute(
+                "INSERT INTO chain_consumers (consumer, chain, network, number, hash, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (consumer, chain, network) DO NOTHING",
+                (consumer, chain, network, *position, now),
+            )
+            rows = tx.query(
+                "SELECT number, hash FROM chain_consumers"
+                " WHERE consumer = ? AND chain = ? AND network = ?",
+                (consumer, chain, network),
+            )
+            return int(rows[0][0]), str(rows[0][1])
+
+        claimed: tuple[int, str] = await self.run_transaction(claim)
+        return claimed
+
 
 # Rows derived from one chain/network: emptied by Store.reset_network.
 register_network_table(*CHAIN_TABLES)

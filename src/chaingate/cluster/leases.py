@@ -1,12 +1,13 @@
 """Who leads each role: PostgreSQL session-level advisory locks, or this process alone.
 
-``PgLeadership`` keeps one connection of its own (never the store's pool: a session lock
-lives and dies with its session).  Every tick it asks PostgreSQL, in one query, how many
-chaingate processes share the database (each holds the member lock shared), which role locks
-anyone holds, and which this session holds; then it takes or hands over roles by the fair
-share (``roles.decide``).  A query that fails or hangs means the connection is lost: every
-role's work is cancelled at once and the locks are taken again once connected — PostgreSQL
-frees a dead session's locks itself, which is also how a ``kill -9``'d leader's roles come free.
+``PgLeadership`` keeps one session of its own (``chaingate.store.locksession``: never the
+store's pool, since a session lock lives and dies with its session). Every tick it asks
+PostgreSQL, in one query, how many chaingate processes share the database (each holds the
+member lock shared), which role locks anyone holds, and which this session holds; then it
+takes or hands over roles by the fair share (``roles.decide``). A query that fails or hangs
+means the connection is lost: every role's work is cancelled at once and the locks are taken
+again once connected — PostgreSQL frees a dead session's locks itself, which is also how a
+``kill -9``'d leader's roles come free.
 
 Work runs through ``lead(key, work)``: started when the role is granted, cancelled when it is
 lost or handed over; a handover waits for the work to stop before it unlocks, so two
@@ -39,14 +40,14 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-import psycopg
 import trio
 
 from chaingate.cluster.roles import LOCK_CLASS, MEMBER_ROLE, RoleKey, decide, lock_key
 from chaingate.config.leases import QUERY_TIMEOUT, TICK, min_lease_timeout
 from chaingate.store.guard import guarded
+from chaingate.store.locksession import LockSession, NotPermitted, SessionLost
 from chaingate.store.postgres import APPLICATION
 
 log = logging.getLogger("chaingate.cluster")
@@ -65,34 +66,6 @@ LEASE_TIMEOUT = 5.0
 LEASES_APPLICATION = "chaingate-leases"
 
 Work = Callable[[], Awaitable[object]]
-
-_LOOK = (
-    "SELECT"
-    " (SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'"
-    "   AND database = d.oid AND classid = %(cls)s AND objid = %(member)s AND objsubid = 2"
-    "   AND granted),"
-    " ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
-    "   AND database = d.oid AND classid = %(cls)s AND objid <> %(member)s AND objsubid = 2"
-    "   AND granted AND mode = 'ExclusiveLock'),"
-    " ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
-    "   AND database = d.oid AND classid = %(cls)s AND objid <> %(member)s AND objsubid = 2"
-    "   AND granted AND mode = 'ExclusiveLock' AND pid = pg_backend_pid()),"
-    # Members silent past the lease: their last query ended that long ago (a query still
-    # running that long is silence too: its own client gives up on it much sooner).
-    " ARRAY(SELECT a.pid || ' ' || coalesce(a.application_name, '') FROM pg_stat_activity a"
-    "   WHERE a.pid <> pg_backend_pid()"
-    "   AND a.state_change < now() - %(silence)s * interval '1 second'"
-    "   AND a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
-    "     AND database = d.oid AND classid = %(cls)s AND objid = %(member)s AND objsubid = 2"
-    "     AND granted))"
-    " FROM pg_database d WHERE d.datname = current_database()"
-)
-# Ends the silent members' sessions, and every other session of their processes.
-_DEPOSE = (
-    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    " AND (pid = ANY(%(pids)s) OR application_name = ANY(%(names)s))"
-)
 
 
 class Leadership(Protocol):
@@ -293,8 +266,8 @@ class PgLeadership(_Roles):
         # Roles given up whose work had not stopped within ``handover_wait``: their locks
         # are kept (no overlap) and freed on a later tick, once the work has stopped.
         self._handing: set[RoleKey] = set()
-        self._conn: psycopg.Connection[Any] | None = None
-        # One thread at a time on the connection (psycopg's are not to be shared mid-query).
+        self._session: LockSession | None = None
+        # One thread at a time on the session (a connection is not shared mid-query).
         self._limiter = trio.CapacityLimiter(1)
         self._free_ticks: Counter[RoleKey] = Counter()
         self._namespace = ""
@@ -331,7 +304,7 @@ class PgLeadership(_Roles):
             while True:
                 try:
                     await self._connect()
-                except (psycopg.Error, OSError, trio.TooSlowError) as exc:
+                except (SessionLost, OSError, trio.TooSlowError) as exc:
                     if failures == 0:
                         log.warning(
                             "leadership: cannot connect to PostgreSQL; retrying",
@@ -348,7 +321,7 @@ class PgLeadership(_Roles):
                     while True:
                         await self._step()
                         await trio.sleep(self.tick)
-                except (psycopg.Error, OSError, trio.TooSlowError) as exc:
+                except (SessionLost, OSError, trio.TooSlowError) as exc:
                     self.stats["lost"] += 1
                     log.warning(
                         "leadership: connection lost; every role stops",
@@ -378,37 +351,29 @@ class PgLeadership(_Roles):
         # a limiter of its own.
         self._limiter = trio.CapacityLimiter(1)
 
-        def connect() -> psycopg.Connection[Any]:
-            conn = psycopg.connect(
+        def connect() -> LockSession:
+            return LockSession.connect(
                 self._url,
-                autocommit=True,
-                connect_timeout=int(QUERY_TIMEOUT) + 1,
                 application_name=f"{LEASES_APPLICATION}/{self.session_tag}",
-                # A peer that vanished (not a closed socket) is noticed within seconds.
-                keepalives=1,
-                keepalives_idle=2,
-                keepalives_interval=1,
-                keepalives_count=3,
+                timeout=QUERY_TIMEOUT,
             )
-            return conn
 
-        conn = await self._call(connect)
+        session = await self._call(connect)
         try:
-            row = await self._call(lambda: conn.execute("SELECT current_schema()").fetchone())
-            namespace = str(row[0]) if row and row[0] else ""
-            member = (LOCK_CLASS, lock_key(MEMBER_ROLE, namespace))
-            await self._call(lambda: conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", member))
+            namespace = await self._call(session.schema)
+            member = lock_key(MEMBER_ROLE, namespace)
+            await self._call(lambda: session.lock_shared(LOCK_CLASS, member))
         except BaseException:
             # A session left behind might still take the member lock (a phantom member
             # that skews every process's share): its query cancelled (a backend waiting
             # for a lock does not notice its client left), then closed, never reused.
-            await _close_connection(conn, cancel=True)
+            await _close_session(session, cancel=True)
             raise
         # Only a session that holds the member lock is this process's.
         self._namespace = namespace
-        self._member_key = member[1]
+        self._member_key = member
         self._by_lock = {self._lock_of(key): key for key in self._roles}
-        self._conn = conn
+        self._session = session
         self.connected = True
 
     async def _call(self, fn: Callable[[], T]) -> T:
@@ -426,13 +391,13 @@ class PgLeadership(_Roles):
         return lock_key(key.label, self._namespace)
 
     async def _close(self) -> None:
-        conn, self._conn = self._conn, None
+        session, self._session = self._session, None
         self.connected = False
         self._handing.clear()  # closing the session frees every lock it holds
         for role in self._roles.values():
             role.locked = False
-        if conn is not None:
-            await _close_connection(conn)
+        if session is not None:
+            await _close_session(session)
 
     def _lose_all(self) -> None:
         for role in self._roles.values():
@@ -443,21 +408,22 @@ class PgLeadership(_Roles):
         self._members = 0
 
     async def _step(self) -> None:
-        conn = self._conn
-        if conn is None:
-            raise psycopg.OperationalError("no connection")
+        session = self._session
+        if session is None:
+            raise SessionLost("no session")
 
-        params = {"cls": LOCK_CLASS, "member": self._member_key, "silence": self.lease_timeout}
-
-        def look() -> tuple[int, list[int], list[int], list[str]]:
-            row = conn.execute(_LOOK, params).fetchone()
-            assert row is not None
-            return int(row[0]), list(row[1]), list(row[2]), list(row[3])
-
-        members, anywhere, ours, silent = await self._call(look)
+        look = await self._call(
+            lambda: session.look(LOCK_CLASS, self._member_key, self.lease_timeout)
+        )
+        members, anywhere, ours, silent = (
+            look.members,
+            look.held_anywhere,
+            look.held_here,
+            look.silent,
+        )
         self.stats["looks"] += 1
         if silent:
-            await self._depose(conn, silent)
+            await self._depose(session, silent)
         self._stable = self._stable + 1 if members == self._members else 0
         self._members = members
         held_here = {self._by_lock[n] for n in ours if n in self._by_lock}
@@ -466,7 +432,7 @@ class PgLeadership(_Roles):
                 self._handing.discard(key)
             elif self._roles[key].idle.is_set():  # its work stopped at last: unlock now
                 self._handing.discard(key)
-                await self._unlock(conn, self._roles[key])
+                await self._unlock(session, self._roles[key])
         for role in self._roles.values():
             # A lock this session no longer holds (unlocked behind our back): not ours.
             if role.held and role.key not in held_here:
@@ -480,24 +446,18 @@ class PgLeadership(_Roles):
         mine = {key for key in registered if self._roles[key].held}
         decision = decide(registered, mine, anywhere_set, members, self._free_ticks, self._stable)
         for key in decision.release:
-            await self._hand_over(conn, self._roles[key])
+            await self._hand_over(session, self._roles[key])
         for key in [] if self._held_back() else decision.take:
-            await self._try_take(conn, self._roles[key])
+            await self._try_take(session, self._roles[key])
 
-    async def _try_take(self, conn: psycopg.Connection[Any], role: _Role) -> None:
-        def take() -> bool:
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key))
-            ).fetchone()
-            return bool(row and row[0])
-
-        if await self._call(take):
+    async def _try_take(self, session: LockSession, role: _Role) -> None:
+        if await self._call(lambda: session.try_lock(LOCK_CLASS, self._lock_of(role.key))):
             self.stats["taken"] += 1
             self._free_ticks[role.key] = 0
             role.locked = True
             role.grant()
 
-    async def _hand_over(self, conn: psycopg.Connection[Any], role: _Role) -> None:
+    async def _hand_over(self, session: LockSession, role: _Role) -> None:
         """Stop the role's work, then unlock: the next leader never overlaps this one.  Work
         that has not stopped within ``handover_wait`` keeps the lock, and the ticks go on
         (noticing a lost connection, other handovers); a later tick unlocks it."""
@@ -512,19 +472,16 @@ class PgLeadership(_Roles):
                 extra={"fields": {"role": role.key.label}},
             )
             return
-        await self._unlock(conn, role)
+        await self._unlock(session, role)
 
-    async def _unlock(self, conn: psycopg.Connection[Any], role: _Role) -> None:
-        def unlock() -> None:
-            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self._lock_of(role.key)))
-
+    async def _unlock(self, session: LockSession, role: _Role) -> None:
         role.locked = False  # from here on, none of its writes
-        await self._call(unlock)
+        await self._call(lambda: session.unlock(LOCK_CLASS, self._lock_of(role.key)))
         self.stats["handed_over"] += 1
         self._stable = 0
         log.info("handed over", extra={"fields": {"role": role.key.label}})
 
-    async def _depose(self, conn: psycopg.Connection[Any], silent: list[str]) -> None:
+    async def _depose(self, session: LockSession, silent: list[str]) -> None:
         """End the sessions of members silent past the lease, and their processes' others:
         their locks come free (taken from the next tick on)."""
         pids: list[int] = []
@@ -536,20 +493,16 @@ class PgLeadership(_Roles):
             if application == LEASES_APPLICATION and tag:
                 names.append(f"{APPLICATION}/{tag}")
 
-        def end() -> int:
-            row = conn.execute(_DEPOSE, {"pids": pids, "names": names}).fetchone()
-            return int(row[0]) if row else 0
-
         try:
-            ended = await self._call(end)
-        except psycopg.errors.InsufficientPrivilege as exc:
+            ended = await self._call(lambda: session.end_sessions(pids, names))
+        except NotPermitted as exc:
             if not self._warned_privilege:
                 self._warned_privilege = True
                 log.error(
                     "leadership: a process is silent past its lease but its sessions cannot be"
                     " ended (pg_terminate_backend needs the same database user, or"
                     " pg_signal_backend); its roles stay with it",
-                    extra={"fields": {"pids": pids, "error": str(exc).strip()}},
+                    extra={"fields": {"pids": pids, "error": str(exc)}},
                 )
             return
         if ended == 0:
@@ -561,18 +514,12 @@ class PgLeadership(_Roles):
         )
 
 
-async def _close_connection(conn: psycopg.Connection[Any], *, cancel: bool = False) -> None:
-    """Close ``conn`` (its session's locks go with it), given up after QUERY_TIMEOUT;
-    ``cancel``: first cancel the query it may be running (a thread given up on)."""
-
-    def close() -> None:
-        if cancel:
-            with contextlib.suppress(psycopg.Error):
-                conn.cancel_safe(timeout=QUERY_TIMEOUT)
-        conn.close()
-
+async def _close_session(session: LockSession, *, cancel: bool = False) -> None:
+    """Close ``session`` (its locks go with it), given up after twice QUERY_TIMEOUT."""
     with trio.CancelScope(shield=True), trio.move_on_after(2 * QUERY_TIMEOUT):
-        await trio.to_thread.run_sync(close, abandon_on_cancel=True)
+        await trio.to_thread.run_sync(
+            lambda: session.close(cancel=cancel, timeout=QUERY_TIMEOUT), abandon_on_cancel=True
+        )
 
 
 def leadership_for(

@@ -152,7 +152,9 @@ class FollowerSettings(msgspec.Struct, forbid_unknown_fields=True):
     # Largest eth_getLogs block range tried while backfilling; halved when a node refuses a
     # range, grown back after successes.
     max_log_range: int = 2000
-    # Events buffered per consumer before the follower waits for it (backpressure).
+    # Events buffered per consumer.  A consumer run in terms (indexer, webhooks, wallets,
+    # bundler) that falls this far behind catches up from the window or the node instead;
+    # the follower waits for the others (gas, WebSocket feed) when theirs is full.
     consumer_buffer: int = 256
 
 

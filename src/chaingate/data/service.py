@@ -15,8 +15,8 @@ from collections.abc import Collection, Mapping
 import trio
 
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.chain.tap import Tap
 from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
@@ -45,7 +45,7 @@ class DataPlane:
         ``indexer.enabled``."""
         self.indexers: dict[Network, Indexer] = {}
         self.metadata: dict[Network, MetadataService] = {}
-        self._streams: dict[Network, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._taps: dict[Network, Tap] = {}
         # Each network's indexer runs while this process leads its ``indexer`` role
         # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
         self.leadership: Leadership = LocalLeadership()
@@ -65,8 +65,8 @@ class DataPlane:
                 max_log_range=net.follower.max_log_range,
             )
             # A batch of room: the follower fetches ahead while a batch commits.
-            self._streams[key] = follower.subscribe(
-                "indexer", buffer=max(net.follower.consumer_buffer, net.indexer.batch_blocks)
+            self._taps[key] = follower.tap(
+                "indexer", max(net.follower.consumer_buffer, net.indexer.batch_blocks)
             )
             metadata = MetadataService(
                 key.chain,
@@ -136,7 +136,7 @@ class DataPlane:
                     self.leadership,
                     "indexer",
                     self._followers[key],
-                    self._streams[key],
+                    self._taps[key],
                     indexer.run,
                     indexer,
                 )

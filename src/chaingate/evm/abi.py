@@ -275,6 +275,9 @@ def decode(types: str | Sequence[str], data: bytes) -> tuple[Any, ...]:
     return _parse_types(types).decode(data, 0)
 
 
+# A contract's few signatures come back on every call (the bundler encodes several per
+# operation); a keccak through pycryptodome costs ~15 us of object setup alone.
+@functools.lru_cache(maxsize=1024)
 def selector(signature: str) -> bytes:
     """The 4-byte selector of a canonical signature such as ``transfer(address,uint256)``."""
     return keccak256(signature.replace(" ", "").encode())[:4]

@@ -27,8 +27,8 @@ from chaingate.aa.calls import CallDataError, InnerCall, decode_account_calls
 from chaingate.aa.paymaster import sponsor
 from chaingate.aa.userop import UserOperation, Version, packs_gas, require_version, user_op_hash
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.chain.tap import Tap
 from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
@@ -90,7 +90,7 @@ class WalletService:
         self.clock = clock
         self.networks: dict[Network, WalletNetwork] = {}
         self.trackers: dict[Network, Tracker] = {}
-        self._streams: dict[Network, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._taps: dict[Network, Tap] = {}
         # Each tracker runs while this process leads its network's ``wallets`` role
         # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
         self.leadership: Leadership = LocalLeadership()
@@ -111,8 +111,9 @@ class WalletService:
                     entry_points=list(wallet_net.entry_points.values()),
                     paymasters=list(wallet_net.paymasters.values()),
                     client=clients[key],
+                    begins_at=follower.started_at,
                 )
-                self._streams[key] = follower.subscribe("wallets")
+                self._taps[key] = follower.tap("wallets")
 
     # chaingate.cluster: the single-writer role this service runs, one process per network.
     writer_role = "wallets"
@@ -147,7 +148,7 @@ class WalletService:
                     self.leadership,
                     "wallets",
                     self._followers[key],
-                    self._streams[key],
+                    self._taps[key],
                     tracker.run,
                     tracker.position,
                 )

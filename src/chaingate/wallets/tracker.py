@@ -28,7 +28,7 @@ from chaingate.aa.userop import (
     decode_user_operation_event,
 )
 from chaingate.chain.client import ChainClient, RpcCallError
-from chaingate.chain.consumer import KeptPosition, consume
+from chaingate.chain.consumer import BeginsAt, KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
 from chaingate.config.network import Network
 from chaingate.evm.eip7702 import ZERO_ADDRESS, delegate_of, parse_authorization
@@ -54,7 +54,9 @@ class Tracker:
         entry_points: Sequence[str],
         paymasters: Sequence[str],
         client: ChainClient | None = None,
+        begins_at: BeginsAt | None = None,
     ) -> None:
+        """``begins_at``: where it begins having handled nothing (``KeptPosition``)."""
         self.store = WalletRows(store)
         self.client = client  # reads type-4 transactions and codes (EIP-7702 wallets)
         self.chain = chain
@@ -63,7 +65,9 @@ class Tracker:
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
-        self.position = KeptPosition(store, "wallets", chain, network, self.stats)
+        self.position = KeptPosition(
+            store, "wallets", chain, network, self.stats, begins_at=begins_at
+        )
 
     def _relevant(self, block: Block) -> tuple[list[Deployment], list[Settlement]]:
         deployments: list[Deployment] = []

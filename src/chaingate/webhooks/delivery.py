@@ -37,7 +37,7 @@ from chaingate.obs.metrics import LatencyHistogram, Registry, Sample
 from chaingate.outbound import Fetcher, FetchError, FetchLimits
 from chaingate.store.base import StoreError
 from chaingate.webhooks.mailer import Mailer, pause_notice
-from chaingate.webhooks.store import Attempt, Due, Outcome
+from chaingate.webhooks.outbox import Attempt, Due, Outcome
 from chaingate.webhooks.variants import Variant
 
 log = logging.getLogger("chaingate.webhooks.delivery")

@@ -46,7 +46,8 @@ from chaingate.webhooks.model import (
     event_id,
     removal_id,
 )
-from chaingate.webhooks.store import NewEvent, WebhookCursorMoved, WebhookRow, WebhookRows
+from chaingate.webhooks.outbox import NewEvent
+from chaingate.webhooks.store import WebhookCursorMoved, WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant
 
 log = logging.getLogger("chaingate.webhooks")

@@ -20,8 +20,9 @@ from chaingate.store import new_id
 from chaingate.text import code_point, first_hidden_in_url
 from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
 from chaingate.webhooks.model import Kind
+from chaingate.webhooks.outbox import Attempt, OutboxEvent
 from chaingate.webhooks.service import UrlRefused, WebhookService
-from chaingate.webhooks.store import Attempt, OutboxEvent, WebhookRow
+from chaingate.webhooks.store import WebhookRow
 from chaingate.webhooks.variants import new_secret
 
 # Any valid address: only whether the kind's filter takes addresses at all is asked of it.

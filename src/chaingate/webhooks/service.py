@@ -19,8 +19,8 @@ import trio
 
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
-from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
+from chaingate.chain.tap import Tap
 from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
@@ -35,8 +35,9 @@ from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
 from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
 from chaingate.webhooks.model import event_id
+from chaingate.webhooks.outbox import OUTBOX_CHANNEL, NewEvent
 from chaingate.webhooks.pending import PendingPoller
-from chaingate.webhooks.store import OUTBOX_CHANNEL, NewEvent, WebhookRow, WebhookRows
+from chaingate.webhooks.store import WebhookRow, WebhookRows
 from chaingate.webhooks.variants import Variant, variant
 
 log = logging.getLogger("chaingate.webhooks")
@@ -76,7 +77,7 @@ class WebhookService:
         self._limits = limits
         self._networks = networks
         self.matchers: dict[Network, NetworkMatcher] = {}
-        self._streams: dict[Network, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self._taps: dict[Network, Tap] = {}
         self._pollers: list[tuple[Network, PendingPoller]] = []
         # Matching (and pending polls) run while this process leads the network's
         # ``webhooks`` role (set by the gateway: here alone unless processes share the
@@ -110,7 +111,7 @@ class WebhookService:
                 metadata=(metadata or {}).get(key),
             )
             self.matchers[key] = matcher
-            self._streams[key] = follower.subscribe("webhooks")
+            self._taps[key] = follower.tap("webhooks")
             client = clients.get(key)
             if client is not None and "pending_transaction" in self.variant.event_types.values():
                 self._pollers.append(
@@ -255,7 +256,7 @@ class WebhookService:
                     self.leadership,
                     "webhooks",
                     self._followers[key],
-                    self._streams[key],
+                    self._taps[key],
                     matcher.run,
                     matcher,
                 )
