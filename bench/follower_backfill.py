@@ -152,7 +152,8 @@ async def follow(url: str, head: int, data_dir: str) -> Counts:
     # The follower alone: the token indexer (on by default) would share its CPU.
     settings = backfill_settings(url, data_dir, indexer={"enabled": False})
     gateway = Gateway(settings, access_stream=io.BytesIO())
-    follower = gateway.followers["ethereum/devnet"]
+    # Found by its text: a baseline tree keys its followers by text, this one by Network.
+    follower = next(f for key, f in gateway.followers.items() if key == "ethereum/devnet")
     events = follower.subscribe("bench")
     counts = Counts()
     done = trio.Event()

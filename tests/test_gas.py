@@ -35,6 +35,7 @@ from chaingate.chain.events import (
     transaction_hashes,
 )
 from chaingate.config import ConfigError, NetworkSettings, RpcSettings
+from chaingate.config.network import Network
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gas import prices
 from chaingate.gas.oracle import GasOracle
@@ -703,7 +704,7 @@ def test_chain_names_ambiguities() -> None:
 
 
 def app_with(oracles: dict[str, GasOracle]) -> Any:
-    networks = {key: oracle.settings for key, oracle in oracles.items()}
+    networks = {Network.parse(key): oracle.settings for key, oracle in oracles.items()}
     return create_app(build_api(ApiDeps(evm_networks=networks, gas_oracles=oracles)))
 
 

@@ -35,6 +35,7 @@ from chaingate.bundler.service import bundler_key
 from chaingate.cluster.supervisor import PARENT_ENV, Supervisor, reserve_port, watch_parent
 from chaingate.cluster.workers import check_shared_state, worker_count
 from chaingate.config.manifest import Manifest
+from chaingate.config.network import Network
 from chaingate.dashboard.accounts import dev_signin_link, set_password_command
 from chaingate.devnet import anvil, chainfile, persist
 from chaingate.devnet.demo import METADATA_HOSTNAME, served_documents
@@ -436,7 +437,7 @@ async def _wait_for_the_index(gateway: Gateway, anvil_url: str) -> None:
     except (RuntimeError, OSError, ValueError):
         return  # anvil's health is the node's to report
     with trio.move_on_after(INDEX_WAIT) as waited:
-        await gateway.data.wait_indexed("/".join(DEV_NETWORK), int(str(head), 16))
+        await gateway.data.wait_indexed(Network(*DEV_NETWORK), int(str(head), 16))
     if waited.cancelled_caught:
         _say("warning: the token and NFT index is still catching up; its lines may 404 a while")
 

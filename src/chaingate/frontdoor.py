@@ -21,6 +21,7 @@ from chaingate.api.deps import ApiDeps
 from chaingate.auth.gate import Gate
 from chaingate.chain.service import ChainService
 from chaingate.config import ConfigError, Settings, config_file
+from chaingate.config.network import Network
 from chaingate.dashboard.build import install_dashboard
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.lane import build_lane
@@ -39,7 +40,9 @@ from chaingate.ws.endpoint import WsEndpoint
 class RpcMethods(Protocol):
     """A subsystem answering JSON-RPC methods on ``/v1/bundler/{chain}/{network}``."""
 
-    def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None: ...
+    def register_rpc(
+        self, endpoints: Mapping[Network, LocalRpc], costs: dict[str, int]
+    ) -> None: ...
 
 
 class FrontDoor:
@@ -155,10 +158,10 @@ class FrontDoor:
 
 def _rpc_endpoints(
     settings: Settings, chain: ChainService, subsystems: Sequence[RpcMethods]
-) -> dict[str, LocalRpc]:
+) -> dict[Network, LocalRpc]:
     """``/v1/bundler/{chain}/{network}`` of each EVM network: JSON-RPC answered in
     process, by the methods each subsystem registers (ERC-7677 from the wallets)."""
-    endpoints = {key: LocalRpc(key) for key in chain.clients}
+    endpoints = {key: LocalRpc(str(key)) for key in chain.clients}
     costs = load_rpc_costs(config_file(settings, "bundler.toml"))
     try:
         for subsystem in subsystems:

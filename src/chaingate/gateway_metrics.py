@@ -12,6 +12,7 @@ from chaingate.auth.gate import Gate
 from chaingate.auth.keygate import KeyGate
 from chaingate.auth.shared import SharedLimits
 from chaingate.chain.follower import Follower
+from chaingate.config.network import Network
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
 from chaingate.gas.oracle import GasOracle
@@ -44,11 +45,11 @@ class Gateway(Protocol):
     @property
     def front(self) -> Front: ...
     @property
-    def services(self) -> Mapping[str, RpcService]: ...
+    def services(self) -> Mapping[Network, RpcService]: ...
     @property
-    def followers(self) -> Mapping[str, Follower]: ...
+    def followers(self) -> Mapping[Network, Follower]: ...
     @property
-    def gas_oracles(self) -> Mapping[str, GasOracle]: ...
+    def gas_oracles(self) -> Mapping[Network, GasOracle]: ...
     @property
     def gate(self) -> Gate: ...
     @property
@@ -155,7 +156,7 @@ def register_service_families(gateway: Gateway) -> None:
 
 
 def _per_service(
-    services: Mapping[str, RpcService],
+    services: Mapping[Network, RpcService],
     read: Callable[[RpcService, dict[str, str]], Iterable[Sample]],
 ) -> Callable[[], Iterable[Sample]]:
     """A family's collector over every network's proxy, labelled by chain and network."""
@@ -169,7 +170,7 @@ def _per_service(
 
 
 def _per_upstream(
-    services: Mapping[str, RpcService],
+    services: Mapping[Network, RpcService],
     read: Callable[[Upstream, dict[str, str]], Iterable[Sample]],
 ) -> Callable[[], Iterable[Sample]]:
     """A family's collector over every upstream of every network, labelled by its name too."""
@@ -182,7 +183,7 @@ def _per_upstream(
 
 
 def _per_follower(
-    followers: Mapping[str, Follower],
+    followers: Mapping[Network, Follower],
     read: Callable[[Follower, dict[str, str]], Iterable[Sample]],
 ) -> Callable[[], Iterable[Sample]]:
     """A family's collector over every network's chain follower."""
@@ -219,7 +220,7 @@ def _register_http_families(registry: Registry, routes: Routes, edge: EdgeServer
     )
 
 
-def _register_rpc_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+def _register_rpc_families(registry: Registry, services: Mapping[Network, RpcService]) -> None:
     """The proxies' calls, response cache and coalescing."""
     registry.family(
         "chaingate_rpc_calls_total",
@@ -273,7 +274,9 @@ def _register_rpc_families(registry: Registry, services: Mapping[str, RpcService
     )
 
 
-def _register_rpc_routing_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+def _register_rpc_routing_families(
+    registry: Registry, services: Mapping[Network, RpcService]
+) -> None:
     """Hedged reads, eth_getLogs ranges and read-your-writes (rpc/hedging.py, logranges.py,
     stickiness.py)."""
     registry.family(
@@ -325,7 +328,7 @@ def _register_rpc_routing_families(registry: Registry, services: Mapping[str, Rp
     )
 
 
-def _register_upstream_families(registry: Registry, services: Mapping[str, RpcService]) -> None:
+def _register_upstream_families(registry: Registry, services: Mapping[Network, RpcService]) -> None:
     """Each upstream's health, latency, head, requests, errors and connections."""
     registry.family(
         "chaingate_upstream_up",
@@ -387,7 +390,7 @@ def _register_upstream_families(registry: Registry, services: Mapping[str, RpcSe
 
 
 def _register_answer_families(
-    registry: Registry, services: Mapping[str, RpcService], answers: AnswerBudget
+    registry: Registry, services: Mapping[Network, RpcService], answers: AnswerBudget
 ) -> None:
     """The agreed head of each network, and the answer limits' refusals and held bytes."""
     registry.family(
@@ -419,7 +422,7 @@ def _register_answer_families(
     )
 
 
-def _register_follower_families(registry: Registry, followers: Mapping[str, Follower]) -> None:
+def _register_follower_families(registry: Registry, followers: Mapping[Network, Follower]) -> None:
     """Each chain follower's head, finalized block and activity."""
     registry.family(
         "chaingate_follower_block",
@@ -444,7 +447,7 @@ def _register_follower_families(registry: Registry, followers: Mapping[str, Foll
     )
 
 
-def _register_gas_families(registry: Registry, oracles: Mapping[str, GasOracle]) -> None:
+def _register_gas_families(registry: Registry, oracles: Mapping[Network, GasOracle]) -> None:
     """Each gas oracle's updates and failed refreshes."""
     registry.family(
         "chaingate_gas_updates_total",

@@ -12,6 +12,7 @@ import msgspec
 from chaingate.api.chains import ChainResolver
 from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
+from chaingate.config.network import Network
 from chaingate.data.reader import IndexPosition, IndexReader
 from chaingate.metadata import MetadataService
 
@@ -28,7 +29,7 @@ class BlockRef(msgspec.Struct, frozen=True):
 
 
 class Dataset(msgspec.Struct, frozen=True):
-    key: str  # chain/network
+    key: Network
     name: str  # the shortest {chain} spelling of it, as answers show it
     index: IndexReader
     metadata: MetadataService

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaingate.config import NetworkSettings
+from chaingate.config.network import Network
 from chaingate.gas.oracle import GasOracle
 
 
@@ -19,14 +20,14 @@ class ApiDeps:
     health: Callable[[], dict[str, Any]] = lambda: {"status": "ok", "networks": []}
     # The store (None when API keys are off and nothing is followed).
     store: Any = None
-    # Every configured EVM network by "chain/network" key, followed or not.
-    evm_networks: Mapping[str, NetworkSettings] = field(default_factory=dict)
+    # Every configured EVM network, followed or not.
+    evm_networks: Mapping[Network, NetworkSettings] = field(default_factory=dict)
     # Gas oracles of the followed networks.
-    gas_oracles: Mapping[str, GasOracle] = field(default_factory=dict)
+    gas_oracles: Mapping[Network, GasOracle] = field(default_factory=dict)
     # The token/NFT index of each indexed network (chaingate.data.reader.IndexReader).
-    indexes: Mapping[str, Any] = field(default_factory=dict)
+    indexes: Mapping[Network, Any] = field(default_factory=dict)
     # Token and NFT metadata of each indexed network (chaingate.metadata.MetadataService).
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[Network, Any] = field(default_factory=dict)
     # Smart wallets, gas policies and sponsorship (chaingate.wallets.WalletService).
     wallets: Any = None
     # Signed webhooks (chaingate.webhooks.WebhookService).

@@ -21,6 +21,7 @@ from chaingate.api.sponsor import SponsorOperation, to_user_operation
 from chaingate.api.types import Address, ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.api.walletsupport import account_of, service_of, unavailable
+from chaingate.config.network import Network
 from chaingate.text import first_unprintable
 from chaingate.wallets.model import Evaluation, PolicyRefused
 from chaingate.wallets.rules import RuleError, Rules, parse_rules, usd_text
@@ -296,7 +297,7 @@ def _register_evaluate(api: RestApi, deps: ApiDeps) -> None:
         service = service_of(deps)
         row = await _owned(deps, call)
         op = to_user_operation(call.body.user_operation)
-        key = f"{row.chain}/{row.network}"
+        key = Network(row.chain, row.network)
         with unavailable():
             try:
                 outcome = await service.sponsor(

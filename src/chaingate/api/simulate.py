@@ -115,4 +115,4 @@ def register(api: RestApi, deps: ApiDeps) -> None:
         except UpstreamError as exc:
             raise ApiError(503, f"upstream unavailable: {exc.message}") from None
         results = answer if isinstance(answer, list) else [answer]
-        return SimulateResponse(key, call.body.kind, results)
+        return SimulateResponse(str(key), call.body.kind, results)

@@ -25,6 +25,7 @@ from chaingate.api.responses import json_response
 from chaingate.api.routing import Call, NoInput, RestApi
 from chaingate.api.types import Address, ChainName, Paged25, Uint256
 from chaingate.api.walletsupport import account_of, service_of, unavailable
+from chaingate.config.network import Network
 from chaingate.wallets.store import WalletRow
 
 
@@ -97,7 +98,7 @@ def _wallet(chains: ChainResolver, row: WalletRow, *, nonce: int | None = None) 
     return Wallet(
         address=Address.of(row.address),
         owner=Address.of(row.owner),
-        chain=chains.names.name_of(f"{row.chain}/{row.network}"),
+        chain=chains.names.name_of(Network(row.chain, row.network)),
         status=_status(row),
         factory=Address.of(row.factory),
         created_at=iso(row.created_at),
@@ -166,7 +167,7 @@ def _register_reads(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
         rows = await service.store.get_wallet(account_of(call.principal), call.path.address.lower())
         if call.query.chain is not None:
             key = chains.resolve(call.query.chain, call.principal)
-            rows = [r for r in rows if f"{r.chain}/{r.network}" == key]
+            rows = [r for r in rows if Network(r.chain, r.network) == key]
         if not rows:
             raise ApiError(404, f"no wallet {call.path.address} in this account")
         row = rows[0]
@@ -190,8 +191,8 @@ def _register_reads(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
         query = call.query
         network = None
         if query.chain is not None:
-            chain, net = chains.resolve(query.chain, call.principal).split("/", 1)
-            network = (chain, net)
+            key = chains.resolve(query.chain, call.principal)
+            network = (key.chain, key.network)
         rows, total = await service.store.list_wallets(
             account_of(call.principal), network, offset=query.offset, limit=query.limit
         )
@@ -200,7 +201,7 @@ def _register_reads(api: RestApi, deps: ApiDeps, chains: ChainResolver) -> None:
                 WalletSummary(
                     address=Address.of(r.address),
                     owner=Address.of(r.owner),
-                    chain=chains.names.name_of(f"{r.chain}/{r.network}"),
+                    chain=chains.names.name_of(Network(r.chain, r.network)),
                     status=_status(r),
                     created_at=iso(r.created_at),
                 )

@@ -32,6 +32,7 @@ import trio
 from chaingate.auth import allowlists, apikeys
 from chaingate.auth.gate import SCOPES, TWO_KEYS, Credentials, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
+from chaingate.config.network import Network
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
 from chaingate.obs.metrics import LATENCY_BUCKETS
 from chaingate.peers import peer_group
@@ -367,7 +368,7 @@ class KeyGate:
             return Rejection(
                 403,
                 "forbidden",
-                f"a svc_test_ key cannot be used on {network.chain}/{network.network}, "
+                f"a svc_test_ key cannot be used on {Network(network.chain, network.network)}, "
                 "which is not a testnet",
                 self.response_headers(principal),
             )

@@ -33,6 +33,7 @@ from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
 from chaingate.bundler.tracing import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
+from chaingate.config.network import Network
 from chaingate.evm import abi
 from chaingate.evm.eip7702 import delegate_of
 from chaingate.rpc.errors import UpstreamError
@@ -56,7 +57,7 @@ FOLLOW_WAIT = 10.0
 class BundlerNetwork:
     def __init__(
         self,
-        key: str,
+        key: Network,
         settings: NetworkBundlerSettings,
         client: ChainClient,
         store: Store,
@@ -69,7 +70,8 @@ class BundlerNetwork:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.key = key
-        self.chain, self.network = key.split("/", 1)
+        self.label = str(key)  # for logs
+        self.chain, self.network = key.chain, key.network
         self.settings = settings
         self.client = client
         self.store = BundlerRows(store)
@@ -301,13 +303,13 @@ class BundlerNetwork:
         except (RpcCallError, UpstreamError) as exc:
             log.warning(
                 "a recorded bundle transaction could not be sent again",
-                extra={"fields": {"network": self.key, "tx": bundle_tx, "error": str(exc)}},
+                extra={"fields": {"network": self.label, "tx": bundle_tx, "error": str(exc)}},
             )
             return False
         self.bundles["finished"] += 1
         log.info(
             "a bundle transaction recorded by an earlier term, sent again as recorded",
-            extra={"fields": {"network": self.key, "tx": bundle_tx, "term": intent.term}},
+            extra={"fields": {"network": self.label, "tx": bundle_tx, "term": intent.term}},
         )
         return True
 
@@ -375,7 +377,7 @@ class BundlerNetwork:
                 "operations of an orphaned block are back in the mempool",
                 extra={
                     "fields": {
-                        "network": self.key,
+                        "network": self.label,
                         "count": len(back),
                         "still_sent": sum(e.status == "submitted" for e in back),
                     }
@@ -440,13 +442,13 @@ class BundlerNetwork:
                 self.bundles["failed"] += 1
                 log.warning(
                     "bundle attempt failed",
-                    extra={"fields": {"network": self.key, "error": str(exc)}},
+                    extra={"fields": {"network": self.label, "error": str(exc)}},
                 )
                 await trio.sleep(self.settings.bundle_interval)  # not a busy loop
             except Exception:
                 # A bug must not take the gateway down with the bundler: logged, retried.
                 self.bundles["failed"] += 1
-                log.exception("bundle attempt failed", extra={"fields": {"network": self.key}})
+                log.exception("bundle attempt failed", extra={"fields": {"network": self.label}})
                 await trio.sleep(self.settings.bundle_interval)
 
     def _still_leading(self) -> None:
@@ -705,7 +707,7 @@ class BundlerNetwork:
             await self.save_reputation()
         log.info(
             "operation dropped from a bundle",
-            extra={"fields": {"network": self.key, "userOpHash": entry.hash, "reason": reason}},
+            extra={"fields": {"network": self.label, "userOpHash": entry.hash, "reason": reason}},
         )
 
     def _to_blame(self, entry: Entry, reason: str) -> str | None:

@@ -23,6 +23,7 @@ from chaingate.aa.userop import USER_OPERATION_EVENT, decode_user_operation_even
 from chaingate.bundler.receiptstore import BundlerReceiptRows, ReceiptRow
 from chaingate.chain.consumer import BeginsAt, KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Log, Revert
+from chaingate.config.network import Network
 from chaingate.evm import abi
 from chaingate.store import Store
 
@@ -108,6 +109,7 @@ class ReceiptTracker:
         self.store = BundlerReceiptRows(store)
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self._entry_points = {a.lower() for a in entry_points}
         self._included = included
         self._reverted = reverted
@@ -150,7 +152,3 @@ class ReceiptTracker:
             log=log,
             position=self.position,
         )
-
-    @property
-    def label(self) -> str:
-        return f"{self.chain}/{self.network}"

@@ -37,6 +37,7 @@ from chaingate.cluster.roles import RoleKey
 from chaingate.cluster.terms import RoleTerms
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.config.manifest import load_manifest
+from chaingate.config.network import Network
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
@@ -65,7 +66,7 @@ def bundler_key(settings: BundlerSettings) -> PrivateKey | None:
     return None
 
 
-def _entry_points(net: NetworkSettings, key: str) -> dict[Version, str]:
+def _entry_points(net: NetworkSettings, key: Network) -> dict[Version, str]:
     manifest = load_manifest(net.manifest) if net.manifest else None
     served: dict[Version, str] = {}
     for version in VERSIONS:
@@ -73,7 +74,7 @@ def _entry_points(net: NetworkSettings, key: str) -> dict[Version, str]:
             continue
         served[version] = entry_point_address(net.wallets.entry_points, manifest, version)
     if not served:
-        raise ConfigError(f"chains.{key.replace('/', '.')}.bundler.entry_points: name one")
+        raise ConfigError(f"chains.{key.chain}.{key.network}.bundler.entry_points: name one")
     return served
 
 
@@ -82,17 +83,17 @@ class BundlerService:
         self,
         store: Store,
         settings: BundlerSettings,
-        followers: Mapping[str, Follower],
-        clients: Mapping[str, ChainClient],
-        networks: Mapping[str, NetworkSettings],
+        followers: Mapping[Network, Follower],
+        clients: Mapping[Network, ChainClient],
+        networks: Mapping[Network, NetworkSettings],
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.key = bundler_key(settings)
-        self.networks: dict[str, BundlerNetwork] = {}
-        self.trackers: dict[str, ReceiptTracker] = {}
-        self._taps: dict[str, Tap] = {}
+        self.networks: dict[Network, BundlerNetwork] = {}
+        self.trackers: dict[Network, ReceiptTracker] = {}
+        self._taps: dict[Network, Tap] = {}
         self._followers = followers
         # Who leads the network's ``bundler`` role (set by the gateway).  When processes
         # share the store (``leadership.shared``), bundling, submission and receipts run
@@ -156,8 +157,8 @@ class BundlerService:
             if follower is not None:
                 self.trackers[key] = ReceiptTracker(
                     store,
-                    follower.chain,
-                    follower.network,
+                    key.chain,
+                    key.network,
                     list(entry_points.values()),
                     included=bundler_net.included,
                     reverted=bundler_net.reverted,
@@ -170,11 +171,11 @@ class BundlerService:
     writer_role = "bundler"
 
     @property
-    def writes_for(self) -> Collection[str]:
+    def writes_for(self) -> Collection[Network]:
         """The networks whose rows this service writes."""
         return self.networks.keys()
 
-    def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None:
+    def register_rpc(self, endpoints: Mapping[Network, LocalRpc], costs: dict[str, int]) -> None:
         for key, net in self.networks.items():
             endpoint = endpoints.get(key)
             if endpoint is not None:
@@ -207,7 +208,7 @@ class BundlerService:
                 log.warning(
                     "no bundler key ([bundler] key or key_file): operations are validated and "
                     "kept, no bundle is sent",
-                    extra={"fields": {"network": key}},
+                    extra={"fields": {"network": str(key)}},
                 )
         async with trio.open_nursery() as nursery:
             for key in self.trackers:
@@ -221,8 +222,7 @@ class BundlerService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             for key, net in self.networks.items():
-                chain, network = key.split("/", 1)
-                role = RoleKey("bundler", chain, network)
+                role = RoleKey.of("bundler", key)
                 receipts = None
                 if key in self.trackers:
                     receipts = self._receipts(leadership, key)
@@ -234,7 +234,7 @@ class BundlerService:
                 nursery.start_soon(self._mirror, leadership, role, net)
             task_status.started()
 
-    def _receipts(self, leadership: Leadership, key: str) -> RoleStream[TermFeed]:
+    def _receipts(self, leadership: Leadership, key: Network) -> RoleStream[TermFeed]:
         """The network's receipt tracker on the follower's stream, in the role's terms."""
         tracker = self.trackers[key]
         return follower_terms(
@@ -265,7 +265,7 @@ class BundlerService:
                 net.mempool.load(live)
 
     async def _term(
-        self, key: str, net: BundlerNetwork, receipts: RoleStream[TermFeed] | None
+        self, key: Network, net: BundlerNetwork, receipts: RoleStream[TermFeed] | None
     ) -> None:
         """One leadership term of a network's bundler: what a start after a restart does —
         the mempool as the store has it (what this process kept while another led may have
@@ -302,7 +302,7 @@ class BundlerService:
             except StoreError as exc:
                 log.warning("bundler: store unreadable", extra={"fields": {"error": str(exc)}})
 
-    async def _learn_chain_id(self, key: str, net: BundlerNetwork, wait: float) -> None:
+    async def _learn_chain_id(self, key: Network, net: BundlerNetwork, wait: float) -> None:
         """A network configured without ``chain_id`` (user operation hashes and bundle
         transactions include it) takes its upstreams' ``eth_chainId``.  Upstreams that
         disagree are refused: at start the gateway does not start (ConfigError); later
@@ -311,21 +311,23 @@ class BundlerService:
             chain_id = await upstream_chain_id(net.client.pool, wait)
         except ChainIdMismatch as exc:
             raise ConfigError(
-                f"chains.{key.replace('/', '.')}: {exc}; set chain_id, or fix the upstreams"
+                f"chains.{key.chain}.{key.network}: {exc}; set chain_id, or fix the upstreams"
             ) from None
         if chain_id is not None:
             net.set_chain_id(chain_id)
             log.info(
                 "the bundler's chain id comes from the upstreams (no chain_id configured)",
-                extra={"fields": {"network": key, "chain_id": chain_id}},
+                extra={"fields": {"network": str(key), "chain_id": chain_id}},
             )
 
-    async def _run_network(self, key: str, net: BundlerNetwork, term: int | None = None) -> None:
+    async def _run_network(
+        self, key: Network, net: BundlerNetwork, term: int | None = None
+    ) -> None:
         if net.chain_id is None:
             log.warning(
                 "the bundler is off until an upstream answers eth_chainId (no chain_id is "
                 "configured); its methods answer -32002 meanwhile",
-                extra={"fields": {"network": key}},
+                extra={"fields": {"network": str(key)}},
             )
             try:
                 while net.chain_id is None:
@@ -333,7 +335,8 @@ class BundlerService:
                     await self._learn_chain_id(key, net, CHAIN_ID_RETRY)
             except ConfigError as exc:
                 log.error(
-                    "the bundler stays off", extra={"fields": {"network": key, "error": str(exc)}}
+                    "the bundler stays off",
+                    extra={"fields": {"network": str(key), "error": str(exc)}},
                 )
                 return
             await net.load(term)
@@ -342,9 +345,8 @@ class BundlerService:
     # --- metrics ---------------------------------------------------------------------------
 
     def register_metrics(self, registry: Registry) -> None:
-        def labels(key: str) -> dict[str, str]:
-            chain, network = key.split("/", 1)
-            return {"chain": chain, "network": network}
+        def labels(key: Network) -> dict[str, str]:
+            return {"chain": key.chain, "network": key.network}
 
         def mempool() -> list[Sample]:
             return [(labels(k), len(n.mempool)) for k, n in sorted(self.networks.items())]

@@ -61,6 +61,7 @@ from chaingate.chain.store import ChainCursor, StoredBlock
 from chaingate.chain.tap import Tap
 from chaingate.chain.window import BrokenLink, DeepReorg, Window, find_fork
 from chaingate.config import FollowerSettings
+from chaingate.config.network import Network
 from chaingate.rpc.errors import BAD_RESPONSE, TIMEOUT, UpstreamError
 
 log = logging.getLogger("chaingate.follower")
@@ -117,7 +118,7 @@ class Follower:
     ) -> None:
         self.chain = chain
         self.network = network
-        self.label = f"{chain}/{network}"
+        self.label = str(Network(chain, network))
         self.client = client
         self._store = store
         self._settings = settings

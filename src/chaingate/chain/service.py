@@ -20,6 +20,7 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.follower import Follower
 from chaingate.chain.store import ChainRows
 from chaingate.config import NetworkSettings, Settings
+from chaingate.config.network import Network
 from chaingate.impl import Impl
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import Gate as ProxyGate
@@ -40,22 +41,15 @@ class ChainService:
         *,
         logs_range_of: Callable[[Any], int] | None,
     ) -> None:
-        """Keys are ``chain/network``.  Without a store nothing is followed."""
-        self.services: dict[str, RpcService] = {}
-        for chain, networks in settings.chains.items():
-            for network, net in networks.items():
-                self.services[f"{chain}/{network}"] = RpcService(
-                    chain,
-                    network,
-                    net,
-                    settings.rpc,
-                    methods,
-                    impl,
-                    gate,
-                    logs_range_of=logs_range_of,
-                )
-        self.clients: dict[str, ChainClient] = {}
-        self.followers: dict[str, Follower] = {}
+        """Keyed by ``Network``.  Without a store nothing is followed."""
+        self.services: dict[Network, RpcService] = {
+            key: RpcService(
+                key, net, settings.rpc, methods, impl, gate, logs_range_of=logs_range_of
+            )
+            for key, net in settings.networks().items()
+        }
+        self.clients: dict[Network, ChainClient] = {}
+        self.followers: dict[Network, Follower] = {}
         rows = ChainRows(store) if store is not None else None
         for key, service in self.services.items():
             net = service.settings
@@ -80,7 +74,7 @@ class ChainService:
                 )
 
     @property
-    def networks(self) -> dict[str, NetworkSettings]:
+    def networks(self) -> dict[Network, NetworkSettings]:
         return {key: service.settings for key, service in self.services.items()}
 
     def witness_heads(self) -> None:
@@ -126,7 +120,7 @@ class ChainService:
                     }
             except Exception:
                 log.exception(
-                    "health: network state unreadable", extra={"fields": {"network": key}}
+                    "health: network state unreadable", extra={"fields": {"network": str(key)}}
                 )
                 entry["error"] = "state unreadable"
                 up = 0

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence, Set
 
 import msgspec
 
+from chaingate.config.network import Network
+
 # The writers that must be single per chain/network (issue 22).  ``gas`` and ``wallets`` are
 # registered like the others; what each one guards is in docs/decisions/cluster.md.
 ROLES = ("follower", "indexer", "webhooks", "bundler", "gas", "wallets")
@@ -37,9 +39,13 @@ class RoleKey(msgspec.Struct, frozen=True, order=True):
     chain: str
     network: str
 
+    @classmethod
+    def of(cls, role: str, net: Network) -> RoleKey:
+        return cls(role, net.chain, net.network)
+
     @property
     def label(self) -> str:
-        return f"{self.role}:{self.chain}/{self.network}"
+        return f"{self.role}:{Network(self.chain, self.network)}"
 
 
 def lock_key(label: str, namespace: str) -> int:
@@ -48,11 +54,11 @@ def lock_key(label: str, namespace: str) -> int:
 
 
 def role_keys(networks: Sequence[str], roles: Sequence[str] = ROLES) -> list[RoleKey]:
-    """Every role of every ``chain/network`` key, in a stable order."""
+    """Every role of every network (a ``Network``, or its text), in a stable order."""
     keys: list[RoleKey] = []
     for key in networks:
-        chain, _, network = key.partition("/")
-        keys.extend(RoleKey(role, chain, network) for role in roles)
+        net = Network.of(key)
+        keys.extend(RoleKey.of(role, net) for role in roles)
     return keys
 
 

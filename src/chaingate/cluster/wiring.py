@@ -15,6 +15,7 @@ from chaingate.cluster.leases import Leadership, leadership_for
 from chaingate.cluster.metrics import register_leader_metrics
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import Settings
+from chaingate.config.network import Network
 from chaingate.obs.metrics import Registry
 from chaingate.store import Store
 
@@ -32,14 +33,14 @@ class SingleWriter(Protocol):
     leadership: Leadership
 
     @property
-    def writes_for(self) -> Collection[str]: ...
+    def writes_for(self) -> Collection[Network]: ...
 
 
 def lead_writers(
     store: Store | None,
     settings: Settings,
     registry: Registry,
-    followers: Mapping[str, PersistingFollower],
+    followers: Mapping[Network, PersistingFollower],
     writers: Iterable[SingleWriter | None],
 ) -> Leadership:
     """Who runs which single writer when several processes share the store: PostgreSQL's
@@ -59,17 +60,16 @@ def lead_writers(
 
 
 def role_keys(
-    followed: Iterable[str], writers: Mapping[str, Collection[str] | None]
+    followed: Iterable[Network], writers: Mapping[str, Collection[Network] | None]
 ) -> list[RoleKey]:
-    """The roles of this process: a follower per followed ``chain/network``, and each writer
-    role (``indexer``, ``webhooks``, …) for the networks it runs on (None: not running)."""
+    """The roles of this process: a follower per followed network, and each writer role
+    (``indexer``, ``webhooks``, …) for the networks it runs on (None: not running)."""
     keys: list[RoleKey] = []
     for key in followed:
-        chain, network = key.split("/", 1)
-        keys.append(RoleKey("follower", chain, network))
+        keys.append(RoleKey.of("follower", key))
         for role, networks in writers.items():
             if networks is not None and key in networks:
-                keys.append(RoleKey(role, chain, network))
+                keys.append(RoleKey.of(role, key))
     return keys
 
 

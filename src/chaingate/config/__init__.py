@@ -21,6 +21,7 @@ import msgspec
 import msgspec.inspect
 
 from chaingate.config.leases import MIN_LEADER_TIMEOUT, QUERY_TIMEOUT
+from chaingate.config.network import Family, Network
 
 ENV_PREFIX = "CHAINGATE_"
 
@@ -395,7 +396,7 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     # The nodes behind this network: one [[...upstreams]] table each, at least one.
     upstreams: list[UpstreamSettings]
     # The chain's JSON-RPC dialect: EVM (eth_*) or Solana.
-    family: Literal["evm", "solana"] = "evm"
+    family: Family = "evm"
     # The chain id; None takes the upstreams' eth_chainId (upstreams on different
     # chains refuse the start).
     chain_id: int | None = None
@@ -659,6 +660,14 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
     def network(self, chain: str, network: str) -> NetworkSettings | None:
         return self.chains.get(chain, {}).get(network)
 
+    def networks(self) -> dict[Network, NetworkSettings]:
+        """Every configured network, keyed by its ``Network`` (built here, once)."""
+        return {
+            Network(chain, name, net.family): net
+            for chain, networks in self.chains.items()
+            for name, net in networks.items()
+        }
+
 
 def default_config_dir() -> Path:
     """The repository's ``config/`` in a source checkout, else the copy shipped in the package."""
@@ -753,6 +762,10 @@ def _validate(settings: Settings) -> None:
     for chain, networks in settings.chains.items():
         for network, net in networks.items():
             where = f"chains.{chain}.{network}"
+            try:
+                Network(chain, network, net.family)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             if not net.upstreams:
                 raise ConfigError(f"{where}: at least one upstream is required")
             names = set()

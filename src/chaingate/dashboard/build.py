@@ -15,6 +15,7 @@ from chaingate.api.deps import ApiDeps
 from chaingate.api.routing import RestApi
 from chaingate.auth.store import AuthRows
 from chaingate.config import Settings
+from chaingate.config.network import Network
 from chaingate.dashboard import install
 from chaingate.dashboard.latency import LatencySampler
 from chaingate.dashboard.restcalls import RestCalls
@@ -38,7 +39,7 @@ class DashboardTasks:
             nursery.start_soon(self.sampler.run, interval)
 
 
-def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:
+def upstream_health(services: Mapping[Network, Any]) -> list[dict[str, Any]]:
     """Each upstream of each RPC service (chaingate.rpc.service.RpcService): up, lagging or
     down, its latency (moving average) and head."""
     found = []
@@ -49,7 +50,7 @@ def upstream_health(services: Mapping[str, Any]) -> list[dict[str, Any]]:
             state = "down" if health.state_down else "lagging" if health.lag > max_lag else "up"
             found.append(
                 {
-                    "network": key,
+                    "network": str(key),
                     "name": upstream.name,
                     "state": state,
                     "latency_ms": round(health.latency * 1000, 2),
@@ -67,8 +68,8 @@ def install_dashboard(
     rest: RestApi,
     api: ApiDeps,
     health: Callable[[], dict[str, Any]],
-    services: Mapping[str, Any],
-    bundlers: Mapping[str, Any],
+    services: Mapping[Network, Any],
+    bundlers: Mapping[Network, Any],
     keys_refresh: Callable[[], Awaitable[None]] | None,
     route_latency: Mapping[str, Any],
 ) -> DashboardTasks | None:

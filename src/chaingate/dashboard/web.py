@@ -42,6 +42,7 @@ from chaingate.api.deps import ApiDeps
 from chaingate.api.errors import ApiError
 from chaingate.auth.store import AuthRows
 from chaingate.config import DashboardSettings
+from chaingate.config.network import Network
 from chaingate.dashboard.restcalls import RestCalls
 from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows, Session
@@ -93,7 +94,7 @@ class Dashboard:
     admin_token: str
     health: Callable[[], dict[str, Any]]
     upstreams: Callable[[], list[dict[str, Any]]] = list
-    bundlers: Mapping[str, Any] = field(default_factory=dict)
+    bundlers: Mapping[Network, Any] = field(default_factory=dict)
     keys_refresh: Callable[[], Awaitable[None]] | None = None
     clock: Callable[[], float] = time.time
     hashing: PasswordHashing = field(default_factory=PasswordHashing)

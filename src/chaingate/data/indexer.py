@@ -43,6 +43,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Apply, Block, ChainEvent, EventStream, Revert
 from chaingate.config import ConfigError, IndexerSettings
+from chaingate.config.network import Network
 from chaingate.data.fetch import (
     BlockUnavailable,
     FetchError,
@@ -116,8 +117,8 @@ class Indexer:
     ) -> None:
         self.chain = chain
         self.network = network
-        self.label = f"{chain}/{network}"
-        _check(settings, self.label)
+        self.label = str(Network(chain, network))
+        _check(settings, chain, network)
         self._store: IndexStore = IndexRows(store)
         self._client = client
         self.settings = settings
@@ -641,8 +642,8 @@ class Indexer:
             )
 
 
-def _check(settings: IndexerSettings, label: str) -> None:
-    where = f"chains.{label.replace('/', '.')}.indexer"
+def _check(settings: IndexerSettings, chain: str, network: str) -> None:
+    where = f"chains.{chain}.{network}.indexer"
     if settings.batch_blocks < 1 or settings.batch_transfers < 1:
         raise ConfigError(f"{where}: batch_blocks and batch_transfers must be >= 1")
     if not settings.batch_seconds > 0:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from chaingate.config.network import Network
 from chaingate.data.indexer import Indexer
 from chaingate.obs.metrics import Registry, Sample
 
 
-def register_index_metrics(registry: Registry, indexers: Mapping[str, Indexer]) -> None:
+def register_index_metrics(registry: Registry, indexers: Mapping[Network, Indexer]) -> None:
     def block() -> Iterable[Sample]:
         for ix in indexers.values():
             number = ix.cursor.number if ix.cursor is not None else -1

@@ -21,6 +21,7 @@ from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
+from chaingate.config.network import Network
 from chaingate.data.indexer import Indexer
 from chaingate.data.metrics import register_index_metrics
 from chaingate.data.reader import IndexReader
@@ -35,16 +36,16 @@ class DataPlane:
     def __init__(
         self,
         store: Store,
-        followers: Mapping[str, Follower],
-        clients: Mapping[str, ChainClient],
-        networks: Mapping[str, NetworkSettings],
+        followers: Mapping[Network, Follower],
+        clients: Mapping[Network, ChainClient],
+        networks: Mapping[Network, NetworkSettings],
         fetcher: Fetcher,
     ) -> None:
-        """Keys are ``chain/network``; a network gets an index if it is followed and its
+        """Keyed by ``Network``; a network gets an index if it is followed and its
         ``indexer.enabled``."""
-        self.indexers: dict[str, Indexer] = {}
-        self.metadata: dict[str, MetadataService] = {}
-        self._taps: dict[str, Tap] = {}
+        self.indexers: dict[Network, Indexer] = {}
+        self.metadata: dict[Network, MetadataService] = {}
+        self._taps: dict[Network, Tap] = {}
         # Each network's indexer runs while this process leads its ``indexer`` role
         # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
         self.leadership: Leadership = LocalLeadership()
@@ -55,8 +56,8 @@ class DataPlane:
             if not net.indexer.enabled:
                 continue
             indexer = Indexer(
-                follower.chain,
-                follower.network,
+                key.chain,
+                key.network,
                 store,
                 clients[key],
                 net.indexer,
@@ -68,8 +69,8 @@ class DataPlane:
                 "indexer", max(net.follower.consumer_buffer, net.indexer.batch_blocks)
             )
             metadata = MetadataService(
-                follower.chain,
-                follower.network,
+                key.chain,
+                key.network,
                 net.metadata,
                 clients[key],
                 store,
@@ -80,7 +81,7 @@ class DataPlane:
             indexer.add_listener(metadata.on_index_commit)
             # Its verdicts shape the index's balance lists (what is no ERC-20 is left out).
             metadata.add_verdict_listener(
-                functools.partial(verdicts.set_erc20_verdicts, follower.chain, follower.network)
+                functools.partial(verdicts.set_erc20_verdicts, key.chain, key.network)
             )
             self.indexers[key] = indexer
             self.metadata[key] = metadata
@@ -89,12 +90,12 @@ class DataPlane:
     writer_role = "indexer"
 
     @property
-    def writes_for(self) -> Collection[str]:
+    def writes_for(self) -> Collection[Network]:
         """The networks whose rows this service writes."""
         return self.indexers.keys()
 
     @property
-    def readers(self) -> dict[str, IndexReader]:
+    def readers(self) -> dict[Network, IndexReader]:
         return {key: indexer.reader for key, indexer in self.indexers.items()}
 
     def version(self) -> tuple[int, ...]:
@@ -102,7 +103,7 @@ class DataPlane:
         answer computed from the index is valid for (the edge's REST cache)."""
         return tuple(indexer.generation for indexer in self.indexers.values())
 
-    async def wait_indexed(self, key: str, number: int) -> None:
+    async def wait_indexed(self, key: Network, number: int) -> None:
         """Returns once ``key``'s index holds block ``number`` (at once if it has none)."""
         indexer = self.indexers.get(key)
         if indexer is not None:

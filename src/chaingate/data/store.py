@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from chaingate.config.network import Network
 from chaingate.data import ledger, pgmerge
 from chaingate.data.ledger import BalanceKey, ContractRow, HoldingKey, OwnerKey, TokenKey, TokenRow
 from chaingate.data.transfers import DecodedBlock, Transfer
@@ -266,7 +267,7 @@ def _move_cursor(
     chain, network = where
     if expect is None:
         if tx.query("SELECT 1 FROM idx_cursors WHERE chain = ? AND network = ?", where):
-            raise IndexConflict(f"{chain}/{network}: an index cursor exists already")
+            raise IndexConflict(f"{Network(chain, network)}: an index cursor exists already")
         tx.execute(
             "INSERT INTO idx_cursors (chain, network, number, hash, updated_at)"
             " VALUES (?, ?, ?, ?, ?)",
@@ -279,7 +280,7 @@ def _move_cursor(
         (cursor.number, cursor.hash, now, chain, network, expect.number, expect.hash),
     )
     if changed != 1:
-        raise IndexConflict(f"{chain}/{network}: the index cursor moved under this writer")
+        raise IndexConflict(f"{Network(chain, network)}: the index cursor moved under this writer")
 
 
 def _undo_above(tx: Tx, bulk: Bulk, where: tuple[str, str], number: int) -> int:

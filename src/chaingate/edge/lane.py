@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chaingate.auth.gate import ANONYMOUS, Gate
+from chaingate.config.network import Network
 from chaingate.edge import cors
 from chaingate.edge.routes import Routes
 from chaingate.envelope import error_body
@@ -24,14 +25,14 @@ RPC_PREFIX = b"/v1/rpc/"
 
 def build_lane(
     impl: Impl,
-    services: Mapping[str, RpcService],
+    services: Mapping[Network, RpcService],
     gate: Gate,
     routes: Routes,
 ) -> Lane:
     fastlane = impl.fastlane
     paths: dict[bytes, Route] = {}
     for key, service in services.items():
-        path = RPC_PREFIX + key.encode()
+        path = RPC_PREFIX + key.path
         paths[path] = paths[path + b"/"] = service.route  # a trailing slash: the same endpoint
     admission: Admission[Any] = getattr(gate, "admission", None) or fastlane.OpenAdmission(
         ANONYMOUS

@@ -30,6 +30,7 @@ from time import perf_counter
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
 from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection, book
+from chaingate.config.network import Network
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.paths import PathError, normalize_path
@@ -99,7 +100,7 @@ _RPC_HEADERS = {
 class Routes:
     def __init__(
         self,
-        services: dict[str, RpcService],
+        services: dict[Network, RpcService],
         asgi: AsgiBridge,
         rest: RestApi,
         gate: Gate,
@@ -109,15 +110,16 @@ class Routes:
         ids: RequestIds,
         jsonrpc: JsonRpcModule,
         fastlane: FastlaneModule,
-        bundlers: Mapping[str, LocalRpc] | None = None,
+        bundlers: Mapping[Network, LocalRpc] | None = None,
     ) -> None:
         """``ids``: the process's ``X-Request-Id`` source (``fastlane.RequestIds``), shared
         with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths;
         ``fastlane``: the lane's twin, whose rules the handler's requests follow too."""
-        self._services = {key.encode(): service for key, service in services.items()}
-        self._bundlers = {key.encode(): rpc for key, rpc in (bundlers or {}).items()}
+        # By the URL's chain/network bytes: one dict lookup per request, no parsing.
+        self._services = {key.path: service for key, service in services.items()}
+        self._bundlers = {key.path: rpc for key, rpc in (bundlers or {}).items()}
         self._networks = {
-            key.encode(): NetworkInfo(service.chain, service.network, service.settings.testnet)
+            key.path: NetworkInfo(service.chain, service.network, service.settings.testnet)
             for key, service in services.items()
         }
         self._asgi = asgi
@@ -272,7 +274,7 @@ class Routes:
         rate_headers = gate.response_headers(principal)
         if rpc is None:
             return 404, JSON + rate_headers, error_body(404, "unknown chain or network")
-        network = tail.decode()  # metered under its chain/network, like the proxied calls
+        network = rpc.label  # metered under its chain/network, like the proxied calls
         if request.method != b"POST":
             headers = JSON + _ALLOW_POST + rate_headers
             return 405, headers, error_body(405, "JSON-RPC requests must be POST")

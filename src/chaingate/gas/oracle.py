@@ -20,6 +20,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Apply, ChainEvent, Revert
 from chaingate.config import ConfigError, NetworkSettings
+from chaingate.config.network import Network
 from chaingate.gas import prices
 from chaingate.rpc.errors import UpstreamError
 
@@ -46,6 +47,7 @@ class GasOracle:
             raise ConfigError(f"chains.{chain}.{network}: {exc}") from None
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))
         self.settings = settings
         self.client = client
         self._clock = clock
@@ -60,10 +62,6 @@ class GasOracle:
         self.body: bytes | None = None  # ``latest`` encoded once, sent as is
         self.updates = 0
         self.failures: Counter[str] = Counter()  # by reason
-
-    @property
-    def label(self) -> str:
-        return f"{self.chain}/{self.network}"
 
     async def run(
         self,

@@ -11,19 +11,19 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.chain.follower import Follower
 from chaingate.config import NetworkSettings
+from chaingate.config.network import Network
 from chaingate.gas.oracle import GasOracle
 
 
 class GasService:
     def __init__(
         self,
-        followers: Mapping[str, Follower],
-        clients: Mapping[str, ChainClient],
-        networks: Mapping[str, NetworkSettings],
+        followers: Mapping[Network, Follower],
+        clients: Mapping[Network, ChainClient],
+        networks: Mapping[Network, NetworkSettings],
     ) -> None:
-        """Keys are ``chain/network``."""
-        self.oracles: dict[str, GasOracle] = {}
-        self.streams: dict[str, trio.MemoryReceiveChannel[ChainEvent]] = {}
+        self.oracles: dict[Network, GasOracle] = {}
+        self.streams: dict[Network, trio.MemoryReceiveChannel[ChainEvent]] = {}
         for key, follower in followers.items():
             self.oracles[key] = GasOracle(
                 follower.chain, follower.network, networks[key], clients[key]

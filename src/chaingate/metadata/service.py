@@ -20,6 +20,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, MetadataSettings
 from chaingate.config.manifest import Manifest
+from chaingate.config.network import Network
 from chaingate.evm.addresses import address_bytes, checksum_address
 from chaingate.metadata import tokens as token_calls
 from chaingate.metadata.amounts import format_units, usd_value
@@ -121,6 +122,7 @@ class MetadataService:
             raise ConfigError(f"chains.{chain}.{network}: {exc}") from None
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self.settings = settings
         self.client = client
         self.store = MetaRows(store)
@@ -178,10 +180,6 @@ class MetadataService:
         )
         self._fetcher = fetcher
         self.token_list: TokenList | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.chain}/{self.network}"
 
     def _current_multicall(self) -> Multicall:
         return self.multicall

@@ -32,6 +32,7 @@ import msgspec
 import trio
 
 from chaingate.config import NetworkSettings, RpcSettings
+from chaingate.config.network import Network
 from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.impl import Impl
 from chaingate.refusals import Rejection, refusal_error
@@ -172,8 +173,7 @@ def _limit_error(message: str, reason: str, limit: int | None = None) -> bytes:
 class RpcService:
     def __init__(
         self,
-        chain: str,
-        network: str,
+        key: Network,
         settings: NetworkSettings,
         rpc: RpcSettings,
         methods: MethodTable,
@@ -182,9 +182,9 @@ class RpcService:
         *,
         logs_range_of: Callable[[Any], int] | None = None,
     ) -> None:
-        self.chain = chain
-        self.network = network
-        self.label = f"{chain}/{network}"
+        self.key = key
+        self.chain, self.network = key.chain, key.network
+        self.label = str(key)  # an exact str: the lane's label, usage and metric key
         self.settings = settings
         self._jsonrpc: JsonRpcModule = impl.jsonrpc
         self._gate = gate

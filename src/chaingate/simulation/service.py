@@ -26,6 +26,7 @@ from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rpcform import parse_user_operation
 from chaingate.config import NetworkSettings, SimulationSettings
 from chaingate.config.manifest import load_manifest
+from chaingate.config.network import Network
 from chaingate.evm.native import native_currency
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.errors import UpstreamError, client_error
@@ -59,15 +60,15 @@ class SimulationService:
     def __init__(
         self,
         settings: SimulationSettings,
-        networks: Mapping[str, NetworkSettings],
-        pools: Mapping[str, UpstreamPool],
-        metadata: Mapping[str, TokenFacts],
+        networks: Mapping[Network, NetworkSettings],
+        pools: Mapping[Network, UpstreamPool],
+        metadata: Mapping[Network, TokenFacts],
     ) -> None:
         """``networks``/``pools``: every EVM network's settings and upstreams by
-        "chain/network"; ``metadata``: the metadata service of those that have one."""
+        network; ``metadata``: the metadata service of those that have one."""
         self.settings = settings
-        self.simulators: dict[str, Simulator] = {}
-        self.entry_points: dict[str, dict[str, Version]] = {}
+        self.simulators: dict[Network, Simulator] = {}
+        self.entry_points: dict[Network, dict[str, Version]] = {}
         bounds = Bounds(frames=settings.max_frames, logs=settings.max_logs)
         for key, net in networks.items():
             if net.family != "evm" or key not in pools:
@@ -90,7 +91,7 @@ class SimulationService:
             }
         self._limiter = trio.CapacityLimiter(settings.max_concurrent)
         # Simulations by (network, method, outcome): ok, reverted, refused, failed.
-        self.counts: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self.counts: defaultdict[tuple[Network, str, str], int] = defaultdict(int)
 
     # --- the service protocol --------------------------------------------------------------
 
@@ -107,17 +108,16 @@ class SimulationService:
         def simulations() -> list[Sample]:
             samples: list[Sample] = []
             for (key, method, outcome), n in sorted(self.counts.items()):
-                chain, network = key.split("/", 1)
-                labels = {"chain": chain, "network": network, "method": method}
+                labels = {"chain": key.chain, "network": key.network, "method": method}
                 samples.append(({**labels, "outcome": outcome}, n))
             return samples
 
         def engines() -> list[Sample]:
             samples: list[Sample] = []
             for key, simulator in sorted(self.simulators.items()):
-                chain, network = key.split("/", 1)
                 for engine, n in simulator.answered.items():
-                    samples.append(({"chain": chain, "network": network, "engine": engine}, n))
+                    labels = {"chain": key.chain, "network": key.network, "engine": engine}
+                    samples.append((labels, n))
             return samples
 
         registry.family(
@@ -149,7 +149,7 @@ class SimulationService:
             for method, (params, summary) in REFERENCE.items()
         ]
 
-    def register_proxy(self, services: Mapping[str, RpcService]) -> None:
+    def register_proxy(self, services: Mapping[Network, RpcService]) -> None:
         """Every simulation method on each simulated network's ``/v1/rpc`` endpoint."""
         for key, service in services.items():
             if key not in self.simulators:
@@ -157,7 +157,7 @@ class SimulationService:
             for method in METHODS:
                 service.answer_locally(method, self._proxied(key, method))
 
-    def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None:
+    def register_rpc(self, endpoints: Mapping[Network, LocalRpc], costs: dict[str, int]) -> None:
         """The UserOperation method on each network's ``/v1/bundler`` endpoint."""
         for key, endpoint in endpoints.items():
             if key not in self.simulators:
@@ -165,7 +165,7 @@ class SimulationService:
             for method in BUNDLER_METHODS:
                 endpoint.register(method, self._bundler(key, method), costs[method])
 
-    def _proxied(self, key: str, method: str) -> LocalAnswer:
+    def _proxied(self, key: Network, method: str) -> LocalAnswer:
         async def answer(params: bytes | None, principal: object) -> Outcome:
             try:
                 decoded = _decode.decode(params) if params else []
@@ -180,7 +180,7 @@ class SimulationService:
 
         return answer
 
-    def _bundler(self, key: str, method: str) -> Handler:
+    def _bundler(self, key: Network, method: str) -> Handler:
         async def answer(params: Any, principal: object) -> object:
             try:
                 return await self.simulate(key, method, params, principal)
@@ -194,7 +194,9 @@ class SimulationService:
 
     # --- simulating ------------------------------------------------------------------------
 
-    async def simulate(self, key: str, method: str, params: Any, principal: object = None) -> Any:
+    async def simulate(
+        self, key: Network, method: str, params: Any, principal: object = None
+    ) -> Any:
         """``method``'s answer (an alias answers as its ``chaingate_`` method) for positional
         ``params`` on network ``key``; SimulationFault or UpstreamError.  The caller's key's
         contract allowlist, if it has one, holds for every transaction as for an eth_call, and
@@ -289,10 +291,10 @@ class SimulationService:
             )
         op_raw, entry_raw, block, overrides = _positional(params, 4)
         entry_point = p.address("entryPoint", entry_raw)
-        version = self.entry_points[simulator.label].get(entry_point)
+        version = self.entry_points[simulator.network].get(entry_point)
         if version is None:
             served = ", ".join(
-                f"v{v} at {a}" for a, v in self.entry_points[simulator.label].items()
+                f"v{v} at {a}" for a, v in self.entry_points[simulator.network].items()
             )
             raise p.BadParams(f"entryPoint: not an EntryPoint of {simulator.label} ({served})")
         op = parse_user_operation(op_raw, version)

@@ -24,6 +24,7 @@ import trio
 
 from chaingate.aa.userop import UserOperation, Version
 from chaingate.bundler.sanity import required_prefund
+from chaingate.config.network import Network
 from chaingate.simulation import known
 from chaingate.simulation.assets import Native, RawChange, TokenFacts, changes_of, describe
 from chaingate.simulation.execution import (
@@ -90,7 +91,7 @@ _any = msgspec.json.Decoder()
 class Simulator:
     def __init__(
         self,
-        label: str,
+        network: Network,
         node: Node,
         capabilities: Capabilities,
         *,
@@ -99,7 +100,8 @@ class Simulator:
         native: Native,
         facts: TokenFacts | None,
     ) -> None:
-        self.label = label
+        self.network = network
+        self.label = str(network)
         self.node = node
         self.capabilities = capabilities
         self.engine = engine

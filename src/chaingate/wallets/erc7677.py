@@ -36,6 +36,7 @@ from chaingate.aa.userop import (
     from_paymaster_and_data,
     packs_gas,
 )
+from chaingate.config.network import Network
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.eip7702 import Authorization, parse_authorization
 from chaingate.rpc.local import INTERNAL_ERROR, INVALID_PARAMS, LocalRpc, RpcFault
@@ -54,12 +55,12 @@ class Sponsor(Protocol):
     """What the methods need of the wallet service (``WalletService``)."""
 
     @property
-    def networks(self) -> Mapping[str, WalletNetwork]: ...
+    def networks(self) -> Mapping[Network, WalletNetwork]: ...
 
     async def sponsor(
         self,
         account_id: str,
-        key: str,
+        key: Network,
         policy_id: str,
         op: UserOperation,
         entry_point: str | None,
@@ -198,7 +199,7 @@ def _require_sponsor_scope(method: str, principal: object) -> None:
 class Erc7677:
     """The two methods for one network, registered on its ``LocalRpc``."""
 
-    def __init__(self, service: Sponsor, key: str) -> None:
+    def __init__(self, service: Sponsor, key: Network) -> None:
         self.service = service
         self.key = key
 

@@ -20,6 +20,7 @@ from chaingate.aa.userop import Version, entry_point_address
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import ConfigError, NetworkSettings
 from chaingate.config.manifest import Manifest
+from chaingate.config.network import Network
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.metadata.multicall import Multicall
@@ -58,7 +59,7 @@ def _from_manifest(manifest: Manifest | None, name: str) -> str | None:
 class WalletNetwork:
     def __init__(
         self,
-        key: str,
+        key: Network,
         settings: NetworkSettings,
         client: ChainClient,
         manifest: Manifest | None,
@@ -66,7 +67,7 @@ class WalletNetwork:
         clock: Callable[[], float],
     ) -> None:
         self.key = key
-        self.chain, self.network = key.split("/", 1)
+        self.chain, self.network = key.chain, key.network
         self.settings = settings.wallets
         self.client = client
         chain_id = settings.chain_id
@@ -155,7 +156,9 @@ class WalletNetwork:
             except FactoryMismatch as exc:
                 log.error(
                     "account factory failed its proof",
-                    extra={"fields": {"network": self.key, "factory": address, "error": str(exc)}},
+                    extra={
+                        "fields": {"network": str(self.key), "factory": address, "error": str(exc)}
+                    },
                 )
                 raise NotServed(
                     f"the v{version} account factory {address} on {self.key} cannot be used: {exc}"

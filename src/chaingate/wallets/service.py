@@ -33,6 +33,7 @@ from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
+from chaingate.config.network import Network
 from chaingate.evm.keys import PrivateKey
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.local import LocalRpc
@@ -75,26 +76,26 @@ class WalletService:
     def __init__(
         self,
         store: Store,
-        followers: Mapping[str, Follower],
-        clients: Mapping[str, ChainClient],
-        networks: Mapping[str, NetworkSettings],
+        followers: Mapping[Network, Follower],
+        clients: Mapping[Network, ChainClient],
+        networks: Mapping[Network, NetworkSettings],
         signer: PrivateKey | None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Keys are ``chain/network``; every EVM network with ``wallets.enabled`` is served,
+        """Keyed by ``Network``; every EVM network with ``wallets.enabled`` is served,
         and tracked when it is followed."""
         self.store = WalletRows(store)
         self.signer = signer
         self.clock = clock
-        self.networks: dict[str, WalletNetwork] = {}
-        self.trackers: dict[str, Tracker] = {}
-        self._taps: dict[str, Tap] = {}
+        self.networks: dict[Network, WalletNetwork] = {}
+        self.trackers: dict[Network, Tracker] = {}
+        self._taps: dict[Network, Tap] = {}
         # Each tracker runs while this process leads its network's ``wallets`` role
         # (chaingate.cluster; set by the gateway: here alone unless processes share the store).
         self.leadership: Leadership = LocalLeadership()
         self._followers = followers
-        self.deposits: dict[tuple[str, str], int] = {}  # (network, version) -> wei
+        self.deposits: dict[tuple[Network, str], int] = {}  # (network, version) -> wei
         for key, net in networks.items():
             if net.family != "evm" or not net.wallets.enabled or key not in clients:
                 continue
@@ -118,7 +119,7 @@ class WalletService:
     writer_role = "wallets"
 
     @property
-    def writes_for(self) -> Collection[str]:
+    def writes_for(self) -> Collection[Network]:
         """The networks whose rows this service writes."""
         return self.trackers.keys()
 
@@ -158,7 +159,7 @@ class WalletService:
         interval = min(
             (n.settings.deposit_poll_interval for n in self.networks.values()), default=60
         )
-        warned: set[tuple[str, str]] = set()
+        warned: set[tuple[Network, str]] = set()
         while True:
             for key, net in self.networks.items():
                 for version, paymaster in net.paymasters.items():
@@ -175,7 +176,7 @@ class WalletService:
                             "paymaster deposit below its floor",
                             extra={
                                 "fields": {
-                                    "network": key,
+                                    "network": str(key),
                                     "paymaster": paymaster,
                                     "deposit_wei": str(deposit),
                                     "floor_wei": str(net.deposit_floor),
@@ -191,8 +192,11 @@ class WalletService:
         def deposits() -> list[Sample]:
             samples: list[Sample] = []
             for (key, version), wei in sorted(self.deposits.items()):
-                chain, network = key.split("/", 1)
-                labels = {"chain": chain, "network": network, "entry_point_version": version}
+                labels = {
+                    "chain": key.chain,
+                    "network": key.network,
+                    "entry_point_version": version,
+                }
                 samples.append((labels, wei))
             return samples
 
@@ -204,7 +208,7 @@ class WalletService:
             deposits,
         )
 
-    def register_rpc(self, endpoints: Mapping[str, LocalRpc], costs: dict[str, int]) -> None:
+    def register_rpc(self, endpoints: Mapping[Network, LocalRpc], costs: dict[str, int]) -> None:
         """The ERC-7677 paymaster methods on each served network's bundler endpoint."""
         for key in self.networks:
             endpoint = endpoints.get(key)
@@ -213,7 +217,7 @@ class WalletService:
 
     # --- wallets ---------------------------------------------------------------------------
 
-    def network(self, key: str) -> WalletNetwork:
+    def network(self, key: Network) -> WalletNetwork:
         net = self.networks.get(key)
         if net is None:
             raise NotServed(
@@ -224,7 +228,7 @@ class WalletService:
     async def create_wallet(
         self,
         account_id: str,
-        key: str,
+        key: Network,
         owner: str,
         salt: int,
         version: Version | None,
@@ -278,13 +282,13 @@ class WalletService:
         return await self.store.add_wallet(row)
 
     async def nonce(self, wallet: WalletRow) -> int:
-        net = self.network(f"{wallet.chain}/{wallet.network}")
+        net = self.network(Network(wallet.chain, wallet.network))
         return await net.nonce(wallet.address, require_version(wallet.version))
 
     # --- policies --------------------------------------------------------------------------
 
     async def create_policy(
-        self, account_id: str, name: str, key: str, label: str, rules: Rules
+        self, account_id: str, name: str, key: Network, label: str, rules: Rules
     ) -> PolicyRow:
         net = self.network(key)
         _, total = await self.store.list_policies(account_id, offset=0, limit=0)
@@ -316,7 +320,7 @@ class WalletService:
     async def _prepare(
         self,
         account_id: str,
-        key: str,
+        key: Network,
         policy_id: str,
         op: UserOperation,
         entry_point: str | None,
@@ -328,7 +332,7 @@ class WalletService:
         )
         if policy is None:
             raise LookupError(policy_id)
-        if f"{policy.chain}/{policy.network}" != key:
+        if Network(policy.chain, policy.network) != key:
             raise InvalidOperation(
                 f"policy_id: {policy_id} sponsors on {policy.chain_label}, not on this chain"
             )
@@ -469,7 +473,7 @@ class WalletService:
         )
         return refusal, cost, rate
 
-    def _valid_until(self, net: WalletNetwork, key: str, rules: Rules, now_s: float) -> int:
+    def _valid_until(self, net: WalletNetwork, key: Network, rules: Rules, now_s: float) -> int:
         """When a signature given now expires: the network's TTL after the later of our clock
         and the chain's head."""
         follower = self._followers.get(key)
@@ -483,7 +487,7 @@ class WalletService:
     async def sponsor(
         self,
         account_id: str,
-        key: str,
+        key: Network,
         policy_id: str,
         op: UserOperation,
         entry_point: str | None,

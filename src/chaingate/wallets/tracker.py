@@ -30,6 +30,7 @@ from chaingate.aa.userop import (
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.consumer import BeginsAt, KeptPosition, consume
 from chaingate.chain.events import Apply, Block, ChainEvent, Revert
+from chaingate.config.network import Network
 from chaingate.evm.eip7702 import ZERO_ADDRESS, delegate_of, parse_authorization
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
@@ -60,6 +61,7 @@ class Tracker:
         self.client = client  # reads type-4 transactions and codes (EIP-7702 wallets)
         self.chain = chain
         self.network = network
+        self.label = str(Network(chain, network))  # for logs
         self._entry_points = {a.lower() for a in entry_points}
         self._paymasters = {a.lower() for a in paymasters}
         self.stats: Counter[str] = Counter()
@@ -162,7 +164,10 @@ class Tracker:
                     log.warning(
                         "wallet tracker: the node failed reading delegations; retrying",
                         extra={
-                            "fields": {"network": f"{self.chain}/{self.network}", "error": str(exc)}
+                            "fields": {
+                                "network": self.label,
+                                "error": str(exc),
+                            }
                         },
                     )
                     await trio.sleep(NODE_RETRY_SECONDS)
@@ -190,7 +195,7 @@ class Tracker:
             events,
             self.handle,
             name="wallet tracker",
-            label=f"{self.chain}/{self.network}",
+            label=self.label,
             stats=self.stats,
             log=log,
             position=self.position,

@@ -30,6 +30,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Apply, Block, ChainEvent, EventStream, Revert
 from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
+from chaingate.config.network import Network
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
@@ -98,7 +99,7 @@ class NetworkMatcher:
     ) -> None:
         self.chain = chain
         self.network = network
-        self.label = f"{chain}/{network}"
+        self.label = str(Network(chain, network))
         self._store = WebhookRows(store)
         self._client = client
         self._variant = variant

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from chaingate.config.network import Network
 from chaingate.store import new_id
 from chaingate.text import code_point, first_hidden_in_url
 from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
@@ -110,8 +111,8 @@ def _config_json(f: Filter) -> str:
     return msgspec.json.encode(f).decode()
 
 
-def _key(row: WebhookRow) -> str:
-    return f"{row.chain}/{row.network}"
+def _key(row: WebhookRow) -> Network:
+    return Network(row.chain, row.network)
 
 
 class Subscriptions:
@@ -162,14 +163,14 @@ class Subscriptions:
         self,
         account: str,
         *,
-        key: str,
+        key: Network,
         chain_label: str,
         url: str,
         event_type: str,
         config: dict[str, Any] | None,
         confirmations: int,
     ) -> WebhookRow:
-        """A new active webhook of ``chain/network`` ``key`` with a new id and secret;
+        """A new active webhook of network ``key`` with a new id and secret;
         WebhookLimitReached when the account has as many as its plan allows."""
         service = self._service
         kind = self.kind(event_type)
@@ -180,14 +181,13 @@ class Subscriptions:
             parsed = parse_config(kind, config, max_values=max_values)
         depth = self._confirmations(confirmations)
         checked_url = await self._url(url)
-        chain, network = key.split("/", 1)
         now = self._now_ms()
         row = WebhookRow(
             id=new_id("wh_"),
             account_id=account,
             url=checked_url,
-            chain=chain,
-            network=network,
+            chain=key.chain,
+            network=key.network,
             chain_label=chain_label,
             event_type=event_type,
             config=_config_json(parsed),

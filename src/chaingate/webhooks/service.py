@@ -25,6 +25,7 @@ from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
 from chaingate.config import NetworkSettings, WebhookSettings
+from chaingate.config.network import Network
 from chaingate.obs.metrics import Registry, Sample
 from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPolicy, PoolLimits
 from chaingate.outbound.url import parse_url
@@ -56,16 +57,16 @@ class WebhookService:
         self,
         store: Store,
         settings: WebhookSettings,
-        followers: Mapping[str, Follower],
-        clients: Mapping[str, ChainClient],
-        networks: Mapping[str, NetworkSettings],
+        followers: Mapping[Network, Follower],
+        clients: Mapping[Network, ChainClient],
+        networks: Mapping[Network, NetworkSettings],
         fetcher: Fetcher,
         *,
         limits: Callable[[str], Limits | None] = lambda _account: None,
-        metadata: Mapping[str, TokenSource] | None = None,
+        metadata: Mapping[Network, TokenSource] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Keys are ``chain/network``; every followed EVM network gets a matcher.  Token and
+        """Keyed by ``Network``; every followed EVM network gets a matcher.  Token and
         NFT payloads take their metadata from ``metadata`` (each indexed network's metadata
         service) where the network has one."""
         self.store = WebhookRows(store)
@@ -75,9 +76,9 @@ class WebhookService:
         self.clock = clock
         self._limits = limits
         self._networks = networks
-        self.matchers: dict[str, NetworkMatcher] = {}
-        self._taps: dict[str, Tap] = {}
-        self._pollers: list[tuple[str, PendingPoller]] = []
+        self.matchers: dict[Network, NetworkMatcher] = {}
+        self._taps: dict[Network, Tap] = {}
+        self._pollers: list[tuple[Network, PendingPoller]] = []
         # Matching (and pending polls) run while this process leads the network's
         # ``webhooks`` role (set by the gateway: here alone unless processes share the
         # store); deliveries run everywhere.
@@ -99,8 +100,8 @@ class WebhookService:
             if net.family != "evm":
                 continue
             matcher = NetworkMatcher(
-                follower.chain,
-                follower.network,
+                key.chain,
+                key.network,
                 store,
                 clients.get(key),
                 self.variant,
@@ -130,17 +131,17 @@ class WebhookService:
     writer_role = "webhooks"
 
     @property
-    def writes_for(self) -> Collection[str]:
+    def writes_for(self) -> Collection[Network]:
         """The networks whose rows this service writes."""
         return self.matchers.keys()
 
     # --- what the REST resource asks -------------------------------------------------------
 
-    def serves(self, key: str) -> bool:
-        """Whether events of ``chain/network`` are matched here (it is followed)."""
+    def serves(self, key: Network) -> bool:
+        """Whether events of ``key`` are matched here (it is followed)."""
         return key in self.matchers
 
-    def chain_id(self, key: str) -> int | None:
+    def chain_id(self, key: Network) -> int | None:
         net = self._networks.get(key)
         return net.chain_id if net is not None else None
 
@@ -180,7 +181,7 @@ class WebhookService:
             raise UrlRefused(exc.message) from None
         return url
 
-    def filters_changed(self, key: str) -> None:
+    def filters_changed(self, key: Network) -> None:
         matcher = self.matchers.get(key)
         if matcher is not None:
             matcher.filters_changed()
@@ -205,7 +206,7 @@ class WebhookService:
                 webhook_id=row.id,
                 event_type=event.event_type,
                 chain_label=row.chain_label,
-                chain_id=self.chain_id(f"{row.chain}/{row.network}"),
+                chain_id=self.chain_id(Network(row.chain, row.network)),
                 sequence=sequence,
                 created_at_ms=created,
             )
@@ -264,8 +265,7 @@ class WebhookService:
             if self.listener is not None:
                 nursery.start_soon(self.listener.run)
             for key, poller in self._pollers:
-                chain, network = key.split("/", 1)
-                role = RoleKey("webhooks", chain, network)
+                role = RoleKey.of("webhooks", key)
                 nursery.start_soon(self.leadership.lead, role, poller.run)
             nursery.start_soon(self._prune)
             nursery.start_soon(self._analyze)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from chaingate.config.network import Network
 from chaingate.store.base import register_network_table
 from chaingate.webhooks.outbox import (
     EVENT_SELECT,
@@ -471,7 +472,7 @@ def _stored_cursor(tx: Any, where: tuple[str, str]) -> tuple[int, str] | None:
 
 def _cursor_moved(where: tuple[str, str], expect: tuple[int, str] | None, tx: Any) -> Exception:
     at = _stored_cursor(tx, where)
-    return WebhookCursorMoved(f"{where[0]}/{where[1]}: the cursor is at {at}, not {expect}")
+    return WebhookCursorMoved(f"{Network(*where)}: the cursor is at {at}, not {expect}")
 
 
 # Rows derived from one chain/network: emptied by Store.reset_network.

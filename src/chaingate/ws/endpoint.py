@@ -29,6 +29,7 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
 from chaingate.config import WebSocketSettings
+from chaingate.config.network import Network
 from chaingate.edge.responses import JSON
 from chaingate.envelope import error_body
 from chaingate.obs.logs import AccessEntry, AccessLog
@@ -83,7 +84,7 @@ class Ticket:
 class WsEndpoint:
     def __init__(
         self,
-        services: dict[str, RpcService],
+        services: dict[Network, RpcService],
         gate: Gate,
         access_log: AccessLog,
         settings: WebSocketSettings,
@@ -94,10 +95,11 @@ class WsEndpoint:
         self._access_log = access_log
         # The key's plan (WebSocket caps); None without API keys: only [ws]'s ceilings.
         self._limits_of = limits_of or (lambda principal: None)
-        self._services = {key.encode(): service for key, service in services.items()}
-        self.hubs: dict[str, Hub] = {
+        # By the URL's chain/network bytes: one dict lookup per upgrade, no parsing.
+        self._services = {key.path: service for key, service in services.items()}
+        self.hubs: dict[Network, Hub] = {
             key: Hub(
-                key,
+                str(key),
                 service.pool,
                 settings.pending_poll_interval,
                 settings.syncing_poll_interval,
@@ -105,9 +107,9 @@ class WsEndpoint:
             for key, service in services.items()
             if service.settings.family == "evm"
         }
-        self._hubs = {key.encode(): hub for key, hub in self.hubs.items()}
+        self._hubs = {key.path: hub for key, hub in self.hubs.items()}
         self._networks = {
-            key.encode(): NetworkInfo(service.chain, service.network, service.settings.testnet)
+            key.path: NetworkInfo(service.chain, service.network, service.settings.testnet)
             for key, service in services.items()
         }
         self.sessions: set[Session] = set()
@@ -122,7 +124,7 @@ class WsEndpoint:
 
     # --- wiring ----------------------------------------------------------------------------
 
-    def attach(self, followers: dict[str, Any], clients: dict[str, ChainClient]) -> None:
+    def attach(self, followers: dict[Network, Any], clients: dict[Network, ChainClient]) -> None:
         """Give each hub its follower's stream (when the network has a follower: else no
         newHeads/logs there) and its network's client.  Call once, before ``run``."""
         for key, hub in self.hubs.items():
@@ -339,8 +341,7 @@ class WsEndpoint:
         ) -> Callable[[], Iterable[Sample]]:
             def collect() -> Iterable[Sample]:
                 for key, hub in hubs.items():
-                    chain, _, network = key.partition("/")
-                    yield from read(hub, {"chain": chain, "network": network})
+                    yield from read(hub, {"chain": key.chain, "network": key.network})
 
             return collect
 

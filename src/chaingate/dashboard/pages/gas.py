@@ -13,6 +13,7 @@ from quart import Blueprint, g, redirect, request
 from quart.typing import ResponseReturnValue
 
 from chaingate.api.errors import ApiError
+from chaingate.config.network import Network
 from chaingate.dashboard.restcalls import principal_for
 from chaingate.dashboard.web import (
     PREFIX,
@@ -179,7 +180,10 @@ def _register_wallets_and_bundler(bp: Blueprint, dash: Dashboard) -> None:
         op_hash = request.args.get("hash", "").strip()[:66]
         pending = op_status = None
         error = ""
-        endpoint = dash.bundlers.get(network)
+        try:
+            endpoint = dash.bundlers.get(Network.parse(network))
+        except ValueError:  # not chain/network: no such bundler
+            endpoint = None
         if (sender or op_hash) and endpoint is None:
             error = "no bundler on that network"
         elif endpoint is not None:
