@@ -222,11 +222,15 @@ async def test_a_keys_rate_limit_holds_across_workers_under_a_hammer(
     )
     assert admitted + refused == sum(outcomes.values()), outcomes
     assert len(by_worker) == 2, outcomes
-    assert refused > 5 * admitted, outcomes  # it was a hammer
     # One bucket's worth over the hammer: its burst and its refill.  Each worker alone would
-    # allow twice it.  At its first look each worker pays for the burst the other spent, so
-    # the burst may be paid for twice: as few as the refill alone is fair too, not fewer.
+    # let through up to that much of what it was sent: unless that breaks the upper bound,
+    # it was no hammer (a busy machine sends fewer) and proved nothing about sharing.
     allowed = rate + rate * elapsed
+    sent = Counter(worker for (worker, _), n in outcomes.items() for _ in range(n))
+    alone = sum(min(n, allowed) for n in sent.values())
+    assert alone > allowed * 1.15, ("no hammer", allowed, outcomes)
+    # At its first look each worker pays for the burst the other spent, so the burst may be
+    # paid for twice: as few as the refill alone is fair too, not fewer.
     assert rate * elapsed * 0.9 <= admitted <= allowed * 1.15, (admitted, allowed, outcomes)
 
 
