@@ -1,7 +1,7 @@
 """Build the compiled twins of chaingate's hot-path modules.
 
 Every ``native/<name>.pyx`` becomes ``chaingate._native.<name>``; its pure-Python twin lives in
-``src/chaingate/_pure/<name>.py``.  ``chaingate.impl`` picks one or the other at run time.
+``src/chaingate/_pure/<name>.py``.  ``chaingate.twins`` picks one or the other at run time.
 The default config files (``config/*.toml``) are copied into the package so a non-editable
 install still finds its method table.
 """

@@ -44,7 +44,7 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 from benchkit import procs, report, tools  # noqa: E402
 from benchkit.tlsnginx import TlsNginx  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
-from chaingate import impl  # noqa: E402
+from chaingate import twins  # noqa: E402
 from chaingate.config import UpstreamSettings  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary  # noqa: E402
 from chaingate.rpc.pool import Upstream  # noqa: E402
@@ -174,7 +174,7 @@ def transport_alone(nginx: TlsNginx, transport: Transport, calls: int) -> tuple[
 
     async def run() -> tuple[float, float]:
         async with trio.open_nursery() as nursery:
-            upstream = Upstream(settings, impl.select(), nursery)
+            upstream = Upstream(settings, twins.select(), nursery)
             await upstream.send(body, trio.current_time() + 10)  # connected before the clock
             left = calls
 

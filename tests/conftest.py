@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from chaingate import config
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.bootstrap import bootstrap_devnet

@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from tests.test_auth import auth_settings, start_auth
 
 RPC = "/v1/rpc/ethereum/devnet"

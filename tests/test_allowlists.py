@@ -24,8 +24,8 @@ from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.evm import rlp
 from chaingate.evm.keys import PrivateKey
 from chaingate.evm.tx import Eip1559, tx_target
-from chaingate.impl import Impl
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from tests.test_auth import PEPPER, RPC, AuthStack, auth_settings, start_auth
 from tests.ws_clients import deploy_logger
 

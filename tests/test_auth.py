@@ -17,8 +17,8 @@ from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
 

@@ -31,7 +31,7 @@ from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.npm import npm_install
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.test_auth import auth_settings, start_auth
 
 PLAYWRIGHT = "1.65.1"

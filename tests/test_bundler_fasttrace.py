@@ -1,4 +1,4 @@
-"""The fast safe-mode path (``bundler.fasttrace``) against the exact JS-traced path, on real
+"""The fast safe-mode path (``bundler.nativetrace``) against the exact JS-traced path, on real
 anvil with the real EntryPoints v0.6 and v0.7.
 
 Soundness, checked on every operation of tests/test_bundler_rules.py (the obeying entities and
@@ -37,7 +37,7 @@ import pytest
 
 from chaingate.aa import accounts, paymaster, userop
 from chaingate.aa.userop import UserOperation, Version
-from chaingate.bundler import fasttrace, opcodes, rules, safemode, tracer
+from chaingate.bundler import jscollector, nativetrace, opcodes, rules, safemode
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.safemode import validate_safe
 from chaingate.bundler.simulation import (
@@ -46,7 +46,7 @@ from chaingate.bundler.simulation import (
     simulations_for,
     validation_call,
 )
-from chaingate.bundler.tracing import CodeAccess, Trace, trace_validation
+from chaingate.bundler.tracecall import CodeAccess, Trace, trace_validation
 from chaingate.chain.client import RpcCallError
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
@@ -132,11 +132,11 @@ async def verdict(node: Node, op: UserOperation, ep: str, version: Version, fast
 
 async def fast_judgement(
     node: Node, op: UserOperation, ep: str, version: Version
-) -> tuple[str, fasttrace.FastTrace | fasttrace.Fallback, ValidationResult | None]:
+) -> tuple[str, nativetrace.FastTrace | nativetrace.Fallback, ValidationResult | None]:
     """What the fast path alone decides: "accept", "fallback" (cannot build), "refuse"
     (the rules refuse the fast trace: the exact path then judges), "failed-op"."""
-    fast = await fasttrace.fast_trace(node, op, ep, version, None)
-    if isinstance(fast, fasttrace.Fallback):
+    fast = await nativetrace.fast_trace(node, op, ep, version, None)
+    if isinstance(fast, nativetrace.Fallback):
         return "fallback", fast, None
     try:
         result = decode_validation(version, fast.data, fast.reverted)
@@ -176,7 +176,7 @@ def assert_covers(fast: Trace, exact: Trace, op: UserOperation, version: Version
         assert fast.code_hashes.get(address) == digest, address
 
 
-Built = fasttrace.FastTrace | fasttrace.Fallback
+Built = nativetrace.FastTrace | nativetrace.Fallback
 
 
 async def both_builds(
@@ -191,23 +191,23 @@ async def both_builds(
         for name, config in (
             ("calls", {"tracer": "callTracer"}),
             ("prestate", {"tracer": "prestateTracer"}),
-            ("steps", fasttrace._STRUCT_CONFIG),
+            ("steps", nativetrace._STRUCT_CONFIG),
         )
     }
-    root = msgspec.convert(raw["calls"], fasttrace._Frame)
-    prestate = msgspec.convert(raw["prestate"], dict[str, fasttrace._Account])
-    steps = msgspec.convert(raw["steps"], fasttrace._StructLog).structLogs
+    root = msgspec.convert(raw["calls"], nativetrace._Frame)
+    prestate = msgspec.convert(raw["prestate"], dict[str, nativetrace._Account])
+    steps = msgspec.convert(raw["steps"], nativetrace._StructLog).structLogs
     # A deploying operation's factory phase replayed alone, as fast_trace does: both builds
     # get the same verdict on its EXTCODE* targets.
     harmless = False
     if op.deploys:
         replay: dict[str, Any] = {}
-        await fasttrace._replay_factory(node, op, ep, version, block, replay)
-        harmless = fasttrace._vouched(root, op, ep, version, replay) is None
-    static = fasttrace.build_static(
+        await nativetrace._replay_factory(node, op, ep, version, block, replay)
+        harmless = nativetrace._vouched(root, op, ep, version, replay) is None
+    static = nativetrace.build_static(
         root, prestate, op, entry_point=ep, version=version, factory_extcode_harmless=harmless
     )
-    stepped = fasttrace.build_trace(
+    stepped = nativetrace.build_trace(
         steps, root, prestate, op, entry_point=ep, version=version,
         factory_extcode_harmless=harmless,
     )  # fmt: skip
@@ -221,8 +221,8 @@ async def check_static(node: Node, op: UserOperation, ep: str, version: Version)
     static, stepped = await both_builds(node, op, ep, version)
     if isinstance(static, str):
         return False
-    assert isinstance(static, fasttrace.FastTrace), static
-    assert isinstance(stepped, fasttrace.FastTrace), (stepped, static)
+    assert isinstance(static, nativetrace.FastTrace), static
+    assert isinstance(stepped, nativetrace.FastTrace), (stepped, static)
     assert (static.data, static.reverted) == (stepped.data, stepped.reverted)
     assert_covers(static.trace, stepped.trace, op, version)
     for role, phase in rules._phases(stepped.trace, op, version).items():
@@ -242,7 +242,7 @@ async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) 
     decision, fast, _ = await fast_judgement(node, op, ep, version)
     if decision == "accept":
         assert exact[0] == "accepted", (exact, fast)
-        assert isinstance(fast, fasttrace.FastTrace)
+        assert isinstance(fast, nativetrace.FastTrace)
         _, _, exact_trace = await trace_validation(node, op, ep, version, None)
         assert_covers(fast.trace, exact_trace, op, version)
     final = await verdict(node, op, ep, version, fast=True)
@@ -353,7 +353,7 @@ def simple_op(
     if deployed:
         funder = "0x" + secrets.token_bytes(20).hex()
         if version == "0.8":  # its factory takes createAccount from the SenderCreator alone
-            funder = fasttrace.sender_creator(entry_point)
+            funder = nativetrace.sender_creator(entry_point)
         rpc.call("anvil_setBalance", funder, hex(10**18))
         rpc.call("anvil_impersonateAccount", funder)
         tx = {
@@ -431,7 +431,7 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
     for shape in SHAPES:
         op = ops[shape]
         before = dict(safemode.FAST_PATH)
-        skipped_before = fasttrace.STRUCT_LOG["skipped"]
+        skipped_before = nativetrace.STRUCT_LOG["skipped"]
         fast_ms, exact_ms = [], []
         for _ in range(5):
             started = time.perf_counter()
@@ -441,7 +441,7 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             await validate_safe(node, op, entry_point, version, None, fast_path=False)
             exact_ms.append((time.perf_counter() - started) * 1000)
         assert safemode.FAST_PATH["fast"] - before["fast"] == 5
-        assert fasttrace.STRUCT_LOG["skipped"] - skipped_before == 5
+        assert nativetrace.STRUCT_LOG["skipped"] - skipped_before == 5
         print(
             f"v{version} deployed={shape[0]} sponsored={shape[1]}: validate_safe fast "
             f"{statistics.median(fast_ms):.1f} ms, exact {statistics.median(exact_ms):.1f} ms"
@@ -531,10 +531,10 @@ async def test_a_node_refusing_a_native_trace_is_a_fallback(
         op = world.op("0.7")
     node = Refusing(devnet[0].url, refuse)
     try:
-        got = await fasttrace.fast_trace(node, op, world.entry_points["0.7"], "0.7", None)
+        got = await nativetrace.fast_trace(node, op, world.entry_points["0.7"], "0.7", None)
     finally:
         await node.client.aclose()
-    assert isinstance(got, fasttrace.Fallback) and "refused by the test" in got.reason, got
+    assert isinstance(got, nativetrace.Fallback) and "refused by the test" in got.reason, got
 
 
 # --- sans-IO: build_trace on hand-made traces ---------------------------------------------------
@@ -557,15 +557,15 @@ def build(
     calls: list[Any],
     prestate: dict[str, Any] | None = None,
     op: UserOperation | None = None,
-) -> fasttrace.FastTrace | fasttrace.Fallback:
+) -> nativetrace.FastTrace | nativetrace.Fallback:
     root = msgspec.convert(
-        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), fasttrace._Frame
+        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), nativetrace._Frame
     )
     accounts_ = msgspec.convert(
         prestate or {EP: {"code": "0x60"}, SENDER: {"code": "0x60"}},
-        dict[str, fasttrace._Account],
+        dict[str, nativetrace._Account],
     )
-    parsed = [fasttrace._Step(op=name, depth=depth) for name, depth in steps]
+    parsed = [nativetrace._Step(op=name, depth=depth) for name, depth in steps]
     plain = UserOperation(
         sender=SENDER,
         nonce=0,
@@ -576,7 +576,7 @@ def build(
         max_fee_per_gas=1,
         max_priority_fee_per_gas=1,
     )
-    return fasttrace.build_trace(
+    return nativetrace.build_trace(
         parsed, root, accounts_, op or plain, entry_point=EP, version="0.7"
     )
 
@@ -606,7 +606,7 @@ def test_build_aligns_precompile_calls_without_steps() -> None:
     steps += [("SLOAD", 2), ("RETURN", 2), ("POP", 1), ("STOP", 1)]
     prestate = {EP: {"code": "0x60"}, SENDER: {"code": "0x60", "storage": {"0x01": "0x0"}}}
     built = build(steps, [account_call([ecrecover])], prestate)
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     assert phase.target == SENDER and phase.method == VALIDATE
     assert phase.code == {ECRECOVER: CodeAccess(size=-1, op="STATICCALL")}
@@ -616,12 +616,12 @@ def test_build_aligns_precompile_calls_without_steps() -> None:
 
 def test_build_falls_back_when_frames_and_steps_disagree() -> None:
     steps = [("CALL", 1), ("PUSH1", 2), ("CALL", 2), ("STOP", 2), ("STOP", 1)]
-    assert isinstance(build(steps, [account_call()]), fasttrace.Fallback)  # frame missing
+    assert isinstance(build(steps, [account_call()]), nativetrace.Fallback)  # frame missing
     steps = [("CALL", 1), ("PUSH1", 2), ("STOP", 2), ("STOP", 1)]
     inner = [frame("CALL", SENDER, OTHER)]
-    assert isinstance(build(steps, [account_call(inner)]), fasttrace.Fallback)  # left over
+    assert isinstance(build(steps, [account_call(inner)]), nativetrace.Fallback)  # left over
     steps = [("CALL", 1), ("PUSH1", 3), ("STOP", 1)]
-    assert isinstance(build(steps, [account_call()]), fasttrace.Fallback)  # depth jump
+    assert isinstance(build(steps, [account_call()]), nativetrace.Fallback)  # depth jump
 
 
 @pytest.mark.parametrize(
@@ -636,11 +636,11 @@ def test_build_falls_back_when_frames_and_steps_disagree() -> None:
 def test_build_falls_back_on_what_needs_the_stack(opcode: str, why: str) -> None:
     steps = [("CALL", 1), (opcode, 2), ("STOP", 2), ("STOP", 1)]
     built = build(steps, [account_call()])
-    assert isinstance(built, fasttrace.Fallback) and why in built.reason
+    assert isinstance(built, nativetrace.Fallback) and why in built.reason
     # The same in a phase no rule judges (the EntryPoint calling itself) is fine.
     own = frame("STATICCALL", EP, EP, input="0x957122ab")
     steps = [("STATICCALL", 1), (opcode, 2), ("STOP", 2), ("CALL", 1), ("STOP", 2), ("STOP", 1)]
-    assert isinstance(build(steps, [own, account_call()]), fasttrace.FastTrace)
+    assert isinstance(build(steps, [own, account_call()]), nativetrace.FastTrace)
 
 
 def test_build_falls_back_on_unknown_opcode_log1_and_selfdestruct() -> None:
@@ -649,7 +649,7 @@ def test_build_falls_back_on_unknown_opcode_log1_and_selfdestruct() -> None:
         [("LOG1", 1), ("CALL", 1), ("STOP", 2), ("STOP", 1)],
         [("CALL", 1), ("SELFDESTRUCT", 2), ("STOP", 1)],
     ):
-        assert isinstance(build(steps, [account_call()]), fasttrace.Fallback), steps
+        assert isinstance(build(steps, [account_call()]), nativetrace.Fallback), steps
 
 
 def test_build_gas_rule_and_named_opcodes_by_context() -> None:
@@ -660,7 +660,7 @@ def test_build_gas_rule_and_named_opcodes_by_context() -> None:
     prestate = {EP: {"code": "0x60"}, SENDER: {"code": "0x60", "storage": {"0x05": "0x0"}}}
     prestate[impl] = {"code": "0x60"}
     built = build(steps, [account_call([delegate])], prestate)
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     # GAS before DELEGATECALL is fine; the one before POP counts; the implementation's code
     # runs in the sender's context (storage, opcodes).
@@ -678,13 +678,13 @@ def test_build_created_code_and_out_of_gas() -> None:
     steps = [("CALL", 1), ("CREATE", 2), ("PUSH1", 3), ("RETURN", 3), ("CALL", 2)]
     steps += [("JUMPDEST", 3), ("JUMPDEST", 3), ("POP", 2), ("STOP", 2), ("STOP", 1)]
     built = build(steps, [account_call([create, burn])])
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     assert phase.code[made].size == 2  # created earlier in the trace: it has code now
     assert phase.oog and phase.opcodes == {"CREATE": {SENDER: 1}}
     odd = frame("CALL", SENDER, OTHER, error="stack underflow")
     steps = [("CALL", 1), ("CALL", 2), ("STOP", 2), ("STOP", 1)]
-    assert isinstance(build(steps, [account_call([odd])]), fasttrace.Fallback)
+    assert isinstance(build(steps, [account_call([odd])]), nativetrace.Fallback)
 
 
 # --- sans-IO: build_static on hand-made traces -------------------------------------------------
@@ -694,11 +694,11 @@ STATIC_EP_CODE = "0x00"  # the EntryPoint's code at depth 1: only LOG1/SELFDESTR
 
 def build_static(
     calls: list[Any], prestate: dict[str, Any], op: UserOperation | None = None
-) -> fasttrace.FastTrace | fasttrace.Fallback | str:
+) -> nativetrace.FastTrace | nativetrace.Fallback | str:
     root = msgspec.convert(
-        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), fasttrace._Frame
+        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), nativetrace._Frame
     )
-    accounts_ = msgspec.convert(prestate, dict[str, fasttrace._Account])
+    accounts_ = msgspec.convert(prestate, dict[str, nativetrace._Account])
     plain = UserOperation(
         sender=SENDER,
         nonce=0,
@@ -709,7 +709,7 @@ def build_static(
         max_fee_per_gas=1,
         max_priority_fee_per_gas=1,
     )
-    return fasttrace.build_static(root, accounts_, op or plain, entry_point=EP, version="0.7")
+    return nativetrace.build_static(root, accounts_, op or plain, entry_point=EP, version="0.7")
 
 
 def test_static_clean_code_needs_no_struct_log() -> None:
@@ -725,7 +725,7 @@ def test_static_clean_code_needs_no_struct_log() -> None:
     ecrecover = frame("STATICCALL", SENDER, ECRECOVER)
     delegate = frame("DELEGATECALL", SENDER, impl)
     built = build_static([account_call([ecrecover, delegate])], prestate)
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     assert phase.opcodes == {}
     assert [c.type for c in phase.calls] == ["CALL", "STATICCALL", "DELEGATECALL"]
@@ -757,13 +757,13 @@ def test_static_needs_the_struct_log_for_judged_opcodes(code: str, why: str) -> 
     prestate[helper] = {"code": code}
     own = frame("STATICCALL", EP, helper, input="0x957122ab")
     built = build_static([own, account_call()], {**prestate, SENDER: {"code": "0x00"}})
-    assert isinstance(built, fasttrace.FastTrace) == (why != "0x0c"), built
+    assert isinstance(built, nativetrace.FastTrace) == (why != "0x0c"), built
 
 
 def test_static_gas_right_before_a_call_is_fine() -> None:
     # GAS CALL (the call underflows the stack here; what counts is which bytes can run).
     prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x5af100"}}
-    assert isinstance(build_static([account_call()], prestate), fasttrace.FastTrace)
+    assert isinstance(build_static([account_call()], prestate), nativetrace.FastTrace)
 
 
 def test_static_needs_the_struct_log_for_what_only_steps_show() -> None:
@@ -795,13 +795,13 @@ def test_static_counts_creates_by_their_frames() -> None:
         made: {"code": "0x"},  # as the prestate lists a created account: before it
     }
     built = build_static([account_call([create, after])], prestate)
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     assert phase.opcodes == {"CREATE2": {SENDER: 1}}
     assert [c.type for c in phase.calls] == ["CALL", "CREATE2", "CALL", "CALL"]
     assert phase.code[made].size == 0  # first touched inside its own constructor
     never_ran = build_static([account_call()], prestate)
-    assert isinstance(never_ran, fasttrace.FastTrace) and never_ran.trace.phases[0].opcodes == {}
+    assert isinstance(never_ran, nativetrace.FastTrace) and never_ran.trace.phases[0].opcodes == {}
     failed = frame("CREATE2", SENDER, made, error="insufficient balance for transfer")
     assert "failed" in str(build_static([account_call([failed])], prestate))
     with pytest.raises(BundlerFault, match="OP-031"):  # the account may not CREATE2
@@ -812,7 +812,7 @@ def test_static_out_of_gas_and_code_less_targets() -> None:
     prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x00"}, OTHER: {"code": "0x"}}
     burn = frame("CALL", SENDER, OTHER, error="out of gas")
     built = build_static([account_call([burn])], prestate)
-    assert isinstance(built, fasttrace.FastTrace), built
+    assert isinstance(built, nativetrace.FastTrace), built
     (phase,) = built.trace.phases
     assert phase.oog and phase.code[OTHER].size == 0
     with pytest.raises(BundlerFault, match="OP-020"):
@@ -822,8 +822,8 @@ def test_static_out_of_gas_and_code_less_targets() -> None:
 def test_static_keccak_needs_counting_only_with_enough_gas() -> None:
     prestate = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x6020600020" + "00"}}
     cheap = account_call()
-    assert isinstance(build_static([cheap], prestate), fasttrace.FastTrace)
-    costly = frame("CALL", EP, SENDER, input=VALIDATE, gasUsed=hex(fasttrace.KECCAK_GAS))
+    assert isinstance(build_static([cheap], prestate), nativetrace.FastTrace)
+    costly = frame("CALL", EP, SENDER, input=VALIDATE, gasUsed=hex(nativetrace.KECCAK_GAS))
     built = build_static([costly], prestate)
     assert isinstance(built, str) and "KECCAK" in built
 
@@ -930,7 +930,7 @@ def test_code_cache_decodes_hashes_and_stays_bounded() -> None:
 
 
 def test_opcode_table_is_the_collectors() -> None:
-    assert set(opcodes.EFFECTS) == tracer._ASSIGNED
+    assert set(opcodes.EFFECTS) == jscollector._ASSIGNED
 
 
 # --- the factory phase replayed alone (sans-IO) ------------------------------------------------
@@ -945,13 +945,13 @@ def factory_call(**extra: Any) -> Any:
     return frame("CALL", EP, CREATOR, [inner], input=rules._CREATE_SENDER + "00" * 32, **extra)
 
 
-def typed(raw: Any) -> fasttrace._Frame:
-    return msgspec.convert(raw, fasttrace._Frame)
+def typed(raw: Any) -> nativetrace._Frame:
+    return msgspec.convert(raw, nativetrace._Frame)
 
 
-def accounts_with(**codes: str) -> dict[str, fasttrace._Account]:
+def accounts_with(**codes: str) -> dict[str, nativetrace._Account]:
     accounts = {CREATOR: "0x6001", FACTORY: "0x6002", SENDER: "0x", **codes}
-    return {a: fasttrace._Account(code=c) for a, c in accounts.items()}
+    return {a: nativetrace._Account(code=c) for a, c in accounts.items()}
 
 
 def oracle(phase: Any, replay: Any, state: dict[str, Any]) -> str | None:
@@ -960,7 +960,7 @@ def oracle(phase: Any, replay: Any, state: dict[str, Any]) -> str | None:
         pre_verification_gas=1, max_fee_per_gas=1, max_priority_fee_per_gas=1,
         factory=FACTORY, factory_data=b"\x01",
     )  # fmt: skip
-    return fasttrace.factory_oracle(phase, replay, state, op, entry_point=EP, unknowable=UNKNOWN)
+    return nativetrace.factory_oracle(phase, replay, state, op, entry_point=EP, unknowable=UNKNOWN)
 
 
 def test_factory_oracle_vouches_only_for_a_replay_that_touched_no_code_less_account() -> None:
@@ -984,29 +984,29 @@ def test_factory_phase_and_its_replay_call() -> None:
     root = typed(
         frame("CALL", "0x" + "00" * 20, EP, [frame("CALL", EP, SENDER), factory_call(gas="0x10")])
     )
-    phase = fasttrace.factory_phase(root)
+    phase = nativetrace.factory_phase(root)
     assert phase is not None and phase.to == CREATOR
     op = UserOperation(
         sender=SENDER, nonce=0, call_data=b"", call_gas_limit=1, verification_gas_limit=0x10,
         pre_verification_gas=1, max_fee_per_gas=1, max_priority_fee_per_gas=1,
         factory=FACTORY, factory_data=b"\x01\x02",
     )  # fmt: skip
-    creator = fasttrace.sender_creator(EP)
+    creator = nativetrace.sender_creator(EP)
     create_sender = abi.encode_call("createSender(bytes)", op.init_code)
     # v0.6/v0.7: the whole phase, createSender(initCode) from a random sender.
-    assert fasttrace.replay_call(op, EP, "0.7", UNKNOWN[0]) == {
+    assert nativetrace.replay_call(op, EP, "0.7", UNKNOWN[0]) == {
         "from": UNKNOWN[0],
         "to": creator,
         "input": "0x" + create_sender.hex(),
-        "gas": hex(0x10 + fasttrace.REPLAY_GAS + 16 * len(create_sender)),
+        "gas": hex(0x10 + nativetrace.REPLAY_GAS + 16 * len(create_sender)),
     }
-    assert fasttrace.replayed_frame(phase, "0.7") is phase
+    assert nativetrace.replayed_frame(phase, "0.7") is phase
     # v0.8's SenderCreator answers its EntryPoint alone: the factory's call, from it.
-    assert fasttrace.replay_call(op, EP, "0.8", UNKNOWN[0]) == {
+    assert nativetrace.replay_call(op, EP, "0.8", UNKNOWN[0]) == {
         "from": creator,
         "to": FACTORY,
         "input": "0x0102",
-        "gas": hex(0x10 + fasttrace.REPLAY_GAS + 16 * 2),
+        "gas": hex(0x10 + nativetrace.REPLAY_GAS + 16 * 2),
     }
-    assert fasttrace.replayed_frame(phase, "0.8") is phase.calls[0]
-    assert fasttrace.factory_phase(typed(frame("CALL", "0x" + "00" * 20, EP, []))) is None
+    assert nativetrace.replayed_frame(phase, "0.8") is phase.calls[0]
+    assert nativetrace.factory_phase(typed(frame("CALL", "0x" + "00" * 20, EP, []))) is None

@@ -29,9 +29,9 @@ from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.tx import tx_hash
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from tests.conftest import pg_schema
 from tests.helpers import GatewayHandle
 from tests.test_aa_devnet import TAGS

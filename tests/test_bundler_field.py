@@ -43,8 +43,8 @@ from chaingate.evm import abi
 from chaingate.evm.addresses import create2_address
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
+from chaingate.twins import Impl
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle
 from tests.http_relay import HttpRelay
@@ -149,7 +149,7 @@ async def start_field(
 async def field(nursery: trio.Nursery, devnet: Devnet, tmp_path: Path) -> Field:
     """The bundler logic is the same on both framing twins: the compiled one runs it here
     (``test_bodies_that_cannot_be_decoded_answer_parse_errors`` takes both)."""
-    from chaingate import impl as impl_module
+    from chaingate import twins as impl_module
 
     return await start_field(nursery, impl_module.compiled(), devnet, tmp_path)
 
@@ -440,7 +440,7 @@ async def test_a_batch_of_operations_validates_concurrently(
 ) -> None:
     """Every debug_traceCall held 0.3 s by the relay: eight operations validated one after
     another would take at least 2.4 s; a batch takes about one validation's time."""
-    from chaingate import impl as impl_module
+    from chaingate import twins as impl_module
 
     field = await start_field(nursery, impl_module.compiled(), devnet, tmp_path, delay=0.3)
     accounts = [fresh_account(world) for _ in range(2)]

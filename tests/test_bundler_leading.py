@@ -15,8 +15,8 @@ from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.devnet.rpc import DevnetRpc
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
+from chaingate.twins import Impl
 from tests.helpers import GatewayHandle
 from tests.test_aa_devnet import TAGS
 from tests.test_bundler_e2e import Bundler, sponsored_op, start_settings

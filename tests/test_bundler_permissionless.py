@@ -25,7 +25,7 @@ import httpx
 import pytest
 import trio
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.aa import accounts
 from chaingate.aa.userop import Version
 from chaingate.auth import admin
@@ -36,9 +36,9 @@ from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.evm.addresses import checksum_address
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from tests.conftest import DEVNET_SIGNER, make_settings
 from tests.helpers import GatewayHandle
 from tests.node_clients import run_script

@@ -24,7 +24,7 @@ from chaingate.aa.userop import UserOperation, Version
 from chaingate.bundler import rules, simulation
 from chaingate.bundler.errors import BANNED_OPCODE, BundlerFault
 from chaingate.bundler.safemode import validate_safe
-from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
+from chaingate.bundler.tracecall import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess

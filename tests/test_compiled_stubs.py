@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.auth.gate import ANONYMOUS, Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors

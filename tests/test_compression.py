@@ -20,7 +20,7 @@ import trio
 
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.edge import compression
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from chaingate.ws import deflate
 from tests.conftest import StartGateway
 from tests.helpers import exchange, parse_responses, post_bytes, rpc_body

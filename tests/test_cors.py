@@ -14,7 +14,7 @@ from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.edge import cors
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.conftest import StartGateway
 from tests.helpers import exchange, parse_responses
 from tests.test_auth import RPC, auth_settings, start_auth

@@ -31,8 +31,8 @@ from chaingate.dashboard.sharedthrottle import SharedLoginThrottle
 from chaingate.dashboard.store import DashboardRows
 from chaingate.dashboard.throttle import LoginThrottle
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl, select
 from chaingate.store import open_store
+from chaingate.twins import Impl, select
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
 from tests.test_shared_limits import REDIS_URL, _require_redis
 

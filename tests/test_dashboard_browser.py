@@ -35,8 +35,8 @@ from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.npm import npm_install
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl, select
 from chaingate.outbound import OutboundPolicy
+from chaingate.twins import Impl, select
 from tests.conftest import make_settings
 from tests.test_auth import PEPPER
 from tests.test_browser import CHROMIUM, PLAYWRIGHT

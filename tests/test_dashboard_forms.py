@@ -32,9 +32,9 @@ from chaingate.dashboard.passwords import verify_password
 from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from chaingate.webhooks.mailer import pause_notice
 from tests.conftest import make_settings
 from tests.helpers import GatewayHandle

@@ -30,9 +30,9 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm import abi
 from chaingate.evm.addresses import checksum_address
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
 from chaingate.store import open_store
+from chaingate.twins import Impl
 from tests.conftest import DEVNET_SIGNER, make_settings
 from tests.helpers import GatewayHandle
 from tests.test_auth import PEPPER

@@ -26,7 +26,7 @@ import coredis
 import pytest
 import trio
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.auth import admin, dayquotas, shared
 from chaingate.auth.dayquotas import utc_day
 from chaingate.auth.keygate import KeyGate, KeyRegistry

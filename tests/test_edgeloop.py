@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.edge.responses import DateHeader
 from chaingate.envelope import error_body
 from chaingate.framing_constants import BUSY, IDLE

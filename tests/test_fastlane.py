@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.envelope import error_body
 from chaingate.framing_constants import MAX_JSON_DEPTH
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.helpers import call_fields, request_fields
 from tests.jsonrpc_contract import (
     INVALID_REQUEST,

@@ -18,7 +18,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.api.app import create_app
 from chaingate.api.build import build_api
 from chaingate.api.chains import ChainNames
@@ -39,9 +39,9 @@ from chaingate.config.network import Network
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gas import prices
 from chaingate.gas.oracle import GasOracle
-from chaingate.impl import Impl
 from chaingate.rpc.pool import UpstreamPool
 from chaingate.rpc.service import parse_evm_head
+from chaingate.twins import Impl
 from tests.conftest import StartGateway
 from tests.test_auth import AuthStack, assert_rate_headers, auth_settings, start_auth
 

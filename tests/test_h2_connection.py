@@ -21,7 +21,7 @@ from h2.events import DataReceived, Event, RequestReceived, StreamEnded, StreamR
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.rpc.connection import PlainTransport
 from chaingate.rpc.errors import (
     BAD_RESPONSE,

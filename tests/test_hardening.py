@@ -20,8 +20,8 @@ import trio
 from chaingate.auth import keygate
 from chaingate.auth.keygate import ANONYMOUS_RPS
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl
 from chaingate.peers import peer_group
+from chaingate.twins import Impl
 from tests.conftest import StartGateway, make_settings
 from tests.helpers import exchange, parse_responses, post_bytes, rpc_body
 from tests.serve_process import ServeProcess

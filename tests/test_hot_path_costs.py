@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.devnet.anvil import AnvilProcess
 from tests.conftest import IN_CI
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.helpers import request_fields
 
 SIMPLE = b"POST /rpc HTTP/1.1\r\nHost: example.com\r\nContent-Length: 5\r\n\r\nhello"

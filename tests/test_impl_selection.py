@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from chaingate import impl
+from chaingate import twins
 from tests.conftest import IN_CI
 
 
@@ -18,7 +18,7 @@ def _selected_in_subprocess(env_value: str | None) -> str:
     if env_value is not None:
         env["CHAINGATE_PURE"] = env_value
     code = (
-        "from chaingate import impl; i = impl.select(); "
+        "from chaingate import twins; i = twins.select(); "
         "print(i.name, i.http1.__file__, i.jsonrpc.__file__)"
     )
     result = subprocess.run(
@@ -29,7 +29,7 @@ def _selected_in_subprocess(env_value: str | None) -> str:
 
 def test_default_selection_is_the_compiled_extension() -> None:
     try:
-        compiled = impl.compiled()
+        compiled = twins.compiled()
     except ImportError:
         if IN_CI:
             pytest.fail("compiled modules are missing under CI: the build step did not run")
@@ -50,12 +50,12 @@ def test_chaingate_pure_forces_the_python_twins() -> None:
 
 
 def test_every_native_module_has_a_pure_twin_with_the_same_public_api() -> None:
-    pure = impl.pure()
+    pure = twins.pure()
     try:
-        compiled = impl.compiled()
+        compiled = twins.compiled()
     except ImportError:
         pytest.skip("compiled modules not built")
-    for name in impl.NATIVE_MODULES:
+    for name in twins.NATIVE_MODULES:
         pure_module = getattr(pure, name)
         compiled_module = getattr(compiled, name)
         assert pure_module.__all__ == compiled_module.__all__, name

@@ -28,7 +28,7 @@ from chaingate.data.ledger import (
     TokenKey,
     TokenRow,
 )
-from chaingate.data.native import NativeDataError, native_transfers, value_transactions
+from chaingate.data.nativetransfers import NativeDataError, native_transfers, value_transactions
 from chaingate.data.transfers import (
     METADATA_UPDATE,
     TRANSFER,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chaingate.framing_constants import MAX_JSON_DEPTH
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.helpers import call_fields
 from tests.jsonrpc_contract import (
     INVALID_REQUEST,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaingate import impl as impl_module
-from chaingate.impl import Impl
+from chaingate import twins as impl_module
+from chaingate.twins import Impl
 from tests.conftest import IN_CI
 
 

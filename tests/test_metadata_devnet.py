@@ -23,7 +23,7 @@ import msgspec
 import pytest
 import trio
 
-from chaingate import impl as impl_module
+from chaingate import twins as impl_module
 from chaingate.chain.client import ChainClient
 from chaingate.config import MetadataSettings, NetworkSettings, RpcSettings
 from chaingate.config.manifest import Manifest

@@ -21,8 +21,8 @@ from chaingate.api.build import build_api
 from chaingate.api.openapi import document
 from chaingate.api.routing import Route
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import pure
 from chaingate.redaction import redact_key_shaped
+from chaingate.twins import pure
 from tests.conftest import _compiled_or_skip
 from tests.test_auth import AuthStack, auth_settings, start_auth
 from tests.test_dashboard_forms import impl, site

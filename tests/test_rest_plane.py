@@ -25,7 +25,7 @@ from chaingate.api.routing import PricingError
 from chaingate.auth.store import AuthRows
 from chaingate.config import default_config_dir
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.serve_process import ServeProcess
 from tests.test_auth import AuthStack
 from tests.test_hardening import gas_stack

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl
 from chaingate.rpc.methods import MethodTable
+from chaingate.twins import Impl
 from tests.conftest import StartGateway
 from tests.helpers import parse_responses, post_bytes, rpc_body
 from tests.test_auth import AuthStack, auth_settings, start_auth

@@ -31,7 +31,7 @@ from chaingate.devnet.npm import cache_root
 from chaingate.devnet.solc import compile_sources
 from chaingate.evm import abi
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.conftest import IN_CI, StartGateway, make_settings
 from tests.helpers import GatewayHandle
 from tests.simulation_oracle import Chain, check_against_chain

@@ -22,10 +22,10 @@ from chaingate.config import default_config_dir
 from chaingate.config.manifest import Manifest, dumps
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.evm import abi
-from chaingate.impl import Impl, select
 from chaingate.rpc.local import load_costs
 from chaingate.rpc.methods import MethodTable
 from chaingate.simulation.methods import BUNDLER_METHODS, METHODS
+from chaingate.twins import Impl, select
 from tests.conftest import StartGateway
 from tests.provider_stub import MissingMethodsStub
 from tests.test_allowlists import restricted

@@ -29,8 +29,8 @@ from chaingate.devnet.anvil import AnvilProcess
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
-from chaingate.impl import Impl
 from chaingate.outbound import OutboundPolicy
+from chaingate.twins import Impl
 from tests.conftest import DEVNET_SIGNER, make_settings
 from tests.helpers import GatewayHandle
 from tests.simulation_oracle import Balance, Chain, balance_deltas

@@ -18,8 +18,8 @@ from chaingate.chain.consumer import KeptPosition, consume
 from chaingate.chain.events import Apply, ChainEvent, Revert
 from chaingate.chain.feed import TermFeed
 from chaingate.chain.store import ChainRows
-from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import LocalLeadership
+from chaingate.cluster.rolestream import follower_terms
 from chaingate.devnet.anvil import AnvilProcess
 from tests.test_follower import (
     Run,

@@ -14,7 +14,7 @@ import trio
 
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.devnet.npm import npm_install
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.node_clients import run_script
 from tests.test_auth import auth_settings, start_auth
 

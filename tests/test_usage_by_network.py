@@ -18,9 +18,9 @@ import httpx
 import trio
 
 from chaingate.auth.store import AuthRows, UsageDelta
-from chaingate.impl import Impl
 from chaingate.store import open_store
 from chaingate.store.migrate import apply_pending, load_migrations
+from chaingate.twins import Impl
 from tests.test_auth import auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, sign_in
 

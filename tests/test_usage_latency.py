@@ -16,7 +16,7 @@ import trio
 
 from chaingate.auth import admin
 from chaingate.auth.store import AuthRows
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.test_auth import auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, sign_in
 from tests.test_usage_by_network import DEVNET, MAINNET, call, on_every_rpc_path

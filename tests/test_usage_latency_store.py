@@ -22,9 +22,9 @@ from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.dashboard.latency import percentile
 from chaingate.dashboard.store import DashboardRows
 from chaingate.devnet.anvil import AnvilProcess
-from chaingate.impl import Impl, select
 from chaingate.store import Store, open_store
 from chaingate.store.migrate import apply_pending, load_migrations
+from chaingate.twins import Impl, select
 from tests.test_auth import PEPPER, AuthStack, auth_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, csrf, sign_in
 

@@ -19,9 +19,9 @@ from chaingate.auth import usagelatency
 from chaingate.auth.store import AuthRows, LatencyDelta, UsageDelta
 from chaingate.auth.usage import UsageWriter
 from chaingate.dashboard import latency as dashboard_latency
-from chaingate.impl import Impl
 from chaingate.obs.metrics import LATENCY_BUCKETS
 from chaingate.store import open_store
+from chaingate.twins import Impl
 
 
 def test_every_latency_table_has_the_buckets_the_meter_counts() -> None:

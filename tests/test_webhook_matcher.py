@@ -1,4 +1,4 @@
-"""The webhook matcher (chaingate.webhooks.matcher): hand-built blocks shaped like anvil's
+"""The webhook matcher (chaingate.webhooks.matchindex): hand-built blocks shaped like anvil's
 answers for every kind; the index against a naive reference (hypothesis); the work a block
 costs, counted, with 100,000 subscriptions; and call traces from a real anvil."""
 
@@ -23,7 +23,7 @@ from chaingate.devnet.rpc import DevnetRpc
 from chaingate.evm.abi import encode, encode_call, event_topic
 from chaingate.evm.keccak import keccak256
 from chaingate.webhooks.filters import Filter, FilterError, parse_config
-from chaingate.webhooks.matcher import (
+from chaingate.webhooks.matchindex import (
     BlockData,
     MatchIndex,
     Needs,

@@ -15,7 +15,7 @@ from chaingate.auth.store import AuthRows
 from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, header_from_rpc
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.store import Store, open_store
-from chaingate.webhooks.follow import NetworkMatcher
+from chaingate.webhooks.blockmatcher import NetworkMatcher
 from chaingate.webhooks.store import WebhookCursorMoved, WebhookRows
 from chaingate.webhooks.variants import VARIANT_A
 from tests.test_metadata_devnet import open_client

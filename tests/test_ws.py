@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidStatus
 from chaingate.auth.store import AuthRows
 from chaingate.config import FollowerSettings
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
-from chaingate.impl import Impl
+from chaingate.twins import Impl
 from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle, exchange, parse_responses, post_bytes
 from tests.test_auth import AuthStack, auth_settings, start_auth

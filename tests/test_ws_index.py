@@ -24,8 +24,8 @@ import trio
 from chaingate.auth.plans import Limits
 from chaingate.chain.events import ChainEvent, Log
 from chaingate.config import WebSocketSettings
-from chaingate.impl import Impl
 from chaingate.jsondepth import too_deep
+from chaingate.twins import Impl
 from chaingate.ws.caps import NO_LIMIT, KeyBudgets, Limit, caps_for, over_budget
 from chaingate.ws.filters import FilterError, LogFilter, log_key, parse_log_filter
 from chaingate.ws.hub import Hub

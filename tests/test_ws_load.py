@@ -33,7 +33,7 @@ import trio.lowlevel
 
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gateway import Gateway
-from chaingate.impl import select
+from chaingate.twins import select
 from tests.conftest import StartGateway, make_settings
 from tests.helpers import GatewayHandle, post_bytes, rpc_body
 from tests.test_ws_index import Sink, StallMonitor, addr, make_log, quiet_collector, t

@@ -27,13 +27,13 @@ from chaingate.edge.asgi import AsgiBridge
 from chaingate.edge.lane import build_lane
 from chaingate.edge.routes import Routes
 from chaingate.edge.server import EdgeServer
-from chaingate.impl import Impl
 from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import Registry
 from chaingate.obs.sink import LogSink, stderr_sink
 from chaingate.rpc.local import LocalRpc
 from chaingate.rpc.local import load_costs as load_rpc_costs
 from chaingate.rpc.service import RpcService
+from chaingate.twins import Impl
 from chaingate.ws.endpoint import WsEndpoint
 
 

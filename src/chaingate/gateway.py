@@ -36,12 +36,12 @@ from chaingate.data.service import DataPlane
 from chaingate.frontdoor import FrontDoor
 from chaingate.gas.service import GasService
 from chaingate.gateway_metrics import register_edge_families, register_service_families
-from chaingate.impl import Impl, select
 from chaingate.obs.metrics import Registry
 from chaingate.outbound import Fetcher, OutboundPolicy
 from chaingate.rpc.methods import MethodTable
 from chaingate.simulation.service import SimulationService
 from chaingate.store import Store, open_store
+from chaingate.twins import Impl, select
 from chaingate.wallets.service import WalletService
 from chaingate.wallets.signer import paymaster_signer
 from chaingate.webhooks.service import WebhookService, webhook_delivery_fetcher

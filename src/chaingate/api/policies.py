@@ -22,7 +22,7 @@ from chaingate.api.types import Address, ChainName, Paged25, UnixTime
 from chaingate.api.wallets import iso
 from chaingate.api.walletsupport import account_of, service_of, unavailable
 from chaingate.config.network import Network
-from chaingate.text import first_unprintable
+from chaingate.printable import first_unprintable
 from chaingate.wallets.model import Evaluation, PolicyRefused
 from chaingate.wallets.rules import RuleError, Rules, parse_rules, usd_text
 from chaingate.wallets.store import Ledger, PolicyRow

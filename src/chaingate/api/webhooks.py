@@ -4,12 +4,12 @@ replays, a test ping and secret rotation.
 
 A webhook is matched on one followed network from the block its answer names
 (``matched_from_block``): creating it, or changing what it matches, takes effect at exactly
-that block (``chaingate.webhooks.follow``).  Its ``config`` is checked strictly
+that block (``chaingate.webhooks.blockmatcher``).  Its ``config`` is checked strictly
 (``chaingate.webhooks.filters``): a wrong key or value is 400 naming ``config.<key>``.  Its URL
 must be one this deployment may deliver to — HTTPS, and a host that resolves only to addresses
 the outbound policy allows — checked here and again at every delivery; and one that
 displays as what it is: no space, control or invisible formatting character
-(``chaingate.text``).  Another account's webhook is 404, exactly like one that does not exist.
+(``chaingate.printable``).  Another account's webhook is 404, exactly like one that does not exist.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from chaingate.auth.shared import SharedLimits
 from chaingate.auth.store import AuthRows
 from chaingate.auth.usage import UsageWriter
 from chaingate.config import AuthSettings, ConfigError, Settings, config_file
-from chaingate.impl import Impl
 from chaingate.store import Store
+from chaingate.twins import Impl
 
 
 class AuthService:

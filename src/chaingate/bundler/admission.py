@@ -23,7 +23,7 @@ from chaingate.bundler.simulation import (
     ValidationResult,
     simulate_validation,
 )
-from chaingate.bundler.tracing import code_hashes
+from chaingate.bundler.tracecall import code_hashes
 
 
 class Validated(msgspec.Struct, frozen=True):

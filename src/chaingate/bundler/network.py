@@ -30,7 +30,7 @@ from chaingate.bundler.reputation import Reputation
 from chaingate.bundler.simulation import simulate_handle_ops
 from chaingate.bundler.store import BundlerRows, Intent
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
-from chaingate.bundler.tracing import code_hashes
+from chaingate.bundler.tracecall import code_hashes
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config import NetworkBundlerSettings
 from chaingate.config.network import Network

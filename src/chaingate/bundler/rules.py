@@ -36,7 +36,7 @@ import msgspec
 from chaingate.aa.userop import OP_TUPLE_TYPE, UserOperation, Version, require_version
 from chaingate.bundler.errors import BANNED_OPCODE, BundlerFault
 from chaingate.bundler.simulation import StakeInfo, ValidationResult
-from chaingate.bundler.tracing import Phase, Trace
+from chaingate.bundler.tracecall import Phase, Trace
 from chaingate.evm import abi
 from chaingate.evm.keccak import keccak256
 

@@ -3,7 +3,7 @@
 The order is the reference bundler's: a FailedOp from the EntryPoint first (the op is invalid
 whatever it touched), then the opcode/storage/stake rules, then signature and time range.
 
-The trace comes from ``fasttrace`` (native tracers, ~10x cheaper) when it can be built soundly
+The trace comes from ``nativetrace`` (native tracers, ~10x cheaper) when it can be built soundly
 and the rules accept it; otherwise — and for every refusal by the rules — from the exact JS
 collector (``tracing.trace_validation``), whose verdict and message are authoritative.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chaingate.aa.userop import UserOperation, Version, require_version
-from chaingate.bundler import fasttrace
+from chaingate.bundler import nativetrace
 from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.rules import Outcome, check_trace
 from chaingate.bundler.simulation import (
@@ -24,7 +24,7 @@ from chaingate.bundler.simulation import (
     decode_validation,
     finish_validation,
 )
-from chaingate.bundler.tracing import trace_validation
+from chaingate.bundler.tracecall import trace_validation
 
 __all__ = ["FAST_PATH", "validate_safe"]
 
@@ -52,10 +52,10 @@ async def validate_safe(
     version = require_version(version)
     outcome: Outcome | None = None
     if fast_path:
-        fast = await fasttrace.fast_trace(
+        fast = await nativetrace.fast_trace(
             client, op, entry_point, version, simulations_code, block=block
         )
-        if isinstance(fast, fasttrace.FastTrace):
+        if isinstance(fast, nativetrace.FastTrace):
             # A FailedOp or other revert is the same data the exact path would decode.
             result = decode_validation(version, fast.data, fast.reverted)
             try:

@@ -31,9 +31,9 @@ from chaingate.chain.client import ChainClient
 from chaingate.chain.feed import TermFeed
 from chaingate.chain.follower import Follower
 from chaingate.chain.tap import Tap
-from chaingate.cluster.gates import RoleStream, follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.rolestream import RoleStream, follower_terms
 from chaingate.cluster.terms import RoleTerms
 from chaingate.config import BundlerSettings, ConfigError, NetworkSettings
 from chaingate.config.manifest import load_manifest

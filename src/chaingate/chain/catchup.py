@@ -1,7 +1,7 @@
 """Where a term of a follower consumer begins, and the blocks it is fed before the live stream.
 
 The consumers that must see every block — the indexer, the webhook matcher, the wallets' and
-the bundler's trackers — run in terms (``chaingate.cluster.gates``): while their role is led
+the bundler's trackers — run in terms (``chaingate.cluster.rolestream``): while their role is led
 here, from a leadership lock won, or for the whole process on SQLite.  A term begins right
 after the last block the consumer holds (``resume_point``: its stored cursor).  Having stored
 nothing, it begins at its start: its own configured start block where it has one

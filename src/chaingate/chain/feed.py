@@ -1,7 +1,7 @@
 """A term's feed of a follower: every block from the consumer's position, once, in order,
 without ever holding the follower back.
 
-A consumer run in terms (``chaingate.cluster.gates``) is fed through a ``Tap``: a queue of
+A consumer run in terms (``chaingate.cluster.rolestream``) is fed through a ``Tap``: a queue of
 ``consumer_buffer`` events the follower offers each event to without waiting, in the same
 step (no await between) as the event's change to its window — ``Apply`` right after the block
 joins the window, ``Revert`` right after it leaves (``Finalized`` is not offered: no consumer

@@ -21,11 +21,11 @@ from chaingate.chain.follower import Follower
 from chaingate.chain.store import ChainRows
 from chaingate.config import NetworkSettings, Settings
 from chaingate.config.network import Network
-from chaingate.impl import Impl
 from chaingate.rpc.methods import MethodTable
 from chaingate.rpc.service import Gate as ProxyGate
 from chaingate.rpc.service import RpcService
 from chaingate.store import Store
+from chaingate.twins import Impl
 
 log = logging.getLogger("chaingate")
 

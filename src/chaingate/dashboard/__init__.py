@@ -24,7 +24,7 @@ from chaingate.dashboard.web import (
     page,
 )
 from chaingate.edge.responses import PAGE_HEADERS
-from chaingate.text import code_point, first_hidden_in_url, hidden_in_url
+from chaingate.printable import code_point, first_hidden_in_url, hidden_in_url
 
 __all__ = ["Dashboard", "install"]
 

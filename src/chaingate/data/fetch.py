@@ -17,7 +17,7 @@ from typing import Any
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.chain.events import Block
 from chaingate.chain.ranges import FetchError, RangeFetcher, canonical_hashes
-from chaingate.data.native import NativeDataError, native_transfers, value_transactions
+from chaingate.data.nativetransfers import NativeDataError, native_transfers, value_transactions
 from chaingate.data.transfers import NativeTransfer
 
 

@@ -173,7 +173,7 @@ class Indexer:
         self, events: EventStream, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Index until cancelled or until the follower closes the stream (a term's feed,
-        ``chaingate.cluster.gates``: it begins after the stored cursor, or at the start)."""
+        ``chaingate.cluster.rolestream``: it begins after the stored cursor, or at the start)."""
         await self._reload()
         task_status.started()
         try:

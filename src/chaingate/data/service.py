@@ -17,8 +17,8 @@ import trio
 from chaingate.chain.client import ChainClient
 from chaingate.chain.follower import Follower
 from chaingate.chain.tap import Tap
-from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
+from chaingate.cluster.rolestream import follower_terms
 from chaingate.config import NetworkSettings
 from chaingate.config.manifest import load_manifest
 from chaingate.config.network import Network

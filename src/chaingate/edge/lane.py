@@ -15,9 +15,9 @@ from chaingate.config.network import Network
 from chaingate.edge import cors
 from chaingate.edge.routes import Routes
 from chaingate.envelope import error_body
-from chaingate.impl import Impl
 from chaingate.redaction import loggable_path
 from chaingate.rpc.service import RpcService
+from chaingate.twins import Impl
 from chaingate.twintypes.fastlane import Admission, Lane, Route
 
 RPC_PREFIX = b"/v1/rpc/"

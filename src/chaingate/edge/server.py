@@ -51,8 +51,8 @@ from chaingate.edge.limits import ConnectionLimits, connection_limits, raise_fd_
 from chaingate.edge.responses import JSON, DateHeader
 from chaingate.envelope import error_body
 from chaingate.framing_constants import BUSY, IDLE, LINGER, READING, WRITING
-from chaingate.impl import Impl
 from chaingate.peers import peer_group
+from chaingate.twins import Impl
 from chaingate.twintypes.edgeloop import Conn
 from chaingate.twintypes.fastlane import AnswerBudget, Lane
 from chaingate.twintypes.http1 import Http1Module, Request

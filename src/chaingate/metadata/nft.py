@@ -29,7 +29,7 @@ import msgspec
 
 from chaingate.metadata.model import Trait
 from chaingate.metadata.uris import substitute_id
-from chaingate.text import unprintable
+from chaingate.printable import unprintable
 
 NAME_MAX = 512
 DESCRIPTION_MAX = 10_000

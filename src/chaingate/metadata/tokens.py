@@ -22,7 +22,7 @@ import msgspec
 from chaingate.evm import abi
 from chaingate.metadata.model import Standard
 from chaingate.metadata.multicall import Call, Result
-from chaingate.text import unprintable
+from chaingate.printable import unprintable
 
 NAME_MAX_CHARS = 256
 SYMBOL_MAX_CHARS = 64

@@ -42,7 +42,6 @@ from urllib.parse import urlsplit
 import trio
 
 from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
-from chaingate.impl import Impl
 from chaingate.rpc.connection import (
     H2,
     HTTP1,
@@ -66,6 +65,7 @@ from chaingate.rpc.future import Future
 from chaingate.rpc.h2connection import Http2Connection
 from chaingate.rpc.heads import HeadJudge, Witness, witness_head
 from chaingate.rpc.hedging import Hedger
+from chaingate.twins import Impl
 from chaingate.twintypes.http1 import Response
 from chaingate.twintypes.jsonrpc import ParsedResponse
 

@@ -34,7 +34,6 @@ import trio
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.config.network import Network
 from chaingate.framing_constants import LIMIT_EXCEEDED
-from chaingate.impl import Impl
 from chaingate.refusals import Rejection, refusal_error
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import (
@@ -50,6 +49,7 @@ from chaingate.rpc.logranges import Limit, LogRanges, Split
 from chaingate.rpc.methods import MethodTable, block_number
 from chaingate.rpc.pool import Upstream, UpstreamPool
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
+from chaingate.twins import Impl
 from chaingate.twintypes.fastlane import AnswerBudget, Flight, Method, Route
 from chaingate.twintypes.http1 import Response
 from chaingate.twintypes.jsonrpc import JsonRpcModule, ParsedResponse, Reply

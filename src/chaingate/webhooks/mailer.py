@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import trio
 
 from chaingate.config import SmtpSettings
-from chaingate.text import url_shown
+from chaingate.printable import url_shown
 
 DEFAULT_PORTS = {"smtp": 25, "smtps": 465}
 

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from chaingate.config.network import Network
+from chaingate.printable import code_point, first_hidden_in_url
 from chaingate.store import new_id
-from chaingate.text import code_point, first_hidden_in_url
 from chaingate.webhooks.filters import Filter, FilterError, merge_addresses, parse_config
 from chaingate.webhooks.model import Kind
 from chaingate.webhooks.outbox import Attempt, OutboxEvent

@@ -1,6 +1,6 @@
 """What the webhook subsystem's parts hand each other, variant-neutral.
 
-The matcher (``matcher.py``) turns a block into ``Match``es: facts about the chain in one
+The match index (``matchindex.py``) turns a block into ``Match``es: facts about the chain in one
 shape whatever the deployment's variant.  A variant (``variants.py``) renders a match into the
 exact body its receivers get, and signs it.  Between the two stands the outbox (the store's
 ``webhook_events``): a rendered body, stored once, sent the same on every attempt.

@@ -18,7 +18,7 @@ import trio
 from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.rpc.errors import UpstreamError
 from chaingate.store.base import StoreError
-from chaingate.webhooks.matcher import MatchIndex
+from chaingate.webhooks.matchindex import MatchIndex
 
 log = logging.getLogger("chaingate.webhooks")
 

@@ -21,9 +21,9 @@ from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.follower import Follower
 from chaingate.chain.tap import Tap
-from chaingate.cluster.gates import follower_terms
 from chaingate.cluster.leases import Leadership, LocalLeadership
 from chaingate.cluster.roles import RoleKey
+from chaingate.cluster.rolestream import follower_terms
 from chaingate.config import NetworkSettings, WebhookSettings
 from chaingate.config.network import Network
 from chaingate.obs.metrics import Registry, Sample
@@ -31,8 +31,8 @@ from chaingate.outbound import ConnectionPool, Fetcher, FetchError, OutboundPoli
 from chaingate.outbound.url import parse_url
 from chaingate.store import Store
 from chaingate.store.base import StoreError
+from chaingate.webhooks.blockmatcher import NetworkMatcher, TokenSource
 from chaingate.webhooks.delivery import Dispatcher, register_delivery_metrics
-from chaingate.webhooks.follow import NetworkMatcher, TokenSource
 from chaingate.webhooks.mailer import Mailer
 from chaingate.webhooks.model import event_id
 from chaingate.webhooks.outbox import OUTBOX_CHANNEL, NewEvent

@@ -35,7 +35,7 @@ from chaingate.rpc.errors import UpstreamError
 from chaingate.store import Store
 from chaingate.store.base import StoreError
 from chaingate.webhooks.filters import Filter
-from chaingate.webhooks.matcher import BlockData, MatchIndex, Subscription, parse_call_traces
+from chaingate.webhooks.matchindex import BlockData, MatchIndex, Subscription, parse_call_traces
 from chaingate.webhooks.model import (
     BlockFact,
     BlockRef,

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import msgspec
 
 from chaingate.chain.events import Block, BlockHeader, Log
-from chaingate.data.native import native_transfers, value_transactions
+from chaingate.data.nativetransfers import native_transfers, value_transactions
 from chaingate.data.transfers import Transfer, decode_block
 from chaingate.webhooks.filters import Filter
 from chaingate.webhooks.model import (
@@ -217,7 +217,8 @@ class _Tx:
         self.raw = raw
         self.receipt = receipt
         self.selector = _selector_of(raw)
-        # A native transfer carries it (see chaingate.data.native): else it is an interaction.
+        # A native transfer carries it (see chaingate.data.nativetransfers): else it is an
+        # interaction.
         self.moved = value > 0 and succeeded
 
 

@@ -21,8 +21,8 @@ import trio
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import opcodes
 from chaingate.bundler.errors import SIMULATION_REJECTED, BundlerFault
+from chaingate.bundler.jscollector import COLLECTOR_JS
 from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
-from chaingate.bundler.tracer import COLLECTOR_JS
 from chaingate.chain.client import RpcCallError
 
 __all__ = [

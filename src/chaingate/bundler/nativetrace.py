@@ -56,9 +56,9 @@ import msgspec
 import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
-from chaingate.bundler import opcodes, rules, tracer
+from chaingate.bundler import jscollector, opcodes, rules
 from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
-from chaingate.bundler.tracing import Call, CodeAccess, Phase, SlotAccess, Trace
+from chaingate.bundler.tracecall import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.addresses import create_address
@@ -89,7 +89,7 @@ _CALLISH = frozenset({"CALL", "CALLCODE", "DELEGATECALL", "STATICCALL"})
 _CREATES = frozenset({"CREATE", "CREATE2"})
 _EXTCODE = frozenset({"EXTCODESIZE", "EXTCODECOPY", "EXTCODEHASH"})
 _TRANSIENT = frozenset({"TLOAD", "TSTORE"})
-# The opcodes the collector records by name (tracer._NAMED), by the struct logger's names.
+# The opcodes the collector records by name (jscollector._NAMED), by the struct logger's names.
 _NAMED = frozenset(
     {
         "BALANCE", "ORIGIN", "GASPRICE", "BLOCKHASH", "COINBASE", "TIMESTAMP", "NUMBER",
@@ -346,7 +346,7 @@ class _StepWalk:
             self._finish(self.entered)
         while self.frames:
             self._close()
-        if self.keccaks > tracer.MAX_KECCAK:
+        if self.keccaks > jscollector.MAX_KECCAK:
             raise _Unsure("more KECCAK256 than the collector keeps")
         if self.gas_at is not None:
             self.gas_at[0].count("GAS", self.gas_at[1])
@@ -397,7 +397,7 @@ class _StepWalk:
         if depth == 1:
             if name not in ("CALL", "STATICCALL"):
                 raise _Unsure(f"the EntryPoint used {name}")
-            if len(self.phases) >= tracer.MAX_PHASES:
+            if len(self.phases) >= jscollector.MAX_PHASES:
                 raise _Unsure("more top-level calls than the collector keeps")
             cur = self.cur = _PhaseBuild(len(self.phases), (child.to or "").lower(), _method(child))
             self.phases.append(cur)
@@ -408,7 +408,7 @@ class _StepWalk:
                 cur.code[target] = CodeAccess(size=size, op=name)
         if cur is not None:
             self.calls += 1
-            if self.calls > tracer.MAX_CALLS:
+            if self.calls > jscollector.MAX_CALLS:
                 raise _Unsure("more calls than the collector keeps")
             cur.calls.append(_call(child))
             if _ran_out_of_gas(child):
@@ -475,7 +475,7 @@ def _assemble(
                 oog=phase.oog,
             )
         )
-    if slots > tracer.MAX_SLOTS:
+    if slots > jscollector.MAX_SLOTS:
         raise _Unsure("more storage slots than the collector keeps")
     output = _hex_bytes(root.output)
     if hashes is None:
@@ -604,7 +604,11 @@ def factory_oracle(
 _CREATE_OPS = frozenset({0xF0, 0xF5})
 _EXTCODE_OPS = frozenset({0x3B, 0x3C, 0x3F})
 _JUDGED_BAD = (
-    frozenset(n for n, kind in enumerate(tracer.KINDS) if kind in (tracer.NAMED, tracer.EXTCODE))
+    frozenset(
+        n
+        for n, kind in enumerate(jscollector.KINDS)
+        if kind in (jscollector.NAMED, jscollector.EXTCODE)
+    )
     | {0x5C, 0x5D}
 ) - _CREATE_OPS
 # Anywhere else too (an unjudged phase, the EntryPoint at depth 1): what the step walk above
@@ -612,8 +616,8 @@ _JUDGED_BAD = (
 _ANYWHERE_BAD = frozenset(n for n in range(256) if n not in opcodes.EFFECTS) | {0xFF}
 _SLOAD, _SSTORE, _KECCAK, _LOG1 = 0x54, 0x55, 0x20, 0xA1
 # A KECCAK256 of >= 32 bytes costs >= 36 gas: phases using less gas than this cannot fill the
-# collector's preimage list (tracer.MAX_KECCAK), so its overflow needs no counting.
-KECCAK_GAS = 36 * tracer.MAX_KECCAK
+# collector's preimage list (jscollector.MAX_KECCAK), so its overflow needs no counting.
+KECCAK_GAS = 36 * jscollector.MAX_KECCAK
 _OPNAMES = {0x5A: "GAS", 0x5C: "TLOAD", 0x5D: "TSTORE", 0xA1: "LOG1", 0x3B: "EXTCODESIZE",
             0x3C: "EXTCODECOPY", 0x3F: "EXTCODEHASH", 0xFF: "SELFDESTRUCT", 0xFE: "INVALID",
             0xF0: "CREATE", 0xF5: "CREATE2"}  # fmt: skip
@@ -753,7 +757,7 @@ def _static_phases(
     bad = top.opcodes & (_ANYWHERE_BAD | {_LOG1})
     if bad:
         raise _NeedSteps(f"the EntryPoint may run {_names(bad)} at depth 1")
-    if len(root.calls) > tracer.MAX_PHASES:
+    if len(root.calls) > jscollector.MAX_PHASES:
         raise _NeedSteps("more top-level calls than the collector keeps")
     phases: list[_PhaseBuild] = []
     for index, child in enumerate(root.calls):
@@ -811,7 +815,7 @@ class _StaticPhase:
         if error is not None and error not in _REVERT and not _OOG.search(error):
             raise _NeedSteps(f"a frame failed with {error!r}")
         self.calls += 1
-        if self.calls > tracer.MAX_CALLS:
+        if self.calls > jscollector.MAX_CALLS:
             raise _NeedSteps("more calls than the collector keeps")
         phase.calls.append(_call(current))
         if _ran_out_of_gas(current):
