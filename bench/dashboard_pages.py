@@ -248,7 +248,7 @@ async def main(args: argparse.Namespace) -> int:
                         cpu_ms[name].append((time.process_time() - cpu) * 1000)
                         client_ms[name].append((time.perf_counter() - started) * 1000)
                         assert answer.status_code == 200
-            gateway.access_log.sync()
+            gateway.front.access_log.sync()
             server: dict[str, list[float]] = {}
             lines = [json.loads(line) for line in logs.getvalue().splitlines()]
             dashboard = [e for e in lines if str(e.get("path", "")).startswith("/dashboard")]

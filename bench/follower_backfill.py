@@ -153,7 +153,7 @@ async def follow(url: str, head: int, data_dir: str) -> Counts:
     settings = backfill_settings(url, data_dir, indexer={"enabled": False})
     gateway = Gateway(settings, access_stream=io.BytesIO())
     # Found by its text: a baseline tree keys its followers by text, this one by Network.
-    follower = next(f for key, f in gateway.followers.items() if key == "ethereum/devnet")
+    follower = next(f for key, f in gateway.chain.followers.items() if key == "ethereum/devnet")
     events = follower.subscribe("bench")
     counts = Counts()
     done = trio.Event()

@@ -115,7 +115,7 @@ async def index(
     streams = gas.streams if gas is not None else gateway._gas_streams  # type: ignore[attr-defined]
     for stream in streams.values():
         stream.close()
-    gateway.gas_oracles.clear()
+    gateway.gas.oracles.clear()
     assert gateway.data is not None
     # Found by its text: a baseline tree keys its indexers by text, this one by Network.
     indexer = next(ix for key, ix in gateway.data.indexers.items() if key == "ethereum/devnet")

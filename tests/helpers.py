@@ -55,11 +55,11 @@ class GatewayHandle:
         return response.json()
 
     def log_lines(self) -> list[dict[str, Any]]:
-        self.gateway.access_log.sync()
+        self.gateway.front.access_log.sync()
         return [json.loads(line) for line in self._logs.getvalue().splitlines() if line.strip()]
 
     def raw_logs(self) -> bytes:
-        self.gateway.access_log.sync()
+        self.gateway.front.access_log.sync()
         return self._logs.getvalue()
 
 

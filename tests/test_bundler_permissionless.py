@@ -160,7 +160,7 @@ class Gate:
         return reply["result"]
 
     async def follower_at(self, block: int) -> None:
-        follower = self.handle.gateway.followers["ethereum/devnet"]
+        follower = self.handle.gateway.chain.followers["ethereum/devnet"]
         with trio.fail_after(20):
             while follower.progress[0] is None or follower.progress[0] < block:
                 await trio.sleep(0.02)

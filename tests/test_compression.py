@@ -276,7 +276,7 @@ async def test_httpx_round_trip_is_coded_and_decoded(
         assert response.headers["vary"] == "Accept-Encoding"
         assert int(response.headers["content-length"]) == len(response.content)
         assert response.json()["result"] == block
-    server = handle.gateway.edge
+    server = handle.gateway.front.edge
     assert server.coded[b"zstd"] == 1 and server.coded[b"gzip"] == 1
 
 

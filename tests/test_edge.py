@@ -26,7 +26,7 @@ async def test_keep_alive_serves_many_requests_on_one_connection(
             while not data.endswith(b"}"):
                 data += await stream.receive_some(65536)
             assert parse_responses(data, ["POST"])[0].json()["id"] == i
-    assert gw.gateway.edge.accepted == 1
+    assert gw.gateway.front.edge.accepted == 1
 
 
 async def test_http10_closes_unless_asked_to_keep_alive(
@@ -124,7 +124,7 @@ async def test_request_cut_in_the_middle_harms_nothing(
     full = post_bytes(RPC, rpc_body("eth_chainId"))
     for cut in (5, len(full) // 2, len(full) - 3):
         assert await exchange(gw.port, full[:cut], half_close=True) == b""
-    assert gw.gateway.edge.open_connections == 0 or await _settles(gw)
+    assert gw.gateway.front.edge.open_connections == 0 or await _settles(gw)
     # The server is fine: a whole request still works.
     reply = await gw.rpc("eth_chainId")
     assert reply["result"] == "0x7a69"
@@ -132,7 +132,7 @@ async def test_request_cut_in_the_middle_harms_nothing(
 
 async def _settles(gw: Any) -> bool:
     for _ in range(50):
-        if gw.gateway.edge.open_connections <= 1:
+        if gw.gateway.front.edge.open_connections <= 1:
             return True
         await trio.sleep(0.01)
     return False
@@ -248,7 +248,7 @@ async def test_a_bug_in_a_handler_is_a_500_not_a_dead_server(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     gw = await start_gateway([anvil.url])
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
 
     async def broken(body: bytes, principal: Any) -> Any:
         raise RuntimeError("simulated bug")

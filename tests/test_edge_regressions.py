@@ -123,4 +123,4 @@ async def test_half_closed_client_is_closed_after_its_answer(
             data += chunk
     sock.close()
     assert data.startswith(b"HTTP/1.1 200"), data[:100]
-    assert len(gw.gateway.edge.loop.conns) == 0, "the half-closed connection is still open"
+    assert len(gw.gateway.front.edge.loop.conns) == 0, "the half-closed connection is still open"

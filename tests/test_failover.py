@@ -45,7 +45,9 @@ class RelayedPair:
 
     def ranked(self) -> list[tuple[FaultyRelay, AnvilProcess]]:
         """(relay, node) pairs in the order the pool will try them now."""
-        order = [int(u.name[2:]) for u in self.gw.gateway.services["ethereum/devnet"].pool.ranked()]
+        order = [
+            int(u.name[2:]) for u in self.gw.gateway.chain.services["ethereum/devnet"].pool.ranked()
+        ]
         return [(self.relays[i], self.nodes[i]) for i in order]
 
 
@@ -72,7 +74,7 @@ async def test_killing_an_upstream_during_a_read_load_costs_no_client_error(
 ) -> None:
     nodes = [anvil_factory(), anvil_factory()]
     gw = await start_gateway([node.url for node in nodes], rpc={"probe_interval": 0.2})
-    pool = gw.gateway.services["ethereum/devnet"].pool
+    pool = gw.gateway.chain.services["ethereum/devnet"].pool
     await trio.sleep(0.3)
     primary = nodes[int(pool.ranked()[0].name[2:])]
     outcomes = {"ok": 0, "error": 0}
@@ -184,7 +186,7 @@ async def test_a_recovered_upstream_is_probed_back_into_rotation(
 ) -> None:
     first, second = anvil_factory(), anvil_factory()
     gw = await start_gateway([first.url, second.url], rpc={"probe_interval": 0.1})
-    pool = gw.gateway.services["ethereum/devnet"].pool
+    pool = gw.gateway.chain.services["ethereum/devnet"].pool
     port = first.port
     first.kill()
     with trio.fail_after(5):

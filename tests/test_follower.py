@@ -69,7 +69,7 @@ class Run:
 
     @property
     def follower(self) -> Follower:
-        return self.gateway.followers["ethereum/devnet"]
+        return self.gateway.chain.followers["ethereum/devnet"]
 
     def applied(self) -> list[tuple[int, str]]:
         return [
@@ -109,7 +109,7 @@ def follow(nursery: trio.Nursery, tmp_path: Path) -> Starter:
         )
         gateway = Gateway(settings, access_stream=io.BytesIO())
         events: list[ChainEvent] = []
-        stream = gateway.followers["ethereum/devnet"].subscribe("test", buffer=1_000_000)
+        stream = gateway.chain.followers["ethereum/devnet"].subscribe("test", buffer=1_000_000)
         run = Run(gateway, events)
 
         async def collect() -> None:

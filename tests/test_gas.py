@@ -823,7 +823,7 @@ async def keyed(
 
 async def test_gateway_refusals_use_the_envelope_with_rate_headers(keyed: AuthStack) -> None:
     # auth_settings: ethereum/devnet (testnet) and ethereum/mainnet, both followed.
-    assert set(keyed.handle.gateway.gas_oracles) == {"ethereum/devnet", "ethereum/mainnet"}
+    assert set(keyed.handle.gateway.gas.oracles) == {"ethereum/devnet", "ethereum/mainnet"}
     no_data, _ = await keyed.key(env="live", scopes="rpc:read")
     live, _ = await keyed.key(env="live", scopes="data:read")
     test, _ = await keyed.key(env="test", scopes="data:read")
@@ -863,7 +863,7 @@ async def test_end_to_end_a_mined_block_reaches_the_endpoint(
     url = anvil_factory().url
     await busy_history(url)
     gw = await start_gateway([url], network={"follower": {"enabled": True, "poll_interval": 0.02}})
-    oracle = gw.gateway.gas_oracles["ethereum/devnet"]
+    oracle = gw.gateway.gas.oracles["ethereum/devnet"]
     async with gw.client() as client:
         # Served from start-up on, before any new head.
         first = await client.get("/v1/gas/ethereum/prices")

@@ -100,7 +100,7 @@ async def test_wide_range_split_and_merged_equals_anvil(
 ) -> None:
     node, emitters = chain
     handle = await start_gateway([node.url], network={"logs": LOGS})
-    service = handle.gateway.services["ethereum/devnet"]
+    service = handle.gateway.chain.services["ethereum/devnet"]
     head = int(str(rpc_call(node.url, "eth_blockNumber")), 16)
     assert head >= 50_000
     whole = {"fromBlock": "0x0", "toBlock": hex(head)}
@@ -139,7 +139,7 @@ async def test_over_the_ceiling_is_the_documented_error(
 ) -> None:
     node, _ = chain
     handle = await start_gateway([node.url], network={"logs": LOGS})
-    service = handle.gateway.services["ethereum/devnet"]
+    service = handle.gateway.chain.services["ethereum/devnet"]
     async with httpx.AsyncClient() as client:
         url = handle.rpc_url()
         requests_before = sum(u.health.requests for u in service.pool.upstreams)

@@ -70,7 +70,7 @@ def h2_upstream(server: TlsNginx, name: str = "h2", **settings: Any) -> dict[str
 
 
 def pool_of(gw: GatewayHandle) -> Any:
-    return gw.gateway.services["ethereum/devnet"].pool
+    return gw.gateway.chain.services["ethereum/devnet"].pool
 
 
 def upstream_named(gw: GatewayHandle, name: str) -> Any:

@@ -70,7 +70,7 @@ async def gas_stack(nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, tmp:
         chains=followed_devnet(anvil),
     )
     stack = await start_auth(nursery, impl, settings)
-    oracle = stack.handle.gateway.gas_oracles["ethereum/devnet"]
+    oracle = stack.handle.gateway.gas.oracles["ethereum/devnet"]
     with trio.fail_after(20):
         while oracle.body is None:
             await trio.sleep(0.05)
@@ -304,7 +304,7 @@ async def test_unread_answers_are_bounded_and_shed_with_503(
     try:
         slow.sendall(post_bytes(RPC, body))  # ~24 MB of answer that nobody reads
         with trio.fail_after(10):
-            while gw.gateway.edge.unsent_bytes <= 2 << 20:
+            while gw.gateway.front.edge.unsent_bytes <= 2 << 20:
                 await trio.sleep(0.02)
         async with gw.client() as client:
             shed = await client.post(RPC, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"})
@@ -314,7 +314,7 @@ async def test_unread_answers_are_bounded_and_shed_with_503(
     finally:
         slow.close()
     with trio.fail_after(5):
-        while gw.gateway.edge.unsent_bytes:
+        while gw.gateway.front.edge.unsent_bytes:
             await trio.sleep(0.02)
     async with gw.client() as client:
         ok = await client.post(RPC, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"})

@@ -105,7 +105,7 @@ async def test_hedging_cuts_the_tail_within_budget(
     assert calls >= CALLS
     assert 1 <= won <= sent
     assert sent <= BUDGET * calls + BURST, (sent, calls)
-    pool = handle.gateway.services["ethereum/devnet"].pool
+    pool = handle.gateway.chain.services["ethereum/devnet"].pool
     assert pool.hedger is not None and pool.hedger.sent == sent
 
 
@@ -120,7 +120,7 @@ async def test_writes_are_never_hedged(
         [{"url": f"http://127.0.0.1:{r.port}", "name": f"r{i}"} for i, r in enumerate(relays)],
         network={"hedging": {"enabled": True, "min_delay": 0.01, "max_delay": 0.01}},
     )
-    pool = handle.gateway.services["ethereum/devnet"].pool
+    pool = handle.gateway.chain.services["ethereum/devnet"].pool
     sender = DEV
     tx = {"from": sender, "to": sender, "value": "0x1"}
     reply = await handle.rpc("eth_sendTransaction", [tx])

@@ -338,7 +338,7 @@ async def test_a_reorg_deeper_than_the_followers_window(
         await driver.reorg(12, [("erc20_mint", "erc20_cgt", 5, 31337), ("nft_mint", 4)])
         await node.send(await driver.tx(("native", 3, 1, 12345)))
         await assert_index_matches(run.store, node, manifest)
-        follower = run.gateway.followers["ethereum/devnet"]
+        follower = run.gateway.chain.followers["ethereum/devnet"]
         assert follower.stats["deep_reorgs"] == 1
         assert run.indexer.stats["reverted_blocks"] >= 12
         # The 4 changed blocks below the window were noticed (an Apply that did not extend the

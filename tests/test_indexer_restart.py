@@ -264,7 +264,7 @@ async def test_index_behind_a_follower_at_the_head_catches_up_on_a_quiet_chain(
     await make_history(node, manifest, logs=300, per_tx=100, gap=40)
     head, head_hash = await node.head()
     first = await start_indexed(anvil.url, store_url, finality_depth=2, enabled=False)
-    followed = first.gateway.followers["ethereum/devnet"]
+    followed = first.gateway.chain.followers["ethereum/devnet"]
     with trio.fail_after(60):
         while followed.head is None or followed.head.hash != head_hash:
             await trio.sleep(0.01)

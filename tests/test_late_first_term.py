@@ -160,7 +160,7 @@ async def test_a_first_term_that_begins_late_covers_every_block_from_the_start(
     gateway = Gateway(settings, access_stream=io.BytesIO())
     first_lock = trio.Event()
     gateway.leadership.hold_first_grant(first_lock)
-    follower = gateway.followers[NETWORK]
+    follower = gateway.chain.followers[NETWORK]
     assert gateway.data is not None and gateway.webhooks is not None
     assert gateway.wallets is not None and gateway.bundler is not None
     indexer = gateway.data.indexers[NETWORK]

@@ -152,7 +152,7 @@ async def test_unknown_method_never_reaches_the_node(
     assert "anvil_mine" in reply["error"]["message"]
     # Had the call been forwarded, anvil would have mined five blocks.
     assert rpc_call(node.url, "eth_blockNumber") == before
-    assert gw.gateway.services["ethereum/devnet"].calls[("unknown", "error")] == 1
+    assert gw.gateway.chain.services["ethereum/devnet"].calls[("unknown", "error")] == 1
 
 
 async def test_passthrough_forwards_unknown_methods_when_enabled(
@@ -200,7 +200,7 @@ async def test_static_answers_are_cached_and_the_header_says_so(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     gw = await start_gateway([anvil.url])
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
     first = await post_json(gw, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"})
     second = await post_json(gw, {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"})
     assert first.headers["x-cache"] == "MISS"
@@ -236,7 +236,7 @@ async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(
             await trio.sleep(0.02)
     assert isinstance(receipt, dict)
     block_hash = receipt["blockHash"]
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
 
     async def fetch(method: str, params: list[Any]) -> tuple[str, Any]:
         response = await post_json(
@@ -274,7 +274,7 @@ async def test_identical_concurrent_reads_share_one_upstream_call(
     start_gateway: StartGateway, anvil: AnvilProcess
 ) -> None:
     gw = await start_gateway([anvil.url], rpc={"probe_interval": 60})
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
     results: list[Any] = []
     async with gw.client() as client:
 
@@ -333,7 +333,7 @@ async def test_writes_are_never_coalesced(start_gateway: StartGateway, anvil_fac
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send)
             nursery.start_soon(send)
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
     assert service.coalesced == 0
     assert (
         service.calls[("eth_sendRawTransaction", "ok")]
@@ -408,7 +408,7 @@ async def test_compute_units_follow_the_method_table(
             admitted.append((reads, writes, requests, cu, tcu))
 
     gw = await start_gateway([anvil.url])
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
     service._gate = RecordingGate()  # the seam issue 3 fills with keys and limits
 
     class RecordingAdmission(gw.gateway.impl.fastlane.OpenAdmission):  # type: ignore[misc,name-defined]
@@ -453,7 +453,7 @@ async def test_malformed_block_tags_are_invalid_params_without_reaching_the_node
 ) -> None:
     node = anvil_factory()
     gw = await start_gateway([node.url], rpc={"probe_interval": 60})
-    upstream = gw.gateway.services["ethereum/devnet"].pool.upstreams[0]
+    upstream = gw.gateway.chain.services["ethereum/devnet"].pool.upstreams[0]
     await trio.sleep(0.2)
     before = upstream.health.requests
     for tag in ["latestt", "0x", "0xZZ", 12, None, "0x" + "1" * 65, True]:

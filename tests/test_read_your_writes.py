@@ -53,7 +53,7 @@ async def test_nonce_never_goes_backwards(
         ],
         network={"read_your_writes": {"enabled": read_your_writes, "window": 30.0}},
     )
-    pool = handle.gateway.services["ethereum/devnet"].pool
+    pool = handle.gateway.chain.services["ethereum/devnet"].pool
     with trio.fail_after(10):  # probes have ranked A (fast) first
         while [u.name for u in pool.ranked()] != ["a", "b"] or not all(
             u.health.latency for u in pool.upstreams
@@ -108,7 +108,7 @@ async def test_nonce_never_goes_backwards(
         assert stale == []
         assert receipt is not None and receipt["status"] == "0x1"
         assert by_hash is not None and by_hash["hash"] == tx_hash
-        sticky = handle.gateway.services["ethereum/devnet"].sticky
+        sticky = handle.gateway.chain.services["ethereum/devnet"].sticky
         assert sticky is not None and sticky.routed >= 102
     else:
         # Without the feature the same reads go to the fast upstream and see the old nonce.

@@ -182,7 +182,7 @@ class Gateway:
         for account, network, method, _minute, counts in gate.latency.drain():
             timed[(account, network, method)] += sum(counts)
         stats: Counter[tuple[str, str, str]] = Counter()
-        for label, service in self.gateway.services.items():
+        for label, service in self.gateway.chain.services.items():
             for name, counts in service.stats.items():
                 stats[(label, name, "ok")] += counts.ok
                 stats[(label, name, "error")] += counts.error

@@ -118,7 +118,7 @@ async def test_a_batch_mixes_simulations_with_proxied_calls(
     assert replies[0]["result"] == "0x7a69" and replies[3]["result"].startswith("0x")
     assert replies[1]["result"]["changes"][0]["assetType"] == "ERC20"
     assert replies[2]["error"]["code"] == -32602
-    service = handle.gateway.services["ethereum/devnet"]
+    service = handle.gateway.chain.services["ethereum/devnet"]
     assert service.stats["chaingate_simulateAssetChanges"].ok == 1
     assert service.stats["chaingate_simulateAssetChanges"].error == 1
 

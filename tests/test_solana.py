@@ -128,7 +128,7 @@ async def test_solana_network_uses_the_solana_table(
     assert "eth_blockNumber" not in node.calls
     assert (first.headers["x-cache"], second.headers["x-cache"]) == ("MISS", "HIT")
     assert second.json()["result"] == GENESIS
-    service = gw.gateway.services["solana/devnet"]
+    service = gw.gateway.chain.services["solana/devnet"]
     with trio.fail_after(3):
         while service.pool.head != node.slot:
             await trio.sleep(0.05)

@@ -65,7 +65,7 @@ async def start_stub(nursery: trio.Nursery, node: AnvilProcess, **kwargs: Any) -
 
 
 def upstream(gw: GatewayHandle, name: str, network: str = "ethereum/devnet") -> Any:
-    pool = gw.gateway.services[network].pool
+    pool = gw.gateway.chain.services[network].pool
     return next(u for u in pool.upstreams if u.name == name)
 
 
@@ -132,7 +132,7 @@ async def test_an_html_answering_upstream_goes_out_and_reads_fail_over_to_anvil(
     assert rotation_log.rotation("html") == [("upstream out of rotation", "bad_response")]
     lines = [r.getMessage() + str(getattr(r, "fields", "")) for r in rotation_log.records]
     assert not any(stub.url in line or str(stub.port) in line for line in lines)
-    assert gw.gateway.services["ethereum/devnet"].pool.head == head
+    assert gw.gateway.chain.services["ethereum/devnet"].pool.head == head
 
 
 async def test_a_write_to_an_html_answering_upstream_is_outcome_unknown_not_resent(
@@ -202,7 +202,7 @@ async def test_a_liar_head_is_an_outlier_not_the_truth(
         rpc={"probe_interval": 0.1},
     )  # finality_depth = 2
     await trio.sleep(0.4)
-    pool = gw.gateway.services["ethereum/devnet"].pool
+    pool = gw.gateway.chain.services["ethereum/devnet"].pool
     honest, lying = upstream(gw, "honest"), upstream(gw, "liar")
     head = int(str(rpc_call(node.url, "eth_blockNumber")), 16)
     assert pool.head == head
@@ -345,7 +345,7 @@ async def test_a_batch_past_the_answer_bound_gets_errors_and_memory_stays_bounde
     # joined answer, the client's copy); bounded, a few groups' worth at most.
     assert peak - baseline < 96 << 20, f"RSS grew by {(peak - baseline) >> 20} MiB"
     assert gw.gateway.front.answers.held == 0  # the process budget was given back
-    service = gw.gateway.services["ethereum/devnet"]
+    service = gw.gateway.chain.services["ethereum/devnet"]
     assert service.refused["answer_too_large"] == len(refused)
 
 

@@ -106,7 +106,7 @@ class Api:
 
     async def follower_at_head(self) -> None:
         head = int(self.rpc("eth_blockNumber"), 16)
-        follower = self.gateway.followers[NET]
+        follower = self.gateway.chain.followers[NET]
         with trio.fail_after(20):
             while follower.progress[0] is None or follower.progress[0] < head:
                 await trio.sleep(0.02)

@@ -57,7 +57,7 @@ async def mine(url: str, blocks: int = 1) -> None:
 
 async def following(handle: GatewayHandle, node: str) -> None:
     """Wait until the follower is live at the node's head: pushes are about what comes next."""
-    follower = handle.gateway.followers["ethereum/devnet"]
+    follower = handle.gateway.chain.followers["ethereum/devnet"]
     head = int(await call_node(node, "eth_blockNumber"), 16)
     with trio.fail_after(10):
         while follower.head is None or not follower.live or follower.head.number < head:
@@ -397,9 +397,9 @@ async def test_thousandth_subscriber_opens_no_upstream_connection(
     await trio.sleep(0.5)  # every source is running now
     hub = handle.gateway.front.ws.hubs["ethereum/devnet"]
     assert hub.registry.count() == 999
-    pool = handle.gateway.services["ethereum/devnet"].pool
+    pool = handle.gateway.chain.services["ethereum/devnet"].pool
     before = (relay.connections, sum(len(u.connections) for u in pool.upstreams))
-    follower = handle.gateway.followers["ethereum/devnet"]
+    follower = handle.gateway.chain.followers["ethereum/devnet"]
     consumers = [name for name, _ in follower._consumers]
     await clients[0].subscribe("newHeads")  # the 1,000th
     await trio.sleep(0.5)
@@ -678,7 +678,7 @@ async def test_graceful_shutdown_closes_with_1001(
     handle.gateway.shutdown()
     assert await client.closed() == 1001
     with trio.fail_after(10):
-        await handle.gateway.edge.wait_closed()
+        await handle.gateway.front.edge.wait_closed()
 
 
 async def test_upgrade_refusals_at_the_http_level(

@@ -108,15 +108,13 @@ class Gateway:
         self.webhooks = self._webhooks(webhook_fetcher)
         self.registry = Registry()
         self.front = self._front_door(access_stream)
-        # What tests, benches and /metrics read by name.
-        self.services, self.followers = self.chain.services, self.chain.followers
-        self.gas_oracles, self.access_log = self.gas.oracles, self.front.access_log
-        self.edge = self.front.edge
         self._register_metrics()
         self.chain.witness_heads()
         # Who runs which single writer when several processes share the store.
         writers = (self.data, self.webhooks, self.bundler, self.wallets)
-        self.leadership = lead_writers(self.store, settings, self.registry, self.followers, writers)
+        self.leadership = lead_writers(
+            self.store, settings, self.registry, self.chain.followers, writers
+        )
         self._shutdown = trio.Event()
 
     def _data_and_wallets(self) -> tuple[DataPlane | None, WalletService | None]:
@@ -218,7 +216,7 @@ class Gateway:
 
     @property
     def port(self) -> int:
-        return self.edge.port
+        return self.front.edge.port
 
     def health(self) -> dict[str, Any]:
         # Which process answered (one of `serve --workers N`, or of several machines) and

@@ -37,6 +37,22 @@ class Front(Protocol):
     def answers(self) -> AnswerBudget: ...
 
 
+class Chain(Protocol):
+    """The chain's parts these families read (``chaingate.chain.service.ChainService``)."""
+
+    @property
+    def services(self) -> Mapping[Network, RpcService]: ...
+    @property
+    def followers(self) -> Mapping[Network, Follower]: ...
+
+
+class Gas(Protocol):
+    """The gas oracles (``chaingate.gas.service.GasService``)."""
+
+    @property
+    def oracles(self) -> Mapping[Network, GasOracle]: ...
+
+
 class Gateway(Protocol):
     """The parts of the gateway these families read (``chaingate.gateway.Gateway``)."""
 
@@ -45,11 +61,9 @@ class Gateway(Protocol):
     @property
     def front(self) -> Front: ...
     @property
-    def services(self) -> Mapping[Network, RpcService]: ...
+    def chain(self) -> Chain: ...
     @property
-    def followers(self) -> Mapping[Network, Follower]: ...
-    @property
-    def gas_oracles(self) -> Mapping[Network, GasOracle]: ...
+    def gas(self) -> Gas: ...
     @property
     def gate(self) -> Gate: ...
     @property
@@ -138,15 +152,15 @@ def register_edge_families(gateway: Gateway) -> None:
 
 def register_service_families(gateway: Gateway) -> None:
     """Requests, upstreams, followers, gas oracles, the key gate and shared limits."""
-    registry, services = gateway.registry, gateway.services
+    registry, services = gateway.registry, gateway.chain.services
     front = gateway.front
     _register_http_families(registry, front.routes, front.edge)
     _register_rpc_families(registry, services)
     _register_rpc_routing_families(registry, services)
     _register_upstream_families(registry, services)
     _register_answer_families(registry, services, front.answers)
-    _register_follower_families(registry, gateway.followers)
-    _register_gas_families(registry, gateway.gas_oracles)
+    _register_follower_families(registry, gateway.chain.followers)
+    _register_gas_families(registry, gateway.gas.oracles)
     _register_gate_families(registry, gateway.gate, gateway.shared)
     registry.histogram(
         "chaingate_request_duration_seconds",
