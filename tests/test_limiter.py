@@ -22,6 +22,20 @@ def test_bucket_admits_a_seconds_worth_then_the_rate(impl: Impl) -> None:
     assert limiter.full_in(0.1) == pytest.approx(1.0)
 
 
+def test_headers_read_before_a_refusal_show_the_bucket_it_was_refused_on(impl: Impl) -> None:
+    """The edge reads the clock before ``admit`` and asks a refused request's headers at that
+    moment (``KeyGate.response_headers(principal, at)``): a bucket refills only forwards, so
+    they show the balance the refusal saw, not a refill a slow machine made meanwhile."""
+    limiter = impl.limiter.KeyLimiter(10, 200, 0.0)
+    assert [limiter.take(0.0, 1, 1) for _ in range(10)] == [0.0] * 10
+    decided = 0.095  # read before admit; the bucket is refilled to 0.95 of a request by then
+    assert limiter.take(0.0951, 1, 1) > 0  # refused
+    assert b"X-RateLimit-Remaining: 0\r\n" in limiter.headers(decided, 0.0, 10)
+    # Asked later instead (a slow machine between the refusal and its answer): a request
+    # remains, which a 429 must not say.
+    assert b"X-RateLimit-Remaining: 1\r\n" in limiter.headers(0.15, 0.0, 10)
+
+
 def test_compute_units_bind_independently(impl: Impl) -> None:
     limiter = impl.limiter.KeyLimiter(100, 200, 0.0)
     assert [limiter.take(0.0, 1, 20) for _ in range(10)] == [0.0] * 10

@@ -151,7 +151,10 @@ class Gate(Protocol):
         account's, under ``network`` and ``method`` (a batch's method is "batch")."""
         ...
 
-    def response_headers(self, principal: Principal) -> bytes: ...
+    def response_headers(self, principal: Principal, at: float | None = None) -> bytes:
+        """The X-RateLimit-* lines: as the buckets stand now, or ``at`` (a ``time.monotonic()``
+        read just before a refusing ``admit``: as they stood when the request was refused)."""
+        ...
 
 
 ANONYMOUS = Principal()
@@ -213,5 +216,5 @@ class OpenGate:
     def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
         return None
 
-    def response_headers(self, principal: Principal) -> bytes:
+    def response_headers(self, principal: Principal, at: float | None = None) -> bytes:
         return b""

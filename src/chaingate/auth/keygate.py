@@ -414,5 +414,11 @@ class KeyGate:
             b"Retry-After: %d\r\n" % math.ceil(wait),
         )
 
-    def response_headers(self, principal: Principal) -> bytes:
-        return self.admission.headers(principal)
+    def response_headers(self, principal: Principal, at: float | None = None) -> bytes:
+        if at is None:
+            return self.admission.headers(principal)
+        # Buckets only refill forwards: read at a moment before the refusal, they show the
+        # state it was decided on, not a refill a slow machine made since (a 429 that says
+        # a request remains).
+        lines: bytes = principal.limiter.headers(at, time.time(), principal.limits_rps)
+        return lines

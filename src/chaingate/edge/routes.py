@@ -25,7 +25,7 @@ import hmac
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from time import perf_counter
+from time import monotonic, perf_counter
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
@@ -281,9 +281,10 @@ class Routes:
         parsed = local_rpc.parse(request.body)
         calls = parsed.calls if not isinstance(parsed, bytes) else []
         units = rpc.cost(calls) if calls else 1
+        decided = monotonic()
         rejection = gate.admit(principal, False, False, max(1, len(calls)), units, units)
         if rejection is not None:
-            rate_headers = gate.response_headers(principal)
+            rate_headers = gate.response_headers(principal, decided)
             return self._refused_rpc(request, rejection, rate_headers, local_rpc.MAX_BATCH)
         if isinstance(parsed, bytes):
             sample.priced(principal, network, "bundler:invalid", units, failed=True)
@@ -387,9 +388,10 @@ class Routes:
             return _rejected(principal, b"", request)
         units = route.cu if route is not None else UNMATCHED_CU
         name = route.key if route is not None else "rest:unmatched"
+        decided = monotonic()
         rejection = gate.admit(principal, False, False, 1, units, units)
         if rejection is not None:
-            return _rejected(rejection, gate.response_headers(principal), request)
+            return _rejected(rejection, gate.response_headers(principal, decided), request)
         seconds = route.cache_seconds if route is not None else 0.0
         if not seconds or request.method != b"GET":  # a HEAD answer has no body to share
             status, headers, body = await self._asgi.handle(request, path, peer, b"", principal)
