@@ -263,6 +263,16 @@ class BundlerNetwork:
             await self._settle_unfinished(bundle_tx, group, term)
         self.term = term
 
+    async def pick_up(self) -> int:
+        """Operations other processes accepted (they keep them in the store), into this
+        leader's mempool, which takes each one once; how many were taken.  Read and taken
+        under the lock every change of the mempool and its rows holds: an operation this
+        process finished (included by the follower, failed, dropped) while a read was on its
+        way would come back live from the read's stale row, and stay — or be bundled again."""
+        async with self._lock:
+            live = await self.store.bundler_live(self.chain, self.network)
+            return self.mempool.load(live)
+
     async def _settle_unfinished(
         self, bundle_tx: str, group: list[Entry], term: int | None
     ) -> None:

@@ -298,7 +298,7 @@ class BundlerService:
         while True:
             await trio.sleep(PICK_UP_INTERVAL)
             try:
-                net.mempool.load(await net.store.bundler_live(net.chain, net.network))
+                await net.pick_up()
             except StoreError as exc:
                 log.warning("bundler: store unreadable", extra={"fields": {"error": str(exc)}})
 
