@@ -1,0 +1,377 @@
+"""The devnet's local Solana node (chaingate.devnet.solana): slots and commitments driven by
+hand through the JSON-RPC layer, then solana-py (a client nobody here wrote) over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+import trio
+from solana.exceptions import SolanaRpcException
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed, Finalized, Processed
+from solana.rpc.core import RPCException
+from solana.rpc.models import MemcmpOpts, TokenAccountOpts
+from solders.hash import Hash
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.pubkey import Pubkey
+from solders.rpc.requests import GetBalance, GetSlot, GetVersion, batch_to_json
+from solders.rpc.responses import GetBalanceResp, GetSlotResp, GetVersionResp, batch_from_json
+from solders.system_program import CreateAccountParams, TransferParams, create_account, transfer
+from solders.transaction import Transaction, VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    create_associated_token_account,
+    get_associated_token_address,
+    initialize_mint2,
+    mint_to,
+    transfer_checked,
+)
+from spl.token.models import InitializeMint2Params, MintToParams, TransferCheckedParams
+
+from chaingate.devnet.solana import rpc
+from chaingate.devnet.solana.ledger import MAX_PROCESSING_AGE, Ledger
+from chaingate.devnet.solana.server import serve
+
+SOL = 10**9
+
+
+def call(ledger: Ledger, method: str, *params: Any) -> Any:
+    body = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    return msgspec.json.decode(rpc.answer(ledger, body))
+
+
+def result(ledger: Ledger, method: str, *params: Any) -> Any:
+    reply = call(ledger, method, *params)
+    assert "result" in reply, reply
+    return reply["result"]
+
+
+def signed_transfer(ledger: Ledger, payer: Keypair, to: Pubkey, lamports: int) -> str:
+    blockhash = Hash.from_string(ledger.blocks[ledger.head].blockhash)
+    ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to, lamports=lamports))
+    tx = Transaction([payer], Message([ix], payer.pubkey()), blockhash)
+    return base64.b64encode(bytes(tx)).decode()
+
+
+# --- the ledger by hand: no clock, no HTTP -------------------------------------------------
+
+
+def test_commitments_are_distinct_slots_and_reads_honour_them() -> None:
+    ledger = Ledger(genesis_time=1_700_000_000, confirmed_depth=1, finalized_depth=3)
+    for i in range(5):
+        ledger.advance(1_700_000_001 + i)
+    assert [result(ledger, "getSlot", {"commitment": c}) for c in ("processed", "confirmed")] == [
+        5,
+        4,
+    ]
+    assert result(ledger, "getSlot") == 2  # finalized by default, as a validator answers
+    alice = Keypair().pubkey()
+    signature = result(ledger, "requestAirdrop", str(alice), 2 * SOL)
+    balance = {
+        c: result(ledger, "getBalance", str(alice), {"commitment": c})["value"]
+        for c in ("processed", "confirmed", "finalized")
+    }
+    assert balance == {"processed": 2 * SOL, "confirmed": 0, "finalized": 0}
+    status = result(ledger, "getSignatureStatuses", [signature])["value"][0]
+    assert status["confirmationStatus"] == "processed" and status["slot"] == 5
+    ledger.advance(1_700_000_010)
+    reply = result(ledger, "getBalance", str(alice), {"commitment": "confirmed"})
+    assert reply == {
+        "context": {"apiVersion": reply["context"]["apiVersion"], "slot": 5},
+        "value": 2 * SOL,
+    }
+    assert result(ledger, "getBalance", str(alice))["value"] == 0
+    # minContextSlot: the finalized slot (3) is below 4, so Solana's -32016 with contextSlot.
+    error = call(ledger, "getBalance", str(alice), {"minContextSlot": 4})["error"]
+    assert error == {
+        "code": -32016,
+        "message": "Minimum context slot has not been reached",
+        "data": {"contextSlot": 3},
+    }
+    # A block is read at confirmed or finalized only; the open slot is not one yet.
+    assert call(ledger, "getBlock", 6, {"commitment": "confirmed"})["error"]["code"] == -32004
+    assert call(ledger, "getBlock", 5, {"commitment": "processed"})["error"]["code"] == -32602
+    block = result(ledger, "getBlock", 5, {"commitment": "confirmed"})
+    assert [tx["transaction"]["signatures"][0] for tx in block["transactions"]] == [signature]
+    assert block["blockhash"] != block["previousBlockhash"] and block["parentSlot"] == 4
+    for _ in range(2):
+        ledger.advance(1_700_000_011)
+    assert result(ledger, "getBalance", str(alice))["value"] == 2 * SOL
+    status = result(ledger, "getSignatureStatuses", [signature])["value"][0]
+    assert status["confirmationStatus"] == "finalized" and status["confirmations"] is None
+
+
+def test_blockhashes_expire_and_history_is_bounded() -> None:
+    ledger = Ledger(genesis_time=1_700_000_000, finalized_depth=2, history=MAX_PROCESSING_AGE + 10)
+    payer = Keypair()
+    result(ledger, "requestAirdrop", str(payer.pubkey()), SOL)
+    old = result(ledger, "getLatestBlockhash", {"commitment": "processed"})["value"]
+    assert old["lastValidBlockHeight"] == ledger.head + MAX_PROCESSING_AGE
+    stale = signed_transfer(ledger, payer, Keypair().pubkey(), 1000)
+    for i in range(MAX_PROCESSING_AGE + 1):
+        ledger.advance(1_700_000_001 + i)
+    assert result(ledger, "isBlockhashValid", old["blockhash"])["value"] is False
+    error = call(ledger, "sendTransaction", stale, {"encoding": "base64"})["error"]
+    assert error["code"] == -32002
+    assert error["message"] == "Transaction simulation failed: Blockhash not found"
+    assert error["data"]["err"] == "BlockhashNotFound"
+    for i in range(20):
+        ledger.advance(1_700_001_000 + i)
+    assert len(ledger.blocks) == MAX_PROCESSING_AGE + 10
+    first = ledger.first_available()
+    error = call(ledger, "getBlock", 0)["error"]
+    assert error["code"] == -32001
+    assert error["message"] == (
+        f"Block 0 cleaned up, does not exist on node. First available block: {first}"
+    )
+    assert result(ledger, "getBlocks", 0, first + 2) == [first, first + 1, first + 2]
+
+
+def test_preflight_errors_are_solana_shaped() -> None:
+    ledger = Ledger(genesis_time=1_700_000_000, finalized_depth=1)
+    payer = Keypair()
+    result(ledger, "requestAirdrop", str(payer.pubkey()), SOL)
+    too_much = signed_transfer(ledger, payer, Keypair().pubkey(), 10 * SOL)
+    error = call(ledger, "sendTransaction", too_much, {"encoding": "base64"})["error"]
+    assert error["code"] == -32002
+    assert error["message"] == (
+        "Transaction simulation failed: Error processing Instruction 0: custom program error: 0x1"
+    )
+    assert error["data"]["err"] == {"InstructionError": [0, {"Custom": 1}]}
+    assert any("insufficient lamports" in line for line in error["data"]["logs"])
+    # skipPreflight: the failed transaction lands, and its fee is charged.
+    signature = result(
+        ledger, "sendTransaction", too_much, {"encoding": "base64", "skipPreflight": True}
+    )
+    status = result(ledger, "getSignatureStatuses", [signature])["value"][0]
+    assert status["err"] == {"InstructionError": [0, {"Custom": 1}]}
+    assert status["status"] == {"Err": {"InstructionError": [0, {"Custom": 1}]}}
+    balance = result(ledger, "getBalance", str(payer.pubkey()), {"commitment": "processed"})
+    assert balance["value"] == SOL - 5000
+    tampered = bytearray(base64.b64decode(signed_transfer(ledger, payer, payer.pubkey(), 1)))
+    tampered[5] ^= 1
+    error = call(
+        ledger, "sendTransaction", base64.b64encode(tampered).decode(), {"encoding": "base64"}
+    )["error"]
+    assert error == {"code": -32003, "message": "Transaction signature verification failure"}
+    assert call(ledger, "sendTransaction", "not base58!")["error"]["code"] == -32602
+    assert call(ledger, "getNothing")["error"] == {"code": -32601, "message": "Method not found"}
+
+
+# --- solana-py over HTTP, the node on its own clock ------------------------------------------
+
+
+@pytest.fixture
+def node_url() -> Iterator[str]:
+    """The node served from a trio thread (solana-py is asyncio: it runs in the test's)."""
+    ledger = Ledger(genesis_time=time.time(), confirmed_depth=1, finalized_depth=4)
+    started: queue.Queue[tuple[str, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(partial(serve, ledger, slot_seconds=0.05))
+            started.put((url, trio.lowlevel.current_trio_token(), nursery.cancel_scope))
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    url, token, scope = started.get(timeout=30)
+    try:
+        yield url
+    finally:
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        thread.join(30)
+
+
+def test_solana_py_transfers_sol_and_tokens(node_url: str) -> None:
+    asyncio.run(_sol_and_tokens(node_url))
+
+
+async def _send(client: AsyncClient, payer: Keypair, signers: list[Keypair], ixs: list[Any]) -> Any:
+    blockhash = (await client.get_latest_blockhash()).value
+    tx = VersionedTransaction(
+        Message.new_with_blockhash(ixs, payer.pubkey(), blockhash.blockhash), signers
+    )
+    signature = (await client.send_transaction(tx)).value
+    statuses = await client.confirm_transaction(
+        signature,
+        Confirmed,
+        sleep_seconds=0.05,
+        last_valid_block_height=blockhash.last_valid_block_height,
+    )
+    assert statuses.value[0] is not None and statuses.value[0].err is None
+    return signature
+
+
+async def _finalized(client: AsyncClient, slot: int) -> None:
+    async with asyncio.timeout(10):  # the node's clock finalizes a slot 4 slots (0.2 s) on
+        while (await client.get_slot(Finalized)).value < slot:
+            await asyncio.sleep(0.05)
+
+
+async def _sol_and_tokens(url: str) -> None:
+    payer, bob, mint = Keypair(), Keypair(), Keypair()
+    async with AsyncClient(url, commitment=Confirmed) as client:
+        assert await client.is_connected()
+        assert (await client.get_version()).value.solana_core
+        airdrop = (await client.request_airdrop(payer.pubkey(), 10 * SOL)).value
+        await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
+        assert (await client.get_balance(payer.pubkey())).value == 10 * SOL
+
+        sent = await _send(
+            client,
+            payer,
+            [payer],
+            [
+                transfer(
+                    TransferParams(from_pubkey=payer.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL)
+                )
+            ],
+        )
+        assert (await client.get_balance(bob.pubkey())).value == SOL
+        assert (await client.get_balance(bob.pubkey(), Processed)).value == SOL
+        got = (await client.get_transaction(sent, max_supported_transaction_version=0)).value
+        assert got is not None and got.transaction.meta is not None
+        assert got.transaction.meta.fee == 5000
+        assert got.transaction.meta.post_balances[1] == SOL
+        history = (await client.get_signatures_for_address(bob.pubkey())).value
+        assert [entry.signature for entry in history] == [sent]
+        block = (await client.get_block(got.slot, max_supported_transaction_version=0)).value
+        assert sent in [tx.transaction.signatures[0] for tx in block.transactions]
+        assert (await client.get_block_time(got.slot)).value == block.block_time
+        await _finalized(client, got.slot)  # getBlocks answers at finalized only
+        assert got.slot in (await client.get_blocks(got.slot - 1)).value
+
+        rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
+        payer_ata = get_associated_token_address(payer.pubkey(), mint.pubkey())
+        bob_ata = get_associated_token_address(bob.pubkey(), mint.pubkey())
+        await _send(
+            client,
+            payer,
+            [payer, mint],
+            [
+                create_account(
+                    CreateAccountParams(
+                        from_pubkey=payer.pubkey(),
+                        to_pubkey=mint.pubkey(),
+                        lamports=rent,
+                        space=82,
+                        owner=TOKEN_PROGRAM_ID,
+                    )
+                ),
+                initialize_mint2(
+                    InitializeMint2Params(
+                        decimals=6,
+                        program_id=TOKEN_PROGRAM_ID,
+                        mint=mint.pubkey(),
+                        mint_authority=payer.pubkey(),
+                    )
+                ),
+                create_associated_token_account(payer.pubkey(), payer.pubkey(), mint.pubkey()),
+                create_associated_token_account(payer.pubkey(), bob.pubkey(), mint.pubkey()),
+                mint_to(
+                    MintToParams(
+                        program_id=TOKEN_PROGRAM_ID,
+                        mint=mint.pubkey(),
+                        dest=payer_ata,
+                        mint_authority=payer.pubkey(),
+                        amount=5_000_000,
+                    )
+                ),
+            ],
+        )
+        await _send(
+            client,
+            payer,
+            [payer],
+            [
+                transfer_checked(
+                    TransferCheckedParams(
+                        program_id=TOKEN_PROGRAM_ID,
+                        source=payer_ata,
+                        mint=mint.pubkey(),
+                        dest=bob_ata,
+                        owner=payer.pubkey(),
+                        amount=1_250_000,
+                        decimals=6,
+                    )
+                )
+            ],
+        )
+        balance = (await client.get_token_account_balance(bob_ata)).value
+        assert (balance.amount, balance.decimals, balance.ui_amount_string) == (
+            "1250000",
+            6,
+            "1.25",
+        )
+        assert (await client.get_token_supply(mint.pubkey())).value.amount == "5000000"
+        owned = await client.get_token_accounts_by_owner_json_parsed(
+            bob.pubkey(), TokenAccountOpts(mint=mint.pubkey())
+        )
+        [account] = owned.value
+        assert account.pubkey == bob_ata
+        assert account.account.data.parsed["info"]["tokenAmount"]["amount"] == "1250000"
+        holders = await client.get_program_accounts(
+            TOKEN_PROGRAM_ID,
+            encoding="base64",
+            filters=[165, MemcmpOpts(offset=0, bytes=str(mint.pubkey()))],
+        )
+        assert sorted(str(a.pubkey) for a in holders.value) == sorted(
+            map(str, [payer_ata, bob_ata])
+        )
+        finalized = await client.get_program_accounts(
+            TOKEN_PROGRAM_ID,
+            Finalized,
+            encoding="base64",
+            filters=[MemcmpOpts(offset=0, bytes=str(mint.pubkey()))],
+        )
+        assert len(finalized.value) <= 2  # what finalized sees trails confirmed
+
+        await _simulate_and_refuse(client, payer, bob)
+
+
+async def _simulate_and_refuse(client: AsyncClient, payer: Keypair, bob: Keypair) -> None:
+    blockhash = (await client.get_latest_blockhash()).value.blockhash
+    too_much = VersionedTransaction(
+        Message.new_with_blockhash(
+            [
+                transfer(
+                    TransferParams(
+                        from_pubkey=bob.pubkey(), to_pubkey=payer.pubkey(), lamports=50 * SOL
+                    )
+                )
+            ],
+            bob.pubkey(),
+            blockhash,
+        ),
+        [bob],
+    )
+    simulated = (await client.simulate_transaction(too_much, sig_verify=True)).value
+    assert simulated.err is not None and "InstructionError" in str(simulated.err)
+    assert simulated.units_consumed and simulated.logs
+    with pytest.raises((RPCException, SolanaRpcException)) as refused:
+        await client.send_transaction(too_much)
+    assert "custom program error: 0x1" in str(refused.value)
+
+
+def test_a_batch_through_solders_parsers(node_url: str) -> None:
+    who = Keypair().pubkey()
+    body = batch_to_json([GetSlot(id=0), GetBalance(who, id=1), GetVersion(id=2)])
+    reply = httpx.post(node_url, content=body, headers={"content-type": "application/json"})
+    slot, balance, version = batch_from_json(
+        reply.text, [GetSlotResp, GetBalanceResp, GetVersionResp]
+    )
+    assert isinstance(slot, GetSlotResp) and isinstance(balance, GetBalanceResp)
+    assert balance.value == 0 and isinstance(version, GetVersionResp)
+    assert httpx.post(node_url, content=b"[]").json()["error"]["code"] == -32600
+    assert httpx.post(node_url, content=b"{").json()["error"]["code"] == -32700
