@@ -250,7 +250,7 @@ async def _sol_and_tokens(url: str) -> None:
         assert sent in [tx.transaction.signatures[0] for tx in block.transactions]
         assert (await client.get_block_time(got.slot)).value == block.block_time
         await _finalized(client, got.slot)  # getBlocks answers at finalized only
-        assert got.slot in (await client.get_blocks(got.slot - 1)).value
+        assert got.slot in (await client.get_blocks(got.slot)).value
 
         rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
         payer_ata = get_associated_token_address(payer.pubkey(), mint.pubkey())

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from solders.pubkey import Pubkey
@@ -13,16 +14,22 @@ from chaingate.devnet.solana.ledger import COMMITMENTS, Commitment, Ledger
 SOLANA_CORE_VERSION = "2.2.7"
 FEATURE_SET = 3294202862
 
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-PARSE_ERROR = -32700
-BLOCK_CLEANED_UP = -32001
-PREFLIGHT_FAILURE = -32002
-SIGNATURE_VERIFICATION_FAILURE = -32003
-BLOCK_NOT_AVAILABLE = -32004
-UNSUPPORTED_TRANSACTION_VERSION = -32015
-MIN_CONTEXT_SLOT_NOT_REACHED = -32016
+
+class Code(enum.IntEnum):
+    """The node's JSON-RPC error codes (JSON-RPC 2.0's and solana-rpc-client-api's).  A class,
+    not module constants: they are the devnet node's, not codes the gateway answers with
+    (tests/docsgen/errors.py lists those)."""
+
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    PARSE_ERROR = -32700
+    BLOCK_CLEANED_UP = -32001
+    PREFLIGHT_FAILURE = -32002
+    SIGNATURE_VERIFICATION_FAILURE = -32003
+    BLOCK_NOT_AVAILABLE = -32004
+    UNSUPPORTED_TRANSACTION_VERSION = -32015
+    MIN_CONTEXT_SLOT_NOT_REACHED = -32016
 
 
 class RpcFault(Exception):
@@ -35,14 +42,14 @@ class RpcFault(Exception):
         self.data = data
 
     def error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        error: dict[str, Any] = {"code": int(self.code), "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error
 
 
 def invalid(message: str) -> RpcFault:
-    return RpcFault(INVALID_PARAMS, message)
+    return RpcFault(Code.INVALID_PARAMS, message)
 
 
 def arg(params: list[Any], index: int, kind: type, *, name: str, default: Any = ...) -> Any:
@@ -90,7 +97,7 @@ def commitment(ledger: Ledger, cfg: dict[str, Any], *, least: Commitment = "proc
             raise invalid("Invalid params: minContextSlot must be an integer")
         if slot < min_slot:
             raise RpcFault(
-                MIN_CONTEXT_SLOT_NOT_REACHED,
+                Code.MIN_CONTEXT_SLOT_NOT_REACHED,
                 "Minimum context slot has not been reached",
                 {"contextSlot": slot},
             )

@@ -10,9 +10,7 @@ import msgspec
 from chaingate.devnet.solana import accounts, chain, transactions
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.params import (
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
+    Code,
     RpcFault,
 )
 
@@ -30,16 +28,16 @@ def _error(fault: RpcFault, request_id: Any = None) -> dict[str, Any]:
 def answer_one(ledger: Ledger, request: Any) -> dict[str, Any] | None:
     """One request's reply; None for a notification (no id)."""
     if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
-        return _error(RpcFault(INVALID_REQUEST, "Invalid request"))
+        return _error(RpcFault(Code.INVALID_REQUEST, "Invalid request"))
     request_id = request.get("id")
     method = request.get("method")
     params = request.get("params", [])
     handler = METHODS.get(method) if isinstance(method, str) else None
     try:
         if handler is None:
-            raise RpcFault(METHOD_NOT_FOUND, "Method not found")
+            raise RpcFault(Code.METHOD_NOT_FOUND, "Method not found")
         if not isinstance(params, list):
-            raise RpcFault(-32602, "Invalid params: expected an array")
+            raise RpcFault(Code.INVALID_PARAMS, "Invalid params: expected an array")
         result = handler(ledger, params)
     except RpcFault as fault:
         return _error(fault, request_id)
@@ -53,10 +51,10 @@ def answer(ledger: Ledger, body: bytes) -> bytes:
     try:
         payload = msgspec.json.decode(body)
     except msgspec.DecodeError:
-        return _encode(_error(RpcFault(PARSE_ERROR, "Parse error")))
+        return _encode(_error(RpcFault(Code.PARSE_ERROR, "Parse error")))
     if isinstance(payload, list):
         if not payload or len(payload) > MAX_BATCH:
-            return _encode(_error(RpcFault(INVALID_REQUEST, "Invalid request")))
+            return _encode(_error(RpcFault(Code.INVALID_REQUEST, "Invalid request")))
         replies = [answer_one(ledger, request) for request in payload]
         return _encode([reply for reply in replies if reply is not None])
     return _encode(answer_one(ledger, payload))

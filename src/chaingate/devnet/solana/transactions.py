@@ -13,11 +13,7 @@ from chaingate.devnet.solana import codec
 from chaingate.devnet.solana.errors import describe
 from chaingate.devnet.solana.ledger import Executed, Ledger, TransactionRefused
 from chaingate.devnet.solana.params import (
-    BLOCK_CLEANED_UP,
-    BLOCK_NOT_AVAILABLE,
-    PREFLIGHT_FAILURE,
-    SIGNATURE_VERIFICATION_FAILURE,
-    UNSUPPORTED_TRANSACTION_VERSION,
+    Code,
     RpcFault,
     arg,
     commitment,
@@ -70,12 +66,14 @@ def simulation_result(
 
 
 def _signature_failure() -> RpcFault:
-    return RpcFault(SIGNATURE_VERIFICATION_FAILURE, "Transaction signature verification failure")
+    return RpcFault(
+        Code.SIGNATURE_VERIFICATION_FAILURE, "Transaction signature verification failure"
+    )
 
 
 def _preflight_failure(executed: Executed | None, err: Any) -> RpcFault:
     return RpcFault(
-        PREFLIGHT_FAILURE,
+        Code.PREFLIGHT_FAILURE,
         f"Transaction simulation failed: {describe(err)}",
         simulation_result(executed, err),
     )
@@ -152,11 +150,11 @@ def request_airdrop(ledger: Ledger, params: list[Any]) -> Any:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     lamports = arg(params, 1, int, name="lamports")
     if not 0 < lamports <= MAX_AIRDROP_LAMPORTS:
-        raise RpcFault(-32600, "Invalid request: airdrop amount out of range")
+        raise RpcFault(Code.INVALID_REQUEST, "Invalid request: airdrop amount out of range")
     try:
         return ledger.airdrop(key, lamports).signature
     except TransactionRefused as refused:
-        raise RpcFault(-32600, f"airdrop failed: {describe(refused.err)}") from None
+        raise RpcFault(Code.INVALID_REQUEST, f"airdrop failed: {describe(refused.err)}") from None
 
 
 def _status(ledger: Ledger, executed: Executed) -> dict[str, Any]:
@@ -206,7 +204,7 @@ def _with_meta(ledger: Ledger, executed: Executed, cfg: dict[str, Any]) -> dict[
     max_version = cfg.get("maxSupportedTransactionVersion")
     if version != "legacy" and (max_version is None or max_version < version):
         raise RpcFault(
-            UNSUPPORTED_TRANSACTION_VERSION,
+            Code.UNSUPPORTED_TRANSACTION_VERSION,
             f"Transaction version ({version}) is not supported by the requesting client. "
             "Please try the request again with the following configuration parameter: "
             '"maxSupportedTransactionVersion": 0',
@@ -238,12 +236,12 @@ def get_transaction(ledger: Ledger, params: list[Any]) -> Any:
 
 def _block(ledger: Ledger, slot: int, cfg: dict[str, Any]) -> Any:
     if slot > commitment(ledger, cfg, least="confirmed"):
-        raise RpcFault(BLOCK_NOT_AVAILABLE, f"Block not available for slot {slot}")
+        raise RpcFault(Code.BLOCK_NOT_AVAILABLE, f"Block not available for slot {slot}")
     block = ledger.blocks.get(slot)
     if block is None:
         first = ledger.first_available()
         raise RpcFault(
-            BLOCK_CLEANED_UP,
+            Code.BLOCK_CLEANED_UP,
             f"Block {slot} cleaned up, does not exist on node. First available block: {first}",
         )
     return block
@@ -278,7 +276,7 @@ def get_block_time(ledger: Ledger, params: list[Any]) -> Any:
     slot = arg(params, 0, int, name="slot")
     block = ledger.blocks.get(slot)
     if block is None or slot > ledger.slot("confirmed"):
-        raise RpcFault(BLOCK_NOT_AVAILABLE, f"Block not available for slot {slot}")
+        raise RpcFault(Code.BLOCK_NOT_AVAILABLE, f"Block not available for slot {slot}")
     return block.block_time
 
 
