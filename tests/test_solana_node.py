@@ -20,13 +20,26 @@ from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed, Finalized, Processed
 from solana.rpc.core import RPCException
-from solana.rpc.models import MemcmpOpts, TokenAccountOpts
+from solana.rpc.models import DataSliceOpts, MemcmpOpts, TokenAccountOpts
 from solders.hash import Hash
 from solders.keypair import Keypair
-from solders.message import Message
+from solders.message import Message, MessageV0
 from solders.pubkey import Pubkey
-from solders.rpc.requests import GetBalance, GetSlot, GetVersion, batch_to_json
-from solders.rpc.responses import GetBalanceResp, GetSlotResp, GetVersionResp, batch_from_json
+from solders.rpc.requests import (
+    GetBalance,
+    GetSlot,
+    GetVersion,
+    IsBlockhashValid,
+    batch_to_json,
+)
+from solders.rpc.responses import (
+    GetBalanceResp,
+    GetSlotResp,
+    GetVersionResp,
+    IsBlockhashValidResp,
+    batch_from_json,
+)
+from solders.signature import Signature
 from solders.system_program import CreateAccountParams, TransferParams, create_account, transfer
 from solders.transaction import Transaction, VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
@@ -375,3 +388,71 @@ def test_a_batch_through_solders_parsers(node_url: str) -> None:
     assert balance.value == 0 and isinstance(version, GetVersionResp)
     assert httpx.post(node_url, content=b"[]").json()["error"]["code"] == -32600
     assert httpx.post(node_url, content=b"{").json()["error"]["code"] == -32700
+
+
+def test_solana_py_reads_the_node_and_its_accounts(node_url: str) -> None:
+    asyncio.run(_reads(node_url))
+
+
+def _blockhash_valid(url: str, blockhash: Hash) -> bool:
+    """isBlockhashValid, which solana-py does not wrap: solders' request and parser."""
+    reply = httpx.post(url, content=IsBlockhashValid(blockhash).to_json())
+    return bool(IsBlockhashValidResp.from_json(reply.text).value)
+
+
+async def _reads(url: str) -> None:
+    payer, bob = Keypair(), Keypair()
+    async with AsyncClient(url, commitment=Confirmed) as client:
+        assert (await client.get_genesis_hash()).value
+        assert (await client.get_identity()).value.identity
+        processed = (await client.get_slot(Processed)).value
+        assert (await client.get_slot(Confirmed)).value <= processed
+        assert (await client.get_block_height(Processed)).value >= processed  # no skipped slots
+        epoch = (await client.get_epoch_info(Processed)).value
+        assert epoch.absolute_slot >= processed and epoch.slots_in_epoch > 0
+        airdrop = (await client.request_airdrop(payer.pubkey(), 3 * SOL)).value
+        await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
+        latest = (await client.get_latest_blockhash()).value
+        assert _blockhash_valid(url, latest.blockhash) is True
+        assert _blockhash_valid(url, Hash.new_unique()) is False
+
+        pay = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL)
+        )
+        message = MessageV0.try_compile(payer.pubkey(), [pay], [], latest.blockhash)
+        assert (await client.get_fee_for_message(message)).value == 5000
+        v0 = VersionedTransaction(message, [payer])
+        # A fresh, unsigned draft simulated with a replaced blockhash, and the accounts after it.
+        draft = VersionedTransaction.populate(
+            MessageV0.try_compile(payer.pubkey(), [pay], [], Hash.default()), [Signature.default()]
+        )
+        simulated = (
+            await client.simulate_transaction(
+                draft, replace_recent_blockhash=True, accounts_addresses=[bob.pubkey()]
+            )
+        ).value
+        assert simulated.err is None and simulated.replacement_blockhash is not None
+        assert simulated.accounts is not None and simulated.accounts[0].lamports == SOL
+        signature = (await client.send_transaction(v0)).value
+        await client.confirm_transaction(signature, Confirmed, sleep_seconds=0.05)
+        [status] = (await client.get_signature_statuses([signature])).value
+        assert status is not None and status.err is None
+        got = (
+            await client.get_transaction(signature, "base64", max_supported_transaction_version=0)
+        ).value
+        assert got is not None and got.transaction.version == 0
+
+        both = [payer.pubkey(), bob.pubkey(), Keypair().pubkey()]
+        for encoding in ("base64", "base58", "base64+zstd"):
+            accounts = (await client.get_multiple_accounts(both, encoding=encoding)).value
+            assert [a.lamports if a else None for a in accounts] == [
+                3 * SOL - SOL - 5000,
+                SOL,
+                None,
+            ]
+        sliced = await client.get_account_info(
+            payer.pubkey(), data_slice=DataSliceOpts(offset=0, length=0)
+        )
+        assert sliced.value is not None and sliced.value.data == b""
+        fees = (await client.get_recent_prioritization_fees([payer.pubkey()])).value
+        assert fees and all(fee.prioritization_fee == 0 for fee in fees)
