@@ -21,10 +21,12 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed, Finalized, Processed
 from solana.rpc.core import RPCException
 from solana.rpc.models import DataSliceOpts, MemcmpOpts, TokenAccountOpts
+from solana.rpc.websocket_api import SolanaWsClient
 from solders.hash import Hash
 from solders.keypair import Keypair
 from solders.message import Message, MessageV0
 from solders.pubkey import Pubkey
+from solders.rpc.config import RpcTransactionLogsFilterMentions
 from solders.rpc.requests import (
     GetBalance,
     GetSlot,
@@ -33,10 +35,14 @@ from solders.rpc.requests import (
     batch_to_json,
 )
 from solders.rpc.responses import (
+    AccountNotification,
     GetBalanceResp,
     GetSlotResp,
     GetVersionResp,
     IsBlockhashValidResp,
+    LogsNotification,
+    SignatureNotification,
+    SlotNotification,
     batch_from_json,
 )
 from solders.signature import Signature
@@ -54,7 +60,7 @@ from spl.token.models import InitializeMint2Params, MintToParams, TransferChecke
 
 from chaingate.devnet.solana import rpc
 from chaingate.devnet.solana.ledger import MAX_PROCESSING_AGE, Ledger
-from chaingate.devnet.solana.server import serve
+from chaingate.devnet.solana.server import Endpoints, serve
 
 SOL = 10**9
 
@@ -186,28 +192,30 @@ def test_preflight_errors_are_solana_shaped() -> None:
 
 
 @pytest.fixture
-def node_url() -> Iterator[str]:
+def node() -> Iterator[Endpoints]:
     """The node served from a trio thread (solana-py is asyncio: it runs in the test's)."""
     ledger = Ledger(genesis_time=time.time(), confirmed_depth=1, finalized_depth=4)
-    started: queue.Queue[tuple[str, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+    started: queue.Queue[tuple[Endpoints, trio.lowlevel.TrioToken, trio.CancelScope]] = (
+        queue.Queue()
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            url = await nursery.start(partial(serve, ledger, slot_seconds=0.05))
-            started.put((url, trio.lowlevel.current_trio_token(), nursery.cancel_scope))
+            urls = await nursery.start(partial(serve, ledger, slot_seconds=0.05))
+            started.put((urls, trio.lowlevel.current_trio_token(), nursery.cancel_scope))
 
     thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
     thread.start()
-    url, token, scope = started.get(timeout=30)
+    urls, token, scope = started.get(timeout=30)
     try:
-        yield url
+        yield urls
     finally:
         trio.from_thread.run_sync(scope.cancel, trio_token=token)
         thread.join(30)
 
 
-def test_solana_py_transfers_sol_and_tokens(node_url: str) -> None:
-    asyncio.run(_sol_and_tokens(node_url))
+def test_solana_py_transfers_sol_and_tokens(node: Endpoints) -> None:
+    asyncio.run(_sol_and_tokens(node.http))
 
 
 async def _send(client: AsyncClient, payer: Keypair, signers: list[Keypair], ixs: list[Any]) -> Any:
@@ -377,21 +385,21 @@ async def _simulate_and_refuse(client: AsyncClient, payer: Keypair, bob: Keypair
     assert "custom program error: 0x1" in str(refused.value)
 
 
-def test_a_batch_through_solders_parsers(node_url: str) -> None:
+def test_a_batch_through_solders_parsers(node: Endpoints) -> None:
     who = Keypair().pubkey()
     body = batch_to_json([GetSlot(id=0), GetBalance(who, id=1), GetVersion(id=2)])
-    reply = httpx.post(node_url, content=body, headers={"content-type": "application/json"})
+    reply = httpx.post(node.http, content=body, headers={"content-type": "application/json"})
     slot, balance, version = batch_from_json(
         reply.text, [GetSlotResp, GetBalanceResp, GetVersionResp]
     )
     assert isinstance(slot, GetSlotResp) and isinstance(balance, GetBalanceResp)
     assert balance.value == 0 and isinstance(version, GetVersionResp)
-    assert httpx.post(node_url, content=b"[]").json()["error"]["code"] == -32600
-    assert httpx.post(node_url, content=b"{").json()["error"]["code"] == -32700
+    assert httpx.post(node.http, content=b"[]").json()["error"]["code"] == -32600
+    assert httpx.post(node.http, content=b"{").json()["error"]["code"] == -32700
 
 
-def test_solana_py_reads_the_node_and_its_accounts(node_url: str) -> None:
-    asyncio.run(_reads(node_url))
+def test_solana_py_reads_the_node_and_its_accounts(node: Endpoints) -> None:
+    asyncio.run(_reads(node.http))
 
 
 def _blockhash_valid(url: str, blockhash: Hash) -> bool:
@@ -456,3 +464,52 @@ async def _reads(url: str) -> None:
         assert sliced.value is not None and sliced.value.data == b""
         fees = (await client.get_recent_prioritization_fees([payer.pubkey()])).value
         assert fees and all(fee.prioritization_fee == 0 for fee in fees)
+
+
+def test_solana_py_pubsub_slots_signatures_accounts_logs(node: Endpoints) -> None:
+    asyncio.run(_pubsub(node))
+
+
+async def _next(ws: SolanaWsClient, kind: type) -> Any:
+    """The next notification of ``kind`` (slot notifications keep coming meanwhile)."""
+    async with asyncio.timeout(10):  # the node's clock notifies within a few 50 ms slots
+        while not isinstance(notification := await ws.recv(), kind):
+            pass
+    return notification
+
+
+async def _pubsub(node: Endpoints) -> None:
+    payer, bob = Keypair(), Keypair()
+    async with (
+        AsyncClient(node.http, commitment=Confirmed) as client,
+        SolanaWsClient(node.ws) as ws,
+    ):
+        slots = await ws.slot_subscribe()
+        first = (await _next(ws, SlotNotification)).result
+        second = (await _next(ws, SlotNotification)).result
+        assert second.slot == first.slot + 1 and second.parent == first.slot
+        await ws.unsubscribe(slots)
+
+        airdrop = (await client.request_airdrop(payer.pubkey(), 2 * SOL)).value
+        await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
+        await ws.account_subscribe(pubkey=bob.pubkey(), commitment=Confirmed)
+        await ws.logs_subscribe(
+            filter_=RpcTransactionLogsFilterMentions(bob.pubkey()), commitment=Confirmed
+        )
+        blockhash = (await client.get_latest_blockhash()).value.blockhash
+        pay = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL)
+        )
+        tx = VersionedTransaction(
+            Message.new_with_blockhash([pay], payer.pubkey(), blockhash), [payer]
+        )
+        signature = (await client.send_transaction(tx)).value
+        await ws.signature_subscribe(signature=signature, commitment=Finalized)
+        account = await _next(ws, AccountNotification)
+        assert account.result.value.lamports == SOL
+        logs = await _next(ws, LogsNotification)
+        assert logs.result.value.signature == signature and logs.result.value.err is None
+        status = await _next(ws, SignatureNotification)
+        assert status.result.value.err is None
+        finalized = (await client.get_signature_statuses([signature])).value[0]
+        assert finalized is not None and finalized.slot == status.result.context.slot

@@ -15,6 +15,7 @@ and a signature already processed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -114,6 +115,8 @@ class Ledger:
         self.by_address: dict[Pubkey, list[str]] = {}
         self.blockhash_heights: dict[str, int] = {}
         self.transaction_count = 0
+        # Told of every slot opened (pubsub.Hub), after the ledger has moved to it.
+        self.observers: list[Callable[[Block], None]] = []
         self.head = -1
         self.advance(genesis_time)
         self.genesis_hash = self.blocks[0].blockhash
@@ -148,6 +151,8 @@ class Ledger:
         self.blocks[self.head] = block
         self.blockhash_heights[blockhash] = block.block_height
         self._prune()
+        for observer in self.observers:
+            observer(block)
         return block
 
     def _prune(self) -> None:

@@ -6,14 +6,18 @@ are answered one at a time on the trio thread, so the ledger needs no lock.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import h11
 import trio
 
 from chaingate.devnet.solana import rpc
 from chaingate.devnet.solana.ledger import Ledger
+from chaingate.devnet.solana.pubsub import Hub
+from chaingate.devnet.solana.wsedge import serve_pubsub
 
 SLOT_SECONDS = 0.4
 MAX_BODY_BYTES = 1024 * 1024
@@ -33,23 +37,32 @@ async def run_clock(
         ledger.advance(now())
 
 
+class Endpoints(NamedTuple):
+    http: str
+    ws: str
+
+
 async def serve(
     ledger: Ledger,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    ws_port: int = 0,
     slot_seconds: float | None = SLOT_SECONDS,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[Endpoints] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``ledger`` until cancelled; started with the node's URL.  ``slot_seconds=None``
-    leaves the slots to whoever calls ``ledger.advance`` (a test driving the clock by hand)."""
+    """Serve ``ledger`` (JSON-RPC over HTTP, PubSub over WebSocket) until cancelled; started
+    with both URLs.  ``slot_seconds=None`` leaves the slots to whoever calls
+    ``ledger.advance`` (a test driving the clock by hand)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
+    hub = Hub(ledger)
     async with trio.open_nursery() as nursery:
+        ws = await nursery.start(functools.partial(serve_pubsub, hub, host=host, port=ws_port))
         if slot_seconds is not None:
             nursery.start_soon(run_clock, ledger, slot_seconds)
-        await nursery.start(trio.serve_listeners, lambda s: _connection(ledger, s), listeners)
-        task_status.started(f"http://{host}:{bound}")
+        await nursery.start(trio.serve_listeners, functools.partial(_connection, ledger), listeners)
+        task_status.started(Endpoints(f"http://{host}:{bound}", ws))
 
 
 async def _connection(ledger: Ledger, stream: trio.SocketStream) -> None:
