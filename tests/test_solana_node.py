@@ -60,6 +60,7 @@ from spl.token.models import InitializeMint2Params, MintToParams, TransferChecke
 
 from chaingate.devnet.solana import rpc
 from chaingate.devnet.solana.ledger import MAX_PROCESSING_AGE, Ledger
+from chaingate.devnet.solana.pubsub import Hub
 from chaingate.devnet.solana.server import Endpoints, serve
 
 SOL = 10**9
@@ -186,6 +187,53 @@ def test_preflight_errors_are_solana_shaped() -> None:
     assert error == {"code": -32003, "message": "Transaction signature verification failure"}
     assert call(ledger, "sendTransaction", "not base58!")["error"]["code"] == -32602
     assert call(ledger, "getNothing")["error"] == {"code": -32601, "message": "Method not found"}
+
+
+def _bad_params(key: str) -> Iterator[list[Any]]:
+    values: list[Any] = [None, 1, -1, 2**70, "x", key, [], [key], {}, True, 1.5, "base64"]
+    configs: list[Any] = [
+        {"encoding": 5},
+        {"encoding": "binary"},
+        {"commitment": 5},
+        {"commitment": "x"},
+        {"minContextSlot": "a"},
+        {"dataSlice": 5},
+        {"dataSlice": {"offset": -1, "length": 2}},
+        {"filters": 5},
+        {"filters": [5]},
+        {"filters": [{"memcmp": {"offset": "a"}}]},
+        {"filters": [{"memcmp": {"offset": 0, "bytes": "!!", "encoding": "base64"}}]},
+        {"limit": "a"},
+        {"before": 5},
+        {"transactionDetails": 5},
+        {"accounts": {"addresses": 5}},
+        {"maxSupportedTransactionVersion": "a"},
+        {"mint": 5},
+        {"programId": "x"},
+    ]
+    yield from ([value] for value in values)
+    for value in (key, 1, "x"):
+        yield from ([value, cfg] for cfg in configs)
+    yield from ([key, {"mint": key}, cfg] for cfg in configs)
+
+
+def test_bad_input_is_a_clear_error_never_an_internal_one() -> None:
+    ledger = Ledger(genesis_time=1_700_000_000, finalized_depth=1)
+    key = str(Keypair().pubkey())
+    result(ledger, "requestAirdrop", key, SOL)
+    ledger.advance(1_700_000_001)
+    hub = Hub(ledger)
+    for method in [*rpc.METHODS, "accountSubscribe", "logsSubscribe", "signatureSubscribe"]:
+        for params in _bad_params(key):
+            body = msgspec.json.encode(
+                {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            )
+            if method in rpc.METHODS:
+                reply = msgspec.json.decode(rpc.answer(ledger, body))
+            else:
+                reply = msgspec.json.decode(hub.answer(body, lambda frame: None, set()))
+            assert reply.get("error", {}).get("code") != -32603, (method, params, reply)
+    ledger.advance(1_700_000_002)  # and the subscriptions made on the way notify without failing
 
 
 # --- solana-py over HTTP, the node on its own clock ------------------------------------------

@@ -11,6 +11,7 @@ transactions for ``signatureSubscribe`` and ``logsSubscribe``, and the account a
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from chaingate.devnet.solana.params import Code, RpcFault, invalid, pubkey
 
 Send = Callable[[bytes], None]
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger("chaingate.devnet.solana")
 
 
 @dataclass
@@ -62,6 +64,10 @@ class Hub:
             result = self._call(request.get("method"), request.get("params") or [], send, owned)
         except RpcFault as fault:
             return _encode({"jsonrpc": "2.0", "error": fault.error(), "id": request_id})
+        except Exception as exc:  # a bug answers as one, and never takes the node down
+            log.exception("solana node: pubsub request failed")
+            internal = RpcFault(Code.INTERNAL_ERROR, f"Internal error: {exc!r}")
+            return _encode({"jsonrpc": "2.0", "error": internal.error(), "id": request_id})
         return _encode({"jsonrpc": "2.0", "result": result, "id": request_id})
 
     def _call(self, method: Any, params: Any, send: Send, owned: set[int]) -> Any:
@@ -95,6 +101,8 @@ class Hub:
         elif method == "accountSubscribe" and params:
             new.method, new.key = "accountNotification", pubkey(params[0])
             new.encoding = cfg.get("encoding") or "base64"
+            if new.encoding not in ("base58", "base64", "base64+zstd", "jsonParsed"):
+                raise invalid(f"Invalid params: unsupported encoding {new.encoding!r}")
             new.last = self._account(new, new.seen)
         elif method == "signatureSubscribe" and params and isinstance(params[0], str):
             new.method, new.signature = "signatureNotification", params[0]
@@ -132,25 +140,28 @@ class Hub:
     def on_slot(self, block: Block) -> None:
         """The ledger opened ``block``: whatever has newly settled goes out."""
         for sub in list(self.subscriptions.values()):
-            if sub.method == "slotNotification":
-                result: Any = {
-                    "parent": block.parent_slot,
-                    "root": self.ledger.slot("finalized"),
-                    "slot": block.slot,
-                }
-                self._notify(sub, result)
-                continue
-            if sub.method == "rootNotification":
-                root = self.ledger.slot("finalized")
-                if root != sub.last:
-                    sub.last = root
-                    self._notify(sub, root)
-                continue
-            settled = self._settled(sub.commitment)
-            for slot in range(sub.seen + 1, settled + 1):
-                if sub.id in self.subscriptions:
-                    self._slot_settled(sub, slot)
-            sub.seen = max(sub.seen, settled)
+            try:
+                self._advance(sub, block)
+            except Exception:  # one subscription's bug must not stop the slot clock
+                log.exception("solana node: subscription %d dropped", sub.id)
+                self.subscriptions.pop(sub.id, None)
+
+    def _advance(self, sub: Subscription, block: Block) -> None:
+        if sub.method == "slotNotification":
+            root = self.ledger.slot("finalized")
+            self._notify(sub, {"parent": block.parent_slot, "root": root, "slot": block.slot})
+            return
+        if sub.method == "rootNotification":
+            root = self.ledger.slot("finalized")
+            if root != sub.last:
+                sub.last = root
+                self._notify(sub, root)
+            return
+        settled = self._settled(sub.commitment)
+        for slot in range(sub.seen + 1, settled + 1):
+            if sub.id in self.subscriptions:
+                self._slot_settled(sub, slot)
+        sub.seen = max(sub.seen, settled)
 
     def _slot_settled(self, sub: Subscription, slot: int) -> None:
         context = {"slot": slot}

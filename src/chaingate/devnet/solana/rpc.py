@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from chaingate.devnet.solana.params import (
 )
 
 MAX_BATCH = 100
+log = logging.getLogger("chaingate.devnet.solana")
 Handler = Callable[[Ledger, list[Any]], Any]
 METHODS: dict[str, Handler] = {**chain.METHODS, **accounts.METHODS, **transactions.METHODS}
 
@@ -41,6 +43,9 @@ def answer_one(ledger: Ledger, request: Any) -> dict[str, Any] | None:
         result = handler(ledger, params)
     except RpcFault as fault:
         return _error(fault, request_id)
+    except Exception as exc:  # a bug answers as one, and never takes the node down
+        log.exception("solana node: %s failed", method)
+        return _error(RpcFault(Code.INTERNAL_ERROR, f"Internal error: {exc!r}"), request_id)
     if "id" not in request:
         return None
     return {"id": request_id, "jsonrpc": "2.0", "result": result}
