@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -58,7 +60,7 @@ from spl.token.instructions import (
 )
 from spl.token.models import InitializeMint2Params, MintToParams, TransferCheckedParams
 
-from chaingate.devnet.solana import rpc
+from chaingate.devnet.solana import rpc, snapshot
 from chaingate.devnet.solana.ledger import MAX_PROCESSING_AGE, Ledger
 from chaingate.devnet.solana.pubsub import Hub
 from chaingate.devnet.solana.server import Endpoints, serve
@@ -236,20 +238,71 @@ def test_bad_input_is_a_clear_error_never_an_internal_one() -> None:
     ledger.advance(1_700_000_002)  # and the subscriptions made on the way notify without failing
 
 
+def test_a_snapshot_resumes_accounts_history_and_blockhashes(tmp_path: Path) -> None:
+    ledger = Ledger(genesis_time=1_700_000_000, finalized_depth=2)
+    payer, bob = Keypair(), Keypair()
+    result(ledger, "requestAirdrop", str(payer.pubkey()), SOL)
+    sent = result(
+        ledger,
+        "sendTransaction",
+        signed_transfer(ledger, payer, bob.pubkey(), SOL // 100),
+        {"encoding": "base64"},
+    )
+    failed = result(
+        ledger,
+        "sendTransaction",
+        signed_transfer(ledger, payer, bob.pubkey(), 10 * SOL),
+        {"encoding": "base64", "skipPreflight": True},
+    )
+    for i in range(4):
+        ledger.advance(1_700_000_001 + i)
+    pending = signed_transfer(ledger, payer, bob.pubkey(), 7)  # signed before the restart
+    questions: list[tuple[str, tuple[Any, ...]]] = [
+        ("getBalance", (str(payer.pubkey()),)),
+        ("getBalance", (str(bob.pubkey()), {"commitment": "processed"})),
+        ("getSignatureStatuses", ([sent, failed],)),
+        ("getSignaturesForAddress", (str(bob.pubkey()),)),
+        ("getTransaction", (sent,)),
+        ("getBlock", (1,)),
+        ("getGenesisHash", ()),
+        ("getIdentity", ()),
+    ]
+    before = [result(ledger, method, *params) for method, params in questions]
+    snapshot.save(ledger, tmp_path / "solana.state")
+
+    resumed = snapshot.load(tmp_path / "solana.state", now=1_700_000_100)
+    assert resumed.head == ledger.head + 1
+    after = [result(resumed, method, *params) for method, params in questions]
+    for (method, _), old, new in zip(questions, before, after, strict=True):
+        if isinstance(old, dict) and "context" in old:
+            old, new = old["value"], new["value"]
+        if method == "getSignatureStatuses":  # one slot more has passed
+            for status in (*old, *new):
+                status.pop("confirmations")
+                status.pop("confirmationStatus")
+        assert old == new, method
+    landed = result(resumed, "sendTransaction", pending, {"encoding": "base64"})
+    assert result(resumed, "getSignatureStatuses", [landed])["value"][0]["err"] is None
+    (tmp_path / "bad.state").write_bytes(b"not msgpack")
+    with pytest.raises(snapshot.SnapshotError):
+        snapshot.load(tmp_path / "bad.state", now=0)
+
+
 # --- solana-py over HTTP, the node on its own clock ------------------------------------------
 
 
-@pytest.fixture
-def node() -> Iterator[Endpoints]:
+@contextlib.contextmanager
+def running(ledger: Ledger, state_path: Path | None = None) -> Iterator[Endpoints]:
     """The node served from a trio thread (solana-py is asyncio: it runs in the test's)."""
-    ledger = Ledger(genesis_time=time.time(), confirmed_depth=1, finalized_depth=4)
     started: queue.Queue[tuple[Endpoints, trio.lowlevel.TrioToken, trio.CancelScope]] = (
         queue.Queue()
     )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            urls = await nursery.start(partial(serve, ledger, slot_seconds=0.05))
+            urls = await nursery.start(
+                partial(serve, ledger, slot_seconds=0.05, state_path=state_path)
+            )
             started.put((urls, trio.lowlevel.current_trio_token(), nursery.cancel_scope))
 
     thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
@@ -260,6 +313,33 @@ def node() -> Iterator[Endpoints]:
     finally:
         trio.from_thread.run_sync(scope.cancel, trio_token=token)
         thread.join(30)
+
+
+@pytest.fixture
+def node() -> Iterator[Endpoints]:
+    with running(Ledger(genesis_time=time.time(), confirmed_depth=1, finalized_depth=4)) as urls:
+        yield urls
+
+
+def test_the_node_saves_its_state_on_stop_and_resumes_from_it(tmp_path: Path) -> None:
+    state = tmp_path / "solana.state"
+    who = Keypair().pubkey()
+    with running(Ledger(genesis_time=time.time(), finalized_depth=2), state) as urls:
+        asyncio.run(_airdrop(urls.http, who))
+    resumed = snapshot.load(state, now=time.time())
+    with running(resumed) as urls:
+        assert asyncio.run(_balance(urls.http, who)) == SOL
+
+
+async def _airdrop(url: str, who: Pubkey) -> None:
+    async with AsyncClient(url, commitment=Processed) as client:
+        signature = (await client.request_airdrop(who, SOL)).value
+        await client.confirm_transaction(signature, Processed, sleep_seconds=0.05)
+
+
+async def _balance(url: str, who: Pubkey) -> int:
+    async with AsyncClient(url, commitment=Processed) as client:
+        return (await client.get_balance(who)).value
 
 
 def test_solana_py_transfers_sol_and_tokens(node: Endpoints) -> None:

@@ -110,6 +110,8 @@ class Ledger:
         self.svm.set_account(
             self.faucet.pubkey(), Account(FAUCET_LAMPORTS, b"", codec.SYSTEM_PROGRAM)
         )
+        # Every account a transaction named: LiteSVM cannot list its accounts, a snapshot must.
+        self.known: set[Pubkey] = {self.faucet.pubkey()}
         self.blocks: OrderedDict[int, Block] = OrderedDict()
         self.signatures: dict[str, Executed] = {}
         self.by_address: dict[Pubkey, list[str]] = {}
@@ -263,6 +265,7 @@ class Ledger:
         self.transaction_count += 1
         for key in dict.fromkeys(keys):
             self.by_address.setdefault(key, []).append(signature)
+        self.known.update(keys)
         return executed
 
     def _executed(

@@ -9,17 +9,19 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import h11
 import trio
 
-from chaingate.devnet.solana import rpc
+from chaingate.devnet.solana import rpc, snapshot
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.pubsub import Hub
 from chaingate.devnet.solana.wsedge import serve_pubsub
 
 SLOT_SECONDS = 0.4
+SAVE_SECONDS = 2.0
 MAX_BODY_BYTES = 1024 * 1024
 IDLE_SECONDS = 60.0
 
@@ -37,6 +39,16 @@ async def run_clock(
         ledger.advance(now())
 
 
+async def run_saver(ledger: Ledger, path: Path, interval: float = SAVE_SECONDS) -> None:
+    """Save the ledger to ``path`` every ``interval`` seconds and once more when cancelled."""
+    try:
+        while True:
+            await trio.sleep(interval)
+            snapshot.save(ledger, path)
+    finally:
+        snapshot.save(ledger, path)  # on stop too: a restart loses nothing
+
+
 class Endpoints(NamedTuple):
     http: str
     ws: str
@@ -49,11 +61,13 @@ async def serve(
     port: int = 0,
     ws_port: int = 0,
     slot_seconds: float | None = SLOT_SECONDS,
+    state_path: Path | None = None,
     task_status: trio.TaskStatus[Endpoints] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``ledger`` (JSON-RPC over HTTP, PubSub over WebSocket) until cancelled; started
     with both URLs.  ``slot_seconds=None`` leaves the slots to whoever calls
-    ``ledger.advance`` (a test driving the clock by hand)."""
+    ``ledger.advance`` (a test driving the clock by hand).  With ``state_path`` the ledger is
+    saved there (``snapshot.load`` resumes it)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     hub = Hub(ledger)
@@ -61,6 +75,8 @@ async def serve(
         ws = await nursery.start(functools.partial(serve_pubsub, hub, host=host, port=ws_port))
         if slot_seconds is not None:
             nursery.start_soon(run_clock, ledger, slot_seconds)
+        if state_path is not None:
+            nursery.start_soon(run_saver, ledger, state_path)
         await nursery.start(trio.serve_listeners, functools.partial(_connection, ledger), listeners)
         task_status.started(Endpoints(f"http://{host}:{bound}", ws))
 
