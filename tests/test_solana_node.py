@@ -439,7 +439,7 @@ async def _sol_and_tokens(url: str) -> None:
                 ),
             ],
         )
-        await _send(
+        moved = await _send(
             client,
             payer,
             [payer],
@@ -457,6 +457,11 @@ async def _sol_and_tokens(url: str) -> None:
                 )
             ],
         )
+        meta = (await client.get_transaction(moved)).value.transaction.meta
+        assert meta is not None
+        pre = {b.account_index: b.ui_token_amount.amount for b in meta.pre_token_balances}
+        post = {b.account_index: b.ui_token_amount.amount for b in meta.post_token_balances}
+        assert (pre[1], post[1], pre[2], post[2]) == ("5000000", "3750000", "0", "1250000")
         balance = (await client.get_token_account_balance(bob_ata)).value
         assert (balance.amount, balance.decimals, balance.ui_amount_string) == (
             "1250000",

@@ -4,6 +4,7 @@ SPL Token) and the ``json`` form of a transaction, shaped as a validator shapes 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import zstandard
@@ -228,3 +229,31 @@ def ui_transaction(tx: VersionedTransaction, encoding: str) -> Any:
             for lookup in message.address_table_lookups
         ]
     return {"message": ui_message, "signatures": [str(sig) for sig in tx.signatures]}
+
+
+def token_balances(
+    accounts: list[Account | None], decimals_of: Callable[[Pubkey], int | None]
+) -> list[dict[str, Any]]:
+    """A transaction's ``preTokenBalances``/``postTokenBalances``: its token accounts, by index."""
+    found = []
+    for index, account in enumerate(accounts):
+        if account is None or account.owner not in TOKEN_PROGRAMS:
+            continue
+        data = bytes(account.data)
+        if len(data) < TOKEN_ACCOUNT_SIZE:
+            continue
+        mint = Pubkey.from_bytes(data[0:32])
+        decimals = decimals_of(mint)
+        if decimals is None:
+            continue
+        amount = int.from_bytes(data[64:72], "little")
+        found.append(
+            {
+                "accountIndex": index,
+                "mint": str(mint),
+                "owner": str(Pubkey.from_bytes(data[32:64])),
+                "programId": str(account.owner),
+                "uiTokenAmount": token_amount(amount, decimals),
+            }
+        )
+    return found

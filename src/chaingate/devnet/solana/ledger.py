@@ -64,6 +64,8 @@ class Executed:
     post_balances: list[int]
     inner: list[dict[str, Any]]
     return_data: dict[str, Any] | None
+    pre_token_balances: list[dict[str, Any]] = field(default_factory=list)
+    post_token_balances: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -260,6 +262,12 @@ class Ledger:
         pre = [_lamports(before[key]) for key in keys]
         post = [self.svm.get_balance(key) or 0 for key in keys]
         executed = self._executed(tx, meta, err, pre, post)
+        executed.pre_token_balances = codec.token_balances(
+            [before[key] for key in keys], self._decimals
+        )
+        executed.post_token_balances = codec.token_balances(
+            [self.svm.get_account(key) for key in keys], self._decimals
+        )
         block.transactions.append(executed)
         self.signatures[signature] = executed
         self.transaction_count += 1
@@ -312,6 +320,12 @@ class Ledger:
             inner=inner,
             return_data=return_data,
         )
+
+    def _decimals(self, mint: Pubkey) -> int | None:
+        account = self.svm.get_account(mint)
+        if account is None or len(account.data) < codec.MINT_SIZE:
+            return None
+        return bytes(account.data)[44]
 
     def airdrop(self, to: Pubkey, lamports: int) -> Executed:
         """A transfer from the faucet, signed and sent like any transaction."""

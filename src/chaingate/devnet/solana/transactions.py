@@ -188,9 +188,9 @@ def _meta(ledger: Ledger, executed: Executed) -> dict[str, Any]:
         "loadedAddresses": {"readonly": [], "writable": []},
         "logMessages": executed.logs,
         "postBalances": executed.post_balances,
-        "postTokenBalances": [],
+        "postTokenBalances": executed.post_token_balances,
         "preBalances": executed.pre_balances,
-        "preTokenBalances": [],
+        "preTokenBalances": executed.pre_token_balances,
         "rewards": [],
         "status": {"Ok": None} if executed.err is None else {"Err": executed.err},
     }
