@@ -43,11 +43,13 @@ from solders.rpc.responses import (
     GetVersionResp,
     IsBlockhashValidResp,
     LogsNotification,
+    ProgramNotification,
     SignatureNotification,
     SlotNotification,
     batch_from_json,
 )
 from solders.signature import Signature
+from solders.system_program import ID as SYSTEM_PROGRAM_ID
 from solders.system_program import CreateAccountParams, TransferParams, create_account, transfer
 from solders.transaction import Transaction, VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
@@ -225,7 +227,8 @@ def test_bad_input_is_a_clear_error_never_an_internal_one() -> None:
     result(ledger, "requestAirdrop", key, SOL)
     ledger.advance(1_700_000_001)
     hub = Hub(ledger)
-    for method in [*rpc.METHODS, "accountSubscribe", "logsSubscribe", "signatureSubscribe"]:
+    subscriptions = ["accountSubscribe", "logsSubscribe", "programSubscribe", "signatureSubscribe"]
+    for method in [*rpc.METHODS, *subscriptions]:
         for params in _bad_params(key):
             body = msgspec.json.encode(
                 {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
@@ -459,9 +462,10 @@ async def _sol_and_tokens(url: str) -> None:
         )
         meta = (await client.get_transaction(moved)).value.transaction.meta
         assert meta is not None
-        pre = {b.account_index: b.ui_token_amount.amount for b in meta.pre_token_balances}
-        post = {b.account_index: b.ui_token_amount.amount for b in meta.post_token_balances}
-        assert (pre[1], post[1], pre[2], post[2]) == ("5000000", "3750000", "0", "1250000")
+        pre = {b.owner: b.ui_token_amount.amount for b in meta.pre_token_balances}
+        post = {b.owner: b.ui_token_amount.amount for b in meta.post_token_balances}
+        assert pre == {payer.pubkey(): "5000000", bob.pubkey(): "0"}
+        assert post == {payer.pubkey(): "3750000", bob.pubkey(): "1250000"}
         balance = (await client.get_token_account_balance(bob_ata)).value
         assert (balance.amount, balance.decimals, balance.ui_amount_string) == (
             "1250000",
@@ -626,6 +630,11 @@ async def _pubsub(node: Endpoints) -> None:
         airdrop = (await client.request_airdrop(payer.pubkey(), 2 * SOL)).value
         await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
         await ws.account_subscribe(pubkey=bob.pubkey(), commitment=Confirmed)
+        await ws.program_subscribe(
+            program_id=SYSTEM_PROGRAM_ID,
+            commitment=Confirmed,
+            filters=[0],
+        )
         await ws.logs_subscribe(
             filter_=RpcTransactionLogsFilterMentions(bob.pubkey()), commitment=Confirmed
         )
@@ -640,6 +649,8 @@ async def _pubsub(node: Endpoints) -> None:
         await ws.signature_subscribe(signature=signature, commitment=Finalized)
         account = await _next(ws, AccountNotification)
         assert account.result.value.lamports == SOL
+        owned = await _next(ws, ProgramNotification)
+        assert owned.result.value.pubkey in (payer.pubkey(), bob.pubkey())
         logs = await _next(ws, LogsNotification)
         assert logs.result.value.signature == signature and logs.result.value.err is None
         status = await _next(ws, SignatureNotification)

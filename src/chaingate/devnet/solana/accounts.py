@@ -96,7 +96,7 @@ def get_multiple_accounts(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, _ui(ledger, slot, [ledger.account(k, slot) for k in keys], cfg))
 
 
-def _filter(spec: Any) -> Callable[[bytes], bool]:
+def account_filter(spec: Any) -> Callable[[bytes], bool]:
     if not isinstance(spec, dict) or len(spec) != 1:
         raise invalid("Invalid params: a filter is {dataSize} or {memcmp}")
     if "dataSize" in spec:
@@ -141,7 +141,7 @@ def get_program_accounts(ledger: Ledger, params: list[Any]) -> Any:
     filters = cfg.get("filters") or []
     if not isinstance(filters, list) or len(filters) > 4:
         raise invalid("Too many filters provided; max 4")
-    found = program_accounts(ledger, program, slot, [_filter(spec) for spec in filters])
+    found = program_accounts(ledger, program, slot, [account_filter(spec) for spec in filters])
     value = _keyed(ledger, slot, found, cfg)
     return with_context(slot, value) if cfg.get("withContext") else value
 

@@ -20,6 +20,7 @@ import msgspec
 from solders.pubkey import Pubkey
 
 from chaingate.devnet.solana import codec
+from chaingate.devnet.solana.accounts import account_filter
 from chaingate.devnet.solana.ledger import COMMITMENTS, Block, Commitment, Ledger
 from chaingate.devnet.solana.params import Code, RpcFault, invalid, pubkey
 
@@ -39,7 +40,15 @@ class Subscription:
     signature: str | None = None
     mentions: Pubkey | None = None
     encoding: str = "base64"
+    filters: list[Callable[[bytes], bool]] = field(default_factory=list)
     last: Any = field(default=None)
+
+
+def _encoding(cfg: dict[str, Any]) -> str:
+    encoding = cfg.get("encoding") or "base64"
+    if encoding not in ("base58", "base64", "base64+zstd", "jsonParsed"):
+        raise invalid(f"Invalid params: unsupported encoding {encoding!r}")
+    return str(encoding)
 
 
 class Hub:
@@ -100,10 +109,15 @@ class Hub:
             new.method = method.replace("Subscribe", "Notification")
         elif method == "accountSubscribe" and params:
             new.method, new.key = "accountNotification", pubkey(params[0])
-            new.encoding = cfg.get("encoding") or "base64"
-            if new.encoding not in ("base58", "base64", "base64+zstd", "jsonParsed"):
-                raise invalid(f"Invalid params: unsupported encoding {new.encoding!r}")
+            new.encoding = _encoding(cfg)
             new.last = self._account(new, new.seen)
+        elif method == "programSubscribe" and params:
+            new.method, new.key = "programNotification", pubkey(params[0], "program id")
+            new.encoding = _encoding(cfg)
+            filters = cfg.get("filters") or []
+            if not isinstance(filters, list) or len(filters) > 4:
+                raise invalid("Too many filters provided; max 4")
+            new.filters = [account_filter(spec) for spec in filters]
         elif method == "signatureSubscribe" and params and isinstance(params[0], str):
             new.method, new.signature = "signatureNotification", params[0]
         elif method == "logsSubscribe" and params:
@@ -119,6 +133,17 @@ class Hub:
         else:
             raise RpcFault(Code.METHOD_NOT_FOUND, "Method not found")
         return new
+
+    def _programs(self, sub: Subscription, slot: int) -> None:
+        """programNotification for each account of the program that ``slot`` wrote."""
+        block = self.ledger.blocks.get(slot)
+        for key in sorted(block.undo if block else (), key=bytes):
+            account = self.ledger.account(key, slot)
+            if account is None or account.owner != sub.key:
+                continue
+            if all(test(bytes(account.data)) for test in sub.filters):
+                value = {"account": codec.ui_account(account, sub.encoding), "pubkey": str(key)}
+                self._notify(sub, {"context": {"slot": slot}, "value": value})
 
     def _settled(self, commitment: Commitment) -> int:
         """The last slot whose notifications at ``commitment`` can go out (a closed slot)."""
@@ -165,6 +190,9 @@ class Hub:
 
     def _slot_settled(self, sub: Subscription, slot: int) -> None:
         context = {"slot": slot}
+        if sub.method == "programNotification":
+            self._programs(sub, slot)
+            return
         if sub.method == "accountNotification":
             value = self._account(sub, slot)
             if value != sub.last:
