@@ -191,6 +191,11 @@ def test_preflight_errors_are_solana_shaped() -> None:
     assert error == {"code": -32003, "message": "Transaction signature verification failure"}
     assert call(ledger, "sendTransaction", "not base58!")["error"]["code"] == -32602
     assert call(ledger, "getNothing")["error"] == {"code": -32601, "message": "Method not found"}
+    # No encoding asked: the legacy "binary" form, data a bare base58 string, as a validator.
+    info = result(ledger, "getAccountInfo", str(payer.pubkey()))["value"]
+    assert info["data"] == "" and info["rentEpoch"] == 2**64 - 1 and info["space"] == 0
+    many = result(ledger, "getMultipleAccounts", [str(payer.pubkey())])["value"]
+    assert many[0]["data"] == ["", "base64"]
 
 
 def _bad_params(key: str) -> Iterator[list[Any]]:

@@ -20,7 +20,9 @@ from chaingate.devnet.solana.params import (
 )
 
 MAX_MULTIPLE_ACCOUNTS = 100
-ENCODINGS = ("base58", "base64", "base64+zstd", "jsonParsed")
+ENCODINGS = ("binary", "base58", "base64", "base64+zstd", "jsonParsed")
+# Where a validator still defaults to the legacy "binary" (a bare base58 string).
+LEGACY_DEFAULT = "binary"
 
 
 def _encoding(cfg: dict[str, Any], default: str = "base64") -> str:
@@ -82,7 +84,7 @@ def get_balance(ledger: Ledger, params: list[Any]) -> Any:
 def get_account_info(ledger: Ledger, params: list[Any]) -> Any:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     cfg = config(params, 1)
-    cfg.setdefault("encoding", "base58")
+    cfg.setdefault("encoding", LEGACY_DEFAULT)
     slot = commitment(ledger, cfg)
     return with_context(slot, _ui(ledger, slot, [ledger.account(key, slot)], cfg)[0])
 
@@ -137,6 +139,7 @@ def _keyed(
 def get_program_accounts(ledger: Ledger, params: list[Any]) -> Any:
     program = pubkey(arg(params, 0, str, name="program id"), "program id")
     cfg = config(params, 1)
+    cfg.setdefault("encoding", LEGACY_DEFAULT)
     slot = commitment(ledger, cfg)
     filters = cfg.get("filters") or []
     if not isinstance(filters, list) or len(filters) > 4:
@@ -150,6 +153,7 @@ def get_token_accounts_by_owner(ledger: Ledger, params: list[Any]) -> Any:
     owner = pubkey(arg(params, 0, str, name="owner"), "owner")
     which = arg(params, 1, dict, name="mint or programId")
     cfg = config(params, 2)
+    cfg.setdefault("encoding", LEGACY_DEFAULT)
     slot = commitment(ledger, cfg)
     filters: list[Callable[[bytes], bool]] = [
         lambda data: len(data) >= codec.TOKEN_ACCOUNT_SIZE and data[32:64] == bytes(owner)

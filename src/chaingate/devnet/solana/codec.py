@@ -66,13 +66,14 @@ def decode_bytes(text: str, encoding: str) -> bytes:
 
 def encode_data(data: bytes, encoding: str) -> Any:
     """An account's ``data`` field in ``encoding`` (jsonParsed is the caller's)."""
-    if encoding == "base58":
+    if encoding in ("base58", "binary"):
         if len(data) > MAX_BASE58_BYTES:
             raise EncodingError(
                 "Encoded binary (base 58) data should be less than 128 bytes, "
                 "please use Base64 encoding."
             )
-        return [b58encode(data), "base58"]
+        # "binary", the default where no encoding is asked for: a bare string (legacy form).
+        return b58encode(data) if encoding == "binary" else [b58encode(data), "base58"]
     if encoding == "base64":
         return [base64.b64encode(data).decode(), "base64"]
     if encoding == "base64+zstd":

@@ -20,7 +20,7 @@ import msgspec
 from solders.pubkey import Pubkey
 
 from chaingate.devnet.solana import codec
-from chaingate.devnet.solana.accounts import account_filter
+from chaingate.devnet.solana.accounts import ENCODINGS, account_filter
 from chaingate.devnet.solana.ledger import COMMITMENTS, Block, Commitment, Ledger
 from chaingate.devnet.solana.params import Code, RpcFault, invalid, pubkey
 
@@ -45,8 +45,8 @@ class Subscription:
 
 
 def _encoding(cfg: dict[str, Any]) -> str:
-    encoding = cfg.get("encoding") or "base64"
-    if encoding not in ("base58", "base64", "base64+zstd", "jsonParsed"):
+    encoding = cfg.get("encoding") or "binary"  # a validator's default here too
+    if encoding not in ENCODINGS:
         raise invalid(f"Invalid params: unsupported encoding {encoding!r}")
     return str(encoding)
 
