@@ -591,6 +591,17 @@ async def _reads(url: str) -> None:
             await client.get_transaction(signature, "base64", max_supported_transaction_version=0)
         ).value
         assert got is not None and got.transaction.version == 0
+        parsed = (
+            await client.get_transaction(
+                signature, "jsonParsed", max_supported_transaction_version=0
+            )
+        ).value
+        assert parsed is not None
+        keys = parsed.transaction.transaction.message.account_keys
+        assert [(k.pubkey, k.signer, k.writable) for k in keys][:2] == [
+            (payer.pubkey(), True, True),
+            (bob.pubkey(), False, True),
+        ]
 
         both = [payer.pubkey(), bob.pubkey(), Keypair().pubkey()]
         for encoding in ("base64", "base58", "base64+zstd"):

@@ -200,6 +200,8 @@ def ui_transaction(tx: VersionedTransaction, encoding: str) -> Any:
             b58encode(raw) if encoding == "base58" else base64.b64encode(raw).decode(),
             encoding,
         ]
+    if encoding == "jsonParsed":
+        return _ui_parsed(tx)
     message = tx.message
     header = message.header
     ui_message: dict[str, Any] = {
@@ -221,14 +223,7 @@ def ui_transaction(tx: VersionedTransaction, encoding: str) -> Any:
         "recentBlockhash": str(message.recent_blockhash),
     }
     if isinstance(message, MessageV0):
-        ui_message["addressTableLookups"] = [
-            {
-                "accountKey": str(lookup.account_key),
-                "readonlyIndexes": list(lookup.readonly_indexes),
-                "writableIndexes": list(lookup.writable_indexes),
-            }
-            for lookup in message.address_table_lookups
-        ]
+        ui_message["addressTableLookups"] = _lookups(message)
     return {"message": ui_message, "signatures": [str(sig) for sig in tx.signatures]}
 
 
@@ -258,3 +253,48 @@ def token_balances(
             }
         )
     return found
+
+
+def _ui_parsed(tx: VersionedTransaction) -> dict[str, Any]:
+    """jsonParsed, partially decoded: account keys with their roles, every instruction with
+    its accounts named (a validator goes on to parse the instructions of programs it knows)."""
+    message = tx.message
+    keys = [str(key) for key in message.account_keys]
+    signers = message.header.num_required_signatures
+    account_keys = [
+        {
+            "pubkey": key,
+            "signer": index < signers,
+            "source": "transaction",
+            "writable": is_writable(tx, index),
+        }
+        for index, key in enumerate(keys)
+    ]
+    instructions = [
+        {
+            "accounts": [keys[i] for i in ix.accounts],
+            "data": b58encode(bytes(ix.data)),
+            "programId": keys[ix.program_id_index],
+            "stackHeight": None,
+        }
+        for ix in message.instructions
+    ]
+    ui_message: dict[str, Any] = {
+        "accountKeys": account_keys,
+        "instructions": instructions,
+        "recentBlockhash": str(message.recent_blockhash),
+    }
+    if isinstance(message, MessageV0):
+        ui_message["addressTableLookups"] = _lookups(message)
+    return {"message": ui_message, "signatures": [str(sig) for sig in tx.signatures]}
+
+
+def _lookups(message: MessageV0) -> list[dict[str, Any]]:
+    return [
+        {
+            "accountKey": str(lookup.account_key),
+            "readonlyIndexes": list(lookup.readonly_indexes),
+            "writableIndexes": list(lookup.writable_indexes),
+        }
+        for lookup in message.address_table_lookups
+    ]
