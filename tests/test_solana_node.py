@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -62,7 +63,7 @@ from spl.token.instructions import (
 )
 from spl.token.models import InitializeMint2Params, MintToParams, TransferCheckedParams
 
-from chaingate.devnet.solana import rpc, snapshot
+from chaingate.devnet.solana import rpc, server, snapshot
 from chaingate.devnet.solana.ledger import MAX_PROCESSING_AGE, Ledger
 from chaingate.devnet.solana.pubsub import Hub
 from chaingate.devnet.solana.server import Endpoints, serve
@@ -673,3 +674,19 @@ async def _pubsub(node: Endpoints) -> None:
         assert status.result.value.err is None
         finalized = (await client.get_signature_statuses([signature])).value[0]
         assert finalized is not None and finalized.slot == status.result.context.slot
+
+
+def test_an_idle_or_broken_client_never_stops_the_node(
+    node: Endpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "IDLE_SECONDS", 0.1)
+    host, port = node.http.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as idle:
+        assert idle.recv(1) == b""  # let go after IDLE_SECONDS
+    with socket.create_connection((host, int(port))) as broken:
+        broken.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        broken.recv(4096)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "getHealth"}
+    assert httpx.post(node.http, json=body).json()["result"] == "ok"
+    big = httpx.post(node.http, content=b"[" + b" " * (server.MAX_BODY_BYTES + 1) + b"]")
+    assert big.status_code == 413

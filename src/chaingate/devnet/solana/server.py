@@ -7,6 +7,7 @@ are answered one at a time on the trio thread, so the ledger needs no lock.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.pubsub import Hub
 from chaingate.devnet.solana.wsedge import serve_pubsub
 
+log = logging.getLogger("chaingate.devnet.solana")
 SLOT_SECONDS = 0.4
 SAVE_SECONDS = 2.0
 MAX_BODY_BYTES = 1024 * 1024
@@ -82,28 +84,37 @@ async def serve(
 
 
 async def _connection(ledger: Ledger, stream: trio.SocketStream) -> None:
-    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+    """One client's connection; whatever goes wrong in it ends it, never the server."""
     async with stream:
-        while True:
-            with trio.move_on_after(IDLE_SECONDS):
-                request = await _request(connection, stream)
-            if request is None:
-                return
-            target, body = request
-            if body is None:
-                status, reply = 413, b"request too large\n"
-            elif target == b"/health":
-                status, reply = 200, b"ok"
-            else:
-                status, reply = 200, rpc.answer(ledger, body)
-            if not await _respond(connection, stream, status, reply):
-                return
-            if connection.our_state is h11.MUST_CLOSE:
-                return
-            try:
-                connection.start_next_cycle()
-            except h11.LocalProtocolError:
-                return
+        try:
+            await _serve_connection(ledger, stream)
+        except Exception:
+            log.exception("solana node: a connection failed")
+
+
+async def _serve_connection(ledger: Ledger, stream: trio.SocketStream) -> None:
+    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+    while True:
+        request = None  # an idle client is let go
+        with trio.move_on_after(IDLE_SECONDS):
+            request = await _request(connection, stream)
+        if request is None:
+            return
+        target, body = request
+        if body is None:
+            status, reply = 413, b"request too large\n"
+        elif target == b"/health":
+            status, reply = 200, b"ok"
+        else:
+            status, reply = 200, rpc.answer(ledger, body)
+        if not await _respond(connection, stream, status, reply):
+            return
+        if connection.our_state is h11.MUST_CLOSE:
+            return
+        try:
+            connection.start_next_cycle()
+        except h11.LocalProtocolError:
+            return
 
 
 async def _request(

@@ -8,6 +8,7 @@ reader must not hold up the slot clock, which is what produces the notifications
 from __future__ import annotations
 
 import functools
+import logging
 
 import trio
 from wsproto import ConnectionType, WSConnection
@@ -24,6 +25,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from chaingate.devnet.solana.pubsub import Hub
 
+log = logging.getLogger("chaingate.devnet.solana")
 OUTBOX = 4096
 MAX_MESSAGE_BYTES = 64 * 1024
 DRAIN_SECONDS = 5.0
@@ -67,6 +69,14 @@ class _Client:
 
 
 async def _connection(hub: Hub, stream: trio.SocketStream) -> None:
+    """One client's connection; whatever goes wrong in it ends it, never the server."""
+    try:
+        await _serve_connection(hub, stream)
+    except Exception:
+        log.exception("solana node: a PubSub connection failed")
+
+
+async def _serve_connection(hub: Hub, stream: trio.SocketStream) -> None:
     client = _Client()
     async with stream, trio.open_nursery() as nursery:
         nursery.start_soon(_writer, stream, client.pending, nursery.cancel_scope)
