@@ -46,9 +46,16 @@ async def run_saver(ledger: Ledger, path: Path, interval: float = SAVE_SECONDS) 
     try:
         while True:
             await trio.sleep(interval)
-            snapshot.save(ledger, path)
+            _save(ledger, path)
     finally:
-        snapshot.save(ledger, path)  # on stop too: a restart loses nothing
+        _save(ledger, path)  # on stop too: a restart loses nothing
+
+
+def _save(ledger: Ledger, path: Path) -> None:
+    try:
+        snapshot.save(ledger, path)
+    except OSError as exc:  # a full disk costs the save, not the node
+        log.warning("solana node: could not save its state to %s: %s", path, exc)
 
 
 class Endpoints(NamedTuple):
