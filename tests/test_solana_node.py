@@ -161,6 +161,8 @@ def test_blockhashes_expire_and_history_is_bounded() -> None:
         f"Block 0 cleaned up, does not exist on node. First available block: {first}"
     )
     assert result(ledger, "getBlocks", 0, first + 2) == [first, first + 1, first + 2]
+    assert result(ledger, "getBlocksWithLimit", 0, 2) == [first, first + 1]
+    assert result(ledger, "getFirstAvailableBlock") == first
 
 
 def test_preflight_errors_are_solana_shaped() -> None:
@@ -409,6 +411,7 @@ async def _sol_and_tokens(url: str) -> None:
         assert (await client.get_block_time(got.slot)).value == block.block_time
         await _finalized(client, got.slot)  # getBlocks answers at finalized only
         assert got.slot in (await client.get_blocks(got.slot)).value
+        assert (await client.get_transaction_count()).value >= 2
 
         rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
         payer_ata = get_associated_token_address(payer.pubkey(), mint.pubkey())
@@ -561,6 +564,13 @@ async def _reads(url: str) -> None:
         assert (await client.get_block_height(Processed)).value >= processed  # no skipped slots
         epoch = (await client.get_epoch_info(Processed)).value
         assert epoch.absolute_slot >= processed and epoch.slots_in_epoch > 0
+        schedule = (await client.get_epoch_schedule()).value
+        assert schedule.warmup and schedule.slots_per_epoch >= epoch.slots_in_epoch  # warm-up
+        assert (await client.get_slot_leader()).value == (
+            await client.get_identity()
+        ).value.identity
+        first = (await client.get_first_available_block()).value
+        assert (await client.get_minimum_ledger_slot()).value == first
         airdrop = (await client.request_airdrop(payer.pubkey(), 3 * SOL)).value
         await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
         latest = (await client.get_latest_blockhash()).value

@@ -60,6 +60,27 @@ def get_epoch_info(ledger: Ledger, params: list[Any]) -> Any:
     }
 
 
+def get_transaction_count(ledger: Ledger, params: list[Any]) -> Any:
+    commitment(ledger, config(params, 0))
+    return ledger.transaction_count
+
+
+def get_slot_leader(ledger: Ledger, params: list[Any]) -> Any:
+    commitment(ledger, config(params, 0))
+    return str(ledger.identity)  # the only validator there is
+
+
+def get_epoch_schedule(ledger: Ledger, params: list[Any]) -> Any:
+    schedule = ledger.svm.get_epoch_schedule()
+    return {
+        "firstNormalEpoch": schedule.first_normal_epoch,
+        "firstNormalSlot": schedule.first_normal_slot,
+        "leaderScheduleSlotOffset": schedule.leader_schedule_slot_offset,
+        "slotsPerEpoch": schedule.slots_per_epoch,
+        "warmup": schedule.warmup,
+    }
+
+
 def get_latest_blockhash(ledger: Ledger, params: list[Any]) -> Any:
     slot = commitment(ledger, config(params, 0))
     value = {
@@ -138,6 +159,9 @@ METHODS: dict[str, Callable[[Ledger, list[Any]], Any]] = {
     "getSlot": get_slot,
     "getBlockHeight": get_block_height,
     "getEpochInfo": get_epoch_info,
+    "getEpochSchedule": get_epoch_schedule,
+    "getTransactionCount": get_transaction_count,
+    "getSlotLeader": get_slot_leader,
     "getLatestBlockhash": get_latest_blockhash,
     "isBlockhashValid": is_blockhash_valid,
     "getFeeForMessage": get_fee_for_message,

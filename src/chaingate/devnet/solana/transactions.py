@@ -291,6 +291,19 @@ def get_blocks(ledger: Ledger, params: list[Any]) -> Any:
     return [slot for slot in ledger.blocks if start <= slot <= min(end, top)]
 
 
+def get_blocks_with_limit(ledger: Ledger, params: list[Any]) -> Any:
+    start = arg(params, 0, int, name="start slot")
+    limit = arg(params, 1, int, name="limit")
+    if not 0 <= limit <= MAX_GET_BLOCKS_RANGE:
+        raise invalid(f"Limit too large; max {MAX_GET_BLOCKS_RANGE}")
+    top = commitment(ledger, config(params, 2), least="confirmed")
+    return [slot for slot in ledger.blocks if start <= slot <= top][:limit]
+
+
+def get_first_available_block(ledger: Ledger, params: list[Any]) -> Any:
+    return ledger.first_available()
+
+
 def get_signatures_for_address(ledger: Ledger, params: list[Any]) -> Any:
     key = pubkey(arg(params, 0, str, name="address"), "address")
     cfg = config(params, 1)
@@ -334,5 +347,8 @@ METHODS: dict[str, Callable[[Ledger, list[Any]], Any]] = {
     "getBlock": get_block,
     "getBlockTime": get_block_time,
     "getBlocks": get_blocks,
+    "getBlocksWithLimit": get_blocks_with_limit,
+    "getFirstAvailableBlock": get_first_available_block,
+    "minimumLedgerSlot": get_first_available_block,
     "getSignaturesForAddress": get_signatures_for_address,
 }
