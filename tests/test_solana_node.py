@@ -53,7 +53,7 @@ from solders.signature import Signature
 from solders.system_program import ID as SYSTEM_PROGRAM_ID
 from solders.system_program import CreateAccountParams, TransferParams, create_account, transfer
 from solders.transaction import Transaction, VersionedTransaction
-from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import (
     create_associated_token_account,
     get_associated_token_address,
@@ -700,3 +700,55 @@ def test_an_idle_or_broken_client_never_stops_the_node(
     assert httpx.post(node.http, json=body).json()["result"] == "ok"
     big = httpx.post(node.http, content=b"[" + b" " * (server.MAX_BODY_BYTES + 1) + b"]")
     assert big.status_code == 413
+
+
+def test_token_2022_accounts_with_extensions(node: Endpoints) -> None:
+    asyncio.run(_token_2022(node.http))
+
+
+async def _token_2022(url: str) -> None:
+    payer, mint = Keypair(), Keypair()
+    async with AsyncClient(url, commitment=Confirmed) as client:
+        airdrop = (await client.request_airdrop(payer.pubkey(), SOL)).value
+        await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.05)
+        rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
+        ata = get_associated_token_address(payer.pubkey(), mint.pubkey(), TOKEN_2022_PROGRAM_ID)
+        create = CreateAccountParams(
+            from_pubkey=payer.pubkey(),
+            to_pubkey=mint.pubkey(),
+            lamports=rent,
+            space=82,
+            owner=TOKEN_2022_PROGRAM_ID,
+        )
+        init = InitializeMint2Params(
+            decimals=2,
+            program_id=TOKEN_2022_PROGRAM_ID,
+            mint=mint.pubkey(),
+            mint_authority=payer.pubkey(),
+        )
+        mint_some = MintToParams(
+            program_id=TOKEN_2022_PROGRAM_ID,
+            mint=mint.pubkey(),
+            dest=ata,
+            mint_authority=payer.pubkey(),
+            amount=12345,
+        )
+        ixs = [
+            create_account(create),
+            initialize_mint2(init),
+            create_associated_token_account(
+                payer.pubkey(), payer.pubkey(), mint.pubkey(), TOKEN_2022_PROGRAM_ID
+            ),
+            mint_to(mint_some),
+        ]
+        await _send(client, payer, [payer, mint], ixs)
+        info = (await client.get_account_info(ata)).value
+        assert info is not None and len(info.data) > 165  # the ImmutableOwner extension
+        balance = (await client.get_token_account_balance(ata)).value
+        assert (balance.amount, balance.ui_amount_string) == ("12345", "123.45")
+        owned = await client.get_token_accounts_by_owner_json_parsed(
+            payer.pubkey(), TokenAccountOpts(program_id=TOKEN_2022_PROGRAM_ID)
+        )
+        [account] = owned.value
+        assert account.account.data.program == "spl-token-2022"
+        assert account.account.data.parsed["info"]["tokenAmount"]["amount"] == "12345"

@@ -49,11 +49,11 @@ def _decimals(ledger: Ledger, slot: int, accounts: list[Account]) -> dict[Pubkey
     found: dict[Pubkey, int] = {}
     for account in accounts:
         data = bytes(account.data)
-        if account.owner in codec.TOKEN_PROGRAMS and len(data) >= codec.TOKEN_ACCOUNT_SIZE:
+        if codec.token_kind(account) == "account":
             mint = Pubkey.from_bytes(data[0:32])
             if mint not in found:
                 mint_account = ledger.account(mint, slot)
-                if mint_account is not None and len(mint_account.data) >= codec.MINT_SIZE:
+                if mint_account is not None and codec.token_kind(mint_account) == "mint":
                     found[mint] = bytes(mint_account.data)[44]
     return found
 
@@ -156,7 +156,7 @@ def get_token_accounts_by_owner(ledger: Ledger, params: list[Any]) -> Any:
     cfg.setdefault("encoding", LEGACY_DEFAULT)
     slot = commitment(ledger, cfg)
     filters: list[Callable[[bytes], bool]] = [
-        lambda data: len(data) >= codec.TOKEN_ACCOUNT_SIZE and data[32:64] == bytes(owner)
+        lambda data: codec.is_token_account_data(data) and data[32:64] == bytes(owner)
     ]
     if "mint" in which:
         mint = pubkey(which["mint"], "mint")
@@ -178,17 +178,17 @@ def get_token_accounts_by_owner(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, _keyed(ledger, slot, found, cfg))
 
 
-def _token(ledger: Ledger, params: list[Any], size: int, what: str) -> tuple[int, bytes, Account]:
+def _token(ledger: Ledger, params: list[Any], what: str) -> tuple[int, bytes, Account]:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     slot = commitment(ledger, config(params, 1))
     account = ledger.account(key, slot)
-    if account is None or account.owner not in codec.TOKEN_PROGRAMS or len(account.data) < size:
+    if account is None or codec.token_kind(account) != what:
         raise invalid(f"Invalid param: not a Token {what}")
     return slot, bytes(account.data), account
 
 
 def get_token_account_balance(ledger: Ledger, params: list[Any]) -> Any:
-    slot, data, _ = _token(ledger, params, codec.TOKEN_ACCOUNT_SIZE, "account")
+    slot, data, _ = _token(ledger, params, "account")
     mint = ledger.account(Pubkey.from_bytes(data[0:32]), slot)
     if mint is None:
         raise invalid("Invalid param: could not find mint")
@@ -197,7 +197,7 @@ def get_token_account_balance(ledger: Ledger, params: list[Any]) -> Any:
 
 
 def get_token_supply(ledger: Ledger, params: list[Any]) -> Any:
-    slot, data, _ = _token(ledger, params, codec.MINT_SIZE, "mint")
+    slot, data, _ = _token(ledger, params, "mint")
     supply = int.from_bytes(data[36:44], "little")
     return with_context(slot, codec.token_amount(supply, data[44]))
 

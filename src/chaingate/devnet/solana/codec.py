@@ -23,6 +23,9 @@ TOKEN_2022_PROGRAM = Pubkey.from_string("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpP
 TOKEN_PROGRAMS = (TOKEN_PROGRAM, TOKEN_2022_PROGRAM)
 TOKEN_ACCOUNT_SIZE = 165
 MINT_SIZE = 82
+# Token-2022 pads a mint to an account's size and says which it is in the byte after.
+ACCOUNT_TYPE_OFFSET = TOKEN_ACCOUNT_SIZE
+MINT_TYPE, ACCOUNT_TYPE = 1, 2
 # An account that can never owe rent says so with u64::MAX.
 RENT_EXEMPT_EPOCH = 2**64 - 1
 
@@ -157,15 +160,36 @@ def parse_token_account(data: bytes, decimals: int) -> dict[str, Any]:
     return info
 
 
-def parse_token(account: Account, mint_decimals: dict[Pubkey, int]) -> dict[str, Any] | None:
-    """SPL Token's jsonParsed form of a mint or token account; None for anything else."""
+def is_token_account_data(data: bytes) -> bool:
+    size = len(data)
+    return size == TOKEN_ACCOUNT_SIZE or (
+        size > TOKEN_ACCOUNT_SIZE and data[ACCOUNT_TYPE_OFFSET] == ACCOUNT_TYPE
+    )
+
+
+def token_kind(account: Account) -> str | None:
+    """ "mint", "account" (a token account) or None, for SPL Token and Token-2022 alike."""
     if account.owner not in TOKEN_PROGRAMS:
         return None
+    size = len(account.data)
+    if size == MINT_SIZE:
+        return "mint"
+    if size == TOKEN_ACCOUNT_SIZE:
+        return "account"
+    if size > TOKEN_ACCOUNT_SIZE:
+        kind = bytes(account.data)[ACCOUNT_TYPE_OFFSET]
+        return {MINT_TYPE: "mint", ACCOUNT_TYPE: "account"}.get(kind)
+    return None
+
+
+def parse_token(account: Account, mint_decimals: dict[Pubkey, int]) -> dict[str, Any] | None:
+    """SPL Token's jsonParsed form of a mint or token account; None for anything else."""
+    kind = token_kind(account)
     data = bytes(account.data)
     program = "spl-token" if account.owner == TOKEN_PROGRAM else "spl-token-2022"
-    if len(data) == MINT_SIZE:
+    if kind == "mint":
         parsed = {"info": parse_mint(data), "type": "mint"}
-    elif len(data) >= TOKEN_ACCOUNT_SIZE:
+    elif kind == "account":
         decimals = mint_decimals.get(Pubkey.from_bytes(data[0:32]))
         if decimals is None:
             return None
@@ -233,11 +257,9 @@ def token_balances(
     """A transaction's ``preTokenBalances``/``postTokenBalances``: its token accounts, by index."""
     found = []
     for index, account in enumerate(accounts):
-        if account is None or account.owner not in TOKEN_PROGRAMS:
+        if account is None or token_kind(account) != "account":
             continue
         data = bytes(account.data)
-        if len(data) < TOKEN_ACCOUNT_SIZE:
-            continue
         mint = Pubkey.from_bytes(data[0:32])
         decimals = decimals_of(mint)
         if decimals is None:

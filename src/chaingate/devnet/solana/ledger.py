@@ -323,7 +323,7 @@ class Ledger:
 
     def _decimals(self, mint: Pubkey) -> int | None:
         account = self.svm.get_account(mint)
-        if account is None or len(account.data) < codec.MINT_SIZE:
+        if account is None or codec.token_kind(account) != "mint":
             return None
         return bytes(account.data)[44]
 
