@@ -197,8 +197,10 @@ async def test_a_revoked_key_is_refused_by_every_worker_within_a_second(
                 if status == 401:
                     refused_at.setdefault(worker, time.monotonic() - revoked)
                 else:
-                    assert status == 200
-                    refused_at.pop(worker, None)  # refused only once it stays refused
+                    # Still a key there (a 429: its rate limit, which probes on a fast machine
+                    # reach now that each is cheap): refused only once it stays refused.
+                    assert status in (200, 429), status
+                    refused_at.pop(worker, None)
                 assert time.monotonic() - revoked < 5, refused_at
             assert max(refused_at.values()) <= 1.0, refused_at
             print(f"\nrevocation refused by each worker after {refused_at} s")
