@@ -41,11 +41,20 @@ INTERNAL_ERROR = -32603
 
 
 class RpcFault(Exception):
+    """A JSON-RPC error answer: its code, message and optional data."""
+
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+
+    def error(self) -> dict[str, Any]:
+        """The reply's ``error`` member."""
+        error: dict[str, Any] = {"code": int(self.code), "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -70,10 +79,7 @@ def _reply(
 ) -> dict[str, Any]:
     if fault is None:
         return {"jsonrpc": "2.0", "id": call_id, "result": result}
-    error: dict[str, Any] = {"code": fault.code, "message": fault.message}
-    if fault.data is not None:
-        error["data"] = fault.data
-    return {"jsonrpc": "2.0", "id": call_id, "error": error}
+    return {"jsonrpc": "2.0", "id": call_id, "error": fault.error()}
 
 
 def _call(item: object) -> Call:

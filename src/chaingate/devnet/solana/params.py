@@ -9,6 +9,7 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from chaingate.devnet.solana.ledger import COMMITMENTS, Commitment, Ledger
+from chaingate.rpc.local import RpcFault
 
 # The solana-core release whose RPC this node answers like (getVersion, apiVersion).
 SOLANA_CORE_VERSION = "2.2.7"
@@ -31,22 +32,6 @@ class Code(enum.IntEnum):
     BLOCK_NOT_AVAILABLE = -32004
     UNSUPPORTED_TRANSACTION_VERSION = -32015
     MIN_CONTEXT_SLOT_NOT_REACHED = -32016
-
-
-class RpcFault(Exception):
-    """A JSON-RPC error answer."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": int(self.code), "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
 
 
 def invalid(message: str) -> RpcFault:

@@ -22,7 +22,8 @@ from solders.pubkey import Pubkey
 from chaingate.devnet.solana import codec
 from chaingate.devnet.solana.accounts import ENCODINGS, account_filter
 from chaingate.devnet.solana.ledger import COMMITMENTS, Block, Commitment, Ledger
-from chaingate.devnet.solana.params import Code, RpcFault, invalid, pubkey
+from chaingate.devnet.solana.params import Code, invalid, pubkey
+from chaingate.rpc.local import RpcFault
 
 Send = Callable[[bytes], None]
 _encode = msgspec.json.Encoder().encode

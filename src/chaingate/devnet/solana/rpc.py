@@ -12,8 +12,8 @@ from chaingate.devnet.solana import accounts, chain, transactions
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.params import (
     Code,
-    RpcFault,
 )
+from chaingate.rpc.local import RpcFault
 
 MAX_BATCH = 100
 log = logging.getLogger("chaingate.devnet.solana")

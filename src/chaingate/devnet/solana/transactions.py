@@ -14,7 +14,6 @@ from chaingate.devnet.solana.errors import describe
 from chaingate.devnet.solana.ledger import Executed, Ledger, TransactionRefused
 from chaingate.devnet.solana.params import (
     Code,
-    RpcFault,
     arg,
     commitment,
     config,
@@ -22,6 +21,7 @@ from chaingate.devnet.solana.params import (
     pubkey,
     with_context,
 )
+from chaingate.rpc.local import RpcFault
 
 MAX_AIRDROP_LAMPORTS = 10**9 * 10**6
 MAX_SIGNATURES_FOR_ADDRESS = 1000
