@@ -197,7 +197,8 @@ async def test_upstream_errors_pass_through_and_calls_are_answered(
     client = await Client.open(url(handle))
     bad = await client.call("accountSubscribe", ["not a pubkey"])
     assert bad["error"]["code"] == -32602  # the node's own error, unchanged
-    assert (await client.call("accountSubscribe", "x"))["error"]["code"] == -32602
+    await client.send({"jsonrpc": "2.0", "id": "p", "method": "accountSubscribe", "params": "x"})
+    assert (await client.recv())["error"]["code"] == -32602
     huge = await client.call("programSubscribe", [str(Keypair().pubkey()), {"x": "y" * 5000}])
     assert huge["error"]["code"] == -32602 and "4096" in huge["error"]["message"]
     # Other calls go through the request pipeline, as over HTTP.
@@ -248,7 +249,7 @@ def _solana_py_slots(target: str) -> tuple[int, int, bool]:
     async def main() -> tuple[int, int, bool]:
         async with SolanaWsClient(target) as ws:
             sub = await ws.slot_subscribe()
-            slots = []
+            slots: list[int] = []
             while len(slots) < 2:
                 message = await ws.recv()
                 if isinstance(message, SlotNotification):
@@ -363,6 +364,7 @@ async def test_metering_scopes_and_plan_caps(stack: tuple[AuthStack, Node]) -> N
     auth, node = stack
     key, _ = await auth.key(plan="free", email="sol@t")
     account = await AuthRows(auth.store).find_account_by_email("sol@t")
+    assert account is not None
     await AuthRows(auth.store).set_plan(
         account.id, "free", json.dumps({"ws_connections": 1, "ws_subscriptions": 2})
     )
@@ -406,4 +408,3 @@ def _refused_status(target: str) -> int:
     except InvalidStatus as exc:
         return exc.response.status_code
     return 101
-

@@ -420,6 +420,53 @@ class WsEndpoint:
             "Time spent handing heads and their logs to every subscriber's connection.",
             per_hub(lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
         )
+        solana = self.solana_hubs
+
+        def per_solana(
+            read: Callable[[SolanaHub], float],
+        ) -> Callable[[], Iterable[Sample]]:
+            def collect() -> Iterable[Sample]:
+                for key, hub in solana.items():
+                    yield {"chain": key.chain, "network": key.network}, read(hub)
+
+            return collect
+
+        registry.family(
+            "chaingate_ws_solana_upstream_subscriptions",
+            "gauge",
+            "Solana subscriptions held upstream: one per distinct (method, params).",
+            per_solana(lambda hub: len(hub.router.channels)),
+        )
+        registry.family(
+            "chaingate_ws_solana_subscriptions",
+            "gauge",
+            "Solana subscriptions held by clients (sharing the upstream ones).",
+            per_solana(lambda hub: hub.router.members),
+        )
+        registry.family(
+            "chaingate_ws_solana_pushes_total",
+            "counter",
+            "Solana notifications pushed to clients.",
+            per_solana(lambda hub: hub.pushes),
+        )
+        registry.family(
+            "chaingate_ws_solana_gaps_total",
+            "counter",
+            "subscriptionGap notices sent (an upstream PubSub connection was lost).",
+            per_solana(lambda hub: hub.gaps),
+        )
+        registry.family(
+            "chaingate_ws_solana_upstream_connects_total",
+            "counter",
+            "Upstream PubSub connections opened (more than one: failovers).",
+            per_solana(lambda hub: hub.connects),
+        )
+        registry.family(
+            "chaingate_ws_solana_notification_arrival_seconds",
+            "gauge",
+            "Wall-clock time the newest Solana notification reached the hub (bench).",
+            per_solana(lambda hub: round(hub.arrival, 6)),
+        )
         registry.family(
             "chaingate_ws_fanout_total",
             "counter",
