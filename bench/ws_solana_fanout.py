@@ -140,6 +140,7 @@ class Result:
     lost: int
     upstream_subscriptions: float
     closed: int
+    fanout_mean_ms: float
 
 
 def run(connections: int, seconds: float, slot: float, workdir: Path) -> Result:
@@ -207,9 +208,12 @@ def measure(
             else:
                 delays.append((at - sent) * 1000)
     closed = sum(client.closed for client in clients)
+    text = server.metrics()
+    fanouts = metric(text, "chaingate_ws_solana_fanout_total")
+    fanout_ms = metric(text, "chaingate_ws_solana_fanout_seconds_sum") / max(1, fanouts) * 1000
     for client in [reference, *clients]:
         client.sock.close()
-    return Result(connections, len(slots), delays, lost, upstream, closed)
+    return Result(connections, len(slots), delays, lost, upstream, closed, fanout_ms)
 
 
 def report(result: Result) -> str:
@@ -223,6 +227,7 @@ def report(result: Result) -> str:
         f"{percentile(d, 0.50):.1f} ms | |",
         f"| push delay p99 | {percentile(d, 0.99):.1f} ms | <= {P99_TARGET_MS:.0f} ms |",
         f"| push delay max | {max(d):.1f} ms | |",
+        f"| chaingate fan-out per slot (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
         f"| notifications lost | {result.lost} | 0 |",
         f"| upstream subscriptions for {result.connections:,} clients | "
         f"{result.upstream_subscriptions:.0f} | 1 |",

@@ -462,6 +462,18 @@ class WsEndpoint:
             per_solana(lambda hub: hub.connects),
         )
         registry.family(
+            "chaingate_ws_solana_fanout_seconds_sum",
+            "counter",
+            "Time spent handing Solana notifications to every client subscribed to them.",
+            per_solana(lambda hub: round(hub.fanout_seconds, 6)),
+        )
+        registry.family(
+            "chaingate_ws_solana_fanout_total",
+            "counter",
+            "Solana notifications fanned out.",
+            per_solana(lambda hub: hub.fanouts),
+        )
+        registry.family(
             "chaingate_ws_solana_notification_arrival_seconds",
             "gauge",
             "Wall-clock time the newest Solana notification reached the hub (bench).",

@@ -98,6 +98,8 @@ class SolanaHub:
         self.gaps = 0  # subscriptionGap notifications sent
         self.connects = 0
         self.arrival = 0.0  # wall clock of the newest notification's arrival
+        self.fanout_seconds = 0.0  # spent handing notifications to every member
+        self.fanouts = 0
 
     # --- clients (from sessions: synchronous) ------------------------------------------------
 
@@ -281,6 +283,7 @@ class SolanaHub:
     async def _apply(self, outcome: Outcome) -> None:
         if isinstance(outcome, Notify):
             self.arrival = time.time()
+            started = time.perf_counter()
             notification = outcome.notification
             for n, member in enumerate(outcome.members, 1):
                 sink: SolanaSink = member.sink  # type: ignore[assignment]
@@ -291,6 +294,8 @@ class SolanaHub:
                 if n % FANOUT_SLICE == 0:
                     await trio.lowlevel.checkpoint()
             self.pushes += len(outcome.members)
+            self.fanout_seconds += time.perf_counter() - started
+            self.fanouts += 1
         elif isinstance(outcome, Acked):
             for member, waiter in outcome.joined:
                 sink = member.sink  # type: ignore[assignment]
