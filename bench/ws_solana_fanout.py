@@ -33,9 +33,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit and ws_fanout, also from another directory
 
 from benchkit import procs  # noqa: E402
-from ws_fanout import WsClient, connect, masked_frame, metric, percentile  # noqa: E402
-
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
+from ws_fanout import WsClient, connect, masked_frame, metric, percentile  # noqa: E402
 
 P99_TARGET_MS = 50.0
 
@@ -183,7 +182,7 @@ def measure(
     clients = [connect(server.port, path) for _ in range(connections)]
     for client in clients:
         subscribe(client)
-    host, port = node_ws.removeprefix("ws://").split(":")
+    port = node_ws.rsplit(":", 1)[1]
     reference = connect(int(port), "/")
     subscribe(reference)
     upstream = metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
