@@ -278,15 +278,19 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
 ) -> None:
     first, second = await start_node(nursery), await start_node(nursery)
     handle = await gateway(start_gateway, first, second)
-    clients = [await Client.open(url(handle)) for _ in range(3)]
+    # Three clients take gap notices; one (the default) is told by its connection's close.
+    clients = [await Client.open(url(handle, "?gaps=notify")) for _ in range(3)]
+    plain = await Client.open(url(handle))
     subs = [(await client.call("slotSubscribe"))["result"] for client in clients]
-    for client in clients:
+    await plain.call("slotSubscribe")
+    for client in [*clients, plain]:
         await next_of(client, "slotNotification")
     assert (first.subscriptions(), second.subscriptions()) == (1, 0)
     hub = hub_of(handle)
     assert hub.upstream == "node0"
     killed_at = time.time()
     first.kill()
+    assert await plain.closed() == 1012
     for client, sub in zip(clients, subs, strict=True):
         # The gap is told first, under the client's own id, then the slots resume.
         while True:
@@ -307,8 +311,12 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
     assert isinstance((await late.call("slotSubscribe"))["result"], int)
     await next_of(late, "slotNotification")
     assert second.subscriptions() == 1
+    ws = handle.gateway.front.ws
+    await until(lambda: ws.disconnects["upstream_lost"] == 1)
     for client in [*clients, late]:
         await client.close()
+    status = await trio.to_thread.run_sync(_refused_status, url(handle, "?gaps=sometimes"))
+    assert status == 400
 
 
 # --- bounds: slow readers, caps, metering ----------------------------------------------------

@@ -29,6 +29,9 @@ CLOSE_MEANINGS = {
     1008: "Policy violation: the key was revoked, or the client read too slowly and its "
     "queue of pushes overflowed (`[ws] send_queue_bytes`).",
     1009: "Message too big (`[ws] max_message_bytes`).",
+    1012: "Service restart: a Solana network's upstream PubSub connection was lost (connect "
+    "and subscribe again; `?gaps=notify` keeps the subscriptions instead, see "
+    "[Solana subscriptions](#solana)).",
 }
 
 
@@ -177,9 +180,14 @@ def _solana() -> str:
     )
     out.append(
         "When the upstream PubSub connection is lost, chaingate subscribes again on the next "
-        "upstream and, before that subscription's next notification, tells each client "
-        f"subscription with a {code(solana_methods.GAP_METHOD)} notification: notifications "
-        "between `lostAt` and `resumedAt` (unix seconds) may be missing.\n\n"
+        "upstream, and no client misses notifications without being told: by default the "
+        "connections of the clients subscribed on it are closed with `1012` (connect and "
+        "subscribe again).  A client that connected with `?gaps=notify` keeps its "
+        "subscriptions instead and, before a subscription's next notification, is told with "
+        f"a {code(solana_methods.GAP_METHOD)} notification under that subscription's id: "
+        "notifications between `lostAt` and `resumedAt` (unix seconds) may be missing.  (Not "
+        "the default: client libraries such as @solana/kit hand any notification carrying a "
+        "subscription's id to that subscription, whatever its method.)\n\n"
     )
     gap = solana_methods.gap_result("upstream lost", 1765100000.125, 1765100000.731, "node-b")
     notice, _ = solana_methods.Notification(solana_methods.GAP_METHOD, gap).frame(

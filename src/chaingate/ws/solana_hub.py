@@ -6,11 +6,15 @@ the first client subscribes.  On it, one upstream subscription per distinct (met
 without waiting (a connection that cannot take a push drops itself, see ``Session.push``).
 
 When the connection is lost (closed, reset, silent past its ping, or its outbox full), the
-hub connects to the next upstream in the list and subscribes every channel again; once a
-channel is live there, each of its members is told with one ``subscriptionGap``
-notification (what may be missing: between ``lostAt`` and ``resumedAt``) before any new
-notification — so no client sees a gap it is not told about.  A client still waiting for its
-subscription's answer just waits for the new upstream's (bounded by ``answer_timeout``).
+hub connects to the next upstream in the list and subscribes every channel again.  No client
+sees a gap it is not told about: a client that connected with ``?gaps=notify`` keeps its
+subscriptions, and once a channel is live again each of its members gets one
+``subscriptionGap`` notification (what may be missing: between ``lostAt`` and
+``resumedAt``) before any new notification; any other client's connection is closed at once
+with 1012 (client libraries route notifications by subscription id whatever their method, so
+an unknown notification could reach an application as a slot or an account).  A client
+still waiting for its subscription's answer just waits for the new upstream's (bounded by
+``answer_timeout``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class SolanaSink(Protocol):
 
     @property
     def closing(self) -> bool: ...
+
+    @property
+    def gap_notices(self) -> bool:
+        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
+
+    def close(self, code: int, reason: str) -> None: ...
 
     def push(self, frame: bytes, cu: int) -> None: ...
 
@@ -189,7 +199,7 @@ class SolanaHub:
                 self._scope = None
                 self._link = None
                 self.upstream = None
-                self.router.lost(time.time())
+                self._lost(self.router.lost(time.time()))
             index += 1  # the next one: the lost upstream is the last tried again
             failed_in_a_row = 0 if accepted else failed_in_a_row + 1
             if failed_in_a_row >= len(self.upstreams):
@@ -264,6 +274,16 @@ class SolanaHub:
                         self._flush()
         return accepted  # pragma: no cover (the loop only ends by raising)
 
+    def _lost(self, members: list[Member]) -> None:
+        """Clients that take no gap notices learn of the loss now: their connection closes
+        (1012, "service restart": connect and subscribe again)."""
+        closed: set[int] = set()
+        for member in members:
+            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            if not sink.gap_notices and id(sink) not in closed:
+                closed.add(id(sink))
+                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+
     async def _expire(self) -> None:
         """Subscribe calls no upstream answered in time get an error."""
         error = msgspec.json.encode(
@@ -322,11 +342,14 @@ class SolanaHub:
         )
         for member in members:
             sink: SolanaSink = member.sink  # type: ignore[assignment]
+            if not sink.gap_notices:
+                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                continue
             frame, cu = notice.frame(member.tail)
             sink.push(frame, cu)
+            self.gaps += 1
             if ended:
                 sink.ended(member)
-        self.gaps += len(members)
 
 
 async def _writer(stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[bytes]) -> None:
