@@ -210,6 +210,20 @@ async def test_upstream_errors_pass_through_and_calls_are_answered(
     await client.close()
 
 
+async def test_a_network_without_a_pubsub_url_refuses_subscriptions_only(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    node = await start_node(nursery)
+    chains = solana_network(node)
+    del chains["solana"]["devnet"]["upstreams"][0]["ws_url"]
+    handle = await start_gateway(["http://127.0.0.1:1"], chains=chains)
+    client = await Client.open(url(handle))
+    refused = await client.call("slotSubscribe")
+    assert refused["error"]["code"] == -32002 and "ws_url" in refused["error"]["message"]
+    assert isinstance((await client.call("getSlot"))["result"], int)
+    await client.close()
+
+
 async def test_signature_subscription_ends_with_its_notification(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
