@@ -333,6 +333,23 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
     assert status == 400
 
 
+async def test_an_unreachable_first_upstream_is_skipped(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    node = await start_node(nursery)
+    chains = solana_network(node)
+    dead = {"url": "http://127.0.0.1:1", "ws_url": "ws://127.0.0.1:1", "name": "dead"}
+    chains["solana"]["devnet"]["upstreams"].insert(0, dead)
+    handle = await start_gateway(["http://127.0.0.1:1"], chains=chains)
+    client = await Client.open(url(handle))
+    sub = (await client.call("slotSubscribe"))["result"]
+    push = await next_of(client, "slotNotification")
+    assert push["params"]["subscription"] == sub
+    hub = hub_of(handle)
+    assert hub.upstream == "node0" and hub.gaps == 0  # nothing was live on the dead one
+    await client.close()
+
+
 # --- bounds: slow readers, caps, metering ----------------------------------------------------
 
 

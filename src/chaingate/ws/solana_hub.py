@@ -172,11 +172,11 @@ class SolanaHub:
                 self._wake = trio.Event()
                 await self._wake.wait()
             upstream = self.upstreams[index % len(self.upstreams)]
-            accepted = False
+            connects = self.connects
             try:
                 with trio.CancelScope() as scope:
                     self._scope = scope
-                    accepted = await self._connection(upstream)
+                    await self._connection(upstream)
             except* (
                 OSError,
                 ConnectionError,
@@ -201,6 +201,7 @@ class SolanaHub:
                 self.upstream = None
                 self._lost(self.router.lost(time.time()))
             index += 1  # the next one: the lost upstream is the last tried again
+            accepted = self.connects > connects
             failed_in_a_row = 0 if accepted else failed_in_a_row + 1
             if failed_in_a_row >= len(self.upstreams):
                 await trio.sleep(backoff)
@@ -208,8 +209,8 @@ class SolanaHub:
             elif accepted:
                 backoff = 0.1
 
-    async def _connection(self, upstream: PubSubUrl) -> bool:
-        """Serve one upstream connection until it is lost; True if it was ever accepted."""
+    async def _connection(self, upstream: PubSubUrl) -> None:
+        """Serve one upstream connection until it is lost (it only ends by raising)."""
         parts = urlsplit(upstream.url)
         if parts.scheme not in ("ws", "wss") or not parts.hostname:
             raise ValueError("ws_url must be ws:// or wss://")
@@ -272,7 +273,6 @@ class SolanaHub:
                         message.clear()
                         await self._apply(outcome)
                         self._flush()
-        return accepted  # pragma: no cover (the loop only ends by raising)
 
     def _lost(self, members: list[Member]) -> None:
         """Clients that take no gap notices learn of the loss now: their connection closes
