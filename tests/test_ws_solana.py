@@ -447,3 +447,30 @@ def _refused_status(target: str) -> int:
     except InvalidStatus as exc:
         return exc.response.status_code
     return 101
+
+
+# --- chaingate bench ws --subscribe slotSubscribe ---------------------------------------------
+
+
+async def test_bench_ws_slot_subscribers_through_chaingate_and_on_the_node(
+    start_gateway: StartGateway, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.test_bench_suite import bench
+
+    node = await start_node(nursery)
+    handle = await gateway(start_gateway, node)
+    args = [
+        "ws", "--subscribe", "slotSubscribe", "--users", "3", "--duration", "4",
+        "--target", f"chaingate={url(handle)}",
+        "--target", f"node={node.urls.ws}",
+        "--out", str(tmp_path),
+    ]  # fmt: skip
+    done = await trio.to_thread.run_sync(lambda: bench(*args))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    for target in ("chaingate", "node"):
+        slots = data["by_name"][target]["slotSubscribe"]
+        assert slots["outcomes"]["dropped"] == slots["outcomes"]["wrong"] == 0, (target, slots)
+        assert slots["answered"] >= 3 * 10, (target, slots)  # 3 connections, 100 ms slots
+        assert data["by_name"][target]["subscribe"]["answered"] == 3
+    assert hub_of(handle).pushes >= data["by_name"]["chaingate"]["slotSubscribe"]["answered"]
