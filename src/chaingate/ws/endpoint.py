@@ -127,7 +127,9 @@ class WsEndpoint:
             key: SolanaHub(
                 str(key),
                 [
-                    PubSubUrl(upstream.display_name(), upstream.ws_url)
+                    PubSubUrl(
+                        upstream.display_name(), upstream.ws_url, tuple(upstream.headers.items())
+                    )
                     for upstream in service.settings.upstreams
                     if upstream.ws_url
                 ],

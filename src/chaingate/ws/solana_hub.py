@@ -80,6 +80,7 @@ class SolanaSink(Protocol):
 class PubSubUrl(NamedTuple):
     name: str  # for logs and metrics
     url: str  # ws:// or wss:// (never logged: it may hold a key)
+    headers: tuple[tuple[str, str], ...] = ()  # the upstream's extra headers (never logged)
 
 
 class _Link:
@@ -149,7 +150,10 @@ class SolanaHub:
     def _break(self, reason: str) -> None:
         if self._link is not None:
             self._link.broken = True
-        log.warning("solana pubsub upstream dropped", extra={"fields": {"reason": reason}})
+        log.warning(
+            "solana pubsub upstream dropped",
+            extra={"fields": {"network": self.label, "upstream": self.upstream, "reason": reason}},
+        )
         if self._scope is not None:
             self._scope.cancel()
 
@@ -195,11 +199,15 @@ class SolanaHub:
                         }
                     },
                 )
+            except* Exception:
+                # A bug of ours costs this connection (and a gap), never the gateway.
+                log.exception("solana pubsub hub failed", extra={"fields": {"network": self.label}})
             finally:
                 self._scope = None
                 self._link = None
                 self.upstream = None
-                self._lost(self.router.lost(time.time()))
+                stopped = self.router.lost(time.time())
+            self._lost(stopped)  # (not when the hub itself is cancelled: shutdown says 1001)
             index += 1  # the next one: the lost upstream is the last tried again
             accepted = self.connects > connects
             failed_in_a_row = 0 if accepted else failed_in_a_row + 1
@@ -227,7 +235,9 @@ class SolanaHub:
         async with stream, trio.open_nursery() as nursery:
             nursery.start_soon(_writer, stream, pending)
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            out.send_nowait(ws.send(Request(host=parts.hostname, target=target)))
+            headers = [(k.encode(), v.encode()) for k, v in upstream.headers]
+            request = Request(host=parts.hostname, target=target, extra_headers=headers)
+            out.send_nowait(ws.send(request))
             message = bytearray()
             pinged = False
             while True:
