@@ -333,6 +333,42 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
     assert status == 400
 
 
+def _solana_py_across_a_loss(target: str, kill: Callable[[], None]) -> str:
+    """solana-py subscribed when its upstream dies: what its next ``recv`` raises."""
+
+    async def main() -> str:
+        async with SolanaWsClient(target) as ws:
+            await ws.slot_subscribe()
+            while not isinstance(await ws.recv(), SlotNotification):
+                pass
+            kill()
+            try:
+                async with asyncio.timeout(10):
+                    while True:
+                        await ws.recv()
+            except Exception as exc:  # what a solana-py user sees
+                return repr(exc)
+        return "nothing"
+
+    return asyncio.run(main())
+
+
+async def test_solana_py_is_told_of_a_loss_by_the_close(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    first, second = await start_node(nursery), await start_node(nursery)
+    handle = await gateway(start_gateway, first, second)
+
+    def kill() -> None:
+        trio.from_thread.run_sync(first.kill)
+
+    raised = await trio.to_thread.run_sync(_solana_py_across_a_loss, url(handle), kill)
+    assert "ConnectionClosed" in raised and "1012" in raised, raised
+    # Its next connection subscribes on the other upstream.
+    slots = await trio.to_thread.run_sync(_solana_py_slots, url(handle))
+    assert slots[1] > slots[0] and hub_of(handle).upstream == "node1"
+
+
 async def test_an_unreachable_first_upstream_is_skipped(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
