@@ -168,8 +168,8 @@ def serve_and_measure(
     with server.config_path.open("a") as config:
         config.write(SOLANA_TOML.format(**urls))
     key = server.create_key()
-    server.start()
     try:
+        server.start()  # inside: a server that never got ready is stopped too
         return measure(server, urls["ws"], key, connections, seconds)
     finally:
         server.stop()
