@@ -29,6 +29,7 @@ from solders.system_program import TransferParams, transfer
 from solders.transaction import Transaction
 
 from chaingate.auth.gate import ANONYMOUS
+from chaingate.config.network import Network
 from chaingate.devnet.anvil import free_port
 from chaingate.devnet.npm import cache_root
 from chaingate.devnet.solana import devstate, server
@@ -97,7 +98,7 @@ async def gateway_for(
 
 
 def service_of(gw: GatewayHandle, network: str = "devnet") -> RpcService:
-    service: RpcService = gw.gateway.chain.services[f"solana/{network}"]
+    service: RpcService = gw.gateway.chain.services[Network("solana", network, "solana")]
     return service
 
 
