@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -480,7 +481,8 @@ def test_chaingate_dev_serves_solana_devnet_and_resumes_it(tmp_path: Path) -> No
         assert str(keypair.pubkey()) == first.pubkey
     finally:
         _stop(process)
-    assert (tmp_path / "data" / "solana" / devstate.LEDGER_FILE).is_file()
+    saved = tmp_path / "data" / "solana" / devstate.LEDGER_FILE
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600  # the faucet's key is in it
     again = _dev(tmp_path, port)
     try:
         text = _banner(again)
