@@ -477,6 +477,11 @@ def test_chaingate_dev_serves_solana_devnet_and_resumes_it(tmp_path: Path) -> No
         tokens = _run(token_line)["result"]["value"]
         assert (tokens["amount"], tokens["decimals"]) == (str(first.tokens), 6)
         slot = _run(slot_line)["result"]
+        # The key in the URL, as the banner prints it, for clients that take only a URL.
+        keyed = re.search(r"^ {12}(http://\S+/v1/rpc/solana/devnet/svc_test_\S+)$", text, re.M)
+        assert keyed, text
+        by_url = httpx.post(keyed.group(1), json=call("getGenesisHash"), timeout=10).json()
+        assert by_url["result"] == manifest.genesis_hash
         keypair = Keypair.from_json(Path(first.keypair_file).read_text())
         assert str(keypair.pubkey()) == first.pubkey
     finally:

@@ -176,7 +176,7 @@ chaingate dev is up.
             {len(manifest.contracts)} contracts by name: ERC-4337 v0.6-v0.8, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
-{_solana_where(base, solana)}{dashboard}{key_lines}
+{_solana_where(base, solana, keys)}{dashboard}{key_lines}
 """
     try_lines = _dev_try_lines(base, rpc, key_header, admin_token, manifest, webhook_variant)
     try_lines += _solana_try_lines(base, key_header, solana)
@@ -197,14 +197,17 @@ class _SolanaNode:
         self.path = path
 
 
-def _solana_where(base: str, solana: _SolanaNode | None) -> str:
+def _solana_where(base: str, solana: _SolanaNode | None, keys: tuple[str, str] | None) -> str:
     if solana is None:
         return ""
+    rpc = f"{base}/v1/rpc/solana/devnet"
+    # The key in the URL: what solana-py, @solana/kit and the Solana CLI take.
+    key_url = f"\n            {rpc}/{keys[0]}" if keys is not None else ""
     manifest = solana.manifest
     mint = manifest.mint
     first = manifest.accounts[0]
     each = f"{first.lamports // 10**9} SOL and {first.tokens // 10**mint.decimals} {mint.symbol}"
-    return f"""  Solana    {base}/v1/rpc/solana/devnet
+    return f"""  Solana    {rpc}{key_url}
             node {solana.endpoints.http}  (PubSub {solana.endpoints.ws}; LiteSVM, 400 ms slots)
   manifest  {solana.path}
             {len(manifest.accounts)} funded keypairs ({each} each; keypair files beside it),
