@@ -355,6 +355,30 @@ async def test_reads_fail_over_and_a_send_lands_once_when_a_node_dies(
     assert down == ["node0"]
 
 
+async def test_a_node_behind_by_slots_is_ranked_last(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    ledger, nodes = await cluster(nursery, 2)
+    payer = funded(ledger)
+    # A third node stuck at its genesis slot: a node that stopped following the cluster.
+    stuck = SolanaNode(Ledger(genesis_time=time.time()))
+    await nursery.start(stuck.run)
+    await wait_until(lambda: ledger.slot("finalized") > 40)
+    network = {**solana_network([*nodes, stuck]), "max_head_lag": 10}
+    gw = await start_gateway(["http://127.0.0.1:1"], chains={"solana": {"devnet": network}})
+    pool = service_of(gw).pool
+    behind = pool.upstreams[2]
+    await wait_until(lambda: behind.health.lag > 10)
+    assert [u.name for u in pool.ranked()][-1] == "node2"
+    assert not behind.health.state_down  # behind, not broken: still a last resort
+    async with gw.client() as client:
+        for _ in range(20):
+            reply, _ = await rpc(
+                client, "getBalance", str(payer.pubkey()), {"commitment": "processed"}
+            )
+            assert reply["result"]["value"] == 10 * SOL  # never the stuck node's answer (0)
+
+
 async def test_the_faucet_answers_on_test_networks_only(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
