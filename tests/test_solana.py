@@ -37,8 +37,10 @@ from chaingate.devnet.npm import cache_root
 from chaingate.devnet.solana import devstate, server
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.rpc.service import RpcService
-from tests.conftest import StartGateway
+from chaingate.twins import Impl
+from tests.conftest import StartGateway, make_settings
 from tests.helpers import GatewayHandle, read_dev_banner
+from tests.test_auth import PEPPER, start_auth
 
 SOL = 10**9
 SLOT_SECONDS = 0.05
@@ -398,6 +400,56 @@ async def test_the_faucet_answers_on_test_networks_only(
     assert service_of(gw, "mainnet").stats["requestAirdrop"].ok == 0
     assert ledger.signatures[signature].post_balances[1] == SOL
     assert landed(ledger, signature) == 1
+
+
+async def test_keys_scopes_and_usage_work_on_solana_as_on_evm(
+    nursery: trio.Nursery, impl: Impl, store_url: str, tmp_path: Path
+) -> None:
+    ledger, nodes = await cluster(nursery, 2)
+    payer = funded(ledger)
+    settings = make_settings(
+        ["http://127.0.0.1:1"],
+        auth={
+            "enabled": True,
+            "pepper": PEPPER,
+            "refresh_interval": 0.1,
+            "usage_flush_interval": 0.2,
+        },
+        store={"url": store_url},
+        data_dir=str(tmp_path),
+        chains={"solana": {"devnet": solana_network(nodes)}},
+    )
+    stack = await start_auth(nursery, impl, settings)
+    reader, _ = await stack.key(scopes="rpc:read")
+    writer, _ = await stack.key(scopes="rpc:read,rpc:write")
+    async with stack.client(reader) as client:
+        latest = await result_of(client, "getLatestBlockhash", {"commitment": "processed"})
+        blockhash = Hash.from_string(latest["value"]["blockhash"])
+        ix = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Keypair().pubkey(), lamports=SOL)
+        )
+        tx = base64.b64encode(bytes(Transaction([payer], Message([ix], payer.pubkey()), blockhash)))
+        send = call("sendTransaction", tx.decode(), {"encoding": "base64"})
+        # chaingate's refusal, shaped as on EVM: -32002 with the HTTP status, 403.
+        refused = await client.post(URL, json=send)
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert error["code"] == -32002 and error["data"]["status"] == 403
+    assert "rpc:write" in error["message"]
+    async with stack.client(writer) as client:
+        sent = (await client.post(URL, json=send)).json()
+        await client.post(URL, json=call("getProgramAccounts", TOKEN_PROGRAM))
+        await trio.sleep(0.6)  # the usage writer flushes every 0.2 s here
+        report = (await client.get("/v1/usage", params={"granularity": "minute"})).json()
+    assert landed(ledger, sent["result"]) == 1
+    rows = {row["method"]: row for row in report["usage"]}
+    # Sent to both nodes, metered once.
+    assert (rows["sendTransaction"]["requests"], rows["sendTransaction"]["compute_units"]) == (
+        1,
+        20,
+    )
+    # No token account yet: an answer of two bytes ("[]"), one started KiB on top of 20.
+    assert rows["getProgramAccounts"]["compute_units"] == 21
 
 
 # --- getProgramAccounts: priced by its answer, bounded ----------------------------------
