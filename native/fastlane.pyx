@@ -82,6 +82,7 @@ cdef str BAD_TAG_MESSAGE = (
     "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
     "a hex number, a block hash or an EIP-1898 object"
 )
+cdef str BAD_SLOT_MESSAGE = "invalid params: the slot must be a non-negative integer"
 cdef bytes UNSENT = b'{"code":-32603,"message":"internal error: the call was not sent; retry"}'
 cdef str ANSWER_TOO_LARGE = "answer_too_large"
 cdef str OVERLOADED = "overloaded"
@@ -601,7 +602,9 @@ cdef class Route:
     cpdef object bad_tag(self, call):
         if call.id is None:
             return None
-        return self._error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
+        return self._error_reply(
+            call.id, INVALID_PARAMS, BAD_SLOT_MESSAGE if self.solana else BAD_TAG_MESSAGE
+        )
 
 
 cdef class OpenAdmission:

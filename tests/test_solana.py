@@ -215,6 +215,13 @@ async def test_reads_reach_the_node_and_its_errors_come_back_unchanged(
         refused, _ = await rpc(client, "sendTransaction", tx, {"encoding": "base64"})
         assert refused["error"]["code"] == -32002
         assert refused["error"]["data"]["err"] == "AccountNotFound"
+        # A slot that is not one: -32602 from chaingate, in Solana's words, never forwarded.
+        bad, _ = await rpc(client, "getBlock", "5")
+        assert bad["error"] == {
+            "code": -32602,
+            "message": "invalid params: the slot must be a non-negative integer",
+        }
+        assert service.stats["getBlock"].ok == 0
         # A batch: each reply in place, the unknown method refused by chaingate alone.
         batch = [call("getSlot", id=1), call("eth_chainId", id=2), call("getHealth", id=3)]
         replies = (await client.post(URL, json=batch)).json()

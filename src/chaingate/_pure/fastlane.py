@@ -80,6 +80,7 @@ BAD_TAG_MESSAGE = (
     "invalid params: the block tag must be latest, pending, safe, finalized, earliest, "
     "a hex number, a block hash or an EIP-1898 object"
 )
+BAD_SLOT_MESSAGE = "invalid params: the slot must be a non-negative integer"
 # The error of a call that could not be handed to the upstream side (a bug of ours).
 UNSENT = b'{"code":-32603,"message":"internal error: the call was not sent; retry"}'
 ANSWER_TOO_LARGE = "answer_too_large"
@@ -515,7 +516,8 @@ class Route:
     def bad_tag(self, call: Any) -> bytes | None:
         if call.id is None:
             return None  # a notification gets no answer, not even an error
-        return self.jsonrpc.error_reply(call.id, INVALID_PARAMS, BAD_TAG_MESSAGE)
+        message = BAD_SLOT_MESSAGE if self.family == "solana" else BAD_TAG_MESSAGE
+        return self.jsonrpc.error_reply(call.id, INVALID_PARAMS, message)
 
 
 class OpenAdmission:
