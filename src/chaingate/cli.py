@@ -1,8 +1,9 @@
 """The ``chaingate`` command.
 
 * ``chaingate dev`` — everything on embedded defaults: installs and starts anvil, serves
-  ``ethereum/devnet`` on 127.0.0.1:8000, prints ready-to-paste curl lines.  Ctrl-C stops it all.
-  Its data dir (locked: one ``chaingate dev`` each) keeps the chain and the keys across starts.
+  ``ethereum/devnet`` and ``solana/devnet`` (a local Solana node, in process) on
+  127.0.0.1:8000, prints ready-to-paste curl lines.  Ctrl-C stops it all.  Its data dir
+  (locked: one ``chaingate dev`` each) keeps the chains and the keys across starts.
 * ``chaingate serve --config FILE`` — the production entry point.
 * ``chaingate migrate [--config FILE]`` — apply pending database migrations and say which.
 * ``chaingate accounts set-password EMAIL`` — a dashboard password for an account.
@@ -853,7 +854,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="chaingate", description=__doc__.splitlines()[1] if __doc__ else None
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    dev = commands.add_parser("dev", help="run on embedded defaults with a local anvil devnet")
+    dev = commands.add_parser(
+        "dev", help="run on embedded defaults with a local anvil devnet and a local Solana node"
+    )
     dev.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
     dev.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
     dev.add_argument("--anvil-port", type=int, default=0, help="default: a free port")
