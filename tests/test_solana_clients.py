@@ -1,0 +1,311 @@
+"""Real Solana clients through chaingate, with an API key, against the devnet's Solana node.
+
+solana-py (PyPI ``solana``, asyncio: it runs in a worker thread beside trio) and
+``@solana/kit`` (npm, pinned, run with Node: ``tests/solana_kit.py``) move SOL and SPL tokens
+through ``/v1/rpc/solana/devnet`` in front of ``chaingate.devnet.solana`` (LiteSVM behind
+Solana's JSON-RPC: real programs, real signatures).  Every flow checks its outcome on the node
+itself, not only through chaingate: balances, token amounts and signature statuses.
+
+The failover test puts two nodes behind one network (the same snapshot loaded twice: the same
+accounts, the same blockhash per slot), kills one in the middle of a read load and of a run of
+transfers, and counts: no read fails, every transfer lands exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from solana.exceptions import SolanaRpcException
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed, Processed
+from solana.rpc.core import RPCException
+from solana.rpc.models import MemcmpOpts
+from solders.commitment_config import CommitmentLevel
+from solders.hash import Hash
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.pubkey import Pubkey
+from solders.rpc.config import RpcContextConfig
+from solders.rpc.requests import GetBalance, GetSlot, GetTokenAccountBalance, batch_to_json
+from solders.rpc.responses import (
+    GetBalanceResp,
+    GetSlotResp,
+    GetTokenAccountBalanceResp,
+    batch_from_json,
+)
+from solders.signature import Signature
+from solders.system_program import CreateAccountParams, TransferParams, create_account, transfer
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    create_associated_token_account,
+    get_associated_token_address,
+    initialize_mint2,
+    mint_to,
+    transfer_checked,
+)
+from spl.token.models import InitializeMint2Params, MintToParams, TransferCheckedParams
+
+from chaingate import config
+from chaingate.devnet.solana import snapshot
+from chaingate.devnet.solana.ledger import Ledger
+from chaingate.devnet.solana.server import Endpoints, serve
+from chaingate.twins import Impl
+from tests.conftest import make_settings
+from tests.solana_kit import run_kit
+from tests.test_auth import PEPPER, AuthStack, start_auth
+
+SOL = 10**9
+RPC = "/v1/rpc/solana/devnet"
+SLOT_SECONDS = 0.1
+FINALIZED_DEPTH = 4
+UNUSED_EVM = "http://127.0.0.1:1"  # make_settings' ethereum/devnet: never called here
+
+
+# --- the stack: the node(s) in the test's nursery, chaingate with keys in front ---------------
+
+
+@dataclass
+class Node:
+    """One devnet Solana node served in the test's nursery; ``kill`` drops it at once (its
+    listener and every open connection closed, as when the process dies)."""
+
+    urls: Endpoints
+    scope: trio.CancelScope
+
+    def kill(self) -> None:
+        self.scope.cancel()
+
+
+async def start_node(nursery: trio.Nursery, ledger: Ledger) -> Node:
+    async def run(*, task_status: trio.TaskStatus[Node]) -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as inner:
+                urls = await inner.start(partial(serve, ledger, slot_seconds=SLOT_SECONDS))
+                task_status.started(Node(urls, scope))
+
+    node: Node = await nursery.start(run)
+    return node
+
+
+def solana_settings(upstreams: list[str], tmp_path: Path) -> config.Settings:
+    return make_settings(
+        [UNUSED_EVM],
+        auth={
+            "enabled": True,
+            "pepper": PEPPER,
+            "refresh_interval": 0.1,
+            "usage_flush_interval": 0.2,
+        },
+        store={"url": f"sqlite://{tmp_path}/store.db"},
+        data_dir=str(tmp_path),
+        chains={
+            "solana": {
+                "devnet": {
+                    "family": "solana",
+                    "testnet": True,
+                    "finality_depth": FINALIZED_DEPTH,
+                    "upstreams": [
+                        {"url": url, "name": f"node{i}"} for i, url in enumerate(upstreams)
+                    ],
+                }
+            }
+        },
+    )
+
+
+async def start_stack(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path, upstreams: list[str]
+) -> tuple[AuthStack, str]:
+    stack = await start_auth(nursery, impl, solana_settings(upstreams, tmp_path), io.BytesIO())
+    key, _ = await stack.key()
+    return stack, key
+
+
+def in_asyncio(flow: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+    """Run an asyncio coroutine function (solana-py's world) in a worker thread."""
+    return trio.to_thread.run_sync(lambda: asyncio.run(flow()))
+
+
+# --- solana-py building blocks ----------------------------------------------------------------
+
+
+def client(url: str, key: str | None = None) -> AsyncClient:
+    headers = {"X-API-Key": key} if key is not None else None
+    return AsyncClient(url, commitment=Confirmed, timeout=10, extra_headers=headers)
+
+
+async def confirmed(rpc: AsyncClient, signature: Signature) -> None:
+    """Confirmed by polling getSignatureStatuses (solana-py's confirm_transaction), asserting
+    the transaction succeeded."""
+    statuses = await rpc.confirm_transaction(signature, Confirmed, sleep_seconds=0.05)
+    [status] = statuses.value
+    assert status is not None and status.err is None, status
+
+
+async def send(rpc: AsyncClient, payer: Keypair, signers: list[Keypair], ixs: list[Any]) -> Any:
+    blockhash = (await rpc.get_latest_blockhash(Confirmed)).value.blockhash
+    tx = VersionedTransaction(Message.new_with_blockhash(ixs, payer.pubkey(), blockhash), signers)
+    signature = (await rpc.send_transaction(tx)).value
+    assert signature == tx.signatures[0]  # chaingate hands back the node's answer unchanged
+    await confirmed(rpc, signature)
+    return signature
+
+
+async def airdrop(rpc: AsyncClient, who: Pubkey, lamports: int) -> None:
+    await confirmed(rpc, (await rpc.request_airdrop(who, lamports)).value)
+
+
+# --- solana-py through chaingate: SOL, an SPL mint, token accounts, filters, simulation --------
+
+
+async def test_solana_py_through_chaingate(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path
+) -> None:
+    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
+    node = await start_node(nursery, ledger)
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls.http])
+    gateway = f"{stack.handle.base}{RPC}"
+    outcome = await in_asyncio(lambda: _solana_py_flow(gateway, key, node.urls.http))
+    # The batch, with solders' own request builders and parsers, the key in the URL this time.
+    who = outcome["bob_ata"]
+    confirmed = CommitmentLevel.Confirmed  # the default, finalized, trails these new accounts
+    body = batch_to_json([GetSlot(id=0), GetBalance(outcome["bob"], RpcContextConfig(confirmed),
+                          id=1), GetTokenAccountBalance(who, confirmed, id=2)])  # fmt: skip
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.post(f"{gateway}/{key}", content=body,
+                                headers={"content-type": "application/json"})  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    slot, balance, tokens = batch_from_json(
+        reply.text, [GetSlotResp, GetBalanceResp, GetTokenAccountBalanceResp]
+    )
+    assert isinstance(slot, GetSlotResp) and slot.value >= outcome["slot"] - FINALIZED_DEPTH
+    assert isinstance(balance, GetBalanceResp) and balance.value == outcome["bob_lamports"]
+    assert isinstance(tokens, GetTokenAccountBalanceResp) and tokens.value.amount == "1250000"
+    # No key, no answer: the gate is really in front of all of the above.
+    async with httpx.AsyncClient(timeout=10) as http:
+        refused = await http.post(gateway, json={"jsonrpc": "2.0", "id": 1, "method": "getSlot"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] < 0
+
+
+async def _solana_py_flow(gateway: str, key: str, direct: str) -> dict[str, Any]:
+    payer, bob, mint = Keypair(), Keypair(), Keypair()
+    async with client(gateway, key) as rpc, client(direct) as node:
+        assert await rpc.is_connected()
+        assert (await rpc.get_genesis_hash()).value == (await node.get_genesis_hash()).value
+        await airdrop(rpc, payer.pubkey(), 10 * SOL)
+        assert (await rpc.get_balance(payer.pubkey())).value == 10 * SOL
+
+        # SOL: a transfer, its fee, both balances, its status, its transaction.
+        pay = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL)
+        )
+        sent = await send(rpc, payer, [payer], [pay])
+        assert (await node.get_balance(bob.pubkey())).value == SOL  # on the node itself
+        assert (await rpc.get_balance(bob.pubkey())).value == SOL
+        assert (await rpc.get_balance(payer.pubkey())).value == 9 * SOL - 5000
+        [status] = (await rpc.get_signature_statuses([sent])).value
+        assert status is not None and status.err is None and status.slot > 0
+        got = (await rpc.get_transaction(sent, max_supported_transaction_version=0)).value
+        assert got is not None and got.transaction.meta is not None
+        assert got.transaction.meta.fee == 5000
+        assert [entry.signature for entry in (await rpc.get_signatures_for_address(
+            bob.pubkey())).value] == [sent]  # fmt: skip
+
+        # An SPL mint, two associated token accounts, a mint to one, a transfer to the other.
+        rent = (await rpc.get_minimum_balance_for_rent_exemption(82)).value
+        payer_ata = get_associated_token_address(payer.pubkey(), mint.pubkey())
+        bob_ata = get_associated_token_address(bob.pubkey(), mint.pubkey())
+        await send(rpc, payer, [payer, mint], [
+            create_account(CreateAccountParams(
+                from_pubkey=payer.pubkey(), to_pubkey=mint.pubkey(), lamports=rent, space=82,
+                owner=TOKEN_PROGRAM_ID,
+            )),
+            initialize_mint2(InitializeMint2Params(
+                decimals=6, program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(),
+                mint_authority=payer.pubkey(),
+            )),
+            create_associated_token_account(payer.pubkey(), payer.pubkey(), mint.pubkey()),
+            create_associated_token_account(payer.pubkey(), bob.pubkey(), mint.pubkey()),
+            mint_to(MintToParams(
+                program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(), dest=payer_ata,
+                mint_authority=payer.pubkey(), amount=5_000_000,
+            )),
+        ])  # fmt: skip
+        moved = await send(rpc, payer, [payer], [
+            transfer_checked(TransferCheckedParams(
+                program_id=TOKEN_PROGRAM_ID, source=payer_ata, mint=mint.pubkey(),
+                dest=bob_ata, owner=payer.pubkey(), amount=1_250_000, decimals=6,
+            ))
+        ])  # fmt: skip
+        for reader in (rpc, node):
+            mine = (await reader.get_token_account_balance(payer_ata)).value
+            theirs = (await reader.get_token_account_balance(bob_ata)).value
+            assert (mine.amount, theirs.amount, theirs.ui_amount_string) == (
+                "3750000",
+                "1250000",
+                "1.25",
+            )
+        assert (await rpc.get_token_supply(mint.pubkey())).value.amount == "5000000"
+        meta = (await rpc.get_transaction(moved)).value.transaction.meta
+        assert meta is not None
+        post = {b.owner: b.ui_token_amount.amount for b in meta.post_token_balances}
+        assert post == {payer.pubkey(): "3750000", bob.pubkey(): "1250000"}
+
+        # getProgramAccounts with filters: token accounts (165 bytes) of this mint, both.
+        holders = await rpc.get_program_accounts(
+            TOKEN_PROGRAM_ID,
+            encoding="base64",
+            filters=[165, MemcmpOpts(offset=0, bytes=str(mint.pubkey()))],
+        )
+        assert sorted(str(a.pubkey) for a in holders.value) == sorted(
+            map(str, [payer_ata, bob_ata])
+        )
+        # ... and of this owner alone (the owner is at offset 32): bob's account only.
+        bobs = await rpc.get_program_accounts(
+            TOKEN_PROGRAM_ID,
+            encoding="base64",
+            filters=[165, MemcmpOpts(offset=32, bytes=str(bob.pubkey()))],
+        )
+        assert [a.pubkey for a in bobs.value] == [bob_ata]
+        assert bytes(bobs.value[0].account.data)[:32] == bytes(mint.pubkey())
+
+        # simulateTransaction: a transfer that would succeed, and one that cannot.
+        blockhash = (await rpc.get_latest_blockhash()).value.blockhash
+        fine = _transfer_tx(payer, bob.pubkey(), 7, blockhash)
+        simulated = (
+            await rpc.simulate_transaction(fine, sig_verify=True, accounts_addresses=[bob.pubkey()])
+        ).value
+        assert simulated.err is None and simulated.units_consumed
+        assert simulated.accounts is not None and simulated.accounts[0].lamports == SOL + 7
+        assert (await node.get_balance(bob.pubkey())).value == SOL  # a simulation moves nothing
+        too_much = _transfer_tx(bob, payer.pubkey(), 50 * SOL, blockhash)
+        failed = (await rpc.simulate_transaction(too_much)).value
+        assert failed.err is not None and "InstructionError" in str(failed.err)
+        assert any("insufficient lamports" in line for line in failed.logs or [])
+        # Solana's own preflight failure, passed through unchanged.
+        with pytest.raises((RPCException, SolanaRpcException)) as refused:
+            await rpc.send_transaction(too_much)
+        assert "custom program error: 0x1" in str(refused.value)
+        assert (await node.get_balance(payer.pubkey())).value == (
+            await rpc.get_balance(payer.pubkey(), Processed)
+        ).value
+        slot = (await rpc.get_slot(Processed)).value
+        bob_lamports = (await node.get_balance(bob.pubkey())).value
+    return {"bob": bob.pubkey(), "bob_ata": bob_ata, "slot": slot, "bob_lamports": bob_lamports}
+
+
+def _transfer_tx(payer: Keypair, to: Pubkey, lamports: int, blockhash: Hash) -> VersionedTransaction:
+    ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to, lamports=lamports))
+    return VersionedTransaction(Message.new_with_blockhash([ix], payer.pubkey(), blockhash), [payer])
