@@ -309,3 +309,52 @@ async def _solana_py_flow(gateway: str, key: str, direct: str) -> dict[str, Any]
 def _transfer_tx(payer: Keypair, to: Pubkey, lamports: int, blockhash: Hash) -> VersionedTransaction:
     ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to, lamports=lamports))
     return VersionedTransaction(Message.new_with_blockhash([ix], payer.pubkey(), blockhash), [payer])
+
+
+# --- @solana/kit (Node) through chaingate, the key in the URL ---------------------------------
+
+
+async def test_solana_kit_through_chaingate(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path
+) -> None:
+    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
+    node = await start_node(nursery, ledger)
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls.http])
+    url = f"{stack.handle.base}{RPC}/{key}"
+    # Confirmed over HTTP (getSignatureStatuses): see test_solana_kit_confirms_by_subscription.
+    got = await trio.to_thread.run_sync(run_kit, "solana_kit.mjs", [url, "-"], tmp_path / "node")
+    assert got["confirmedBy"] == "getSignatureStatuses"
+    assert got["airdropped"] == str(5 * SOL) and got["bobLamports"] == str(SOL)
+    assert (got["bobTokens"], got["bobTokenOwner"]) == ("1250000", got["bob"])
+    assert got["tokenBalance"]["amount"] == "1250000" and got["tokenBalance"]["decimals"] == 6
+    assert got["holders"] == sorted([got["payerAta"], got["bobAta"]])
+    # kit reads every JSON number as a bigint: the report has them as strings.
+    assert got["simulatedErr"] == {"InstructionError": ["0", {"Custom": "1"}]}
+    assert any("insufficient lamports" in line for line in got["simulatedLogs"])
+    assert got["refusal"] is not None and "custom program error: 0x1" in str(got["refusal"])
+    by_id = {item["id"]: item["result"] for item in got["batch"]}
+    assert by_id[1]["value"] == SOL and by_id[2]["value"]["amount"] == "1250000"
+    assert by_id[3] >= 1
+    # What kit saw through chaingate is what the node holds.
+    async with httpx.AsyncClient(timeout=10) as http:
+        await _node_agrees(http, node.urls.http, got)
+
+
+async def _node_agrees(http: httpx.AsyncClient, node: str, got: dict[str, Any]) -> None:
+    async def result(method: str, *params: Any) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        return (await http.post(node, json=body)).json()["result"]
+
+    confirmed = {"commitment": "confirmed"}
+    assert (await result("getBalance", got["bob"], confirmed))["value"] == SOL
+    fee = 5000
+    payer = (await result("getBalance", got["payer"], confirmed))["value"]
+    rent = await result("getMinimumBalanceForRentExemption", 82)
+    ata_rent = await result("getMinimumBalanceForRentExemption", 165)
+    # The airdrop, less one SOL, three fees (the mint's transaction has two signers) and rent.
+    assert payer == 5 * SOL - SOL - fee - 2 * fee - fee - rent - 2 * ata_rent
+    signatures = [got["transfer"], got["createMint"], got["tokenTransfer"]]
+    statuses = (await result("getSignatureStatuses", signatures))["value"]
+    assert all(s is not None and s["err"] is None for s in statuses), statuses
+    amount = await result("getTokenAccountBalance", got["bobAta"], confirmed)
+    assert amount["value"]["amount"] == "1250000"
