@@ -28,7 +28,7 @@ import pytest
 import trio
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed, Processed
+from solana.rpc.commitment import Confirmed, Finalized, Processed
 from solana.rpc.core import RPCException
 from solana.rpc.models import MemcmpOpts
 from solders.commitment_config import CommitmentLevel
@@ -126,10 +126,10 @@ def solana_settings(upstreams: list[str], tmp_path: Path) -> config.Settings:
 
 
 async def start_stack(
-    nursery: trio.Nursery, impl: Impl, tmp_path: Path, upstreams: list[str]
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path, upstreams: list[str], plan: str = "growth"
 ) -> tuple[AuthStack, str]:
     stack = await start_auth(nursery, impl, solana_settings(upstreams, tmp_path), io.BytesIO())
-    key, _ = await stack.key()
+    key, _ = await stack.key(plan)
     return stack, key
 
 
@@ -358,3 +358,122 @@ async def _node_agrees(http: httpx.AsyncClient, node: str, got: dict[str, Any]) 
     assert all(s is not None and s["err"] is None for s in statuses), statuses
     amount = await result("getTokenAccountBalance", got["bobAta"], confirmed)
     assert amount["value"]["amount"] == "1250000"
+
+
+# --- failover: two nodes behind one network, one killed mid-run ---------------------------------
+
+READERS = 4
+TRANSFERS = 12
+KILL_AFTER = 5  # transfers confirmed before node 0 dies
+
+
+@dataclass
+class Tally:
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+def twin_ledgers(payer: Keypair) -> tuple[Ledger, Ledger]:
+    """Two nodes of one cluster, as far as LiteSVM goes: one snapshot loaded twice gives the
+    same accounts and, slot for slot, the same blockhashes (LiteSVM derives each from the
+    last), so a transaction signed against either lands on both."""
+    now = time.time()
+    base = Ledger(genesis_time=now, finalized_depth=FINALIZED_DEPTH)
+    base.airdrop(payer.pubkey(), 100 * SOL)
+    data = snapshot.dumps(base)
+    return snapshot.loads(data, now=now), snapshot.loads(data, now=now)
+
+
+async def test_failover_reads_keep_answering_and_a_sent_transfer_lands_once(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path
+) -> None:
+    payer = Keypair()
+    ledgers = twin_ledgers(payer)
+    nodes = [await start_node(nursery, ledger) for ledger in ledgers]
+    # An unlimited plan: the read load is not to be throttled (a 429 would count as a failure).
+    stack, key = await start_stack(
+        nursery, impl, tmp_path, [n.urls.http for n in nodes], plan="enterprise"
+    )
+    gateway = f"{stack.handle.base}{RPC}"
+    recipients = [Keypair().pubkey() for _ in range(TRANSFERS)]
+
+    killed: list[int] = []
+
+    def kill(last: Signature) -> None:
+        """Kill the node the last transfer reached (node 0 if both have it): the one whose
+        loss would lose transfers if chaingate had sent them to it alone."""
+        victim = 0 if str(last) in ledgers[0].signatures else 1
+        killed.append(victim)
+        nodes[victim].kill()
+
+    reads, sent = await in_asyncio(
+        lambda: _under_load(
+            gateway, key, payer, recipients, lambda last: trio.from_thread.run_sync(kill, last)
+        )
+    )
+    assert reads.failed == [] and reads.ok > 50, (reads.ok, reads.failed[:5])
+    assert len(sent) == TRANSFERS and len(killed) == 1
+    survivor = ledgers[1 - killed[0]]
+    async with httpx.AsyncClient(timeout=10) as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "getSignatureStatuses",
+                "params": [[str(s) for s in sent], {"searchTransactionHistory": True}]}  # fmt: skip
+        statuses = (await http.post(nodes[1 - killed[0]].urls.http, json=body)).json()
+    statuses = statuses["result"]["value"]
+    # Every transfer on the surviving node, each exactly once: its status, and each recipient
+    # holding exactly what was sent to it (a second landing would be refused as a duplicate
+    # or, re-signed, show twice in the balance).
+    assert all(s is not None and s["err"] is None for s in statuses), statuses
+    for index, who in enumerate(recipients):
+        account = survivor.account(who, survivor.head)
+        assert account is not None and account.lamports == _amount(index), index
+        assert len(survivor.by_address.get(who, [])) == 1, index
+    fees = 5000 * TRANSFERS
+    payer_account = survivor.account(payer.pubkey(), survivor.head)
+    assert payer_account is not None
+    assert payer_account.lamports == 100 * SOL - fees - sum(map(_amount, range(TRANSFERS)))
+
+
+def _amount(index: int) -> int:
+    return SOL // 100 + index  # above the rent-exempt minimum of an empty account
+
+
+async def _under_load(
+    gateway: str,
+    key: str,
+    payer: Keypair,
+    recipients: list[Pubkey],
+    kill: Callable[[Signature], None],
+) -> tuple[Tally, list[Signature]]:
+    reads = Tally()
+    stop = asyncio.Event()
+
+    async def reader(rpc: AsyncClient, index: int) -> None:
+        while not stop.is_set():
+            try:
+                if index % 2:
+                    assert (await rpc.get_balance(payer.pubkey(), Processed)).value > 0
+                else:
+                    assert (await rpc.get_slot(Processed)).value > 0
+                reads.ok += 1
+            except Exception as exc:  # a failed read is what this test counts
+                reads.failed.append(f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0.005)
+
+    sent: list[Signature] = []
+    async with client(gateway, key) as rpc:
+        tasks = [asyncio.create_task(reader(rpc, i)) for i in range(READERS)]
+        try:
+            for index, who in enumerate(recipients):
+                if index == KILL_AFTER:
+                    kill(sent[-1])
+                # A finalized blockhash: both nodes know it whatever slot each is at.
+                blockhash = (await rpc.get_latest_blockhash(Finalized)).value.blockhash
+                tx = _transfer_tx(payer, who, _amount(index), blockhash)
+                signature = (await rpc.send_transaction(tx)).value
+                await confirmed(rpc, signature)
+                sent.append(signature)
+            await asyncio.sleep(0.5)  # reads go on a moment on the survivor alone
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+    return reads, sent
