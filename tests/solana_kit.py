@@ -22,7 +22,11 @@ SYSTEM = "0.14.1"  # @solana-program/system: transfers and account creation
 def kit_modules() -> Path:
     root = npm_install(
         f"node-clients-solana-kit{KIT}-token{TOKEN}-system{SYSTEM}",
-        [f"@solana/kit@{KIT}", f"@solana-program/token@{TOKEN}", f"@solana-program/system@{SYSTEM}"],
+        [
+            f"@solana/kit@{KIT}",
+            f"@solana-program/token@{TOKEN}",
+            f"@solana-program/system@{SYSTEM}",
+        ],
         "node_modules/@solana-program/token/package.json",
         what=f"@solana/kit {KIT}, @solana-program/token {TOKEN}, @solana-program/system {SYSTEM}",
         announce=lambda _: None,

@@ -14,7 +14,6 @@ transfers, and counts: no read fails, every transfer lands exactly once.
 from __future__ import annotations
 
 import asyncio
-import base64
 import io
 import time
 from collections.abc import Awaitable, Callable
@@ -306,9 +305,12 @@ async def _solana_py_flow(gateway: str, key: str, direct: str) -> dict[str, Any]
     return {"bob": bob.pubkey(), "bob_ata": bob_ata, "slot": slot, "bob_lamports": bob_lamports}
 
 
-def _transfer_tx(payer: Keypair, to: Pubkey, lamports: int, blockhash: Hash) -> VersionedTransaction:
+def _transfer_tx(
+    payer: Keypair, to: Pubkey, lamports: int, blockhash: Hash
+) -> VersionedTransaction:
     ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to, lamports=lamports))
-    return VersionedTransaction(Message.new_with_blockhash([ix], payer.pubkey(), blockhash), [payer])
+    message = Message.new_with_blockhash([ix], payer.pubkey(), blockhash)
+    return VersionedTransaction(message, [payer])
 
 
 # --- @solana/kit (Node) through chaingate, the key in the URL ---------------------------------
