@@ -329,8 +329,9 @@ cdef class Method:
     cdef readonly bint coalescible
     cdef readonly MethodStats stats
     cdef readonly bint special
+    cdef readonly bint commitment  # a Solana row cached once final (see the pure twin)
 
-    def __init__(self, spec, MethodStats stats, bint special):
+    def __init__(self, spec, MethodStats stats, bint special, bint solana=False):
         self.spec = spec
         self.name = spec.name
         self.name_json = msgspec.json.encode(spec.name)
@@ -344,6 +345,7 @@ cdef class Method:
         self.coalescible = self.retry and not self.write
         self.stats = stats
         self.special = special
+        self.commitment = solana and self.cache == FINALIZED
 
     def price(self, tag):
         """(billed, throughput) units; a historical block tag scales both alike."""
@@ -351,9 +353,10 @@ cdef class Method:
         self.charge(tag, &cu, &tcu)
         return cu, tcu
 
-    def may_be_cached(self, tag):
-        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
-        return self.cacheable(tag)
+    def may_be_cached(self, tag, params=None):
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it, nor
+        on Solana one read at commitment processed or confirmed.)"""
+        return self.cacheable(tag, params)
 
     cdef inline void charge(self, object tag, long long* cu, long long* tcu):
         if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
@@ -363,10 +366,14 @@ cdef class Method:
             cu[0] = self.cu
             tcu[0] = self.tcu
 
-    cdef inline bint cacheable(self, object tag):
+    cdef inline bint cacheable(self, object tag, object params):
         if self.cache == STATIC:
             return True
         if self.cache == NO_CACHE:
+            return False
+        if self.commitment and params is not None and (
+            b'"processed"' in <bytes>params or b'"confirmed"' in <bytes>params
+        ):
             return False
         return self.block_param < 0 or (tag is not None and tag not in _CURRENT_TAGS)
 
@@ -473,7 +480,7 @@ cdef class Route:
         self.invalid = self.stats["invalid"]
         self.unknown = self.stats["unknown"]
         self.methods = {
-            name: Method(spec, self.stats[spec.name], name in python_methods)
+            name: Method(spec, self.stats[spec.name], name in python_methods, self.solana)
             for name, spec in methods.items()
         }
         self.passthrough = (
@@ -529,7 +536,8 @@ cdef class Route:
         for flight in flights:
             if not flight.done and (
                 flight.future is not None
-                or (flight.spec.cache != NO_CACHE and flight.spec.cacheable(flight.tag))
+                or (flight.spec.cache != NO_CACHE
+                    and flight.spec.cacheable(flight.tag, flight.params))
             ):
                 return True
         for flight in flights:
@@ -1191,7 +1199,7 @@ cdef class Lane:
         cdef MethodStats stats = method.stats
         params = call.params
         key = (call.method, params if params is not None else b"")
-        if method.cache != NO_CACHE and method.cacheable(tag):
+        if method.cache != NO_CACHE and method.cacheable(tag, params):
             hit = route.cache.get(key)
             if hit is not None:
                 if call_id is not None and (
@@ -1266,7 +1274,7 @@ cdef class Lane:
             method = <Method>(<tuple>job)[2]
             tag = (<tuple>job)[3]
             units = (<tuple>job)[4]
-            if method.cache != NO_CACHE and method.cacheable(tag):
+            if method.cache != NO_CACHE and method.cacheable(tag, call.params):
                 params = call.params
                 hit = cache.get((call.method, params if params is not None else b""))
                 if hit is not None:

@@ -45,6 +45,8 @@ from chaingate.devnet.keeper import refresh_price_feeds
 from chaingate.devnet.lock import DataDirBusy, DataDirLock
 from chaingate.devnet.node import DevNode, NodeFailed
 from chaingate.devnet.rpc import DevnetRpc
+from chaingate.devnet.solana import devstate as solana_devstate
+from chaingate.devnet.solana import server as solana_server
 from chaingate.evm import abi
 from chaingate.evm.keys import PrivateKey, load_or_create_key
 from chaingate.gateway import Gateway
@@ -64,6 +66,7 @@ BUNDLER_FUNDING_WEI = 1000 * 10**18
 DEVNET_CHAIN = chainfile.CHAIN_FILE
 DEV_KEYS_FILE = KEYS_FILE
 DEV_NETWORK = ("ethereum", "devnet")
+SOLANA_NETWORK = ("solana", "devnet")
 INDEX_WAIT = 60.0  # seconds the banner waits for the index to hold the chain
 
 
@@ -135,6 +138,7 @@ def _dev_banner(
     webhook_variant: str = "a",
     bundler_address: str = "",
     dashboard_token: str = "",
+    solana: _SolanaNode | None = None,
 ) -> str:
     """What `chaingate dev` prints once it is up: where everything is, then a curl line for
     every feature (docs/start.md walks through them)."""
@@ -172,10 +176,59 @@ chaingate dev is up.
             {len(manifest.contracts)} contracts by name: ERC-4337 v0.6-v0.8, tokens, NFTs, feeds
   paymaster signer {manifest.paymaster_signer}
   bundler   {base}/v1/bundler/ethereum/devnet  (EOA {bundler_address or "none"}, funded)
-{dashboard}{key_lines}
+{_solana_where(base, solana)}{dashboard}{key_lines}
 """
     try_lines = _dev_try_lines(base, rpc, key_header, admin_token, manifest, webhook_variant)
+    try_lines += _solana_try_lines(base, key_header, solana)
     return where + try_lines + "Ctrl-C stops chaingate and anvil.\n"
+
+
+class _SolanaNode:
+    """What the banner says of solana/devnet: the node's URLs and its manifest."""
+
+    def __init__(
+        self,
+        endpoints: solana_server.Endpoints,
+        manifest: solana_devstate.SolanaManifest,
+        path: Path,
+    ) -> None:
+        self.endpoints = endpoints
+        self.manifest = manifest
+        self.path = path
+
+
+def _solana_where(base: str, solana: _SolanaNode | None) -> str:
+    if solana is None:
+        return ""
+    manifest = solana.manifest
+    mint = manifest.mint
+    first = manifest.accounts[0]
+    each = f"{first.lamports // 10**9} SOL and {first.tokens // 10**mint.decimals} {mint.symbol}"
+    return f"""  Solana    {base}/v1/rpc/solana/devnet
+            node {solana.endpoints.http}  (PubSub {solana.endpoints.ws}; LiteSVM, 400 ms slots)
+  manifest  {solana.path}
+            {len(manifest.accounts)} funded keypairs ({each} each; keypair files beside it),
+            SPL mint {mint.symbol} {mint.address}
+"""
+
+
+def _solana_try_lines(base: str, key_header: str, solana: _SolanaNode | None) -> str:
+    """Curl lines for solana/devnet, on the first dev keypair and its token account."""
+    if solana is None:
+        return ""
+    rpc = f"{base}/v1/rpc/solana/devnet"
+    account = solana.manifest.accounts[0]
+    return f"""Solana:
+  curl -s {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"getBalance","params":["{account.pubkey}"]}}'
+  curl -s {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"getTokenAccountBalance",
+            "params":["{account.token_account}"]}}'
+  curl -s {rpc}{key_header} \\
+       -d '{{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{{"commitment":"processed"}}]}}'
+  (solana-py, @solana/kit and the Solana CLI take the URL; docs/guides/rpc.md, "Solana")
+
+"""
 
 
 def _dev_try_lines(
@@ -317,7 +370,13 @@ async def _dev_until_stopped(
         except (NodeFailed, OSError) as exc:
             _say(f"error: cannot start anvil: {exc}")
             return 1
-        code = await _bring_up(nursery, stopper, settings, data_dir, anvil_url, node, store, signer)
+        solana = await _start_solana(nursery, data_dir)
+        if solana is None:
+            return 1
+        settings = _with_solana_node(settings, solana.endpoints)
+        code = await _bring_up(
+            nursery, stopper, settings, data_dir, anvil_url, node, store, signer, solana
+        )
         if code != 0:
             nursery.cancel_scope.cancel()  # takes anvil down
     if node.failure is not None:  # anvil died for good (at start-up or later)
@@ -335,6 +394,7 @@ async def _bring_up(
     node: DevNode,
     store: Store,
     signer: PrivateKey,
+    solana: _SolanaNode | None = None,
 ) -> int:
     """On the started anvil: the chain (continued or new), the store's state agreeing with
     it, the dev keys, the gateway, the banner.  1 (having said why) when any fails."""
@@ -422,9 +482,44 @@ async def _bring_up(
             settings.webhooks.variant,
             _bundler_address(settings),
             dashboard_token,
+            solana,
         )
     )
     return 0
+
+
+async def _start_solana(nursery: trio.Nursery, data_dir: Path) -> _SolanaNode | None:
+    """solana/devnet's node: its ledger resumed from the data dir (else a new one, funded), served
+    on loopback and saved there while it runs.  None (having said why) when it cannot start."""
+    try:
+        prepared = await trio.to_thread.run_sync(solana_devstate.prepare, data_dir, time.time())
+    except (OSError, ValueError) as exc:
+        _say(f"error: cannot prepare the Solana devnet under {data_dir}: {exc}")
+        return None
+    _say(prepared.note)
+    try:
+        endpoints = await nursery.start(
+            functools.partial(solana_server.serve, prepared.ledger, state_path=prepared.state_path)
+        )
+    except OSError as exc:
+        _say(f"error: cannot serve the Solana devnet on loopback: {exc}")
+        return None
+    path = data_dir / solana_devstate.DIRECTORY / solana_devstate.MANIFEST_FILE
+    return _SolanaNode(endpoints, prepared.manifest, path)
+
+
+def _with_solana_node(
+    settings: config.Settings, endpoints: solana_server.Endpoints
+) -> config.Settings:
+    """solana/devnet's upstream: the node chaingate dev started (HTTP and PubSub)."""
+    chain, network = SOLANA_NETWORK
+    net = settings.chains.get(chain, {}).get(network)
+    if net is None:
+        return settings  # a dev config without it
+    upstream = msgspec.structs.replace(net.upstreams[0], url=endpoints.http, ws_url=endpoints.ws)
+    devnet = msgspec.structs.replace(net, upstreams=[upstream])
+    chains = {**settings.chains, chain: {**settings.chains[chain], network: devnet}}
+    return msgspec.structs.replace(settings, chains=chains)
 
 
 async def _wait_for_the_index(gateway: Gateway, anvil_url: str) -> None:

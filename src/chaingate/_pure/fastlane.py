@@ -101,6 +101,10 @@ KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
 # Cache policies (MethodSpec.cache).
 NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
+# A Solana call asking for one of these commitments reads what may still change: never cached.
+# (In the params of the methods the cache may hold, the only other strings are base58
+# signatures and names like "json" or "full": neither quoted word occurs by accident.)
+UNSETTLED_COMMITMENTS = (b'"processed"', b'"confirmed"')
 
 
 class MethodStats:
@@ -251,6 +255,7 @@ class Method:
         "block_param",
         "cache",
         "coalescible",
+        "commitment",
         "cu",
         "cu_historical",
         "name",
@@ -262,7 +267,9 @@ class Method:
         "write",
     )
 
-    def __init__(self, spec: twin.MethodSpec, stats: MethodStats, special: bool) -> None:
+    def __init__(
+        self, spec: twin.MethodSpec, stats: MethodStats, special: bool, solana: bool = False
+    ) -> None:
         self.spec = spec  # the MethodSpec, for the service's side of a landing
         self.name: str = spec.name
         self.cu: int = spec.cu
@@ -277,6 +284,8 @@ class Method:
         # Answered by the Python handler whenever it is called (eth_getLogs range planning,
         # read-your-writes routing): see Route.python_methods.
         self.special = special
+        # A Solana row cached once final: a call asking for an earlier commitment never is.
+        self.commitment: bool = solana and spec.cache == FINALIZED
 
     def price(self, tag: bytes | None) -> tuple[int, int]:
         """(billed, throughput) units; a historical block tag scales both alike."""
@@ -285,12 +294,17 @@ class Method:
             return historical, self.tcu * historical // max(self.cu, 1)
         return self.cu, self.tcu
 
-    def may_be_cached(self, tag: bytes | None) -> bool:
-        """Could the cache hold this call's answer?  (A 'latest' answer never enters it.)"""
+    def may_be_cached(self, tag: bytes | None, params: bytes | None = None) -> bool:
+        """Could the cache hold this call's answer?  (A 'latest' answer never enters it, nor
+        on Solana one read at commitment processed or confirmed.)"""
         if self.cache == STATIC:
             return True
         if self.cache == NO_CACHE:
             return False
+        if self.commitment and params is not None:
+            processed, confirmed = UNSETTLED_COMMITMENTS
+            if processed in params or confirmed in params:
+                return False
         return self.block_param is None or (tag is not None and tag not in _CURRENT_TAGS)
 
 
@@ -366,8 +380,9 @@ class Route:
         self.stats: defaultdict[str, MethodStats] = defaultdict(MethodStats)
         self.invalid = self.stats["invalid"]
         self.unknown = self.stats["unknown"]
+        solana = family == "solana"
         self.methods = {
-            name: Method(spec, self.stats[spec.name], name in python_methods)
+            name: Method(spec, self.stats[spec.name], name in python_methods, solana)
             for name, spec in methods.items()
         }
         self.passthrough = (
@@ -427,7 +442,7 @@ class Route:
             spec = flight.spec
             if not flight.done and (
                 flight.future is not None
-                or (spec.cache != NO_CACHE and spec.may_be_cached(flight.tag))
+                or (spec.cache != NO_CACHE and spec.may_be_cached(flight.tag, flight.params))
             ):
                 return True
         for flight in flights:
@@ -1026,7 +1041,7 @@ class Lane:
             return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         stats = method.stats
         key = (call.method, call.params or b"")
-        if method.cache != NO_CACHE and method.may_be_cached(tag):
+        if method.cache != NO_CACHE and method.may_be_cached(tag, call.params):
             hit = route.cache.get(key)
             if hit is not None:
                 if call.id is not None and len(hit) + len(call.id) > route.max_single:
@@ -1092,7 +1107,7 @@ class Lane:
         upstream: list[tuple[int, Any, Method, bytes | None, int]] = []
         for job in jobs:
             index, call, method, tag, units = job
-            if method.cache != NO_CACHE and method.may_be_cached(tag):
+            if method.cache != NO_CACHE and method.may_be_cached(tag, call.params):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
                     stats = method.stats

@@ -27,6 +27,10 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     cache: CachePolicy = "none"
     retry: bool | None = None
     local: bool = False
+    testnet_only: bool = False
+    broadcast: bool = False
+    cu_per_kib: int | None = None
+    max_bytes: int | None = None
 
 
 class MethodSpec(msgspec.Struct, frozen=True):
@@ -40,6 +44,20 @@ class MethodSpec(msgspec.Struct, frozen=True):
     retry: bool
     # Answered by chaingate itself (a subsystem registers the handler), never forwarded.
     local: bool = False
+    # Served on test networks only (refused with -32601 elsewhere, before admission).
+    testnet_only: bool = False
+    # A write sent to every healthy upstream at once, answered by the first success.
+    broadcast: bool = False
+    # Priced by the answer: units added per started KiB of it (admitted at ``cu``).
+    cu_per_kib: int | None = None
+    # The largest answer relayed for this method (a bigger one: -32005, answer_too_large).
+    max_bytes: int | None = None
+
+    @property
+    def special(self) -> bool:
+        """Rules the RPC service's Python handler applies (the fast lane hands the call over):
+        a broadcast, a price by the answer's size, a bound of the method's own."""
+        return self.broadcast or self.cu_per_kib is not None or self.max_bytes is not None
 
     @property
     def is_write(self) -> bool:
@@ -57,6 +75,16 @@ def _spec(name: str, entry: _Entry) -> MethodSpec:
         raise ValueError(f"{name}: compute units cannot be negative")
     if entry.local and (entry.cache != "none" or entry.block is not None or is_write):
         raise ValueError(f"{name}: a local method is a read, never cached, with no block param")
+    if entry.broadcast and not is_write:
+        raise ValueError(f"{name}: only a write is broadcast")
+    if (entry.cu_per_kib is not None and entry.cu_per_kib < 0) or (
+        entry.max_bytes is not None and entry.max_bytes < 1
+    ):
+        raise ValueError(f"{name}: cu_per_kib must be >= 0 and max_bytes >= 1")
+    if (entry.cu_per_kib is not None or entry.max_bytes is not None) and (
+        entry.cache != "none" or entry.local
+    ):
+        raise ValueError(f"{name}: a method priced or bounded by its answer is never cached")
     return MethodSpec(
         name=name,
         scope="rpc:write" if is_write else "rpc:read",
@@ -67,6 +95,10 @@ def _spec(name: str, entry: _Entry) -> MethodSpec:
         cache=entry.cache,
         retry=(not is_write) if entry.retry is None else (entry.retry and not is_write),
         local=entry.local,
+        testnet_only=entry.testnet_only,
+        broadcast=entry.broadcast,
+        cu_per_kib=entry.cu_per_kib,
+        max_bytes=entry.max_bytes,
     )
 
 

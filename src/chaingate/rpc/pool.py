@@ -575,6 +575,46 @@ class UpstreamPool:
         finally:
             done(outcome)
 
+    async def broadcast(self, body: bytes, *, deadline: float) -> tuple[Upstream, Any, Any]:
+        """A write every upstream in rotation takes at once (methods.toml ``broadcast``: a
+        Solana transaction, idempotent by its signature, so a node that sees it twice
+        executes it once).  The answer: the first reply with a result; else, once all have
+        answered, the first node's error reply (a preflight failure is the node's to tell);
+        else the first failure.  The attempts left when the answer is chosen run on in the
+        pool's nursery (their replies dropped): every node still gets the transaction.
+
+        A single upstream in rotation (or none): an ordinary write to the best one."""
+        targets = [u for u in self._ranked if not u.health.state_down]
+        nursery = self._nursery
+        if len(targets) < 2 or nursery is None:
+            return await self._exchange(body, False, deadline, True, self._ranked[:1])
+        answered = trio.Event()
+        replies: list[tuple[Upstream, Any, Any]] = []
+        failures: list[UpstreamError] = []
+        winner: list[tuple[Upstream, Any, Any]] = []
+
+        async def attempt(upstream: Upstream) -> None:
+            try:
+                got = await self._exchange(body, False, deadline, True, [upstream])
+            except UpstreamError as exc:
+                failures.append(exc)
+            else:
+                replies.append(got)
+                if not winner and got[2].replies[0].result is not None:
+                    winner.append(got)
+            finally:
+                if winner or len(replies) + len(failures) == len(targets):
+                    answered.set()
+
+        for upstream in targets:
+            nursery.start_soon(attempt, upstream)
+        await answered.wait()
+        if winner:
+            return winner[0]
+        if replies:
+            return replies[0]
+        raise failures[0]
+
     def _order(self, prefer: str) -> list[Upstream]:
         first = self._by_name.get(prefer)
         if first is None:

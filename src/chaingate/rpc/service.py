@@ -37,6 +37,7 @@ from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.refusals import Rejection, refusal_error
 from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
 from chaingate.rpc.errors import (
+    ABANDONED,
     INTERNAL_ERROR,
     UNAVAILABLE,
     UpstreamError,
@@ -125,6 +126,22 @@ def result_block_number(result: bytes) -> int | None:
         return None
 
 
+class _SlotRef(msgspec.Struct):
+    slot: int | None = None
+
+
+_slot_ref_decoder = msgspec.json.Decoder(_SlotRef)
+
+
+def result_slot(result: bytes) -> int | None:
+    """The slot a Solana result names (getTransaction's ``slot``), when it does."""
+    try:
+        slot = _slot_ref_decoder.decode(result).slot
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return slot if slot is not None and slot >= 0 else None
+
+
 class RpcReply:
     """What the edge needs to frame the HTTP response of one RPC request."""
 
@@ -188,7 +205,13 @@ class RpcService:
         self.settings = settings
         self._jsonrpc: JsonRpcModule = impl.jsonrpc
         self._gate = gate
-        self._methods = methods.family(settings.family)
+        # A method for test networks only does not exist on the others: -32601 there, before
+        # anything is counted or charged (methods.toml ``testnet_only``: Solana's faucet).
+        self._methods = {
+            name: spec
+            for name, spec in methods.family(settings.family).items()
+            if settings.testnet or not spec.testnet_only
+        }
         self._max_batch = rpc.max_batch
         self._timeout = rpc.request_timeout
         self._coalesce = rpc.coalesce
@@ -219,7 +242,11 @@ class RpcService:
         # Methods answered in process (methods.toml ``local = true``): the lane hands them to
         # ``handle`` like eth_getLogs, so the requests that do not use them never look.
         self._local: dict[str, LocalAnswer] = {}
-        python_methods = {name for name, spec in self._methods.items() if spec.local}
+        # So are the rows whose rules only the handler applies (a broadcast write, a price
+        # by the answer's size, a bound of the method's own: MethodSpec.special).
+        python_methods = {
+            name for name, spec in self._methods.items() if spec.local or spec.special
+        }
         if self.logs is not None:
             python_methods.add("eth_getLogs")
         # What this network shares with the edge's fast lane (compiled): the method table,
@@ -257,9 +284,14 @@ class RpcService:
         self.stats = self.route.stats
         self._invalid = self.route.invalid
         self._unknown = self.route.unknown
+        # The block a cacheable answer without a block param is about, as its result says.
+        self._result_block = result_block_number
         if settings.family == "solana":
+            # getSlot at the node's default commitment: the finalized slot, so a slot at or
+            # below the pool's head is final (finality_depth 0 is exact; more is caution).
             probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
             parse_head = parse_solana_head
+            self._result_block = result_slot
         else:
             probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
             parse_head = parse_evm_head
@@ -367,8 +399,11 @@ class RpcService:
         if split is not None:
             result, error = await self._split_logs(split, limit)
             return self._single_reply(call, row, cu, result, error)
+        if row.special and row.spec.special:
+            result, error, units = await self._own_rules(method, params, row, cu)
+            return self._single_reply(call, row, units, result, error)
         key = (method, params or b"")
-        if row.may_be_cached(tag):
+        if row.may_be_cached(tag, params):
             hit = self.cache.get(key)
             if hit is not None:
                 usage: Usage = []
@@ -494,6 +529,7 @@ class RpcService:
         unsafe: list[_Job] = []
         split_jobs: list[tuple[_Job, Split]] = []
         local_jobs: list[_Job] = []
+        own_jobs: list[_Job] = []  # a broadcast, a call priced or bounded by its answer
         sticky: dict[str, list[_Job]] = {}  # reads that follow a write, by its upstream
         cache = self.cache
         for job in jobs:
@@ -501,10 +537,15 @@ class RpcService:
             if splits and index in splits:
                 split_jobs.append((job, splits[index]))
                 continue
-            if row.spec.local:
-                local_jobs.append(job)
-                continue
-            if row.may_be_cached(tag):
+            if row.special:
+                spec = row.spec
+                if spec.local:
+                    local_jobs.append(job)
+                    continue
+                if spec.special:
+                    own_jobs.append(job)
+                    continue
+            if row.may_be_cached(tag, call.params):
                 hit = cache.get((call.method, call.params or b""))
                 if hit is not None:
                     if call.id is not None:
@@ -530,10 +571,10 @@ class RpcService:
         groups += [(unsafe[i : i + size], None) for i in range(0, len(unsafe), size)]
         for prefer, chosen in sticky.items():
             groups += [(chosen[i : i + size], prefer) for i in range(0, len(chosen), size)]
-        if len(groups) == 1 and not split_jobs and not local_jobs:
+        if len(groups) == 1 and not split_jobs and not local_jobs and not own_jobs:
             group, prefer = groups[0]
             await self._send_group(group, replies, usage, assembly, prefer)
-        elif groups or split_jobs or local_jobs:
+        elif groups or split_jobs or local_jobs or own_jobs:
             async with trio.open_nursery() as nursery:
                 for group, prefer in groups:
                     nursery.start_soon(self._send_group, group, replies, usage, assembly, prefer)
@@ -544,6 +585,8 @@ class RpcService:
                     )
                 for job in local_jobs:
                     nursery.start_soon(self._answer_local, job, replies, principal, usage, assembly)
+                for job in own_jobs:
+                    nursery.start_soon(self._answer_own, job, replies, usage, assembly)
         parts = [reply for reply in replies if reply is not None]
         body = jsonrpc.join_batch(parts) if parts else None
         status = b"HIT" if hits == len(calls) else (b"MISS" if hits == 0 else b"PARTIAL")
@@ -872,6 +915,68 @@ class RpcService:
         result, error = await self._local[call.method](call.params, principal)
         self._place(job, result, error, replies, usage, assembly)
 
+    async def _answer_own(
+        self, job: _Job, replies: list[bytes | None], usage: Usage, assembly: Assembly
+    ) -> None:
+        """A batch's call under its method's own rules: answered on its own, placed at its
+        position, metered at the units its answer cost."""
+        index, call, row, tag, units = job
+        result, error, units = await self._own_rules(call.method, call.params, row, units)
+        self._place((index, call, row, tag, units), result, error, replies, usage, assembly)
+
+    async def _own_rules(
+        self, method: str, params: bytes | None, row: Method, cu: int
+    ) -> tuple[bytes | None, bytes | None, int]:
+        """A call whose method has rules of its own (MethodSpec.special): (result, error,
+        units to meter).  A ``broadcast`` write goes to every upstream in rotation at once
+        and is answered by the first success (pool.broadcast); a read with ``max_bytes`` is
+        refused, unread, once its answer passes the bound; ``cu_per_kib`` adds units per
+        started KiB of the answer."""
+        spec = row.spec
+        jsonrpc = self._jsonrpc
+        request_id = self._next_id
+        self._next_id += 1
+        body = jsonrpc.upstream_request(request_id, method, params)
+        deadline = trio.current_time() + self._timeout
+        key = (method, params or b"")
+        if spec.broadcast:
+            try:
+                upstream, response, parsed = await self.pool.broadcast(body, deadline=deadline)
+            except UpstreamError as exc:
+                return None, client_error(exc, write=True), cu
+            reply = parsed.replies[0]
+            return (*self._outcome(reply, row, None, key, upstream.name, response.status), cu)
+        limit = min(spec.max_bytes or self._max_single, self._max_single)
+
+        def wanted(length: int) -> bool:
+            return length <= limit + REPLY_OVERHEAD + 64  # -1 (not declared): read, then judged
+
+        try:
+            upstream, response, parsed = await self.pool.request_parsed(
+                body, retry_safe=row.retry, deadline=deadline, wanted=wanted
+            )
+        except UpstreamError as exc:
+            if exc.kind == ABANDONED:
+                return None, self._over_method_bound(method, limit), cu
+            return None, client_error(exc, write=row.write), cu
+        result, error = self._outcome(
+            parsed.replies[0], row, None, key, upstream.name, response.status
+        )
+        if result is not None:
+            if len(result) > limit:
+                return None, self._over_method_bound(method, limit), cu
+            if spec.cu_per_kib:
+                cu += spec.cu_per_kib * -(-len(result) // 1024)
+        return result, error, cu
+
+    def _over_method_bound(self, method: str, limit: int) -> bytes:
+        self.refused[ANSWER_TOO_LARGE] += 1
+        message = (
+            f"answer too large: {method[:64]} answers at most {limit} bytes here; narrow the "
+            "query (getProgramAccounts: memcmp or dataSize filters, a dataSlice)"
+        )
+        return _limit_error(message, ANSWER_TOO_LARGE, limit)
+
     def _place(
         self,
         job: _Job,
@@ -954,7 +1059,7 @@ class RpcService:
         return result, None
 
     def _maybe_cache(self, row: Method, tag: bytes | None, key: CacheKey, result: bytes) -> None:
-        if result == b"null" or not row.may_be_cached(tag):
+        if result == b"null" or not row.may_be_cached(tag, key[1]):
             return
         spec = row.spec
         if spec.cache == "static":
@@ -966,8 +1071,9 @@ class RpcService:
         finalized = head - self._finality_depth
         number = block_number(tag) if spec.block_param is not None else None
         if number is None:
-            # A hash (or an EIP-1898 object) or no block param: the result may say which block.
-            number = result_block_number(result)
+            # A hash (or an EIP-1898 object) or no block param: the result may say which block
+            # (a Solana transaction: its slot).
+            number = self._result_block(result)
         if number is not None and number <= finalized:
             self.cache.put(key, result)
 

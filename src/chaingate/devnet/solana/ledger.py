@@ -292,7 +292,7 @@ class Ledger:
                         "accounts": list(ix.instruction().accounts),
                         "data": codec.b58encode(bytes(ix.instruction().data)),
                         "programIdIndex": ix.instruction().program_id_index,
-                        "stackHeight": ix.stack_height,
+                        "stackHeight": ix.stack_height(),
                     }
                     for ix in group
                 ],
