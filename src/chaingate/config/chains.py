@@ -33,8 +33,8 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True):
     url: str
     # A name for logs and metrics; "" shows host:port.
     name: str = ""
-    # The node's WebSocket (ws:// or wss://): the follower takes newHeads from it, else
-    # it polls.
+    # The node's WebSocket (ws:// or wss://): on EVM the follower takes newHeads from it,
+    # else it polls; on Solana it is the node's PubSub, behind /v1/ws/solana/... subscriptions.
     ws_url: str | None = None
     # Extra request headers (for example a provider's auth header).  Never logged.
     headers: dict[str, str] = {}

@@ -48,6 +48,7 @@ from chaingate.ws.handshake import (
 from chaingate.ws.hub import Hub
 from chaingate.ws.registry import KINDS
 from chaingate.ws.session import Session
+from chaingate.ws.solana_hub import PubSubUrl, SolanaHub
 
 log = logging.getLogger("chaingate.ws")
 
@@ -67,7 +68,7 @@ class Ticket:
         response: bytes,
         request_id: str,
         principal: Principal,
-        hub: Hub,
+        hub: Hub | SolanaHub,
         service: RpcService,
         caps: WsCaps,
         deflate: Negotiated | None = None,
@@ -107,7 +108,22 @@ class WsEndpoint:
             for key, service in services.items()
             if service.settings.family == "evm"
         }
-        self._hubs = {key.path: hub for key, hub in self.hubs.items()}
+        # Solana's PubSub: one upstream connection per network, shared by its clients.
+        self.solana_hubs: dict[Network, SolanaHub] = {
+            key: SolanaHub(
+                str(key),
+                [
+                    PubSubUrl(upstream.display_name(), upstream.ws_url)
+                    for upstream in service.settings.upstreams
+                    if upstream.ws_url
+                ],
+                max(upstream.timeout for upstream in service.settings.upstreams),
+            )
+            for key, service in services.items()
+            if service.settings.family == "solana"
+        }
+        self._hubs: dict[bytes, Hub | SolanaHub] = {key.path: hub for key, hub in self.hubs.items()}
+        self._hubs.update((key.path, hub) for key, hub in self.solana_hubs.items())
         self._networks = {
             key.path: NetworkInfo(service.chain, service.network, service.settings.testnet)
             for key, service in services.items()
@@ -139,6 +155,8 @@ class WsEndpoint:
         async with trio.open_nursery() as nursery:
             for hub in self.hubs.values():
                 await nursery.start(hub.run)
+            for solana in self.solana_hubs.values():
+                await nursery.start(solana.run)
             nursery.start_soon(self._sweeper)
             task_status.started()
 
@@ -193,7 +211,8 @@ class WsEndpoint:
             return 404, JSON, error_body(404, "unknown chain or network")
         hub = self._hubs.get(tail)
         if hub is None:
-            return 404, JSON, error_body(404, "WebSocket subscriptions are offered on EVM networks")
+            message = "WebSocket subscriptions are offered on EVM and Solana networks"
+            return 404, JSON, error_body(404, message)
         if request.method != b"GET":
             return 405, JSON + b"Allow: GET\r\n", error_body(405, "a WebSocket upgrade is a GET")
         if self._closing:
@@ -322,7 +341,7 @@ class WsEndpoint:
             return
         session.pending_cu = 0
         principal = session.principal
-        session.bill("eth_subscription", 0, cu)
+        session.bill(session.hub.push_method, 0, cu)
         limiter = principal.limiter
         if limiter is not None:
             limiter.absorb(monotonic(), 0, cu)

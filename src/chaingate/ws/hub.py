@@ -73,6 +73,8 @@ class SubscribeError(Exception):
 
 
 class Hub:
+    push_method = "eth_subscription"  # how pushed units appear in usage
+
     def __init__(
         self,
         label: str,

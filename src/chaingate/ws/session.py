@@ -67,6 +67,15 @@ from chaingate.ws.protocol import (
     utf8,
 )
 from chaingate.ws.registry import Subscription
+from chaingate.ws.solana_hub import SolanaHub
+from chaingate.ws.solana_methods import (
+    INVALID_SUBSCRIPTION_ID,
+    UNSUBSCRIBES,
+    ParamsError,
+    subscription_key,
+)
+from chaingate.ws.solana_methods import METHODS as SOLANA_METHODS
+from chaingate.ws.solana_router import Member
 
 
 class Endpoint(Protocol):
@@ -100,7 +109,7 @@ class Session:
         peer: str,
         request_id: str,
         principal: Principal,
-        hub: Hub,
+        hub: Hub | SolanaHub,
         service: RpcService,
         caps: WsCaps,
         deflate: Negotiated | None = None,
@@ -115,7 +124,10 @@ class Session:
         self.hub = hub
         self.service = service
         self.caps = caps
-        self.subscriptions: dict[str, Subscription] = {}
+        self.subscriptions: dict[str, Subscription | Member] = {}
+        # The calls answered here rather than by the RPC service: (un)subscriptions.
+        self._inline = SOLANA_METHODS if isinstance(hub, SolanaHub) else _SUBSCRIPTION_METHODS
+        self._waiting = 0  # Solana subscriptions waiting for their upstream's answer
         self.filter_bytes = 0  # held by this connection's logs filters (see caps)
         # permessage-deflate when negotiated: inflating (bounded) is wsproto's, deflating ours.
         self._deflate = deflate
@@ -271,15 +283,19 @@ class Session:
             self.close(1008, "API key revoked")
             return
         call = peek_call(message)
-        if call is not None and call.method in _SUBSCRIPTION_METHODS:
-            self._subscription_call(call, message)
+        if call is not None and call.method in self._inline:
+            if isinstance(self.hub, SolanaHub):
+                self._solana_call(self.hub, call, message)
+            else:
+                self._subscription_call(self.hub, call, message)
             # A burst of them in one read takes turns with everyone else on the loop.
             await trio.lowlevel.checkpoint()
             return
         started = perf_counter()  # a call's latency counts its wait for a slot too
         await self._inflight.acquire()
         assert self._nursery is not None
-        if call is None and b"subscribe" in message:  # a batch with eth_(un)subscribe?
+        if call is None and b"subscribe" in message and isinstance(self.hub, Hub):
+            # A batch with eth_(un)subscribe?
             parts = _batch_parts(message, self.service.max_batch)
             if parts is not None:
                 self._nursery.start_soon(self._batch, parts, started)
@@ -305,12 +321,14 @@ class Session:
                 await self._room.park()
             if self.closing:
                 return
+            hub = self.hub
+            assert isinstance(hub, Hub)  # a Solana session's batches go to the RPC service
             self._collect = []
             body: list[bytes] = []
             for raw, call in parts:
                 if _subscription(call):
                     assert call is not None
-                    self._subscription_call(call, raw)
+                    self._subscription_call(hub, call, raw)
                     body += self._collect
                     self._collect.clear()
                 elif (call is None or bytes(call.id)) and answers:
@@ -321,7 +339,7 @@ class Session:
                 self._write(text_frame(b"[" + b",".join(body) + b"]"))
             welcome, self._welcome = self._welcome, []
             for subscription in welcome:
-                self.hub.welcome(subscription)
+                hub.welcome(subscription)
         finally:
             self._collect = None
             self._inflight.release()
@@ -370,20 +388,22 @@ class Session:
         self.deflated += 1
         return deflated_frame(coded)
 
-    def _subscription_call(self, call: Call, message: bytes) -> None:
+    def _checked(self, call: Call, message: bytes) -> tuple[bytes, bool, list[Any]] | None:
+        """A subscription call's id (as it came), whether it is a notification, and its
+        params; None when it was answered already (malformed)."""
         if too_deep(message):
             # What the HTTP proxy answers (deeper still, peek_call gives up and the RPC
             # service's framing answers the same).
             self._answer(error_reply(b"null", PARSE_ERROR, MSG_TOO_DEEP))
-            return
+            return None
         if not utf8(message):  # a binary frame's bytes inside a string: as HTTP answers it
             self._answer(error_reply(b"null", PARSE_ERROR, MSG_BAD_UTF8))
-            return
+            return None
         notification = not bytes(call.id)
         id_raw = id_bytes(call)
         if not notification and id_raw == b"null" and bytes(call.id) != b"null":
             self._answer(error_reply(b"null", INVALID_REQUEST, "invalid request: bad id"))
-            return
+            return None
         try:
             params = _decode(bytes(call.params)) if bytes(call.params) else []
         except msgspec.DecodeError:
@@ -391,7 +411,14 @@ class Session:
         if not isinstance(params, list):
             if not notification:
                 self._answer(error_reply(id_raw, INVALID_PARAMS, "params must be an array"))
+            return None
+        return id_raw, notification, params
+
+    def _subscription_call(self, hub: Hub, call: Call, message: bytes) -> None:
+        checked = self._checked(call, message)
+        if checked is None:
             return
+        id_raw, notification, params = checked
         if call.method == "eth_unsubscribe":
             found = False
             if params and isinstance(params[0], str):
@@ -403,7 +430,7 @@ class Session:
             return
         if notification:
             return  # nobody would learn the subscription id
-        outcome = self._subscribe(params)
+        outcome = self._subscribe(hub, params)
         if isinstance(outcome, SubscribeError):
             self._answer(error_reply(id_raw, outcome.code, outcome.message, outcome.data))
             return
@@ -413,14 +440,94 @@ class Session:
         if cost:
             self.filter_bytes += cost
             self._endpoint.filter_budgets.take(self.principal.key_id, cost)
-        self.hub.add(subscription)
+        hub.add(subscription)
         self._answer(result_reply(id_raw, b'"' + subscription.id.encode() + b'"'))
         if self._collect is not None:
             self._welcome.append(subscription)
         else:
-            self.hub.welcome(subscription)
+            hub.welcome(subscription)
 
-    def _subscribe(self, params: list[Any]) -> Subscription | SubscribeError:
+    # --- Solana PubSub -------------------------------------------------------------------
+
+    def _solana_call(self, hub: SolanaHub, call: Call, message: bytes) -> None:
+        """``<kind>Subscribe`` / ``<kind>Unsubscribe``: shared upstream through the hub; the
+        acknowledgement comes now (the key is live) or when the upstream answers."""
+        checked = self._checked(call, message)
+        if checked is None:
+            return
+        id_raw, notification, params = checked
+        method = str(call.method)
+        if method in UNSUBSCRIBES:
+            found = False
+            if params and isinstance(params[0], int) and not isinstance(params[0], bool):
+                member = self.subscriptions.pop(str(params[0]), None)
+                found = member is not None and self._end(member)
+            self.bill(method, 1, 0)
+            if notification:
+                return
+            if found:
+                self._answer(result_reply(id_raw, b"true"))
+            else:
+                self._answer(error_reply(id_raw, INVALID_PARAMS, INVALID_SUBSCRIPTION_ID))
+            return
+        if notification:
+            return  # nobody would learn the subscription id
+        if not hub.upstreams:
+            message_text = f"no upstream of {hub.label} has a PubSub URL (ws_url)"
+            self._answer(error_reply(id_raw, RESOURCE_UNAVAILABLE, message_text))
+            return
+        refused = self._solana_refusal(method, params)
+        if isinstance(refused, SubscribeError):
+            self._answer(error_reply(id_raw, refused.code, refused.message, refused.data))
+            return
+        member = hub.subscribe(refused, self, id_raw)
+        self._waiting += 1
+        if member is not None:
+            self.joined(member, id_raw)
+
+    def _solana_refusal(self, method: str, params: list[Any]) -> Any:
+        """The subscription's key (admitted and billed), or a SubscribeError."""
+        caps = self.caps
+        if len(self.subscriptions) + self._waiting >= caps.subscriptions:
+            return SubscribeError(
+                LIMIT_EXCEEDED, f"subscription limit reached ({caps.subscriptions} per connection)"
+            )
+        if self.principal.allow is not None:
+            refused = self.principal.allow.call_refusal(method, None)
+            if refused is not None:
+                return SubscribeError(*refused)
+        try:
+            key = subscription_key(method, params)
+        except ParamsError as exc:
+            return SubscribeError(INVALID_PARAMS, str(exc))
+        rejection = self._gate.admit(self.principal, True, False, 1, SUBSCRIBE_CU, SUBSCRIBE_CU)
+        if rejection is not None:
+            code = LIMIT_EXCEEDED if rejection.status == 429 else RESOURCE_UNAVAILABLE
+            return SubscribeError(code, rejection.message)
+        self.bill(method, 1, SUBSCRIBE_CU)
+        return key
+
+    def joined(self, member: Member, id_raw: bytes) -> None:
+        """(The Solana hub:) the subscription is live: its id, before any of its pushes."""
+        self._waiting -= 1
+        if self.closing:
+            self._end(member)
+            return
+        self.subscriptions[member.id] = member
+        self._send_bounded(text_frame(result_reply(id_raw, member.id.encode())))
+
+    def refused(self, id_raw: bytes, error: bytes) -> None:
+        """(The Solana hub:) the upstream's error for a subscribe call, unchanged."""
+        self._waiting -= 1
+        self._send_bounded(
+            text_frame(b'{"jsonrpc":"2.0","id":' + id_raw + b',"error":' + error + b"}")
+        )
+
+    def ended(self, member: Member) -> None:
+        """(The Solana hub:) the subscription is over (a signature notified)."""
+        self.subscriptions.pop(member.id, None)
+
+    def _subscribe(self, hub: Hub, params: list[Any]) -> Subscription | SubscribeError:
         """A new subscription (admitted and billed, not yet live), or why not."""
         if not params:
             return SubscribeError(INVALID_PARAMS, "missing subscription kind")
@@ -434,7 +541,7 @@ class Session:
                 LIMIT_EXCEEDED, f"subscription limit reached ({caps.subscriptions} per connection)"
             )
         try:
-            subscription = self.hub.prepare(params[0], params[1:], self, caps)
+            subscription = hub.prepare(params[0], params[1:], self, caps)
         except SubscribeError as exc:
             return exc
         cost = subscription.cost
@@ -456,9 +563,12 @@ class Session:
         self.bill("eth_subscribe", 1, SUBSCRIBE_CU)
         return subscription
 
-    def _end(self, subscription: Subscription) -> bool:
+    def _end(self, subscription: Subscription | Member) -> bool:
         """Take a subscription out of the hub and give its filter bytes back."""
-        if not self.hub.remove(subscription):
+        hub = self.hub
+        if isinstance(subscription, Member):
+            return isinstance(hub, SolanaHub) and hub.remove(subscription)
+        if not isinstance(hub, Hub) or not hub.remove(subscription):
             return False
         cost = subscription.cost
         if cost:
@@ -471,6 +581,8 @@ class Session:
         for subscription in self.subscriptions.values():
             self._end(subscription)
         self.subscriptions.clear()
+        if isinstance(self.hub, SolanaHub):
+            self.hub.forget(self)
 
     # --- writing -------------------------------------------------------------------------
 
