@@ -30,6 +30,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed, Finalized, Processed
 from solana.rpc.core import RPCException
 from solana.rpc.models import MemcmpOpts
+from solana.rpc.websocket_api import SolanaWsClient
 from solders.commitment_config import CommitmentLevel
 from solders.hash import Hash
 from solders.keypair import Keypair
@@ -38,9 +39,11 @@ from solders.pubkey import Pubkey
 from solders.rpc.config import RpcContextConfig
 from solders.rpc.requests import GetBalance, GetSlot, GetTokenAccountBalance, batch_to_json
 from solders.rpc.responses import (
+    AccountNotification,
     GetBalanceResp,
     GetSlotResp,
     GetTokenAccountBalanceResp,
+    SignatureNotification,
     batch_from_json,
 )
 from solders.signature import Signature
@@ -67,6 +70,7 @@ from tests.test_auth import PEPPER, AuthStack, start_auth
 
 SOL = 10**9
 RPC = "/v1/rpc/solana/devnet"
+WS = "/v1/ws/solana/devnet"
 SLOT_SECONDS = 0.1
 FINALIZED_DEPTH = 4
 UNUSED_EVM = "http://127.0.0.1:1"  # make_settings' ethereum/devnet: never called here
@@ -98,7 +102,7 @@ async def start_node(nursery: trio.Nursery, ledger: Ledger) -> Node:
     return node
 
 
-def solana_settings(upstreams: list[str], tmp_path: Path) -> config.Settings:
+def solana_settings(upstreams: list[Endpoints], tmp_path: Path) -> config.Settings:
     return make_settings(
         [UNUSED_EVM],
         auth={
@@ -116,7 +120,8 @@ def solana_settings(upstreams: list[str], tmp_path: Path) -> config.Settings:
                     "testnet": True,
                     "finality_depth": FINALIZED_DEPTH,
                     "upstreams": [
-                        {"url": url, "name": f"node{i}"} for i, url in enumerate(upstreams)
+                        {"url": urls.http, "ws_url": urls.ws, "name": f"node{i}"}
+                        for i, urls in enumerate(upstreams)
                     ],
                 }
             }
@@ -125,7 +130,11 @@ def solana_settings(upstreams: list[str], tmp_path: Path) -> config.Settings:
 
 
 async def start_stack(
-    nursery: trio.Nursery, impl: Impl, tmp_path: Path, upstreams: list[str], plan: str = "growth"
+    nursery: trio.Nursery,
+    impl: Impl,
+    tmp_path: Path,
+    upstreams: list[Endpoints],
+    plan: str = "growth",
 ) -> tuple[AuthStack, str]:
     stack = await start_auth(nursery, impl, solana_settings(upstreams, tmp_path), io.BytesIO())
     key, _ = await stack.key(plan)
@@ -174,7 +183,7 @@ async def test_solana_py_through_chaingate(
 ) -> None:
     ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
     node = await start_node(nursery, ledger)
-    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls.http])
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
     gateway = f"{stack.handle.base}{RPC}"
     outcome = await in_asyncio(lambda: _solana_py_flow(gateway, key, node.urls.http))
     # The batch, with solders' own request builders and parsers, the key in the URL this time.
@@ -313,19 +322,71 @@ def _transfer_tx(
     return VersionedTransaction(message, [payer])
 
 
-# --- @solana/kit (Node) through chaingate, the key in the URL ---------------------------------
-
-
-async def test_solana_kit_through_chaingate(
+async def test_solana_py_confirms_by_signature_subscribe(
     nursery: trio.Nursery, impl: Impl, tmp_path: Path
 ) -> None:
     ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
     node = await start_node(nursery, ledger)
-    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls.http])
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
+    gateway = f"{stack.handle.base}{RPC}"
+    ws = f"ws://127.0.0.1:{stack.handle.port}{WS}?apiKey={key}"
+    payer, bob = Keypair(), Keypair()
+    status = await in_asyncio(lambda: _subscribed_flow(gateway, ws, key, payer, bob.pubkey()))
+    # The notification's slot is where the transfer is on the node, and it moved the lamports.
+    signature, slot = status
+    assert str(signature) in ledger.signatures
+    assert ledger.signatures[str(signature)].slot == slot
+    account = ledger.account(bob.pubkey(), ledger.head)
+    assert account is not None and account.lamports == SOL
+
+
+async def _subscribed_flow(
+    gateway: str, ws_url: str, key: str, payer: Keypair, bob: Pubkey
+) -> tuple[Signature, int]:
+    async with client(gateway, key) as rpc, SolanaWsClient(ws_url) as ws:
+        await airdrop(rpc, payer.pubkey(), 2 * SOL)
+        await ws.account_subscribe(pubkey=bob, commitment=Confirmed)
+        blockhash = (await rpc.get_latest_blockhash()).value.blockhash
+        tx = _transfer_tx(payer, bob, SOL, blockhash)
+        signature = (await rpc.send_transaction(tx)).value
+        await ws.signature_subscribe(signature=signature, commitment=Confirmed)
+        account = await _next(ws, AccountNotification)
+        assert account.result.value.lamports == SOL
+        status = await _next(ws, SignatureNotification)
+        assert status.result.value.err is None
+        [polled] = (await rpc.get_signature_statuses([signature])).value
+        assert polled is not None and polled.slot == status.result.context.slot
+        return signature, status.result.context.slot
+
+
+async def _next(ws: SolanaWsClient, kind: type) -> Any:
+    async with asyncio.timeout(10):
+        while not isinstance(notification := await ws.recv(), kind):
+            pass
+    return notification
+
+
+# --- @solana/kit (Node) through chaingate, the key in the URL ---------------------------------
+
+
+@pytest.mark.parametrize("confirm", ["signatureSubscribe", "getSignatureStatuses"])
+async def test_solana_kit_through_chaingate(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path, confirm: str
+) -> None:
+    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
+    node = await start_node(nursery, ledger)
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
     url = f"{stack.handle.base}{RPC}/{key}"
-    # Confirmed over HTTP (getSignatureStatuses): see test_solana_kit_confirms_by_subscription.
-    got = await trio.to_thread.run_sync(run_kit, "solana_kit.mjs", [url, "-"], tmp_path / "node")
-    assert got["confirmedBy"] == "getSignatureStatuses"
+    # signatureSubscribe: kit's own sendAndConfirmTransactionFactory over chaingate's
+    # WebSocket; getSignatureStatuses: polled over HTTP.
+    ws = f"ws://127.0.0.1:{stack.handle.port}{WS}?apiKey={key}"
+    args = [url, ws if confirm == "signatureSubscribe" else "-"]
+    got = await trio.to_thread.run_sync(run_kit, "solana_kit.mjs", args, tmp_path / "node")
+    assert got["confirmedBy"] == confirm
+    hubs = stack.handle.gateway.front.ws.solana_hubs.values()
+    pushed = sum(hub.pushes for hub in hubs)
+    # Through chaingate's WebSocket: its hub pushed kit the notifications it confirmed by.
+    assert pushed > 0 if confirm == "signatureSubscribe" else pushed == 0
     assert got["airdropped"] == str(5 * SOL) and got["bobLamports"] == str(SOL)
     assert (got["bobTokens"], got["bobTokenOwner"]) == ("1250000", got["bob"])
     assert got["tokenBalance"]["amount"] == "1250000" and got["tokenBalance"]["decimals"] == 6
@@ -394,7 +455,7 @@ async def test_failover_reads_keep_answering_and_a_sent_transfer_lands_once(
     nodes = [await start_node(nursery, ledger) for ledger in ledgers]
     # An unlimited plan: the read load is not to be throttled (a 429 would count as a failure).
     stack, key = await start_stack(
-        nursery, impl, tmp_path, [n.urls.http for n in nodes], plan="enterprise"
+        nursery, impl, tmp_path, [n.urls for n in nodes], plan="enterprise"
     )
     gateway = f"{stack.handle.base}{RPC}"
     recipients = [Keypair().pubkey() for _ in range(TRANSFERS)]
@@ -416,6 +477,9 @@ async def test_failover_reads_keep_answering_and_a_sent_transfer_lands_once(
     assert reads.failed == [] and reads.ok > 50, (reads.ok, reads.failed[:5])
     assert len(sent) == TRANSFERS and len(killed) == 1
     survivor = ledgers[1 - killed[0]]
+    # The node killed held the transfers sent before: had they gone to it alone, they were lost.
+    assert all(str(s) in ledgers[killed[0]].signatures for s in sent[:KILL_AFTER])
+    assert not any(str(s) in ledgers[killed[0]].signatures for s in sent[KILL_AFTER:])
     async with httpx.AsyncClient(timeout=10) as http:
         body = {"jsonrpc": "2.0", "id": 1, "method": "getSignatureStatuses",
                 "params": [[str(s) for s in sent], {"searchTransactionHistory": True}]}  # fmt: skip
