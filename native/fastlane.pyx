@@ -355,7 +355,7 @@ cdef class Method:
 
     def may_be_cached(self, tag, params=None):
         """Could the cache hold this call's answer?  (A 'latest' answer never enters it, nor
-        on Solana one read at commitment processed or confirmed.)"""
+        on Solana one read at a commitment short of finalized.)"""
         return self.cacheable(tag, params)
 
     cdef inline void charge(self, object tag, long long* cu, long long* tcu):
@@ -371,9 +371,8 @@ cdef class Method:
             return True
         if self.cache == NO_CACHE:
             return False
-        if self.commitment and params is not None and (
-            b'"processed"' in <bytes>params or b'"confirmed"' in <bytes>params
-        ):
+        if (self.commitment and params is not None and b'"commitment"' in <bytes>params
+                and b'"finalized"' not in <bytes>params):
             return False
         return self.block_param < 0 or (tag is not None and tag not in _CURRENT_TAGS)
 

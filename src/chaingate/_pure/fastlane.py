@@ -101,10 +101,11 @@ KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
 # Cache policies (MethodSpec.cache).
 NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
-# A Solana call asking for one of these commitments reads what may still change: never cached.
-# (In the params of the methods the cache may hold, the only other strings are base58
-# signatures and names like "json" or "full": neither quoted word occurs by accident.)
-UNSETTLED_COMMITMENTS = (b'"processed"', b'"confirmed"')
+# A Solana call that names a commitment other than "finalized" (processed, confirmed, or an
+# old alias of theirs) reads what may still change: never cached.  (In the params of the
+# methods the cache may hold, the other strings are base58 signatures and names like "json" or
+# "full": neither quoted word occurs by accident.)
+COMMITMENT_KEY, FINALIZED_COMMITMENT = b'"commitment"', b'"finalized"'
 
 
 class MethodStats:
@@ -296,15 +297,18 @@ class Method:
 
     def may_be_cached(self, tag: bytes | None, params: bytes | None = None) -> bool:
         """Could the cache hold this call's answer?  (A 'latest' answer never enters it, nor
-        on Solana one read at commitment processed or confirmed.)"""
+        on Solana one read at a commitment short of finalized.)"""
         if self.cache == STATIC:
             return True
         if self.cache == NO_CACHE:
             return False
-        if self.commitment and params is not None:
-            processed, confirmed = UNSETTLED_COMMITMENTS
-            if processed in params or confirmed in params:
-                return False
+        if (
+            self.commitment
+            and params is not None
+            and COMMITMENT_KEY in params
+            and FINALIZED_COMMITMENT not in params
+        ):
+            return False
         return self.block_param is None or (tag is not None and tag not in _CURRENT_TAGS)
 
 

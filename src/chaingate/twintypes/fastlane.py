@@ -254,7 +254,7 @@ class Method(Protocol):
 
     def may_be_cached(self, tag: bytes | None, params: bytes | None = None) -> bool:
         """Could the cache hold the answer of a call with this block tag (and these params:
-        a Solana call at commitment processed or confirmed never)?"""
+        a Solana call at a commitment short of finalized never)?"""
         ...
 
 
