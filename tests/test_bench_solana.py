@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from importlib import resources
 from functools import partial
+from importlib import resources
 from pathlib import Path
 
 import trio
@@ -40,7 +40,7 @@ async def test_bench_rpc_solana_profile_against_chaingate_and_the_node(
                 "devnet": {
                     "family": "solana",
                     "testnet": True,
-                    "finality_depth": 4,
+                    "finality_depth": 0,  # as config/dev.toml
                     "upstreams": [{"url": urls.http, "name": "node"}],
                 }
             }

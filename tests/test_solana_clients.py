@@ -118,7 +118,7 @@ def solana_settings(upstreams: list[Endpoints], tmp_path: Path) -> config.Settin
                 "devnet": {
                     "family": "solana",
                     "testnet": True,
-                    "finality_depth": FINALIZED_DEPTH,
+                    "finality_depth": 0,  # the probe's getSlot is the finalized slot
                     "upstreams": [
                         {"url": urls.http, "ws_url": urls.ws, "name": f"node{i}"}
                         for i, urls in enumerate(upstreams)

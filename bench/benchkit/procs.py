@@ -201,10 +201,13 @@ READY_METHOD = {EVM: "eth_chainId", SOLANA: "getHealth"}
 
 def _network_toml(family: str, upstream: str, upstream_extra: str) -> str:
     if family == SOLANA:
+        # As config/dev.toml: the probe's getSlot answers the finalized slot, so no depth.
         return f"""[chains.solana.devnet]
 family = "solana"
 testnet = true
-finality_depth = 32
+finality_depth = 0
+block_time = 0.4
+max_head_lag = 128
 
 [[chains.solana.devnet.upstreams]]
 name = "solana"
