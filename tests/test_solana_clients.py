@@ -3,12 +3,16 @@
 solana-py (PyPI ``solana``, asyncio: it runs in a worker thread beside trio) and
 ``@solana/kit`` (npm, pinned, run with Node: ``tests/solana_kit.py``) move SOL and SPL tokens
 through ``/v1/rpc/solana/devnet`` in front of ``chaingate.devnet.solana`` (LiteSVM behind
-Solana's JSON-RPC: real programs, real signatures).  Every flow checks its outcome on the node
-itself, not only through chaingate: balances, token amounts and signature statuses.
+Solana's JSON-RPC: real programs, real signatures), and confirm what they send either by
+polling ``getSignatureStatuses`` or by ``signatureSubscribe`` on ``/v1/ws/solana/devnet``.
+Every flow checks its outcome on the node itself, not only through chaingate: balances, token
+amounts and signature statuses.
 
 The failover test puts two nodes behind one network (the same snapshot loaded twice: the same
-accounts, the same blockhash per slot), kills one in the middle of a read load and of a run of
-transfers, and counts: no read fails, every transfer lands exactly once.
+accounts, the same blockhash per slot; two ledgers, so a transfer reaches a node only if
+chaingate sends it there), kills the one the transfers reached in the middle of a read load and
+of a run of transfers, and counts: no read fails, every transfer lands on the survivor exactly
+once.
 """
 
 from __future__ import annotations
