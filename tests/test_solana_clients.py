@@ -540,6 +540,7 @@ async def _under_load(
                 blockhash = (await rpc.get_latest_blockhash(Finalized)).value.blockhash
                 tx = _transfer_tx(payer, who, _amount(index), blockhash)
                 signature = (await rpc.send_transaction(tx)).value
+                assert signature == tx.signatures[0]  # one answer, whatever nodes it reached
                 await confirmed(rpc, signature)
                 sent.append(signature)
             await asyncio.sleep(0.5)  # reads go on a moment on the survivor alone
