@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
 from solders.transaction import Transaction
 
+from chaingate import config
 from chaingate.auth.gate import ANONYMOUS
 from chaingate.config.network import Network
 from chaingate.devnet.anvil import free_port
@@ -155,6 +157,22 @@ async def wait_until(check: Any, limit: float = 10.0) -> None:
 async def node_direct(url: str, body: Any) -> Any:
     async with httpx.AsyncClient(timeout=10) as client:
         return (await client.post(url, json=body)).json()
+
+
+def test_a_solana_network_gets_its_familys_defaults_unless_it_sets_them() -> None:
+    def network(**fields: Any) -> Any:
+        upstream = {"url": "http://127.0.0.1:8899"}
+        solana = {"family": "solana", "upstreams": [upstream], **fields}
+        evm = {"upstreams": [upstream]}
+        data = {"chains": {"solana": {"mainnet": solana}, "ethereum": {"mainnet": evm}}}
+        chains = config.from_mapping(data, environ={}).chains
+        return chains["solana"]["mainnet"], chains["ethereum"]["mainnet"]
+
+    solana, evm = network()
+    assert (solana.finality_depth, solana.block_time, solana.max_head_lag) == (0, 0.4, 128)
+    assert (evm.finality_depth, evm.block_time, evm.max_head_lag) == (64, 12.0, 5)
+    solana, _ = network(finality_depth=32, max_head_lag=50)
+    assert (solana.finality_depth, solana.block_time, solana.max_head_lag) == (32, 0.4, 50)
 
 
 # --- reads, errors, batches --------------------------------------------------------------
@@ -463,7 +481,8 @@ def test_chaingate_dev_serves_solana_devnet_and_resumes_it(tmp_path: Path) -> No
         assert str(keypair.pubkey()) == first.pubkey
     finally:
         _stop(process)
-    assert (tmp_path / "data" / "solana" / devstate.LEDGER_FILE).is_file()
+    saved = tmp_path / "data" / "solana" / devstate.LEDGER_FILE
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600  # the faucet's key is in it
     again = _dev(tmp_path, port)
     try:
         text = _banner(again)

@@ -73,6 +73,24 @@ def _row(spec: MethodSpec) -> list[str]:
     ]
 
 
+def _rules(spec: MethodSpec) -> str:
+    """The row's rules of its own, in words (a family without any has no such column)."""
+    rules = []
+    if spec.local:
+        rules.append("answered by chaingate")
+    if spec.testnet_only:
+        rules.append("test networks only")
+    if spec.broadcast:
+        rules.append("sent to every upstream at once")
+    if spec.cu_per_kib:
+        rules.append(f"+{spec.cu_per_kib} CU per KiB answered")
+    if spec.max_bytes:
+        size = spec.max_bytes
+        shown = f"{size >> 20} MiB" if size % (1 << 20) == 0 else f"{size} bytes"
+        rules.append(f"answers up to {shown}")
+    return "; ".join(rules)
+
+
 HEADERS = [
     "Method",
     "Scope",
@@ -106,13 +124,21 @@ def methods() -> str:
         "when the block parameter names an old block; **Throughput CU** counted against the "
         "key's compute units per second when it differs from CU; **Cache** `static` (cached "
         "for good) or `finalized` (cached once final); **Retried** sent to another upstream "
-        "after a failure; **Block param** the position of the block parameter.\n\n"
+        "after a failure; **Block param** the position of the block parameter (a slot on "
+        "Solana); **Rules** what else the table says of the method.\n\n"
     )
     for family in families:
         specs = methods_table.family(family)
         title = FAMILY_TITLES.get(family, family)
         out.append(f"## {title} ({len(specs)} methods) {{#{family}}}\n\n")
-        out.append(table(HEADERS, (_row(spec) for spec in specs.values())) + "\n")
+        rows = [_row(spec) for spec in specs.values()]
+        rules = [_rules(spec) for spec in specs.values()]
+        if any(rule for rule in rules if rule != "answered by chaingate"):
+            headers = [*HEADERS, "Rules"]
+            rows = [[*row, rule] for row, rule in zip(rows, rules, strict=True)]
+        else:
+            headers = HEADERS
+        out.append(table(headers, rows) + "\n")
     out.append("## Methods not in the table {#passthrough}\n\n")
     out.append(
         "A method missing from the table is answered `-32601` without reaching a node, unless "

@@ -21,6 +21,7 @@ import msgspec
 import msgspec.inspect
 
 from chaingate.config.chains import (
+    FAMILY_DEFAULTS,
     RESERVED_UPSTREAM_HEADERS,
     FollowerSettings,
     GasSettings,
@@ -264,6 +265,23 @@ def _validate(settings: Settings) -> None:
                     raise ConfigError(f"{where}: pipeline_depth and max_connections must be >= 1")
 
 
+def _family_defaults(raw: dict[str, Any]) -> None:
+    """A network's settings its family changes the defaults of (``FAMILY_DEFAULTS``: a Solana
+    slot is 0.4 s, and the probe's getSlot is already the finalized slot), where the file
+    leaves them out."""
+    chains = raw.get("chains")
+    if not isinstance(chains, dict):
+        return
+    for networks in chains.values():
+        if not isinstance(networks, dict):
+            continue
+        for network in networks.values():
+            if isinstance(network, dict):
+                defaults = FAMILY_DEFAULTS.get(str(network.get("family", "evm")), {})
+                for key, value in defaults.items():
+                    network.setdefault(key, value)
+
+
 def from_mapping(
     data: Mapping[str, Any],
     *,
@@ -273,6 +291,7 @@ def from_mapping(
     """Build Settings from a parsed TOML mapping plus the environment."""
     raw = apply_env(dict(data), os.environ if environ is None else environ)
     raw["config_dir"] = str(config_dir or default_config_dir())
+    _family_defaults(raw)
     try:
         settings = msgspec.convert(raw, Settings)
     except msgspec.ValidationError as exc:

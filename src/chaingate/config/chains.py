@@ -281,6 +281,14 @@ class HedgeSettings(msgspec.Struct, forbid_unknown_fields=True):
     max_delay: float = 2.0
 
 
+# Defaults a network's family changes (a network that sets them keeps its own): a Solana
+# slot is ~0.4 s, a validator calls itself behind past 128 slots, and the finalized slot is
+# what the probe's getSlot answers, so no depth is added to it.
+FAMILY_DEFAULTS: dict[str, dict[str, int | float]] = {
+    "solana": {"finality_depth": 0, "block_time": 0.4, "max_head_lag": 128},
+}
+
+
 class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     # The nodes behind this network: one [[...upstreams]] table each, at least one.
     upstreams: list[UpstreamSettings]
@@ -291,14 +299,16 @@ class NetworkSettings(msgspec.Struct, forbid_unknown_fields=True):
     chain_id: int | None = None
     # Test keys (svc_test_...) may use only networks marked testnet.
     testnet: bool = False
-    # Blocks (slots on Solana) after which a block cannot be reorganised away; responses about
-    # blocks this deep are cached.
+    # Blocks after which a block cannot be reorganised away; responses about blocks this deep
+    # are cached.  Solana: slots below the finalized slot, default 0 (the probe's getSlot
+    # answers the finalized slot).
     finality_depth: int = 64
-    # Seconds between blocks, roughly: paces head polling and head-lag judgement.
+    # Seconds between blocks, roughly: paces head polling and head-lag judgement (Solana: 0.4).
     block_time: float = 12.0
     # Forward methods missing from the method table instead of answering -32601.
     passthrough: bool = False
-    # An upstream whose head is further behind the best one than this is used last.
+    # An upstream whose head is further behind the best one than this is used last (Solana:
+    # slots, default 128).
     max_head_lag: int = 5
     # A devnet manifest (JSON written by ``chaingate.devnet``): contract addresses by name,
     # for the components that need them (wallets, bundler, data).  Nothing hard-codes one.

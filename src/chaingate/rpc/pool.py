@@ -583,11 +583,11 @@ class UpstreamPool:
         else the first failure.  The attempts left when the answer is chosen run on in the
         pool's nursery (their replies dropped): every node still gets the transaction.
 
-        A single upstream in rotation (or none): an ordinary write to the best one."""
+        A single upstream in rotation (or none): an ordinary write, by the ranking."""
         targets = [u for u in self._ranked if not u.health.state_down]
         nursery = self._nursery
         if len(targets) < 2 or nursery is None:
-            return await self._exchange(body, False, deadline, True, self._ranked[:1])
+            return await self._exchange(body, False, deadline, True, self._ranked)
         answered = trio.Event()
         replies: list[tuple[Upstream, Any, Any]] = []
         failures: list[UpstreamError] = []

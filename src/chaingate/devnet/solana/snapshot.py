@@ -120,8 +120,11 @@ def _load_block(fields: dict[str, Any]) -> Block:
 
 
 def save(ledger: Ledger, path: Path) -> None:
+    """Owner-only (the faucet's and the identity's keys are in it), atomically."""
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(dumps(ledger))
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(dumps(ledger))
     os.replace(temporary, path)
 
 
