@@ -25,3 +25,19 @@ def test_ws_fanout_bench_smoke() -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "| delivery delay p99 |" in result.stdout
     assert "| pushes lost | 0 | 0 |" in result.stdout
+
+
+def test_ws_solana_fanout_bench_smoke() -> None:
+    """``bench/ws_solana_fanout.py --smoke``: 50 slotSubscribe clients through chaingate on one
+    upstream subscription, every slot the node-direct reference heard delivered."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "ws_solana_fanout.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "| push delay p99 |" in result.stdout
+    assert "| notifications lost | 0 | 0 |" in result.stdout
+    assert "| upstream subscriptions for 50 clients | 1 | 1 |" in result.stdout

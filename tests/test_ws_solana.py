@@ -197,7 +197,8 @@ async def test_upstream_errors_pass_through_and_calls_are_answered(
     client = await Client.open(url(handle))
     bad = await client.call("accountSubscribe", ["not a pubkey"])
     assert bad["error"]["code"] == -32602  # the node's own error, unchanged
-    assert (await client.call("accountSubscribe", "x"))["error"]["code"] == -32602
+    await client.send({"jsonrpc": "2.0", "id": "p", "method": "accountSubscribe", "params": "x"})
+    assert (await client.recv())["error"]["code"] == -32602
     huge = await client.call("programSubscribe", [str(Keypair().pubkey()), {"x": "y" * 5000}])
     assert huge["error"]["code"] == -32602 and "4096" in huge["error"]["message"]
     # Other calls go through the request pipeline, as over HTTP.
@@ -206,6 +207,20 @@ async def test_upstream_errors_pass_through_and_calls_are_answered(
     assert (await client.call("eth_blockNumber"))["error"]["code"] == -32601
     assert (await client.call("blockSubscribe", ["all"]))["error"]["code"] == -32601
     assert hub_of(handle).router.channels == {}
+    await client.close()
+
+
+async def test_a_network_without_a_pubsub_url_refuses_subscriptions_only(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    node = await start_node(nursery)
+    chains = solana_network(node)
+    del chains["solana"]["devnet"]["upstreams"][0]["ws_url"]
+    handle = await start_gateway(["http://127.0.0.1:1"], chains=chains)
+    client = await Client.open(url(handle))
+    refused = await client.call("slotSubscribe")
+    assert refused["error"]["code"] == -32002 and "ws_url" in refused["error"]["message"]
+    assert isinstance((await client.call("getSlot"))["result"], int)
     await client.close()
 
 
@@ -248,7 +263,7 @@ def _solana_py_slots(target: str) -> tuple[int, int, bool]:
     async def main() -> tuple[int, int, bool]:
         async with SolanaWsClient(target) as ws:
             sub = await ws.slot_subscribe()
-            slots = []
+            slots: list[int] = []
             while len(slots) < 2:
                 message = await ws.recv()
                 if isinstance(message, SlotNotification):
@@ -277,15 +292,19 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
 ) -> None:
     first, second = await start_node(nursery), await start_node(nursery)
     handle = await gateway(start_gateway, first, second)
-    clients = [await Client.open(url(handle)) for _ in range(3)]
+    # Three clients take gap notices; one (the default) is told by its connection's close.
+    clients = [await Client.open(url(handle, "?gaps=notify")) for _ in range(3)]
+    plain = await Client.open(url(handle))
     subs = [(await client.call("slotSubscribe"))["result"] for client in clients]
-    for client in clients:
+    await plain.call("slotSubscribe")
+    for client in [*clients, plain]:
         await next_of(client, "slotNotification")
     assert (first.subscriptions(), second.subscriptions()) == (1, 0)
     hub = hub_of(handle)
     assert hub.upstream == "node0"
     killed_at = time.time()
     first.kill()
+    assert await plain.closed() == 1012
     for client, sub in zip(clients, subs, strict=True):
         # The gap is told first, under the client's own id, then the slots resume.
         while True:
@@ -306,8 +325,29 @@ async def test_upstream_lost_resubscribes_on_the_other_and_tells_the_client(
     assert isinstance((await late.call("slotSubscribe"))["result"], int)
     await next_of(late, "slotNotification")
     assert second.subscriptions() == 1
+    ws = handle.gateway.front.ws
+    await until(lambda: ws.disconnects["upstream_lost"] == 1)
     for client in [*clients, late]:
         await client.close()
+    status = await trio.to_thread.run_sync(_refused_status, url(handle, "?gaps=sometimes"))
+    assert status == 400
+
+
+async def test_an_unreachable_first_upstream_is_skipped(
+    start_gateway: StartGateway, nursery: trio.Nursery
+) -> None:
+    node = await start_node(nursery)
+    chains = solana_network(node)
+    dead = {"url": "http://127.0.0.1:1", "ws_url": "ws://127.0.0.1:1", "name": "dead"}
+    chains["solana"]["devnet"]["upstreams"].insert(0, dead)
+    handle = await start_gateway(["http://127.0.0.1:1"], chains=chains)
+    client = await Client.open(url(handle))
+    sub = (await client.call("slotSubscribe"))["result"]
+    push = await next_of(client, "slotNotification")
+    assert push["params"]["subscription"] == sub
+    hub = hub_of(handle)
+    assert hub.upstream == "node0" and hub.gaps == 0  # nothing was live on the dead one
+    await client.close()
 
 
 # --- bounds: slow readers, caps, metering ----------------------------------------------------
@@ -363,6 +403,7 @@ async def test_metering_scopes_and_plan_caps(stack: tuple[AuthStack, Node]) -> N
     auth, node = stack
     key, _ = await auth.key(plan="free", email="sol@t")
     account = await AuthRows(auth.store).find_account_by_email("sol@t")
+    assert account is not None
     await AuthRows(auth.store).set_plan(
         account.id, "free", json.dumps({"ws_connections": 1, "ws_subscriptions": 2})
     )
@@ -407,3 +448,29 @@ def _refused_status(target: str) -> int:
         return exc.response.status_code
     return 101
 
+
+# --- chaingate bench ws --subscribe slotSubscribe ---------------------------------------------
+
+
+async def test_bench_ws_slot_subscribers_through_chaingate_and_on_the_node(
+    start_gateway: StartGateway, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.test_bench_suite import bench
+
+    node = await start_node(nursery)
+    handle = await gateway(start_gateway, node)
+    args = [
+        "ws", "--subscribe", "slotSubscribe", "--users", "3", "--duration", "4",
+        "--target", f"chaingate={url(handle)}",
+        "--target", f"node={node.urls.ws}",
+        "--out", str(tmp_path),
+    ]  # fmt: skip
+    done = await trio.to_thread.run_sync(lambda: bench(*args))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    for target in ("chaingate", "node"):
+        slots = data["by_name"][target]["slotSubscribe"]
+        assert slots["outcomes"]["dropped"] == slots["outcomes"]["wrong"] == 0, (target, slots)
+        assert slots["answered"] >= 3 * 10, (target, slots)  # 3 connections, 100 ms slots
+        assert data["by_name"][target]["subscribe"]["answered"] == 3
+    assert hub_of(handle).pushes >= data["by_name"]["chaingate"]["slotSubscribe"]["answered"]

@@ -14,8 +14,9 @@ from pathlib import Path
 import msgspec
 
 from chaingate.auth.plans import Limits
-from chaingate.ws import protocol, registry
+from chaingate.ws import protocol, registry, solana_methods
 from chaingate.ws.endpoint import WS_SCOPE
+from chaingate.ws.solana_hub import SolanaHub
 from tests.docsgen.markdown import GENERATED, code, table
 
 SUBSCRIPTION = "0x9cef478923ff08bf67fde6c64013158d"
@@ -28,6 +29,9 @@ CLOSE_MEANINGS = {
     1008: "Policy violation: the key was revoked, or the client read too slowly and its "
     "queue of pushes overflowed (`[ws] send_queue_bytes`).",
     1009: "Message too big (`[ws] max_message_bytes`).",
+    1012: "Service restart: a Solana network's upstream PubSub connection was lost (connect "
+    "and subscribe again; `?gaps=notify` keeps the subscriptions instead, see "
+    "[Solana subscriptions](#solana)).",
 }
 
 
@@ -127,6 +131,7 @@ def render() -> str:
         "`-32002` refused (the key, the network), and the proxy's own — see "
         "[Errors](errors.md#json-rpc).\n\n"
     )
+    out.append(_solana())
     out.append("## Closing {#close-codes}\n\n")
     rows = []
     for number, reasons in sorted(_close_calls().items()):
@@ -147,3 +152,52 @@ def render() -> str:
         "it is a JSON-RPC error.\n"
     )
     return "".join(out)
+
+
+def _solana() -> str:
+    """Solana's PubSub on ``/v1/ws/solana/{network}``: its methods, frames and gap notice."""
+    out = ["## Solana subscriptions {#solana}\n\n"]
+    out.append(
+        "On a Solana network (`/v1/ws/solana/{network}?apiKey=KEY`) the socket speaks Solana's "
+        "PubSub: "
+        + ", ".join(code(m) for m in sorted(solana_methods.NOTIFICATIONS))
+        + " and their `…Unsubscribe`, with Solana's params, passed to the network's upstream "
+        "PubSub (its `ws_url`) unchanged.  Every client asking the same method and params "
+        "shares one upstream subscription; ids are integers of the client's own.  A "
+        "`signatureSubscribe` ends after its notification, as on Solana.  Other calls are "
+        "answered as `POST /v1/rpc/solana/{network}` answers them.  Params over "
+        f"{solana_methods.MAX_PARAMS_BYTES:,} bytes are `-32602`; an upstream's error comes "
+        "back unchanged; unsubscribing an id that is not the connection's (or has ended) is "
+        f"`-32602` {code(solana_methods.INVALID_SUBSCRIPTION_ID)}, as on Solana.\n\n"
+    )
+    out.append("A notification, under the client's own id (here a `slotNotification`):\n\n")
+    slot = msgspec.json.encode({"parent": 311, "root": 280, "slot": 312})
+    frame, cu = solana_methods.Notification("slotNotification", slot).frame(solana_methods.tail(7))
+    out.append(_frame(_payload(frame)))
+    out.append(
+        f"Pushes cost compute units by size as above (this one: {cu}), billed as "
+        f"{code(SolanaHub.push_method)}.\n\n"
+    )
+    out.append(
+        "When the upstream PubSub connection is lost, chaingate subscribes again on the next "
+        "upstream, and no client misses notifications without being told: by default the "
+        "connections of the clients subscribed on it are closed with `1012` (connect and "
+        "subscribe again).  A client that connected with `?gaps=notify` keeps its "
+        "subscriptions instead and, before a subscription's next notification, is told with "
+        f"a {code(solana_methods.GAP_METHOD)} notification under that subscription's id: "
+        "notifications between `lostAt` and `resumedAt` (unix seconds) may be missing.  (Not "
+        "the default: client libraries such as @solana/kit hand any notification carrying a "
+        "subscription's id to that subscription, whatever its method.)\n\n"
+    )
+    gap = solana_methods.gap_result("upstream lost", 1765100000.125, 1765100000.731, "node-b")
+    notice, _ = solana_methods.Notification(solana_methods.GAP_METHOD, gap).frame(
+        solana_methods.tail(7)
+    )
+    out.append(_frame(_payload(notice)))
+    return "".join(out)
+
+
+def _payload(frame: bytes) -> bytes:
+    """A server frame's payload (its header is 2, 4 or 10 bytes, by the length byte)."""
+    n = frame[1] & 0x7F
+    return frame[2 if n < 126 else 4 if n == 126 else 10 :]

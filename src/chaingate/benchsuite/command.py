@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ws = commands.add_parser("ws", help="WebSocket subscribers: delivery delay and drops")
     _common(ws, default_users=20)
-    ws.add_argument("--subscribe", choices=("newHeads", "logs"), default="newHeads")
+    ws.add_argument(
+        "--subscribe", choices=("newHeads", "logs", "slotSubscribe"), default="newHeads"
+    )
     rest = commands.add_parser("rest", help="the data endpoints with addresses from the chain")
     _common(rest, default_users=10)
     rest.add_argument("--chain", default="ethereum-devnet", help="dataset (ethereum-devnet)")

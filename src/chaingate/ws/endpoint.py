@@ -42,6 +42,7 @@ from chaingate.ws.deflate import negotiate as negotiate_deflate
 from chaingate.ws.handshake import (
     HandshakeError,
     query_api_key,
+    query_value,
     switching_protocols,
     websocket_key,
 )
@@ -61,7 +62,16 @@ WS_SCOPE = "rpc:read"
 class Ticket:
     """An accepted upgrade: the 101 to write, and what the session needs."""
 
-    __slots__ = ("caps", "deflate", "hub", "principal", "request_id", "response", "service")
+    __slots__ = (
+        "caps",
+        "deflate",
+        "gap_notices",
+        "hub",
+        "principal",
+        "request_id",
+        "response",
+        "service",
+    )
 
     def __init__(
         self,
@@ -72,6 +82,7 @@ class Ticket:
         service: RpcService,
         caps: WsCaps,
         deflate: Negotiated | None = None,
+        gap_notices: bool = False,
     ) -> None:
         self.response = response
         self.request_id = request_id
@@ -80,6 +91,9 @@ class Ticket:
         self.service = service
         self.caps = caps
         self.deflate = deflate  # permessage-deflate, when negotiated
+        # Solana: told of an upstream loss by a subscriptionGap notification (?gaps=notify)
+        # rather than by the connection's close.
+        self.gap_notices = gap_notices
 
 
 class WsEndpoint:
@@ -241,6 +255,10 @@ class WsEndpoint:
         deflate = negotiate_deflate(request, self.settings.compress_min_bytes)
         if deflate is not None:
             extra += deflate.header
+        gaps = query_value(request.query, "gaps") if isinstance(hub, SolanaHub) else None
+        if gaps not in (None, b"close", b"notify"):
+            message = "gaps must be close (the default) or notify"
+            return 400, JSON + rate_headers, error_body(400, message)
         # Counted now, not when the session starts: the cap holds between 101 and serve.
         self._per_key[principal.key_id] += 1
         return Ticket(
@@ -251,6 +269,7 @@ class WsEndpoint:
             service,
             caps_for(limits, self.settings),
             deflate,
+            gaps == b"notify",
         )
 
     async def serve(self, sock: socket.socket, peer: str, leftover: bytes, ticket: Ticket) -> None:
@@ -266,6 +285,7 @@ class WsEndpoint:
             ticket.caps,
             ticket.deflate,
         )
+        session.gap_notices = ticket.gap_notices
         self.sessions.add(session)
         if self.settings.socket_send_buffer:
             try:
@@ -420,6 +440,65 @@ class WsEndpoint:
             "Time spent handing heads and their logs to every subscriber's connection.",
             per_hub(lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
         )
+        solana = self.solana_hubs
+
+        def per_solana(
+            read: Callable[[SolanaHub], float],
+        ) -> Callable[[], Iterable[Sample]]:
+            def collect() -> Iterable[Sample]:
+                for key, hub in solana.items():
+                    yield {"chain": key.chain, "network": key.network}, read(hub)
+
+            return collect
+
+        registry.family(
+            "chaingate_ws_solana_upstream_subscriptions",
+            "gauge",
+            "Solana subscriptions held upstream: one per distinct (method, params).",
+            per_solana(lambda hub: len(hub.router.channels)),
+        )
+        registry.family(
+            "chaingate_ws_solana_subscriptions",
+            "gauge",
+            "Solana subscriptions held by clients (sharing the upstream ones).",
+            per_solana(lambda hub: hub.router.members),
+        )
+        registry.family(
+            "chaingate_ws_solana_pushes_total",
+            "counter",
+            "Solana notifications pushed to clients.",
+            per_solana(lambda hub: hub.pushes),
+        )
+        registry.family(
+            "chaingate_ws_solana_gaps_total",
+            "counter",
+            "subscriptionGap notices sent (an upstream PubSub connection was lost).",
+            per_solana(lambda hub: hub.gaps),
+        )
+        registry.family(
+            "chaingate_ws_solana_upstream_connects_total",
+            "counter",
+            "Upstream PubSub connections opened (more than one: failovers).",
+            per_solana(lambda hub: hub.connects),
+        )
+        registry.family(
+            "chaingate_ws_solana_fanout_seconds_sum",
+            "counter",
+            "Time spent handing Solana notifications to every client subscribed to them.",
+            per_solana(lambda hub: round(hub.fanout_seconds, 6)),
+        )
+        registry.family(
+            "chaingate_ws_solana_fanout_total",
+            "counter",
+            "Solana notifications fanned out.",
+            per_solana(lambda hub: hub.fanouts),
+        )
+        registry.family(
+            "chaingate_ws_solana_notification_arrival_seconds",
+            "gauge",
+            "Wall-clock time the newest Solana notification reached the hub (bench).",
+            per_solana(lambda hub: round(hub.arrival, 6)),
+        )
         registry.family(
             "chaingate_ws_fanout_total",
             "counter",
@@ -445,4 +524,6 @@ def _reason_label(session: Session) -> str:
         return "shutdown"
     if session.close_code == 1009:
         return "message_too_big"
+    if session.close_code == 1012:
+        return "upstream_lost"
     return "closed" if session.close_code != 1006 else "abnormal"

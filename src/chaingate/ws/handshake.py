@@ -76,6 +76,11 @@ def switching_protocols(key: bytes, extra: bytes = b"") -> bytes:
 
 def query_api_key(query: bytes) -> bytes | None:
     """``apiKey`` from the query string, as the spec's WebSocket section passes it."""
+    return query_value(query, "apiKey")
+
+
+def query_value(query: bytes, wanted: str) -> bytes | None:
+    """The first value of ``wanted`` in the query string, or None."""
     if not query:
         return None
     try:
@@ -85,6 +90,6 @@ def query_api_key(query: bytes) -> bytes | None:
     except ValueError:
         return None
     for name, value in pairs:
-        if name == "apiKey":
+        if name == wanted:
             return value.encode("latin-1", "replace")
     return None

@@ -128,6 +128,9 @@ class Session:
         # The calls answered here rather than by the RPC service: (un)subscriptions.
         self._inline = SOLANA_METHODS if isinstance(hub, SolanaHub) else _SUBSCRIPTION_METHODS
         self._waiting = 0  # Solana subscriptions waiting for their upstream's answer
+        # Solana: an upstream loss is told by a subscriptionGap notification (True) or by
+        # closing the connection with 1012 (False, the default: every client understands it).
+        self.gap_notices = False
         self.filter_bytes = 0  # held by this connection's logs filters (see caps)
         # permessage-deflate when negotiated: inflating (bounded) is wsproto's, deflating ours.
         self._deflate = deflate

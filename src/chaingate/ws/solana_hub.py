@@ -6,11 +6,15 @@ the first client subscribes.  On it, one upstream subscription per distinct (met
 without waiting (a connection that cannot take a push drops itself, see ``Session.push``).
 
 When the connection is lost (closed, reset, silent past its ping, or its outbox full), the
-hub connects to the next upstream in the list and subscribes every channel again; once a
-channel is live there, each of its members is told with one ``subscriptionGap``
-notification (what may be missing: between ``lostAt`` and ``resumedAt``) before any new
-notification — so no client sees a gap it is not told about.  A client still waiting for its
-subscription's answer just waits for the new upstream's (bounded by ``answer_timeout``).
+hub connects to the next upstream in the list and subscribes every channel again.  No client
+sees a gap it is not told about: a client that connected with ``?gaps=notify`` keeps its
+subscriptions, and once a channel is live again each of its members gets one
+``subscriptionGap`` notification (what may be missing: between ``lostAt`` and
+``resumedAt``) before any new notification; any other client's connection is closed at once
+with 1012 (client libraries route notifications by subscription id whatever their method, so
+an unknown notification could reach an application as a slot or an account).  A client
+still waiting for its subscription's answer just waits for the new upstream's (bounded by
+``answer_timeout``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,12 @@ class SolanaSink(Protocol):
     @property
     def closing(self) -> bool: ...
 
+    @property
+    def gap_notices(self) -> bool:
+        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
+
+    def close(self, code: int, reason: str) -> None: ...
+
     def push(self, frame: bytes, cu: int) -> None: ...
 
     def joined(self, member: Member, id_raw: bytes) -> None:
@@ -98,6 +108,8 @@ class SolanaHub:
         self.gaps = 0  # subscriptionGap notifications sent
         self.connects = 0
         self.arrival = 0.0  # wall clock of the newest notification's arrival
+        self.fanout_seconds = 0.0  # spent handing notifications to every member
+        self.fanouts = 0
 
     # --- clients (from sessions: synchronous) ------------------------------------------------
 
@@ -160,11 +172,11 @@ class SolanaHub:
                 self._wake = trio.Event()
                 await self._wake.wait()
             upstream = self.upstreams[index % len(self.upstreams)]
-            accepted = False
+            connects = self.connects
             try:
                 with trio.CancelScope() as scope:
                     self._scope = scope
-                    accepted = await self._connection(upstream)
+                    await self._connection(upstream)
             except* (
                 OSError,
                 ConnectionError,
@@ -187,8 +199,9 @@ class SolanaHub:
                 self._scope = None
                 self._link = None
                 self.upstream = None
-                self.router.lost(time.time())
+                self._lost(self.router.lost(time.time()))
             index += 1  # the next one: the lost upstream is the last tried again
+            accepted = self.connects > connects
             failed_in_a_row = 0 if accepted else failed_in_a_row + 1
             if failed_in_a_row >= len(self.upstreams):
                 await trio.sleep(backoff)
@@ -196,8 +209,8 @@ class SolanaHub:
             elif accepted:
                 backoff = 0.1
 
-    async def _connection(self, upstream: PubSubUrl) -> bool:
-        """Serve one upstream connection until it is lost; True if it was ever accepted."""
+    async def _connection(self, upstream: PubSubUrl) -> None:
+        """Serve one upstream connection until it is lost (it only ends by raising)."""
         parts = urlsplit(upstream.url)
         if parts.scheme not in ("ws", "wss") or not parts.hostname:
             raise ValueError("ws_url must be ws:// or wss://")
@@ -260,7 +273,16 @@ class SolanaHub:
                         message.clear()
                         await self._apply(outcome)
                         self._flush()
-        return accepted  # pragma: no cover (the loop only ends by raising)
+
+    def _lost(self, members: list[Member]) -> None:
+        """Clients that take no gap notices learn of the loss now: their connection closes
+        (1012, "service restart": connect and subscribe again)."""
+        closed: set[int] = set()
+        for member in members:
+            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            if not sink.gap_notices and id(sink) not in closed:
+                closed.add(id(sink))
+                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
 
     async def _expire(self) -> None:
         """Subscribe calls no upstream answered in time get an error."""
@@ -281,6 +303,7 @@ class SolanaHub:
     async def _apply(self, outcome: Outcome) -> None:
         if isinstance(outcome, Notify):
             self.arrival = time.time()
+            started = time.perf_counter()
             notification = outcome.notification
             for n, member in enumerate(outcome.members, 1):
                 sink: SolanaSink = member.sink  # type: ignore[assignment]
@@ -291,6 +314,8 @@ class SolanaHub:
                 if n % FANOUT_SLICE == 0:
                     await trio.lowlevel.checkpoint()
             self.pushes += len(outcome.members)
+            self.fanout_seconds += time.perf_counter() - started
+            self.fanouts += 1
         elif isinstance(outcome, Acked):
             for member, waiter in outcome.joined:
                 sink = member.sink  # type: ignore[assignment]
@@ -317,11 +342,14 @@ class SolanaHub:
         )
         for member in members:
             sink: SolanaSink = member.sink  # type: ignore[assignment]
+            if not sink.gap_notices:
+                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                continue
             frame, cu = notice.frame(member.tail)
             sink.push(frame, cu)
+            self.gaps += 1
             if ended:
                 sink.ended(member)
-        self.gaps += len(members)
 
 
 async def _writer(stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[bytes]) -> None:

@@ -181,17 +181,22 @@ class Router:
         for channel in self.channels.values():
             self._subscribe(channel)
 
-    def lost(self, now: float) -> None:
-        """The upstream connection is gone: every upstream id with it."""
+    def lost(self, now: float) -> list[Member]:
+        """The upstream connection is gone: every upstream id with it.  The members that
+        were live on it (they stop hearing now)."""
         self.connected = False
         self.outbox.clear()
         self._requests.clear()
         self._by_upstream.clear()
+        stopped: list[Member] = []
         for channel in self.channels.values():
+            if channel.upstream_id is not None:
+                stopped.extend(channel.members.values())
             channel.upstream_id = None
             channel.request = None
             if channel.members and channel.lost_at is None:
                 channel.lost_at = now
+        return stopped
 
     def receive(self, message: bytes) -> Outcome:
         """One message from the upstream.  ValueError when it is not JSON-RPC."""

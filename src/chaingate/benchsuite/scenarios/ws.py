@@ -1,10 +1,11 @@
 """``chaingate bench ws``: WebSocket subscribers on every target, delivery delay and drops.
 
-Each user is one connection with one subscription (``newHeads`` or ``logs``).  A push's delay
-is its arrival after the first arrival of the same block (or log) at any connection of this
-process, to any target: 0 for the fastest, and how far behind the rest are.  A head whose
-number skips ahead of the last one a connection saw counts the ones between as dropped; two
-targets giving different hashes for one block number count a wrong answer.
+Each user is one connection with one subscription (``newHeads`` or ``logs``; on a Solana
+network ``slotSubscribe``).  A push's delay is its arrival after the first arrival of the same
+block, log or slot at any connection of this process, to any target: 0 for the fastest, and
+how far behind the rest are.  A head (or slot) whose number skips ahead of the last one a
+connection saw counts the ones between as dropped; two targets giving different hashes for
+one block number count a wrong answer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.targets import Target
 from chaingate.benchsuite.wsclient import WsClient, WsError
 
-SUBSCRIPTIONS = ("newHeads", "logs")
+SUBSCRIPTIONS = ("newHeads", "logs", "slotSubscribe")
+SLOTS = "slotSubscribe"  # Solana's PubSub: its own method, pushes named slotNotification
 FIRST_SEEN_KEPT = 4096  # pushes remembered for the delay's reference (bounded)
 LISTEN_SLICE = 1.0  # seconds one task waits for a push: a stop waits at most this long
 
@@ -38,7 +40,15 @@ class WsScenario:
         self.oracle = rpcwire.Oracle()
 
     def params(self) -> list[Any]:
+        if self.subscription == SLOTS:
+            return []
         return [self.subscription] + ([{}] if self.subscription == "logs" else [])
+
+    def subscribe_call(self, request_id: int) -> str:
+        method = SLOTS if self.subscription == SLOTS else "eth_subscribe"
+        return json.dumps(
+            {"jsonrpc": "2.0", "id": request_id, "method": method, "params": self.params()}
+        )
 
     def prepare(self) -> None:
         """One connection and subscription to every target, before the load."""
@@ -46,7 +56,7 @@ class WsScenario:
             self.recorder.setup_request(target.name)
             try:
                 client = WsClient(target.url, self.plan.key_headers(), self.plan.timeout)
-                client.send_text(_subscribe(1, self.params()))
+                client.send_text(self.subscribe_call(1))
                 answer = client.recv_text(self.plan.timeout)
                 client.close()
             except (WsError, OSError) as exc:
@@ -69,12 +79,6 @@ class WsScenario:
             type(f"Target{index}", (WsUser,), {"target": target, "scenario": self})
             for index, target in enumerate(self.plan.targets)
         ]
-
-
-def _subscribe(request_id: int, params: list[Any]) -> str:
-    return json.dumps(
-        {"jsonrpc": "2.0", "id": request_id, "method": "eth_subscribe", "params": params}
-    )
 
 
 class WsUser(User):
@@ -114,7 +118,7 @@ class WsUser(User):
             return
         self._record("connect", outcomes.OK, _ms(started))
         started = time.perf_counter()
-        client.send_text(_subscribe(1, scenario.params()))
+        client.send_text(scenario.subscribe_call(1))
         answer = client.recv_text(scenario.plan.timeout)
         reply = _decoded(answer) if answer else {}
         if "result" not in reply:
@@ -143,11 +147,14 @@ class WsUser(User):
         now = time.time()
         push = _decoded(text)
         result = push.get("params", {}).get("result")
-        if push.get("method") != "eth_subscription" or not isinstance(result, dict):
+        expected = "slotNotification" if self.scenario.subscription == SLOTS else "eth_subscription"
+        if push.get("method") != expected or not isinstance(result, dict):
             self._record(self.scenario.subscription, outcomes.WRONG, 0.0, text[:200])
             return
         if self.scenario.subscription == "newHeads":
             self._head(result, now)
+        elif self.scenario.subscription == SLOTS:
+            self._slot(result, now)
         else:
             key = f"{result.get('blockHash')}:{result.get('logIndex')}"
             delay = (now - self.scenario.first_arrival(key, now)) * 1000
@@ -166,6 +173,18 @@ class WsUser(User):
             self._record("newHeads", outcomes.WRONG, delay, differs)
         else:
             self._record("newHeads", outcomes.OK, delay)
+
+    def _slot(self, info: dict[str, Any], now: float) -> None:
+        slot = info.get("slot")
+        if not isinstance(slot, int):
+            self._record(SLOTS, outcomes.WRONG, 0.0, f"no slot in {str(info)[:200]}")
+            return
+        if self.last_head is not None and slot > self.last_head + 1:
+            for missing in range(self.last_head + 1, slot):
+                self._record(SLOTS, outcomes.DROPPED, 0.0, f"slot {missing} never pushed")
+        self.last_head = max(slot, self.last_head or 0)
+        delay = (now - self.scenario.first_arrival(f"slot:{slot}", now)) * 1000
+        self._record(SLOTS, outcomes.OK, delay)
 
     def on_stop(self) -> None:
         if self.client is not None:

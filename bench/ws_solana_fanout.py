@@ -1,0 +1,264 @@
+"""Solana WebSocket fan-out: N ``slotSubscribe`` clients on one chaingate process.
+
+    python bench/ws_solana_fanout.py [--connections 1000] [--seconds 30] [--slot 0.4] [--smoke]
+
+Starts the devnet's Solana node (LiteSVM, its slot clock at ``--slot`` seconds) in a process of
+its own and one ``chaingate serve`` process in front of it (API keys on, one unlimited
+enterprise key, ``solana/devnet`` with the node's PubSub as ``ws_url``), then, from this
+process, N raw WebSocket clients through chaingate each ``slotSubscribe`` (all sharing one
+upstream subscription — checked on ``/metrics``), plus one **reference** client connected to
+the node's PubSub directly.
+
+For every slot the reference client hears during ``--seconds``: each chaingate client's
+receive time minus the reference client's (same loop, same clock) is the **push delay
+chaingate adds** (its upstream read, the fan-out to N sockets, the kernel; and this client's
+own loop over N sockets, so it errs on the slow side); a slot a client never got is **lost**.
+Prints a markdown report; exit status 1 when a target is missed, 2 when a server failed.
+Targets: p99 delay <= 50 ms, 0 lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))  # benchkit and ws_fanout, also from another directory
+
+from benchkit import procs  # noqa: E402
+from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
+from ws_fanout import WsClient, connect, masked_frame, metric, percentile  # noqa: E402
+
+P99_TARGET_MS = 50.0
+
+# The node, in a process of its own: its URLs on the first line of stdout.
+NODE_SCRIPT = """
+import json, sys, time, trio
+from functools import partial
+from chaingate.devnet.solana.ledger import Ledger
+from chaingate.devnet.solana.server import serve
+
+async def main():
+    ledger = Ledger(genesis_time=time.time())
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve, ledger, slot_seconds=float(sys.argv[1])))
+        print(json.dumps({"http": urls.http, "ws": urls.ws}), flush=True)
+
+trio.run(main)
+"""
+
+SOLANA_TOML = """
+[chains.solana.devnet]
+family = "solana"
+testnet = true
+finality_depth = 32
+
+[[chains.solana.devnet.upstreams]]
+name = "devnet-solana"
+url = "{http}"
+ws_url = "{ws}"
+
+[ws]
+ping_interval = 30.0
+"""
+
+SLOT_KEY = b'"slot":'
+
+
+def slot_of(payload: bytes) -> int | None:
+    """The slot of a slotNotification, without decoding the JSON (this loop reads N sockets
+    one after the other: its own cost per message delays the last ones)."""
+    if b'"method":"slotNotification"' not in payload[:64]:
+        return None
+    start = payload.find(SLOT_KEY)
+    if start < 0:
+        return None
+    start += len(SLOT_KEY)
+    end = start
+    while payload[end : end + 1].isdigit():
+        end += 1
+    return int(payload[start:end])
+
+
+def subscribe(client: WsClient) -> None:
+    call = {"jsonrpc": "2.0", "id": 1, "method": "slotSubscribe"}
+    client.sock.sendall(masked_frame(json.dumps(call).encode()))
+    while True:
+        for opcode, payload in client.frames():
+            if opcode == 0x1:
+                message = json.loads(payload)
+                if message.get("id") == 1:
+                    if "result" not in message:
+                        raise RuntimeError(f"slotSubscribe refused: {message}")
+                    return
+        chunk = client.sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("connection closed while subscribing")
+        client.buffer += chunk
+
+
+def drain(selector: selectors.BaseSelector, until: float) -> None:
+    """Read every ready socket until ``until`` (monotonic); record each slot's arrival."""
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        for key, _ in selector.select(min(left, 0.05)):
+            client: WsClient = key.data
+            try:
+                chunk = client.sock.recv(65536)
+            except BlockingIOError:
+                continue
+            received = time.time()
+            if not chunk:
+                client.closed = True
+                selector.unregister(client.sock)
+                continue
+            client.buffer += chunk
+            for opcode, payload in client.frames():
+                if opcode == 0x9:
+                    client.sock.sendall(masked_frame(payload, 0xA))
+                elif opcode == 0x1:
+                    slot = slot_of(payload)
+                    if slot is not None:
+                        client.heads.setdefault(slot, received)
+
+
+@dataclass
+class Result:
+    connections: int
+    slots: int
+    delays_ms: list[float]
+    lost: int
+    upstream_subscriptions: float
+    closed: int
+    fanout_mean_ms: float
+
+
+def run(connections: int, seconds: float, slot: float, workdir: Path) -> Result:
+    node = subprocess.Popen(
+        [sys.executable, "-c", NODE_SCRIPT, str(slot)],
+        stdout=subprocess.PIPE,
+        env=procs._child_env(),
+    )
+    try:
+        assert node.stdout is not None
+        urls = json.loads(node.stdout.readline())
+        with AnvilProcess() as anvil:  # the bench server's ethereum/devnet (its readiness probe)
+            return serve_and_measure(anvil, urls, connections, seconds, workdir)
+    finally:
+        node.terminate()
+        node.wait(10)
+
+
+def serve_and_measure(
+    anvil: AnvilProcess, urls: dict[str, str], connections: int, seconds: float, workdir: Path
+) -> Result:
+    auth = procs.Auth.fresh(workdir / "keys.db")
+    server = procs.ChaingateServer(
+        workdir, "chaingate", anvil.url, access_log=True, coalesce=True, auth=auth
+    )
+    with server.config_path.open("a") as config:
+        config.write(SOLANA_TOML.format(**urls))
+    key = server.create_key()
+    server.start()
+    try:
+        return measure(server, urls["ws"], key, connections, seconds)
+    finally:
+        server.stop()
+
+
+def measure(
+    server: procs.ChaingateServer, node_ws: str, key: str, connections: int, seconds: float
+) -> Result:
+    path = f"/v1/ws/solana/devnet?apiKey={key}"
+    clients = [connect(server.port, path) for _ in range(connections)]
+    for client in clients:
+        subscribe(client)
+    port = node_ws.rsplit(":", 1)[1]
+    reference = connect(int(port), "/")
+    subscribe(reference)
+    upstream = metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
+    selector = selectors.DefaultSelector()
+    for client in [reference, *clients]:
+        client.sock.setblocking(False)
+        selector.register(client.sock, selectors.EVENT_READ, client)
+    drain(selector, time.monotonic() + 1.0)  # the first slots: everyone is surely listening
+    start = max(reference.heads, default=0) + 1
+    drain(selector, time.monotonic() + seconds)
+    end = max(reference.heads, default=0) - 2  # the last ones may still be on their way
+    drain(selector, time.monotonic() + 1.0)
+    delays: list[float] = []
+    lost = 0
+    slots = [s for s in sorted(reference.heads) if start <= s <= end]
+    for number in slots:
+        sent = reference.heads[number]
+        for client in clients:
+            at = client.heads.get(number)
+            if at is None:
+                lost += 1
+            else:
+                delays.append((at - sent) * 1000)
+    closed = sum(client.closed for client in clients)
+    text = server.metrics()
+    fanouts = metric(text, "chaingate_ws_solana_fanout_total")
+    fanout_ms = metric(text, "chaingate_ws_solana_fanout_seconds_sum") / max(1, fanouts) * 1000
+    for client in [reference, *clients]:
+        client.sock.close()
+    return Result(connections, len(slots), delays, lost, upstream, closed, fanout_ms)
+
+
+def report(result: Result) -> str:
+    d = result.delays_ms or [0.0]
+    lines = [
+        f"## Solana WebSocket fan-out: {result.connections:,} slotSubscribe clients, "
+        f"{result.slots} slots\n",
+        "| measure | value | target |",
+        "|---|---:|---:|",
+        f"| push delay p50 (node-direct client -> chaingate client) | "
+        f"{percentile(d, 0.50):.1f} ms | |",
+        f"| push delay p99 | {percentile(d, 0.99):.1f} ms | <= {P99_TARGET_MS:.0f} ms |",
+        f"| push delay max | {max(d):.1f} ms | |",
+        f"| chaingate fan-out per slot (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
+        f"| notifications lost | {result.lost} | 0 |",
+        f"| upstream subscriptions for {result.connections:,} clients | "
+        f"{result.upstream_subscriptions:.0f} | 1 |",
+        f"| connections closed by chaingate | {result.closed} | 0 |",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--slot", type=float, default=0.4, help="the node's slot time")
+    parser.add_argument("--smoke", action="store_true", help="50 connections, 3 seconds")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.connections, args.seconds = 50, 3.0
+    with tempfile.TemporaryDirectory(prefix="cg-ws-solana-bench-") as tmp:
+        try:
+            result = run(args.connections, args.seconds, args.slot, Path(tmp))
+        except procs.ServerFailed as exc:
+            print(f"server failed: {exc}", file=sys.stderr)
+            return 2
+    print(report(result))
+    ok = (
+        result.lost == 0
+        and result.closed == 0
+        and result.upstream_subscriptions == 1
+        and percentile(result.delays_ms or [0.0], 0.99) <= P99_TARGET_MS
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Solana subscriptions' sans-IO parts: keys, routing by upstream id, sharing, failover."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from chaingate.ws.solana_methods import (
+    MAX_PARAMS_BYTES,
+    Key,
+    Notification,
+    ParamsError,
+    subscription_key,
+    tail,
+)
+from chaingate.ws.solana_router import Acked, Notify, Refused, Router
+
+PK = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
+
+
+class Sink:
+    """A client, as the router sees one: anything hashable."""
+
+
+def sent(router: Router) -> list[dict[str, Any]]:
+    return [json.loads(message) for message in router.take_outbox()]
+
+
+def answer(request_id: int, result: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "result": result, "id": request_id}).encode()
+
+
+def notification(method: str, upstream_id: int, result: Any) -> bytes:
+    params = {"result": result, "subscription": upstream_id}
+    return json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode()
+
+
+def frame_json(frame: bytes) -> Any:
+    n = frame[1] & 0x7F
+    return json.loads(frame[2 if n < 126 else 4 :])
+
+
+def test_keys_ignore_member_order_and_are_bounded() -> None:
+    a = subscription_key(
+        "accountSubscribe", [PK, {"encoding": "base64", "commitment": "confirmed"}]
+    )
+    b = subscription_key(
+        "accountSubscribe", [PK, {"commitment": "confirmed", "encoding": "base64"}]
+    )
+    assert a == b
+    assert a != subscription_key("accountSubscribe", [PK])  # defaults are not guessed
+    assert subscription_key("slotSubscribe", None) == Key("slotSubscribe", b"[]")
+    with pytest.raises(ParamsError, match="expected an array"):
+        subscription_key("slotSubscribe", {"x": 1})
+    with pytest.raises(ParamsError, match=str(MAX_PARAMS_BYTES)):
+        subscription_key("programSubscribe", [PK, {"filters": ["x" * MAX_PARAMS_BYTES]}])
+    with pytest.raises(ParamsError):
+        subscription_key("blockSubscribe", ["all"])
+    assert json.loads(a.request(7)) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "accountSubscribe",
+        "params": [PK, {"commitment": "confirmed", "encoding": "base64"}],
+    }
+
+
+def test_notification_frames_carry_each_clients_id_and_cost() -> None:
+    push = Notification("slotNotification", b'{"parent":1,"root":0,"slot":2}')
+    short, cu = push.frame(tail(7))
+    long, _ = push.frame(tail(123456))
+    assert frame_json(short)["params"] == {
+        "result": {"parent": 1, "root": 0, "slot": 2},
+        "subscription": 7,
+    }
+    assert frame_json(long)["params"]["subscription"] == 123456
+    assert cu == -(-(len(short) - 2) * 4 // 100)
+
+
+def test_clients_share_one_upstream_subscription_routed_by_its_id() -> None:
+    router = Router()
+    key = subscription_key("slotSubscribe", [])
+    one, two = Sink(), Sink()
+    assert router.join(key, one, b"1", 0.0) is None  # not connected: waits
+    assert router.take_outbox() == []
+    router.connected_again()
+    [request] = sent(router)
+    assert request["method"] == "slotSubscribe"
+    assert router.join(key, two, b'"b"', 0.0) is None  # the same key: no second request
+    assert router.take_outbox() == []
+    acked = router.receive(answer(request["id"], 42))
+    assert isinstance(acked, Acked) and not acked.resumed
+    assert [(m.sink, w.id_raw) for m, w in acked.joined] == [(one, b"1"), (two, b'"b"')]
+    first, second = (m for m, _ in acked.joined)
+    assert first.id != second.id
+    third = router.join(key, Sink(), b"3", 0.0)  # live already: a member at once
+    assert third is not None and router.take_outbox() == []
+    pushed = router.receive(notification("slotNotification", 42, {"slot": 5}))
+    assert isinstance(pushed, Notify) and not pushed.ended
+    assert pushed.members == [first, second, third]
+    assert router.receive(notification("slotNotification", 41, {"slot": 5})) is None
+    assert router.receive(notification("rootNotification", 42, 5)) is None
+    # Leaving: the upstream's goes with the last member.
+    assert router.leave(first) and not router.leave(first)
+    assert router.leave(second) and router.take_outbox() == []
+    assert router.leave(third)
+    [unsubscribe] = sent(router)
+    assert (unsubscribe["method"], unsubscribe["params"]) == ("slotUnsubscribe", [42])
+    assert router.receive(answer(unsubscribe["id"], True)) is None
+    assert router.channels == {}
+
+
+def test_everyone_leaving_before_the_answer_unsubscribes_when_it_comes() -> None:
+    router = Router()
+    router.connected_again()
+    sink = Sink()
+    router.join(subscription_key("rootSubscribe", []), sink, b"1", 0.0)
+    [request] = sent(router)
+    router.forget(sink)
+    assert router.channels == {}
+    assert router.receive(answer(request["id"], 9)) is None
+    [unsubscribe] = sent(router)
+    assert (unsubscribe["method"], unsubscribe["params"]) == ("rootUnsubscribe", [9])
+
+
+def test_upstream_errors_answer_every_waiter_unchanged() -> None:
+    router = Router()
+    router.connected_again()
+    key = subscription_key("accountSubscribe", ["bad"])
+    a, b = Sink(), Sink()
+    router.join(key, a, b"1", 0.0)
+    router.join(key, b, b"2", 0.0)
+    [request] = sent(router)
+    error = {"code": -32602, "message": "Invalid param: WrongSize"}
+    reply = json.dumps({"jsonrpc": "2.0", "error": error, "id": request["id"]}).encode()
+    refused = router.receive(reply)
+    assert isinstance(refused, Refused)
+    assert [w.sink for w in refused.waiters] == [a, b]
+    assert json.loads(refused.error) == error
+    assert router.channels == {}
+    with pytest.raises(ValueError, match="not a JSON-RPC message"):
+        router.receive(b"not json")
+
+
+def test_a_signature_subscription_ends_with_its_notification() -> None:
+    router = Router()
+    router.connected_again()
+    key = subscription_key("signatureSubscribe", ["sig", {"commitment": "confirmed"}])
+    router.join(key, Sink(), b"1", 0.0)
+    [request] = sent(router)
+    acked = router.receive(answer(request["id"], 3))
+    assert isinstance(acked, Acked)
+    done = router.receive(notification("signatureNotification", 3, {"value": {"err": None}}))
+    assert isinstance(done, Notify) and done.ended and len(done.members) == 1
+    assert router.channels == {} and router.take_outbox() == []  # Solana ended it itself
+    assert router.receive(notification("signatureNotification", 3, {})) is None
+
+
+def test_a_lost_upstream_resubscribes_everything_and_names_who_missed_what() -> None:
+    router = Router()
+    router.connected_again()
+    slots = subscription_key("slotSubscribe", [])
+    member_sink, waiting_sink = Sink(), Sink()
+    router.join(slots, member_sink, b"1", 0.0)
+    acked = router.receive(answer(sent(router)[0]["id"], 1))
+    assert isinstance(acked, Acked)
+    [(member, _)] = acked.joined
+    stopped = router.lost(100.0)
+    assert stopped == [member]
+    router.join(slots, waiting_sink, b"2", 0.0)  # joins while no upstream: waits
+    assert router.take_outbox() == []
+    assert router.receive(notification("slotNotification", 1, {})) is None  # old ids gone
+    router.connected_again()
+    [again] = sent(router)
+    assert again["method"] == "slotSubscribe"
+    resumed = router.receive(answer(again["id"], 77))
+    assert isinstance(resumed, Acked)
+    assert resumed.resumed == [member] and resumed.lost_at == 100.0
+    assert [w.sink for _, w in resumed.joined] == [waiting_sink]  # no gap: it had none
+    pushed = router.receive(notification("slotNotification", 77, {}))
+    assert isinstance(pushed, Notify) and len(pushed.members) == 2
+    # A second loss: only the time of the new one counts.
+    router.lost(200.0)
+    router.connected_again()
+    again = sent(router)[0]
+    later = router.receive(answer(again["id"], 78))
+    assert isinstance(later, Acked) and later.lost_at == 200.0 and len(later.resumed) == 2
+
+
+def test_waiters_nobody_answers_expire() -> None:
+    router = Router()
+    sink = Sink()
+    router.join(subscription_key("slotSubscribe", []), sink, b"1", 5.0)
+    assert router.expire(4.0) == []
+    [(channel, waiter)] = router.expire(6.0)
+    assert waiter.sink is sink and channel.key.method == "slotSubscribe"
+    assert router.channels == {}
