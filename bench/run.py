@@ -42,7 +42,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 import chaingate  # noqa: E402
-from benchkit import distinct, evm, procs, report, scenarios, tools  # noqa: E402
+from benchkit import distinct, evm, procs, report, scenarios, solana, tools  # noqa: E402
 from benchkit.report import Paced, Report, Row, Traffic  # noqa: E402
 from benchkit.scenarios import BASELINE, CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
@@ -50,7 +50,16 @@ from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa:
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 
 DISTINCT = tuple(f"distinct-{kind}" for kind in scenarios.DISTINCT_NOTES)
-SCENARIO_ORDER = ("block", "block-nocoalesce", "chainid", "batch", "call", "paced", *DISTINCT)
+SCENARIO_ORDER = (
+    "block",
+    "block-nocoalesce",
+    "chainid",
+    "batch",
+    "call",
+    "paced",
+    *DISTINCT,
+    *solana.SCENARIO_KEYS,
+)
 TRANSFERS, SMOKE_TRANSFERS = 2_000, 200  # receipts the distinct scenarios read
 # The devnet's paymaster signer: no key is needed, and a fixed one reuses the cached state.
 PAYMASTER_SIGNER = "0x" + "11" * 20
@@ -219,8 +228,10 @@ def check_refused(url: str, headers: dict[str, str]) -> str:
 
 def allowlists_for(chosen: tuple[str, ...], catalogue: dict[str, Scenario]) -> procs.Allowlists:
     """Lists that admit exactly the chosen scenarios' requests (and the readiness probe)."""
-    picked = [catalogue[key] for key in chosen]
+    picked = [catalogue[key] for key in chosen if key in catalogue]
     methods = {PROBE_METHOD}.union(*(scenarios.methods(s) for s in picked))
+    if any(key in solana.SCENARIO_KEYS for key in chosen):
+        methods |= solana.METHODS
     targets: set[str] = set().union(*(scenarios.call_targets(s) for s in picked))
     return procs.Allowlists(ALLOWED_IPS, tuple(sorted(methods)), tuple(sorted(targets)))
 
@@ -351,6 +362,62 @@ class Bench:
         finally:
             server.stop()
 
+    def solana(self, found: dict[str, str], workdir: Path, stack: contextlib.ExitStack) -> None:
+        """The Solana scenarios chosen: the devnet's Solana node, a chaingate serving
+        ``solana/devnet`` in front of it (the same key) and an nginx, measured like the rest."""
+        chosen = [key for key in self.opts.scenarios if key in solana.SCENARIO_KEYS]
+        if not chosen:
+            return
+        node = solana.SolanaNode(workdir)
+        stack.callback(node.stop)
+        node.start()
+        account, slot = solana.fund(node.url, say)
+        catalogue = solana.build(account, slot)
+        server = procs.ChaingateServer(
+            workdir,
+            "chaingate-solana",
+            node.url,
+            access_log=self.opts.access_log,
+            coalesce=True,
+            auth=self.auth,  # the same pepper and store as the main server: the same key
+            api_key=self.main.api_key,
+            shared=self.shared,
+            family=procs.SOLANA,
+        )
+        stack.callback(server.stop)
+        server.start()
+        own = workdir / "solana-nginx"  # nginx's pid file and logs apart from the first one's
+        own.mkdir()
+        nginx = procs.NginxServer(found["nginx"], own, node.port, "getHealth")
+        stack.callback(nginx.stop)
+        nginx.start()
+        version = node.version()
+        say(
+            f"[solana] node {version} on :{node.port}, chaingate (solana/devnet) on "
+            f":{server.port}, nginx on :{nginx.port}"
+        )
+        self.report.header["solana"] = (
+            f"the devnet's Solana node (chaingate.devnet.solana: LiteSVM, solana-core {version} "
+            "RPC), a process of its own, a slot every 400 ms; chaingate `serve` with one network "
+            "`solana/devnet` in front of it (the same key); nginx as above in front of it; "
+            "`direct` = wrk straight to the node"
+        )
+        urls = {CHAINGATE: server.rpc_url, NGINX: nginx.url, DIRECT: node.url}
+        pids = {CHAINGATE: server.process.pid, NGINX: nginx.process.pid, DIRECT: node.process.pid}
+        runner = SolanaBench(
+            self.opts,
+            self.wrk,
+            urls,
+            server,
+            self.report,
+            {target: pid for target, pid in pids.items() if pid is not None},
+            self.auth,
+            self.shared,
+        )
+        for key in chosen:
+            runner.scenario(catalogue[key])
+        self.report.metrics["chaingate (solana/devnet)"] = report.recorded_metrics(server.metrics())
+
     def paced(self, scenario: Scenario) -> None:
         peak = self.report.find("block", CHAINGATE)
         if peak is None:  # (a) was not selected: measure chaingate's peak for it now
@@ -415,6 +482,17 @@ class Bench:
         extra = f" (target {rate:.0f}, delay {pace:.2f} ms)"
         _progress(scenario.key, target, result, row.errors, extra)
         return row, pace
+
+
+class SolanaBench(Bench):
+    """The Solana scenarios: one chaingate, nginx and the node (no --baseline, no --workers
+    variants: those build EVM-only configs); answers checked modulo the moving head."""
+
+    @staticmethod
+    def _check(
+        scenario: Scenario, urls: dict[str, str], expected: object, headers: dict[str, str]
+    ) -> object:
+        return solana.check(scenario, urls, expected, headers)
 
 
 def _progress(key: str, target: str, r: WrkResult, errors: int, extra: str = "") -> None:
@@ -603,6 +681,8 @@ def bench(
         "paced": runner.paced,
     }
     for key in opts.scenarios:
+        if key in solana.SCENARIO_KEYS:
+            continue  # after the EVM ones, with their own node, chaingate and nginx
         scenario = catalogue[key]
         action = actions.get(key)
         if action is not None:
@@ -610,6 +690,7 @@ def bench(
         else:
             runner.scenario(scenario, expected.get(key))
     rep.metrics["chaingate"] = report.recorded_metrics(main.metrics())
+    runner.solana(found, workdir, stack)
     return rep
 
 

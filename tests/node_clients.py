@@ -31,14 +31,17 @@ def node_modules() -> Path:
     return root / "node_modules"
 
 
-def run_script(name: str, args: list[str], workdir: Path, timeout: float = 120) -> Any:
-    """Run ``tests/node/<name>`` with ``args``; its last stdout line, parsed as JSON."""
+def run_script(
+    name: str, args: list[str], workdir: Path, timeout: float = 120, modules: Path | None = None
+) -> Any:
+    """Run ``tests/node/<name>`` with ``args``; its last stdout line, parsed as JSON.
+    ``modules``: another install's ``node_modules`` (default: viem and permissionless.js)."""
     node = shutil.which("node")
-    assert node is not None, "Node.js is needed for the viem/permissionless tests"
+    assert node is not None, "Node.js is needed for the Node client tests"
     workdir.mkdir(parents=True, exist_ok=True)
     link = workdir / "node_modules"
     if not link.exists():
-        link.symlink_to(node_modules(), target_is_directory=True)
+        link.symlink_to(modules or node_modules(), target_is_directory=True)
     script = workdir / name
     shutil.copyfile(SCRIPTS / name, script)
     done = subprocess.run(

@@ -42,10 +42,10 @@ def _missing_tools() -> list[str]:
     return [tool for tool in ("nginx", "wrk") if shutil.which(tool, path=path) is None]
 
 
-def _run_smoke(out: Path) -> tuple[int, str, float]:
+def _run_smoke(out: Path, scenarios: str = SCENARIOS) -> tuple[int, str, float]:
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, str(RUN), "--smoke", "--scenarios", SCENARIOS, "--out", str(out)],
+        [sys.executable, str(RUN), "--smoke", "--scenarios", scenarios, "--out", str(out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -83,8 +83,7 @@ def _result_rows(report: str) -> dict[tuple[str, str], dict[str, str]]:
     return rows
 
 
-@pytest.mark.bench
-def test_bench_smoke_run(tmp_path: Path) -> None:
+def _need_tools() -> None:
     missing = _missing_tools()
     if missing:
         reason = (
@@ -94,6 +93,11 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         if IN_CI:
             pytest.fail(reason + " (CI=true: a missing tool is a broken CI image)")
         pytest.skip(reason)
+
+
+@pytest.mark.bench
+def test_bench_smoke_run(tmp_path: Path) -> None:
+    _need_tools()
     out = tmp_path / "r.md"
     code, output, elapsed = _run_smoke(out)
     assert code == 0, f"bench/run.py --smoke exited {code}:\n{output[-4000:]}"
@@ -109,3 +113,31 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert float(row["req/s"]) > 0, f"{key}: zero req/s"
         assert row["errors"] == "0", f"{key}: errors {row['errors']}"
         assert float(row["server CPU µs/req"]) > 0, f"{key}: no CPU figure"
+
+
+SOLANA_ROWS = {
+    (scenario, target)
+    for scenario in ("(s1)", "(s2)", "(s3)")
+    for target in ("chaingate", "nginx", "direct")
+}
+
+
+@pytest.mark.bench
+def test_bench_smoke_solana_scenarios(tmp_path: Path) -> None:
+    """The Solana scenarios alone: their own node, chaingate and nginx; the finalized getBlock
+    answered from chaingate's cache, getSlot coalesced."""
+    _need_tools()
+    out = tmp_path / "r.md"
+    code, output, elapsed = _run_smoke(out, "solana-slot,solana-balance,solana-block")
+    assert code == 0, f"bench/run.py --smoke exited {code}:\n{output[-4000:]}"
+    text = out.read_text()
+    rows = _result_rows(text)
+    assert rows.keys() >= SOLANA_ROWS, f"rows missing: {sorted(SOLANA_ROWS - rows.keys())}"
+    assert not any(key[0].startswith("(a") for key in rows)  # no EVM scenario was asked for
+    for key in sorted(SOLANA_ROWS):
+        assert float(rows[key]["req/s"]) > 0 and rows[key]["errors"] == "0", (key, rows[key])
+    assert "| solana | the devnet's Solana node" in text
+    traffic = text.split("per measured run", 1)[1].split("\n## ", 1)[0]
+    block = next(line for line in traffic.splitlines() if line.startswith("| (s3)"))
+    requests, cache_hits = block.split("|")[2], block.split("|")[-2]
+    assert int(cache_hits) > 0 and int(cache_hits) >= int(requests) - 1, block

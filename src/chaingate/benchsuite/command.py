@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     rpc = commands.add_parser("rpc", help="a JSON-RPC read mix drawn from the chain")
     _common(rpc, default_users=10)
     rpc.add_argument(
-        "--profile", default="rpc", help="shipped profile name or TOML file (default: rpc)"
+        "--profile",
+        default="rpc",
+        help="shipped profile name (rpc; solana, for a Solana network) or TOML file (default: rpc)",
     )
     ws = commands.add_parser("ws", help="WebSocket subscribers: delivery delay and drops")
     _common(ws, default_users=20)

@@ -1,4 +1,5 @@
-"""The RPC read mix: a TOML profile (``profiles/rpc.toml`` by default, or a user's file)."""
+"""The RPC read mix: a TOML profile (``profiles/rpc.toml`` by default, ``profiles/solana.toml``
+for a Solana network, or a user's file)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ KINDS = (
     "eth_getBlockByNumber",
     "eth_getLogs",
 )
+# The Solana profile's kinds (``family = "solana"``), drawn by solsample.
+SOLANA_KINDS = (
+    "getSlot",
+    "getLatestBlockhash",
+    "getBalance",
+    "getAccountInfo",
+    "getMultipleAccounts",
+    "getBlock",
+    "getTransaction",
+    "getSignatureStatuses",
+)
+FAMILY_KINDS = {"evm": KINDS, "solana": SOLANA_KINDS}
 BATCH = "batch"
 MAX_BATCH = 1000
 
@@ -33,6 +46,7 @@ class Profile:
     logs_range: int
     sample_blocks: int
     lag: int
+    family: str = "evm"  # the chain's JSON-RPC dialect: evm or solana
 
 
 def load(name_or_path: str) -> Profile:
@@ -48,7 +62,9 @@ def load(name_or_path: str) -> Profile:
             shipped = resources.files("chaingate.benchsuite") / "profiles" / f"{name_or_path}.toml"
             text = shipped.read_text()
         except (FileNotFoundError, OSError):
-            raise ProfileError(f"no shipped profile {name_or_path!r} (try rpc)") from None
+            raise ProfileError(
+                f"no shipped profile {name_or_path!r} (try rpc, or solana)"
+            ) from None
     try:
         return parse(name_or_path, tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
@@ -63,12 +79,18 @@ def _positive_int(data: dict[str, Any], section: str, key: str, default: int, hi
 
 
 def parse(name: str, data: dict[str, Any]) -> Profile:
+    family = data.get("family", "evm")
+    if family not in FAMILY_KINDS:
+        raise ProfileError(f"family = {family!r}: one of {', '.join(FAMILY_KINDS)}")
+    kinds = FAMILY_KINDS[family]
     mix = data.get("mix")
     if not isinstance(mix, dict) or not mix:
         raise ProfileError(f"profile {name}: a [mix] table of weights is needed")
     for kind, weight in mix.items():
-        if kind not in (*KINDS, BATCH):
-            raise ProfileError(f"[mix] {kind}: unknown; known: {', '.join((*KINDS, BATCH))}")
+        if kind not in (*kinds, BATCH):
+            raise ProfileError(
+                f"[mix] {kind}: unknown for family {family}; known: {', '.join((*kinds, BATCH))}"
+            )
         if not isinstance(weight, int | float) or isinstance(weight, bool) or weight < 0:
             raise ProfileError(f"[mix] {kind}: a weight >= 0")
     if not any(mix.values()):
@@ -83,4 +105,5 @@ def parse(name: str, data: dict[str, Any]) -> Profile:
         logs_range=_positive_int(data, "getLogs", "range", 10, 10_000),
         sample_blocks=_positive_int(data, "sample", "blocks", 32, 1000),
         lag=lag,
+        family=family,
     )

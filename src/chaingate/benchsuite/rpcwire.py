@@ -51,7 +51,32 @@ def _logs_essence(result: Any) -> object:
     ]
 
 
+def _solana_block_essence(result: Any) -> object:
+    return result.get("blockhash") if isinstance(result, dict) else result
+
+
+def _solana_transaction_essence(result: Any) -> object:
+    if not isinstance(result, dict):
+        return result
+    transaction = result.get("transaction")
+    signatures = transaction.get("signatures") if isinstance(transaction, dict) else None
+    meta = result.get("meta")
+    return [result.get("slot"), signatures, meta.get("err") if isinstance(meta, dict) else None]
+
+
+def _solana_statuses_essence(result: Any) -> object:
+    if not isinstance(result, dict) or not isinstance(result.get("value"), list):
+        return result
+    return [
+        [status.get("slot"), status.get("err")] if isinstance(status, dict) else status
+        for status in result["value"]
+    ]
+
+
 ESSENCE: dict[str, Callable[[Any], Any]] = {
+    "getBlock": _solana_block_essence,
+    "getTransaction": _solana_transaction_essence,
+    "getSignatureStatuses": _solana_statuses_essence,
     "eth_getBlockByNumber": _block_essence,
     "eth_getBlockByHash": _block_essence,
     "eth_getTransactionReceipt": _receipt_essence,

@@ -6,7 +6,7 @@ import random
 
 from locust import User, task
 
-from chaingate.benchsuite import chainsample, outcomes, rpcprofile, rpcwire
+from chaingate.benchsuite import chainsample, outcomes, rpcprofile, rpcwire, solsample
 from chaingate.benchsuite.plan import BenchError, Plan
 from chaingate.benchsuite.recorder import Recorder
 from chaingate.benchsuite.scenarios.http import TargetUser, settle
@@ -19,7 +19,7 @@ class RpcScenario:
         self.users = plan.users
         self.profile = rpcprofile.load(str(plan.options.get("profile", "rpc")))
         self.oracle = rpcwire.Oracle()
-        self.pool: chainsample.Pool | None = None
+        self.pool: chainsample.Pool | solsample.Pool | None = None
         self.kinds: list[str] = []
         self.weights: list[float] = []
         plan.options["profile"] = self.profile.name
@@ -33,12 +33,16 @@ class RpcScenario:
             lambda: self.recorder.setup_request(first.name),
         )
         try:
-            pool = chainsample.sample(rpc, self.profile.sample_blocks, self.profile.lag)
+            pool: chainsample.Pool | solsample.Pool
+            if self.profile.family == "solana":
+                pool = solsample.sample(rpc, self.profile.sample_blocks, self.profile.lag)
+            else:
+                pool = chainsample.sample(rpc, self.profile.sample_blocks, self.profile.lag)
         except chainsample.SampleError as exc:
             raise BenchError(f"drawing parameters from {first.shown}: {exc}") from None
         self.pool = pool
         self.recorder.notes["parameters"] = f"from {first.name}: {pool.describe()}"
-        mix = {k: w for k, w in self.profile.mix.items() if chainsample.available(k, pool)}
+        mix = {k: w for k, w in self.profile.mix.items() if self._available(k)}
         skipped = sorted(set(self.profile.mix) - set(mix))
         if skipped:
             self.recorder.notes["skipped"] = ", ".join(skipped) + " (nothing on the chain to ask)"
@@ -66,16 +70,28 @@ class RpcScenario:
                     f"{kind}: answered alike", target.name, outcome == outcomes.OK, detail
                 )
 
-    def calls(self, kind: str, rng: random.Random) -> tuple[list[rpcwire.Call], bool]:
+    def _available(self, kind: str) -> bool:
+        if kind == rpcprofile.BATCH:
+            return True
+        if isinstance(self.pool, solsample.Pool):
+            return solsample.available(kind, self.pool)
         assert self.pool is not None
+        return chainsample.available(kind, self.pool)
+
+    def _call(self, kind: str, rng: random.Random) -> rpcwire.Call:
+        if isinstance(self.pool, solsample.Pool):
+            return solsample.make_call(kind, self.pool, rng)
+        assert self.pool is not None
+        return chainsample.make_call(kind, self.pool, rng, self.profile.logs_range)
+
+    def calls(self, kind: str, rng: random.Random) -> tuple[list[rpcwire.Call], bool]:
         if kind != rpcprofile.BATCH:
-            return [chainsample.make_call(kind, self.pool, rng, self.profile.logs_range)], False
-        pinned = [k for k in self.kinds if k not in (rpcprofile.BATCH, "eth_blockNumber")]
-        pinned = pinned or ["eth_chainId"]
-        return [
-            chainsample.make_call(rng.choice(pinned), self.pool, rng, self.profile.logs_range)
-            for _ in range(self.profile.batch_size)
-        ], True
+            return [self._call(kind, rng)], False
+        solana = isinstance(self.pool, solsample.Pool)
+        unpinned = solsample.UNPINNED if solana else ("eth_blockNumber",)
+        pinned = [k for k in self.kinds if k != rpcprofile.BATCH and k not in unpinned]
+        pinned = pinned or ["getBalance" if solana else "eth_chainId"]
+        return [self._call(rng.choice(pinned), rng) for _ in range(self.profile.batch_size)], True
 
     def finish(self) -> None:
         """Nothing arrives after the load, and nothing was made."""
