@@ -57,11 +57,38 @@ def _batch() -> bytes:
     ).encode()
 
 
+def _balance(i: int) -> dict[str, Any]:
+    """eth_getBalance of the i-th address at "latest": never cached, never joined."""
+    return {"jsonrpc": "2.0", "id": i, "method": "eth_getBalance",
+            "params": ["0x" + f"{i:040x}", "latest"]}  # fmt: skip
+
+
+DISTINCT_BATCH = 20  # calls per batch of the distinct-batch kind
+
+
+def _distinct(count: int) -> bytes:
+    """``count`` single calls, no two alike (one a line: the client sends them in turn)."""
+    return b"\n".join(json.dumps(_balance(i)).encode() for i in range(1, count + 1))
+
+
+def _distinct_batches(count: int) -> bytes:
+    """``count`` batches of DISTINCT_BATCH calls, no two calls alike."""
+    size = DISTINCT_BATCH
+    return b"\n".join(
+        json.dumps([_balance(b * size + i) for i in range(1, size + 1)]).encode()
+        for b in range(count)
+    )
+
+
 BODIES = {
     "chainid": b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
     "block": b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
     "batch": _batch(),
+    "distinct": _distinct(REQUESTS),
+    "distinct-batch": _distinct_batches(REQUESTS),
 }
+# What one request of a kind counts as: a distinct batch's counts are per call.
+PER_REQUEST = {"distinct-batch": DISTINCT_BATCH}
 
 
 CLIENT = r"""
@@ -69,15 +96,17 @@ import re, socket, sys
 port, key, count, depth = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3]), int(sys.argv[5])
 with socket.create_connection(("127.0.0.1", port)) as sock:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    body = sys.stdin.buffer.read()  # the go signal: the counting has begun
-    request = (
+    # The go signal (the counting has begun): the bodies, one a line, sent in turn.
+    requests = [
         b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
         % (sys.argv[4].encode(), key, len(body), body)
-    )
+        for body in sys.stdin.buffer.read().split(b"\n")
+    ]
     data = b""
-    for _ in range(count // depth):
-        sock.sendall(request * depth)  # ``depth`` requests pipelined, then their answers
+    for turn in range(count // depth):
+        # ``depth`` requests pipelined, then their answers
+        sock.sendall(b"".join(requests[(turn * depth + i) % len(requests)] for i in range(depth)))
         answered = 0
         while answered < depth:
             head = data.find(b"\r\n\r\n")
@@ -170,7 +199,8 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         stack = await start_auth(nursery, impl_module.compiled(), settings)
         key, _ = await stack.key(plan="enterprise")  # unlimited: nothing is throttled
         port = stack.handle.gateway.port
-        body = BODIES[kind.split("-")[0]]
+        body = BODIES.get(kind) or BODIES[kind.split("-")[0]]
+        per = REQUESTS * PER_REQUEST.get(kind, 1)
         depth = 10 if kind.endswith("-pipelined") else 1
         await _client(port, key, body, 50)  # warm: the cache, the upstream connections
         tasks = stack.handle.gateway.front.dashboard_tasks
@@ -192,8 +222,8 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         idle, _ = await _counted(idle_for_as_long)
         nursery.cancel_scope.cancel()
     return {
-        "calls": (loaded[0] - idle[0]) / REQUESTS,
-        "syscalls": (loaded[1] - idle[1]) / REQUESTS,
+        "calls": (loaded[0] - idle[0]) / per,
+        "syscalls": (loaded[1] - idle[1]) / per,
     }
 
 
