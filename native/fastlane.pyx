@@ -36,6 +36,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "logs_limit",
+    "logs_verdict",
     "presented_key",
     "split_path_key",
 ]
@@ -104,6 +106,86 @@ cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', 
 
 cdef bint ID_OK[256]
 cdef bint HEX_OK[256]
+
+# What becomes of an eth_getLogs block range (as the pure twin).
+LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
+cdef enum:
+    C_LOGS_FORWARD = 0
+    C_LOGS_REFUSE = 1
+    C_LOGS_SPLIT = 2
+cdef frozenset _HEAD_TAGS = _CURRENT_TAGS
+
+
+cdef inline long long _logs_limit(long long network_blocks, long long plan_blocks) noexcept:
+    if plan_blocks and (not network_blocks or plan_blocks < network_blocks):
+        return plan_blocks
+    return network_blocks
+
+
+cdef inline int _logs_verdict(long long low, long long high, long long limit_blocks,
+                              long long upstream_blocks) noexcept:
+    cdef long long span
+    if high < low:
+        return C_LOGS_FORWARD
+    span = high - low + 1
+    if limit_blocks and span > limit_blocks:
+        return C_LOGS_REFUSE
+    if not upstream_blocks or span <= upstream_blocks:
+        return C_LOGS_FORWARD
+    return C_LOGS_SPLIT
+
+
+def logs_limit(long long network_blocks, long long plan_blocks):
+    """The widest eth_getLogs range a caller may ask for (0: no limit; see the pure twin)."""
+    return _logs_limit(network_blocks, plan_blocks)
+
+
+def logs_verdict(long long low, long long high, long long limit_blocks,
+                 long long upstream_blocks):
+    """The range rule of eth_getLogs: LOGS_FORWARD, LOGS_REFUSE or LOGS_SPLIT (see the pure
+    twin)."""
+    return _logs_verdict(low, high, limit_blocks, upstream_blocks)
+
+
+_LogFilter = msgspec.defstruct(
+    "_LogFilter",
+    [(name, msgspec.Raw, msgspec.Raw()) for name in ("fromBlock", "toBlock", "blockHash")],
+)
+
+
+_log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+
+
+cdef inline bint _wants_head(object raw) except -1:
+    """Is this end of a range the head (absent, or a head tag)?"""
+    return len(raw) == 0 or bytes(raw) in _HEAD_TAGS
+
+
+cdef long long _logs_bound(object raw, object head) except -2:
+    """The block one end of a range names, as the lane reads it; -1: the handler reads it
+    (see the pure twin)."""
+    cdef bytes text
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i
+    cdef long long value = 0
+    cdef unsigned char c
+    text = bytes(raw)
+    n = PyBytes_GET_SIZE(text)
+    if n == 0:
+        return -1 if head is None else <long long>head
+    p = <const unsigned char*>PyBytes_AS_STRING(text)
+    if 4 < n <= 19 and p[0] == 34 and p[1] == 48 and p[2] == 120 and p[n - 1] == 34:
+        for i in range(3, n - 1):
+            c = p[i]
+            if not HEX_OK[c]:
+                return -1
+            value = value * 16 + (c - 48 if c <= 57 else (c | 32) - 87)
+        return value
+    if text in _HEAD_TAGS:
+        return -1 if head is None else <long long>head
+    if text == b'"earliest"':
+        return 0
+    return -1
 
 
 cdef void _init_tables():
@@ -431,6 +513,11 @@ cdef class Route:
     cdef readonly dict refused
     cdef public AnswerBudget budget
     cdef public object dispatch
+    cdef readonly Method logs_method
+    cdef readonly long long logs_blocks
+    cdef readonly long long logs_upstream
+    cdef public object logs_head
+    cdef public object logs_plan
 
     def __init__(
         self,
@@ -450,6 +537,7 @@ cdef class Route:
         frozenset python_methods=frozenset(),
         sticky=None,
         frozenset sticky_methods=frozenset(),
+        tuple logs=None,
     ):
         self.label = label
         self.family = family
@@ -488,6 +576,10 @@ cdef class Route:
         self.refused = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)
         self.dispatch = None
+        self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
+        self.logs_blocks, self.logs_upstream = logs or (0, 0)
+        self.logs_head = _no_head
+        self.logs_plan = _no_plan
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
         cdef Flight flight = Flight(key, params, spec, tag)
@@ -584,6 +676,31 @@ cdef class Route:
         if tag is not None and not valid_block_tag(tag, self.solana):
             return method, tag, False
         return method, tag, True
+
+    cpdef bint logs_fit(self, object params, object principal) except -1:
+        """Does this eth_getLogs go upstream as it is (see the pure twin)?"""
+        cdef long long low, high
+        if params is None:
+            return False
+        try:
+            (query,) = _log_filter.decode(params)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if len(query.blockHash):
+            return False
+        first = query.fromBlock
+        last = query.toBlock
+        head = None
+        if _wants_head(first) or _wants_head(last):
+            head = self.logs_head()
+        low = _logs_bound(first, head)
+        high = _logs_bound(last, head)
+        if low < 0 or high < 0:
+            return False
+        return _logs_verdict(
+            low, high, _logs_limit(self.logs_blocks, self.logs_plan(principal)),
+            self.logs_upstream,
+        ) == C_LOGS_FORWARD
 
     cpdef object not_found(self, call):
         if call.id is None:
@@ -1128,8 +1245,12 @@ cdef class Lane:
             for call in calls:
                 if not call.error:
                     method = route.methods.get(call.method)
-                    if method is not None and (
-                        method.special or _sticky(route, call.method)
+                    if method is None:
+                        continue
+                    if method.special or _sticky(route, call.method):
+                        return HANDOFF
+                    if method is route.logs_method and not route.logs_fit(
+                        call.params, principal
                     ):
                         return HANDOFF
         self.served += 1
@@ -1379,6 +1500,14 @@ cdef class Lane:
         if timed and rejection is None:
             self.admission.observe(pending.principal, pending.route.label, label, elapsed)
         return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
+
+
+def _no_head():
+    return None
+
+
+def _no_plan(principal):
+    return 0
 
 
 cdef inline bint _sticky(Route route, str method):

@@ -73,6 +73,9 @@ class Lane:
         budget: int = 1 << 30,
         scopes: frozenset[str] | None = None,
         sticky: Any = None,
+        logs: tuple[int, int] | None = None,
+        head: int | None = None,
+        plan_blocks: int = 0,
     ) -> None:
         fastlane = impl.fastlane
         self.impl = impl
@@ -90,10 +93,13 @@ class Lane:
             coalesce=True,
             upstream_batch=10,
             refusals=REFUSALS,
-            python_methods=frozenset({"eth_getLogs"}),
+            python_methods=frozenset() if logs is not None else frozenset({"eth_getLogs"}),
             sticky=sticky,
             sticky_methods=frozenset({"eth_getTransactionCount"}),
+            logs=logs,
         )
+        self.route.logs_head = lambda: head
+        self.route.logs_plan = lambda principal: plan_blocks
         self.route.budget = fastlane.AnswerBudget(budget)
         self.route.dispatch = self.recorder.groups.append
         self.log_stream = io.BytesIO()
@@ -319,6 +325,81 @@ def test_handler_only_calls_hand_the_whole_request_off_before_counting_anything(
     answers, books = _both(scenario, sticky=Sticky())
     assert answers == ("handoff",) * 4
     assert books["stats"] == {} and books["log"] == [] and books["statuses"]["rpc"] == {}
+
+
+def _logs(first: Any = None, last: Any = None, **more: Any) -> dict[str, Any]:
+    query = dict(more)
+    if first is not None:
+        query["fromBlock"] = first
+    if last is not None:
+        query["toBlock"] = last
+    return _call("eth_getLogs", [query])
+
+
+def test_an_eth_getlogs_range_that_fits_one_call_goes_upstream_from_the_lane() -> None:
+    """Limit 1,000 (the plan's, under the network's 10,000), 500 blocks per upstream call,
+    head 0x1000: what fits one call is sent; what must be refused, split or read by the
+    handler is handed off whole, before anything is counted."""
+
+    def scenario(lane: Lane) -> Any:
+        answers = [
+            lane.serve(_logs("0x10", "0x20")),  # 17 blocks
+            lane.serve(_logs("0xff0", "latest")),  # 17 blocks to the head
+            lane.serve(_logs("0xf00")),  # toBlock absent: the head, 257 blocks
+            lane.serve(_logs("earliest", "0x1f3")),  # 500 blocks: one call
+            lane.serve(_logs("0x20", "0x10")),  # inverted: the node answers it
+            lane.serve([_logs("0x1", "0x2"), _call("eth_chainId", id=2)]),
+            lane.serve(_logs("0x0", "0x1f4")),  # 501 blocks: split
+            lane.serve(_logs("0x0", "0x3e8")),  # 1,001 blocks: refused (the plan's limit)
+            lane.serve(_logs("0x0", "0x1", blockHash="0x" + "ab" * 32)),
+            lane.serve(_logs("0X10", "0x20")),  # what the lane does not read: the handler
+            lane.serve(_logs("0x10", "0x" + "1" * 16)),
+            lane.serve(_logs(16, "0x20")),
+            lane.serve(_logs("0x1", "0x2", address=["0x" + "11" * 20])),  # other members: fine
+            lane.serve([_call("eth_chainId"), _logs("0x0", "0x3e8")]),
+            lane.serve(_call("eth_getLogs", [{"fromBlock": "0x1"}, {}])),
+            lane.serve(_call("eth_getLogs")),  # no filter: the handler
+        ]
+        lane.land_all(lambda flight: (b"[]", None))
+        return answers
+
+    answers, books = _both(scenario, logs=(10_000, 500), head=0x1000, plan_blocks=1_000)
+    assert answers == ["defer"] * 6 + ["handoff"] * 6 + ["defer"] + ["handoff"] * 3
+    assert books["stats"]["eth_getLogs"] == (7, 0, 0)
+    assert len(books["delivered"]) == 7
+
+
+def test_an_eth_getlogs_range_of_head_tags_needs_a_known_head() -> None:
+    def scenario(lane: Lane) -> Any:
+        return lane.serve(_logs("0x1", "latest")), lane.serve(_logs("0x1", "0x2"))
+
+    answers, _ = _both(scenario, logs=(10_000, 500), head=None)
+    assert answers == ("handoff", "defer")
+
+
+@given(
+    low=st.integers(0, 1 << 20),
+    high=st.integers(0, 1 << 20),
+    network=st.sampled_from([0, 1, 1_000, 10_000]),
+    plan=st.sampled_from([0, 1, 500, 20_000]),
+    upstream=st.sampled_from([0, 1, 2_000]),
+)
+def test_the_range_rule_twins_agree(
+    low: int, high: int, network: int, plan: int, upstream: int
+) -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    limit = pure.logs_limit(network, plan)
+    assert compiled.logs_limit(network, plan) == limit
+    assert limit <= max(network, plan) and (not network or limit <= network)
+    verdict = pure.logs_verdict(low, high, limit, upstream)
+    assert compiled.logs_verdict(low, high, limit, upstream) == verdict
+    span = high - low + 1
+    if high < low or ((not limit or span <= limit) and (not upstream or span <= upstream)):
+        assert verdict == pure.LOGS_FORWARD
+    elif limit and span > limit:
+        assert verdict == pure.LOGS_REFUSE
+    else:
+        assert verdict == pure.LOGS_SPLIT
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

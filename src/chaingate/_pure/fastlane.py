@@ -28,6 +28,8 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+import msgspec
+
 from chaingate.framing_constants import (
     ADMITTED,
     DAY_QUOTA,
@@ -58,6 +60,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "logs_limit",
+    "logs_verdict",
     "presented_key",
     "split_path_key",
 ]
@@ -101,6 +105,64 @@ KEY_SHAPES = (b"svc_live_", b"svc_test_")
 
 # Cache policies (MethodSpec.cache).
 NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
+
+# What becomes of an eth_getLogs block range (``logs_verdict``; rpc/logranges.py acts on it).
+LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
+_HEAD_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
+
+
+def logs_limit(network_blocks: int, plan_blocks: int) -> int:
+    """The widest eth_getLogs range a caller may ask for (0: no limit): the network's
+    ``logs.max_block_range``, lowered (never raised) by the plan's ``logs_max_block_range``
+    (0: none of its own)."""
+    if plan_blocks and (not network_blocks or plan_blocks < network_blocks):
+        return plan_blocks
+    return network_blocks
+
+
+def logs_verdict(low: int, high: int, limit_blocks: int, upstream_blocks: int) -> int:
+    """The range rule of eth_getLogs, for blocks ``low`` to ``high`` (tags resolved):
+    LOGS_FORWARD (one upstream call, untouched; an inverted range too: the node says what it
+    thinks of it), LOGS_REFUSE (wider than ``limit_blocks``) or LOGS_SPLIT (wider than
+    ``upstream_blocks``, the widest range sent to a node in one call; 0: never split)."""
+    if high < low:
+        return LOGS_FORWARD
+    span = high - low + 1
+    if limit_blocks and span > limit_blocks:
+        return LOGS_REFUSE
+    if not upstream_blocks or span <= upstream_blocks:
+        return LOGS_FORWARD
+    return LOGS_SPLIT
+
+
+class _LogFilter(msgspec.Struct):
+    """What the lane reads of an eth_getLogs filter: each member's raw JSON, empty when
+    absent (a member present as null is ``null``)."""
+
+    fromBlock: msgspec.Raw = msgspec.Raw()
+    toBlock: msgspec.Raw = msgspec.Raw()
+    blockHash: msgspec.Raw = msgspec.Raw()
+
+
+_log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+
+
+def _logs_bound(raw: msgspec.Raw, head: int | None) -> int:
+    """The block one end of a range names, as the lane reads it: absent or a head tag (the
+    head), ``earliest`` (0) or a hex quantity; -1 for anything else
+    (the handler reads it: rpc/logranges.py).  At most 15 digits: a number the compiled
+    twin holds in a C integer."""
+    text = bytes(raw)
+    if not text:
+        return -1 if head is None else head
+    if text[:3] == b'"0x' and 4 < len(text) <= 19 and text[-1:] == b'"':
+        digits = text[3:-1]
+        return int(digits, 16) if _HEX.issuperset(digits) else -1
+    if text in _HEAD_TAGS:
+        return -1 if head is None else head
+    if text == b'"earliest"':
+        return 0
+    return -1
 
 
 class MethodStats:
@@ -349,6 +411,7 @@ class Route:
         python_methods: frozenset[str] = frozenset(),
         sticky: twin.Sticky | None = None,
         sticky_methods: frozenset[str] = frozenset(),
+        logs: tuple[int, int] | None = None,
     ) -> None:
         self.label = label
         self.family = family
@@ -378,6 +441,15 @@ class Route:
         # Read-your-writes: while it remembers any write, its methods go to the handler.
         self.sticky = sticky
         self.sticky_methods = sticky_methods
+        # eth_getLogs ranges (rpc/logranges.py): (logs.max_block_range,
+        # logs.upstream_block_range), or None when ranges are not looked at.  The lane sends
+        # a range that fits one call itself and hands the handler those it must refuse or
+        # split; the service sets logs_head (the agreed head, for tags) and logs_plan (a
+        # caller's plan's own limit, 0: none).
+        self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
+        self.logs_blocks, self.logs_upstream = logs or (0, 0)
+        self.logs_head: Callable[[], int | None] = lambda: None
+        self.logs_plan: Callable[[Any], int] = lambda principal: 0
         self.flights: dict[tuple[str, bytes], Flight] = {}
         self.coalesced = 0
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
@@ -477,6 +549,35 @@ class Route:
         if tag is not None and not valid_block_tag(tag, self.family):
             return method, tag, False
         return method, tag, True
+
+    def logs_fit(self, params: bytes | None, principal: Any) -> bool:
+        """Does this eth_getLogs go upstream as it is — one filter, a range the lane reads
+        (no blockHash; each end absent, a tag or a hex number) within the caller's limit and
+        one upstream call?  False: the handler decides (refuses, splits, or forwards what
+        the lane cannot read)."""
+        if params is None:
+            return False
+        try:
+            (query,) = _log_filter.decode(params)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if len(query.blockHash):
+            return False
+        head = self.logs_head() if self._needs_head(query) else None
+        low = _logs_bound(query.fromBlock, head)
+        high = _logs_bound(query.toBlock, head)
+        if low < 0 or high < 0:
+            return False
+        limit = logs_limit(self.logs_blocks, self.logs_plan(principal))
+        return logs_verdict(low, high, limit, self.logs_upstream) == LOGS_FORWARD
+
+    @staticmethod
+    def _needs_head(query: _LogFilter) -> bool:
+        for raw in (query.fromBlock, query.toBlock):
+            text = bytes(raw)
+            if not text or text in _HEAD_TAGS:
+                return True
+        return False
 
     # --- answers the lane builds from this route's table ----------------------------------
 
@@ -958,7 +1059,11 @@ class Lane:
             for call in calls:
                 if not call.error:
                     method = route.methods.get(call.method)
-                    if method is not None and (method.special or self._sticky(route, call.method)):
+                    if method is None:
+                        continue
+                    if method.special or self._sticky(route, call.method):
+                        return HANDOFF
+                    if method is route.logs_method and not route.logs_fit(call.params, principal):
                         return HANDOFF
         self.served += 1
         pending = _Pending(

@@ -210,7 +210,8 @@ class RpcService:
         self._busy = _limit_error(busy, OVERLOADED)
         self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
         # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
-        self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
+        fastlane = impl.fastlane
+        self.logs = LogRanges(settings.logs, fastlane) if settings.family == "evm" else None
         # The widest eth_getLogs range of a caller's plan (0: the network's own limit).
         self._logs_range_of = logs_range_of or (lambda principal: 0)
         # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
@@ -220,11 +221,11 @@ class RpcService:
         # ``handle`` like eth_getLogs, so the requests that do not use them never look.
         self._local: dict[str, LocalAnswer] = {}
         python_methods = {name for name, spec in self._methods.items() if spec.local}
-        if self.logs is not None:
-            python_methods.add("eth_getLogs")
         # What this network shares with the edge's fast lane (compiled): the method table,
-        # the cache, the calls in flight and every counter (see _pure/fastlane.py).
-        fastlane = impl.fastlane
+        # the cache, the calls in flight and every counter (see _pure/fastlane.py).  With
+        # ranges looked at, the lane sends an eth_getLogs that fits one call itself and hands
+        # ``handle`` those it must refuse or split (Route.logs_fit).
+        logs = self.logs
         self.route: Route = fastlane.Route(
             self.label,
             settings.family,
@@ -246,8 +247,10 @@ class RpcService:
             python_methods=frozenset(python_methods),
             sticky=self.sticky,
             sticky_methods=STICKY_METHODS,
+            logs=None if logs is None else (logs.max_block_range, logs.upstream_block_range),
         )
         self.route.dispatch = self._dispatch
+        self.route.logs_plan = self._logs_range_of
         self.cache = self.route.cache
         # Reply bytes of batches being assembled; the gateway shares one budget among every
         # service (share_answers), and the edge reads it to refuse new work early.
@@ -264,6 +267,11 @@ class RpcService:
             probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
             parse_head = parse_evm_head
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
+        self.route.logs_head = self._head
+
+    def _head(self) -> int | None:
+        """The agreed head (the lane resolves an eth_getLogs range's tags with it)."""
+        return self.pool.head
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.pool.run(task_status=task_status)
