@@ -775,7 +775,7 @@ cdef class KeyAdmission(OpenAdmission):
         if raw is None:
             return None
         principal = self.recent.get(raw)
-        if principal is None or principal.revoked or principal.allow is not None:
+        if principal is None or principal.revoked:
             return None
         if not testnet and principal.environment == "test":
             return None
@@ -1237,6 +1237,9 @@ cdef class Lane:
         principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
+        allow = principal.allow
+        if allow is not None and not allow.admits(request.origin, peer):
+            return HANDOFF
         cdef double started = monotonic()
         parsed = route._parse(request.body, route.max_batch)
         calls = parsed.calls
@@ -1244,6 +1247,8 @@ cdef class Lane:
         if not parse_error:
             for call in calls:
                 if not call.error:
+                    if allow is not None and allow.call_refusal(call.method, call.params):
+                        return HANDOFF
                     method = route.methods.get(call.method)
                     if method is None:
                         continue

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaingate import twins as impl_module
+from chaingate.auth import allowlists
 from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
@@ -400,6 +401,43 @@ def test_the_range_rule_twins_agree(
         assert verdict == pure.LOGS_REFUSE
     else:
         assert verdict == pure.LOGS_SPLIT
+
+
+def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
+    """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
+    they refuse — an origin, a method, a contract, anywhere in a batch — the handler
+    refuses, so the whole request is handed off before anything is counted."""
+    token = "0x" + "11" * 20
+    other = "0x" + "22" * 20
+    policy = allowlists.Policy(
+        allowlists.build(
+            origins=["https://app.example.com"],
+            methods=["eth_chainId", "eth_getBalance", "eth_call"],
+            contracts=[token],
+        )
+    )
+    keyed = b"X-API-Key: " + KEY + b"\r\n"
+    good = keyed + b"Origin: https://app.example.com\r\n"
+
+    def scenario(lane: Lane) -> Any:
+        lane.principal.allow = policy
+        answers = [
+            lane.serve(_call("eth_chainId"), good),
+            lane.serve(_call("eth_call", [{"to": token, "data": "0x"}, "latest"]), good),
+            lane.serve([_call("eth_chainId"), _call("eth_getBalance", [other, "latest"], 2)], good),
+            lane.serve(_call("eth_chainId"), keyed),  # no Origin
+            lane.serve(_call("eth_chainId"), keyed + b"Origin: https://evil.example\r\n"),
+            lane.serve(_call("eth_blockNumber"), good),  # not on the method list
+            lane.serve(_call("eth_call", [{"to": other, "data": "0x"}, "latest"]), good),
+            lane.serve([_call("eth_chainId"), _call("eth_gasPrice", id=2)], good),
+        ]
+        lane.land_all(lambda flight: (b'"0x1"', None))
+        return answers
+
+    answers, books = _both(scenario, keys=True)
+    assert [a if isinstance(a, str) else a[0] for a in answers] == (["defer"] * 3 + ["handoff"] * 5)
+    assert books["stats"]["eth_call"] == (1, 0, 0)
+    assert books["statuses"]["rpc"] == {200: 3}
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

@@ -640,9 +640,10 @@ class KeyAdmission:
     """API keys on the fast lane: the cache-hit path of ``KeyGate.authenticate`` and the
     admission rule of ``KeyGate.admit`` (which calls ``admit`` here: one copy of the rule).
 
-    ``principal`` answers only the plain case — a key seen recently, not revoked, without
-    allowlists, from an address with no failed-authentication debt — and None otherwise: the
-    handler then authenticates (and refuses with the exact answer)."""
+    ``principal`` answers only the plain case — a key seen recently, not revoked, from an
+    address with no failed-authentication debt — and None otherwise: the handler then
+    authenticates (and refuses with the exact answer).  A key's allowlists the lane asks
+    (``Lane.serve``): what they refuse it hands off."""
 
     def __init__(
         self,
@@ -675,7 +676,7 @@ class KeyAdmission:
         if raw is None:
             return None  # no key, or two different ones: the handler refuses
         principal = self.recent.get(raw)
-        if principal is None or principal.revoked or principal.allow is not None:
+        if principal is None or principal.revoked:
             return None
         if not testnet and principal.environment == "test":
             return None
@@ -1049,6 +1050,10 @@ class Lane:
         principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
+        # A key's allowlists (auth/allowlists.py): what they refuse, the handler refuses.
+        allow = principal.allow
+        if allow is not None and not allow.admits(request.origin, peer):
+            return HANDOFF
         started = time.perf_counter()
         jsonrpc = route.jsonrpc
         parsed = jsonrpc.parse_request(request.body, route.max_batch)
@@ -1058,6 +1063,8 @@ class Lane:
             # is counted or charged.
             for call in calls:
                 if not call.error:
+                    if allow is not None and allow.call_refusal(call.method, call.params):
+                        return HANDOFF
                     method = route.methods.get(call.method)
                     if method is None:
                         continue

@@ -32,6 +32,18 @@ Answer = tuple[int, bytes, bytes]
 # --- what the lane asks of the code around it -----------------------------------------------
 
 
+class AllowPolicy(Protocol):
+    """A key's allowlists (``chaingate.auth.allowlists.Policy``), as the lane asks them."""
+
+    def admits(self, origin: bytes | None, peer: str) -> bool:
+        """May a request from this origin and client address use the key at all?"""
+        ...
+
+    def call_refusal(self, method: str | None, params: bytes | None) -> tuple[int, str] | None:
+        """(JSON-RPC code, message) of a call the lists forbid, else None."""
+        ...
+
+
 class Principal(Protocol):
     """Who is calling, as the lane reads it (``chaingate.auth.gate.Principal``)."""
 
@@ -46,7 +58,7 @@ class Principal(Protocol):
     pending_units: int
 
     @property
-    def allow(self) -> object | None: ...
+    def allow(self) -> AllowPolicy | None: ...
     @property
     def limiter(self) -> KeyLimiter: ...
     @property
