@@ -509,6 +509,7 @@ cdef class Route:
     cdef readonly object sticky
     cdef readonly frozenset sticky_methods
     cdef readonly dict flights
+    cdef list held
     cdef public long long coalesced
     cdef readonly dict refused
     cdef public AnswerBudget budget
@@ -572,6 +573,7 @@ cdef class Route:
         self.sticky = sticky
         self.sticky_methods = sticky_methods
         self.flights = {}
+        self.held = []
         self.coalesced = 0
         self.refused = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)
@@ -1207,6 +1209,8 @@ cdef class Lane:
     cdef public object sink
     cdef public long long served
     cdef dict _log_paths
+    cdef bint _holding
+    cdef list _held
 
     def __init__(self, dict routes, OpenAdmission admission, Ledger ledger, RequestIds ids,
                  cors, error_body, log_path):
@@ -1220,6 +1224,23 @@ cdef class Lane:
         self.sink = None
         self.served = 0
         self._log_paths = {}
+        self._holding = False
+        self._held = []
+
+    cpdef hold(self):
+        """Until ``release``, single calls' new retry-safe flights wait (see the pure twin)."""
+        self._holding = True
+
+    cpdef release(self):
+        """Send the flights held since ``hold``."""
+        cdef Route route
+        self._holding = False
+        held = self._held
+        self._held = []
+        for route in held:
+            flights = route.held
+            route.held = []
+            route._send(flights, [])
 
     cpdef object serve(self, conn, request, str peer, str group):
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
@@ -1338,10 +1359,14 @@ cdef class Lane:
             return DEFER
         flight = route.open_flight(key, params, method, tag)
         pending.wait_for(flight, 0, method, cu)
-        if method.retry:
-            route._send([flight], [])
-        else:
+        if not method.retry:
             route._send([], [flight])
+        elif self._holding and route.upstream_batch > 1:
+            if not route.held:
+                self._held.append(route)
+            route.held.append(flight)
+        else:
+            route._send([flight], [])
         return DEFER
 
     cdef object _batch(self, Pending pending):

@@ -440,6 +440,41 @@ def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
     assert books["statuses"]["rpc"] == {200: 3}
 
 
+def test_single_calls_served_while_held_go_upstream_together() -> None:
+    """While the edge loop serves one readiness (``hold`` .. ``release``), distinct single
+    calls' reads wait and leave as groups of at most the upstream batch size (10 here); a
+    write leaves at once, alone; a batch's calls are grouped as before; identical calls
+    still share a flight.  Every answer is the one it would have been."""
+
+    def balance(i: int) -> dict[str, Any]:
+        return _call("eth_getBalance", ["0x" + f"{i:040x}", "latest"], id=i)
+
+    def scenario(lane: Lane) -> Any:
+        lane.lane.hold()
+        answers = [lane.serve(balance(i), conn=f"c{i}") for i in range(1, 13)]
+        answers.append(lane.serve(balance(1), conn="c13"))  # joins the first's flight
+        answers.append(lane.serve(_call("eth_sendRawTransaction", ["0x00"], id=14), conn="w"))
+        answers.append(lane.serve([balance(20), balance(21)], conn="b"))
+        sent_while_held = [[f.method for f in group] for group in lane.recorder.groups]
+        lane.lane.release()
+        groups = [len(group) for group in lane.recorder.groups]
+        lane.land_all(lambda flight: (b'"' + flight.params.hex().encode() + b'"', None))
+        return answers, sent_while_held, groups
+
+    (answers, sent_while_held, groups), books = _both(scenario)
+    assert answers == ["defer"] * 15
+    assert sent_while_held == [["eth_sendRawTransaction"], ["eth_getBalance"] * 2]
+    assert groups == [1, 2, 10, 2]
+    assert books["coalesced"] == 1
+    delivered = {conn: json.loads(body) for conn, _, _, body in books["delivered"]}
+    assert len(delivered) == 15
+    assert delivered["c13"] == delivered["c1"]
+    for i in range(1, 13):
+        params = json.dumps(["0x" + f"{i:040x}", "latest"])  # as the request spells them
+        assert delivered[f"c{i}"] == {"jsonrpc": "2.0", "id": i, "result": params.encode().hex()}
+    assert [reply["id"] for reply in delivered["b"]] == [20, 21]
+
+
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:
     def scenario(lane: Lane) -> Any:
         lane.route.cache.put(("eth_chainId", b"[]"), b'"0x7a69"')

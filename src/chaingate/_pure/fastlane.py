@@ -451,6 +451,7 @@ class Route:
         self.logs_head: Callable[[], int | None] = lambda: None
         self.logs_plan: Callable[[Any], int] = lambda principal: 0
         self.flights: dict[tuple[str, bytes], Flight] = {}
+        self.held: list[Flight] = []  # single calls' flights the lane holds (Lane.hold)
         self.coalesced = 0
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
@@ -1033,6 +1034,23 @@ class Lane:
         self.sink: Any = None  # the edge loop (a twin.Sink), set before any request
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
+        self._holding = False
+        self._held: list[Route] = []  # routes holding single calls' flights (``hold``)
+
+    def hold(self) -> None:
+        """Until ``release``, the new retry-safe flights of single calls wait: the edge loop
+        holds them while it serves one readiness, so that distinct calls arriving together
+        go upstream together, one upstream batch (of at most the route's upstream batch
+        size) for many requests instead of one HTTP exchange each."""
+        self._holding = True
+
+    def release(self) -> None:
+        """Send the flights held since ``hold`` (grouped like a batch's reads)."""
+        self._holding = False
+        held, self._held = self._held, []
+        for route in held:
+            flights, route.held = route.held, []
+            route._send(flights, [])
 
     def serve(
         self, conn: twin.ConnHandle, request: Request, peer: str, group: str
@@ -1159,10 +1177,14 @@ class Lane:
             return DEFER
         flight = route.open_flight(key, call.params, method, tag)
         pending.wait_for(flight, 0, method, cu)
-        if method.retry:
-            route._send([flight], [])
-        else:
+        if not method.retry:
             route._send([], [flight])
+        elif self._holding and route.upstream_batch > 1:
+            if not route.held:
+                self._held.append(route)
+            route.held.append(flight)
+        else:
+            route._send([flight], [])
         return DEFER
 
     def _batch(self, pending: _Pending) -> twin.Answer | str:

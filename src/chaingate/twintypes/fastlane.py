@@ -387,6 +387,13 @@ class Lane(Protocol):
 
     def serve(self, conn: ConnHandle, request: Request, peer: str, group: str) -> Answer | str: ...
 
+    def hold(self) -> None:
+        """Until ``release``, single calls' new retry-safe flights wait (to go upstream
+        together): the edge loop holds them while it serves one readiness."""
+        ...
+
+    def release(self) -> None: ...
+
 
 # The module Protocol's members shadow the class names inside its body.
 _MethodStats: TypeAlias = MethodStats
