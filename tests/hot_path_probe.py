@@ -3,8 +3,9 @@ are not.
 
 In a process of its own (nothing else of the test session in it), a gateway with API keys on
 runs on the compiled twins; one client process sends requests on one keep-alive connection,
-one after the other or ``depth`` at a time, so every request costs the same whatever the
-machine is doing.  Per request, on the event loop's thread only, it counts:
+one after the other or ``depth`` at a time (or on ten connections, one request on each, sent
+together), so every request costs the same whatever the machine is doing.  Per request, on
+the event loop's thread only, it counts:
 
 * Python-level calls (``sys.setprofile``: functions entered, C functions called from Python);
 * system calls (``strace -c`` attached to that thread alone), without ``futex``: lock hand-offs
@@ -94,29 +95,35 @@ PER_REQUEST = {"distinct-batch": DISTINCT_BATCH}
 CLIENT = r"""
 import re, socket, sys
 port, key, count, depth = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3]), int(sys.argv[5])
-with socket.create_connection(("127.0.0.1", port)) as sock:
+width = int(sys.argv[6])  # connections, each sent ``depth`` requests per turn
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(width)]
+for sock in socks:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # The go signal (the counting has begun): the bodies, one a line, sent in turn.
-    requests = [
-        b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
-        % (sys.argv[4].encode(), key, len(body), body)
-        for body in sys.stdin.buffer.read().split(b"\n")
-    ]
-    data = b""
-    for turn in range(count // depth):
-        # ``depth`` requests pipelined, then their answers
-        sock.sendall(b"".join(requests[(turn * depth + i) % len(requests)] for i in range(depth)))
+# The go signal (the counting has begun): the bodies, one a line, sent in turn.
+requests = [
+    b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
+    % (sys.argv[4].encode(), key, len(body), body)
+    for body in sys.stdin.buffer.read().split(b"\n")
+]
+data = [b""] * width
+sent = 0
+for turn in range(count // (depth * width)):
+    # ``depth`` requests pipelined on each connection, then their answers
+    for sock in socks:
+        sock.sendall(b"".join(requests[(sent + i) % len(requests)] for i in range(depth)))
+        sent += depth
+    for n, sock in enumerate(socks):
         answered = 0
         while answered < depth:
-            head = data.find(b"\r\n\r\n")
-            length = head >= 0 and re.search(rb"(?i)content-length: *(\d+)", data[:head])
-            if not length or len(data) < head + 4 + int(length.group(1)):
-                data += sock.recv(65536)
+            head = data[n].find(b"\r\n\r\n")
+            length = head >= 0 and re.search(rb"(?i)content-length: *(\d+)", data[n][:head])
+            if not length or len(data[n]) < head + 4 + int(length.group(1)):
+                data[n] += sock.recv(65536)
                 continue
-            if not data.startswith(b"HTTP/1.1 200"):
-                sys.exit(data[:300])
-            data = data[head + 4 + int(length.group(1)) :]
+            if not data[n].startswith(b"HTTP/1.1 200"):
+                sys.exit(data[n][:300])
+            data[n] = data[n][head + 4 + int(length.group(1)) :]
             answered += 1
 """
 
@@ -125,14 +132,16 @@ async def _client(port: int, key: str, body: bytes, count: int, depth: int = 1) 
     """``count`` requests on one keep-alive connection, ``depth`` at a time (pipelined),
     from a process of its own: its work, and its share of an interpreter, are not counted."""
     await trio.run_process(
-        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)], stdin=body
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth), "1"],
+        stdin=body,
     )
 
 
-async def _started_client(port: int, key: str, count: int, depth: int) -> Any:
-    """The client process, started and connected, waiting for its body on stdin."""
+async def _started_client(port: int, key: str, count: int, depth: int, width: int) -> Any:
+    """The client process, started and connected (``width`` connections), waiting for its
+    body on stdin."""
     return await trio.lowlevel.open_process(
-        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)],
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth), str(width)],
         stdin=subprocess.PIPE,
     )
 
@@ -202,11 +211,13 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         body = BODIES.get(kind) or BODIES[kind.split("-")[0]]
         per = REQUESTS * PER_REQUEST.get(kind, 1)
         depth = 10 if kind.endswith("-pipelined") else 1
+        # "-parallel": one request at a time on each of ten connections, sent together.
+        width = 10 if kind.endswith("-parallel") else 1
         await _client(port, key, body, 50)  # warm: the cache, the upstream connections
         tasks = stack.handle.gateway.front.dashboard_tasks
         if tasks is not None:  # its prune at start: done before the counting
             await tasks.sampler.pruned.wait()
-        client = await _started_client(port, key, REQUESTS, depth)
+        client = await _started_client(port, key, REQUESTS, depth, width)
 
         async def run() -> None:
             assert client.stdin is not None
