@@ -510,6 +510,7 @@ cdef class Route:
     cdef readonly frozenset sticky_methods
     cdef readonly dict flights
     cdef list held
+    cdef readonly frozenset watched
     cdef public long long coalesced
     cdef readonly dict refused
     cdef public AnswerBudget budget
@@ -539,6 +540,7 @@ cdef class Route:
         sticky=None,
         frozenset sticky_methods=frozenset(),
         tuple logs=None,
+        frozenset watched=frozenset(),
     ):
         self.label = label
         self.family = family
@@ -574,6 +576,7 @@ cdef class Route:
         self.sticky_methods = sticky_methods
         self.flights = {}
         self.held = []
+        self.watched = watched
         self.coalesced = 0
         self.refused = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)
@@ -610,6 +613,44 @@ cdef class Route:
             except Exception:
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
+
+    cpdef land_replies(self, list flights, long long first_id, replies, look, bad,
+                       bytes missing):
+        """Land a group's upstream answer, each reply on the flight its id names (see the
+        pure twin)."""
+        cdef Py_ssize_t count = len(flights)
+        cdef long long index
+        cdef Flight flight
+        if count == 1 and len(replies) == 1:
+            self._land_reply(<Flight>flights[0], replies[0], look, bad)
+        else:
+            for reply in replies:
+                index = _upstream_id(reply.id) - first_id
+                if 0 <= index < count:
+                    self._land_reply(<Flight>flights[index], reply, look, bad)
+        for flight in flights:
+            if not flight.done:
+                self.land(flight, None, missing)
+
+    cdef int _land_reply(self, Flight flight, reply, look, bad) except -1:
+        cdef Method spec
+        if flight.done:
+            return 0
+        result = reply.result
+        error = reply.error
+        if error is not None or result is None:
+            if error is not None and PyBytes_GET_SIZE(error) and (<bytes>error)[0] == 123:
+                self.land(flight, None, error)
+            else:
+                self.land(flight, None, bad())
+            return 0
+        spec = flight.spec
+        if (
+            spec.cache != NO_CACHE and result != b"null" and spec.cacheable(flight.tag)
+        ) or flight.method in self.watched:
+            look(flight, result)
+        self.land(flight, result, None)
+        return 0
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -1530,6 +1571,24 @@ cdef class Lane:
         if timed and rejection is None:
             self.admission.observe(pending.principal, pending.route.label, label, elapsed)
         return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
+
+
+cdef long long _upstream_id(object raw) except -2:
+    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i
+    cdef long long value = 0
+    if raw is None:
+        return -1
+    n = PyBytes_GET_SIZE(raw)
+    if n == 0 or n > 18:
+        return -1
+    p = <const unsigned char*>PyBytes_AS_STRING(raw)
+    for i in range(n):
+        if not 48 <= p[i] <= 57:
+            return -1
+        value = value * 10 + (p[i] - 48)
+    return value
 
 
 def _no_head():

@@ -98,6 +98,7 @@ class Lane:
             sticky=sticky,
             sticky_methods=frozenset({"eth_getTransactionCount"}),
             logs=logs,
+            watched=frozenset({"eth_blockNumber"}),
         )
         self.route.logs_head = lambda: head
         self.route.logs_plan = lambda principal: plan_blocks
@@ -473,6 +474,60 @@ def test_single_calls_served_while_held_go_upstream_together() -> None:
         params = json.dumps(["0x" + f"{i:040x}", "latest"])  # as the request spells them
         assert delivered[f"c{i}"] == {"jsonrpc": "2.0", "id": i, "result": params.encode().hex()}
     assert [reply["id"] for reply in delivered["b"]] == [20, 21]
+
+
+def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
+    """``Route.land_replies``: each reply lands the flight its upstream id names, in any
+    order; an error object is the call's error, a reply with neither a result nor an error
+    object gets ``bad()``, a flight no reply names (a duplicate or a foreign id does not
+    count) ``missing``; the service is shown the results it must see (``look``): those the
+    cache may keep and the watched methods' — nothing else."""
+    reply = impl_module.pure().jsonrpc.Reply
+
+    def scenario(lane: Lane) -> Any:
+        calls = [
+            _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=1),  # not cacheable
+            _call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=2),  # cacheable
+            _call("eth_blockNumber", id=3),  # watched
+            _call("eth_getCode", ["0x" + "11" * 20, "latest"], id=4),  # a node's error
+            _call("eth_gasPrice", id=5),  # neither result nor error object
+            _call("eth_getBalance", ["0x" + "22" * 20, "latest"], id=6),  # no reply
+        ]
+        lane.serve(calls)
+        (group,) = lane.recorder.groups
+        looked: list[tuple[str, bytes]] = []
+        replies = [
+            reply(b"106", b'"0xb"', None),  # no flight of this group
+            reply(b"101", b'"0xa"', None),
+            reply(b"102", b'"0x3"', None),
+            reply(b"102", b'"0x4"', None),  # the same id again: ignored
+            reply(b"103", None, b'{"code":-32000,"message":"nope"}'),
+            reply(b"104", None, b'"not an object"'),
+            reply(b'"100"', b'"0x1"', None),  # not our spelling
+            reply(b"100", b'"0x0"', None),
+        ]
+        lane.route.land_replies(
+            group,
+            100,
+            replies,
+            lambda flight, result: looked.append((flight.method, result)),
+            lambda: b'{"code":-32603,"message":"bad"}',
+            b'{"code":-32603,"message":"missing"}',
+        )
+        return looked
+
+    looked, books = _both(scenario, keys=False)
+    assert looked == [("eth_getBalance", b'"0xa"'), ("eth_blockNumber", b'"0x3"')]
+    ((_, status, _, body),) = books["delivered"]
+    assert status == 200
+    assert [r.get("result", r.get("error")) for r in json.loads(body)] == [
+        "0x0",
+        "0xa",
+        "0x3",
+        {"code": -32000, "message": "nope"},
+        {"code": -32603, "message": "bad"},
+        {"code": -32603, "message": "missing"},
+    ]
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

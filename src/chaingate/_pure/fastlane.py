@@ -41,7 +41,7 @@ from chaingate.framing_constants import (
 from chaingate.refusals import Rejection, refusal_error
 from chaingate.twintypes import fastlane as twin
 from chaingate.twintypes.http1 import Request
-from chaingate.twintypes.jsonrpc import JsonRpcModule
+from chaingate.twintypes.jsonrpc import JsonRpcModule, Reply
 
 log = logging.getLogger("chaingate.edge")
 
@@ -280,6 +280,13 @@ def valid_block_tag(tag: bytes, family: str) -> bool:
     return len(digits) <= 64 and all(c in _HEX for c in digits)
 
 
+def _upstream_id(raw: bytes | None) -> int:
+    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
+    if raw is None or not raw.isdigit() or len(raw) > 18:
+        return -1
+    return int(raw)
+
+
 def split_path_key(path: bytes) -> tuple[bytes, bytes | None]:
     """(endpoint path, key) of a path whose last segment is key-shaped (``…/{key}``, the form
     wallets and tools that take only a URL use), else (path, None)."""
@@ -412,6 +419,7 @@ class Route:
         sticky: twin.Sticky | None = None,
         sticky_methods: frozenset[str] = frozenset(),
         logs: tuple[int, int] | None = None,
+        watched: frozenset[str] = frozenset(),
     ) -> None:
         self.label = label
         self.family = family
@@ -450,6 +458,9 @@ class Route:
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head: Callable[[], int | None] = lambda: None
         self.logs_plan: Callable[[Any], int] = lambda principal: 0
+        # Methods whose every result the service looks at (land_replies): the head a
+        # client's eth_blockNumber shows, the upstream a write went to.
+        self.watched = watched
         self.flights: dict[tuple[str, bytes], Flight] = {}
         self.held: list[Flight] = []  # single calls' flights the lane holds (Lane.hold)
         self.coalesced = 0
@@ -489,6 +500,53 @@ class Route:
                 # A bug of ours costs that request a 500, never the other waiters.
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
+
+    def land_replies(
+        self,
+        flights: Sequence[Flight],
+        first_id: int,
+        replies: Sequence[Reply],
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+        missing: bytes,
+    ) -> None:
+        """Land a group's upstream answer: each reply lands the flight whose upstream id it
+        carries (``first_id`` + the flight's position; a group of one takes its one reply
+        whatever its id) with its result or its error object.  ``look(flight, result)``
+        first, for a result the service must see (one the cache may keep, a watched
+        method's); ``bad()``, the error of a reply with neither a result nor an error
+        object; ``missing``, of a flight no reply names."""
+        count = len(flights)
+        if count == 1 and len(replies) == 1:
+            self._land_reply(flights[0], replies[0], look, bad)
+        else:
+            for reply in replies:
+                index = _upstream_id(reply.id) - first_id
+                if 0 <= index < count:
+                    self._land_reply(flights[index], reply, look, bad)
+        for flight in flights:
+            if not flight.done:
+                self.land(flight, None, missing)
+
+    def _land_reply(
+        self,
+        flight: Flight,
+        reply: Reply,
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+    ) -> None:
+        if flight.done:
+            return  # a second reply with the same id
+        result, error = reply.result, reply.error
+        if error is not None or result is None:
+            self.land(flight, None, error if error is not None and error[:1] == b"{" else bad())
+            return
+        spec = flight.spec
+        if (spec.cache != NO_CACHE and result != b"null" and spec.may_be_cached(flight.tag)) or (
+            flight.method in self.watched
+        ):
+            look(flight, result)
+        self.land(flight, result, None)
 
     def wants(self, flights: list[Flight], length: int) -> bool:
         """Does anyone still want the answer of this group of flights, whose body of

@@ -96,6 +96,9 @@ CacheKey = tuple[str, bytes]
 GroupOutcome = tuple[Upstream, Response, ParsedResponse] | UpstreamError
 
 _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
+_MISSING = error_object(INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response")
+# Methods whose every result ``_note`` reads (besides results the cache may keep).
+_WATCHED = frozenset({"eth_blockNumber", "eth_sendRawTransaction"})
 
 
 class _BlockRef(msgspec.Struct):
@@ -248,6 +251,7 @@ class RpcService:
             sticky=self.sticky,
             sticky_methods=STICKY_METHODS,
             logs=None if logs is None else (logs.max_block_range, logs.upstream_block_range),
+            watched=_WATCHED,
         )
         self.route.dispatch = self._dispatch
         self.route.logs_plan = self._logs_range_of
@@ -677,36 +681,26 @@ class RpcService:
             return
         upstream, response, parsed = outcome
         response.body = b""  # parsed: a big answer's bytes are not kept while it lands
-        if len(flights) == 1:
-            # The pool checked the framing: one reply, with a result or an error object.
-            flight = flights[0]
-            result, error = self._outcome(
-                parsed.replies[0], flight.spec, flight.tag, flight.key, upstream.name,
-                response.status,
-            )  # fmt: skip
-            route.land(flight, result, error)
-            return
-        if not parsed.batch:
+        if len(flights) > 1 and not parsed.batch:
             # The node refused the batch as a whole (for example: too large); the pool saw
             # to it that this is an error object.
             for flight in flights:
                 route.land(flight, None, parsed.replies[0].error)
             return
-        by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
-        for reply in parsed.replies:
-            landing = by_id.pop(_int_id(reply.id), None)
-            if landing is None:
-                continue
-            result, error = self._outcome(
-                reply, landing.spec, landing.tag, landing.key, upstream.name, response.status
-            )
-            route.land(landing, result, error)
-        if by_id:
-            missing = error_object(
-                INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
-            )
-            for flight in by_id.values():
-                route.land(flight, None, missing)
+        # The pool checked the framing (a group of one: one reply, with a result or an error
+        # object); the lane lands each reply, and shows us the results we must see.
+        route.land_replies(
+            flights,
+            first_id,
+            parsed.replies,
+            functools.partial(self._look, upstream.name),
+            functools.partial(_bad_response, upstream.name, response.status),
+            _MISSING,
+        )
+
+    def _look(self, upstream: str, flight: Flight, result: bytes) -> None:
+        """A result the lane landed that may be cached or says something (``_note``)."""
+        self._note(flight.spec, flight.tag, flight.key, result, upstream)
 
     async def _send_one(
         self,
@@ -949,6 +943,16 @@ class RpcService:
             if _is_object(reply.error):
                 return None, reply.error
             return None, _bad_response(upstream, status)
+        self._note(row, tag, key, result, upstream)
+        return result, None
+
+    def _note(
+        self, row: Method, tag: bytes | None, key: CacheKey, result: bytes, upstream: str
+    ) -> None:
+        """What a result tells besides itself: the cache may keep it, a client's
+        eth_blockNumber is a head seen, a write sets where its sender's reads go.  (The
+        lane's ``Route.land_replies`` shows us exactly these: results the cache may keep
+        and the ``watched`` methods'.)"""
         spec = row.spec
         if spec.cache != "none":
             self._maybe_cache(row, tag, key, result)
@@ -959,7 +963,6 @@ class RpcService:
             head = block_number(result)
             if head is not None:
                 self.pool.note_head(head)
-        return result, None
 
     def _maybe_cache(self, row: Method, tag: bytes | None, key: CacheKey, result: bytes) -> None:
         if result == b"null" or not row.may_be_cached(tag):

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
-from chaingate.twintypes.jsonrpc import Call, JsonRpcModule
+from chaingate.twintypes.jsonrpc import Call, JsonRpcModule, Reply
 from chaingate.twintypes.limiter import DayQuota, KeyLimiter, UsageMeter
 
 # The edge loop's connection: opaque to the lane, which only hands it back to its sink.
@@ -308,6 +308,18 @@ class Route(Protocol):
     ) -> Flight: ...
 
     def land(self, flight: Flight, result: bytes | None, error: bytes | None) -> None: ...
+    def land_replies(
+        self,
+        flights: list[Flight],
+        first_id: int,
+        replies: Sequence[Reply],
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+        missing: bytes,
+    ) -> None:
+        """Land a group's upstream answer, each reply on the flight its upstream id names."""
+        ...
+
     def wants(self, flights: list[Flight], length: int) -> bool: ...
     def refuse(self, reason: str, executed: bool, calls: int = ...) -> bytes: ...
 
@@ -452,6 +464,7 @@ class FastlaneModule(Protocol):
         sticky: Sticky | None = ...,
         sticky_methods: frozenset[str] = ...,
         logs: tuple[int, int] | None = ...,
+        watched: frozenset[str] = ...,
     ) -> _Route: ...
 
     def OpenAdmission(self, anonymous: P) -> _Admission[P]: ...
