@@ -4,9 +4,10 @@ Most requests never reach this module's ``handle``: the edge's fast lane (``fast
 answers them from the state this service owns and shares with it — the ``Route``: the method
 table, the cache, the flights in the air and the counters — and hands this service the groups
 of calls that need a node (``_dispatch``, landed by ``_land``).  ``handle`` answers what the
-lane leaves to Python (allowlisted keys, eth_getLogs, routed reads, WebSocket calls) by the
-same rules, which it asks the route for (``Route.classify``, ``Method.price``,
-``Method.may_be_cached``, the route's -32601 and -32602 replies), in four steps:
+lane leaves to Python (what a key's allowlists refuse, eth_getLogs to refuse or split, routed
+reads, WebSocket calls) by the same rules, which it asks the route for (``Route.classify``,
+``Method.price``, ``Method.may_be_cached``, the route's -32601 and -32602 replies), in four
+steps:
 
 1. framing (compiled): split into calls, keeping ids and params as raw bytes;
 2. classification (the route's): each call's method row and block tag, its compute units,
