@@ -36,6 +36,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "logs_limit",
+    "logs_verdict",
     "presented_key",
     "split_path_key",
 ]
@@ -105,6 +107,86 @@ cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', 
 
 cdef bint ID_OK[256]
 cdef bint HEX_OK[256]
+
+# What becomes of an eth_getLogs block range (as the pure twin).
+LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
+cdef enum:
+    C_LOGS_FORWARD = 0
+    C_LOGS_REFUSE = 1
+    C_LOGS_SPLIT = 2
+cdef frozenset _HEAD_TAGS = _CURRENT_TAGS
+
+
+cdef inline long long _logs_limit(long long network_blocks, long long plan_blocks) noexcept:
+    if plan_blocks and (not network_blocks or plan_blocks < network_blocks):
+        return plan_blocks
+    return network_blocks
+
+
+cdef inline int _logs_verdict(long long low, long long high, long long limit_blocks,
+                              long long upstream_blocks) noexcept:
+    cdef long long span
+    if high < low:
+        return C_LOGS_FORWARD
+    span = high - low + 1
+    if limit_blocks and span > limit_blocks:
+        return C_LOGS_REFUSE
+    if not upstream_blocks or span <= upstream_blocks:
+        return C_LOGS_FORWARD
+    return C_LOGS_SPLIT
+
+
+def logs_limit(long long network_blocks, long long plan_blocks):
+    """The widest eth_getLogs range a caller may ask for (0: no limit; see the pure twin)."""
+    return _logs_limit(network_blocks, plan_blocks)
+
+
+def logs_verdict(long long low, long long high, long long limit_blocks,
+                 long long upstream_blocks):
+    """The range rule of eth_getLogs: LOGS_FORWARD, LOGS_REFUSE or LOGS_SPLIT (see the pure
+    twin)."""
+    return _logs_verdict(low, high, limit_blocks, upstream_blocks)
+
+
+_LogFilter = msgspec.defstruct(
+    "_LogFilter",
+    [(name, msgspec.Raw, msgspec.Raw()) for name in ("fromBlock", "toBlock", "blockHash")],
+)
+
+
+_log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+
+
+cdef inline bint _wants_head(object raw) except -1:
+    """Is this end of a range the head (absent, or a head tag)?"""
+    return len(raw) == 0 or bytes(raw) in _HEAD_TAGS
+
+
+cdef long long _logs_bound(object raw, object head) except -2:
+    """The block one end of a range names, as the lane reads it; -1: the handler reads it
+    (see the pure twin)."""
+    cdef bytes text
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i
+    cdef long long value = 0
+    cdef unsigned char c
+    text = bytes(raw)
+    n = PyBytes_GET_SIZE(text)
+    if n == 0:
+        return -1 if head is None else <long long>head
+    p = <const unsigned char*>PyBytes_AS_STRING(text)
+    if 4 < n <= 19 and p[0] == 34 and p[1] == 48 and p[2] == 120 and p[n - 1] == 34:
+        for i in range(3, n - 1):
+            c = p[i]
+            if not HEX_OK[c]:
+                return -1
+            value = value * 16 + (c - 48 if c <= 57 else (c | 32) - 87)
+        return value
+    if text in _HEAD_TAGS:
+        return -1 if head is None else <long long>head
+    if text == b'"earliest"':
+        return 0
+    return -1
 
 
 cdef void _init_tables():
@@ -434,10 +516,17 @@ cdef class Route:
     cdef readonly object sticky
     cdef readonly frozenset sticky_methods
     cdef readonly dict flights
+    cdef list held
+    cdef readonly frozenset watched
     cdef public long long coalesced
     cdef readonly dict refused
     cdef public AnswerBudget budget
     cdef public object dispatch
+    cdef readonly Method logs_method
+    cdef readonly long long logs_blocks
+    cdef readonly long long logs_upstream
+    cdef public object logs_head
+    cdef public object logs_plan
 
     def __init__(
         self,
@@ -457,6 +546,8 @@ cdef class Route:
         frozenset python_methods=frozenset(),
         sticky=None,
         frozenset sticky_methods=frozenset(),
+        tuple logs=None,
+        frozenset watched=frozenset(),
     ):
         self.label = label
         self.family = family
@@ -491,10 +582,16 @@ cdef class Route:
         self.sticky = sticky
         self.sticky_methods = sticky_methods
         self.flights = {}
+        self.held = []
+        self.watched = watched
         self.coalesced = 0
         self.refused = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)
         self.dispatch = None
+        self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
+        self.logs_blocks, self.logs_upstream = logs or (0, 0)
+        self.logs_head = _no_head
+        self.logs_plan = _no_plan
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
         cdef Flight flight = Flight(key, params, spec, tag)
@@ -523,6 +620,45 @@ cdef class Route:
             except Exception:
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
+
+    cpdef land_replies(self, list flights, long long first_id, replies, look, bad,
+                       bytes missing):
+        """Land a group's upstream answer, each reply on the flight its id names (see the
+        pure twin)."""
+        cdef Py_ssize_t count = len(flights)
+        cdef long long index
+        cdef Flight flight
+        if count == 1 and len(replies) == 1:
+            self._land_reply(<Flight>flights[0], replies[0], look, bad)
+        else:
+            for reply in replies:
+                index = _upstream_id(reply.id) - first_id
+                if 0 <= index < count:
+                    self._land_reply(<Flight>flights[index], reply, look, bad)
+        for flight in flights:
+            if not flight.done:
+                self.land(flight, None, missing)
+
+    cdef int _land_reply(self, Flight flight, reply, look, bad) except -1:
+        cdef Method spec
+        if flight.done:
+            return 0
+        result = reply.result
+        error = reply.error
+        if error is not None or result is None:
+            if error is not None and PyBytes_GET_SIZE(error) and (<bytes>error)[0] == 123:
+                self.land(flight, None, error)
+            else:
+                self.land(flight, None, bad())
+            return 0
+        spec = flight.spec
+        if (
+            spec.cache != NO_CACHE and result != b"null"
+            and spec.cacheable(flight.tag, flight.params)
+        ) or flight.method in self.watched:
+            look(flight, result)
+        self.land(flight, result, None)
+        return 0
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -592,6 +728,31 @@ cdef class Route:
         if tag is not None and not valid_block_tag(tag, self.solana):
             return method, tag, False
         return method, tag, True
+
+    cpdef bint logs_fit(self, object params, object principal) except -1:
+        """Does this eth_getLogs go upstream as it is (see the pure twin)?"""
+        cdef long long low, high
+        if params is None:
+            return False
+        try:
+            (query,) = _log_filter.decode(params)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if len(query.blockHash):
+            return False
+        first = query.fromBlock
+        last = query.toBlock
+        head = None
+        if _wants_head(first) or _wants_head(last):
+            head = self.logs_head()
+        low = _logs_bound(first, head)
+        high = _logs_bound(last, head)
+        if low < 0 or high < 0:
+            return False
+        return _logs_verdict(
+            low, high, _logs_limit(self.logs_blocks, self.logs_plan(principal)),
+            self.logs_upstream,
+        ) == C_LOGS_FORWARD
 
     cpdef object not_found(self, call):
         if call.id is None:
@@ -668,7 +829,7 @@ cdef class KeyAdmission(OpenAdmission):
         if raw is None:
             return None
         principal = self.recent.get(raw)
-        if principal is None or principal.revoked or principal.allow is not None:
+        if principal is None or principal.revoked:
             return None
         if not testnet and principal.environment == "test":
             return None
@@ -1100,6 +1261,8 @@ cdef class Lane:
     cdef public object sink
     cdef public long long served
     cdef dict _log_paths
+    cdef bint _holding
+    cdef list _held
 
     def __init__(self, dict routes, OpenAdmission admission, Ledger ledger, RequestIds ids,
                  cors, error_body, log_path):
@@ -1113,6 +1276,23 @@ cdef class Lane:
         self.sink = None
         self.served = 0
         self._log_paths = {}
+        self._holding = False
+        self._held = []
+
+    cpdef hold(self):
+        """Until ``release``, single calls' new retry-safe flights wait (see the pure twin)."""
+        self._holding = True
+
+    cpdef release(self):
+        """Send the flights held since ``hold``."""
+        cdef Route route
+        self._holding = False
+        held = self._held
+        self._held = []
+        for route in held:
+            flights = route.held
+            route.held = []
+            route._send(flights, [])
 
     cpdef object serve(self, conn, request, str peer, str group):
         """(status, headers, body) now, DEFER (the sink gets it later) or HANDOFF."""
@@ -1130,6 +1310,9 @@ cdef class Lane:
         principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
+        allow = principal.allow
+        if allow is not None and not allow.admits(request.origin, peer):
+            return HANDOFF
         cdef double started = monotonic()
         parsed = route._parse(request.body, route.max_batch)
         calls = parsed.calls
@@ -1137,9 +1320,15 @@ cdef class Lane:
         if not parse_error:
             for call in calls:
                 if not call.error:
+                    if allow is not None and allow.call_refusal(call.method, call.params):
+                        return HANDOFF
                     method = route.methods.get(call.method)
-                    if method is not None and (
-                        method.special or _sticky(route, call.method)
+                    if method is None:
+                        continue
+                    if method.special or _sticky(route, call.method):
+                        return HANDOFF
+                    if method is route.logs_method and not route.logs_fit(
+                        call.params, principal
                     ):
                         return HANDOFF
         self.served += 1
@@ -1222,10 +1411,14 @@ cdef class Lane:
             return DEFER
         flight = route.open_flight(key, params, method, tag)
         pending.wait_for(flight, 0, method, cu)
-        if method.retry:
-            route._send([flight], [])
-        else:
+        if not method.retry:
             route._send([], [flight])
+        elif self._holding and route.upstream_batch > 1:
+            if not route.held:
+                self._held.append(route)
+            route.held.append(flight)
+        else:
+            route._send([flight], [])
         return DEFER
 
     cdef object _batch(self, Pending pending):
@@ -1389,6 +1582,32 @@ cdef class Lane:
         if timed and rejection is None:
             self.admission.observe(pending.principal, pending.route.label, label, elapsed)
         return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
+
+
+cdef long long _upstream_id(object raw) except -2:
+    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i
+    cdef long long value = 0
+    if raw is None:
+        return -1
+    n = PyBytes_GET_SIZE(raw)
+    if n == 0 or n > 18:
+        return -1
+    p = <const unsigned char*>PyBytes_AS_STRING(raw)
+    for i in range(n):
+        if not 48 <= p[i] <= 57:
+            return -1
+        value = value * 10 + (p[i] - 48)
+    return value
+
+
+def _no_head():
+    return None
+
+
+def _no_plan(principal):
+    return 0
 
 
 cdef inline bint _sticky(Route route, str method):

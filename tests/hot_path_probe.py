@@ -3,8 +3,9 @@ are not.
 
 In a process of its own (nothing else of the test session in it), a gateway with API keys on
 runs on the compiled twins; one client process sends requests on one keep-alive connection,
-one after the other or ``depth`` at a time, so every request costs the same whatever the
-machine is doing.  Per request, on the event loop's thread only, it counts:
+one after the other or ``depth`` at a time (or on ten connections, one request on each, sent
+together), so every request costs the same whatever the machine is doing.  Per request, on
+the event loop's thread only, it counts:
 
 * Python-level calls (``sys.setprofile``: functions entered, C functions called from Python);
 * system calls (``strace -c`` attached to that thread alone), without ``futex``: lock hand-offs
@@ -57,37 +58,72 @@ def _batch() -> bytes:
     ).encode()
 
 
+def _balance(i: int) -> dict[str, Any]:
+    """eth_getBalance of the i-th address at "latest": never cached, never joined."""
+    return {"jsonrpc": "2.0", "id": i, "method": "eth_getBalance",
+            "params": ["0x" + f"{i:040x}", "latest"]}  # fmt: skip
+
+
+DISTINCT_BATCH = 20  # calls per batch of the distinct-batch kind
+
+
+def _distinct(count: int) -> bytes:
+    """``count`` single calls, no two alike (one a line: the client sends them in turn)."""
+    return b"\n".join(json.dumps(_balance(i)).encode() for i in range(1, count + 1))
+
+
+def _distinct_batches(count: int) -> bytes:
+    """``count`` batches of DISTINCT_BATCH calls, no two calls alike."""
+    size = DISTINCT_BATCH
+    return b"\n".join(
+        json.dumps([_balance(b * size + i) for i in range(1, size + 1)]).encode()
+        for b in range(count)
+    )
+
+
 BODIES = {
     "chainid": b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
     "block": b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
     "batch": _batch(),
+    "distinct": _distinct(REQUESTS),
+    "distinct-batch": _distinct_batches(REQUESTS),
 }
+# What one request of a kind counts as: a distinct batch's counts are per call.
+PER_REQUEST = {"distinct-batch": DISTINCT_BATCH}
 
 
 CLIENT = r"""
 import re, socket, sys
 port, key, count, depth = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3]), int(sys.argv[5])
-with socket.create_connection(("127.0.0.1", port)) as sock:
+width = int(sys.argv[6])  # connections, each sent ``depth`` requests per turn
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(width)]
+for sock in socks:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    body = sys.stdin.buffer.read()  # the go signal: the counting has begun
-    request = (
-        b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
-        % (sys.argv[4].encode(), key, len(body), body)
-    )
-    data = b""
-    for _ in range(count // depth):
-        sock.sendall(request * depth)  # ``depth`` requests pipelined, then their answers
+# The go signal (the counting has begun): the bodies, one a line, sent in turn.
+requests = [
+    b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    b"X-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s"
+    % (sys.argv[4].encode(), key, len(body), body)
+    for body in sys.stdin.buffer.read().split(b"\n")
+]
+data = [b""] * width
+sent = 0
+for turn in range(count // (depth * width)):
+    # ``depth`` requests pipelined on each connection, then their answers
+    for sock in socks:
+        sock.sendall(b"".join(requests[(sent + i) % len(requests)] for i in range(depth)))
+        sent += depth
+    for n, sock in enumerate(socks):
         answered = 0
         while answered < depth:
-            head = data.find(b"\r\n\r\n")
-            length = head >= 0 and re.search(rb"(?i)content-length: *(\d+)", data[:head])
-            if not length or len(data) < head + 4 + int(length.group(1)):
-                data += sock.recv(65536)
+            head = data[n].find(b"\r\n\r\n")
+            length = head >= 0 and re.search(rb"(?i)content-length: *(\d+)", data[n][:head])
+            if not length or len(data[n]) < head + 4 + int(length.group(1)):
+                data[n] += sock.recv(65536)
                 continue
-            if not data.startswith(b"HTTP/1.1 200"):
-                sys.exit(data[:300])
-            data = data[head + 4 + int(length.group(1)) :]
+            if not data[n].startswith(b"HTTP/1.1 200"):
+                sys.exit(data[n][:300])
+            data[n] = data[n][head + 4 + int(length.group(1)) :]
             answered += 1
 """
 
@@ -96,14 +132,16 @@ async def _client(port: int, key: str, body: bytes, count: int, depth: int = 1) 
     """``count`` requests on one keep-alive connection, ``depth`` at a time (pipelined),
     from a process of its own: its work, and its share of an interpreter, are not counted."""
     await trio.run_process(
-        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)], stdin=body
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth), "1"],
+        stdin=body,
     )
 
 
-async def _started_client(port: int, key: str, count: int, depth: int) -> Any:
-    """The client process, started and connected, waiting for its body on stdin."""
+async def _started_client(port: int, key: str, count: int, depth: int, width: int) -> Any:
+    """The client process, started and connected (``width`` connections), waiting for its
+    body on stdin."""
     return await trio.lowlevel.open_process(
-        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth)],
+        [sys.executable, "-c", CLIENT, str(port), key, str(count), RPC, str(depth), str(width)],
         stdin=subprocess.PIPE,
     )
 
@@ -170,13 +208,16 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         stack = await start_auth(nursery, impl_module.compiled(), settings)
         key, _ = await stack.key(plan="enterprise")  # unlimited: nothing is throttled
         port = stack.handle.gateway.port
-        body = BODIES[kind.split("-")[0]]
+        body = BODIES.get(kind) or BODIES[kind.split("-")[0]]
+        per = REQUESTS * PER_REQUEST.get(kind, 1)
         depth = 10 if kind.endswith("-pipelined") else 1
+        # "-parallel": one request at a time on each of ten connections, sent together.
+        width = 10 if kind.endswith("-parallel") else 1
         await _client(port, key, body, 50)  # warm: the cache, the upstream connections
         tasks = stack.handle.gateway.front.dashboard_tasks
         if tasks is not None:  # its prune at start: done before the counting
             await tasks.sampler.pruned.wait()
-        client = await _started_client(port, key, REQUESTS, depth)
+        client = await _started_client(port, key, REQUESTS, depth, width)
 
         async def run() -> None:
             assert client.stdin is not None
@@ -192,8 +233,8 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         idle, _ = await _counted(idle_for_as_long)
         nursery.cancel_scope.cancel()
     return {
-        "calls": (loaded[0] - idle[0]) / REQUESTS,
-        "syscalls": (loaded[1] - idle[1]) / REQUESTS,
+        "calls": (loaded[0] - idle[0]) / per,
+        "syscalls": (loaded[1] - idle[1]) / per,
     }
 
 

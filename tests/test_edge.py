@@ -255,8 +255,10 @@ async def test_a_bug_in_a_handler_is_a_500_not_a_dead_server(
 
     original = service.handle
     service.handle = broken  # type: ignore[method-assign]
-    # eth_getLogs is answered by the Python handler (range planning), not the fast lane.
-    raw = await exchange(gw.port, post_bytes(RPC, rpc_body("eth_getLogs", [{}])))
+    # eth_getLogs by block hash is answered by the Python handler, not the fast lane.
+    raw = await exchange(
+        gw.port, post_bytes(RPC, rpc_body("eth_getLogs", [{"blockHash": "0x" + "ab" * 32}]))
+    )
     (response,) = parse_responses(raw, ["POST"])
     assert response.status == 500
     assert response.json()["error"] == {

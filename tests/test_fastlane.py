@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaingate import twins as impl_module
+from chaingate.auth import allowlists
 from chaingate.auth.gate import Principal
 from chaingate.auth.keygate import KeyGate
 from chaingate.edge import cors
@@ -73,6 +74,9 @@ class Lane:
         budget: int = 1 << 30,
         scopes: frozenset[str] | None = None,
         sticky: Any = None,
+        logs: tuple[int, int] | None = None,
+        head: int | None = None,
+        plan_blocks: int = 0,
     ) -> None:
         fastlane = impl.fastlane
         self.impl = impl
@@ -90,10 +94,14 @@ class Lane:
             coalesce=True,
             upstream_batch=10,
             refusals=REFUSALS,
-            python_methods=frozenset({"eth_getLogs"}),
+            python_methods=frozenset() if logs is not None else frozenset({"eth_getLogs"}),
             sticky=sticky,
             sticky_methods=frozenset({"eth_getTransactionCount"}),
+            logs=logs,
+            watched=frozenset({"eth_blockNumber"}),
         )
+        self.route.logs_head = lambda: head
+        self.route.logs_plan = lambda principal: plan_blocks
         self.route.budget = fastlane.AnswerBudget(budget)
         self.route.dispatch = self.recorder.groups.append
         self.log_stream = io.BytesIO()
@@ -319,6 +327,207 @@ def test_handler_only_calls_hand_the_whole_request_off_before_counting_anything(
     answers, books = _both(scenario, sticky=Sticky())
     assert answers == ("handoff",) * 4
     assert books["stats"] == {} and books["log"] == [] and books["statuses"]["rpc"] == {}
+
+
+def _logs(first: Any = None, last: Any = None, **more: Any) -> dict[str, Any]:
+    query = dict(more)
+    if first is not None:
+        query["fromBlock"] = first
+    if last is not None:
+        query["toBlock"] = last
+    return _call("eth_getLogs", [query])
+
+
+def test_an_eth_getlogs_range_that_fits_one_call_goes_upstream_from_the_lane() -> None:
+    """Limit 1,000 (the plan's, under the network's 10,000), 500 blocks per upstream call,
+    head 0x1000: what fits one call is sent; what must be refused, split or read by the
+    handler is handed off whole, before anything is counted."""
+
+    def scenario(lane: Lane) -> Any:
+        answers = [
+            lane.serve(_logs("0x10", "0x20")),  # 17 blocks
+            lane.serve(_logs("0xff0", "latest")),  # 17 blocks to the head
+            lane.serve(_logs("0xf00")),  # toBlock absent: the head, 257 blocks
+            lane.serve(_logs("earliest", "0x1f3")),  # 500 blocks: one call
+            lane.serve(_logs("0x20", "0x10")),  # inverted: the node answers it
+            lane.serve([_logs("0x1", "0x2"), _call("eth_chainId", id=2)]),
+            lane.serve(_logs("0x0", "0x1f4")),  # 501 blocks: split
+            lane.serve(_logs("0x0", "0x3e8")),  # 1,001 blocks: refused (the plan's limit)
+            lane.serve(_logs("0x0", "0x1", blockHash="0x" + "ab" * 32)),
+            lane.serve(_logs("0X10", "0x20")),  # what the lane does not read: the handler
+            lane.serve(_logs("0x10", "0x" + "1" * 16)),
+            lane.serve(_logs(16, "0x20")),
+            lane.serve(_logs("0x1", "0x2", address=["0x" + "11" * 20])),  # other members: fine
+            lane.serve([_call("eth_chainId"), _logs("0x0", "0x3e8")]),
+            lane.serve(_call("eth_getLogs", [{"fromBlock": "0x1"}, {}])),
+            lane.serve(_call("eth_getLogs")),  # no filter: the handler
+        ]
+        lane.land_all(lambda flight: (b"[]", None))
+        return answers
+
+    answers, books = _both(scenario, logs=(10_000, 500), head=0x1000, plan_blocks=1_000)
+    assert answers == ["defer"] * 6 + ["handoff"] * 6 + ["defer"] + ["handoff"] * 3
+    assert books["stats"]["eth_getLogs"] == (7, 0, 0)
+    assert len(books["delivered"]) == 7
+
+
+def test_an_eth_getlogs_range_of_head_tags_needs_a_known_head() -> None:
+    def scenario(lane: Lane) -> Any:
+        return lane.serve(_logs("0x1", "latest")), lane.serve(_logs("0x1", "0x2"))
+
+    answers, _ = _both(scenario, logs=(10_000, 500), head=None)
+    assert answers == ("handoff", "defer")
+
+
+@given(
+    low=st.integers(0, 1 << 20),
+    high=st.integers(0, 1 << 20),
+    network=st.sampled_from([0, 1, 1_000, 10_000]),
+    plan=st.sampled_from([0, 1, 500, 20_000]),
+    upstream=st.sampled_from([0, 1, 2_000]),
+)
+def test_the_range_rule_twins_agree(
+    low: int, high: int, network: int, plan: int, upstream: int
+) -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    limit = pure.logs_limit(network, plan)
+    assert compiled.logs_limit(network, plan) == limit
+    assert limit <= max(network, plan) and (not network or limit <= network)
+    verdict = pure.logs_verdict(low, high, limit, upstream)
+    assert compiled.logs_verdict(low, high, limit, upstream) == verdict
+    span = high - low + 1
+    if high < low or ((not limit or span <= limit) and (not upstream or span <= upstream)):
+        assert verdict == pure.LOGS_FORWARD
+    elif limit and span > limit:
+        assert verdict == pure.LOGS_REFUSE
+    else:
+        assert verdict == pure.LOGS_SPLIT
+
+
+def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
+    """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
+    they refuse — an origin, a method, a contract, anywhere in a batch — the handler
+    refuses, so the whole request is handed off before anything is counted."""
+    token = "0x" + "11" * 20
+    other = "0x" + "22" * 20
+    policy = allowlists.Policy(
+        allowlists.build(
+            origins=["https://app.example.com"],
+            methods=["eth_chainId", "eth_getBalance", "eth_call"],
+            contracts=[token],
+        )
+    )
+    keyed = b"X-API-Key: " + KEY + b"\r\n"
+    good = keyed + b"Origin: https://app.example.com\r\n"
+
+    def scenario(lane: Lane) -> Any:
+        lane.principal.allow = policy
+        answers = [
+            lane.serve(_call("eth_chainId"), good),
+            lane.serve(_call("eth_call", [{"to": token, "data": "0x"}, "latest"]), good),
+            lane.serve([_call("eth_chainId"), _call("eth_getBalance", [other, "latest"], 2)], good),
+            lane.serve(_call("eth_chainId"), keyed),  # no Origin
+            lane.serve(_call("eth_chainId"), keyed + b"Origin: https://evil.example\r\n"),
+            lane.serve(_call("eth_blockNumber"), good),  # not on the method list
+            lane.serve(_call("eth_call", [{"to": other, "data": "0x"}, "latest"]), good),
+            lane.serve([_call("eth_chainId"), _call("eth_gasPrice", id=2)], good),
+        ]
+        lane.land_all(lambda flight: (b'"0x1"', None))
+        return answers
+
+    answers, books = _both(scenario, keys=True)
+    assert [a if isinstance(a, str) else a[0] for a in answers] == (["defer"] * 3 + ["handoff"] * 5)
+    assert books["stats"]["eth_call"] == (1, 0, 0)
+    assert books["statuses"]["rpc"] == {200: 3}
+
+
+def test_single_calls_served_while_held_go_upstream_together() -> None:
+    """While the edge loop serves one readiness (``hold`` .. ``release``), distinct single
+    calls' reads wait and leave as groups of at most the upstream batch size (10 here); a
+    write leaves at once, alone; a batch's calls are grouped as before; identical calls
+    still share a flight.  Every answer is the one it would have been."""
+
+    def balance(i: int) -> dict[str, Any]:
+        return _call("eth_getBalance", ["0x" + f"{i:040x}", "latest"], id=i)
+
+    def scenario(lane: Lane) -> Any:
+        lane.lane.hold()
+        answers = [lane.serve(balance(i), conn=f"c{i}") for i in range(1, 13)]
+        answers.append(lane.serve(balance(1), conn="c13"))  # joins the first's flight
+        answers.append(lane.serve(_call("eth_sendRawTransaction", ["0x00"], id=14), conn="w"))
+        answers.append(lane.serve([balance(20), balance(21)], conn="b"))
+        sent_while_held = [[f.method for f in group] for group in lane.recorder.groups]
+        lane.lane.release()
+        groups = [len(group) for group in lane.recorder.groups]
+        lane.land_all(lambda flight: (b'"' + flight.params.hex().encode() + b'"', None))
+        return answers, sent_while_held, groups
+
+    (answers, sent_while_held, groups), books = _both(scenario)
+    assert answers == ["defer"] * 15
+    assert sent_while_held == [["eth_sendRawTransaction"], ["eth_getBalance"] * 2]
+    assert groups == [1, 2, 10, 2]
+    assert books["coalesced"] == 1
+    delivered = {conn: json.loads(body) for conn, _, _, body in books["delivered"]}
+    assert len(delivered) == 15
+    assert delivered["c13"] == delivered["c1"]
+    for i in range(1, 13):
+        params = json.dumps(["0x" + f"{i:040x}", "latest"])  # as the request spells them
+        assert delivered[f"c{i}"] == {"jsonrpc": "2.0", "id": i, "result": params.encode().hex()}
+    assert [reply["id"] for reply in delivered["b"]] == [20, 21]
+
+
+def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
+    """``Route.land_replies``: each reply lands the flight its upstream id names, in any
+    order; an error object is the call's error, a reply with neither a result nor an error
+    object gets ``bad()``, a flight no reply names (a duplicate or a foreign id does not
+    count) ``missing``; the service is shown the results it must see (``look``): those the
+    cache may keep and the watched methods' — nothing else."""
+    reply = impl_module.pure().jsonrpc.Reply
+
+    def scenario(lane: Lane) -> Any:
+        calls = [
+            _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=1),  # not cacheable
+            _call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=2),  # cacheable
+            _call("eth_blockNumber", id=3),  # watched
+            _call("eth_getCode", ["0x" + "11" * 20, "latest"], id=4),  # a node's error
+            _call("eth_gasPrice", id=5),  # neither result nor error object
+            _call("eth_getBalance", ["0x" + "22" * 20, "latest"], id=6),  # no reply
+        ]
+        lane.serve(calls)
+        (group,) = lane.recorder.groups
+        looked: list[tuple[str, bytes]] = []
+        replies = [
+            reply(b"106", b'"0xb"', None),  # no flight of this group
+            reply(b"101", b'"0xa"', None),
+            reply(b"102", b'"0x3"', None),
+            reply(b"102", b'"0x4"', None),  # the same id again: ignored
+            reply(b"103", None, b'{"code":-32000,"message":"nope"}'),
+            reply(b"104", None, b'"not an object"'),
+            reply(b'"100"', b'"0x1"', None),  # not our spelling
+            reply(b"100", b'"0x0"', None),
+        ]
+        lane.route.land_replies(
+            group,
+            100,
+            replies,
+            lambda flight, result: looked.append((flight.method, result)),
+            lambda: b'{"code":-32603,"message":"bad"}',
+            b'{"code":-32603,"message":"missing"}',
+        )
+        return looked
+
+    looked, books = _both(scenario, keys=False)
+    assert looked == [("eth_getBalance", b'"0xa"'), ("eth_blockNumber", b'"0x3"')]
+    ((_, status, _, body),) = books["delivered"]
+    assert status == 200
+    assert [r.get("result", r.get("error")) for r in json.loads(body)] == [
+        "0x0",
+        "0xa",
+        "0x3",
+        {"code": -32000, "message": "nope"},
+        {"code": -32603, "message": "bad"},
+        {"code": -32603, "message": "missing"},
+    ]
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

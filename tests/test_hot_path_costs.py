@@ -1,6 +1,8 @@
 """The hot path's budget, counted rather than timed (see tests/hot_path_probe.py, which counts
 in a process of its own): Python-level calls and system calls per request through the compiled
-edge, with API keys on, one request at a time on one connection — and ten pipelined.
+edge, with API keys on, one request at a time on one connection — and ten pipelined; for
+distinct requests (no two alike) also one at a time on each of ten connections, and per call
+of distinct batches.
 
 A budget is raised only on purpose, with the reason in the commit that raises it.
 """
@@ -27,8 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # time on one connection, the loop pays one more epoll_wait and trio's re-arming of it per
 # turn; answers that wait together leave in one send.  An upstream read asks for a quick ACK,
 # one setsockopt: see netio.quick_ack.)
+# Distinct requests (issue 38: no two alike, so neither the cache nor a flight in the air can
+# answer them; eth_getBalance of another address at "latest" each time), before and after
+# issue 38's lane work (2026-12-07): distinct (one at a time) 170.7 / 10.05 -> 165-169 / 10.05
+# per request; distinct-parallel (one request at a time on each of ten connections, sent
+# together) 75.4 / 3.75 -> 19.8-23.2 / 3.0 (the lane sends a readiness's calls upstream
+# together, Lane.hold); distinct-batch 12.6 / 0.51 -> 8.5 / 0.51 per call of a batch of 20
+# (replies land in the lane, Route.land_replies).
 BUDGETS = {
     "chainid": (65, 5.6),
+    "distinct": (180, 10.6),
+    "distinct-parallel": (28, 3.3),
+    "distinct-batch": (10, 0.55),
     "chainid-pipelined": (10, 0.7),
     "block": (200, 11.0),
     "batch": (300, 11.0),

@@ -28,6 +28,8 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+import msgspec
+
 from chaingate.framing_constants import (
     ADMITTED,
     DAY_QUOTA,
@@ -39,7 +41,7 @@ from chaingate.framing_constants import (
 from chaingate.refusals import Rejection, refusal_error
 from chaingate.twintypes import fastlane as twin
 from chaingate.twintypes.http1 import Request
-from chaingate.twintypes.jsonrpc import JsonRpcModule
+from chaingate.twintypes.jsonrpc import JsonRpcModule, Reply
 
 log = logging.getLogger("chaingate.edge")
 
@@ -58,6 +60,8 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "logs_limit",
+    "logs_verdict",
     "presented_key",
     "split_path_key",
 ]
@@ -107,6 +111,64 @@ NO_CACHE, STATIC, FINALIZED = "none", "static", "finalized"
 # methods the cache may hold, the other strings are base58 signatures and names like "json" or
 # "full": neither quoted word occurs by accident.)
 COMMITMENT_KEY, FINALIZED_COMMITMENT = b'"commitment"', b'"finalized"'
+
+# What becomes of an eth_getLogs block range (``logs_verdict``; rpc/logranges.py acts on it).
+LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
+_HEAD_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
+
+
+def logs_limit(network_blocks: int, plan_blocks: int) -> int:
+    """The widest eth_getLogs range a caller may ask for (0: no limit): the network's
+    ``logs.max_block_range``, lowered (never raised) by the plan's ``logs_max_block_range``
+    (0: none of its own)."""
+    if plan_blocks and (not network_blocks or plan_blocks < network_blocks):
+        return plan_blocks
+    return network_blocks
+
+
+def logs_verdict(low: int, high: int, limit_blocks: int, upstream_blocks: int) -> int:
+    """The range rule of eth_getLogs, for blocks ``low`` to ``high`` (tags resolved):
+    LOGS_FORWARD (one upstream call, untouched; an inverted range too: the node says what it
+    thinks of it), LOGS_REFUSE (wider than ``limit_blocks``) or LOGS_SPLIT (wider than
+    ``upstream_blocks``, the widest range sent to a node in one call; 0: never split)."""
+    if high < low:
+        return LOGS_FORWARD
+    span = high - low + 1
+    if limit_blocks and span > limit_blocks:
+        return LOGS_REFUSE
+    if not upstream_blocks or span <= upstream_blocks:
+        return LOGS_FORWARD
+    return LOGS_SPLIT
+
+
+class _LogFilter(msgspec.Struct):
+    """What the lane reads of an eth_getLogs filter: each member's raw JSON, empty when
+    absent (a member present as null is ``null``)."""
+
+    fromBlock: msgspec.Raw = msgspec.Raw()
+    toBlock: msgspec.Raw = msgspec.Raw()
+    blockHash: msgspec.Raw = msgspec.Raw()
+
+
+_log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+
+
+def _logs_bound(raw: msgspec.Raw, head: int | None) -> int:
+    """The block one end of a range names, as the lane reads it: absent or a head tag (the
+    head), ``earliest`` (0) or a hex quantity; -1 for anything else
+    (the handler reads it: rpc/logranges.py).  At most 15 digits: a number the compiled
+    twin holds in a C integer."""
+    text = bytes(raw)
+    if not text:
+        return -1 if head is None else head
+    if text[:3] == b'"0x' and 4 < len(text) <= 19 and text[-1:] == b'"':
+        digits = text[3:-1]
+        return int(digits, 16) if _HEX.issuperset(digits) else -1
+    if text in _HEAD_TAGS:
+        return -1 if head is None else head
+    if text == b'"earliest"':
+        return 0
+    return -1
 
 
 class MethodStats:
@@ -222,6 +284,13 @@ def valid_block_tag(tag: bytes, family: str) -> bool:
         return False
     digits = tag[3:-1]
     return len(digits) <= 64 and all(c in _HEX for c in digits)
+
+
+def _upstream_id(raw: bytes | None) -> int:
+    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
+    if raw is None or not raw.isdigit() or len(raw) > 18:
+        return -1
+    return int(raw)
 
 
 def split_path_key(path: bytes) -> tuple[bytes, bytes | None]:
@@ -368,6 +437,8 @@ class Route:
         python_methods: frozenset[str] = frozenset(),
         sticky: twin.Sticky | None = None,
         sticky_methods: frozenset[str] = frozenset(),
+        logs: tuple[int, int] | None = None,
+        watched: frozenset[str] = frozenset(),
     ) -> None:
         self.label = label
         self.family = family
@@ -398,7 +469,20 @@ class Route:
         # Read-your-writes: while it remembers any write, its methods go to the handler.
         self.sticky = sticky
         self.sticky_methods = sticky_methods
+        # eth_getLogs ranges (rpc/logranges.py): (logs.max_block_range,
+        # logs.upstream_block_range), or None when ranges are not looked at.  The lane sends
+        # a range that fits one call itself and hands the handler those it must refuse or
+        # split; the service sets logs_head (the agreed head, for tags) and logs_plan (a
+        # caller's plan's own limit, 0: none).
+        self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
+        self.logs_blocks, self.logs_upstream = logs or (0, 0)
+        self.logs_head: Callable[[], int | None] = lambda: None
+        self.logs_plan: Callable[[Any], int] = lambda principal: 0
+        # Methods whose every result the service looks at (land_replies): the head a
+        # client's eth_blockNumber shows, the upstream a write went to.
+        self.watched = watched
         self.flights: dict[tuple[str, bytes], Flight] = {}
+        self.held: list[Flight] = []  # single calls' flights the lane holds (Lane.hold)
         self.coalesced = 0
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
@@ -436,6 +520,55 @@ class Route:
                 # A bug of ours costs that request a 500, never the other waiters.
                 log.exception("unhandled error in the fast lane")
                 pending.fail()
+
+    def land_replies(
+        self,
+        flights: Sequence[Flight],
+        first_id: int,
+        replies: Sequence[Reply],
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+        missing: bytes,
+    ) -> None:
+        """Land a group's upstream answer: each reply lands the flight whose upstream id it
+        carries (``first_id`` + the flight's position; a group of one takes its one reply
+        whatever its id) with its result or its error object.  ``look(flight, result)``
+        first, for a result the service must see (one the cache may keep, a watched
+        method's); ``bad()``, the error of a reply with neither a result nor an error
+        object; ``missing``, of a flight no reply names."""
+        count = len(flights)
+        if count == 1 and len(replies) == 1:
+            self._land_reply(flights[0], replies[0], look, bad)
+        else:
+            for reply in replies:
+                index = _upstream_id(reply.id) - first_id
+                if 0 <= index < count:
+                    self._land_reply(flights[index], reply, look, bad)
+        for flight in flights:
+            if not flight.done:
+                self.land(flight, None, missing)
+
+    def _land_reply(
+        self,
+        flight: Flight,
+        reply: Reply,
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+    ) -> None:
+        if flight.done:
+            return  # a second reply with the same id
+        result, error = reply.result, reply.error
+        if error is not None or result is None:
+            self.land(flight, None, error if error is not None and error[:1] == b"{" else bad())
+            return
+        spec = flight.spec
+        if (
+            spec.cache != NO_CACHE
+            and result != b"null"
+            and spec.may_be_cached(flight.tag, flight.params)
+        ) or (flight.method in self.watched):
+            look(flight, result)
+        self.land(flight, result, None)
 
     def wants(self, flights: list[Flight], length: int) -> bool:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -497,6 +630,35 @@ class Route:
         if tag is not None and not valid_block_tag(tag, self.family):
             return method, tag, False
         return method, tag, True
+
+    def logs_fit(self, params: bytes | None, principal: Any) -> bool:
+        """Does this eth_getLogs go upstream as it is — one filter, a range the lane reads
+        (no blockHash; each end absent, a tag or a hex number) within the caller's limit and
+        one upstream call?  False: the handler decides (refuses, splits, or forwards what
+        the lane cannot read)."""
+        if params is None:
+            return False
+        try:
+            (query,) = _log_filter.decode(params)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if len(query.blockHash):
+            return False
+        head = self.logs_head() if self._needs_head(query) else None
+        low = _logs_bound(query.fromBlock, head)
+        high = _logs_bound(query.toBlock, head)
+        if low < 0 or high < 0:
+            return False
+        limit = logs_limit(self.logs_blocks, self.logs_plan(principal))
+        return logs_verdict(low, high, limit, self.logs_upstream) == LOGS_FORWARD
+
+    @staticmethod
+    def _needs_head(query: _LogFilter) -> bool:
+        for raw in (query.fromBlock, query.toBlock):
+            text = bytes(raw)
+            if not text or text in _HEAD_TAGS:
+                return True
+        return False
 
     # --- answers the lane builds from this route's table ----------------------------------
 
@@ -560,9 +722,10 @@ class KeyAdmission:
     """API keys on the fast lane: the cache-hit path of ``KeyGate.authenticate`` and the
     admission rule of ``KeyGate.admit`` (which calls ``admit`` here: one copy of the rule).
 
-    ``principal`` answers only the plain case — a key seen recently, not revoked, without
-    allowlists, from an address with no failed-authentication debt — and None otherwise: the
-    handler then authenticates (and refuses with the exact answer)."""
+    ``principal`` answers only the plain case — a key seen recently, not revoked, from an
+    address with no failed-authentication debt — and None otherwise: the handler then
+    authenticates (and refuses with the exact answer).  A key's allowlists the lane asks
+    (``Lane.serve``): what they refuse it hands off."""
 
     def __init__(
         self,
@@ -595,7 +758,7 @@ class KeyAdmission:
         if raw is None:
             return None  # no key, or two different ones: the handler refuses
         principal = self.recent.get(raw)
-        if principal is None or principal.revoked or principal.allow is not None:
+        if principal is None or principal.revoked:
             return None
         if not testnet and principal.environment == "test":
             return None
@@ -952,6 +1115,23 @@ class Lane:
         self.sink: Any = None  # the edge loop (a twin.Sink), set before any request
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
+        self._holding = False
+        self._held: list[Route] = []  # routes holding single calls' flights (``hold``)
+
+    def hold(self) -> None:
+        """Until ``release``, the new retry-safe flights of single calls wait: the edge loop
+        holds them while it serves one readiness, so that distinct calls arriving together
+        go upstream together, one upstream batch (of at most the route's upstream batch
+        size) for many requests instead of one HTTP exchange each."""
+        self._holding = True
+
+    def release(self) -> None:
+        """Send the flights held since ``hold`` (grouped like a batch's reads)."""
+        self._holding = False
+        held, self._held = self._held, []
+        for route in held:
+            flights, route.held = route.held, []
+            route._send(flights, [])
 
     def serve(
         self, conn: twin.ConnHandle, request: Request, peer: str, group: str
@@ -969,6 +1149,10 @@ class Lane:
         principal = self.admission.principal(request, group, route.testnet, key)
         if principal is None:
             return HANDOFF
+        # A key's allowlists (auth/allowlists.py): what they refuse, the handler refuses.
+        allow = principal.allow
+        if allow is not None and not allow.admits(request.origin, peer):
+            return HANDOFF
         started = time.perf_counter()
         jsonrpc = route.jsonrpc
         parsed = jsonrpc.parse_request(request.body, route.max_batch)
@@ -978,8 +1162,14 @@ class Lane:
             # is counted or charged.
             for call in calls:
                 if not call.error:
+                    if allow is not None and allow.call_refusal(call.method, call.params):
+                        return HANDOFF
                     method = route.methods.get(call.method)
-                    if method is not None and (method.special or self._sticky(route, call.method)):
+                    if method is None:
+                        continue
+                    if method.special or self._sticky(route, call.method):
+                        return HANDOFF
+                    if method is route.logs_method and not route.logs_fit(call.params, principal):
                         return HANDOFF
         self.served += 1
         pending = _Pending(
@@ -1068,10 +1258,14 @@ class Lane:
             return DEFER
         flight = route.open_flight(key, call.params, method, tag)
         pending.wait_for(flight, 0, method, cu)
-        if method.retry:
-            route._send([flight], [])
-        else:
+        if not method.retry:
             route._send([], [flight])
+        elif self._holding and route.upstream_batch > 1:
+            if not route.held:
+                self._held.append(route)
+            route.held.append(flight)
+        else:
+            route._send([flight], [])
         return DEFER
 
     def _batch(self, pending: _Pending) -> twin.Answer | str:

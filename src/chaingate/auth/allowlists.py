@@ -262,6 +262,11 @@ class Policy:
             f"({_named(self.lists.origins)})"
         )
 
+    def admits(self, origin: bytes | None, peer: str) -> bool:
+        """May a request from ``origin`` and ``peer`` use the key (the fast lane asks; a
+        refused request goes to the gate, which says why)?"""
+        return self.origin_refusal(origin) is None and self.peer_allowed(peer)
+
     def peer_allowed(self, peer: str) -> bool:
         if not self._networks:
             return True

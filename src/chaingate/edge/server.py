@@ -113,6 +113,7 @@ class EdgeServer:
         self._upgrades = upgrades
         self._reserved_fds = reserved_fds
         self._date = DateHeader()
+        self._lane = lane
         self.loop = impl.edgeloop.Loop(
             impl.http1,
             lane,
@@ -240,9 +241,16 @@ class EdgeServer:
     async def _serve_loop(self) -> None:
         """The loop's one task: wait until some connection is ready, serve them all."""
         loop = self.loop
+        lane = self._lane
         epoll_fd = loop.fileno()
         while True:
-            if loop.poll():
+            # The distinct calls of one readiness go upstream together (Lane.hold).
+            lane.hold()
+            try:
+                more = loop.poll()
+            finally:
+                lane.release()
+            if more:
                 await trio.lowlevel.checkpoint()  # more to do: let everyone else run first
             else:
                 await wait_readable(epoll_fd)

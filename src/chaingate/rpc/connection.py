@@ -206,9 +206,13 @@ class UpstreamConnection(Wire):
         self._http_error = http_error
         self._frame = frame
 
-    def submit(self, body: bytes, deadline: float, wanted: Wanted | None = None) -> Future[Any]:
+    def submit(
+        self, body: bytes, deadline: float, wanted: Wanted | None = None, *, now: bool = False
+    ) -> Future[Any]:
         """Queue one JSON-RPC body; the future yields the parsed response or raises
-        UpstreamError (``ABANDONED`` when ``wanted`` said no and the body was dropped)."""
+        UpstreamError (``ABANDONED`` when ``wanted`` said no and the body was dropped).
+        ``now``: written at once even behind requests in flight, when nothing waits to be
+        written (a caller that already gathered its calls: the fast lane's groups)."""
         future: Future[Any] = Future()
         if self.closed:
             future.set_exception(
@@ -222,7 +226,7 @@ class UpstreamConnection(Wire):
         if self._out or self._writer_busy:
             self._out += data
             return future
-        if busy:
+        if busy and not now:
             # Requests are already in flight, so this one would wait for their answers anyway:
             # leave it to the writer task, which sends everything queued by then in one
             # system call.  An idle connection sends at once (no added latency at low load).

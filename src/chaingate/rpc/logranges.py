@@ -15,6 +15,10 @@ and plan, told in the error itself:
   cannot read — is forwarded untouched, so the node resolves its own tags and gives its own
   errors.
 
+The range rule itself (``logs_limit``, ``logs_verdict``) is the fast lane's, which sends a
+range that fits one call without asking Python and hands this module only what it must refuse,
+split or read itself (``Route.logs_fit``); this module asks the same rule.
+
 Tags in a split range are resolved against the head of an upstream (one extra call) rather
 than the agreed head, which may trail a block.  An empty result is ``[]``, never an error.
 """
@@ -29,9 +33,11 @@ from typing import NamedTuple
 import msgspec
 import trio
 
+from chaingate import twins
 from chaingate.config import LogRangeSettings
 from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.rpc.spansizer import SpanSizer
+from chaingate.twintypes.fastlane import FastlaneModule
 
 # (result, error): exactly one is raw JSON bytes (as in service.py).
 Outcome = tuple[bytes | None, bytes | None]
@@ -108,7 +114,9 @@ def _resolve(bound: Bound, head: int | None) -> int | None:
 class LogRanges:
     """The eth_getLogs policy of one network (pure decisions, plus ``fetch`` for splits)."""
 
-    def __init__(self, settings: LogRangeSettings) -> None:
+    def __init__(self, settings: LogRangeSettings, rules: FastlaneModule | None = None) -> None:
+        # The lane's module, whose range rule this follows (any twin: they agree).
+        self._rules = rules if rules is not None else twins.pure().fastlane
         self.max_block_range = max(0, settings.max_block_range)
         self.upstream_block_range = max(0, settings.upstream_block_range)
         self.concurrency = max(1, settings.split_concurrency)
@@ -119,11 +127,10 @@ class LogRanges:
     def limit(self, plan_blocks: int) -> Limit:
         """The widest range for a key whose plan allows ``plan_blocks`` (0: no plan limit):
         the smaller of network and plan values."""
-        network = Limit(self.max_block_range, "logs.max_block_range")
-        value = plan_blocks
-        if value and (not network.blocks or value < network.blocks):
-            return Limit(value, "logs_max_block_range (plan)")
-        return network
+        blocks = self._rules.logs_limit(self.max_block_range, plan_blocks)
+        if blocks != self.max_block_range:
+            return Limit(blocks, "logs_max_block_range (plan)")
+        return Limit(blocks, "logs.max_block_range")
 
     def plan(self, params: bytes | None, head: int | None, limit: Limit) -> Split | bytes | None:
         """What to do with one eth_getLogs: None (forward untouched), an error object
@@ -145,14 +152,13 @@ class LogRanges:
         if low is None or high is None:
             # A head tag and no head known yet: decided once fetch has asked a node.
             return Split(query, first, last) if self.upstream_block_range else None
-        if high < low:
-            return None  # the node says what it thinks of an inverted range
-        span = high - low + 1
-        if limit.blocks and span > limit.blocks:
+        rules = self._rules
+        verdict = rules.logs_verdict(low, high, limit.blocks, self.upstream_block_range)
+        if verdict == rules.LOGS_REFUSE:
             self.refused += 1
             return too_wide(low, high, limit)
-        if not self.upstream_block_range or span <= self.upstream_block_range:
-            return None
+        if verdict == rules.LOGS_FORWARD:
+            return None  # an inverted range too: the node says what it thinks of it
         return Split(query, first, last)
 
     async def fetch(
@@ -170,8 +176,8 @@ class LogRanges:
             return None, high
         if high < low:
             return await send("eth_getLogs", msgspec.json.encode([split.filter]))
-        span = high - low + 1
-        if limit.blocks and span > limit.blocks:
+        rules = self._rules
+        if rules.logs_verdict(low, high, limit.blocks, 0) == rules.LOGS_REFUSE:
             self.refused += 1
             return None, too_wide(low, high, limit)
         high = min(high, head)

@@ -488,7 +488,9 @@ class UpstreamPool:
                 judge = functools.partial(
                     self._first_attempt, upstream, started, body, retry_safe, deadline, done, wanted
                 )
-                conn.submit(body, attempt_deadline, wanted).add_done_callback(judge)
+                # At once, not by the connection's writer task: the lane sends one group per
+                # readiness (Lane.hold), so there is nothing to gather, only a task to wake.
+                conn.submit(body, attempt_deadline, wanted, now=True).add_done_callback(judge)
                 return
         self._continue(body, retry_safe, deadline, done, None, None, wanted)
 

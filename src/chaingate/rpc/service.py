@@ -4,9 +4,10 @@ Most requests never reach this module's ``handle``: the edge's fast lane (``fast
 answers them from the state this service owns and shares with it — the ``Route``: the method
 table, the cache, the flights in the air and the counters — and hands this service the groups
 of calls that need a node (``_dispatch``, landed by ``_land``).  ``handle`` answers what the
-lane leaves to Python (allowlisted keys, eth_getLogs, routed reads, WebSocket calls) by the
-same rules, which it asks the route for (``Route.classify``, ``Method.price``,
-``Method.may_be_cached``, the route's -32601 and -32602 replies), in four steps:
+lane leaves to Python (what a key's allowlists refuse, eth_getLogs to refuse or split, routed
+reads, WebSocket calls) by the same rules, which it asks the route for (``Route.classify``,
+``Method.price``, ``Method.may_be_cached``, the route's -32601 and -32602 replies), in four
+steps:
 
 1. framing (compiled): split into calls, keeping ids and params as raw bytes;
 2. classification (the route's): each call's method row and block tag, its compute units,
@@ -97,6 +98,9 @@ CacheKey = tuple[str, bytes]
 GroupOutcome = tuple[Upstream, Response, ParsedResponse] | UpstreamError
 
 _CANCELLED: Outcome = (None, error_object(INTERNAL_ERROR, "request cancelled", "cancelled"))
+_MISSING = error_object(INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response")
+# Methods whose every result ``_note`` reads (besides results the cache may keep).
+_WATCHED = frozenset({"eth_blockNumber", "eth_sendRawTransaction"})
 
 
 class _BlockRef(msgspec.Struct):
@@ -233,7 +237,8 @@ class RpcService:
         self._busy = _limit_error(busy, OVERLOADED)
         self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
         # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
-        self.logs = LogRanges(settings.logs) if settings.family == "evm" else None
+        fastlane = impl.fastlane
+        self.logs = LogRanges(settings.logs, fastlane) if settings.family == "evm" else None
         # The widest eth_getLogs range of a caller's plan (0: the network's own limit).
         self._logs_range_of = logs_range_of or (lambda principal: 0)
         # Read-your-writes (stickiness.py): a sender's reads follow its last write's upstream.
@@ -247,11 +252,11 @@ class RpcService:
         python_methods = {
             name for name, spec in self._methods.items() if spec.local or spec.special
         }
-        if self.logs is not None:
-            python_methods.add("eth_getLogs")
         # What this network shares with the edge's fast lane (compiled): the method table,
-        # the cache, the calls in flight and every counter (see _pure/fastlane.py).
-        fastlane = impl.fastlane
+        # the cache, the calls in flight and every counter (see _pure/fastlane.py).  With
+        # ranges looked at, the lane sends an eth_getLogs that fits one call itself and hands
+        # ``handle`` those it must refuse or split (Route.logs_fit).
+        logs = self.logs
         self.route: Route = fastlane.Route(
             self.label,
             settings.family,
@@ -273,8 +278,11 @@ class RpcService:
             python_methods=frozenset(python_methods),
             sticky=self.sticky,
             sticky_methods=STICKY_METHODS,
+            logs=None if logs is None else (logs.max_block_range, logs.upstream_block_range),
+            watched=_WATCHED,
         )
         self.route.dispatch = self._dispatch
+        self.route.logs_plan = self._logs_range_of
         self.cache = self.route.cache
         # Reply bytes of batches being assembled; the gateway shares one budget among every
         # service (share_answers), and the edge reads it to refuse new work early.
@@ -296,6 +304,11 @@ class RpcService:
             probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
             parse_head = parse_evm_head
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
+        self.route.logs_head = self._head
+
+    def _head(self) -> int | None:
+        """The agreed head (the lane resolves an eth_getLogs range's tags with it)."""
+        return self.pool.head
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.pool.run(task_status=task_status)
@@ -712,36 +725,26 @@ class RpcService:
             return
         upstream, response, parsed = outcome
         response.body = b""  # parsed: a big answer's bytes are not kept while it lands
-        if len(flights) == 1:
-            # The pool checked the framing: one reply, with a result or an error object.
-            flight = flights[0]
-            result, error = self._outcome(
-                parsed.replies[0], flight.spec, flight.tag, flight.key, upstream.name,
-                response.status,
-            )  # fmt: skip
-            route.land(flight, result, error)
-            return
-        if not parsed.batch:
+        if len(flights) > 1 and not parsed.batch:
             # The node refused the batch as a whole (for example: too large); the pool saw
             # to it that this is an error object.
             for flight in flights:
                 route.land(flight, None, parsed.replies[0].error)
             return
-        by_id = {first_id + offset: flight for offset, flight in enumerate(flights)}
-        for reply in parsed.replies:
-            landing = by_id.pop(_int_id(reply.id), None)
-            if landing is None:
-                continue
-            result, error = self._outcome(
-                reply, landing.spec, landing.tag, landing.key, upstream.name, response.status
-            )
-            route.land(landing, result, error)
-        if by_id:
-            missing = error_object(
-                INTERNAL_ERROR, "upstream returned no reply for this call", "bad_response"
-            )
-            for flight in by_id.values():
-                route.land(flight, None, missing)
+        # The pool checked the framing (a group of one: one reply, with a result or an error
+        # object); the lane lands each reply, and shows us the results we must see.
+        route.land_replies(
+            flights,
+            first_id,
+            parsed.replies,
+            functools.partial(self._look, upstream.name),
+            functools.partial(_bad_response, upstream.name, response.status),
+            _MISSING,
+        )
+
+    def _look(self, upstream: str, flight: Flight, result: bytes) -> None:
+        """A result the lane landed that may be cached or says something (``_note``)."""
+        self._note(flight.spec, flight.tag, flight.key, result, upstream)
 
     async def _send_one(
         self,
@@ -1046,6 +1049,16 @@ class RpcService:
             if _is_object(reply.error):
                 return None, reply.error
             return None, _bad_response(upstream, status)
+        self._note(row, tag, key, result, upstream)
+        return result, None
+
+    def _note(
+        self, row: Method, tag: bytes | None, key: CacheKey, result: bytes, upstream: str
+    ) -> None:
+        """What a result tells besides itself: the cache may keep it, a client's
+        eth_blockNumber is a head seen, a write sets where its sender's reads go.  (The
+        lane's ``Route.land_replies`` shows us exactly these: results the cache may keep
+        and the ``watched`` methods'.)"""
         spec = row.spec
         if spec.cache != "none":
             self._maybe_cache(row, tag, key, result)
@@ -1056,7 +1069,6 @@ class RpcService:
             head = block_number(result)
             if head is not None:
                 self.pool.note_head(head)
-        return result, None
 
     def _maybe_cache(self, row: Method, tag: bytes | None, key: CacheKey, result: bytes) -> None:
         if result == b"null" or not row.may_be_cached(tag, key[1]):

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
-from chaingate.twintypes.jsonrpc import Call, JsonRpcModule
+from chaingate.twintypes.jsonrpc import Call, JsonRpcModule, Reply
 from chaingate.twintypes.limiter import DayQuota, KeyLimiter, UsageMeter
 
 # The edge loop's connection: opaque to the lane, which only hands it back to its sink.
@@ -30,6 +30,18 @@ Answer = tuple[int, bytes, bytes]
 
 
 # --- what the lane asks of the code around it -----------------------------------------------
+
+
+class AllowPolicy(Protocol):
+    """A key's allowlists (``chaingate.auth.allowlists.Policy``), as the lane asks them."""
+
+    def admits(self, origin: bytes | None, peer: str) -> bool:
+        """May a request from this origin and client address use the key at all?"""
+        ...
+
+    def call_refusal(self, method: str | None, params: bytes | None) -> tuple[int, str] | None:
+        """(JSON-RPC code, message) of a call the lists forbid, else None."""
+        ...
 
 
 class Principal(Protocol):
@@ -46,7 +58,7 @@ class Principal(Protocol):
     pending_units: int
 
     @property
-    def allow(self) -> object | None: ...
+    def allow(self) -> AllowPolicy | None: ...
     @property
     def limiter(self) -> KeyLimiter: ...
     @property
@@ -286,6 +298,10 @@ class Route(Protocol):
     budget: AnswerBudget
     # Set by the RPC service: sends a group of new flights upstream.
     dispatch: Callable[[list[Flight]], None] | None
+    # Set by the RPC service when eth_getLogs ranges are looked at: the agreed head (for a
+    # range's tags) and a caller's plan's own range limit (0: none).
+    logs_head: Callable[[], int | None]
+    logs_plan: Callable[[Any], int]
 
     @property
     def stats(self) -> Mapping[str, MethodStats]: ...
@@ -305,6 +321,18 @@ class Route(Protocol):
     ) -> Flight: ...
 
     def land(self, flight: Flight, result: bytes | None, error: bytes | None) -> None: ...
+    def land_replies(
+        self,
+        flights: list[Flight],
+        first_id: int,
+        replies: Sequence[Reply],
+        look: Callable[[Flight, bytes], None],
+        bad: Callable[[], bytes],
+        missing: bytes,
+    ) -> None:
+        """Land a group's upstream answer, each reply on the flight its upstream id names."""
+        ...
+
     def wants(self, flights: list[Flight], length: int) -> bool: ...
     def refuse(self, reason: str, executed: bool, calls: int = ...) -> bytes: ...
 
@@ -319,6 +347,11 @@ class Route(Protocol):
 
     def bad_tag(self, call: Call) -> bytes | None:
         """The reply to a call with a block tag no node understands."""
+        ...
+
+    def logs_fit(self, params: bytes | None, principal: Any) -> bool:
+        """Does this eth_getLogs go upstream as it is (a range within the caller's limit and
+        one upstream call)?  False: the handler refuses, splits or forwards it."""
         ...
 
 
@@ -379,6 +412,13 @@ class Lane(Protocol):
 
     def serve(self, conn: ConnHandle, request: Request, peer: str, group: str) -> Answer | str: ...
 
+    def hold(self) -> None:
+        """Until ``release``, single calls' new retry-safe flights wait (to go upstream
+        together): the edge loop holds them while it serves one readiness."""
+        ...
+
+    def release(self) -> None: ...
+
 
 # The module Protocol's members shadow the class names inside its body.
 _MethodStats: TypeAlias = MethodStats
@@ -405,6 +445,14 @@ class FastlaneModule(Protocol):
     def MethodStats(self) -> _MethodStats: ...
     def presented_key(self, request: Presenter, path_key: bytes | None = ...) -> bytes | None: ...
     def split_path_key(self, path: bytes) -> tuple[bytes, bytes | None]: ...
+    def logs_limit(self, network_blocks: int, plan_blocks: int) -> int: ...
+    def logs_verdict(self, low: int, high: int, limit_blocks: int, upstream_blocks: int) -> int: ...
+    @property
+    def LOGS_FORWARD(self) -> int: ...
+    @property
+    def LOGS_REFUSE(self) -> int: ...
+    @property
+    def LOGS_SPLIT(self) -> int: ...
     def AnswerBudget(self, limit: int) -> _AnswerBudget: ...
     def ResponseCache(self, max_entries: int, max_bytes: int) -> _ResponseCache: ...
     def RequestIds(self, prefix: bytes) -> _RequestIds: ...
@@ -428,6 +476,8 @@ class FastlaneModule(Protocol):
         python_methods: frozenset[str] = ...,
         sticky: Sticky | None = ...,
         sticky_methods: frozenset[str] = ...,
+        logs: tuple[int, int] | None = ...,
+        watched: frozenset[str] = ...,
     ) -> _Route: ...
 
     def OpenAdmission(self, anonymous: P) -> _Admission[P]: ...
