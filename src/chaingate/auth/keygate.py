@@ -78,6 +78,10 @@ class KeyRegistry:
         self._by_raw: OrderedDict[bytes, Principal] = OrderedDict()
         self._accounts: dict[str, _Account] = {}
         self._key_cursor = 0
+        # One refresh at a time: two interleaved ones (the periodic one and one asked for after
+        # a change) could apply an older read after a newer one, undoing a revocation until
+        # the next round.
+        self._refreshing = trio.Lock()
         self._account_cursor = 0
         self._loaded: tuple[int, dict[str, int]] = (-1, {})  # (day, store's totals at start)
         self.used: set[str] = set()  # key ids used since the last touch of last_used_at
@@ -155,6 +159,10 @@ class KeyRegistry:
                 log.exception("key refresh failed")
 
     async def refresh(self) -> None:
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         # Re-read a window behind the cursor: each process stamps rows with its own clock and a
         # transaction may commit a little after its timestamp, so the newest rows can arrive
         # late.  Applying a row twice is harmless.
