@@ -3,7 +3,7 @@
     python bench/bundler.py [--ops 200] [--latency-ops 40] [--concurrency 32]
                             [--versions 0.6,0.7,0.8] [--target chaingate-safe]
                             [--target chaingate-unsafe] [--target alto-unsafe]
-                            [--target alto-safe] [--no-alto] [--deploy]
+                            [--target alto-safe] [--no-alto] [--deploy] [--warmup N]
                             [--chaingate-url URL --node URL --manifest PATH [--api-key KEY]]
                             [--out PATH] [--smoke]
 
@@ -35,6 +35,10 @@ their first operations (send 1 wei), built and signed in Python with ``chaingate
 1. **probe** — one operation; if the target refuses it, its refusal is reported and the
    version is not measured on that target (Alto's safe mode refuses every operation on
    anvil 1.7.1: see docs/decisions/bundler.md, "ERC-7562 tracing");
+   with ``--warmup N``, N more operations are then sent as the load is and their receipts
+   awaited, unmeasured: the target's first measured version is warm as its later ones are
+   (Node's JIT: Alto's first version measured costs 2-3x the CPU per operation of its
+   second, whichever version is first — without a warm-up the ratios follow the order);
 2. **throughput** — ``--ops`` operations sent with ``eth_sendUserOperation`` by
    ``--concurrency`` keep-alive connections at once: accepted operations per second (answers
    carrying the locally computed userOpHash, from the first request to the last answer), the
@@ -97,6 +101,7 @@ class Options:
     api_key: str | None
     out: Path
     smoke: bool
+    warmup: int = 0
 
 
 def _versions(text: str) -> tuple[Version, ...]:
@@ -131,6 +136,12 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--api-key", help="X-API-Key for --chaingate-url")
     parser.add_argument("--out", type=Path, help="default: bench/results/<UTC>-bundler.md")
     parser.add_argument("--smoke", action="store_true", help="a few operations per target")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="unmeasured operations per target and version after the probe (default 0)",
+    )
     args = parser.parse_args(argv)
     defaults = (4, 2, 2, 1) if args.smoke else (200, 40, 32, 4)
     ops, latency_ops, concurrency, workers = (
@@ -143,6 +154,8 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     if min(ops, concurrency, workers) < 1 or latency_ops < 0:
         parser.error("--ops, --concurrency and --latency-workers must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be 0 or more")
     named_alto = any(t in ALTO_TARGETS for t in args.target)
     alto_default = [] if args.no_alto or named_alto else list(ALTO_TARGETS)
     targets = tuple(dict.fromkeys(alto_default + args.target))
@@ -168,6 +181,7 @@ def parse_args(argv: list[str] | None) -> Options:
         api_key=args.api_key,
         out=args.out or BENCH_DIR / "results" / f"{stamp}-bundler.md",
         smoke=args.smoke,
+        warmup=args.warmup,
     )
 
 
@@ -340,7 +354,9 @@ def measure(
     target: Target, version: Version, ops: list[BuiltOp], opts: Options, entry_point: str
 ) -> Measured:
     result = Measured(target.name, version)
-    probe, load, timed = ops[0], ops[1 : 1 + opts.ops], ops[1 + opts.ops :]
+    warm_end = 1 + opts.warmup
+    probe, warm = ops[0], ops[1:warm_end]
+    load, timed = ops[warm_end : warm_end + opts.ops], ops[warm_end + opts.ops :]
     conn = bundlerload.Connection(target.url, target.headers)
     try:
         sent = bundlerload.send_one(conn, probe, entry_point)
@@ -350,6 +366,16 @@ def measure(
         result.probe_error = sent.error
         say(f"[{target.name} v{version}] probe refused: {sent.error}")
         return result
+    if warm:
+        warmed = bundlerload.send_all(
+            target.url, target.headers, warm, entry_point, opts.concurrency
+        )
+        bundlerload.poll_receipts(
+            target.url,
+            target.headers,
+            [s.op.hash for s in warmed.accepted],
+            timeout=RECEIPT_TIMEOUT,
+        )
     cpu = target.cpu_seconds()
     result.send = bundlerload.send_all(
         target.url, target.headers, load, entry_point, opts.concurrency
@@ -570,7 +596,10 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
                 manifest,
                 version,
                 owner,
-                [secrets.randbits(128) for _ in range(1 + opts.ops + opts.latency_ops)],
+                [
+                    secrets.randbits(128)
+                    for _ in range(1 + opts.warmup + opts.ops + opts.latency_ops)
+                ],
                 deploy=opts.deploy,
                 chain_id=chain_id,
             )
@@ -623,7 +652,8 @@ def header(opts: Options, busy: float | None, anvil_version: str) -> dict[str, s
         ),
         "how measured": (
             f"per target and EntryPoint ({', '.join('v' + v for v in opts.versions)}): 1 probe, "
-            f"{opts.ops} operations at concurrency {opts.concurrency}, then {opts.latency_ops} "
+            + (f"{opts.warmup} unmeasured (warm-up), " if opts.warmup else "")
+            + f"{opts.ops} operations at concurrency {opts.concurrency}, then {opts.latency_ops} "
             f"by {opts.latency_workers} sequential clients polling receipts every "
             f"{bundlerload.POLL_INTERVAL * 1000:.0f} ms; on {os.cpu_count()} cores shared by "
             "the client, the bundler and anvil" + (" (--smoke)" if opts.smoke else "")

@@ -608,6 +608,9 @@ class Mempool:
         those of throttled entities older than THROTTLED_ENTITY_LIVE_BLOCKS."""
         deadline = self._clock() // 1000 + self.limits.expiry_margin_s
         out = []
+        # Each entity's status read once per call, not once per operation naming it (the
+        # pool's operations share a few factories and paymasters; dropping changes no count).
+        throttled: dict[str, bool] = {}
         for e in list(self._live.values()):
             if e.status != "pending":
                 continue
@@ -616,10 +619,16 @@ class Mempool:
             elif (
                 block_number is not None
                 and block_number - e.accepted_block > self.limits.throttled_live_blocks
-                and any(self.reputation.status(a) == "throttled" for _, a in self._entities_of(e))
+                and any(self._throttled(a, throttled) for _, a in self._entities_of(e))
             ):
                 out.append(self._finish(e, "dropped", reason="throttled entity: kept too long"))
         return out
+
+    def _throttled(self, address: str, memo: dict[str, bool]) -> bool:
+        found = memo.get(address)
+        if found is None:
+            found = memo[address] = self.reputation.status(address) == "throttled"
+        return found
 
     # --- lifecycle -------------------------------------------------------------------------
 
