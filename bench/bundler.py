@@ -314,6 +314,7 @@ class Measured:
     probe_error: str | None = None
     send: bundlerload.SendResult | None = None
     cpu_s: float | None = None
+    node_cpu_s: float | None = None  # the node's (anvil's) CPU during the load
     receipts: bundlerload.Receipts | None = None
     last_receipt_after_s: float | None = None
     latency: bundlerload.Latency | None = None
@@ -350,8 +351,17 @@ class Measured:
         return found
 
 
+def _node_cpu(pid: int | None) -> float | None:
+    return None if pid is None else tools.process_cpu_seconds(tools.process_tree(pid))
+
+
 def measure(
-    target: Target, version: Version, ops: list[BuiltOp], opts: Options, entry_point: str
+    target: Target,
+    version: Version,
+    ops: list[BuiltOp],
+    opts: Options,
+    entry_point: str,
+    node_pid: int | None = None,
 ) -> Measured:
     result = Measured(target.name, version)
     warm_end = 1 + opts.warmup
@@ -376,12 +386,14 @@ def measure(
             [s.op.hash for s in warmed.accepted],
             timeout=RECEIPT_TIMEOUT,
         )
-    cpu = target.cpu_seconds()
+    cpu, node_cpu = target.cpu_seconds(), _node_cpu(node_pid)
     result.send = bundlerload.send_all(
         target.url, target.headers, load, entry_point, opts.concurrency
     )
-    after = target.cpu_seconds()
+    after, node_after = target.cpu_seconds(), _node_cpu(node_pid)
     result.cpu_s = None if cpu is None or after is None else after - cpu
+    if node_cpu is not None and node_after is not None:
+        result.node_cpu_s = node_after - node_cpu
     hashes = [probe.hash] + [s.op.hash for s in result.send.accepted]
     result.receipts = bundlerload.poll_receipts(
         target.url, target.headers, hashes, timeout=RECEIPT_TIMEOUT
@@ -457,35 +469,36 @@ def render(res: Results) -> str:
         "## Accepted operations per second (eth_sendUserOperation, full validation)",
         "",
         "| target | EntryPoint | sent | accepted | accepted ops/s | answer p50 ms "
-        "| answer p99 ms | server CPU ms/op | included | failed receipts "
+        "| answer p99 ms | server CPU ms/op | node CPU ms/op | included | failed receipts "
         "| last receipt after s | refused |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in res.rows:
         if m.send is None:
             lines.append(
                 f"| {m.target} | v{m.version} | 1 | 0 | n/a | n/a | n/a | n/a | n/a | n/a "
-                f"| n/a | {_first_error(m)} |"
+                f"| n/a | n/a | {_first_error(m)} |"
             )
             continue
         answers = sorted(s.answered - s.started for s in m.send.sent)
-        cpu = (
-            "n/a"
-            if m.cpu_s is None or not m.send.sent
-            else f"{m.cpu_s / len(m.send.sent) * 1000:.2f}"
+        cpu, node_cpu = (
+            "n/a" if spent is None or not m.send.sent else f"{spent / len(m.send.sent) * 1000:.2f}"
+            for spent in (m.cpu_s, m.node_cpu_s)
         )
         after = "n/a" if m.last_receipt_after_s is None else f"{m.last_receipt_after_s:.2f}"
         lines.append(
             f"| {m.target} | v{m.version} | {len(m.send.sent)} | {m.accepted} "
             f"| {m.send.rate:.1f} | {_ms(bundlerload.percentile(answers, 0.5))} "
-            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {m.included} "
+            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {node_cpu} | {m.included} "
             f"| {m.failed_receipts} | {after} | {_first_error(m)} |"
         )
     lines += [
         "",
         "Accepted ops/s: answers carrying the userOpHash computed locally, divided by the time "
         "from the first request to the last answer.  Server CPU: the bundler process (Alto's "
-        "node, chaingate's process) during the load, per operation sent.  Included: receipts "
+        "node, chaingate's process) during the load, per operation sent; node CPU: the node's "
+        "(anvil, n/a for an external one) in the same window, its work for the bundler and "
+        "for any other client.  Included: receipts "
         "found by `eth_getUserOperationReceipt` (probe operation included); last receipt after: "
         "from the last answer to the last receipt seen.",
         "",
@@ -568,6 +581,7 @@ def _ratios(res: Results) -> str:
 def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Results:
     workdir = Path(tempfile.mkdtemp(prefix="chaingate-bench-bundler-"))
     stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+    node_pid: int | None = None  # the node whose CPU is reported: ours, not an external one
     if opts.node is not None and opts.manifest is not None:
         node, manifest = opts.node, load_manifest(opts.manifest)
         manifest_path = opts.manifest
@@ -576,6 +590,7 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
         anvil = AnvilProcess()
         stack.callback(anvil.stop)
         anvil.start()
+        node_pid = anvil.pid
         anvil_version = tools.anvil_version(anvil_binary(install=False))
         say(f"anvil {anvil_version} on :{anvil.port}")
         node = anvil.url
@@ -618,7 +633,7 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
                 if opts.deploy and name in CHAINGATE_TARGETS and not opts.chaingate_url:
                     factory = manifest.address(f"simple_account_factory_{TAGS[version]}")
                     give_record(target, factory, entry_point)
-                res.rows.append(measure(target, version, ops[version], opts, entry_point))
+                res.rows.append(measure(target, version, ops[version], opts, entry_point, node_pid))
         finally:
             target.stop()
     refused = [m for m in res.rows if m.probe_error is not None]
