@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import trio
 
-from chaingate.bundler.admission import Validated
 from chaingate.bundler.mempool import Added, Entry, Mempool
 from chaingate.bundler.reputation import Reputation, ReputationChanges
 from chaingate.store.base import StoreError
@@ -31,15 +30,16 @@ Save = Callable[[Sequence[Entry], ReputationChanges], Awaitable[object]]
 
 @dataclass(eq=False)
 class _Waiting:
-    validated: Validated
+    entry: Entry
+    paymaster_deposit: int | None
     added: Added | None = None
     error: Exception | None = None
     done: bool = False
 
 
 class GroupCommit:
-    """``admit``: add a validated operation to ``mempool`` and have it saved by ``save``,
-    under ``lock``, grouped with the operations waiting beside it."""
+    """``admit``: add a validated operation's entry to ``mempool`` and have it saved by
+    ``save``, under ``lock``, grouped with the operations waiting beside it."""
 
     def __init__(
         self, lock: trio.Lock, mempool: Mempool, reputation: Reputation, save: Save
@@ -51,10 +51,11 @@ class GroupCommit:
         self._queue: list[_Waiting] = []
         self.groups = 0  # commits made (tests, and the ratio operations/commits)
 
-    async def admit(self, validated: Validated) -> Added:
+    async def admit(self, entry: Entry, *, paymaster_deposit: int | None = None) -> Added:
         """The operation's ``Added`` once its row is committed; its BundlerFault (the mempool
-        refused it) or the store's failure otherwise."""
-        me = _Waiting(validated)
+        refused it) or the store's failure otherwise.  ``paymaster_deposit``: as
+        ``Mempool.add`` takes it."""
+        me = _Waiting(entry, paymaster_deposit)
         self._queue.append(me)
         try:
             async with self._lock:
@@ -73,22 +74,29 @@ class GroupCommit:
     async def _commit(self, group: list[_Waiting]) -> None:
         added: list[_Waiting] = []
         hashes: set[str] = set()
+        slots: set[tuple[str, int]] = set()
         later: list[_Waiting] = []
         for waiting in group:
-            v = waiting.validated
+            slot = (waiting.entry.sender, waiting.entry.nonce)
+            if slot in slots:  # would replace an operation of this group: the next one
+                later.append(waiting)
+                continue
             try:
-                result = self._mempool.add(v.entry, paymaster_deposit=v.paymaster_deposit)
+                result = self._mempool.add(
+                    waiting.entry, paymaster_deposit=waiting.paymaster_deposit
+                )
             except Exception as exc:  # BundlerFault: refused, answered to its sender alone
                 waiting.error, waiting.done = exc, True
                 continue
             undone = (result.replaced, *result.evicted)
             if any(e is not None and e.hash in hashes for e in undone):
-                self._mempool.forget(result)  # the latest add: undone exactly
+                self._mempool.forget(result)  # evicted one of this group: undone, next group
                 later.append(waiting)
                 continue
             waiting.added = result
             added.append(waiting)
             hashes.add(result.entry.hash)
+            slots.add(slot)
         self._queue[:0] = later  # first in the next group, in their order
         if not added:
             return

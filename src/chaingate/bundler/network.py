@@ -162,7 +162,9 @@ class BundlerNetwork:
             )
             # Added and committed with the operations validated beside it (one transaction
             # with the reputation they changed; a replaced one is kept, dropped: "replaced by").
-            added = await self._admits.admit(validated)
+            added = await self._admits.admit(
+                validated.entry, paymaster_deposit=validated.paymaster_deposit
+            )
         except BundlerFault as fault:
             self.rejected[fault.code] += 1
             raise
