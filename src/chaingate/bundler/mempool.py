@@ -61,6 +61,7 @@ from chaingate.bundler.reputation import (
     THROTTLED_ENTITY_LIVE_BLOCKS,
     THROTTLED_ENTITY_MEMPOOL_COUNT,
     Reputation,
+    Status,
     Title,
 )
 
@@ -574,6 +575,7 @@ class Mempool:
             key=lambda e: (-effective_tip(e, base_fee), self._order[e.hash]),
         )
         chosen: list[Entry] = []
+        known: dict[str, Status] = {}  # each entity's status, read once (selecting changes none)
         per_entity: Counter[str] = Counter()
         senders: set[str] = set()
         touched: set[str] = set()  # storage the chosen operations' validations used
@@ -584,7 +586,7 @@ class Mempool:
             if e.sender in touched or not senders.isdisjoint(e.storage):
                 continue  # STO-041: stays pending for a later bundle
             entities = [a for _, a in self._entities_of(e)]
-            statuses = [rep.status(a) for a in entities]
+            statuses = [known.get(a) or known.setdefault(a, rep.status(a)) for a in entities]
             if "banned" in statuses:
                 dropped.append(self._finish(e, "dropped", reason="an entity is banned"))
                 continue
