@@ -3,7 +3,7 @@
     python bench/bundler.py [--ops 200] [--latency-ops 40] [--concurrency 32]
                             [--versions 0.6,0.7,0.8] [--target chaingate-safe]
                             [--target chaingate-unsafe] [--target alto-unsafe]
-                            [--target alto-safe] [--no-alto] [--deploy]
+                            [--target alto-safe] [--no-alto] [--deploy] [--warmup N]
                             [--chaingate-url URL --node URL --manifest PATH [--api-key KEY]]
                             [--out PATH] [--smoke]
 
@@ -35,6 +35,10 @@ their first operations (send 1 wei), built and signed in Python with ``chaingate
 1. **probe** — one operation; if the target refuses it, its refusal is reported and the
    version is not measured on that target (Alto's safe mode refuses every operation on
    anvil 1.7.1: see docs/decisions/bundler.md, "ERC-7562 tracing");
+   with ``--warmup N``, N more operations are then sent as the load is and their receipts
+   awaited, unmeasured: the target's first measured version is warm as its later ones are
+   (Node's JIT: Alto's first version measured costs 2-3x the CPU per operation of its
+   second, whichever version is first — without a warm-up the ratios follow the order);
 2. **throughput** — ``--ops`` operations sent with ``eth_sendUserOperation`` by
    ``--concurrency`` keep-alive connections at once: accepted operations per second (answers
    carrying the locally computed userOpHash, from the first request to the last answer), the
@@ -97,6 +101,7 @@ class Options:
     api_key: str | None
     out: Path
     smoke: bool
+    warmup: int = 0
 
 
 def _versions(text: str) -> tuple[Version, ...]:
@@ -131,6 +136,12 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--api-key", help="X-API-Key for --chaingate-url")
     parser.add_argument("--out", type=Path, help="default: bench/results/<UTC>-bundler.md")
     parser.add_argument("--smoke", action="store_true", help="a few operations per target")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="unmeasured operations per target and version after the probe (default 0)",
+    )
     args = parser.parse_args(argv)
     defaults = (4, 2, 2, 1) if args.smoke else (200, 40, 32, 4)
     ops, latency_ops, concurrency, workers = (
@@ -143,6 +154,8 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     if min(ops, concurrency, workers) < 1 or latency_ops < 0:
         parser.error("--ops, --concurrency and --latency-workers must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be 0 or more")
     named_alto = any(t in ALTO_TARGETS for t in args.target)
     alto_default = [] if args.no_alto or named_alto else list(ALTO_TARGETS)
     targets = tuple(dict.fromkeys(alto_default + args.target))
@@ -168,6 +181,7 @@ def parse_args(argv: list[str] | None) -> Options:
         api_key=args.api_key,
         out=args.out or BENCH_DIR / "results" / f"{stamp}-bundler.md",
         smoke=args.smoke,
+        warmup=args.warmup,
     )
 
 
@@ -300,6 +314,7 @@ class Measured:
     probe_error: str | None = None
     send: bundlerload.SendResult | None = None
     cpu_s: float | None = None
+    node_cpu_s: float | None = None  # the node's (anvil's) CPU during the load
     receipts: bundlerload.Receipts | None = None
     last_receipt_after_s: float | None = None
     latency: bundlerload.Latency | None = None
@@ -336,11 +351,22 @@ class Measured:
         return found
 
 
+def _node_cpu(pid: int | None) -> float | None:
+    return None if pid is None else tools.process_cpu_seconds(tools.process_tree(pid))
+
+
 def measure(
-    target: Target, version: Version, ops: list[BuiltOp], opts: Options, entry_point: str
+    target: Target,
+    version: Version,
+    ops: list[BuiltOp],
+    opts: Options,
+    entry_point: str,
+    node_pid: int | None = None,
 ) -> Measured:
     result = Measured(target.name, version)
-    probe, load, timed = ops[0], ops[1 : 1 + opts.ops], ops[1 + opts.ops :]
+    warm_end = 1 + opts.warmup
+    probe, warm = ops[0], ops[1:warm_end]
+    load, timed = ops[warm_end : warm_end + opts.ops], ops[warm_end + opts.ops :]
     conn = bundlerload.Connection(target.url, target.headers)
     try:
         sent = bundlerload.send_one(conn, probe, entry_point)
@@ -350,12 +376,24 @@ def measure(
         result.probe_error = sent.error
         say(f"[{target.name} v{version}] probe refused: {sent.error}")
         return result
-    cpu = target.cpu_seconds()
+    if warm:
+        warmed = bundlerload.send_all(
+            target.url, target.headers, warm, entry_point, opts.concurrency
+        )
+        bundlerload.poll_receipts(
+            target.url,
+            target.headers,
+            [s.op.hash for s in warmed.accepted],
+            timeout=RECEIPT_TIMEOUT,
+        )
+    cpu, node_cpu = target.cpu_seconds(), _node_cpu(node_pid)
     result.send = bundlerload.send_all(
         target.url, target.headers, load, entry_point, opts.concurrency
     )
-    after = target.cpu_seconds()
+    after, node_after = target.cpu_seconds(), _node_cpu(node_pid)
     result.cpu_s = None if cpu is None or after is None else after - cpu
+    if node_cpu is not None and node_after is not None:
+        result.node_cpu_s = node_after - node_cpu
     hashes = [probe.hash] + [s.op.hash for s in result.send.accepted]
     result.receipts = bundlerload.poll_receipts(
         target.url, target.headers, hashes, timeout=RECEIPT_TIMEOUT
@@ -431,35 +469,36 @@ def render(res: Results) -> str:
         "## Accepted operations per second (eth_sendUserOperation, full validation)",
         "",
         "| target | EntryPoint | sent | accepted | accepted ops/s | answer p50 ms "
-        "| answer p99 ms | server CPU ms/op | included | failed receipts "
+        "| answer p99 ms | server CPU ms/op | node CPU ms/op | included | failed receipts "
         "| last receipt after s | refused |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in res.rows:
         if m.send is None:
             lines.append(
                 f"| {m.target} | v{m.version} | 1 | 0 | n/a | n/a | n/a | n/a | n/a | n/a "
-                f"| n/a | {_first_error(m)} |"
+                f"| n/a | n/a | {_first_error(m)} |"
             )
             continue
         answers = sorted(s.answered - s.started for s in m.send.sent)
-        cpu = (
-            "n/a"
-            if m.cpu_s is None or not m.send.sent
-            else f"{m.cpu_s / len(m.send.sent) * 1000:.2f}"
+        cpu, node_cpu = (
+            "n/a" if spent is None or not m.send.sent else f"{spent / len(m.send.sent) * 1000:.2f}"
+            for spent in (m.cpu_s, m.node_cpu_s)
         )
         after = "n/a" if m.last_receipt_after_s is None else f"{m.last_receipt_after_s:.2f}"
         lines.append(
             f"| {m.target} | v{m.version} | {len(m.send.sent)} | {m.accepted} "
             f"| {m.send.rate:.1f} | {_ms(bundlerload.percentile(answers, 0.5))} "
-            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {m.included} "
+            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {node_cpu} | {m.included} "
             f"| {m.failed_receipts} | {after} | {_first_error(m)} |"
         )
     lines += [
         "",
         "Accepted ops/s: answers carrying the userOpHash computed locally, divided by the time "
         "from the first request to the last answer.  Server CPU: the bundler process (Alto's "
-        "node, chaingate's process) during the load, per operation sent.  Included: receipts "
+        "node, chaingate's process) during the load, per operation sent; node CPU: the node's "
+        "(anvil, n/a for an external one) in the same window, its work for the bundler and "
+        "for any other client.  Included: receipts "
         "found by `eth_getUserOperationReceipt` (probe operation included); last receipt after: "
         "from the last answer to the last receipt seen.",
         "",
@@ -542,6 +581,7 @@ def _ratios(res: Results) -> str:
 def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Results:
     workdir = Path(tempfile.mkdtemp(prefix="chaingate-bench-bundler-"))
     stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+    node_pid: int | None = None  # the node whose CPU is reported: ours, not an external one
     if opts.node is not None and opts.manifest is not None:
         node, manifest = opts.node, load_manifest(opts.manifest)
         manifest_path = opts.manifest
@@ -550,6 +590,7 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
         anvil = AnvilProcess()
         stack.callback(anvil.stop)
         anvil.start()
+        node_pid = anvil.pid
         anvil_version = tools.anvil_version(anvil_binary(install=False))
         say(f"anvil {anvil_version} on :{anvil.port}")
         node = anvil.url
@@ -570,7 +611,10 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
                 manifest,
                 version,
                 owner,
-                [secrets.randbits(128) for _ in range(1 + opts.ops + opts.latency_ops)],
+                [
+                    secrets.randbits(128)
+                    for _ in range(1 + opts.warmup + opts.ops + opts.latency_ops)
+                ],
                 deploy=opts.deploy,
                 chain_id=chain_id,
             )
@@ -589,7 +633,7 @@ def bench(opts: Options, stack: contextlib.ExitStack, busy: float | None) -> Res
                 if opts.deploy and name in CHAINGATE_TARGETS and not opts.chaingate_url:
                     factory = manifest.address(f"simple_account_factory_{TAGS[version]}")
                     give_record(target, factory, entry_point)
-                res.rows.append(measure(target, version, ops[version], opts, entry_point))
+                res.rows.append(measure(target, version, ops[version], opts, entry_point, node_pid))
         finally:
             target.stop()
     refused = [m for m in res.rows if m.probe_error is not None]
@@ -623,7 +667,8 @@ def header(opts: Options, busy: float | None, anvil_version: str) -> dict[str, s
         ),
         "how measured": (
             f"per target and EntryPoint ({', '.join('v' + v for v in opts.versions)}): 1 probe, "
-            f"{opts.ops} operations at concurrency {opts.concurrency}, then {opts.latency_ops} "
+            + (f"{opts.warmup} unmeasured (warm-up), " if opts.warmup else "")
+            + f"{opts.ops} operations at concurrency {opts.concurrency}, then {opts.latency_ops} "
             f"by {opts.latency_workers} sequential clients polling receipts every "
             f"{bundlerload.POLL_INTERVAL * 1000:.0f} ms; on {os.cpu_count()} cores shared by "
             "the client, the bundler and anvil" + (" (--smoke)" if opts.smoke else "")

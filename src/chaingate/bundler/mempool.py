@@ -61,6 +61,7 @@ from chaingate.bundler.reputation import (
     THROTTLED_ENTITY_LIVE_BLOCKS,
     THROTTLED_ENTITY_MEMPOOL_COUNT,
     Reputation,
+    Status,
     Title,
 )
 
@@ -574,6 +575,7 @@ class Mempool:
             key=lambda e: (-effective_tip(e, base_fee), self._order[e.hash]),
         )
         chosen: list[Entry] = []
+        known: dict[str, Status] = {}  # each entity's status, read once (selecting changes none)
         per_entity: Counter[str] = Counter()
         senders: set[str] = set()
         touched: set[str] = set()  # storage the chosen operations' validations used
@@ -584,7 +586,7 @@ class Mempool:
             if e.sender in touched or not senders.isdisjoint(e.storage):
                 continue  # STO-041: stays pending for a later bundle
             entities = [a for _, a in self._entities_of(e)]
-            statuses = [rep.status(a) for a in entities]
+            statuses = [known.get(a) or known.setdefault(a, rep.status(a)) for a in entities]
             if "banned" in statuses:
                 dropped.append(self._finish(e, "dropped", reason="an entity is banned"))
                 continue
@@ -608,6 +610,9 @@ class Mempool:
         those of throttled entities older than THROTTLED_ENTITY_LIVE_BLOCKS."""
         deadline = self._clock() // 1000 + self.limits.expiry_margin_s
         out = []
+        # Each entity's status read once per call, not once per operation naming it (the
+        # pool's operations share a few factories and paymasters; dropping changes no count).
+        throttled: dict[str, bool] = {}
         for e in list(self._live.values()):
             if e.status != "pending":
                 continue
@@ -616,10 +621,16 @@ class Mempool:
             elif (
                 block_number is not None
                 and block_number - e.accepted_block > self.limits.throttled_live_blocks
-                and any(self.reputation.status(a) == "throttled" for _, a in self._entities_of(e))
+                and any(self._throttled(a, throttled) for _, a in self._entities_of(e))
             ):
                 out.append(self._finish(e, "dropped", reason="throttled entity: kept too long"))
         return out
+
+    def _throttled(self, address: str, memo: dict[str, bool]) -> bool:
+        found = memo.get(address)
+        if found is None:
+            found = memo[address] = self.reputation.status(address) == "throttled"
+        return found
 
     # --- lifecycle -------------------------------------------------------------------------
 

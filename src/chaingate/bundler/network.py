@@ -21,12 +21,13 @@ import trio
 
 from chaingate.aa.userop import UserOperation, Version, authorizations, handle_ops_calldata
 from chaingate.bundler.admission import Admission
+from chaingate.bundler.admits import GroupCommit
 from chaingate.bundler.errors import INVALID_PARAMS, BundlerFault
 from chaingate.bundler.estimation import AUTHORIZATION_GAS
 from chaingate.bundler.mempool import Entry, Mempool, new_entry, op_gas
 from chaingate.bundler.orphans import OrphanWatch
 from chaingate.bundler.receiptstore import ReceiptRow
-from chaingate.bundler.reputation import Reputation
+from chaingate.bundler.reputation import Reputation, ReputationChanges
 from chaingate.bundler.simulation import simulate_handle_ops
 from chaingate.bundler.store import BundlerRows, Intent
 from chaingate.bundler.submitter import NotMined, Submitter, bundle_fees
@@ -99,6 +100,7 @@ class BundlerNetwork:
         self._wake = trio.Event()
         self._head_moved = trio.Event()
         self._lock = trio.Lock()  # admission and bundling change the mempool one at a time
+        self._admits = GroupCommit(self._lock, self.mempool, self.reputation, self._save_admits)
         self._orphans = OrphanWatch(client)  # reorged bundles the node may still mine
         self.accepted: Counter[str] = Counter()  # by entry point version
         self.rejected: Counter[int] = Counter()  # by error code
@@ -158,23 +160,11 @@ class BundlerNetwork:
                 delegate=delegate,
                 op_hash=provisional.hash,
             )
-            async with self._lock:
-                added = self.mempool.add(
-                    validated.entry, paymaster_deposit=validated.paymaster_deposit
-                )
-                changed = [added.entry, *added.evicted]
-                if added.replaced is not None:
-                    changed.append(added.replaced)  # kept, dropped: "replaced by <hash>"
-                # One transaction (one commit) with the reputation it changed.
-                reputation = self.reputation.changes()
-                try:
-                    await self.store.save_bundler_entries(
-                        self.chain, self.network, changed, reputation=reputation
-                    )
-                except BaseException:
-                    self.mempool.forget(added)  # not kept: not accepted
-                    self.reputation.untake(reputation)
-                    raise
+            # Added and committed with the operations validated beside it (one transaction
+            # with the reputation they changed; a replaced one is kept, dropped: "replaced by").
+            added = await self._admits.admit(
+                validated.entry, paymaster_deposit=validated.paymaster_deposit
+            )
         except BundlerFault as fault:
             self.rejected[fault.code] += 1
             raise
@@ -197,6 +187,11 @@ class BundlerNetwork:
                 {"field": "factory"},
             )
         return found
+
+    async def _save_admits(self, entries: Sequence[Entry], reputation: ReputationChanges) -> None:
+        await self.store.save_bundler_entries(
+            self.chain, self.network, entries, reputation=reputation
+        )
 
     async def _persist(self, entries: Sequence[Entry], term: int | None = None) -> None:
         """The new states of entries the mempool moved (what its calls returned); ``term``:
