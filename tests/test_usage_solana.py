@@ -63,10 +63,11 @@ async def solana_stack(
     return await start_auth(nursery, impl, settings, logs), node, logs
 
 
-async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> None:
+async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> int:
     """Two getSlot, a getBalance answered and one the node refuses (-32602: an error), a
     batch of getBlockHeight and getHealth, an EVM method (-32601, never forwarded), and a
-    slotSubscribe with three pushes."""
+    slotSubscribe with three pushes: the units those pushes cost (0.04 CU a byte, rounded up,
+    one at least, as on EVM)."""
     for _ in range(2):
         assert "result" in (await client.post(URL, json=call("getSlot"))).json()
     system = "11111111111111111111111111111111"
@@ -79,9 +80,10 @@ async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> None:
     assert evm["error"]["code"] == -32601
     ws = await Client.open(ws_url)
     assert isinstance((await ws.call("slotSubscribe"))["result"], int)
-    for _ in range(3):
-        await next_of(ws, "slotNotification")
+    pushes = [await next_of(ws, "slotNotification") for _ in range(3)]
     await ws.close()
+    sizes = [len(json.dumps(push, separators=(",", ":"))) for push in pushes]
+    return sum(max(1, -(-size * 4 // 100)) for size in sizes)
 
 
 # (network, method) -> (requests, compute units, errors), as config/methods.toml prices them.
@@ -103,7 +105,7 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
     key, key_id = await stack.key(env="live", email=email)
     ws_url = f"ws://127.0.0.1:{stack.handle.port}{WS}?apiKey={key}"
     async with stack.client(key) as client:
-        await solana_traffic(client, ws_url)
+        push_units = await solana_traffic(client, ws_url)
         rows = AuthRows(stack.store)
         with trio.fail_after(10):  # the usage writer flushes every 0.2 s here
             while True:
@@ -111,21 +113,14 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
                     (r.network, r.method): (r.requests, r.compute_units, r.errors)
                     for r in await rows.usage_totals(account_id, "day", 0, 10**9)
                 }
-                if (
-                    all(slot in found for slot in EXPECTED)
-                    and (
-                        "solana/devnet",
-                        "solana_subscription",
-                    )
-                    in found
-                ):
+                pushed = found.get(("solana/devnet", "solana_subscription"), (0, 0, 0))
+                if all(slot in found for slot in EXPECTED) and pushed[1] >= push_units:
                     break
                 await trio.sleep(0.05)
         for slot, counts in EXPECTED.items():
             assert found[slot] == counts, (slot, found)
-        # Pushes: no request, their bytes x 0.04 CU each, rounded up (three pushes, >= 1 each).
-        pushed = found[("solana/devnet", "solana_subscription")]
-        assert pushed[0] == 0 and pushed[1] >= 3 and pushed[2] == 0
+        # Pushes: no request, their bytes' units.
+        assert pushed == (0, push_units, 0), (pushed, push_units)
         # A method of another family is refused before any node and costs nothing, as on EVM.
         assert not any(method.startswith("eth_") for _, method in found)
         assert {network for network, _ in found} == {"solana/devnet"}
@@ -178,6 +173,11 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
             assert shown[slot] == counts, shown
         assert shown[("solana/devnet", "solana_subscription")] == pushed
 
+        # Webhooks and gas policies are EVM features: their chain pickers offer no Solana.
+        for form_page in ("/dashboard/webhooks", "/dashboard/policies"):
+            text = (await dashboard.get(form_page)).text
+            assert "<option>ethereum</option>" in text or ">ethereum</option>" in text, text
+            assert "solana</option>" not in text, form_page
         # A key locked to Solana methods from its page: the list takes Solana names, and the
         # gate applies it over HTTP and WebSocket as it does EVM ones.
         page = await dashboard.get(f"/dashboard/keys/{key_id}")
