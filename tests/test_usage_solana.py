@@ -7,6 +7,7 @@ its methods, compute units and errors."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -17,6 +18,11 @@ from typing import Any
 
 import httpx
 import trio
+from solders.hash import Hash
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.system_program import TransferParams, transfer
+from solders.transaction import Transaction
 
 from chaingate.auth.store import AuthRows
 from chaingate.twins import Impl
@@ -65,7 +71,8 @@ async def solana_stack(
 
 async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> int:
     """Two getSlot, a getBalance answered and one the node refuses (-32602: an error), a
-    batch of getBlockHeight and getHealth, an EVM method (-32601, never forwarded), and a
+    batch of getBlockHeight and getHealth, a sendTransaction failing preflight (an error), an
+    EVM method (-32601, never forwarded), and a
     slotSubscribe with three pushes: the units those pushes cost (0.04 CU a byte, rounded up,
     one at least, as on EVM)."""
     for _ in range(2):
@@ -76,6 +83,18 @@ async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> int:
     assert bad["error"]["code"] == -32602, bad
     batch = [call("getBlockHeight", id=1), call("getHealth", id=2)]
     assert all("result" in r for r in (await client.post(URL, json=batch)).json())
+    # A write the node refuses (preflight: the payer has no lamports): Solana's own -32002.
+    latest = (await client.post(URL, json=call("getLatestBlockhash"))).json()["result"]
+    payer = Keypair()
+    ix = transfer(
+        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Keypair().pubkey(), lamports=1)
+    )
+    tx = Transaction(
+        [payer], Message([ix], payer.pubkey()), Hash.from_string(latest["value"]["blockhash"])
+    )
+    raw = base64.b64encode(bytes(tx)).decode()
+    sent = await client.post(URL, json=call("sendTransaction", raw, {"encoding": "base64"}))
+    assert sent.json()["error"]["code"] == -32002, sent.text
     evm = (await client.post(URL, json=call("eth_blockNumber"))).json()
     assert evm["error"]["code"] == -32601
     ws = await Client.open(ws_url)
@@ -93,6 +112,8 @@ EXPECTED = {
     ("solana/devnet", "getBlockHeight"): (1, 1, 0),
     ("solana/devnet", "getHealth"): (1, 1, 0),
     ("solana/devnet", "slotSubscribe"): (1, 10, 0),
+    ("solana/devnet", "getLatestBlockhash"): (1, 2, 0),
+    ("solana/devnet", "sendTransaction"): (1, 20, 1),
 }
 
 
@@ -131,7 +152,7 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
         for (_, method), counts in EXPECTED.items():
             assert methods[method] == counts, methods
         assert methods["solana_subscription"] == pushed
-        assert report["totals"]["requests"] == 7 and report["totals"]["errors"] == 1
+        assert report["totals"]["requests"] == 9 and report["totals"]["errors"] == 2
         metrics = (
             await client.get("/metrics", headers={"Authorization": "Bearer test-admin-token"})
         ).text
@@ -151,8 +172,9 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
         assert (await sign_in(dashboard, email)).status_code == 303
         overview = (await dashboard.get("/dashboard/?range=hour")).text
         by_network = overview.split('id="by-network"', 1)[1].split("</table>", 1)[0]
-        # 7 requests on solana/devnet (the EVM method is not one), 1 error.
-        assert "<td><code>solana/devnet</code></td><td>7</td>" in by_network, by_network
+        # 9 requests on solana/devnet (the EVM method is not one), 2 errors.
+        assert "<td><code>solana/devnet</code></td><td>9</td>" in by_network, by_network
+        assert "<td><code>sendTransaction</code></td><td>1</td><td>20</td><td>1</td>" in overview
         by_method = overview.split('id="by-method"', 1)[1].split("</table>", 1)[0]
         assert "<td><code>getBalance</code></td><td>2</td><td>10</td><td>1</td>" in by_method
         assert "<td><code>slotSubscribe</code></td><td>1</td><td>10</td><td>0</td>" in by_method
