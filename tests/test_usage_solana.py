@@ -98,8 +98,11 @@ async def solana_traffic(client: httpx.AsyncClient, ws_url: str) -> int:
     evm = (await client.post(URL, json=call("eth_blockNumber"))).json()
     assert evm["error"]["code"] == -32601
     ws = await Client.open(ws_url)
-    assert isinstance((await ws.call("slotSubscribe"))["result"], int)
+    subscription = (await ws.call("slotSubscribe"))["result"]
+    assert isinstance(subscription, int)
     pushes = [await next_of(ws, "slotNotification") for _ in range(3)]
+    assert (await ws.call("slotUnsubscribe", [subscription]))["result"] is True
+    pushes += [m for m in ws.early if m.get("method") == "slotNotification"]  # before its answer
     await ws.close()
     sizes = [len(json.dumps(push, separators=(",", ":"))) for push in pushes]
     return sum(max(1, -(-size * 4 // 100)) for size in sizes)
@@ -112,6 +115,7 @@ EXPECTED = {
     ("solana/devnet", "getBlockHeight"): (1, 1, 0),
     ("solana/devnet", "getHealth"): (1, 1, 0),
     ("solana/devnet", "slotSubscribe"): (1, 10, 0),
+    ("solana/devnet", "slotUnsubscribe"): (1, 0, 0),  # free, as eth_unsubscribe
     ("solana/devnet", "getLatestBlockhash"): (1, 2, 0),
     ("solana/devnet", "sendTransaction"): (1, 20, 1),
 }
@@ -152,7 +156,7 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
         for (_, method), counts in EXPECTED.items():
             assert methods[method] == counts, methods
         assert methods["solana_subscription"] == pushed
-        assert report["totals"]["requests"] == 9 and report["totals"]["errors"] == 2
+        assert report["totals"]["requests"] == 10 and report["totals"]["errors"] == 2
         metrics = (
             await client.get("/metrics", headers={"Authorization": "Bearer test-admin-token"})
         ).text
@@ -172,8 +176,8 @@ async def test_solana_usage_shows_like_evm_usage_everywhere(
         assert (await sign_in(dashboard, email)).status_code == 303
         overview = (await dashboard.get("/dashboard/?range=hour")).text
         by_network = overview.split('id="by-network"', 1)[1].split("</table>", 1)[0]
-        # 9 requests on solana/devnet (the EVM method is not one), 2 errors.
-        assert "<td><code>solana/devnet</code></td><td>9</td>" in by_network, by_network
+        # 10 requests on solana/devnet (the EVM method is not one), 2 errors.
+        assert "<td><code>solana/devnet</code></td><td>10</td>" in by_network, by_network
         assert "<td><code>sendTransaction</code></td><td>1</td><td>20</td><td>1</td>" in overview
         by_method = overview.split('id="by-method"', 1)[1].split("</table>", 1)[0]
         assert "<td><code>getBalance</code></td><td>2</td><td>10</td><td>1</td>" in by_method
