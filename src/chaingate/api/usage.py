@@ -3,14 +3,16 @@
 Query: ``from`` and ``to`` (ISO 8601 UTC or Unix seconds; default: the last 24 hours),
 ``granularity`` (``minute``, ``hour`` — default — or ``day``).  A window may hold at most
 ``MAX_PERIODS`` periods, which bounds the answer.  REST calls are recorded under their route
-(``GET /v1/tokens/{chain}/balances/{address}``), JSON-RPC calls under their method.
+(``GET /v1/tokens/{chain}/balances/{address}``), JSON-RPC calls under their method, whatever
+the network's family (``eth_call``, ``getBalance``), WebSocket pushes as ``eth_subscription``
+or ``solana_subscription`` (units, no requests); the networks are summed (the spec's shape).
 """
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -32,7 +34,14 @@ class UsageQuery(msgspec.Struct, forbid_unknown_fields=True, rename={"from_": "f
 
 class UsagePeriod(msgspec.Struct):
     period: str
-    method: str
+    method: Annotated[
+        str,
+        msgspec.Meta(
+            description="A JSON-RPC method of any network (eth_call, getBalance), "
+            "eth_subscription or solana_subscription (units pushed over a WebSocket), "
+            "or a REST route (GET /v1/usage)."
+        ),
+    ]
     requests: int
     compute_units: int
     errors: int
