@@ -314,15 +314,16 @@ class SolanaHub:
         if isinstance(outcome, Notify):
             self.arrival = time.time()
             started = time.perf_counter()
-            notification = outcome.notification
+            frame_for = outcome.notification.frame
+            ended = outcome.ended
+            checkpoint = trio.lowlevel.checkpoint
             for n, member in enumerate(outcome.members, 1):
                 sink: SolanaSink = member.sink  # type: ignore[assignment]
-                frame, cu = notification.frame(member.tail)
-                sink.push(frame, cu)
-                if outcome.ended:
+                sink.push(*frame_for(member.tail))
+                if ended:
                     sink.ended(member)
                 if n % FANOUT_SLICE == 0:
-                    await trio.lowlevel.checkpoint()
+                    await checkpoint()
             self.pushes += len(outcome.members)
             self.fanout_seconds += time.perf_counter() - started
             self.fanouts += 1
