@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from chaingate.ws.solana_hub import SolanaHub
 from chaingate.ws.solana_methods import (
     MAX_PARAMS_BYTES,
     Key,
@@ -21,7 +22,7 @@ PK = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
 
 
 class Sink:
-    """A client, as the router sees one: anything hashable."""
+    """A client, as the router sees one: held and compared by identity, never called."""
 
 
 def sent(router: Router) -> list[dict[str, Any]]:
@@ -196,3 +197,45 @@ def test_waiters_nobody_answers_expire() -> None:
     [(channel, waiter)] = router.expire(6.0)
     assert waiter.sink is sink and channel.key.method == "slotSubscribe"
     assert router.channels == {}
+
+
+class PushSink:
+    """A client connection as the hub drives it: records what it is handed."""
+
+    closing = False
+    gap_notices = False
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.frames: list[bytes] = []
+        self.closed: tuple[int, str] | None = None
+
+    def push(self, frame: bytes, cu: int) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in one connection's push")
+        self.frames.append(frame)
+
+    def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+    def ended(self, member: Any) -> None:
+        pass
+
+
+async def test_a_push_that_fails_costs_that_client_only() -> None:
+    hub = SolanaHub("solana/devnet", [], 5.0)
+    router = hub.router
+    router.connected_again()
+    key = subscription_key("slotSubscribe", [])
+    sinks = [PushSink(), PushSink(fail=True), PushSink()]
+    for n, sink in enumerate(sinks):
+        router.join(key, sink, b"%d" % n, 0.0)  # type: ignore[arg-type]
+    [request] = sent(router)
+    router.receive(answer(request["id"], 9))
+    outcome = router.receive(notification("slotNotification", 9, {"slot": 5}))
+    assert isinstance(outcome, Notify) and len(outcome.members) == 3
+    await hub._apply(outcome)
+    good = [sinks[0], sinks[2]]
+    assert [len(s.frames) for s in good] == [1, 1] and all(s.closed is None for s in good)
+    assert frame_json(sinks[2].frames[0])["params"]["result"] == {"slot": 5}
+    assert sinks[1].closed == (1011, "internal error")

@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Hashable
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import msgspec
@@ -41,7 +40,15 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from chaingate.ws.solana_methods import GAP_METHOD, Key, Notification, gap_result
-from chaingate.ws.solana_router import Acked, Member, Notify, Outcome, Refused, Router
+from chaingate.ws.solana_router import (
+    Acked,
+    Member,
+    Notify,
+    Outcome,
+    Refused,
+    Router,
+    SolanaSink,
+)
 
 log = logging.getLogger("chaingate.ws")
 
@@ -51,30 +58,6 @@ PING_INTERVAL = 10.0  # seconds without a byte from the upstream before a ping
 PONG_TIMEOUT = 10.0  # then this long for any byte, or the upstream is taken for lost
 MAX_BACKOFF = 5.0  # between rounds of every upstream failing
 FANOUT_SLICE = 64  # pushes between two checkpoints
-
-
-class SolanaSink(Protocol):
-    """A client connection as the Solana hub sees it (``Session``): never awaited."""
-
-    @property
-    def closing(self) -> bool: ...
-
-    @property
-    def gap_notices(self) -> bool:
-        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
-
-    def close(self, code: int, reason: str) -> None: ...
-
-    def push(self, frame: bytes, cu: int) -> None: ...
-
-    def joined(self, member: Member, id_raw: bytes) -> None:
-        """The subscription is live: acknowledge it (its id) before any push."""
-
-    def refused(self, id_raw: bytes, error: bytes) -> None:
-        """The upstream's (or chaingate's) error object for the subscribe call."""
-
-    def ended(self, member: Member) -> None:
-        """The subscription is over without the client asking (a signature notified)."""
 
 
 class PubSubUrl(NamedTuple):
@@ -114,7 +97,7 @@ class SolanaHub:
 
     # --- clients (from sessions: synchronous) ------------------------------------------------
 
-    def subscribe(self, key: Key, sink: Hashable, id_raw: bytes) -> Member | None:
+    def subscribe(self, key: Key, sink: SolanaSink, id_raw: bytes) -> Member | None:
         """A member now (the key is live upstream) or None: the sink hears ``joined`` or
         ``refused`` when the upstream answers."""
         member = self.router.join(key, sink, id_raw, trio.current_time())
@@ -126,7 +109,7 @@ class SolanaHub:
         self._flush()
         return found
 
-    def forget(self, sink: Hashable) -> None:
+    def forget(self, sink: SolanaSink) -> None:
         self.router.forget(sink)
         self._flush()
 
@@ -247,7 +230,7 @@ class SolanaHub:
                     if pinged or not accepted:
                         raise ConnectionError("upstream silent")
                     pinged = True
-                    out.send_nowait(ws.send(Ping(b"chaingate")))
+                    _send(out, ws.send(Ping(b"chaingate")))
                     continue
                 pinged = False
                 if not data:
@@ -268,7 +251,7 @@ class SolanaHub:
                     elif isinstance(event, RejectConnection):
                         raise ConnectionError(f"upgrade refused: HTTP {event.status_code}")
                     elif isinstance(event, Ping):
-                        out.send_nowait(ws.send(event.response()))
+                        _send(out, ws.send(event.response()))
                     elif isinstance(event, Pong):
                         pass
                     elif isinstance(event, CloseConnection):
@@ -289,7 +272,7 @@ class SolanaHub:
         (1012, "service restart": connect and subscribe again)."""
         closed: set[int] = set()
         for member in members:
-            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            sink = member.sink
             if not sink.gap_notices and id(sink) not in closed:
                 closed.add(id(sink))
                 sink.close(1012, "upstream PubSub lost: connect and subscribe again")
@@ -303,7 +286,7 @@ class SolanaHub:
             await trio.sleep(min(1.0, self.answer_timeout / 2))
             late = self.router.expire(trio.current_time() - self.answer_timeout)
             for _, waiter in late:
-                sink: SolanaSink = waiter.sink  # type: ignore[assignment]
+                sink = waiter.sink
                 sink.refused(waiter.id_raw, error)
             if late:
                 self._flush()
@@ -318,10 +301,13 @@ class SolanaHub:
             ended = outcome.ended
             checkpoint = trio.lowlevel.checkpoint
             for n, member in enumerate(outcome.members, 1):
-                sink: SolanaSink = member.sink  # type: ignore[assignment]
-                sink.push(*frame_for(member.tail))
-                if ended:
-                    sink.ended(member)
+                sink = member.sink
+                try:  # (free unless raised, 3.11)
+                    sink.push(*frame_for(member.tail))
+                    if ended:
+                        sink.ended(member)
+                except Exception:
+                    self._sink_failed(sink)
                 if n % FANOUT_SLICE == 0:
                     await checkpoint()
             self.pushes += len(outcome.members)
@@ -329,7 +315,7 @@ class SolanaHub:
             self.fanouts += 1
         elif isinstance(outcome, Acked):
             for member, waiter in outcome.joined:
-                sink = member.sink  # type: ignore[assignment]
+                sink = member.sink
                 if sink.closing:
                     self.router.leave(member)
                 else:
@@ -338,12 +324,22 @@ class SolanaHub:
                 self._gap(outcome.resumed, "upstream lost", outcome.lost_at, False)
         elif isinstance(outcome, Refused):
             for waiter in outcome.waiters:
-                sink = waiter.sink  # type: ignore[assignment]
+                sink = waiter.sink
                 sink.refused(waiter.id_raw, outcome.error)
             if outcome.ended:
                 reason = "upstream lost; the next upstream refused the subscription: "
                 reason += outcome.error.decode(errors="replace")[:200]
                 self._gap(outcome.ended, reason, time.time(), True)
+
+    def _sink_failed(self, sink: SolanaSink) -> None:
+        """A bug of ours in one client's push costs that client's connection, not the
+        upstream connection every other client hears through (which would close them all
+        with 1012, again and again if the bug is in every push)."""
+        log.exception("solana push failed", extra={"fields": {"network": self.label}})
+        try:
+            sink.close(1011, "internal error")
+        except Exception:
+            log.exception("closing a failed client failed", extra={"fields": {}})
 
     def _gap(self, members: list[Member], reason: str, lost_at: float, ended: bool) -> None:
         """Tell each member that notifications may be missing (and, ``ended``, that its
@@ -352,7 +348,7 @@ class SolanaHub:
             GAP_METHOD, gap_result(reason, lost_at, time.time(), self.upstream or "")
         )
         for member in members:
-            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            sink = member.sink
             if not sink.gap_notices:
                 sink.close(1012, "upstream PubSub lost: connect and subscribe again")
                 continue
@@ -361,6 +357,15 @@ class SolanaHub:
             self.gaps += 1
             if ended:
                 sink.ended(member)
+
+
+def _send(out: trio.MemorySendChannel[bytes], data: bytes) -> None:
+    """Queue bytes for the upstream; a full outbox (the upstream does not read) is a lost
+    connection like any other, not a bug."""
+    try:
+        out.send_nowait(data)
+    except trio.WouldBlock:
+        raise ConnectionError("upstream outbox full") from None
 
 
 async def _writer(stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[bytes]) -> None:

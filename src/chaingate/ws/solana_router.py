@@ -19,8 +19,7 @@ notification, upstream and for every member (``Notify.ended``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -36,6 +35,31 @@ from chaingate.ws.solana_methods import (
 )
 
 
+class SolanaSink(Protocol):
+    """A client connection (``Session``).  The router only holds it (and compares it by
+    identity); the hub tells it what happens, never awaiting it."""
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def gap_notices(self) -> bool:
+        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
+
+    def close(self, code: int, reason: str) -> None: ...
+
+    def push(self, frame: bytes, cu: int) -> None: ...
+
+    def joined(self, member: Member, id_raw: bytes) -> None:
+        """The subscription is live: acknowledge it (its id) before any push."""
+
+    def refused(self, id_raw: bytes, error: bytes) -> None:
+        """The upstream's (or chaingate's) error object for the subscribe call."""
+
+    def ended(self, member: Member) -> None:
+        """The subscription is over without the client asking (a signature notified)."""
+
+
 class Member:
     """One client's subscription (what the session holds under ``id``)."""
 
@@ -43,7 +67,7 @@ class Member:
 
     cost = 0  # no filter bytes: Solana's params are bounded by MAX_PARAMS_BYTES instead
 
-    def __init__(self, number: int, channel: Channel, sink: Hashable) -> None:
+    def __init__(self, number: int, channel: Channel, sink: SolanaSink) -> None:
         self.number = number
         self.id = str(number)
         self.channel = channel
@@ -52,7 +76,7 @@ class Member:
 
 
 class Waiter(NamedTuple):
-    sink: Hashable
+    sink: SolanaSink
     id_raw: bytes  # the client's request id, as it came
     since: float
 
@@ -107,7 +131,7 @@ class Router:
 
     # --- clients ---------------------------------------------------------------------------
 
-    def join(self, key: Key, sink: Hashable, id_raw: bytes, now: float) -> Member | None:
+    def join(self, key: Key, sink: SolanaSink, id_raw: bytes, now: float) -> Member | None:
         """A member at once when the key is live upstream; else None (the client waits)."""
         channel = self.channels.get(key)
         if channel is None:
@@ -127,7 +151,7 @@ class Router:
         self._maybe_close(channel)
         return True
 
-    def forget(self, sink: Hashable) -> None:
+    def forget(self, sink: SolanaSink) -> None:
         """A client went away: whatever it still waits for is dropped."""
         for channel in list(self.channels.values()):
             if any(waiter.sink is sink for waiter in channel.waiting):
@@ -145,7 +169,7 @@ class Router:
                 self._maybe_close(channel)
         return expired
 
-    def _member(self, channel: Channel, sink: Hashable) -> Member:
+    def _member(self, channel: Channel, sink: SolanaSink) -> Member:
         member = Member(next(self._member_ids), channel, sink)
         channel.members[member.number] = member
         return member
