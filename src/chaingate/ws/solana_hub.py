@@ -5,8 +5,9 @@ the first client subscribes.  On it, one upstream subscription per distinct (met
 (``solana_router``); notifications are routed by upstream id and fanned out to every member
 without waiting (a connection that cannot take a push drops itself, see ``Session.push``).
 
-When the connection is lost (closed, reset, silent past its ping, or its outbox full), the
-hub connects to the next upstream in the list and subscribes every channel again.  No client
+When the connection is lost (closed, reset, silent past its ping, or leaving requests
+unanswered), the hub connects to the next upstream in the list and subscribes every channel
+again.  No client
 sees a gap it is not told about: a client that connected with ``?gaps=notify`` keeps its
 subscriptions, and once a channel is live again each of its members gets one
 ``subscriptionGap`` notification (what may be missing: between ``lostAt`` and
@@ -20,6 +21,7 @@ still waiting for its subscription's answer just waits for the new upstream's (b
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import time
 from typing import NamedTuple
@@ -53,7 +55,10 @@ from chaingate.ws.solana_router import (
 log = logging.getLogger("chaingate.ws")
 
 MAX_MESSAGE = 16 << 20  # one upstream message (a programNotification of a large account)
-OUTBOX = 10_000  # requests queued for the upstream; more: the connection is started over
+# Requests the upstream has not answered yet, beyond one subscribe and one unsubscribe per
+# channel (a new connection subscribes every channel at once, however many there are): more
+# and the upstream is taken for lost (it does not read, or does not answer).
+UNANSWERED = 10_000
 PING_INTERVAL = 10.0  # seconds without a byte from the upstream before a ping
 PONG_TIMEOUT = 10.0  # then this long for any byte, or the upstream is taken for lost
 MAX_BACKOFF = 5.0  # between rounds of every upstream failing
@@ -120,15 +125,18 @@ class SolanaHub:
             if self.router.channels:
                 self._wake.set()  # someone needs an upstream
             return
-        for request in self.router.take_outbox():
+        router = self.router
+        for request in router.take_outbox():
             try:
                 link.out.send_nowait(link.ws.send(TextMessage(request.decode())))
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                self._break("upstream outbox full")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._break("upstream connection closed")
                 return
             except LocalProtocolError:
                 self._break("upstream connection closing")
                 return
+        if router.unanswered > UNANSWERED + 2 * len(router.channels):
+            self._break("upstream leaves requests unanswered")
 
     def _break(self, reason: str) -> None:
         if self._link is not None:
@@ -213,7 +221,8 @@ class SolanaHub:
                 stream, ssl.create_default_context(), server_hostname=parts.hostname
             )
         ws = WSConnection(ConnectionType.CLIENT)
-        out, pending = trio.open_memory_channel[bytes](OUTBOX)
+        # Unbounded here, bounded by what the upstream leaves unanswered (see _flush).
+        out, pending = trio.open_memory_channel[bytes](math.inf)
         accepted = False
         async with stream, trio.open_nursery() as nursery:
             nursery.start_soon(_writer, stream, pending)
@@ -230,7 +239,7 @@ class SolanaHub:
                     if pinged or not accepted:
                         raise ConnectionError("upstream silent")
                     pinged = True
-                    _send(out, ws.send(Ping(b"chaingate")))
+                    out.send_nowait(ws.send(Ping(b"chaingate")))
                     continue
                 pinged = False
                 if not data:
@@ -251,7 +260,7 @@ class SolanaHub:
                     elif isinstance(event, RejectConnection):
                         raise ConnectionError(f"upgrade refused: HTTP {event.status_code}")
                     elif isinstance(event, Ping):
-                        _send(out, ws.send(event.response()))
+                        out.send_nowait(ws.send(event.response()))
                     elif isinstance(event, Pong):
                         pass
                     elif isinstance(event, CloseConnection):
@@ -357,15 +366,6 @@ class SolanaHub:
             self.gaps += 1
             if ended:
                 sink.ended(member)
-
-
-def _send(out: trio.MemorySendChannel[bytes], data: bytes) -> None:
-    """Queue bytes for the upstream; a full outbox (the upstream does not read) is a lost
-    connection like any other, not a bug."""
-    try:
-        out.send_nowait(data)
-    except trio.WouldBlock:
-        raise ConnectionError("upstream outbox full") from None
 
 
 async def _writer(stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[bytes]) -> None:

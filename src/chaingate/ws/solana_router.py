@@ -291,5 +291,10 @@ class Router:
         return out
 
     @property
+    def unanswered(self) -> int:
+        """Requests sent (or queued) on this connection and not answered yet."""
+        return len(self._requests)
+
+    @property
     def members(self) -> int:
         return sum(len(channel.members) for channel in self.channels.values())
