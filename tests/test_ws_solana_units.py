@@ -239,3 +239,25 @@ async def test_a_push_that_fails_costs_that_client_only() -> None:
     assert [len(s.frames) for s in good] == [1, 1] and all(s.closed is None for s in good)
     assert frame_json(sinks[2].frames[0])["params"]["result"] == {"slot": 5}
     assert sinks[1].closed == (1011, "internal error")
+
+
+def test_a_client_going_away_drops_only_what_it_waits_for() -> None:
+    router = Router()
+    router.connected_again()
+    gone, stays = Sink(), Sink()
+    keys = [subscription_key("accountSubscribe", [f"{PK[:-1]}{c}"]) for c in "ABC"]
+    for key in keys:
+        router.join(key, gone, b"1", 0.0)
+    router.join(keys[0], stays, b"2", 0.0)
+    requests = sent(router)
+    assert len(requests) == 3
+    router.forget(gone)
+    # The keys only it waited for are given up (unsubscribed when their answers come).
+    assert list(router.channels) == [keys[0]]
+    assert [w.sink for w in router.channels[keys[0]].waiting] == [stays]
+    router.forget(gone)  # twice: nothing more
+    acked = router.receive(answer(requests[0]["id"], 4))
+    assert isinstance(acked, Acked) and [w.sink for _, w in acked.joined] == [stays]
+    assert router.receive(answer(requests[1]["id"], 5)) is None
+    assert [m["method"] for m in sent(router)] == ["accountUnsubscribe"]
+    assert router.expire(10.0) == []  # nobody waits any more

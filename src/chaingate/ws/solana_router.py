@@ -121,6 +121,9 @@ Outcome = Acked | Refused | Notify | None
 class Router:
     def __init__(self) -> None:
         self.channels: dict[Key, Channel] = {}
+        # Channels with clients waiting for the upstream's answer: what ``forget`` (every
+        # disconnect) and ``expire`` (every second) look through, not every channel.
+        self._pending: set[Channel] = set()
         self._by_upstream: dict[int, Channel] = {}
         # Request id -> the channel it subscribes (None: an unsubscribe).
         self._requests: dict[int, Channel | None] = {}
@@ -139,6 +142,7 @@ class Router:
         if channel.upstream_id is not None:
             return self._member(channel, sink)
         channel.waiting.append(Waiter(sink, id_raw, now))
+        self._pending.add(channel)
         if channel.request is None and self.connected:
             self._subscribe(channel)
         return None
@@ -153,18 +157,22 @@ class Router:
 
     def forget(self, sink: SolanaSink) -> None:
         """A client went away: whatever it still waits for is dropped."""
-        for channel in list(self.channels.values()):
+        for channel in list(self._pending):
             if any(waiter.sink is sink for waiter in channel.waiting):
                 channel.waiting = [w for w in channel.waiting if w.sink is not sink]
+                if not channel.waiting:
+                    self._pending.discard(channel)
                 self._maybe_close(channel)
 
     def expire(self, before: float) -> list[tuple[Channel, Waiter]]:
         """Waiters since before ``before`` (no upstream answered them in time): dropped."""
         expired: list[tuple[Channel, Waiter]] = []
-        for channel in list(self.channels.values()):
+        for channel in list(self._pending):
             late = [w for w in channel.waiting if w.since < before]
             if late:
                 channel.waiting = [w for w in channel.waiting if w.since >= before]
+                if not channel.waiting:
+                    self._pending.discard(channel)
                 expired.extend((channel, waiter) for waiter in late)
                 self._maybe_close(channel)
         return expired
@@ -244,6 +252,7 @@ class Router:
         if error:
             # Refused (or, on a new upstream, refused again): nobody on it hears more.
             waiters, channel.waiting = channel.waiting, []
+            self._pending.discard(channel)
             ended = list(channel.members.values())
             channel.members.clear()
             if self.channels.get(channel.key) is channel:
@@ -263,6 +272,7 @@ class Router:
         lost_at, channel.lost_at = channel.lost_at, None
         joined = [(self._member(channel, w.sink), w) for w in channel.waiting]
         channel.waiting = []
+        self._pending.discard(channel)
         return Acked(channel, joined, resumed, lost_at or 0.0)
 
     def _notification(self, method: str, params: bytes) -> Outcome:
