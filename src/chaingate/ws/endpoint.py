@@ -56,6 +56,9 @@ log = logging.getLogger("chaingate.ws")
 
 WS_PREFIX = b"/v1/ws/"
 SWEEP_INTERVAL = 0.25
+# Sessions swept between two checkpoints: a sweep of many thousands (billing each one's
+# pushes) must not hold the loop, and a fan-out waiting on it, for its whole length.
+SWEEP_SLICE = 256
 # The scope a WebSocket needs: subscriptions are reads (writes over it still need rpc:write).
 WS_SCOPE = "rpc:read"
 
@@ -341,7 +344,9 @@ class WsEndpoint:
         while True:
             await trio.sleep(SWEEP_INTERVAL)
             now = monotonic()
-            for session in list(self.sessions):
+            for n, session in enumerate(list(self.sessions), 1):
+                if n % SWEEP_SLICE == 0:
+                    await trio.lowlevel.checkpoint()  # (a session that ended meanwhile: no-op)
                 self._charge(session)
                 if session.closing:
                     if now > session.close_deadline:
