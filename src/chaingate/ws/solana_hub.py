@@ -284,7 +284,10 @@ class SolanaHub:
             sink = member.sink
             if not sink.gap_notices and id(sink) not in closed:
                 closed.add(id(sink))
-                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                try:  # (outside the connection's guard: a bug here would end the hub)
+                    sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                except Exception:
+                    self._sink_failed(sink)
 
     async def _expire(self) -> None:
         """Subscribe calls no upstream answered in time get an error."""
@@ -296,7 +299,10 @@ class SolanaHub:
             late = self.router.expire(trio.current_time() - self.answer_timeout)
             for _, waiter in late:
                 sink = waiter.sink
-                sink.refused(waiter.id_raw, error)
+                try:  # (a bug here would end the hub, and the gateway with it)
+                    sink.refused(waiter.id_raw, error)
+                except Exception:
+                    self._sink_failed(sink)
             if late:
                 self._flush()
 
@@ -341,9 +347,9 @@ class SolanaHub:
                 self._gap(outcome.ended, reason, time.time(), True)
 
     def _sink_failed(self, sink: SolanaSink) -> None:
-        """A bug of ours in one client's push costs that client's connection, not the
+        """A bug of ours in telling one client costs that client's connection, not the
         upstream connection every other client hears through (which would close them all
-        with 1012, again and again if the bug is in every push)."""
+        with 1012, again and again if the bug is in every push), nor the hub."""
         log.exception("solana push failed", extra={"fields": {"network": self.label}})
         try:
             sink.close(1011, "internal error")
