@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import trio
 
 from chaingate.ws.solana_hub import SolanaHub
 from chaingate.ws.solana_methods import (
@@ -261,3 +262,28 @@ def test_a_client_going_away_drops_only_what_it_waits_for() -> None:
     assert router.receive(answer(requests[1]["id"], 5)) is None
     assert [m["method"] for m in sent(router)] == ["accountUnsubscribe"]
     assert router.expire(10.0) == []  # nobody waits any more
+
+
+class RefusedSink(PushSink):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(fail)
+        self.errors: list[bytes] = []
+
+    def refused(self, id_raw: bytes, error: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in one connection's refusal")
+        self.errors.append(error)
+
+
+async def test_a_failure_telling_one_client_of_an_expiry_ends_neither_hub_nor_others() -> None:
+    hub = SolanaHub("solana/devnet", [], 0.02)
+    sinks = [RefusedSink(fail=True), RefusedSink()]
+    long_ago = trio.current_time() - 10
+    for n, sink in enumerate(sinks):
+        key = subscription_key("accountSubscribe", [f"{PK[:-1]}{'AB'[n]}"])
+        hub.router.join(key, sink, b"%d" % n, long_ago)  # type: ignore[arg-type]
+    with trio.move_on_after(0.2):
+        await hub._expire()  # runs until cancelled: it must not raise
+    assert sinks[0].closed == (1011, "internal error")
+    assert len(sinks[1].errors) == 1 and json.loads(sinks[1].errors[0])["code"] == -32002
+    assert hub.router.channels == {}
