@@ -175,6 +175,18 @@ class Session:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, leftover: bytes) -> None:
+        try:
+            await self._run(leftover)
+        finally:
+            # Over, however it ended (cancelled too): nothing more is written.  The edge
+            # closes the socket next, and its descriptor number may soon be another
+            # connection's: a push still on its way (a fan-out's snapshot of subscribers)
+            # must fail on -1 rather than reach that one by number.
+            self.closing = True
+            self._fd = -1
+            self._nursery = None
+
+    async def _run(self, leftover: bytes) -> None:
         with self._scope:
             try:
                 async with trio.open_nursery() as nursery:
@@ -200,7 +212,6 @@ class Session:
                         }
                     },
                 )
-        self._nursery = None
 
     def abort(self, reason: str) -> None:
         """Drop the connection now, without a closing handshake."""
