@@ -216,8 +216,8 @@ def run(connections: int, blocks: int, interval: float, workdir: Path) -> Result
         with server.config_path.open("a") as config:
             config.write(EXTRA_TOML)
         key = server.create_key()
-        server.start()
         try:
+            server.start()  # inside: a server that never got ready is stopped too
             return measure(server, node, key, connections, blocks, interval)
         finally:
             server.stop()

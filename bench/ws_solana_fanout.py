@@ -71,6 +71,31 @@ ping_interval = 30.0
 
 SLOT_KEY = b'"slot":'
 
+# --http-load: keep-alive HTTP clients in a process of their own, each sending eth_chainId
+# through chaingate one after the other for as long as it runs (argv: port, key, clients).
+HTTP_LOAD_SCRIPT = """
+import selectors, socket, sys
+port, key, clients = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+body = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
+request = (
+    b"POST /v1/rpc/ethereum/devnet HTTP/1.1\\r\\nHost: bench\\r\\nX-API-Key: " + key.encode()
+    + b"\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body)
+    + body
+)
+selector = selectors.DefaultSelector()
+for _ in range(clients):
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(request)
+    selector.register(sock, selectors.EVENT_READ)
+while True:
+    for ready, _ in selector.select():
+        data = ready.fileobj.recv(65536)
+        if not data:
+            sys.exit(1)
+        for _ in range(data.count(b"HTTP/1.1 ")):  # one new request per answer
+            ready.fileobj.sendall(request)
+"""
+
 
 def slot_of(payload: bytes) -> int | None:
     """The slot of a slotNotification, without decoding the JSON (this loop reads N sockets
@@ -140,9 +165,10 @@ class Result:
     upstream_subscriptions: float
     closed: int
     fanout_mean_ms: float
+    http_load: int = 0  # keep-alive HTTP clients loading chaingate meanwhile
 
 
-def run(connections: int, seconds: float, slot: float, workdir: Path) -> Result:
+def run(connections: int, seconds: float, slot: float, workdir: Path, http_load: int = 0) -> Result:
     node = subprocess.Popen(
         [sys.executable, "-c", NODE_SCRIPT, str(slot)],
         stdout=subprocess.PIPE,
@@ -152,14 +178,19 @@ def run(connections: int, seconds: float, slot: float, workdir: Path) -> Result:
         assert node.stdout is not None
         urls = json.loads(node.stdout.readline())
         with AnvilProcess() as anvil:  # the bench server's ethereum/devnet (its readiness probe)
-            return serve_and_measure(anvil, urls, connections, seconds, workdir)
+            return serve_and_measure(anvil, urls, connections, seconds, workdir, http_load)
     finally:
         node.terminate()
         node.wait(10)
 
 
 def serve_and_measure(
-    anvil: AnvilProcess, urls: dict[str, str], connections: int, seconds: float, workdir: Path
+    anvil: AnvilProcess,
+    urls: dict[str, str],
+    connections: int,
+    seconds: float,
+    workdir: Path,
+    http_load: int = 0,
 ) -> Result:
     auth = procs.Auth.fresh(workdir / "keys.db")
     server = procs.ChaingateServer(
@@ -170,13 +201,18 @@ def serve_and_measure(
     key = server.create_key()
     try:
         server.start()  # inside: a server that never got ready is stopped too
-        return measure(server, urls["ws"], key, connections, seconds)
+        return measure(server, urls["ws"], key, connections, seconds, http_load)
     finally:
         server.stop()
 
 
 def measure(
-    server: procs.ChaingateServer, node_ws: str, key: str, connections: int, seconds: float
+    server: procs.ChaingateServer,
+    node_ws: str,
+    key: str,
+    connections: int,
+    seconds: float,
+    http_load: int = 0,
 ) -> Result:
     path = f"/v1/ws/solana/devnet?apiKey={key}"
     clients = [connect(server.port, path) for _ in range(connections)]
@@ -190,10 +226,21 @@ def measure(
     for client in [reference, *clients]:
         client.sock.setblocking(False)
         selector.register(client.sock, selectors.EVENT_READ, client)
-    drain(selector, time.monotonic() + 1.0)  # the first slots: everyone is surely listening
-    start = max(reference.heads, default=0) + 1
-    drain(selector, time.monotonic() + seconds)
-    end = max(reference.heads, default=0) - 2  # the last ones may still be on their way
+    load = None
+    if http_load:
+        load = subprocess.Popen(
+            [sys.executable, "-c", HTTP_LOAD_SCRIPT, str(server.port), key, str(http_load)],
+            env=procs._child_env(),
+        )
+    try:
+        drain(selector, time.monotonic() + 1.0)  # the first slots: everyone is listening
+        start = max(reference.heads, default=0) + 1
+        drain(selector, time.monotonic() + seconds)
+        end = max(reference.heads, default=0) - 2  # the last ones may still be on their way
+    finally:
+        if load is not None:
+            load.terminate()
+            load.wait(10)
     drain(selector, time.monotonic() + 1.0)
     delays: list[float] = []
     lost = 0
@@ -208,18 +255,33 @@ def measure(
                 delays.append((at - sent) * 1000)
     closed = sum(client.closed for client in clients)
     text = server.metrics()
+    if http_load and not _http_answered(text):
+        raise RuntimeError("--http-load: chaingate answered no HTTP request")
     fanouts = metric(text, "chaingate_ws_solana_fanout_total")
     fanout_ms = metric(text, "chaingate_ws_solana_fanout_seconds_sum") / max(1, fanouts) * 1000
     for client in [reference, *clients]:
         client.sock.close()
-    return Result(connections, len(slots), delays, lost, upstream, closed, fanout_ms)
+    return Result(connections, len(slots), delays, lost, upstream, closed, fanout_ms, http_load)
+
+
+def _http_answered(metrics_text: str) -> bool:
+    """Whether any RPC request got a 200 (the HTTP load ran)."""
+    return any(
+        line.startswith("chaingate_http_requests_total{")
+        and 'status="200"' in line
+        and "rpc" in line
+        and float(line.rsplit(" ", 1)[1]) > 0
+        for line in metrics_text.splitlines()
+    )
 
 
 def report(result: Result) -> str:
     d = result.delays_ms or [0.0]
     lines = [
         f"## Solana WebSocket fan-out: {result.connections:,} slotSubscribe clients, "
-        f"{result.slots} slots\n",
+        f"{result.slots} slots"
+        + (f", {result.http_load} HTTP clients loading it meanwhile" if result.http_load else "")
+        + "\n",
         "| measure | value | target |",
         "|---|---:|---:|",
         f"| push delay p50 (node-direct client -> chaingate client) | "
@@ -241,12 +303,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--slot", type=float, default=0.4, help="the node's slot time")
     parser.add_argument("--smoke", action="store_true", help="50 connections, 3 seconds")
+    parser.add_argument(
+        "--http-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N keep-alive HTTP clients sending eth_chainId through chaingate meanwhile "
+        "(the fan-out beside HTTP traffic and its access log)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections, args.seconds = 50, 3.0
     with tempfile.TemporaryDirectory(prefix="cg-ws-solana-bench-") as tmp:
         try:
-            result = run(args.connections, args.seconds, args.slot, Path(tmp))
+            result = run(args.connections, args.seconds, args.slot, Path(tmp), args.http_load)
         except procs.ServerFailed as exc:
             print(f"server failed: {exc}", file=sys.stderr)
             return 2

@@ -29,9 +29,16 @@ def test_ws_fanout_bench_smoke() -> None:
 
 def test_ws_solana_fanout_bench_smoke() -> None:
     """``bench/ws_solana_fanout.py --smoke``: 50 slotSubscribe clients through chaingate on one
-    upstream subscription, every slot the node-direct reference heard delivered."""
+    upstream subscription, every slot the node-direct reference heard delivered; with HTTP
+    clients loading the same process meanwhile (the bench fails if none was answered)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "ws_solana_fanout.py"), "--smoke"],
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ws_solana_fanout.py"),
+            "--smoke",
+            "--http-load",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -41,3 +48,4 @@ def test_ws_solana_fanout_bench_smoke() -> None:
     assert "| push delay p99 |" in result.stdout
     assert "| notifications lost | 0 | 0 |" in result.stdout
     assert "| upstream subscriptions for 50 clients | 1 | 1 |" in result.stdout
+    assert "2 HTTP clients loading it meanwhile" in result.stdout

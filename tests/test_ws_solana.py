@@ -32,6 +32,7 @@ from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.pubsub import Hub as NodeHub
 from chaingate.devnet.solana.server import Endpoints, serve
 from chaingate.twins import Impl
+from chaingate.ws import solana_hub
 from chaingate.ws.solana_hub import SolanaHub
 from tests.conftest import StartGateway, make_settings
 from tests.helpers import GatewayHandle
@@ -415,6 +416,30 @@ async def test_slow_reader_is_dropped_and_the_others_keep_hearing(
     await until(lambda: ws.disconnects["slow_consumer"] == 1)
     assert len(ws.sessions) == 1
     await fast.close()
+
+
+async def test_a_new_upstream_connection_takes_every_channel_at_once(
+    start_gateway: StartGateway, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a loss, the next upstream connection asks for every channel at once: that burst
+    # (one request per channel, however many) is not an upstream leaving requests unanswered.
+    # (It was once checked against a fixed outbox of 10,000 requests: a hub with more
+    # channels than that could never connect again.)
+    monkeypatch.setattr(solana_hub, "UNANSWERED", 0)
+    first, second = await start_node(nursery), await start_node(nursery)
+    handle = await gateway(start_gateway, first, second)
+    client = await Client.open(url(handle, "?gaps=notify"))
+    for _ in range(6):
+        reply = await client.call("accountSubscribe", [str(Keypair().pubkey())])
+        assert isinstance(reply["result"], int), reply
+    assert first.subscriptions("accountNotification") == 6
+    hub = hub_of(handle)
+    first.kill()
+    await until(lambda: second.subscriptions("accountNotification") == 6)
+    assert hub.upstream == "node1" and hub.connects == 2
+    gaps = [await client.recv() for _ in range(6)]
+    assert {gap["method"] for gap in gaps} == {"subscriptionGap"}
+    await client.close()
 
 
 @pytest.fixture

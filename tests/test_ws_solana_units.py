@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import pytest
+import trio
 
+from chaingate.ws.solana_hub import SolanaHub
 from chaingate.ws.solana_methods import (
     MAX_PARAMS_BYTES,
     Key,
@@ -21,7 +23,7 @@ PK = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
 
 
 class Sink:
-    """A client, as the router sees one: anything hashable."""
+    """A client, as the router sees one: held and compared by identity, never called."""
 
 
 def sent(router: Router) -> list[dict[str, Any]]:
@@ -196,3 +198,92 @@ def test_waiters_nobody_answers_expire() -> None:
     [(channel, waiter)] = router.expire(6.0)
     assert waiter.sink is sink and channel.key.method == "slotSubscribe"
     assert router.channels == {}
+
+
+class PushSink:
+    """A client connection as the hub drives it: records what it is handed."""
+
+    closing = False
+    gap_notices = False
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.frames: list[bytes] = []
+        self.closed: tuple[int, str] | None = None
+
+    def push(self, frame: bytes, cu: int) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in one connection's push")
+        self.frames.append(frame)
+
+    def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+    def ended(self, member: Any) -> None:
+        pass
+
+
+async def test_a_push_that_fails_costs_that_client_only() -> None:
+    hub = SolanaHub("solana/devnet", [], 5.0)
+    router = hub.router
+    router.connected_again()
+    key = subscription_key("slotSubscribe", [])
+    sinks = [PushSink(), PushSink(fail=True), PushSink()]
+    for n, sink in enumerate(sinks):
+        router.join(key, sink, b"%d" % n, 0.0)  # type: ignore[arg-type]
+    [request] = sent(router)
+    router.receive(answer(request["id"], 9))
+    outcome = router.receive(notification("slotNotification", 9, {"slot": 5}))
+    assert isinstance(outcome, Notify) and len(outcome.members) == 3
+    await hub._apply(outcome)
+    good = [sinks[0], sinks[2]]
+    assert [len(s.frames) for s in good] == [1, 1] and all(s.closed is None for s in good)
+    assert frame_json(sinks[2].frames[0])["params"]["result"] == {"slot": 5}
+    assert sinks[1].closed == (1011, "internal error")
+
+
+def test_a_client_going_away_drops_only_what_it_waits_for() -> None:
+    router = Router()
+    router.connected_again()
+    gone, stays = Sink(), Sink()
+    keys = [subscription_key("accountSubscribe", [f"{PK[:-1]}{c}"]) for c in "ABC"]
+    for key in keys:
+        router.join(key, gone, b"1", 0.0)
+    router.join(keys[0], stays, b"2", 0.0)
+    requests = sent(router)
+    assert len(requests) == 3
+    router.forget(gone)
+    # The keys only it waited for are given up (unsubscribed when their answers come).
+    assert list(router.channels) == [keys[0]]
+    assert [w.sink for w in router.channels[keys[0]].waiting] == [stays]
+    router.forget(gone)  # twice: nothing more
+    acked = router.receive(answer(requests[0]["id"], 4))
+    assert isinstance(acked, Acked) and [w.sink for _, w in acked.joined] == [stays]
+    assert router.receive(answer(requests[1]["id"], 5)) is None
+    assert [m["method"] for m in sent(router)] == ["accountUnsubscribe"]
+    assert router.expire(10.0) == []  # nobody waits any more
+
+
+class RefusedSink(PushSink):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(fail)
+        self.errors: list[bytes] = []
+
+    def refused(self, id_raw: bytes, error: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in one connection's refusal")
+        self.errors.append(error)
+
+
+async def test_a_failure_telling_one_client_of_an_expiry_ends_neither_hub_nor_others() -> None:
+    hub = SolanaHub("solana/devnet", [], 0.02)
+    sinks = [RefusedSink(fail=True), RefusedSink()]
+    long_ago = trio.current_time() - 10
+    for n, sink in enumerate(sinks):
+        key = subscription_key("accountSubscribe", [f"{PK[:-1]}{'AB'[n]}"])
+        hub.router.join(key, sink, b"%d" % n, long_ago)  # type: ignore[arg-type]
+    with trio.move_on_after(0.2):
+        await hub._expire()  # runs until cancelled: it must not raise
+    assert sinks[0].closed == (1011, "internal error")
+    assert len(sinks[1].errors) == 1 and json.loads(sinks[1].errors[0])["code"] == -32002
+    assert hub.router.channels == {}

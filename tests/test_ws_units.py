@@ -24,6 +24,7 @@ from wsproto.events import CloseConnection, TextMessage
 from chaingate.auth.gate import ANONYMOUS, OpenGate
 from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, Log, Revert
 from chaingate.config import WebSocketSettings
+from chaingate.twins import select
 from chaingate.ws.caps import KeyBudgets, caps_for
 from chaingate.ws.filters import FilterError, parse_log_filter
 from chaingate.ws.handshake import accept_value, query_api_key
@@ -275,6 +276,7 @@ class _Endpoint:
         self.settings = settings
         self.gate = OpenGate()
         self.filter_budgets = KeyBudgets()
+        self.send_now = select().edgeloop.send_now  # the twin CHAINGATE_PURE picks
 
 
 async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:
@@ -322,3 +324,36 @@ async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:
         theirs.send(client.send(close.response()))
     theirs.close()
     ours.close()
+
+
+async def test_a_session_cancelled_from_outside_writes_nothing_more() -> None:
+    # The edge closes the socket after the session, and its descriptor number may then be
+    # another connection's: a push still on its way must not be written by that number.
+    settings = WebSocketSettings()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    session = Session(
+        _Endpoint(settings),  # type: ignore[arg-type]
+        ours,
+        "peer",
+        "id",
+        ANONYMOUS,
+        Hub("ethereum/devnet", None, 1.0, 1.0),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        caps_for(None, settings),
+    )
+    push = Push(b'"late"')
+    prefix = push_prefix("0x" + "cd" * 16)
+    with trio.move_on_after(0.05):
+        await session.run(b"")  # no client bytes: runs until cancelled
+    assert session.closing
+    ours.close()
+    other, peer = socket.socketpair()  # likely given the number just freed
+    session.push(push.frame(prefix), push.cu)
+    session._write(push.frame(prefix))  # even past the push's own check
+    peer.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        peer.recv(1)
+    assert session.pushes == 0
+    for sock in (theirs, other, peer):
+        sock.close()

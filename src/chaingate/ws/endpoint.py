@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from chaingate._pure.edgeloop import send_now as pure_send_now
 from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
@@ -55,6 +56,9 @@ log = logging.getLogger("chaingate.ws")
 
 WS_PREFIX = b"/v1/ws/"
 SWEEP_INTERVAL = 0.25
+# Sessions swept between two checkpoints: a sweep of many thousands (billing each one's
+# pushes) must not hold the loop, and a fan-out waiting on it, for its whole length.
+SWEEP_SLICE = 256
 # The scope a WebSocket needs: subscriptions are reads (writes over it still need rpc:write).
 WS_SCOPE = "rpc:read"
 
@@ -104,8 +108,11 @@ class WsEndpoint:
         access_log: AccessLog,
         settings: WebSocketSettings,
         limits_of: Callable[[Principal], Limits | None] | None = None,
+        send_now: Callable[[int, bytes], int] = pure_send_now,
     ) -> None:
         self.settings = settings
+        # How a session hands the kernel a frame (the edge loop twin's: see Session._write).
+        self.send_now = send_now
         self.gate = gate
         self._access_log = access_log
         # The key's plan (WebSocket caps); None without API keys: only [ws]'s ceilings.
@@ -337,7 +344,9 @@ class WsEndpoint:
         while True:
             await trio.sleep(SWEEP_INTERVAL)
             now = monotonic()
-            for session in list(self.sessions):
+            for n, session in enumerate(list(self.sessions), 1):
+                if n % SWEEP_SLICE == 0:
+                    await trio.lowlevel.checkpoint()  # (a session that ended meanwhile: no-op)
                 self._charge(session)
                 if session.closing:
                     if now > session.close_deadline:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
+from collections.abc import Callable
 from time import monotonic, perf_counter
 from typing import Any, Protocol
 
@@ -90,6 +91,9 @@ class Endpoint(Protocol):
     @property
     def filter_budgets(self) -> KeyBudgets: ...  # logs filter bytes held per key
 
+    @property
+    def send_now(self) -> Callable[[int, bytes], int]: ...  # the edge loop twin's
+
 
 log = logging.getLogger("chaingate.ws")
 
@@ -118,6 +122,8 @@ class Session:
         self.settings: WebSocketSettings = endpoint.settings
         self._gate: Gate = endpoint.gate
         self.sock = sock
+        self._fd = sock.fileno()
+        self._send_now = endpoint.send_now
         self.peer = peer
         self.request_id = request_id
         self.principal = principal
@@ -169,6 +175,18 @@ class Session:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, leftover: bytes) -> None:
+        try:
+            await self._run(leftover)
+        finally:
+            # Over, however it ended (cancelled too): nothing more is written.  The edge
+            # closes the socket next, and its descriptor number may soon be another
+            # connection's: a push still on its way (a fan-out's snapshot of subscribers)
+            # must fail on -1 rather than reach that one by number.
+            self.closing = True
+            self._fd = -1
+            self._nursery = None
+
+    async def _run(self, leftover: bytes) -> None:
         with self._scope:
             try:
                 async with trio.open_nursery() as nursery:
@@ -194,7 +212,6 @@ class Session:
                         }
                     },
                 )
-        self._nursery = None
 
     def abort(self, reason: str) -> None:
         """Drop the connection now, without a closing handshake."""
@@ -642,9 +659,7 @@ class Session:
             self._queued += len(frame)
             return
         try:
-            sent = self.sock.send(frame)
-        except BlockingIOError:
-            sent = 0
+            sent = self._send_now(self._fd, frame)  # keeps the GIL (compiled): see edgeloop
         except OSError:
             self.abort("send failed")
             return

@@ -5,8 +5,9 @@ the first client subscribes.  On it, one upstream subscription per distinct (met
 (``solana_router``); notifications are routed by upstream id and fanned out to every member
 without waiting (a connection that cannot take a push drops itself, see ``Session.push``).
 
-When the connection is lost (closed, reset, silent past its ping, or its outbox full), the
-hub connects to the next upstream in the list and subscribes every channel again.  No client
+When the connection is lost (closed, reset, silent past its ping, or leaving requests
+unanswered), the hub connects to the next upstream in the list and subscribes every channel
+again.  No client
 sees a gap it is not told about: a client that connected with ``?gaps=notify`` keeps its
 subscriptions, and once a channel is live again each of its members gets one
 ``subscriptionGap`` notification (what may be missing: between ``lostAt`` and
@@ -20,10 +21,10 @@ still waiting for its subscription's answer just waits for the new upstream's (b
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import time
-from collections.abc import Hashable
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import msgspec
@@ -41,40 +42,27 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from chaingate.ws.solana_methods import GAP_METHOD, Key, Notification, gap_result
-from chaingate.ws.solana_router import Acked, Member, Notify, Outcome, Refused, Router
+from chaingate.ws.solana_router import (
+    Acked,
+    Member,
+    Notify,
+    Outcome,
+    Refused,
+    Router,
+    SolanaSink,
+)
 
 log = logging.getLogger("chaingate.ws")
 
 MAX_MESSAGE = 16 << 20  # one upstream message (a programNotification of a large account)
-OUTBOX = 10_000  # requests queued for the upstream; more: the connection is started over
+# Requests the upstream has not answered yet, beyond one subscribe and one unsubscribe per
+# channel (a new connection subscribes every channel at once, however many there are): more
+# and the upstream is taken for lost (it does not read, or does not answer).
+UNANSWERED = 10_000
 PING_INTERVAL = 10.0  # seconds without a byte from the upstream before a ping
 PONG_TIMEOUT = 10.0  # then this long for any byte, or the upstream is taken for lost
 MAX_BACKOFF = 5.0  # between rounds of every upstream failing
 FANOUT_SLICE = 64  # pushes between two checkpoints
-
-
-class SolanaSink(Protocol):
-    """A client connection as the Solana hub sees it (``Session``): never awaited."""
-
-    @property
-    def closing(self) -> bool: ...
-
-    @property
-    def gap_notices(self) -> bool:
-        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
-
-    def close(self, code: int, reason: str) -> None: ...
-
-    def push(self, frame: bytes, cu: int) -> None: ...
-
-    def joined(self, member: Member, id_raw: bytes) -> None:
-        """The subscription is live: acknowledge it (its id) before any push."""
-
-    def refused(self, id_raw: bytes, error: bytes) -> None:
-        """The upstream's (or chaingate's) error object for the subscribe call."""
-
-    def ended(self, member: Member) -> None:
-        """The subscription is over without the client asking (a signature notified)."""
 
 
 class PubSubUrl(NamedTuple):
@@ -114,7 +102,7 @@ class SolanaHub:
 
     # --- clients (from sessions: synchronous) ------------------------------------------------
 
-    def subscribe(self, key: Key, sink: Hashable, id_raw: bytes) -> Member | None:
+    def subscribe(self, key: Key, sink: SolanaSink, id_raw: bytes) -> Member | None:
         """A member now (the key is live upstream) or None: the sink hears ``joined`` or
         ``refused`` when the upstream answers."""
         member = self.router.join(key, sink, id_raw, trio.current_time())
@@ -126,7 +114,7 @@ class SolanaHub:
         self._flush()
         return found
 
-    def forget(self, sink: Hashable) -> None:
+    def forget(self, sink: SolanaSink) -> None:
         self.router.forget(sink)
         self._flush()
 
@@ -137,15 +125,18 @@ class SolanaHub:
             if self.router.channels:
                 self._wake.set()  # someone needs an upstream
             return
-        for request in self.router.take_outbox():
+        router = self.router
+        for request in router.take_outbox():
             try:
                 link.out.send_nowait(link.ws.send(TextMessage(request.decode())))
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                self._break("upstream outbox full")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._break("upstream connection closed")
                 return
             except LocalProtocolError:
                 self._break("upstream connection closing")
                 return
+        if router.unanswered > UNANSWERED + 2 * len(router.channels):
+            self._break("upstream leaves requests unanswered")
 
     def _break(self, reason: str) -> None:
         if self._link is not None:
@@ -230,7 +221,8 @@ class SolanaHub:
                 stream, ssl.create_default_context(), server_hostname=parts.hostname
             )
         ws = WSConnection(ConnectionType.CLIENT)
-        out, pending = trio.open_memory_channel[bytes](OUTBOX)
+        # Unbounded here, bounded by what the upstream leaves unanswered (see _flush).
+        out, pending = trio.open_memory_channel[bytes](math.inf)
         accepted = False
         async with stream, trio.open_nursery() as nursery:
             nursery.start_soon(_writer, stream, pending)
@@ -289,10 +281,13 @@ class SolanaHub:
         (1012, "service restart": connect and subscribe again)."""
         closed: set[int] = set()
         for member in members:
-            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            sink = member.sink
             if not sink.gap_notices and id(sink) not in closed:
                 closed.add(id(sink))
-                sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                try:  # (outside the connection's guard: a bug here would end the hub)
+                    sink.close(1012, "upstream PubSub lost: connect and subscribe again")
+                except Exception:
+                    self._sink_failed(sink)
 
     async def _expire(self) -> None:
         """Subscribe calls no upstream answered in time get an error."""
@@ -303,8 +298,11 @@ class SolanaHub:
             await trio.sleep(min(1.0, self.answer_timeout / 2))
             late = self.router.expire(trio.current_time() - self.answer_timeout)
             for _, waiter in late:
-                sink: SolanaSink = waiter.sink  # type: ignore[assignment]
-                sink.refused(waiter.id_raw, error)
+                sink = waiter.sink
+                try:  # (a bug here would end the hub, and the gateway with it)
+                    sink.refused(waiter.id_raw, error)
+                except Exception:
+                    self._sink_failed(sink)
             if late:
                 self._flush()
 
@@ -314,21 +312,25 @@ class SolanaHub:
         if isinstance(outcome, Notify):
             self.arrival = time.time()
             started = time.perf_counter()
-            notification = outcome.notification
+            frame_for = outcome.notification.frame
+            ended = outcome.ended
+            checkpoint = trio.lowlevel.checkpoint
             for n, member in enumerate(outcome.members, 1):
-                sink: SolanaSink = member.sink  # type: ignore[assignment]
-                frame, cu = notification.frame(member.tail)
-                sink.push(frame, cu)
-                if outcome.ended:
-                    sink.ended(member)
+                sink = member.sink
+                try:  # (free unless raised, 3.11)
+                    sink.push(*frame_for(member.tail))
+                    if ended:
+                        sink.ended(member)
+                except Exception:
+                    self._sink_failed(sink)
                 if n % FANOUT_SLICE == 0:
-                    await trio.lowlevel.checkpoint()
+                    await checkpoint()
             self.pushes += len(outcome.members)
             self.fanout_seconds += time.perf_counter() - started
             self.fanouts += 1
         elif isinstance(outcome, Acked):
             for member, waiter in outcome.joined:
-                sink = member.sink  # type: ignore[assignment]
+                sink = member.sink
                 if sink.closing:
                     self.router.leave(member)
                 else:
@@ -337,12 +339,22 @@ class SolanaHub:
                 self._gap(outcome.resumed, "upstream lost", outcome.lost_at, False)
         elif isinstance(outcome, Refused):
             for waiter in outcome.waiters:
-                sink = waiter.sink  # type: ignore[assignment]
+                sink = waiter.sink
                 sink.refused(waiter.id_raw, outcome.error)
             if outcome.ended:
                 reason = "upstream lost; the next upstream refused the subscription: "
                 reason += outcome.error.decode(errors="replace")[:200]
                 self._gap(outcome.ended, reason, time.time(), True)
+
+    def _sink_failed(self, sink: SolanaSink) -> None:
+        """A bug of ours in telling one client costs that client's connection, not the
+        upstream connection every other client hears through (which would close them all
+        with 1012, again and again if the bug is in every push), nor the hub."""
+        log.exception("solana push failed", extra={"fields": {"network": self.label}})
+        try:
+            sink.close(1011, "internal error")
+        except Exception:
+            log.exception("closing a failed client failed", extra={"fields": {}})
 
     def _gap(self, members: list[Member], reason: str, lost_at: float, ended: bool) -> None:
         """Tell each member that notifications may be missing (and, ``ended``, that its
@@ -351,7 +363,7 @@ class SolanaHub:
             GAP_METHOD, gap_result(reason, lost_at, time.time(), self.upstream or "")
         )
         for member in members:
-            sink: SolanaSink = member.sink  # type: ignore[assignment]
+            sink = member.sink
             if not sink.gap_notices:
                 sink.close(1012, "upstream PubSub lost: connect and subscribe again")
                 continue

@@ -110,25 +110,27 @@ def tail(subscription_id: int) -> bytes:
 
 
 class Notification:
-    """One upstream notification, framed for each client of its key (header cached by length:
-    client ids differ in digits)."""
+    """One upstream notification, framed for each client of its key: the frame header and
+    the shared body are joined once per tail length (client ids differ only in digits), so a
+    client's frame is one concatenation with its own tail."""
 
-    __slots__ = ("_headers", "body")
+    __slots__ = ("_leads", "body")
 
     def __init__(self, method: str, result: bytes) -> None:
         self.body = (
             b'{"jsonrpc":"2.0","method":"' + method.encode() + b'","params":{"result":' + result
         )
-        self._headers: dict[int, tuple[bytes, int]] = {}
+        self._leads: dict[int, tuple[bytes, int]] = {}  # tail length -> (header + body, cu)
 
     def frame(self, own_tail: bytes) -> tuple[bytes, int]:
         """The frame for a client whose tail is ``own_tail``, and the compute units it costs."""
-        length = len(self.body) + len(own_tail)
-        cached = self._headers.get(length)
+        cached = self._leads.get(len(own_tail))
         if cached is None:
-            cached = self._headers[length] = (frame_header(length), push_cost(length))
-        header, cu = cached
-        return header + self.body + own_tail, cu
+            length = len(self.body) + len(own_tail)
+            cached = (frame_header(length) + self.body, push_cost(length))
+            self._leads[len(own_tail)] = cached
+        lead, cu = cached
+        return lead + own_tail, cu
 
 
 def gap_result(reason: str, lost_at: float, resumed_at: float, upstream: str) -> bytes:

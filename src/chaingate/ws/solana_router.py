@@ -19,8 +19,7 @@ notification, upstream and for every member (``Notify.ended``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -36,6 +35,31 @@ from chaingate.ws.solana_methods import (
 )
 
 
+class SolanaSink(Protocol):
+    """A client connection (``Session``).  The router only holds it (and compares it by
+    identity); the hub tells it what happens, never awaiting it."""
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def gap_notices(self) -> bool:
+        """Told of an upstream loss by ``subscriptionGap`` (else: the connection closes)."""
+
+    def close(self, code: int, reason: str) -> None: ...
+
+    def push(self, frame: bytes, cu: int) -> None: ...
+
+    def joined(self, member: Member, id_raw: bytes) -> None:
+        """The subscription is live: acknowledge it (its id) before any push."""
+
+    def refused(self, id_raw: bytes, error: bytes) -> None:
+        """The upstream's (or chaingate's) error object for the subscribe call."""
+
+    def ended(self, member: Member) -> None:
+        """The subscription is over without the client asking (a signature notified)."""
+
+
 class Member:
     """One client's subscription (what the session holds under ``id``)."""
 
@@ -43,7 +67,7 @@ class Member:
 
     cost = 0  # no filter bytes: Solana's params are bounded by MAX_PARAMS_BYTES instead
 
-    def __init__(self, number: int, channel: Channel, sink: Hashable) -> None:
+    def __init__(self, number: int, channel: Channel, sink: SolanaSink) -> None:
         self.number = number
         self.id = str(number)
         self.channel = channel
@@ -52,7 +76,7 @@ class Member:
 
 
 class Waiter(NamedTuple):
-    sink: Hashable
+    sink: SolanaSink
     id_raw: bytes  # the client's request id, as it came
     since: float
 
@@ -97,6 +121,9 @@ Outcome = Acked | Refused | Notify | None
 class Router:
     def __init__(self) -> None:
         self.channels: dict[Key, Channel] = {}
+        # Channels with clients waiting for the upstream's answer: what ``forget`` (every
+        # disconnect) and ``expire`` (every second) look through, not every channel.
+        self._pending: set[Channel] = set()
         self._by_upstream: dict[int, Channel] = {}
         # Request id -> the channel it subscribes (None: an unsubscribe).
         self._requests: dict[int, Channel | None] = {}
@@ -107,7 +134,7 @@ class Router:
 
     # --- clients ---------------------------------------------------------------------------
 
-    def join(self, key: Key, sink: Hashable, id_raw: bytes, now: float) -> Member | None:
+    def join(self, key: Key, sink: SolanaSink, id_raw: bytes, now: float) -> Member | None:
         """A member at once when the key is live upstream; else None (the client waits)."""
         channel = self.channels.get(key)
         if channel is None:
@@ -115,6 +142,7 @@ class Router:
         if channel.upstream_id is not None:
             return self._member(channel, sink)
         channel.waiting.append(Waiter(sink, id_raw, now))
+        self._pending.add(channel)
         if channel.request is None and self.connected:
             self._subscribe(channel)
         return None
@@ -127,25 +155,29 @@ class Router:
         self._maybe_close(channel)
         return True
 
-    def forget(self, sink: Hashable) -> None:
+    def forget(self, sink: SolanaSink) -> None:
         """A client went away: whatever it still waits for is dropped."""
-        for channel in list(self.channels.values()):
+        for channel in list(self._pending):
             if any(waiter.sink is sink for waiter in channel.waiting):
                 channel.waiting = [w for w in channel.waiting if w.sink is not sink]
+                if not channel.waiting:
+                    self._pending.discard(channel)
                 self._maybe_close(channel)
 
     def expire(self, before: float) -> list[tuple[Channel, Waiter]]:
         """Waiters since before ``before`` (no upstream answered them in time): dropped."""
         expired: list[tuple[Channel, Waiter]] = []
-        for channel in list(self.channels.values()):
+        for channel in list(self._pending):
             late = [w for w in channel.waiting if w.since < before]
             if late:
                 channel.waiting = [w for w in channel.waiting if w.since >= before]
+                if not channel.waiting:
+                    self._pending.discard(channel)
                 expired.extend((channel, waiter) for waiter in late)
                 self._maybe_close(channel)
         return expired
 
-    def _member(self, channel: Channel, sink: Hashable) -> Member:
+    def _member(self, channel: Channel, sink: SolanaSink) -> Member:
         member = Member(next(self._member_ids), channel, sink)
         channel.members[member.number] = member
         return member
@@ -220,6 +252,7 @@ class Router:
         if error:
             # Refused (or, on a new upstream, refused again): nobody on it hears more.
             waiters, channel.waiting = channel.waiting, []
+            self._pending.discard(channel)
             ended = list(channel.members.values())
             channel.members.clear()
             if self.channels.get(channel.key) is channel:
@@ -239,6 +272,7 @@ class Router:
         lost_at, channel.lost_at = channel.lost_at, None
         joined = [(self._member(channel, w.sink), w) for w in channel.waiting]
         channel.waiting = []
+        self._pending.discard(channel)
         return Acked(channel, joined, resumed, lost_at or 0.0)
 
     def _notification(self, method: str, params: bytes) -> Outcome:
@@ -265,6 +299,11 @@ class Router:
     def take_outbox(self) -> list[bytes]:
         out, self.outbox = self.outbox, []
         return out
+
+    @property
+    def unanswered(self) -> int:
+        """Requests sent (or queued) on this connection and not answered yet."""
+        return len(self._requests)
 
     @property
     def members(self) -> int:
