@@ -86,7 +86,6 @@ cdef extern from "sys/socket.h" nogil:
     int shutdown(int fd, int how)
     int setsockopt(int fd, int level, int name, const void *value, unsigned int length)
     enum:
-        MSG_DONTWAIT
         MSG_NOSIGNAL
         SHUT_WR
 
@@ -675,22 +674,3 @@ cdef class Loop:
                 self.close(conn)
                 return
             conn.drained += got
-
-
-def send_now(int fd, bytes data):
-    """What the kernel takes of ``data`` on the socket ``fd`` now: bytes sent, 0 when its
-    buffer is full; OSError on any other failure.
-
-    For the WebSocket fan-out (``chaingate.ws.session``): one call per subscriber per push.
-    Python's ``socket.send`` releases the GIL around the system call, and when any other
-    thread wants it (the log sink, a worker) the loop then waits for it back — per
-    subscriber.  A non-blocking send never waits, so this one keeps the GIL.
-    """
-    cdef Py_ssize_t sent = send(
-        fd, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), MSG_NOSIGNAL | MSG_DONTWAIT
-    )
-    if sent >= 0:
-        return sent
-    if errno == EAGAIN or errno == EINTR:
-        return 0
-    raise OSError(errno, "send failed")

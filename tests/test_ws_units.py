@@ -24,7 +24,6 @@ from wsproto.events import CloseConnection, TextMessage
 from chaingate.auth.gate import ANONYMOUS, OpenGate
 from chaingate.chain.events import Apply, Block, BlockHeader, ChainEvent, Log, Revert
 from chaingate.config import WebSocketSettings
-from chaingate.twins import select
 from chaingate.ws.caps import KeyBudgets, caps_for
 from chaingate.ws.filters import FilterError, parse_log_filter
 from chaingate.ws.handshake import accept_value, query_api_key
@@ -276,7 +275,6 @@ class _Endpoint:
         self.settings = settings
         self.gate = OpenGate()
         self.filter_budgets = KeyBudgets()
-        self.send_now = select().edgeloop.send_now  # the twin CHAINGATE_PURE picks
 
 
 async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:

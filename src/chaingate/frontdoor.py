@@ -104,14 +104,7 @@ class FrontDoor:
         if rest_version is not None:
             self.routes.rest_cache.version = rest_version
         # WebSocket subscriptions: upgraded by the edge, fed by each network's follower.
-        self.ws = WsEndpoint(
-            chain.services,
-            gate,
-            self.access_log,
-            settings.ws,
-            limits_of,
-            impl.edgeloop.send_now,
-        )
+        self.ws = WsEndpoint(chain.services, gate, self.access_log, settings.ws, limits_of)
         self.ws.attach(chain.followers, chain.clients)
         # One budget of answer bytes for every RPC service (rpc/answers.py): batches being
         # assembled that hold all of it make the edge shed new work at the door.

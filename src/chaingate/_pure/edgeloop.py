@@ -595,12 +595,3 @@ class Loop:
                 self.close(conn)
                 return
             conn.drained += len(data)
-
-
-def send_now(fd: int, data: bytes) -> int:
-    """What the kernel takes of ``data`` on the socket ``fd`` now: bytes sent, 0 when its
-    buffer is full; OSError on any other failure.  (The compiled twin keeps the GIL.)"""
-    try:
-        return os.write(fd, data)
-    except (BlockingIOError, InterruptedError):
-        return 0

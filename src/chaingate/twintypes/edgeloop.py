@@ -78,6 +78,3 @@ class EdgeloopModule(Protocol):
         encode: Callable[[Conn, int, bytes, bytes], None],
         closed: Callable[[Conn], None],
     ) -> _Loop: ...
-
-    def send_now(self, fd: int, data: bytes) -> int:
-        """Bytes of ``data`` the kernel took on socket ``fd`` now (0: buffer full)."""

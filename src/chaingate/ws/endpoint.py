@@ -24,7 +24,6 @@ from typing import Any
 
 import trio
 
-from chaingate._pure.edgeloop import send_now as pure_send_now
 from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
@@ -108,11 +107,8 @@ class WsEndpoint:
         access_log: AccessLog,
         settings: WebSocketSettings,
         limits_of: Callable[[Principal], Limits | None] | None = None,
-        send_now: Callable[[int, bytes], int] = pure_send_now,
     ) -> None:
         self.settings = settings
-        # How a session hands the kernel a frame (the edge loop twin's: see Session._write).
-        self.send_now = send_now
         self.gate = gate
         self._access_log = access_log
         # The key's plan (WebSocket caps); None without API keys: only [ws]'s ceilings.

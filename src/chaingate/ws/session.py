@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable
 from time import monotonic, perf_counter
 from typing import Any, Protocol
 
@@ -91,9 +90,6 @@ class Endpoint(Protocol):
     @property
     def filter_budgets(self) -> KeyBudgets: ...  # logs filter bytes held per key
 
-    @property
-    def send_now(self) -> Callable[[int, bytes], int]: ...  # the edge loop twin's
-
 
 log = logging.getLogger("chaingate.ws")
 
@@ -122,8 +118,6 @@ class Session:
         self.settings: WebSocketSettings = endpoint.settings
         self._gate: Gate = endpoint.gate
         self.sock = sock
-        self._fd = sock.fileno()
-        self._send_now = endpoint.send_now
         self.peer = peer
         self.request_id = request_id
         self.principal = principal
@@ -659,7 +653,9 @@ class Session:
             self._queued += len(frame)
             return
         try:
-            sent = self._send_now(self._fd, frame)  # keeps the GIL (compiled): see edgeloop
+            sent = self.sock.send(frame)
+        except BlockingIOError:
+            sent = 0
         except OSError:
             self.abort("send failed")
             return
