@@ -172,12 +172,9 @@ class Session:
         try:
             await self._run(leftover)
         finally:
-            # Over, however it ended (cancelled too): nothing more is written.  The edge
-            # closes the socket next, and its descriptor number may soon be another
-            # connection's: a push still on its way (a fan-out's snapshot of subscribers)
-            # must fail on -1 rather than reach that one by number.
+            # Over, however it ended (cancelled too): nothing more is written, not even a
+            # push still on its way (a fan-out's snapshot of subscribers).
             self.closing = True
-            self._fd = -1
             self._nursery = None
 
     async def _run(self, leftover: bytes) -> None:
