@@ -270,14 +270,23 @@ class Gateway:
             # Everything built at start-up lives as long as the process: out of the collector's
             # way, so that a full collection walks only what requests leave behind (it took
             # ~20 ms, a stall for every connection, before).
+            # Garbage is collected first: frozen, it would never be.
+            gc.collect()
             gc.freeze()
             # Requests in flight are thousands of young containers (calls, flights, their
             # answers), walked by every young collection: one per 700 allocations was ~5% of
             # a distinct batch's CPU (issue 38).  Every 20,000 walks the same live set
             # ~30 times less often; garbage cycles wait at most that many allocations.
-            gc.set_threshold(YOUNG_COLLECTION, *gc.get_threshold()[1:])
+            thresholds = gc.get_threshold()
+            gc.set_threshold(YOUNG_COLLECTION, *thresholds[1:])
             task_status.started(port)
-            await self._shutdown.wait()
+            try:
+                await self._shutdown.wait()
+            finally:
+                # The collector as it was: a process that goes on (tests, an embedding
+                # program) gets back what this gateway held, its store's connections too.
+                gc.set_threshold(*thresholds)
+                gc.unfreeze()
             log.info("shutting down: draining connections")
             await self.front.shutdown()
             for service in reversed(services):
