@@ -78,6 +78,9 @@ cdef int RATE = _RATE
 
 from chaingate.refusals import refusal_error
 
+# ``seconds`` of a metering sample that carries no latency (``twintypes.metering.UNTIMED``).
+DEF UNTIMED = -1.0
+
 cdef int INVALID_PARAMS = -32602
 cdef int METHOD_NOT_FOUND = -32601
 cdef str BAD_TAG_MESSAGE = (
@@ -786,10 +789,7 @@ cdef class OpenAdmission:
         return None
 
     cpdef record(self, principal, str network, str method, long long requests,
-                 long long cu, long long errors):
-        return None
-
-    cpdef observe(self, principal, str network, str method, double seconds):
+                 long long cu, long long errors, double seconds):
         return None
 
     cpdef bytes headers(self, principal):
@@ -871,21 +871,22 @@ cdef class KeyAdmission(OpenAdmission):
         return self.gate.rejection(why, wait, wall())
 
     cpdef record(self, principal, str network, str method, long long requests,
-                 long long cu, long long errors):
-        self._meter_record(
-            principal.key_id,
-            principal.account_id,
-            network,
-            method,
-            <long long>(wall() // 60.0),
-            requests,
-            cu,
-            errors,
-        )
-
-    cpdef observe(self, principal, str network, str method, double seconds):
-        self.latency.observe(principal.account_id, network, method,
-                             <long long>(wall() // 60.0), seconds)
+                 long long cu, long long errors, double seconds):
+        """One metering sample, both meters in the same minute (see the pure twin)."""
+        cdef long long minute = <long long>(wall() // 60.0)
+        if requests or cu or errors:
+            self._meter_record(
+                principal.key_id,
+                principal.account_id,
+                network,
+                method,
+                minute,
+                requests,
+                cu,
+                errors,
+            )
+        if seconds >= 0.0:
+            self.latency.observe(principal.account_id, network, method, minute, seconds)
 
     cpdef bytes headers(self, principal):
         return principal.limiter.headers(monotonic(), wall(), principal.limits_rps)
@@ -1156,6 +1157,10 @@ cdef class Pending:
     cdef bint over
     cdef str path
     cdef str label
+    # A single call's usage, booked with the answer's latency as one sample.
+    cdef long long requests
+    cdef long long cu
+    cdef long long errors
 
     cdef int admit_reply(self, Py_ssize_t size):
         if self.over or self.used + size > self.route.max_answer:
@@ -1209,14 +1214,24 @@ cdef class Pending:
             self.lane.finish(self)
 
     cdef void book(self, Method method, long long units, bint failed) except *:
-        """One call answered: counted under its method, metered for the caller (the lane's
-        one place that meters a call; see the pure twin)."""
+        """One call answered: counted under its method, and its usage metered (a single
+        call's with the answer's latency, a batch's calls at once; see the pure twin)."""
         if failed:
             method.stats.error += 1
         else:
             method.stats.ok += 1
-        self.lane.admission.record(self.principal, self.route.label, method.name, 1, units,
-                                   failed)
+        if self.batch:
+            self.meter(method.name, 1, units, failed, UNTIMED)
+        else:
+            self.requests = 1
+            self.cu = units
+            self.errors = failed
+
+    cdef inline void meter(self, str method, long long requests, long long cu,
+                           long long errors, double seconds) except *:
+        """The lane's one call into the meters: a sample (``twintypes.metering``)."""
+        self.lane.admission.record(self.principal, self.route.label, method, requests, cu,
+                                   errors, seconds)
 
     cdef void fail(self) except *:
         self.units = [None] * len(self.units)
@@ -1580,7 +1595,7 @@ cdef class Lane:
             "rpc", status, pending.request_id, pending.peer, request.method, pending.path,
             pending.started, PyBytes_GET_SIZE(body), label, cache)
         if timed and rejection is None:
-            self.admission.observe(pending.principal, pending.route.label, label, elapsed)
+            pending.meter(label, pending.requests, pending.cu, pending.errors, elapsed)
         return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
 
 

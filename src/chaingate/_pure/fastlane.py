@@ -42,6 +42,7 @@ from chaingate.refusals import Rejection, refusal_error
 from chaingate.twintypes import fastlane as twin
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule, Reply
+from chaingate.twintypes.metering import UNTIMED
 
 log = logging.getLogger("chaingate.edge")
 
@@ -708,10 +709,8 @@ class OpenAdmission:
         requests: int,
         cu: int,
         errors: int,
+        seconds: float,
     ) -> None:
-        return None
-
-    def observe(self, principal: twin.Principal, network: str, method: str, seconds: float) -> None:
         return None
 
     def headers(self, principal: twin.Principal) -> bytes:
@@ -808,21 +807,25 @@ class KeyAdmission:
         requests: int,
         cu: int,
         errors: int,
+        seconds: float,
     ) -> None:
-        self.meter.record(
-            principal.key_id,
-            principal.account_id,
-            network,
-            method,
-            int(time.time() // 60),
-            requests,
-            cu,
-            errors,
-        )
-
-    def observe(self, principal: twin.Principal, network: str, method: str, seconds: float) -> None:
-        """An answered request's latency, the caller's account's under network and method."""
-        self.latency.observe(principal.account_id, network, method, int(time.time() // 60), seconds)
+        """One metering sample (``twintypes.metering``), both meters in the same minute: its
+        usage row (unless it has nothing to count) under the caller's key, and its latency
+        (unless untimed, ``seconds`` < 0) under the caller's account."""
+        minute = int(time.time() // 60)
+        if requests or cu or errors:
+            self.meter.record(
+                principal.key_id,
+                principal.account_id,
+                network,
+                method,
+                minute,
+                requests,
+                cu,
+                errors,
+            )
+        if seconds >= 0.0:
+            self.latency.observe(principal.account_id, network, method, minute, seconds)
 
     def headers(self, principal: twin.Principal) -> bytes:
         return principal.limiter.headers(time.monotonic(), time.time(), principal.limits_rps)
@@ -954,6 +957,8 @@ class _Pending:
         "batch",
         "calls",
         "conn",
+        "cu",
+        "errors",
         "hits",
         "label",
         "lane",
@@ -965,6 +970,7 @@ class _Pending:
         "replies",
         "request",
         "request_id",
+        "requests",
         "route",
         "started",
         "taken",
@@ -1005,6 +1011,8 @@ class _Pending:
         self.over = False  # the answer passed its bound: every later reply is refused
         self.path = ""
         self.label = "batch" if batch else ""
+        # A single call's usage, booked with the answer's latency as one sample.
+        self.requests = self.cu = self.errors = 0
 
     def admit_reply(self, size: int) -> int:
         """May a reply of ``size`` bytes join this batch's answer?  FITS, TOO_LARGE or BUSY."""
@@ -1054,14 +1062,25 @@ class _Pending:
             self.lane.finish(self)
 
     def book(self, method: Method, units: int, failed: bool) -> None:
-        """One call answered: counted under its method, metered for the caller (the lane's
-        one place that meters a call)."""
+        """One call answered: counted under its method, and its usage metered for the caller:
+        a single call's with the answer's latency, as the request's one sample (``_answer``);
+        a batch's calls at once, each under its own method (the answer's sample then carries
+        only the latency, under "batch")."""
         if failed:
             method.stats.error += 1
         else:
             method.stats.ok += 1
+        if self.batch:
+            self.meter(method.name, 1, units, 1 if failed else 0, UNTIMED)
+        else:
+            self.requests = 1
+            self.cu = units
+            self.errors = 1 if failed else 0
+
+    def meter(self, method: str, requests: int, cu: int, errors: int, seconds: float) -> None:
+        """The lane's one call into the meters: a sample (``twintypes.metering``)."""
         self.lane.admission.record(
-            self.principal, self.route.label, method.name, 1, units, 1 if failed else 0
+            self.principal, self.route.label, method, requests, cu, errors, seconds
         )
 
     def fail(self) -> None:
@@ -1440,5 +1459,5 @@ class Lane:
             cache,
         )
         if timed and rejection is None:
-            self.admission.observe(pending.principal, pending.route.label, label, elapsed)
+            pending.meter(label, pending.requests, pending.cu, pending.errors, elapsed)
         return status, b"X-Request-Id: " + pending.request_id + b"\r\n" + headers, body

@@ -3,8 +3,9 @@
 The edge calls ``authenticate`` once per request (before reading meaning into the body); the
 RPC service calls ``admit`` with the request's calls and compute units once it has classified
 them, before anything reaches a node; whoever answers the request (the edge, the WebSocket
-session) calls ``record`` for its calls' usage and ``observe`` for its latency once, as the
-answer leaves.  Every response carries ``response_headers``.  A refused request costs nothing.
+session) books its samples once, as the answer leaves (``book``: one ``record`` per sample,
+usage and latency together; ``chaingate.twintypes.metering``).  Every response carries
+``response_headers``.  A refused request costs nothing.
 
 ``OpenGate`` admits everything (auth disabled); ``chaingate.auth.keygate.KeyGate`` is the real
 one: API keys, scopes, plans and rate limits.
@@ -20,6 +21,7 @@ import msgspec
 from chaingate.auth.allowlists import Policy
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
+from chaingate.twintypes.metering import Sample
 
 __all__ = [
     "ANONYMOUS",
@@ -141,14 +143,13 @@ class Gate(Protocol):
         requests: int,
         cu: int,
         errors: int,
+        seconds: float,
     ) -> None:
-        """Count answered calls in the usage meter; ``network`` is the endpoint's
-        ``chain/network`` ('' for REST calls, which belong to no one network)."""
-        ...
-
-    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
-        """An admitted request's latency, from its arrival to its answer: the principal's
-        account's, under ``network`` and ``method`` (a batch's method is "batch")."""
+        """Book one sample (``chaingate.twintypes.metering``): answered calls in the usage
+        meter and an admitted request's latency, from its arrival to its answer (``seconds``
+        < 0: none), the principal's, under ``network`` — the endpoint's ``chain/network``,
+        '' for REST calls, which belong to no one network — and ``method`` (a batch's
+        latency is under "batch")."""
         ...
 
     def response_headers(self, principal: Principal, at: float | None = None) -> bytes:
@@ -169,13 +170,30 @@ def book(
     seconds: float | None = None,
 ) -> None:
     """A request's books, kept once, as its answer leaves (the edge's handler, the WebSocket
-    session; the fast lane keeps its own, in the same meters): each row of its ``usage``
-    (method, requests, compute units, errors) under ``network``, and its latency under
-    ``method`` when it was admitted (``seconds``)."""
-    for name, requests, units, errors in usage:
-        gate.record(principal, network, name, requests, units, errors)
-    if seconds is not None:
-        gate.observe(principal, network, method, seconds)
+    session; the fast lane keeps its own, in the same meters): its samples, one ``record``
+    each."""
+    for sample in samples(principal, network, usage, method, seconds):
+        gate.record(*sample)
+
+
+def samples(
+    principal: Principal,
+    network: str,
+    usage: Iterable[tuple[str, int, int, int]],
+    method: str = "",
+    seconds: float | None = None,
+) -> list[Sample[Principal]]:
+    """A request's samples: each row of its ``usage`` (method, requests, compute units,
+    errors) under ``network``, and its latency under ``method`` when it was admitted
+    (``seconds``) — carried by its one row when that row is ``method``'s (a single call, as
+    the lane books it), else by a sample of its own (a batch: "batch")."""
+    rows = [Sample(principal, network, *row) for row in usage]
+    if seconds is None:
+        return rows
+    if len(rows) == 1 and rows[0].method == method:
+        return [rows[0]._replace(seconds=seconds)]
+    rows.append(Sample(principal, network, method, seconds=seconds))
+    return rows
 
 
 # A key in the path and another in a header: which would be the caller's?
@@ -210,10 +228,8 @@ class OpenGate:
         requests: int,
         cu: int,
         errors: int,
+        seconds: float,
     ) -> None:
-        return None
-
-    def observe(self, principal: Principal, network: str, method: str, seconds: float) -> None:
         return None
 
     def response_headers(self, principal: Principal, at: float | None = None) -> bytes:

@@ -266,10 +266,9 @@ class KeyGate:
         self.admission: Admission[Principal] = fastlane.KeyAdmission(
             self, registry.recent, self._anonymous, registry.used
         )
-        # Metering is the lane's too: what the handler, the bundler, REST and WebSocket record
-        # goes into the same meters by the same methods as the lane's own answers.
+        # Metering is the lane's too: the samples the handler, the bundler, REST and WebSocket
+        # book go into the same meters by the same sink as the lane's own answers.
         self.record = self.admission.record
-        self.observe = self.admission.observe
 
     @property
     def meter(self) -> UsageMeter:

@@ -371,10 +371,18 @@ class Admission(Protocol[P]):
     ) -> Rejection | None: ...
 
     def record(
-        self, principal: P, network: str, method: str, requests: int, cu: int, errors: int
-    ) -> None: ...
+        self,
+        principal: P,
+        network: str,
+        method: str,
+        requests: int,
+        cu: int,
+        errors: int,
+        seconds: float,
+    ) -> None:
+        """One metering sample, both meters at once (``twintypes.metering``)."""
+        ...
 
-    def observe(self, principal: P, network: str, method: str, seconds: float) -> None: ...
     def headers(self, principal: P) -> bytes: ...
 
 
