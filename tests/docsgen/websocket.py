@@ -29,6 +29,8 @@ CLOSE_MEANINGS = {
     1008: "Policy violation: the key was revoked, or the client read too slowly and its "
     "queue of pushes overflowed (`[ws] send_queue_bytes`).",
     1009: "Message too big (`[ws] max_message_bytes`).",
+    1011: "Internal error: chaingate failed to serve this one connection (a bug, logged with a "
+    "trace on the server); the other connections go on.  Reconnect.",
     1012: "Service restart: a Solana network's upstream PubSub connection was lost (connect "
     "and subscribe again; `?gaps=notify` keeps the subscriptions instead, see "
     "[Solana subscriptions](#solana)).",
