@@ -136,8 +136,11 @@ async def test_calls_batches_and_200_concurrent_calls_share_one_http2_connection
     (conn,) = upstream_named(gw, "h2").connections
     assert isinstance(conn, Http2Connection)
     assert not conn.pending and not conn.waiting
-    # 200 calls and the 30-call batch above, each on a stream of this one connection.
-    assert conn._h2.highest_outbound_stream_id >= 2 * 201 - 1
+    # The 30-call batch and the 200 calls, on streams of this one connection: concurrent
+    # streams, though fewer than one per call, since single calls read in one go travel
+    # upstream together (one batch on one stream: docs/decisions/edge.md).
+    streams = (conn._h2.highest_outbound_stream_id + 1) // 2
+    assert streams >= 3  # eth_chainId, the batch, at least one group of the 200
     assert upstream_named(gw, "h2").health.errors == {}
 
 
