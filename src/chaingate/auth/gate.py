@@ -21,7 +21,7 @@ import msgspec
 from chaingate.auth.allowlists import Policy
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
-from chaingate.twintypes.metering import Sample
+from chaingate.twintypes.metering import MeterSink, Sample
 
 __all__ = [
     "ANONYMOUS",
@@ -115,7 +115,11 @@ class NetworkInfo(msgspec.Struct, frozen=True):
     testnet: bool
 
 
-class Gate(Protocol):
+class Gate(MeterSink[Principal], Protocol):
+    """The key check every path asks (``KeyGate``, or ``OpenGate`` with keys off), and the
+    meters' one sink, ``record`` (``twintypes.metering``): a sample's ``network`` is the
+    endpoint's ``chain/network``, '' for REST calls (no one network)."""
+
     def authenticate(
         self,
         request: Request | Credentials,
@@ -133,23 +137,6 @@ class Gate(Protocol):
         self, principal: Principal, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Rejection | None:
         """Check RPC scopes and limits for ``requests`` calls costing ``cu``/``tcu`` units."""
-        ...
-
-    def record(
-        self,
-        principal: Principal,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-        seconds: float,
-    ) -> None:
-        """Book one sample (``chaingate.twintypes.metering``): answered calls in the usage
-        meter and an admitted request's latency, from its arrival to its answer (``seconds``
-        < 0: none), the principal's, under ``network`` — the endpoint's ``chain/network``,
-        '' for REST calls, which belong to no one network — and ``method`` (a batch's
-        latency is under "batch")."""
         ...
 
     def response_headers(self, principal: Principal, at: float | None = None) -> bytes:

@@ -16,12 +16,12 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
-    CloseConnection,
     Ping,
-    RejectConnection,
     Request,
     TextMessage,
 )
+
+from chaingate.wsupstream import UpstreamMessages
 
 log = logging.getLogger("chaingate.follower")
 
@@ -89,7 +89,7 @@ class HeadNotifier:
             ws = WSConnection(ConnectionType.CLIENT)
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             await stream.send_all(ws.send(Request(host=parts.hostname, target=target)))
-            message = bytearray()
+            messages = UpstreamMessages(MAX_MESSAGE)
             subscribed = False
             try:
                 while True:
@@ -100,20 +100,10 @@ class HeadNotifier:
                     for event in ws.events():
                         if isinstance(event, AcceptConnection):
                             await stream.send_all(ws.send(TextMessage(_SUBSCRIBE.decode())))
-                        elif isinstance(event, RejectConnection):
-                            raise ConnectionError(f"upgrade refused: HTTP {event.status_code}")
                         elif isinstance(event, Ping):
                             await stream.send_all(ws.send(event.response()))
-                        elif isinstance(event, CloseConnection):
-                            raise ConnectionError(f"upstream closed: {event.code}")
-                        elif isinstance(event, TextMessage):
-                            message += event.data.encode()
-                            if len(message) > MAX_MESSAGE:
-                                raise ConnectionError("upstream message too large")
-                            if not event.message_finished:
-                                continue
-                            push = _decode_push(bytes(message))
-                            message.clear()
+                        elif (message := messages.complete(event)) is not None:
+                            push = _decode_push(message)
                             if push.method == "eth_subscription":
                                 self.notifications += 1
                                 self.wake.set()

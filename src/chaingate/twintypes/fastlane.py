@@ -18,6 +18,7 @@ from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import Call, JsonRpcModule, Reply
 from chaingate.twintypes.limiter import DayQuota, KeyLimiter, UsageMeter
+from chaingate.twintypes.metering import MeterSink
 
 # The edge loop's connection: opaque to the lane, which only hands it back to its sink.
 ConnHandle = Any
@@ -355,9 +356,10 @@ class Route(Protocol):
         ...
 
 
-class Admission(Protocol[P]):
+class Admission(MeterSink[P], Protocol[P]):
     """Who may call and what it costs, on the lane: ``OpenAdmission`` or ``KeyAdmission``
-    (``P``: the principals it was given, which it hands back)."""
+    (``P``: the principals it was given, which it hands back); the meters' one sink,
+    ``record`` (``twintypes.metering``)."""
 
     # Set by the key gate when processes share limits (Redis); None otherwise.
     shared: SharedLimits[P] | None
@@ -369,19 +371,6 @@ class Admission(Protocol[P]):
     def admit(
         self, principal: P, reads: bool, writes: bool, requests: int, cu: int, tcu: int
     ) -> Rejection | None: ...
-
-    def record(
-        self,
-        principal: P,
-        network: str,
-        method: str,
-        requests: int,
-        cu: int,
-        errors: int,
-        seconds: float,
-    ) -> None:
-        """One metering sample, both meters at once (``twintypes.metering``)."""
-        ...
 
     def headers(self, principal: P) -> bytes: ...
 

@@ -32,10 +32,7 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
-    CloseConnection,
     Ping,
-    Pong,
-    RejectConnection,
     Request,
     TextMessage,
 )
@@ -51,6 +48,7 @@ from chaingate.ws.solana_router import (
     Router,
     SolanaSink,
 )
+from chaingate.wsupstream import UpstreamMessages
 
 log = logging.getLogger("chaingate.ws")
 
@@ -230,7 +228,7 @@ class SolanaHub:
             headers = [(k.encode(), v.encode()) for k, v in upstream.headers]
             request = Request(host=parts.hostname, target=target, extra_headers=headers)
             out.send_nowait(ws.send(request))
-            message = bytearray()
+            messages = UpstreamMessages(MAX_MESSAGE)
             pinged = False
             while True:
                 with trio.move_on_after(PONG_TIMEOUT if pinged else PING_INTERVAL) as quiet:
@@ -257,22 +255,10 @@ class SolanaHub:
                         self._link = _Link(ws, out)
                         self.router.connected_again()
                         self._flush()
-                    elif isinstance(event, RejectConnection):
-                        raise ConnectionError(f"upgrade refused: HTTP {event.status_code}")
                     elif isinstance(event, Ping):
                         out.send_nowait(ws.send(event.response()))
-                    elif isinstance(event, Pong):
-                        pass
-                    elif isinstance(event, CloseConnection):
-                        raise ConnectionError(f"upstream closed: {event.code}")
-                    elif isinstance(event, TextMessage):
-                        message += event.data.encode()
-                        if len(message) > MAX_MESSAGE:
-                            raise ConnectionError("upstream message too large")
-                        if not event.message_finished:
-                            continue
-                        outcome = self.router.receive(bytes(message))
-                        message.clear()
+                    elif (message := messages.complete(event)) is not None:
+                        outcome = self.router.receive(message)
                         await self._apply(outcome)
                         self._flush()
 
