@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,20 +33,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 from benchkit import procs  # noqa: E402
-from benchkit.wsfanout import (  # noqa: E402
-    TABLE_HEAD,
-    WsClient,
-    connect,
-    delay_rows,
-    delays,
-    drain,
-    fanout_mean_ms,
-    listen,
-    masked_frame,
-    metric,
-    percentile,
-    serving,
-)
+from benchkit import wsfanout as ws  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, rpc_call  # noqa: E402
 
 P99_TARGET_MS = 50.0
@@ -69,9 +55,9 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def subscribe(client: WsClient) -> None:
+def subscribe(client: ws.WsClient) -> None:
     call = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
-    client.sock.sendall(masked_frame(json.dumps(call).encode()))
+    client.sock.sendall(ws.masked_frame(json.dumps(call).encode()))
     while True:
         for opcode, payload in client.frames():
             if opcode == 0x1 and json.loads(payload).get("id") == 1:
@@ -118,7 +104,7 @@ class Result:
 
 
 def run(connections: int, blocks: int, interval: float, workdir: Path) -> Result:
-    with AnvilProcess() as node, serving(workdir, node.url, EXTRA_TOML) as (server, key):
+    with AnvilProcess() as node, ws.serving(workdir, node.url, EXTRA_TOML) as (server, key):
         return measure(server, node, key, connections, blocks, interval)
 
 
@@ -134,20 +120,20 @@ def measure(
     assert pid is not None
     path = f"/v1/ws/ethereum/devnet?apiKey={key}"
     # Warm up: the first session loads code and fills caches that are not per connection.
-    warm = connect(server.port, path)
+    warm = ws.connect(server.port, path)
     subscribe(warm)
     warm.sock.close()
     time.sleep(1.0)
     base = rss_kib(pid)
-    clients = [connect(server.port, path) for _ in range(connections)]
+    clients = [ws.connect(server.port, path) for _ in range(connections)]
     time.sleep(1.0)
     opened = rss_kib(pid)
     for client in clients:
         subscribe(client)
     time.sleep(1.0)
     subscribed = rss_kib(pid)
-    selector = listen(clients)
-    drain(selector, time.monotonic() + 0.5, head_number)  # anything already on its way
+    selector = ws.listen(clients)
+    ws.drain(selector, time.monotonic() + 0.5, head_number)  # anything already on its way
     found: list[float] = []
     missing = 0
     for _ in range(blocks):
@@ -155,18 +141,18 @@ def measure(
         number = int(str(rpc_call(node.url, "eth_blockNumber")), 16)
         deadline = time.monotonic() + max(interval, 5.0)
         while time.monotonic() < deadline:
-            drain(selector, min(deadline, time.monotonic() + 0.05), head_number)
+            ws.drain(selector, min(deadline, time.monotonic() + 0.05), head_number)
             if all(number in c.heads or c.closed for c in clients):
                 break
         text = server.metrics()
-        if int(metric(text, "chaingate_ws_head_number")) != number:
+        if int(ws.metric(text, "chaingate_ws_head_number")) != number:
             raise RuntimeError(f"the hub's newest head is not block {number}")
-        arrival = metric(text, "chaingate_ws_head_arrival_seconds")
-        block_delays, block_missing = delays({number: arrival}, [number], clients)
+        arrival = ws.metric(text, "chaingate_ws_head_arrival_seconds")
+        block_delays, block_missing = ws.delays({number: arrival}, [number], clients)
         found += block_delays
         missing += block_missing
-        drain(selector, time.monotonic() + max(0.0, interval - 0.2), head_number)
-    fanout_ms = fanout_mean_ms(server.metrics(), "chaingate_ws_fanout")
+        ws.drain(selector, time.monotonic() + max(0.0, interval - 0.2), head_number)
+    fanout_ms = ws.fanout_mean_ms(server.metrics(), "chaingate_ws_fanout")
     for client in clients:
         client.sock.close()
     return Result(connections, blocks, base, opened, subscribed, found, missing, fanout_ms)
@@ -176,8 +162,8 @@ def report(result: Result) -> str:
     lines = [
         f"## WebSocket fan-out: {result.connections:,} newHeads subscribers, "
         f"{result.blocks} blocks\n",
-        *TABLE_HEAD,
-        *delay_rows("delivery", "hub arrival -> client recv", result.delays_ms, P99_TARGET_MS),
+        *ws.TABLE_HEAD,
+        *ws.delay_rows("delivery", "hub arrival -> client recv", result.delays_ms, P99_TARGET_MS),
         f"| chaingate fan-out per block (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
         f"| pushes lost | {result.missing} | 0 |",
         f"| RSS per open connection (no subscription) | {result.per_open_kib:.1f} KiB | |",
@@ -198,16 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections, args.blocks, args.interval = 50, 3, 0.5
-    with tempfile.TemporaryDirectory(prefix="cg-ws-bench-") as tmp:
-        try:
-            result = run(args.connections, args.blocks, args.interval, Path(tmp))
-        except procs.ServerFailed as exc:
-            print(f"server failed: {exc}", file=sys.stderr)
-            return 2
+    result = ws.run_in_tmp(
+        "cg-ws-bench-", lambda tmp: run(args.connections, args.blocks, args.interval, tmp)
+    )
+    if result is None:
+        return 2
     print(report(result))
     ok = (
         result.missing == 0
-        and percentile(result.delays_ms, 0.99) <= P99_TARGET_MS
+        and ws.percentile(result.delays_ms, 0.99) <= P99_TARGET_MS
         and result.per_connection_kib <= MEMORY_TARGET_KIB
     )
     return 0 if ok else 1

@@ -23,7 +23,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,20 +31,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 from benchkit import procs  # noqa: E402
-from benchkit.wsfanout import (  # noqa: E402
-    TABLE_HEAD,
-    WsClient,
-    connect,
-    delay_rows,
-    delays,
-    drain,
-    fanout_mean_ms,
-    listen,
-    masked_frame,
-    metric,
-    percentile,
-    serving,
-)
+from benchkit import wsfanout as ws  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
 
 P99_TARGET_MS = 50.0
@@ -124,9 +110,9 @@ def slot_of(payload: bytes) -> int | None:
     return int(payload[start:end])
 
 
-def subscribe(client: WsClient) -> None:
+def subscribe(client: ws.WsClient) -> None:
     call = {"jsonrpc": "2.0", "id": 1, "method": "slotSubscribe"}
-    client.sock.sendall(masked_frame(json.dumps(call).encode()))
+    client.sock.sendall(ws.masked_frame(json.dumps(call).encode()))
     while True:
         for opcode, payload in client.frames():
             if opcode == 0x1:
@@ -177,7 +163,7 @@ def serve_and_measure(
     workdir: Path,
     http_load: int = 0,
 ) -> Result:
-    with serving(workdir, anvil.url, SOLANA_TOML.format(**urls)) as (server, key):
+    with ws.serving(workdir, anvil.url, SOLANA_TOML.format(**urls)) as (server, key):
         return measure(server, urls["ws"], key, connections, seconds, http_load)
 
 
@@ -190,14 +176,14 @@ def measure(
     http_load: int = 0,
 ) -> Result:
     path = f"/v1/ws/solana/devnet?apiKey={key}"
-    clients = [connect(server.port, path) for _ in range(connections)]
+    clients = [ws.connect(server.port, path) for _ in range(connections)]
     for client in clients:
         subscribe(client)
     port = node_ws.rsplit(":", 1)[1]
-    reference = connect(int(port), "/")
+    reference = ws.connect(int(port), "/")
     subscribe(reference)
-    upstream = metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
-    selector = listen([reference, *clients])
+    upstream = ws.metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
+    selector = ws.listen([reference, *clients])
     load = None
     if http_load:
         load = subprocess.Popen(
@@ -205,22 +191,24 @@ def measure(
             env=procs._child_env(),
         )
     try:
-        drain(selector, time.monotonic() + 1.0, slot_of)  # the first slots: everyone is listening
+        ws.drain(
+            selector, time.monotonic() + 1.0, slot_of
+        )  # the first slots: everyone is listening
         start = max(reference.heads, default=0) + 1
-        drain(selector, time.monotonic() + seconds, slot_of)
+        ws.drain(selector, time.monotonic() + seconds, slot_of)
         end = max(reference.heads, default=0) - 2  # the last ones may still be on their way
     finally:
         if load is not None:
             load.terminate()
             load.wait(10)
-    drain(selector, time.monotonic() + 1.0, slot_of)
+    ws.drain(selector, time.monotonic() + 1.0, slot_of)
     slots = [s for s in sorted(reference.heads) if start <= s <= end]
-    found, lost = delays(reference.heads, slots, clients)
+    found, lost = ws.delays(reference.heads, slots, clients)
     closed = sum(client.closed for client in clients)
     text = server.metrics()
     if http_load and not _http_answered(text):
         raise RuntimeError("--http-load: chaingate answered no HTTP request")
-    fanout_ms = fanout_mean_ms(text, "chaingate_ws_solana_fanout")
+    fanout_ms = ws.fanout_mean_ms(text, "chaingate_ws_solana_fanout")
     for client in [reference, *clients]:
         client.sock.close()
     return Result(connections, len(slots), found, lost, upstream, closed, fanout_ms, http_load)
@@ -244,8 +232,8 @@ def report(result: Result) -> str:
         f"{result.slots} slots"
         + (f", {result.http_load} HTTP clients loading it meanwhile" if result.http_load else "")
         + "\n",
-        *TABLE_HEAD,
-        *delay_rows("push", "node-direct client -> chaingate client", d, P99_TARGET_MS),
+        *ws.TABLE_HEAD,
+        *ws.delay_rows("push", "node-direct client -> chaingate client", d, P99_TARGET_MS),
         f"| chaingate fan-out per slot (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
         f"| notifications lost | {result.lost} | 0 |",
         f"| upstream subscriptions for {result.connections:,} clients | "
@@ -272,18 +260,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections, args.seconds = 50, 3.0
-    with tempfile.TemporaryDirectory(prefix="cg-ws-solana-bench-") as tmp:
-        try:
-            result = run(args.connections, args.seconds, args.slot, Path(tmp), args.http_load)
-        except procs.ServerFailed as exc:
-            print(f"server failed: {exc}", file=sys.stderr)
-            return 2
+    result = ws.run_in_tmp(
+        "cg-ws-solana-bench-",
+        lambda tmp: run(args.connections, args.seconds, args.slot, tmp, args.http_load),
+    )
+    if result is None:
+        return 2
     print(report(result))
     ok = (
         result.lost == 0
         and result.closed == 0
         and result.upstream_subscriptions == 1
-        and percentile(result.delays_ms or [0.0], 0.99) <= P99_TARGET_MS
+        and ws.percentile(result.delays_ms or [0.0], 0.99) <= P99_TARGET_MS
     )
     return 0 if ok else 1
 

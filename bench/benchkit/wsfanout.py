@@ -12,14 +12,18 @@ import base64
 import os
 import selectors
 import socket
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from benchkit import procs
 
+R = TypeVar("R")
 TABLE_HEAD = ["| measure | value | target |", "|---|---:|---:|"]
 
 
@@ -186,3 +190,14 @@ def delay_rows(name: str, measured: str, delays_ms: list[float], target_ms: floa
         f"| {name} delay p99 | {percentile(delays_ms, 0.99):.1f} ms | <= {target_ms:.0f} ms |",
         f"| {name} delay max | {max(delays_ms):.1f} ms | |",
     ]
+
+
+def run_in_tmp(prefix: str, run: Callable[[Path], R]) -> R | None:
+    """``run`` in a fresh temporary directory (``prefix``); None, said on stderr, when a server
+    failed."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        try:
+            return run(Path(tmp))
+        except procs.ServerFailed as exc:
+            print(f"server failed: {exc}", file=sys.stderr)
+            return None
