@@ -23,21 +23,17 @@ Targets: p99 delay <= 50 ms, <= 64 KiB per idle connection.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import os
-import selectors
-import socket
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 from benchkit import procs  # noqa: E402
+from benchkit import wsfanout as ws  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, rpc_call  # noqa: E402
 
 P99_TARGET_MS = 50.0
@@ -59,70 +55,9 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def masked_frame(payload: bytes, opcode: int = 0x1) -> bytes:
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes([0x80 | opcode])
-    if n < 126:
-        head += bytes([0x80 | n])
-    else:
-        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-
-@dataclass
-class WsClient:
-    sock: socket.socket
-    buffer: bytearray = field(default_factory=bytearray)
-    heads: dict[int, float] = field(default_factory=dict)  # block number -> receive time
-    closed: bool = False
-
-    def frames(self) -> list[tuple[int, bytes]]:
-        """Complete server frames taken from the buffer: (opcode, payload)."""
-        out = []
-        buf = self.buffer
-        while len(buf) >= 2:
-            n, start = buf[1] & 0x7F, 2
-            if n == 126:
-                if len(buf) < 4:
-                    break
-                n, start = int.from_bytes(buf[2:4], "big"), 4
-            elif n == 127:
-                if len(buf) < 10:
-                    break
-                n, start = int.from_bytes(buf[2:10], "big"), 10
-            if len(buf) < start + n:
-                break
-            out.append((buf[0] & 0x0F, bytes(buf[start : start + n])))
-            del buf[: start + n]
-        return out
-
-
-def connect(port: int, path: str) -> WsClient:
-    sock = socket.create_connection((procs.LOOPBACK, port), timeout=10)
-    key = base64.b64encode(os.urandom(16))
-    sock.sendall(
-        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\n"
-        b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key
-        + b"\r\n\r\n"
-    )  # fmt: skip
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise RuntimeError("connection closed during the handshake")
-        head += chunk
-    status, _, rest = head.partition(b"\r\n\r\n")
-    if not status.startswith(b"HTTP/1.1 101"):
-        raise RuntimeError(f"upgrade refused: {status[:200]!r}")
-    client = WsClient(sock)
-    client.buffer += rest
-    return client
-
-
-def subscribe(client: WsClient) -> None:
+def subscribe(client: ws.WsClient) -> None:
     call = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
-    client.sock.sendall(masked_frame(json.dumps(call).encode()))
+    client.sock.sendall(ws.masked_frame(json.dumps(call).encode()))
     while True:
         for opcode, payload in client.frames():
             if opcode == 0x1 and json.loads(payload).get("id") == 1:
@@ -148,45 +83,6 @@ def head_number(payload: bytes) -> int | None:
     return int(payload[start : payload.index(b'"', start)], 16)
 
 
-def drain(selector: selectors.BaseSelector, until: float) -> None:
-    """Read every ready socket until ``until`` (monotonic); record each head's arrival."""
-    while True:
-        left = until - time.monotonic()
-        if left <= 0:
-            return
-        for key, _ in selector.select(min(left, 0.05)):
-            client: WsClient = key.data
-            try:
-                chunk = client.sock.recv(65536)
-            except BlockingIOError:
-                continue
-            received = time.time()
-            if not chunk:
-                client.closed = True
-                selector.unregister(client.sock)
-                continue
-            client.buffer += chunk
-            for opcode, payload in client.frames():
-                if opcode == 0x9:  # ping: answer it, or chaingate drops us
-                    client.sock.sendall(masked_frame(payload, 0xA))
-                elif opcode == 0x1:
-                    number = head_number(payload)
-                    if number is not None:
-                        client.heads.setdefault(number, received)
-
-
-def metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise RuntimeError(f"{name} not in /metrics")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 @dataclass
 class Result:
     connections: int
@@ -208,19 +104,8 @@ class Result:
 
 
 def run(connections: int, blocks: int, interval: float, workdir: Path) -> Result:
-    with AnvilProcess() as node:
-        auth = procs.Auth.fresh(workdir / "keys.db")
-        server = procs.ChaingateServer(
-            workdir, "chaingate", node.url, access_log=True, coalesce=True, auth=auth
-        )
-        with server.config_path.open("a") as config:
-            config.write(EXTRA_TOML)
-        key = server.create_key()
-        try:
-            server.start()  # inside: a server that never got ready is stopped too
-            return measure(server, node, key, connections, blocks, interval)
-        finally:
-            server.stop()
+    with AnvilProcess() as node, ws.serving(workdir, node.url, EXTRA_TOML) as (server, key):
+        return measure(server, node, key, connections, blocks, interval)
 
 
 def measure(
@@ -235,63 +120,50 @@ def measure(
     assert pid is not None
     path = f"/v1/ws/ethereum/devnet?apiKey={key}"
     # Warm up: the first session loads code and fills caches that are not per connection.
-    warm = connect(server.port, path)
+    warm = ws.connect(server.port, path)
     subscribe(warm)
     warm.sock.close()
     time.sleep(1.0)
     base = rss_kib(pid)
-    clients = [connect(server.port, path) for _ in range(connections)]
+    clients = [ws.connect(server.port, path) for _ in range(connections)]
     time.sleep(1.0)
     opened = rss_kib(pid)
     for client in clients:
         subscribe(client)
     time.sleep(1.0)
     subscribed = rss_kib(pid)
-    selector = selectors.DefaultSelector()
-    for client in clients:
-        client.sock.setblocking(False)
-        selector.register(client.sock, selectors.EVENT_READ, client)
-    drain(selector, time.monotonic() + 0.5)  # anything already on its way
-    delays: list[float] = []
+    selector = ws.listen(clients)
+    ws.drain(selector, time.monotonic() + 0.5, head_number)  # anything already on its way
+    found: list[float] = []
     missing = 0
     for _ in range(blocks):
         rpc_call(node.url, "evm_mine")
         number = int(str(rpc_call(node.url, "eth_blockNumber")), 16)
         deadline = time.monotonic() + max(interval, 5.0)
         while time.monotonic() < deadline:
-            drain(selector, min(deadline, time.monotonic() + 0.05))
+            ws.drain(selector, min(deadline, time.monotonic() + 0.05), head_number)
             if all(number in c.heads or c.closed for c in clients):
                 break
         text = server.metrics()
-        if int(metric(text, "chaingate_ws_head_number")) != number:
+        if int(ws.metric(text, "chaingate_ws_head_number")) != number:
             raise RuntimeError(f"the hub's newest head is not block {number}")
-        arrival = metric(text, "chaingate_ws_head_arrival_seconds")
-        for client in clients:
-            at = client.heads.get(number)
-            if at is None:
-                missing += 1
-            else:
-                delays.append((at - arrival) * 1000)
-        drain(selector, time.monotonic() + max(0.0, interval - 0.2))
-    text = server.metrics()
-    fanouts = metric(text, "chaingate_ws_fanout_total")
-    fanout_ms = metric(text, "chaingate_ws_fanout_seconds_sum") / fanouts * 1000 if fanouts else 0
+        arrival = ws.metric(text, "chaingate_ws_head_arrival_seconds")
+        block_delays, block_missing = ws.delays({number: arrival}, [number], clients)
+        found += block_delays
+        missing += block_missing
+        ws.drain(selector, time.monotonic() + max(0.0, interval - 0.2), head_number)
+    fanout_ms = ws.fanout_mean_ms(server.metrics(), "chaingate_ws_fanout")
     for client in clients:
         client.sock.close()
-    return Result(connections, blocks, base, opened, subscribed, delays, missing, fanout_ms)
+    return Result(connections, blocks, base, opened, subscribed, found, missing, fanout_ms)
 
 
 def report(result: Result) -> str:
-    d = result.delays_ms
-    p50, p99 = percentile(d, 0.50), percentile(d, 0.99)
     lines = [
         f"## WebSocket fan-out: {result.connections:,} newHeads subscribers, "
         f"{result.blocks} blocks\n",
-        "| measure | value | target |",
-        "|---|---:|---:|",
-        f"| delivery delay p50 (hub arrival -> client recv) | {p50:.1f} ms | |",
-        f"| delivery delay p99 | {p99:.1f} ms | <= {P99_TARGET_MS:.0f} ms |",
-        f"| delivery delay max | {max(d):.1f} ms | |",
+        *ws.TABLE_HEAD,
+        *ws.delay_rows("delivery", "hub arrival -> client recv", result.delays_ms, P99_TARGET_MS),
         f"| chaingate fan-out per block (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
         f"| pushes lost | {result.missing} | 0 |",
         f"| RSS per open connection (no subscription) | {result.per_open_kib:.1f} KiB | |",
@@ -312,16 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections, args.blocks, args.interval = 50, 3, 0.5
-    with tempfile.TemporaryDirectory(prefix="cg-ws-bench-") as tmp:
-        try:
-            result = run(args.connections, args.blocks, args.interval, Path(tmp))
-        except procs.ServerFailed as exc:
-            print(f"server failed: {exc}", file=sys.stderr)
-            return 2
+    result = ws.run_in_tmp(
+        "cg-ws-bench-", lambda tmp: run(args.connections, args.blocks, args.interval, tmp)
+    )
+    if result is None:
+        return 2
     print(report(result))
     ok = (
         result.missing == 0
-        and percentile(result.delays_ms, 0.99) <= P99_TARGET_MS
+        and ws.percentile(result.delays_ms, 0.99) <= P99_TARGET_MS
         and result.per_connection_kib <= MEMORY_TARGET_KIB
     )
     return 0 if ok else 1

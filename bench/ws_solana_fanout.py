@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import selectors
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))  # benchkit and ws_fanout, also from another directory
+sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another directory
 
 from benchkit import procs  # noqa: E402
+from benchkit import wsfanout as ws  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess  # noqa: E402
-from ws_fanout import WsClient, connect, masked_frame, metric, percentile  # noqa: E402
 
 P99_TARGET_MS = 50.0
 
@@ -112,9 +110,9 @@ def slot_of(payload: bytes) -> int | None:
     return int(payload[start:end])
 
 
-def subscribe(client: WsClient) -> None:
+def subscribe(client: ws.WsClient) -> None:
     call = {"jsonrpc": "2.0", "id": 1, "method": "slotSubscribe"}
-    client.sock.sendall(masked_frame(json.dumps(call).encode()))
+    client.sock.sendall(ws.masked_frame(json.dumps(call).encode()))
     while True:
         for opcode, payload in client.frames():
             if opcode == 0x1:
@@ -127,33 +125,6 @@ def subscribe(client: WsClient) -> None:
         if not chunk:
             raise RuntimeError("connection closed while subscribing")
         client.buffer += chunk
-
-
-def drain(selector: selectors.BaseSelector, until: float) -> None:
-    """Read every ready socket until ``until`` (monotonic); record each slot's arrival."""
-    while True:
-        left = until - time.monotonic()
-        if left <= 0:
-            return
-        for key, _ in selector.select(min(left, 0.05)):
-            client: WsClient = key.data
-            try:
-                chunk = client.sock.recv(65536)
-            except BlockingIOError:
-                continue
-            received = time.time()
-            if not chunk:
-                client.closed = True
-                selector.unregister(client.sock)
-                continue
-            client.buffer += chunk
-            for opcode, payload in client.frames():
-                if opcode == 0x9:
-                    client.sock.sendall(masked_frame(payload, 0xA))
-                elif opcode == 0x1:
-                    slot = slot_of(payload)
-                    if slot is not None:
-                        client.heads.setdefault(slot, received)
 
 
 @dataclass
@@ -192,18 +163,8 @@ def serve_and_measure(
     workdir: Path,
     http_load: int = 0,
 ) -> Result:
-    auth = procs.Auth.fresh(workdir / "keys.db")
-    server = procs.ChaingateServer(
-        workdir, "chaingate", anvil.url, access_log=True, coalesce=True, auth=auth
-    )
-    with server.config_path.open("a") as config:
-        config.write(SOLANA_TOML.format(**urls))
-    key = server.create_key()
-    try:
-        server.start()  # inside: a server that never got ready is stopped too
+    with ws.serving(workdir, anvil.url, SOLANA_TOML.format(**urls)) as (server, key):
         return measure(server, urls["ws"], key, connections, seconds, http_load)
-    finally:
-        server.stop()
 
 
 def measure(
@@ -215,17 +176,14 @@ def measure(
     http_load: int = 0,
 ) -> Result:
     path = f"/v1/ws/solana/devnet?apiKey={key}"
-    clients = [connect(server.port, path) for _ in range(connections)]
+    clients = [ws.connect(server.port, path) for _ in range(connections)]
     for client in clients:
         subscribe(client)
     port = node_ws.rsplit(":", 1)[1]
-    reference = connect(int(port), "/")
+    reference = ws.connect(int(port), "/")
     subscribe(reference)
-    upstream = metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
-    selector = selectors.DefaultSelector()
-    for client in [reference, *clients]:
-        client.sock.setblocking(False)
-        selector.register(client.sock, selectors.EVENT_READ, client)
+    upstream = ws.metric(server.metrics(), "chaingate_ws_solana_upstream_subscriptions")
+    selector = ws.listen([reference, *clients])
     load = None
     if http_load:
         load = subprocess.Popen(
@@ -233,35 +191,27 @@ def measure(
             env=procs._child_env(),
         )
     try:
-        drain(selector, time.monotonic() + 1.0)  # the first slots: everyone is listening
+        ws.drain(
+            selector, time.monotonic() + 1.0, slot_of
+        )  # the first slots: everyone is listening
         start = max(reference.heads, default=0) + 1
-        drain(selector, time.monotonic() + seconds)
+        ws.drain(selector, time.monotonic() + seconds, slot_of)
         end = max(reference.heads, default=0) - 2  # the last ones may still be on their way
     finally:
         if load is not None:
             load.terminate()
             load.wait(10)
-    drain(selector, time.monotonic() + 1.0)
-    delays: list[float] = []
-    lost = 0
+    ws.drain(selector, time.monotonic() + 1.0, slot_of)
     slots = [s for s in sorted(reference.heads) if start <= s <= end]
-    for number in slots:
-        sent = reference.heads[number]
-        for client in clients:
-            at = client.heads.get(number)
-            if at is None:
-                lost += 1
-            else:
-                delays.append((at - sent) * 1000)
+    found, lost = ws.delays(reference.heads, slots, clients)
     closed = sum(client.closed for client in clients)
     text = server.metrics()
     if http_load and not _http_answered(text):
         raise RuntimeError("--http-load: chaingate answered no HTTP request")
-    fanouts = metric(text, "chaingate_ws_solana_fanout_total")
-    fanout_ms = metric(text, "chaingate_ws_solana_fanout_seconds_sum") / max(1, fanouts) * 1000
+    fanout_ms = ws.fanout_mean_ms(text, "chaingate_ws_solana_fanout")
     for client in [reference, *clients]:
         client.sock.close()
-    return Result(connections, len(slots), delays, lost, upstream, closed, fanout_ms, http_load)
+    return Result(connections, len(slots), found, lost, upstream, closed, fanout_ms, http_load)
 
 
 def _http_answered(metrics_text: str) -> bool:
@@ -282,12 +232,8 @@ def report(result: Result) -> str:
         f"{result.slots} slots"
         + (f", {result.http_load} HTTP clients loading it meanwhile" if result.http_load else "")
         + "\n",
-        "| measure | value | target |",
-        "|---|---:|---:|",
-        f"| push delay p50 (node-direct client -> chaingate client) | "
-        f"{percentile(d, 0.50):.1f} ms | |",
-        f"| push delay p99 | {percentile(d, 0.99):.1f} ms | <= {P99_TARGET_MS:.0f} ms |",
-        f"| push delay max | {max(d):.1f} ms | |",
+        *ws.TABLE_HEAD,
+        *ws.delay_rows("push", "node-direct client -> chaingate client", d, P99_TARGET_MS),
         f"| chaingate fan-out per slot (mean, in process) | {result.fanout_mean_ms:.1f} ms | |",
         f"| notifications lost | {result.lost} | 0 |",
         f"| upstream subscriptions for {result.connections:,} clients | "
@@ -314,18 +260,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections, args.seconds = 50, 3.0
-    with tempfile.TemporaryDirectory(prefix="cg-ws-solana-bench-") as tmp:
-        try:
-            result = run(args.connections, args.seconds, args.slot, Path(tmp), args.http_load)
-        except procs.ServerFailed as exc:
-            print(f"server failed: {exc}", file=sys.stderr)
-            return 2
+    result = ws.run_in_tmp(
+        "cg-ws-solana-bench-",
+        lambda tmp: run(args.connections, args.seconds, args.slot, tmp, args.http_load),
+    )
+    if result is None:
+        return 2
     print(report(result))
     ok = (
         result.lost == 0
         and result.closed == 0
         and result.upstream_subscriptions == 1
-        and percentile(result.delays_ms or [0.0], 0.99) <= P99_TARGET_MS
+        and ws.percentile(result.delays_ms or [0.0], 0.99) <= P99_TARGET_MS
     )
     return 0 if ok else 1
 
