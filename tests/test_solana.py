@@ -38,9 +38,9 @@ from chaingate.devnet.solana import devstate, server
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.rpc.service import RpcService
 from chaingate.twins import Impl
-from tests.conftest import StartGateway, make_settings
+from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle, read_dev_banner
-from tests.test_auth import PEPPER, start_auth
+from tests.test_auth import keyed_settings, start_auth
 
 SOL = 10**9
 SLOT_SECONDS = 0.05
@@ -414,16 +414,10 @@ async def test_keys_scopes_and_usage_work_on_solana_as_on_evm(
 ) -> None:
     ledger, nodes = await cluster(nursery, 2)
     payer = funded(ledger)
-    settings = make_settings(
+    settings = keyed_settings(
         ["http://127.0.0.1:1"],
-        auth={
-            "enabled": True,
-            "pepper": PEPPER,
-            "refresh_interval": 0.1,
-            "usage_flush_interval": 0.2,
-        },
-        store={"url": store_url},
-        data_dir=str(tmp_path),
+        store_url,
+        tmp_path,
         chains={"solana": {"devnet": solana_network(nodes)}},
     )
     stack = await start_auth(nursery, impl, settings)
