@@ -140,6 +140,17 @@ def funded(ledger: Ledger, lamports: int = 10 * SOL) -> Keypair:
     return payer
 
 
+async def one_node_gateway(
+    nursery: trio.Nursery, start_gateway: StartGateway
+) -> tuple[Ledger, Keypair, GatewayHandle, RpcService]:
+    """A one-node cluster, a funded payer and a gateway in front: (ledger, payer, gateway, its
+    solana/devnet service)."""
+    ledger, nodes = await cluster(nursery, 1)
+    payer = funded(ledger)
+    gw = await gateway_for(start_gateway, nodes)
+    return ledger, payer, gw, service_of(gw)
+
+
 def landed(ledger: Ledger, signature: str) -> int:
     """How many blocks hold the transaction."""
     return sum(
@@ -241,10 +252,7 @@ async def test_reads_reach_the_node_and_its_errors_come_back_unchanged(
 async def test_only_finalized_blocks_and_transactions_are_cached(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
-    ledger, nodes = await cluster(nursery, 1)
-    payer = funded(ledger)
-    gw = await gateway_for(start_gateway, nodes)
-    service = service_of(gw)
+    ledger, payer, gw, service = await one_node_gateway(nursery, start_gateway)
     async with gw.client() as client:
         tx = await signed_transfer(client, payer, Keypair().pubkey(), SOL // 100)
         signature = await result_of(client, "sendTransaction", tx, {"encoding": "base64"})
@@ -290,10 +298,7 @@ async def test_only_finalized_blocks_and_transactions_are_cached(
 async def test_identical_reads_in_flight_share_one_node_call(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
-    ledger, nodes = await cluster(nursery, 1)
-    alice = funded(ledger)
-    gw = await gateway_for(start_gateway, nodes)
-    service = service_of(gw)
+    _, alice, gw, service = await one_node_gateway(nursery, start_gateway)
     body = call("getBalance", str(alice.pubkey()), {"commitment": "processed"})
     answers: list[Any] = []
 
