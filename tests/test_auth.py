@@ -56,12 +56,13 @@ class AuthStack:
         return self.handle.client(headers=headers)
 
 
-def auth_settings(
-    anvil: AnvilProcess, store_url: str, data_dir: Path, **sections: Any
+def keyed_settings(
+    upstreams: list[str], store_url: str, data_dir: Path, **sections: Any
 ) -> config.Settings:
-    mainnet = {"chain_id": 31337, "testnet": False, "upstreams": [{"url": anvil.url, "name": "m"}]}
+    """``make_settings`` with API keys on: the tests' pepper, keys refreshed and usage flushed
+    quickly, the store at ``store_url``; ``auth`` entries in ``sections`` add to these."""
     return make_settings(
-        [anvil.url],
+        upstreams,
         auth={
             "enabled": True,
             "pepper": PEPPER,
@@ -71,6 +72,18 @@ def auth_settings(
         },
         store={"url": store_url},
         data_dir=str(data_dir),
+        **sections,
+    )
+
+
+def auth_settings(
+    anvil: AnvilProcess, store_url: str, data_dir: Path, **sections: Any
+) -> config.Settings:
+    mainnet = {"chain_id": 31337, "testnet": False, "upstreams": [{"url": anvil.url, "name": "m"}]}
+    return keyed_settings(
+        [anvil.url],
+        store_url,
+        data_dir,
         chains={
             "ethereum": {
                 "devnet": {

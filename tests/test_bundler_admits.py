@@ -6,10 +6,8 @@ for the next one."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import pytest
 import trio
 import trio.testing
 
@@ -18,20 +16,9 @@ from chaingate.bundler.errors import BundlerFault
 from chaingate.bundler.mempool import Added, Entry, Mempool
 from chaingate.bundler.reputation import Reputation, ReputationChanges, ReputationEntry
 from chaingate.bundler.store import BundlerRows
-from chaingate.store import Store, open_store
+from chaingate.store import Store
 from chaingate.store.base import StoreError
-from tests.test_bundler_store import NET, T0, addr, assert_mirrors, entry
-
-
-@pytest.fixture
-async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
-    store = open_store(store_url, tmp_path)
-    await store.open()
-    try:
-        await store.migrate()
-        yield store
-    finally:
-        await store.aclose()
+from tests.test_bundler_store import NET, T0, addr, assert_mirrors, entry, store  # noqa: F401
 
 
 class Saves:

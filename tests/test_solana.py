@@ -38,9 +38,9 @@ from chaingate.devnet.solana import devstate, server
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.rpc.service import RpcService
 from chaingate.twins import Impl
-from tests.conftest import StartGateway, make_settings
+from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle, read_dev_banner
-from tests.test_auth import PEPPER, start_auth
+from tests.test_auth import keyed_settings, start_auth
 
 SOL = 10**9
 SLOT_SECONDS = 0.05
@@ -138,6 +138,17 @@ def funded(ledger: Ledger, lamports: int = 10 * SOL) -> Keypair:
     payer = Keypair()
     ledger.airdrop(payer.pubkey(), lamports)
     return payer
+
+
+async def one_node_gateway(
+    nursery: trio.Nursery, start_gateway: StartGateway
+) -> tuple[Ledger, Keypair, GatewayHandle, RpcService]:
+    """A one-node cluster, a funded payer and a gateway in front: (ledger, payer, gateway, its
+    solana/devnet service)."""
+    ledger, nodes = await cluster(nursery, 1)
+    payer = funded(ledger)
+    gw = await gateway_for(start_gateway, nodes)
+    return ledger, payer, gw, service_of(gw)
 
 
 def landed(ledger: Ledger, signature: str) -> int:
@@ -241,10 +252,7 @@ async def test_reads_reach_the_node_and_its_errors_come_back_unchanged(
 async def test_only_finalized_blocks_and_transactions_are_cached(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
-    ledger, nodes = await cluster(nursery, 1)
-    payer = funded(ledger)
-    gw = await gateway_for(start_gateway, nodes)
-    service = service_of(gw)
+    ledger, payer, gw, service = await one_node_gateway(nursery, start_gateway)
     async with gw.client() as client:
         tx = await signed_transfer(client, payer, Keypair().pubkey(), SOL // 100)
         signature = await result_of(client, "sendTransaction", tx, {"encoding": "base64"})
@@ -290,10 +298,7 @@ async def test_only_finalized_blocks_and_transactions_are_cached(
 async def test_identical_reads_in_flight_share_one_node_call(
     start_gateway: StartGateway, nursery: trio.Nursery
 ) -> None:
-    ledger, nodes = await cluster(nursery, 1)
-    alice = funded(ledger)
-    gw = await gateway_for(start_gateway, nodes)
-    service = service_of(gw)
+    _, alice, gw, service = await one_node_gateway(nursery, start_gateway)
     body = call("getBalance", str(alice.pubkey()), {"commitment": "processed"})
     answers: list[Any] = []
 
@@ -414,16 +419,10 @@ async def test_keys_scopes_and_usage_work_on_solana_as_on_evm(
 ) -> None:
     ledger, nodes = await cluster(nursery, 2)
     payer = funded(ledger)
-    settings = make_settings(
+    settings = keyed_settings(
         ["http://127.0.0.1:1"],
-        auth={
-            "enabled": True,
-            "pepper": PEPPER,
-            "refresh_interval": 0.1,
-            "usage_flush_interval": 0.2,
-        },
-        store={"url": store_url},
-        data_dir=str(tmp_path),
+        store_url,
+        tmp_path,
         chains={"solana": {"devnet": solana_network(nodes)}},
     )
     stack = await start_auth(nursery, impl, settings)

@@ -68,9 +68,8 @@ from chaingate.devnet.solana import snapshot
 from chaingate.devnet.solana.ledger import Ledger
 from chaingate.devnet.solana.server import Endpoints, serve
 from chaingate.twins import Impl
-from tests.conftest import make_settings
 from tests.solana_kit import run_kit
-from tests.test_auth import PEPPER, AuthStack, start_auth
+from tests.test_auth import AuthStack, keyed_settings, start_auth
 
 SOL = 10**9
 RPC = "/v1/rpc/solana/devnet"
@@ -107,16 +106,10 @@ async def start_node(nursery: trio.Nursery, ledger: Ledger) -> Node:
 
 
 def solana_settings(upstreams: list[Endpoints], tmp_path: Path) -> config.Settings:
-    return make_settings(
+    return keyed_settings(
         [UNUSED_EVM],
-        auth={
-            "enabled": True,
-            "pepper": PEPPER,
-            "refresh_interval": 0.1,
-            "usage_flush_interval": 0.2,
-        },
-        store={"url": f"sqlite://{tmp_path}/store.db"},
-        data_dir=str(tmp_path),
+        f"sqlite://{tmp_path}/store.db",
+        tmp_path,
         chains={
             "solana": {
                 "devnet": {
@@ -143,6 +136,17 @@ async def start_stack(
     stack = await start_auth(nursery, impl, solana_settings(upstreams, tmp_path), io.BytesIO())
     key, _ = await stack.key(plan)
     return stack, key
+
+
+async def one_node_stack(
+    nursery: trio.Nursery, impl: Impl, tmp_path: Path
+) -> tuple[Ledger, Node, AuthStack, str]:
+    """One node on a new ledger, chaingate in front of it with a growth key: (ledger, node,
+    stack, key)."""
+    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
+    node = await start_node(nursery, ledger)
+    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
+    return ledger, node, stack, key
 
 
 def in_asyncio(flow: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
@@ -185,9 +189,7 @@ async def airdrop(rpc: AsyncClient, who: Pubkey, lamports: int) -> None:
 async def test_solana_py_through_chaingate(
     nursery: trio.Nursery, impl: Impl, tmp_path: Path
 ) -> None:
-    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
-    node = await start_node(nursery, ledger)
-    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
+    _, node, stack, key = await one_node_stack(nursery, impl, tmp_path)
     gateway = f"{stack.handle.base}{RPC}"
     outcome = await in_asyncio(lambda: _solana_py_flow(gateway, key, node.urls.http))
     # The batch, with solders' own request builders and parsers, the key in the URL this time.
@@ -329,9 +331,7 @@ def _transfer_tx(
 async def test_solana_py_confirms_by_signature_subscribe(
     nursery: trio.Nursery, impl: Impl, tmp_path: Path
 ) -> None:
-    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
-    node = await start_node(nursery, ledger)
-    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
+    ledger, _, stack, key = await one_node_stack(nursery, impl, tmp_path)
     gateway = f"{stack.handle.base}{RPC}"
     ws = f"ws://127.0.0.1:{stack.handle.port}{WS}?apiKey={key}"
     payer, bob = Keypair(), Keypair()
@@ -377,9 +377,7 @@ async def _next(ws: SolanaWsClient, kind: type) -> Any:
 async def test_solana_kit_through_chaingate(
     nursery: trio.Nursery, impl: Impl, tmp_path: Path, confirm: str
 ) -> None:
-    ledger = Ledger(genesis_time=time.time(), finalized_depth=FINALIZED_DEPTH)
-    node = await start_node(nursery, ledger)
-    stack, key = await start_stack(nursery, impl, tmp_path, [node.urls])
+    _, node, stack, key = await one_node_stack(nursery, impl, tmp_path)
     url = f"{stack.handle.base}{RPC}/{key}"
     # signatureSubscribe: kit's own sendAndConfirmTransactionFactory over chaingate's
     # WebSocket; getSignatureStatuses: polled over HTTP.

@@ -26,8 +26,7 @@ from solders.transaction import Transaction
 
 from chaingate.auth.store import AuthRows
 from chaingate.twins import Impl
-from tests.conftest import make_settings
-from tests.test_auth import PEPPER, AuthStack, start_auth
+from tests.test_auth import AuthStack, keyed_settings, start_auth
 from tests.test_dashboard import account_with_password, browser, csrf, sign_in
 from tests.test_ws_solana import Node, next_of, start_node
 from tests.ws_clients import Client
@@ -44,16 +43,10 @@ async def solana_stack(
     nursery: trio.Nursery, impl: Impl, tmp_path: Path
 ) -> tuple[AuthStack, Node, io.BytesIO]:
     node = await start_node(nursery)
-    settings = make_settings(
+    settings = keyed_settings(
         ["http://127.0.0.1:1"],
-        auth={
-            "enabled": True,
-            "pepper": PEPPER,
-            "refresh_interval": 0.1,
-            "usage_flush_interval": 0.2,
-        },
-        store={"url": f"sqlite://{tmp_path}/store.db"},
-        data_dir=str(tmp_path),
+        f"sqlite://{tmp_path}/store.db",
+        tmp_path,
         dashboard={"secure_cookie": False},
         chains={
             "solana": {

@@ -34,9 +34,9 @@ from chaingate.devnet.solana.server import Endpoints, serve
 from chaingate.twins import Impl
 from chaingate.ws import solana_hub
 from chaingate.ws.solana_hub import SolanaHub
-from tests.conftest import StartGateway, make_settings
+from tests.conftest import StartGateway
 from tests.helpers import GatewayHandle
-from tests.test_auth import PEPPER, AuthStack, start_auth
+from tests.test_auth import AuthStack, keyed_settings, start_auth
 from tests.ws_clients import Client, RawClient
 
 SOL = 10**9
@@ -445,16 +445,10 @@ async def test_a_new_upstream_connection_takes_every_channel_at_once(
 @pytest.fixture
 async def stack(nursery: trio.Nursery, impl: Impl, tmp_path: Path) -> tuple[AuthStack, Node]:
     node = await start_node(nursery)
-    settings = make_settings(
+    settings = keyed_settings(
         ["http://127.0.0.1:1"],
-        auth={
-            "enabled": True,
-            "pepper": PEPPER,
-            "refresh_interval": 0.1,
-            "usage_flush_interval": 0.2,
-        },
-        store={"url": f"sqlite://{tmp_path}/store.db"},
-        data_dir=str(tmp_path),
+        f"sqlite://{tmp_path}/store.db",
+        tmp_path,
         chains=solana_network(node),
     )
     return await start_auth(nursery, impl, settings), node

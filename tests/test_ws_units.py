@@ -277,23 +277,27 @@ class _Endpoint:
         self.filter_budgets = KeyBudgets()
 
 
+def anonymous_session(sock: socket.socket, settings: WebSocketSettings) -> Session:
+    """An anonymous client's session on ``sock``, on a hub of its own."""
+    return Session(
+        _Endpoint(settings),  # type: ignore[arg-type]
+        sock,
+        "peer",
+        "id",
+        ANONYMOUS,
+        Hub("ethereum/devnet", None, 1.0, 1.0),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        caps_for(None, settings),
+    )
+
+
 async def test_slow_peer_is_dropped_with_a_valid_stream() -> None:
     settings = WebSocketSettings(send_queue_bytes=32_768, close_timeout=5)
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
-    hub = Hub("ethereum/devnet", None, 1.0, 1.0)  # type: ignore[arg-type]
-    session = Session(
-        _Endpoint(settings),  # type: ignore[arg-type]
-        ours,
-        "peer",
-        "id",
-        ANONYMOUS,
-        hub,
-        None,  # type: ignore[arg-type]
-        caps_for(None, settings),
-    )
+    session = anonymous_session(ours, settings)
     push = Push(b'"' + b"z" * 5000 + b'"')
     prefix = push_prefix("0x" + "cd" * 16)
     async with trio.open_nursery() as nursery:
@@ -330,16 +334,7 @@ async def test_a_session_cancelled_from_outside_writes_nothing_more() -> None:
     settings = WebSocketSettings()
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
-    session = Session(
-        _Endpoint(settings),  # type: ignore[arg-type]
-        ours,
-        "peer",
-        "id",
-        ANONYMOUS,
-        Hub("ethereum/devnet", None, 1.0, 1.0),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        caps_for(None, settings),
-    )
+    session = anonymous_session(ours, settings)
     push = Push(b'"late"')
     prefix = push_prefix("0x" + "cd" * 16)
     with trio.move_on_after(0.05):
