@@ -44,8 +44,8 @@ from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
-
-from chaingate.rpc.service import RpcService, Usage
+from chaingate.rpc.reply import Usage
+from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import FastlaneModule, RequestIds
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule

@@ -44,7 +44,8 @@ from chaingate.auth.gate import Gate, Principal, Rejection, book
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
-from chaingate.rpc.service import RpcReply, RpcService
+from chaingate.rpc.reply import RpcReply
+from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import KeyBudgets, WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
 from chaingate.ws.hub import Hub, SubscribeError
