@@ -72,6 +72,7 @@ from chaingate.ws.solana_hub import SolanaHub
 from chaingate.ws.solana_methods import (
     INVALID_SUBSCRIPTION_ID,
     UNSUBSCRIBES,
+    Key,
     ParamsError,
     subscription_key,
 )
@@ -497,7 +498,7 @@ class Session:
         if member is not None:
             self.joined(member, id_raw)
 
-    def _solana_refusal(self, method: str, params: list[Any]) -> Any:
+    def _solana_refusal(self, method: str, params: list[Any]) -> Key | SubscribeError:
         """The subscription's key (admitted and billed), or a SubscribeError."""
         caps = self.caps
         if len(self.subscriptions) + self._waiting >= caps.subscriptions:
