@@ -123,8 +123,8 @@ class Gate(MeterSink[Principal], Protocol):
         """The caller's principal, or why not.  ``network``: the endpoint's (its ``testnet``
         says whether a test key may use it), None for REST calls; ``scope`` is the REST
         endpoint's scope (RPC scopes depend on the methods and are checked by ``admit``);
-        ``path_key`` a key in
-        the request's path (``…/{chain}/{network}/{key}``), which a header's must equal."""
+        ``path_key`` a key in the request's path (``…/{chain}/{network}/{key}``), which a
+        header's must equal."""
         ...
 
     def admit(

@@ -332,7 +332,9 @@ class Routes:
         if key is None or environment_of(key) is None:
             return None, None  # no such endpoint: 404
         endpoint = endpoints.get(head)
-        return endpoint, key if endpoint is not None else None
+        if endpoint is None:
+            return None, None
+        return endpoint, key
 
     def _metrics(self, request: Request) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):

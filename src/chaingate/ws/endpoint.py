@@ -420,49 +420,45 @@ class WsEndpoint:
     def _register_hub_metrics(self, registry: Registry) -> None:
         """The EVM hubs' families (subscriptions, pushes, heads, fan-out time), per network."""
         hubs = self.hubs
-
-        def per_hub(
-            read: Callable[[Hub, dict[str, str]], Iterable[Sample]],
-        ) -> Callable[[], Iterable[Sample]]:
-            return _per_hub(hubs, read)
-
         registry.family(
             "chaingate_ws_subscriptions",
             "gauge",
             "Live subscriptions, by kind.",
-            per_hub(
+            _per_hub(
+                hubs,
                 lambda hub, base: (
                     ({**base, "kind": kind}, hub.registry.count(kind)) for kind in KINDS
-                )
+                ),
             ),
         )
         registry.family(
             "chaingate_ws_pushes_total",
             "counter",
             "Subscription messages pushed, by kind.",
-            per_hub(
+            _per_hub(
+                hubs,
                 lambda hub, base: (
                     ({**base, "kind": kind}, n) for kind, n in sorted(hub.pushes.items())
-                )
+                ),
             ),
         )
         registry.family(
             "chaingate_ws_head_arrival_seconds",
             "gauge",
             "Wall-clock time the newest head reached the WebSocket hub (bench: delivery delay).",
-            per_hub(lambda hub, base: [(base, round(hub.head_arrival, 6))]),
+            _per_hub(hubs, lambda hub, base: [(base, round(hub.head_arrival, 6))]),
         )
         registry.family(
             "chaingate_ws_head_number",
             "gauge",
             "Number of the newest head the WebSocket hub pushed.",
-            per_hub(lambda hub, base: [(base, hub.head_number)]),
+            _per_hub(hubs, lambda hub, base: [(base, hub.head_number)]),
         )
         registry.family(
             "chaingate_ws_fanout_seconds_sum",
             "counter",
             "Time spent handing heads and their logs to every subscriber's connection.",
-            per_hub(lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
+            _per_hub(hubs, lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
         )
 
     def _register_solana_metrics(self, registry: Registry) -> None:
