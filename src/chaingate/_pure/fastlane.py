@@ -974,6 +974,7 @@ class _Pending:
         "route",
         "started",
         "taken",
+        "tally",
         "units",
         "used",
     )
@@ -1013,6 +1014,8 @@ class _Pending:
         self.label = "batch" if batch else ""
         # A single call's usage, booked with the answer's latency as one sample.
         self.requests = self.cu = self.errors = 0
+        # A batch's usage so far, per method name: [calls, units, errors] (``book``).
+        self.tally: dict[str, list[int]] = {}
 
     def admit_reply(self, size: int) -> int:
         """May a reply of ``size`` bytes join this batch's answer?  FITS, TOO_LARGE or BUSY."""
@@ -1064,18 +1067,31 @@ class _Pending:
     def book(self, method: Method, units: int, failed: bool) -> None:
         """One call answered: counted under its method, and its usage metered for the caller:
         a single call's with the answer's latency, as the request's one sample (``_answer``);
-        a batch's calls at once, each under its own method (the answer's sample then carries
-        only the latency, under "batch")."""
+        a batch's calls summed per method and metered once its answer is decided
+        (``meter_batch``: one sample per method, not per call; the answer's sample then
+        carries only the latency, under "batch")."""
         if failed:
             method.stats.error += 1
         else:
             method.stats.ok += 1
         if self.batch:
-            self.meter(method.name, 1, units, 1 if failed else 0, UNTIMED)
+            tally = self.tally.get(method.name)
+            if tally is None:
+                self.tally[method.name] = [1, units, 1 if failed else 0]
+            else:
+                tally[0] += 1
+                tally[1] += units
+                tally[2] += 1 if failed else 0
         else:
             self.requests = 1
             self.cu = units
             self.errors = 1 if failed else 0
+
+    def meter_batch(self) -> None:
+        """The usage of a batch's calls booked so far: one sample per method."""
+        tally, self.tally = self.tally, {}
+        for name, (requests, cu, errors) in tally.items():
+            self.meter(name, requests, cu, errors, UNTIMED)
 
     def meter(self, method: str, requests: int, cu: int, errors: int, seconds: float) -> None:
         """The lane's one call into the meters: a sample (``twintypes.metering``)."""
@@ -1085,6 +1101,7 @@ class _Pending:
 
     def fail(self) -> None:
         """Answer 500 and wait for nothing more."""
+        self.meter_batch()  # what was answered before is usage all the same
         self.units = [None] * len(self.units)
         self.left = 0
         self.route.budget.give_back(self.taken)
@@ -1405,6 +1422,7 @@ class Lane:
         cache = b"HIT" if hits == count else (b"MISS" if hits == 0 else b"PARTIAL")
         pending.route.budget.give_back(pending.taken)
         pending.taken = 0
+        pending.meter_batch()
         return self._answer(pending, 200, body, cache, "batch", None, timed)
 
     def finish(self, pending: _Pending) -> None:
