@@ -1321,7 +1321,8 @@ cdef class Lane:
         self._held = []
 
     cpdef hold(self):
-        """Until ``release``, single calls' new retry-safe flights wait (see the pure twin)."""
+        """Until ``release``, new retry-safe flights (single calls' and batches') wait (see the
+        pure twin)."""
         self._holding = True
 
     cpdef release(self):
@@ -1455,12 +1456,16 @@ cdef class Lane:
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            if not route.held:
-                self._held.append(route)
-            route.held.append(flight)
+            self._hold(route, [flight])
         else:
             route._send([flight], [])
         return DEFER
+
+    cdef void _hold(self, Route route, list flights) except *:
+        """Keep new retry-safe flights until ``release``."""
+        if not route.held:
+            self._held.append(route)
+        route.held.extend(flights)
 
     cdef object _batch(self, Pending pending):
         cdef Route route = pending.route
@@ -1561,6 +1566,10 @@ cdef class Lane:
             pending.wait_for(flight, index, method, (<tuple>job)[4])
         # Decided before sending: a group may land at once (see the pure twin).
         cdef bint waiting = pending.left > 0
+        if safe and self._holding and route.upstream_batch > 1:
+            # Held like single calls' reads (see the pure twin).
+            self._hold(route, safe)
+            safe = []
         if safe or unsafe:
             route._send(safe, unsafe)
         if waiting:

@@ -483,7 +483,7 @@ class Route:
         # client's eth_blockNumber shows, the upstream a write went to.
         self.watched = watched
         self.flights: dict[tuple[str, bytes], Flight] = {}
-        self.held: list[Flight] = []  # single calls' flights the lane holds (Lane.hold)
+        self.held: list[Flight] = []  # new reads' flights the lane holds (Lane.hold)
         self.coalesced = 0
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
@@ -1152,13 +1152,13 @@ class Lane:
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
         self._holding = False
-        self._held: list[Route] = []  # routes holding single calls' flights (``hold``)
+        self._held: list[Route] = []  # routes holding reads' flights (``hold``)
 
     def hold(self) -> None:
-        """Until ``release``, the new retry-safe flights of single calls wait: the edge loop
-        holds them while it serves one readiness, so that distinct calls arriving together
-        go upstream together, one upstream batch (of at most the route's upstream batch
-        size) for many requests instead of one HTTP exchange each."""
+        """Until ``release``, the new retry-safe flights of single calls and batches wait: the
+        edge loop holds them while it serves one readiness, so that distinct calls arriving
+        together go upstream together, one upstream batch (of at most the route's upstream
+        batch size) for many requests instead of one HTTP exchange each."""
         self._holding = True
 
     def release(self) -> None:
@@ -1297,12 +1297,16 @@ class Lane:
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            if not route.held:
-                self._held.append(route)
-            route.held.append(flight)
+            self._hold(route, [flight])
         else:
             route._send([flight], [])
         return DEFER
+
+    def _hold(self, route: Route, flights: list[Flight]) -> None:
+        """Keep new retry-safe flights until ``release``."""
+        if not route.held:
+            self._held.append(route)
+        route.held.extend(flights)
 
     def _batch(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
@@ -1385,6 +1389,11 @@ class Lane:
         # Decided before sending: a group may land at once (then finish() answers), and an
         # answer must be given once.
         waiting = pending.left > 0
+        if safe and self._holding and route.upstream_batch > 1:
+            # Held like single calls' reads (``hold``): the batches and calls of one readiness
+            # share upstream batches, one HTTP exchange for several requests.
+            self._hold(route, safe)
+            safe = []
         if safe or unsafe:
             route._send(safe, unsafe)
         if waiting:
