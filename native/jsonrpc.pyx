@@ -13,11 +13,12 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
+from chaingate._pure.jsonrpc import result_block as _result_block_decoded
 from chaingate._pure.jsonrpc import (
     MSG_BAD_ID,
     MSG_BAD_METHOD,
@@ -49,6 +50,7 @@ __all__ = [
     "parse_request",
     "parse_response",
     "raw_error_reply",
+    "result_block",
     "result_reply",
     "upstream_request",
 ]
@@ -754,3 +756,82 @@ def join_batch(list parts):
         q += 1
     (q - 1)[0] = 93
     return out
+
+
+cdef inline int _block_member(const unsigned char* p, Py_ssize_t ks, Py_ssize_t ke) noexcept:
+    """1: the key ``number``, 2: ``blockNumber``, 0: another (ks..ke: inside the quotes)."""
+    if _lit(p + ks, ke - ks, b"number", 6):
+        return 1
+    if _lit(p + ks, ke - ks, b"blockNumber", 11):
+        return 2
+    return 0
+
+
+def result_block(bytes result):
+    """The block a block/transaction/receipt result belongs to, when it says (see the pure
+    twin).  A plain object — no escape anywhere, each of the two members at most once, a
+    string or null, 0x and 1 to 15 hex digits — is read here in one scan; anything else is
+    decoded by the pure twin, whose answer it must equal."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(result)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(result)
+    cdef Py_ssize_t i, ke, start, end, vs, ve, k
+    cdef Py_ssize_t spans[4]
+    cdef bint escaped = 0
+    cdef int which
+    cdef long long value = 0
+    if n == 0 or p[0] != 123 or memchr(p, 92, n) != NULL or not _valid_utf8(result):
+        return _result_block_decoded(result)
+    spans[0] = spans[1] = spans[2] = spans[3] = -1
+    i = _ws(p, 1, n)
+    if i < n and p[i] == 125:
+        end = i + 1
+    else:
+        while True:
+            if i >= n or p[i] != 34:
+                return _result_block_decoded(result)
+            ke = _string_end(p, i + 1, n, &escaped)
+            if ke < 0:
+                return _result_block_decoded(result)
+            which = _block_member(p, i + 1, ke - 1)
+            i = _ws(p, ke, n)
+            if i >= n or p[i] != 58:
+                return _result_block_decoded(result)
+            start = _ws(p, i + 1, n)
+            end = _skip(p, start, n, 1)
+            if end < 0:
+                return _result_block_decoded(result)
+            if which:
+                k = 2 * (which - 1)
+                if spans[k] >= 0 or not (p[start] == 34 or p[start] == 110):
+                    return _result_block_decoded(result)  # twice, or neither string nor null
+                spans[k] = start
+                spans[k + 1] = end
+            i = _ws(p, end, n)
+            if i >= n:
+                return _result_block_decoded(result)
+            if p[i] == 125:
+                end = i + 1
+                break
+            if p[i] != 44:
+                return _result_block_decoded(result)
+            i = _ws(p, i + 1, n)
+    if _ws(p, end, n) != n:
+        return _result_block_decoded(result)
+    # ``number or blockNumber``: the first when it is a non-empty string.
+    vs, ve = spans[0], spans[1]
+    if vs < 0 or p[vs] != 34 or ve - vs == 2:
+        vs, ve = spans[2], spans[3]
+    if vs < 0 or p[vs] != 34:
+        return None  # absent or null
+    vs += 1  # inside the quotes
+    ve -= 1
+    if ve - vs < 2 or p[vs] != 48 or p[vs + 1] != 120:
+        return None  # not 0x-prefixed
+    vs += 2
+    if not 1 <= ve - vs <= 15:
+        return _result_block_decoded(result)
+    for i in range(vs, ve):
+        if not IS_HEX[p[i]]:
+            return _result_block_decoded(result)
+        value = value * 16 + (p[i] - 48 if p[i] <= 57 else (p[i] | 32) - 87)
+    return value

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 
+import msgspec
+
 from chaingate.framing_constants import MAX_JSON_DEPTH
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "parse_request",
     "parse_response",
     "raw_error_reply",
+    "result_block",
     "result_reply",
     "upstream_request",
 ]
@@ -472,3 +475,32 @@ def join_batch(parts: list[bytes]) -> bytes:
         pieces.append(b",")
     pieces[-1] = b"]"
     return b"".join(pieces)
+
+
+class _BlockRef(msgspec.Struct):
+    number: str | None = None
+    blockNumber: str | None = None
+
+
+_block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
+
+
+def result_block(result: bytes) -> int | None:
+    """The block a block/transaction/receipt result belongs to, when it says: its ``number``,
+    else its ``blockNumber`` (a 0x-hex string); of a list, its first item's.  (The RPC
+    service asks, to know whether a result is final: ``RpcService._maybe_cache``.)"""
+    try:
+        ref = _block_ref_decoder.decode(result)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if isinstance(ref, list):
+        if not ref:
+            return None
+        ref = ref[0]
+    value = ref.number or ref.blockNumber
+    if value is None or not value.startswith("0x"):
+        return None
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None

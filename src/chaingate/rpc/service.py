@@ -191,7 +191,9 @@ class RpcService:
         self._unknown = self.route.unknown
         # How the family's heads are probed, and the block a cacheable answer without a block
         # param is about, as its result says.
-        probe, parse_head, self._result_block = family_heads(settings.family)
+        probe, parse_head, self._result_block = family_heads(
+            settings.family, self._jsonrpc.result_block
+        )
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
         self.route.logs_head = self._head
 
