@@ -564,9 +564,13 @@ def test_replies_for_every_parsed_call_are_valid_json(impl: Impl) -> None:
 
 
 RECEIPT = (
-    b'{"blockHash":"0x' + b"ab" * 32 + b'","blockNumber":"0x2a","logs":[{"address":"0x'
-    + b"11" * 20 + b'","blockNumber":"0x2a","topics":[],"data":"0x"}],"logsBloom":"0x'
-    + b"00" * 256 + b'","status":"0x1","gasUsed":21000,"effectiveGasPrice":null}'
+    b'{"blockHash":"0x'
+    + b"ab" * 32
+    + b'","blockNumber":"0x2a","logs":[{"address":"0x'
+    + b"11" * 20
+    + b'","blockNumber":"0x2a","topics":[],"data":"0x"}],"logsBloom":"0x'
+    + b"00" * 256
+    + b'","status":"0x1","gasUsed":21000,"effectiveGasPrice":null}'
 )
 
 
