@@ -612,3 +612,26 @@ def test_result_block(impl: Impl, result: bytes, expected: int | None) -> None:
     ``blockNumber``; the compiled twin reads a plain object itself and hands the rest to
     the pure twin's decoder: both give the same answer for every input."""
     assert impl.jsonrpc.result_block(result) == expected
+
+
+def test_upstream_batch(impl: Impl) -> None:
+    """A group of calls as one upstream batch: each call's ``upstream_request``, ids in turn,
+    joined: byte for byte what the two would make."""
+    m = impl.jsonrpc
+
+    class _Flight:
+        def __init__(self, method: str, params: bytes | None) -> None:
+            self.method, self.params = method, params
+
+    calls = [
+        _Flight("eth_call", b'[{"to":"0x0"}, "latest"]'),
+        _Flight("eth_blockNumber", None),
+        _Flight('we"ird\u00e9', b"[]"),
+    ]
+    out = m.upstream_batch(98, calls)
+    parts = [m.upstream_request(98 + i, c.method, c.params) for i, c in enumerate(calls)]
+    assert out == m.join_batch(parts)
+    assert [item["id"] for item in json.loads(out)] == [98, 99, 100]
+    assert m.upstream_batch(1, []) == b"[]"
+    with pytest.raises(TypeError):
+        m.upstream_batch(1, [_Flight("eth_call", "not bytes")])  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import msgspec
 
@@ -39,6 +40,7 @@ __all__ = [
     "raw_error_reply",
     "result_block",
     "result_reply",
+    "upstream_batch",
     "upstream_request",
 ]
 
@@ -460,6 +462,14 @@ def upstream_request(request_id: int, method: str, params: bytes | None) -> byte
         request_id,
         _method_json(method),
         b"[]" if params is None else params,
+    )
+
+
+def upstream_batch(first_id: int, calls: list[Any]) -> bytes:
+    """Calls (anything with ``method`` and ``params``, a lane's flights) as one upstream batch:
+    ``upstream_request`` of each, ids from ``first_id`` on, in one array."""
+    return join_batch(
+        [upstream_request(first_id + i, call.method, call.params) for i, call in enumerate(calls)]
     )
 
 

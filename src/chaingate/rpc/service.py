@@ -567,12 +567,7 @@ class RpcService:
             flight = flights[0]
             body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
         else:
-            body = jsonrpc.join_batch(
-                [
-                    jsonrpc.upstream_request(request_id + offset, flight.method, flight.params)
-                    for offset, flight in enumerate(flights)
-                ]
-            )
+            body = jsonrpc.upstream_batch(request_id, flights)
         # A group of reads: when its answer comes and no batch waiting for it can still take
         # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
         # are always read.
