@@ -1161,6 +1161,8 @@ cdef class Pending:
     cdef long long requests
     cdef long long cu
     cdef long long errors
+    # A batch's usage so far, per method name: [calls, units, errors] (``book``); None: none.
+    cdef dict tally
 
     cdef int admit_reply(self, Py_ssize_t size):
         if self.over or self.used + size > self.route.max_answer:
@@ -1215,17 +1217,40 @@ cdef class Pending:
 
     cdef void book(self, Method method, long long units, bint failed) except *:
         """One call answered: counted under its method, and its usage metered (a single
-        call's with the answer's latency, a batch's calls at once; see the pure twin)."""
+        call's with the answer's latency, a batch's summed per method and metered once its
+        answer is decided, ``meter_batch``; see the pure twin)."""
         if failed:
             method.stats.error += 1
         else:
             method.stats.ok += 1
+        cdef list counts
         if self.batch:
-            self.meter(method.name, 1, units, failed, UNTIMED)
+            if self.tally is None:
+                self.tally = {}
+            found = self.tally.get(method.name)
+            if found is None:
+                self.tally[method.name] = [1, units, 1 if failed else 0]
+            else:
+                counts = <list>found
+                counts[0] += 1
+                counts[1] += units
+                if failed:
+                    counts[2] += 1
         else:
             self.requests = 1
             self.cu = units
             self.errors = failed
+
+    cdef void meter_batch(self) except *:
+        """The usage of a batch's calls booked so far: one sample per method."""
+        cdef dict tally = self.tally
+        cdef list counts
+        if tally is None:
+            return
+        self.tally = None
+        for name, found in tally.items():
+            counts = <list>found
+            self.meter(name, counts[0], counts[1], counts[2], UNTIMED)
 
     cdef inline void meter(self, str method, long long requests, long long cu,
                            long long errors, double seconds) except *:
@@ -1234,6 +1259,7 @@ cdef class Pending:
                                    errors, seconds)
 
     cdef void fail(self) except *:
+        self.meter_batch()  # what was answered before is usage all the same
         self.units = [None] * len(self.units)
         self.left = 0
         self.route.budget.give_back(self.taken)
@@ -1295,7 +1321,8 @@ cdef class Lane:
         self._held = []
 
     cpdef hold(self):
-        """Until ``release``, single calls' new retry-safe flights wait (see the pure twin)."""
+        """Until ``release``, new retry-safe flights (single calls' and batches') wait (see the
+        pure twin)."""
         self._holding = True
 
     cpdef release(self):
@@ -1429,12 +1456,16 @@ cdef class Lane:
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            if not route.held:
-                self._held.append(route)
-            route.held.append(flight)
+            self._hold(route, [flight])
         else:
             route._send([flight], [])
         return DEFER
+
+    cdef void _hold(self, Route route, list flights) except *:
+        """Keep new retry-safe flights until ``release``."""
+        if not route.held:
+            self._held.append(route)
+        route.held.extend(flights)
 
     cdef object _batch(self, Pending pending):
         cdef Route route = pending.route
@@ -1535,6 +1566,10 @@ cdef class Lane:
             pending.wait_for(flight, index, method, (<tuple>job)[4])
         # Decided before sending: a group may land at once (see the pure twin).
         cdef bint waiting = pending.left > 0
+        if safe and self._holding and route.upstream_batch > 1:
+            # Held like single calls' reads (see the pure twin).
+            self._hold(route, safe)
+            safe = []
         if safe or unsafe:
             route._send(safe, unsafe)
         if waiting:
@@ -1563,6 +1598,7 @@ cdef class Lane:
         cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)
         pending.route.budget.give_back(pending.taken)
         pending.taken = 0
+        pending.meter_batch()
         return self._answer(pending, 200, body, cache, "batch", None, timed)
 
     cdef void finish(self, Pending pending) except *:

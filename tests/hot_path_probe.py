@@ -89,7 +89,7 @@ BODIES = {
     "distinct-batch": _distinct_batches(REQUESTS),
 }
 # What one request of a kind counts as: a distinct batch's counts are per call.
-PER_REQUEST = {"distinct-batch": DISTINCT_BATCH}
+PER_REQUEST = {"distinct-batch": DISTINCT_BATCH, "distinct-batch-parallel": DISTINCT_BATCH}
 
 
 CLIENT = r"""
@@ -208,7 +208,7 @@ async def _probe(anvil_url: str, kind: str, workdir: Path) -> dict[str, float]:
         stack = await start_auth(nursery, impl_module.compiled(), settings)
         key, _ = await stack.key(plan="enterprise")  # unlimited: nothing is throttled
         port = stack.handle.gateway.port
-        body = BODIES.get(kind) or BODIES[kind.split("-")[0]]
+        body = BODIES.get(kind) or BODIES[kind.removesuffix("-parallel").removesuffix("-pipelined")]
         per = REQUESTS * PER_REQUEST.get(kind, 1)
         depth = 10 if kind.endswith("-pipelined") else 1
         # "-parallel": one request at a time on each of ten connections, sent together.

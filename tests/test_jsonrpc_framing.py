@@ -561,3 +561,77 @@ def test_replies_for_every_parsed_call_are_valid_json(impl: Impl) -> None:
     assert [r["id"] for r in batch] == [1.0, -5e3, 'a"b', None, None, None]
     for reply in replies:
         assert_response_object(reply)
+
+
+RECEIPT = (
+    b'{"blockHash":"0x'
+    + b"ab" * 32
+    + b'","blockNumber":"0x2a","logs":[{"address":"0x'
+    + b"11" * 20
+    + b'","blockNumber":"0x2a","topics":[],"data":"0x"}],"logsBloom":"0x'
+    + b"00" * 256
+    + b'","status":"0x1","gasUsed":21000,"effectiveGasPrice":null}'
+)
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (RECEIPT, 0x2A),
+        (b'{"number":"0x10","hash":"0x01"}', 16),
+        (b'{"number":"","blockNumber":"0xff"}', 255),  # an empty number: the blockNumber
+        (b'{"number":null,"blockNumber":"0xFF"}', 255),
+        (b'{"number":"0x5","blockNumber":"0x6"}', 5),
+        (b' { "blockNumber" : "0x7" } ', 7),
+        (b"{}", None),
+        (b'{"blockNumber":null}', None),
+        (b'{"blockNumber":"42"}', None),
+        (b'{"blockNumber":"0x"}', None),
+        (b'{"blockNumber":"0x1_0"}', 16),  # Python's int() reads it: so does the twin
+        (b'{"blockNumber":"0x' + b"f" * 20 + b'"}', int("f" * 20, 16)),
+        (b'{"blockNumber":"0xzz"}', None),
+        (b'{"blockNumber":7}', None),  # not a string
+        (b'{"blockNumber":"0x1","blockNumber":"0x2"}', 2),  # twice: the last
+        (b'{"block\\u004eumber":"0x9"}', 9),  # an escaped name
+        (b'{"blockNumber":"\\u0030x9"}', 9),
+        (b'[{"blockNumber":"0x3"},{"blockNumber":"0x4"}]', 3),
+        (b"[]", None),
+        (b'"0x5"', None),
+        (b"null", None),
+        (b'{"blockNumber":"0x1"', None),  # truncated
+        (b'{"blockNumber":"0x1"} x', None),
+        (b'{"blockNumber":"0x1","x":[1,2,{"y":tru}]}', None),  # invalid JSON elsewhere
+        # The decoder does not look inside a string it skips (nor at its bytes), but a raw
+        # control byte fails it: the twin answers alike.
+        (b'{"blockNumber":"0x1","x":"\xff"}', 1),
+        (b'{"blockNumber":"0x1","x":"\x01"}', None),
+    ],
+)
+def test_result_block(impl: Impl, result: bytes, expected: int | None) -> None:
+    """The block a result belongs to (the cache's finality check): its ``number``, else its
+    ``blockNumber``; the compiled twin reads a plain object itself and hands the rest to
+    the pure twin's decoder: both give the same answer for every input."""
+    assert impl.jsonrpc.result_block(result) == expected
+
+
+def test_upstream_batch(impl: Impl) -> None:
+    """A group of calls as one upstream batch: each call's ``upstream_request``, ids in turn,
+    joined: byte for byte what the two would make."""
+    m = impl.jsonrpc
+
+    class _Flight:
+        def __init__(self, method: str, params: bytes | None) -> None:
+            self.method, self.params = method, params
+
+    calls = [
+        _Flight("eth_call", b'[{"to":"0x0"}, "latest"]'),
+        _Flight("eth_blockNumber", None),
+        _Flight('we"ird\u00e9', b"[]"),
+    ]
+    out = m.upstream_batch(98, calls)
+    parts = [m.upstream_request(98 + i, c.method, c.params) for i, c in enumerate(calls)]
+    assert out == m.join_batch(parts)
+    assert [item["id"] for item in json.loads(out)] == [98, 99, 100]
+    assert m.upstream_batch(1, []) == b"[]"
+    with pytest.raises(TypeError):
+        m.upstream_batch(1, [_Flight("eth_call", "not bytes")])  # type: ignore[arg-type]

@@ -483,7 +483,7 @@ class Route:
         # client's eth_blockNumber shows, the upstream a write went to.
         self.watched = watched
         self.flights: dict[tuple[str, bytes], Flight] = {}
-        self.held: list[Flight] = []  # single calls' flights the lane holds (Lane.hold)
+        self.held: list[Flight] = []  # new reads' flights the lane holds (Lane.hold)
         self.coalesced = 0
         self.refused: dict[str, int] = {ANSWER_TOO_LARGE: 0, OVERLOADED: 0}
         self.budget = AnswerBudget(1 << 62)  # the service shares the process's budget
@@ -974,6 +974,7 @@ class _Pending:
         "route",
         "started",
         "taken",
+        "tally",
         "units",
         "used",
     )
@@ -1013,6 +1014,8 @@ class _Pending:
         self.label = "batch" if batch else ""
         # A single call's usage, booked with the answer's latency as one sample.
         self.requests = self.cu = self.errors = 0
+        # A batch's usage so far, per method name: [calls, units, errors] (``book``).
+        self.tally: dict[str, list[int]] = {}
 
     def admit_reply(self, size: int) -> int:
         """May a reply of ``size`` bytes join this batch's answer?  FITS, TOO_LARGE or BUSY."""
@@ -1064,18 +1067,31 @@ class _Pending:
     def book(self, method: Method, units: int, failed: bool) -> None:
         """One call answered: counted under its method, and its usage metered for the caller:
         a single call's with the answer's latency, as the request's one sample (``_answer``);
-        a batch's calls at once, each under its own method (the answer's sample then carries
-        only the latency, under "batch")."""
+        a batch's calls summed per method and metered once its answer is decided
+        (``meter_batch``: one sample per method, not per call; the answer's sample then
+        carries only the latency, under "batch")."""
         if failed:
             method.stats.error += 1
         else:
             method.stats.ok += 1
         if self.batch:
-            self.meter(method.name, 1, units, 1 if failed else 0, UNTIMED)
+            tally = self.tally.get(method.name)
+            if tally is None:
+                self.tally[method.name] = [1, units, 1 if failed else 0]
+            else:
+                tally[0] += 1
+                tally[1] += units
+                tally[2] += 1 if failed else 0
         else:
             self.requests = 1
             self.cu = units
             self.errors = 1 if failed else 0
+
+    def meter_batch(self) -> None:
+        """The usage of a batch's calls booked so far: one sample per method."""
+        tally, self.tally = self.tally, {}
+        for name, (requests, cu, errors) in tally.items():
+            self.meter(name, requests, cu, errors, UNTIMED)
 
     def meter(self, method: str, requests: int, cu: int, errors: int, seconds: float) -> None:
         """The lane's one call into the meters: a sample (``twintypes.metering``)."""
@@ -1085,6 +1101,7 @@ class _Pending:
 
     def fail(self) -> None:
         """Answer 500 and wait for nothing more."""
+        self.meter_batch()  # what was answered before is usage all the same
         self.units = [None] * len(self.units)
         self.left = 0
         self.route.budget.give_back(self.taken)
@@ -1135,13 +1152,13 @@ class Lane:
         self.served = 0  # requests the lane answered (or is answering)
         self._log_paths: dict[bytes, str] = {}
         self._holding = False
-        self._held: list[Route] = []  # routes holding single calls' flights (``hold``)
+        self._held: list[Route] = []  # routes holding reads' flights (``hold``)
 
     def hold(self) -> None:
-        """Until ``release``, the new retry-safe flights of single calls wait: the edge loop
-        holds them while it serves one readiness, so that distinct calls arriving together
-        go upstream together, one upstream batch (of at most the route's upstream batch
-        size) for many requests instead of one HTTP exchange each."""
+        """Until ``release``, the new retry-safe flights of single calls and batches wait: the
+        edge loop holds them while it serves one readiness, so that distinct calls arriving
+        together go upstream together, one upstream batch (of at most the route's upstream
+        batch size) for many requests instead of one HTTP exchange each."""
         self._holding = True
 
     def release(self) -> None:
@@ -1280,12 +1297,16 @@ class Lane:
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            if not route.held:
-                self._held.append(route)
-            route.held.append(flight)
+            self._hold(route, [flight])
         else:
             route._send([flight], [])
         return DEFER
+
+    def _hold(self, route: Route, flights: list[Flight]) -> None:
+        """Keep new retry-safe flights until ``release``."""
+        if not route.held:
+            self._held.append(route)
+        route.held.extend(flights)
 
     def _batch(self, pending: _Pending) -> twin.Answer | str:
         route = pending.route
@@ -1368,6 +1389,11 @@ class Lane:
         # Decided before sending: a group may land at once (then finish() answers), and an
         # answer must be given once.
         waiting = pending.left > 0
+        if safe and self._holding and route.upstream_batch > 1:
+            # Held like single calls' reads (``hold``): the batches and calls of one readiness
+            # share upstream batches, one HTTP exchange for several requests.
+            self._hold(route, safe)
+            safe = []
         if safe or unsafe:
             route._send(safe, unsafe)
         if waiting:
@@ -1405,6 +1431,7 @@ class Lane:
         cache = b"HIT" if hits == count else (b"MISS" if hits == 0 else b"PARTIAL")
         pending.route.budget.give_back(pending.taken)
         pending.taken = 0
+        pending.meter_batch()
         return self._answer(pending, 200, body, cache, "batch", None, timed)
 
     def finish(self, pending: _Pending) -> None:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
+
+import msgspec
 
 from chaingate.framing_constants import MAX_JSON_DEPTH
 
@@ -35,7 +38,9 @@ __all__ = [
     "parse_request",
     "parse_response",
     "raw_error_reply",
+    "result_block",
     "result_reply",
+    "upstream_batch",
     "upstream_request",
 ]
 
@@ -460,6 +465,14 @@ def upstream_request(request_id: int, method: str, params: bytes | None) -> byte
     )
 
 
+def upstream_batch(first_id: int, calls: list[Any]) -> bytes:
+    """Calls (anything with ``method`` and ``params``, a lane's flights) as one upstream batch:
+    ``upstream_request`` of each, ids from ``first_id`` on, in one array."""
+    return join_batch(
+        [upstream_request(first_id + i, call.method, call.params) for i, call in enumerate(calls)]
+    )
+
+
 def join_batch(parts: list[bytes]) -> bytes:
     """``[part,part,...]`` with each part copied once (an answer may be many megabytes)."""
     if not parts:
@@ -472,3 +485,32 @@ def join_batch(parts: list[bytes]) -> bytes:
         pieces.append(b",")
     pieces[-1] = b"]"
     return b"".join(pieces)
+
+
+class _BlockRef(msgspec.Struct):
+    number: str | None = None
+    blockNumber: str | None = None
+
+
+_block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
+
+
+def result_block(result: bytes) -> int | None:
+    """The block a block/transaction/receipt result belongs to, when it says: its ``number``,
+    else its ``blockNumber`` (a 0x-hex string); of a list, its first item's.  (The RPC
+    service asks, to know whether a result is final: ``RpcService._maybe_cache``.)"""
+    try:
+        ref = _block_ref_decoder.decode(result)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if isinstance(ref, list):
+        if not ref:
+            return None
+        ref = ref[0]
+    value = ref.number or ref.blockNumber
+    if value is None or not value.startswith("0x"):
+        return None
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None

@@ -2,7 +2,8 @@
 
 The proxy caches an answer without a block parameter (a block, a transaction, a receipt) only
 once the block it names is final, so it reads that block from the result itself: an EVM
-result's ``number`` or ``blockNumber``, a Solana result's ``slot``.  The pool probes each
+result's ``number`` or ``blockNumber`` (the jsonrpc twins' ``result_block``: the compiled one
+reads it without decoding a whole receipt), a Solana result's ``slot``.  The pool probes each
 upstream's head with its family's request and reads the answer with its family's parser
 (``heads.py``).
 """
@@ -16,33 +17,6 @@ import msgspec
 
 from chaingate.config.network import Family
 from chaingate.rpc.heads import parse_evm_head, parse_solana_head
-
-
-class _BlockRef(msgspec.Struct):
-    number: str | None = None
-    blockNumber: str | None = None
-
-
-_block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
-
-
-def result_block_number(result: bytes) -> int | None:
-    """The block a block/transaction/receipt result belongs to, when it says."""
-    try:
-        ref = _block_ref_decoder.decode(result)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if isinstance(ref, list):
-        if not ref:
-            return None
-        ref = ref[0]
-    value = ref.number or ref.blockNumber
-    if value is None or not value.startswith("0x"):
-        return None
-    try:
-        return int(value, 16)
-    except ValueError:
-        return None
 
 
 class _SlotRef(msgspec.Struct):
@@ -70,11 +44,12 @@ class FamilyHeads(NamedTuple):
     result_block: Callable[[bytes], int | None]
 
 
-def family_heads(family: Family) -> FamilyHeads:
+def family_heads(family: Family, evm_result_block: Callable[[bytes], int | None]) -> FamilyHeads:
+    """``evm_result_block``: the jsonrpc twin's ``result_block`` (an EVM result's block)."""
     if family == "solana":
         # getSlot at the node's default commitment: the finalized slot, so a slot at or below
         # the pool's head is final (finality_depth 0 is exact; more is caution).
         probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
         return FamilyHeads(probe, parse_solana_head, result_slot)
     probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
-    return FamilyHeads(probe, parse_evm_head, result_block_number)
+    return FamilyHeads(probe, parse_evm_head, evm_result_block)

@@ -191,7 +191,9 @@ class RpcService:
         self._unknown = self.route.unknown
         # How the family's heads are probed, and the block a cacheable answer without a block
         # param is about, as its result says.
-        probe, parse_head, self._result_block = family_heads(settings.family)
+        probe, parse_head, self._result_block = family_heads(
+            settings.family, self._jsonrpc.result_block
+        )
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
         self.route.logs_head = self._head
 
@@ -565,12 +567,7 @@ class RpcService:
             flight = flights[0]
             body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
         else:
-            body = jsonrpc.join_batch(
-                [
-                    jsonrpc.upstream_request(request_id + offset, flight.method, flight.params)
-                    for offset, flight in enumerate(flights)
-                ]
-            )
+            body = jsonrpc.upstream_batch(request_id, flights)
         # A group of reads: when its answer comes and no batch waiting for it can still take
         # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
         # are always read.

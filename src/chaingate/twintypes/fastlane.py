@@ -410,8 +410,8 @@ class Lane(Protocol):
     def serve(self, conn: ConnHandle, request: Request, peer: str, group: str) -> Answer | str: ...
 
     def hold(self) -> None:
-        """Until ``release``, single calls' new retry-safe flights wait (to go upstream
-        together): the edge loop holds them while it serves one readiness."""
+        """Until ``release``, new retry-safe flights (single calls' and batches') wait (to go
+        upstream together): the edge loop holds them while it serves one readiness."""
         ...
 
     def release(self) -> None: ...
