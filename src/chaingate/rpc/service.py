@@ -276,7 +276,7 @@ class RpcService:
                 "busy_write": self._busy_write,
             },
             python_methods=frozenset(python_methods),
-            sticky=self.sticky,
+            sticky=None if self.sticky is None else self.sticky.routes,
             sticky_methods=STICKY_METHODS,
             logs=None if logs is None else (logs.max_block_range, logs.upstream_block_range),
             watched=_WATCHED,
