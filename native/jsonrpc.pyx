@@ -12,6 +12,7 @@ import json
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy
 
 from cformat cimport int_width, write_int
@@ -169,11 +170,36 @@ cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) n
     return i
 
 
+# Eight bytes at a time (SWAR): strings and answers are mostly plain ASCII (hex digits), so
+# the scans skip whole words that hold nothing they must look at, byte by byte after that.
+cdef uint64_t ONES = 0x0101010101010101ULL
+cdef uint64_t HIGHS = 0x8080808080808080ULL
+
+
+cdef inline uint64_t _zero_byte(uint64_t w) noexcept:
+    """Nonzero iff some byte of ``w`` is 0 (exact as a yes/no)."""
+    return (w - ONES) & ~w & HIGHS
+
+
+cdef inline bint _plain_word(const unsigned char* p) noexcept:
+    """Do these eight string bytes hold no quote, no backslash and no control character?"""
+    cdef uint64_t w
+    memcpy(&w, p, 8)
+    return not (
+        _zero_byte(w ^ (ONES * 34)) | _zero_byte(w ^ (ONES * 92))
+        | ((w - ONES * 0x20) & ~w & HIGHS)  # a byte below 0x20
+    )
+
+
 cdef inline Py_ssize_t _string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
                                    bint* escaped) noexcept:
     """``i`` is just past the opening quote; return the offset past the closing quote."""
     cdef unsigned char c
     while i < n:
+        while i + 8 <= n and _plain_word(p + i):
+            i += 8
+        if i >= n:
+            break
         c = p[i]
         if c == 34:
             return i + 1
@@ -422,10 +448,17 @@ cdef inline void _clear(Py_ssize_t* spans) noexcept:
 cdef bint _valid_utf8(bytes body) except -1:
     """Same rule as the pure twin: ASCII passes, anything else must decode as UTF-8."""
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(body)
-    for i in range(n):
+    cdef Py_ssize_t i = 0, n = PyBytes_GET_SIZE(body)
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        if w & HIGHS:
+            break
+        i += 8
+    while i < n:
         if p[i] >= 0x80:
             break
+        i += 1
     else:
         return 1
     try:
