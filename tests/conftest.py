@@ -16,7 +16,7 @@ import io
 import os
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +32,7 @@ from chaingate.devnet.bootstrap import bootstrap_devnet
 from chaingate.evm.keccak import keccak256
 from chaingate.evm.keys import PrivateKey
 from chaingate.gateway import Gateway
+from chaingate.store import Store, open_store
 from tests.helpers import GatewayHandle
 
 # py_ecc (which eth-account and web3 pull in) raises the interpreter's recursion limit to
@@ -181,6 +182,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     with pg_schema() as url:
         yield url
+
+
+@pytest.fixture
+async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A migrated store on ``store_url`` (SQLite, then PostgreSQL), closed after the test."""
+    async with open_store(store_url, tmp_path) as opened:
+        await opened.migrate()
+        yield opened
 
 
 @contextlib.contextmanager

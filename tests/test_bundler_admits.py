@@ -18,7 +18,7 @@ from chaingate.bundler.reputation import Reputation, ReputationChanges, Reputati
 from chaingate.bundler.store import BundlerRows
 from chaingate.store import Store
 from chaingate.store.base import StoreError
-from tests.test_bundler_store import NET, T0, addr, assert_mirrors, entry, store  # noqa: F401
+from tests.test_bundler_store import NET, T0, addr, assert_mirrors, entry
 
 
 class Saves:

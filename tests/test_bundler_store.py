@@ -5,7 +5,6 @@ admission is one transaction; lifecycle moves, reorgs, pruning and the reputatio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -89,17 +88,6 @@ async def assert_mirrors(store: Store, pool: Mempool, network: tuple[str, str] =
     """The store's live rows are the pool's live entries, state for state."""
     live = await BundlerRows(store).bundler_live(*network)
     assert {e.hash: e for e in live} == {e.hash: e for e in pool.entries()}
-
-
-@pytest.fixture
-async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
-    store = open_store(store_url, tmp_path)
-    await store.open()
-    try:
-        await store.migrate()
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def test_restart_loads_the_same_live_entries(store_url: str, tmp_path: Path) -> None:

@@ -39,8 +39,8 @@ from chaingate.config.network import Network
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.gas import prices
 from chaingate.gas.oracle import GasOracle
+from chaingate.rpc.heads import parse_evm_head
 from chaingate.rpc.pool import UpstreamPool
-from chaingate.rpc.service import parse_evm_head
 from chaingate.twins import Impl
 from tests.conftest import StartGateway
 from tests.test_auth import AuthStack, assert_rate_headers, auth_settings, start_auth

@@ -52,14 +52,6 @@ def nft(number: int, seq: int, sender: str, receiver: str, token_id: int) -> Tra
     )
 
 
-@pytest.fixture
-async def store(store_url: str, tmp_path: Path) -> Any:
-    s = open_index_store(store_url, tmp_path)
-    async with s:
-        await s.migrate()
-        yield s
-
-
 async def test_commits_rewinds_and_conflicts(store: Store) -> None:
     rows = IndexRows(store)
     assert (await rows.load_index("ethereum", "devnet")).cursor is None

@@ -35,8 +35,8 @@ from chaingate.evm.addresses import checksum_address
 from chaingate.metadata.multicall import Call, Multicall
 from chaingate.metadata.service import MetadataService
 from chaingate.outbound import Fetcher, OutboundPolicy
+from chaingate.rpc.heads import parse_evm_head
 from chaingate.rpc.pool import UpstreamPool
-from chaingate.rpc.service import parse_evm_head
 from chaingate.store import Store, open_store
 from tests.conftest import DEVNET_SIGNER
 

@@ -9,31 +9,17 @@ order under PostgreSQL's collation too), hints that make a contract due again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import msgspec
 import pytest
 import trio
 
 from chaingate.metadata.store import MetaRows, NftRow, RefreshGrant, TokenRow
 from chaingate.metadata.uris import token_id_hex
-from chaingate.store import Store, open_store
+from chaingate.store import Store
 
 C1 = "0x" + "11" * 20
 C2 = "0x" + "22" * 20
 NET = ("ethereum", "devnet")
-
-
-@pytest.fixture
-async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
-    store = open_store(store_url, tmp_path)
-    await store.open()
-    try:
-        await store.migrate()
-        yield store
-    finally:
-        await store.aclose()
 
 
 def rows_of(store: Store) -> MetaRows:

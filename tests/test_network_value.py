@@ -46,6 +46,16 @@ def test_the_family_describes_a_network_but_does_not_tell_two_apart() -> None:
     assert hash(Network("x", "y", "solana")) == hash("x/y")
 
 
+def test_testnet_describes_a_network_and_is_copied_with_it() -> None:
+    sepolia = Network("ethereum", "sepolia", "evm", testnet=True)
+    assert sepolia.testnet and not Network("ethereum", "sepolia").testnet
+    assert sepolia == Network("ethereum", "sepolia")  # not part of its identity
+    assert repr(sepolia) == "Network('ethereum', 'sepolia', 'evm', testnet=True)"
+    assert f"on {sepolia}," == "on ethereum/sepolia,"  # a message names its text
+    for copied in (pickle.loads(pickle.dumps(sepolia)), copy.deepcopy(sepolia)):
+        assert copied.testnet
+
+
 @pytest.mark.parametrize(
     "text",
     ["", "ethereum", "/sepolia", "ethereum/", "a/b/c", "a /b", "a/b\n", "eth\x00/x", "a\t/b"],
@@ -135,6 +145,20 @@ def test_config_builds_the_networks_once_with_their_family() -> None:
         ("ethereum", "sepolia", "evm"),
         ("solana", "devnet", "solana"),
     ]
+
+
+def test_config_builds_the_networks_with_their_testnet_flag() -> None:
+    upstream = [{"url": "http://127.0.0.1:8545"}]
+    chains = {
+        "mainnet": {"upstreams": upstream},
+        "sepolia": {"upstreams": upstream, "testnet": True},
+    }
+    networks = from_mapping({"chains": {"ethereum": chains}}, environ={}).networks()
+    assert {str(n): n.testnet for n in networks} == {
+        "ethereum/mainnet": False,
+        "ethereum/sepolia": True,
+    }
+    assert all(n.testnet == settings.testnet for n, settings in networks.items())
 
 
 @pytest.mark.parametrize("chain", ["a/b", " eth"])

@@ -377,8 +377,8 @@ async def test_a_pool_that_has_shut_down_refuses_calls_instead_of_crashing(
 
     from chaingate.config import NetworkSettings, RpcSettings
     from chaingate.rpc.errors import UNAVAILABLE, UpstreamError
+    from chaingate.rpc.heads import parse_evm_head
     from chaingate.rpc.pool import UpstreamPool
-    from chaingate.rpc.service import parse_evm_head
 
     net = msgspec.convert({"upstreams": [{"url": anvil.url}]}, NetworkSettings)
     probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'

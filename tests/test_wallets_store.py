@@ -3,13 +3,8 @@ go, sponsorships stay with their settlement forgotten) and what a reorg undoes."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from chaingate.auth.store import AuthRows
-from chaingate.store import Store, open_store
+from chaingate.store import Store
 from chaingate.wallets.store import (
     Counts,
     Deployment,
@@ -24,17 +19,6 @@ NET = ("ethereum", "devnet")
 WALLET = "0x" + "aa" * 20
 HASH = "0x" + "bb" * 32
 BLOCK = "0x" + "cc" * 32
-
-
-@pytest.fixture
-async def store(store_url: str, tmp_path: Path) -> AsyncIterator[Store]:
-    store = open_store(store_url, tmp_path)
-    await store.open()
-    try:
-        await store.migrate()
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def _settled(store: Store) -> tuple[str, str]:

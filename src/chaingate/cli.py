@@ -437,16 +437,7 @@ async def _bring_up(
         return 1
     if claim.reset:
         _say(_new_chain_line(prepared.new_because, claim.deleted))
-    try:
-        await trio.to_thread.run_sync(_fund_bundler, anvil_url, settings)
-    except (RuntimeError, OSError, ValueError) as exc:
-        _say(f"warning: the bundler's key was not funded ({exc}): bundles may fail")
-    try:
-        await trio.to_thread.run_sync(refresh_price_feeds, anvil_url, prepared.manifest)
-    except (RuntimeError, OSError, ValueError) as exc:
-        _say(
-            f"warning: the devnet's price feeds were not refreshed ({exc}): USD values may be null"
-        )
+    await _fund_and_price(anvil_url, settings, prepared.manifest)
     # The devnet's IPFS and https documents come from a server of its own on loopback (its
     # IPFS gateway, and where its https host goes); loopback is allowed here, and only here.
     try:
@@ -490,6 +481,21 @@ async def _bring_up(
         )
     )
     return 0
+
+
+async def _fund_and_price(anvil_url: str, settings: config.Settings, manifest: Manifest) -> None:
+    """The bundler's key funded and the price feeds refreshed: a failure of either is a
+    warning (the devnet runs, with bundles or USD values that may fail)."""
+    try:
+        await trio.to_thread.run_sync(_fund_bundler, anvil_url, settings)
+    except (RuntimeError, OSError, ValueError) as exc:
+        _say(f"warning: the bundler's key was not funded ({exc}): bundles may fail")
+    try:
+        await trio.to_thread.run_sync(refresh_price_feeds, anvil_url, manifest)
+    except (RuntimeError, OSError, ValueError) as exc:
+        _say(
+            f"warning: the devnet's price feeds were not refreshed ({exc}): USD values may be null"
+        )
 
 
 async def _start_solana(nursery: trio.Nursery, data_dir: Path) -> _SolanaNode | None:

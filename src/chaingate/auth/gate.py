@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-import msgspec
-
 from chaingate.auth.allowlists import Policy
+from chaingate.config.network import Network
 from chaingate.refusals import Rejection
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.metering import MeterSink, Sample
@@ -28,7 +27,6 @@ __all__ = [
     "SCOPES",
     "Credentials",
     "Gate",
-    "NetworkInfo",
     "OpenGate",
     "Principal",
     "Rejection",
@@ -109,12 +107,6 @@ class Credentials:
         self.origin = origin  # the request's Origin: checked against the key's allowlist
 
 
-class NetworkInfo(msgspec.Struct, frozen=True):
-    chain: str
-    network: str
-    testnet: bool
-
-
 class Gate(MeterSink[Principal], Protocol):
     """The key check every path asks (``KeyGate``, or ``OpenGate`` with keys off), and the
     meters' one sink, ``record`` (``twintypes.metering``): a sample's ``network`` is the
@@ -124,13 +116,15 @@ class Gate(MeterSink[Principal], Protocol):
         self,
         request: Request | Credentials,
         peer: str,
-        network: NetworkInfo | None,
+        network: Network | None,
         scope: str | None,
         path_key: bytes | None = None,
     ) -> Principal | Rejection:
-        """The caller's principal, or why not.  ``scope`` is the REST endpoint's scope (RPC
-        scopes depend on the methods and are checked by ``admit``); ``path_key`` a key in
-        the request's path (``…/{chain}/{network}/{key}``), which a header's must equal."""
+        """The caller's principal, or why not.  ``network``: the endpoint's (its ``testnet``
+        says whether a test key may use it), None for REST calls; ``scope`` is the REST
+        endpoint's scope (RPC scopes depend on the methods and are checked by ``admit``);
+        ``path_key`` a key in the request's path (``…/{chain}/{network}/{key}``), which a
+        header's must equal."""
         ...
 
     def admit(
@@ -196,7 +190,7 @@ class OpenGate:
         self,
         request: Request | Credentials,
         peer: str,
-        network: NetworkInfo | None,
+        network: Network | None,
         scope: str | None,
         path_key: bytes | None = None,
     ) -> Principal | Rejection:

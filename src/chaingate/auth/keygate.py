@@ -30,7 +30,7 @@ import msgspec
 import trio
 
 from chaingate.auth import allowlists, apikeys
-from chaingate.auth.gate import SCOPES, TWO_KEYS, Credentials, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import SCOPES, TWO_KEYS, Credentials, Principal, Rejection
 from chaingate.auth.plans import Limits, PlanError, Plans
 from chaingate.config.network import Network
 from chaingate.framing_constants import DAY_QUOTA, NO_READ_SCOPE, NO_WRITE_SCOPE
@@ -335,7 +335,7 @@ class KeyGate:
         self,
         request: Request | Credentials,
         peer: str,
-        network: NetworkInfo | None,
+        network: Network | None,
         scope: str | None,
         path_key: bytes | None = None,
     ) -> Principal | Rejection:
@@ -375,8 +375,7 @@ class KeyGate:
             return Rejection(
                 403,
                 "forbidden",
-                f"a svc_test_ key cannot be used on {Network(network.chain, network.network)}, "
-                "which is not a testnet",
+                f"a svc_test_ key cannot be used on {network}, which is not a testnet",
                 self.response_headers(principal),
             )
         if scope is not None and scope not in principal.scopes:

@@ -30,17 +30,17 @@ class Call:
         return msgspec.json.encode([self.method, self.params])
 
 
-def _block_essence(result: Any) -> object:
+def _block_essence(result: object) -> object:
     return result.get("hash") if isinstance(result, dict) else result
 
 
-def _receipt_essence(result: Any) -> object:
+def _receipt_essence(result: object) -> object:
     if not isinstance(result, dict):
         return result
     return [result.get(k) for k in ("transactionHash", "blockHash", "status", "gasUsed")]
 
 
-def _logs_essence(result: Any) -> object:
+def _logs_essence(result: object) -> object:
     if not isinstance(result, list):
         return result
     return [
@@ -51,11 +51,11 @@ def _logs_essence(result: Any) -> object:
     ]
 
 
-def _solana_block_essence(result: Any) -> object:
+def _solana_block_essence(result: object) -> object:
     return result.get("blockhash") if isinstance(result, dict) else result
 
 
-def _solana_transaction_essence(result: Any) -> object:
+def _solana_transaction_essence(result: object) -> object:
     if not isinstance(result, dict):
         return result
     transaction = result.get("transaction")
@@ -64,7 +64,7 @@ def _solana_transaction_essence(result: Any) -> object:
     return [result.get("slot"), signatures, meta.get("err") if isinstance(meta, dict) else None]
 
 
-def _solana_statuses_essence(result: Any) -> object:
+def _solana_statuses_essence(result: object) -> object:
     if not isinstance(result, dict) or not isinstance(result.get("value"), list):
         return result
     return [
@@ -73,7 +73,7 @@ def _solana_statuses_essence(result: Any) -> object:
     ]
 
 
-ESSENCE: dict[str, Callable[[Any], Any]] = {
+ESSENCE: dict[str, Callable[[object], object]] = {
     "getBlock": _solana_block_essence,
     "getTransaction": _solana_transaction_essence,
     "getSignatureStatuses": _solana_statuses_essence,
@@ -84,7 +84,7 @@ ESSENCE: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def essence(method: str, result: Any) -> bytes:
+def essence(method: str, result: object) -> bytes:
     picked = ESSENCE.get(method, lambda r: r)(result)
     return hashlib.blake2b(msgspec.json.encode(picked), digest_size=16).digest()
 
@@ -95,7 +95,7 @@ class Oracle:
     def __init__(self) -> None:
         self._answers: dict[bytes, tuple[bytes, str]] = {}
 
-    def judge(self, call: Call, result: Any, target: str) -> str | None:
+    def judge(self, call: Call, result: object, target: str) -> str | None:
         """None if ``result`` agrees with the reference (or becomes it); else what differs."""
         if not call.comparable:
             return None

@@ -127,9 +127,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True):
         return self.chains.get(chain, {}).get(network)
 
     def networks(self) -> dict[Network, NetworkSettings]:
-        """Every configured network, keyed by its ``Network`` (built here, once)."""
+        """Every configured network, keyed by its ``Network`` (built here, once, with the
+        family and testnet flag its section sets)."""
         return {
-            Network(chain, name, net.family): net
+            Network(chain, name, net.family, net.testnet): net
             for chain, networks in self.chains.items()
             for name, net in networks.items()
         }

@@ -26,17 +26,22 @@ _FAMILIES: tuple[str, ...] = get_args(Family)
 
 class Network(str):
     """``chain`` and ``network`` as configured (``[chains.<chain>.<network>]``), the chain
-    ``family`` (evm, solana), the REST ``alias`` (``chain-network``) and the URL form
-    ``path`` (``b"chain/network"``).  Frozen; equality and hash are those of the text, so
-    ``family`` describes a network but does not tell two apart."""
+    ``family`` (evm, solana), whether it is a ``testnet`` (where test keys may go), the REST
+    ``alias`` (``chain-network``) and the URL form ``path`` (``b"chain/network"``).  Frozen;
+    equality and hash are those of the text, so ``family`` and ``testnet`` describe a network
+    but do not tell two apart (a network parsed from text is an evm mainnet's key: only
+    ``Settings.networks()`` knows what a configured one is)."""
 
     chain: str
     network: str
     family: Family
+    testnet: bool
     alias: str
     path: bytes
 
-    def __new__(cls, chain: str, network: str, family: Family = "evm") -> Network:
+    def __new__(
+        cls, chain: str, network: str, family: Family = "evm", testnet: bool = False
+    ) -> Network:
         for part in (chain, network):
             if not part or "/" in part or not part.isprintable() or part != part.strip():
                 raise ValueError(f"not a chain or network name: {part!r}")
@@ -45,6 +50,7 @@ class Network(str):
         self = super().__new__(cls, f"{chain}/{network}")
         fields = self.__dict__
         fields["chain"], fields["network"], fields["family"] = chain, network, family
+        fields["testnet"] = testnet
         fields["alias"] = f"{chain}-{network}"
         fields["path"] = str.encode(self)
         return self
@@ -79,10 +85,11 @@ class Network(str):
         raise AttributeError(f"a Network is frozen: cannot delete {name}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Network, (self.chain, self.network, self.family)
+        return Network, (self.chain, self.network, self.family, self.testnet)
 
     def __repr__(self) -> str:
-        return f"Network({self.chain!r}, {self.network!r}, {self.family!r})"
+        testnet = ", testnet=True" if self.testnet else ""
+        return f"Network({self.chain!r}, {self.network!r}, {self.family!r}{testnet})"
 
 
 class NetworkNames:

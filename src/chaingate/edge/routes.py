@@ -29,7 +29,7 @@ from time import monotonic, perf_counter
 
 from chaingate.api.routing import RestApi
 from chaingate.auth.apikeys import environment_of
-from chaingate.auth.gate import Gate, NetworkInfo, Principal, Rejection, book
+from chaingate.auth.gate import Gate, Principal, Rejection, book
 from chaingate.config.network import Network
 from chaingate.edge import cors
 from chaingate.edge.asgi import AsgiBridge
@@ -44,7 +44,8 @@ from chaingate.refusals import refusal_error
 from chaingate.rpc import local as local_rpc
 from chaingate.rpc.future import Future
 from chaingate.rpc.local import LocalRpc
-from chaingate.rpc.service import RpcService, Usage
+from chaingate.rpc.reply import Usage
+from chaingate.rpc.service import RpcService
 from chaingate.twintypes.fastlane import FastlaneModule, RequestIds
 from chaingate.twintypes.http1 import Request
 from chaingate.twintypes.jsonrpc import JsonRpcModule
@@ -116,11 +117,9 @@ class Routes:
         with the fast lane; ``jsonrpc``: the framing twin, for refusals on JSON-RPC paths;
         ``fastlane``: the lane's twin, whose rules the handler's requests follow too."""
         # By the URL's chain/network bytes: one dict lookup per request, no parsing.
-        self._services = {key.path: service for key, service in services.items()}
-        self._bundlers = {key.path: rpc for key, rpc in (bundlers or {}).items()}
-        self._networks = {
-            key.path: NetworkInfo(service.chain, service.network, service.settings.testnet)
-            for key, service in services.items()
+        bundlers = bundlers or {}
+        self._endpoints = {
+            key.path: Endpoint(key, service, bundlers.get(key)) for key, service in services.items()
         }
         self._asgi = asgi
         self._rest_api = rest
@@ -194,17 +193,17 @@ class Routes:
     ) -> tuple[int, bytes, bytes, str, bytes]:
         """A JSON-RPC request the fast lane left to Python: status, headers, body, the
         access log's label and X-Cache value."""
-        tail, path_key = self._endpoint(path[8:], self._services)
-        service = self._services.get(tail)
+        endpoint, path_key = self._endpoint(path[8:])
         if request.method == b"OPTIONS":  # a browser's preflight: no key to check
             return (*cors.preflight(request.origin, cors.RPC_METHODS), "", b"")
-        if service is None:
+        if endpoint is None:
             return 404, JSON, error_body(404, "unknown chain or network"), "", b""
         if request.method != b"POST":
             body = error_body(405, "JSON-RPC requests must be POST")
             return 405, JSON + _ALLOW_POST, body, "", b""
+        service = endpoint.service
         gate = self._gate
-        principal = gate.authenticate(request, peer, self._networks[tail], None, path_key)
+        principal = gate.authenticate(request, peer, endpoint.net, None, path_key)
         if isinstance(principal, Rejection):
             return (*self._refused_rpc(request, principal, b"", service.max_batch), "", b"")
         reply = await service.handle(request.body, principal)
@@ -263,14 +262,14 @@ class Routes:
     ) -> tuple[int, bytes, bytes]:
         """JSON-RPC answered in process: scope ``bundler:send``, then every call admitted at
         its compute units like a proxied batch, run, and recorded under its method."""
-        tail, path_key = self._endpoint(tail, self._networks)
+        endpoint, path_key = self._endpoint(tail)
         # The scope first: a key without it learns nothing about what exists here.
         gate = self._gate
-        info = self._networks.get(tail)
-        principal = gate.authenticate(request, peer, info, _BUNDLER_SCOPE, path_key)
+        net = endpoint.net if endpoint is not None else None
+        principal = gate.authenticate(request, peer, net, _BUNDLER_SCOPE, path_key)
         if isinstance(principal, Rejection):
             return self._refused_rpc(request, principal, b"", local_rpc.MAX_BATCH)
-        rpc = self._bundlers.get(tail)
+        rpc = endpoint.bundler if endpoint is not None else None
         rate_headers = gate.response_headers(principal)
         if rpc is None:
             return 404, JSON + rate_headers, error_body(404, "unknown chain or network")
@@ -317,18 +316,25 @@ class Routes:
             body = jsonrpc.raw_error_reply(ids[0] if ids else b"null", error)
         return _rejected(rejection, rate_headers, request, body)
 
-    def _endpoint(self, tail: bytes, known: Mapping[bytes, object]) -> tuple[bytes, bytes | None]:
+    def _endpoint(self, tail: bytes) -> tuple[Endpoint | None, bytes | None]:
         """The endpoint a JSON-RPC path names (``{chain}/{network}``, a trailing slash allowed)
         and the key in the path, for ``{chain}/{network}/{key}`` (the lane's rule,
         ``split_path_key``; the gate checks it against a header's, ``presented_key``)."""
-        if tail in known:
-            return tail, None
-        if tail.endswith(b"/") and tail[:-1] in known:
-            return tail[:-1], None  # a trailing slash names the same endpoint
+        endpoints = self._endpoints
+        endpoint = endpoints.get(tail)
+        if endpoint is not None:
+            return endpoint, None
+        if tail.endswith(b"/"):
+            endpoint = endpoints.get(tail[:-1])  # a trailing slash names the same endpoint
+            if endpoint is not None:
+                return endpoint, None
         head, key = self._split_path_key(tail)
-        if key is None or head not in known or environment_of(key) is None:
-            return tail, None  # no such endpoint: 404
-        return head, key
+        if key is None or environment_of(key) is None:
+            return None, None  # no such endpoint: 404
+        endpoint = endpoints.get(head)
+        if endpoint is None:
+            return None, None
+        return endpoint, key
 
     def _metrics(self, request: Request) -> tuple[int, bytes, bytes]:
         if request.method not in (b"GET", b"HEAD"):
@@ -418,6 +424,19 @@ class Routes:
         status, headers, body = answer
         sample.priced(principal, REST_NETWORK, name, units, status >= 400)
         return status, headers + _MISS + gate.response_headers(principal), body
+
+
+class Endpoint:
+    """One network's JSON-RPC endpoints (``/v1/rpc/`` and ``/v1/bundler/`` + its
+    ``net.path``): the network (its ``testnet`` for the gate), its proxy, and the bundler's
+    in-process JSON-RPC when the network has one — the one record a request's path finds."""
+
+    __slots__ = ("bundler", "net", "service")
+
+    def __init__(self, net: Network, service: RpcService, bundler: LocalRpc | None) -> None:
+        self.net = net
+        self.service = service
+        self.bundler = bundler
 
 
 class _Sample:

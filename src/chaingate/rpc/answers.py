@@ -14,13 +14,60 @@ new work with 503 before memory grows.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import msgspec
 import trio
 
+from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.twintypes.fastlane import AnswerBudget
 
 # Bytes a reply adds beyond its id and payload: '{"jsonrpc":"2.0","id":' ',"result":' '}' and
 # the comma that separates it from the next reply of a batch.
 REPLY_OVERHEAD = 34
+
+
+# The ``reason`` of a -32005 answer refused by a bound: its own, or the process's budget.
+ANSWER_TOO_LARGE = "answer_too_large"
+OVERLOADED = "overloaded"
+_MAY_HAVE_RUN = (
+    "; the call reached the node and may have been executed, so check its effect (for a "
+    "transaction: look it up by hash) before sending it again"
+)
+
+
+def limit_error(message: str, reason: str, limit: int | None = None) -> bytes:
+    """A -32005 error object: ``message``, and ``reason`` (and ``limit``) in its data."""
+    data: dict[str, object] = {"reason": reason}
+    if limit is not None:
+        data["limit"] = limit
+    return msgspec.json.encode({"code": LIMIT_EXCEEDED, "message": message, "data": data})
+
+
+class AnswerRefusals(NamedTuple):
+    """The error objects of a call refused by a bound, built once per network: over the
+    request's bound or the process's budget, for a read and for a write (which may have run)."""
+
+    too_large: bytes
+    too_large_write: bytes
+    busy: bytes
+    busy_write: bytes
+
+
+def answer_refusals(max_answer_bytes: int) -> AnswerRefusals:
+    too_large = (
+        f"answer too large: the replies to this request passed the limit of "
+        f"{max_answer_bytes} bytes (rpc.max_answer_bytes); send fewer calls per batch "
+        "or narrow the query"
+    )
+    busy = "server busy: too many answer bytes are being assembled; retry shortly"
+    limit = max_answer_bytes
+    return AnswerRefusals(
+        limit_error(too_large, ANSWER_TOO_LARGE, limit),
+        limit_error(too_large + _MAY_HAVE_RUN, ANSWER_TOO_LARGE, limit),
+        limit_error(busy, OVERLOADED),
+        limit_error(busy + _MAY_HAVE_RUN, OVERLOADED),
+    )
 
 
 # Outcomes of ``Assembly.admit``.

@@ -26,17 +26,24 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-import msgspec
 import trio
 
 from chaingate.config import NetworkSettings, RpcSettings
 from chaingate.config.network import Network
-from chaingate.framing_constants import LIMIT_EXCEEDED
 from chaingate.refusals import Rejection, refusal_error
-from chaingate.rpc.answers import BUSY, FITS, REPLY_OVERHEAD, Assembly
+from chaingate.rpc.answers import (
+    ANSWER_TOO_LARGE,
+    BUSY,
+    FITS,
+    OVERLOADED,
+    REPLY_OVERHEAD,
+    Assembly,
+    answer_refusals,
+    limit_error,
+)
 from chaingate.rpc.errors import (
     ABANDONED,
     INTERNAL_ERROR,
@@ -46,18 +53,16 @@ from chaingate.rpc.errors import (
     error_object,
 )
 from chaingate.rpc.future import Future
-from chaingate.rpc.heads import parse_evm_head, parse_solana_head
 from chaingate.rpc.logranges import Limit, LogRanges, Split
 from chaingate.rpc.methods import MethodTable, block_number
 from chaingate.rpc.pool import Upstream, UpstreamPool
+from chaingate.rpc.reply import LocalAnswer, Outcome, Principal, RpcReply, Usage
+from chaingate.rpc.resultblocks import family_heads
 from chaingate.rpc.stickiness import STICKY_METHODS, Stickiness
 from chaingate.twins import Impl
 from chaingate.twintypes.fastlane import AnswerBudget, Flight, Method, Route
 from chaingate.twintypes.http1 import Response
 from chaingate.twintypes.jsonrpc import JsonRpcModule, ParsedResponse, Reply
-
-# Who is calling (the key gate's principal): the proxy reads only its allowlists.
-Principal = Any
 
 
 class Gate(Protocol):
@@ -74,23 +79,11 @@ log = logging.getLogger("chaingate.rpc")
 
 __all__ = [
     "Gate",
-    "LocalAnswer",
-    "RpcReply",
     "RpcService",
-    "parse_evm_head",
-    "parse_solana_head",
 ]
 
 METHOD_NOT_FOUND = -32601
 
-# (result, error): exactly one is raw JSON bytes.
-Outcome = tuple[bytes | None, bytes | None]
-# A method chaingate answers itself (methods.toml ``local = true``): the call's raw params and
-# the caller's principal in, its outcome out.  A subsystem registers it (``answer_locally``).
-LocalAnswer = Callable[[bytes | None, Principal], Awaitable[Outcome]]
-# The calls of one request answered so far, each (method, requests, billed units, errors): the
-# request's usage, metered once by whoever answers the request (``chaingate.auth.gate.book``).
-Usage = list[tuple[str, int, int, int]]
 # A call as the cache and the flights in the air know it: (method, raw params).
 CacheKey = tuple[str, bytes]
 
@@ -103,92 +96,9 @@ _MISSING = error_object(INTERNAL_ERROR, "upstream returned no reply for this cal
 _WATCHED = frozenset({"eth_blockNumber", "eth_sendRawTransaction"})
 
 
-class _BlockRef(msgspec.Struct):
-    number: str | None = None
-    blockNumber: str | None = None
-
-
-_block_ref_decoder = msgspec.json.Decoder(_BlockRef | list[_BlockRef])
-
-
-def result_block_number(result: bytes) -> int | None:
-    """The block a block/transaction/receipt result belongs to, when it says."""
-    try:
-        ref = _block_ref_decoder.decode(result)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if isinstance(ref, list):
-        if not ref:
-            return None
-        ref = ref[0]
-    value = ref.number or ref.blockNumber
-    if value is None or not value.startswith("0x"):
-        return None
-    try:
-        return int(value, 16)
-    except ValueError:
-        return None
-
-
-class _SlotRef(msgspec.Struct):
-    slot: int | None = None
-
-
-_slot_ref_decoder = msgspec.json.Decoder(_SlotRef)
-
-
-def result_slot(result: bytes) -> int | None:
-    """The slot a Solana result names (getTransaction's ``slot``), when it does."""
-    try:
-        slot = _slot_ref_decoder.decode(result).slot
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return slot if slot is not None and slot >= 0 else None
-
-
-class RpcReply:
-    """What the edge needs to frame the HTTP response of one RPC request."""
-
-    __slots__ = ("admitted", "body", "cache", "label", "rejection", "usage")
-
-    def __init__(
-        self,
-        body: bytes | None,
-        cache: bytes,
-        label: str,
-        rejection: Rejection | None = None,
-        admitted: bool = True,
-        usage: Usage | None = None,
-    ) -> None:
-        self.body = body  # None: nothing to send (only notifications)
-        self.cache = cache  # X-Cache value: HIT, MISS or PARTIAL
-        self.label = label  # method name (or "batch") for logs
-        self.rejection = rejection
-        # False for what was answered before admission (malformed, unknown method, a bad
-        # block tag, a range over the limit): its latency is not the caller's usage.
-        self.admitted = admitted and rejection is None
-        # The calls answered (the caller's usage), each (method, requests, units, errors).
-        self.usage: Usage = usage if usage is not None else []
-
-
 # A call of a batch on its way upstream: (position, call, its method's row in the route's
 # table, raw block tag, billed units).
 _Job = tuple[int, Any, Method, bytes | None, int]
-
-
-ANSWER_TOO_LARGE = "answer_too_large"
-OVERLOADED = "overloaded"
-_MAY_HAVE_RUN = (
-    "; the call reached the node and may have been executed, so check its effect (for a "
-    "transaction: look it up by hash) before sending it again"
-)
-
-
-def _limit_error(message: str, reason: str, limit: int | None = None) -> bytes:
-    data: dict[str, object] = {"reason": reason}
-    if limit is not None:
-        data["limit"] = limit
-    return msgspec.json.encode({"code": LIMIT_EXCEEDED, "message": message, "data": data})
 
 
 class RpcService:
@@ -225,17 +135,9 @@ class RpcService:
         # The answer bound: a single call's payload plus its id may take this many bytes.
         self._max_answer = rpc.max_answer_bytes
         self._max_single = rpc.max_answer_bytes - REPLY_OVERHEAD
-        too_large = (
-            f"answer too large: the replies to this request passed the limit of "
-            f"{rpc.max_answer_bytes} bytes (rpc.max_answer_bytes); send fewer calls per batch "
-            "or narrow the query"
-        )
-        busy = "server busy: too many answer bytes are being assembled; retry shortly"
-        limit = rpc.max_answer_bytes
-        self._too_large = _limit_error(too_large, ANSWER_TOO_LARGE, limit)
-        self._too_large_write = _limit_error(too_large + _MAY_HAVE_RUN, ANSWER_TOO_LARGE, limit)
-        self._busy = _limit_error(busy, OVERLOADED)
-        self._busy_write = _limit_error(busy + _MAY_HAVE_RUN, OVERLOADED)
+        refusals = answer_refusals(rpc.max_answer_bytes)
+        self._too_large, self._too_large_write = refusals.too_large, refusals.too_large_write
+        self._busy, self._busy_write = refusals.busy, refusals.busy_write
         # eth_getLogs ranges: the limit (per network and plan) and splitting (logranges.py).
         fastlane = impl.fastlane
         self.logs = LogRanges(settings.logs, fastlane) if settings.family == "evm" else None
@@ -269,12 +171,7 @@ class RpcService:
             max_answer=rpc.max_answer_bytes,
             coalesce=rpc.coalesce,
             upstream_batch=self._upstream_batch,
-            refusals={
-                "too_large": self._too_large,
-                "too_large_write": self._too_large_write,
-                "busy": self._busy,
-                "busy_write": self._busy_write,
-            },
+            refusals=refusals._asdict(),
             python_methods=frozenset(python_methods),
             sticky=None if self.sticky is None else self.sticky.routes,
             sticky_methods=STICKY_METHODS,
@@ -292,17 +189,9 @@ class RpcService:
         self.stats = self.route.stats
         self._invalid = self.route.invalid
         self._unknown = self.route.unknown
-        # The block a cacheable answer without a block param is about, as its result says.
-        self._result_block = result_block_number
-        if settings.family == "solana":
-            # getSlot at the node's default commitment: the finalized slot, so a slot at or
-            # below the pool's head is final (finality_depth 0 is exact; more is caution).
-            probe = b'{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[]}'
-            parse_head = parse_solana_head
-            self._result_block = result_slot
-        else:
-            probe = b'{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}'
-            parse_head = parse_evm_head
+        # How the family's heads are probed, and the block a cacheable answer without a block
+        # param is about, as its result says.
+        probe, parse_head, self._result_block = family_heads(settings.family)
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
         self.route.logs_head = self._head
 
@@ -978,7 +867,7 @@ class RpcService:
             f"answer too large: {method[:64]} answers at most {limit} bytes here; narrow the "
             "query (getProgramAccounts: memcmp or dataSize filters, a dataSlice)"
         )
-        return _limit_error(message, ANSWER_TOO_LARGE, limit)
+        return limit_error(message, ANSWER_TOO_LARGE, limit)
 
     def _place(
         self,

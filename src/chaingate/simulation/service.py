@@ -32,7 +32,8 @@ from chaingate.obs.metrics import Registry, Sample
 from chaingate.rpc.errors import UpstreamError, client_error
 from chaingate.rpc.local import Handler, LocalRpc, RpcFault
 from chaingate.rpc.pool import UpstreamPool
-from chaingate.rpc.service import LocalAnswer, Outcome, RpcService
+from chaingate.rpc.reply import LocalAnswer, Outcome
+from chaingate.rpc.service import RpcService
 from chaingate.simulation import params as p
 from chaingate.simulation.assets import Native, TokenFacts
 from chaingate.simulation.execution import Bounds, TooLarge

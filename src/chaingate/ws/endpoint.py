@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from chaingate.auth.gate import Credentials, Gate, NetworkInfo, Principal, Rejection
+from chaingate.auth.gate import Credentials, Gate, Principal, Rejection
 from chaingate.auth.plans import Limits
 from chaingate.chain.client import ChainClient
 from chaingate.chain.events import ChainEvent
@@ -99,6 +99,19 @@ class Ticket:
         self.gap_notices = gap_notices
 
 
+class WsNetwork:
+    """What an upgrade's path (``/v1/ws/`` + ``net.path``) finds: the network (its
+    ``testnet`` for the gate), its RPC service, and its hub (None: a family without
+    subscriptions)."""
+
+    __slots__ = ("hub", "net", "service")
+
+    def __init__(self, net: Network, service: RpcService, hub: Hub | SolanaHub | None) -> None:
+        self.net = net
+        self.service = service
+        self.hub = hub
+
+
 class WsEndpoint:
     def __init__(
         self,
@@ -113,8 +126,6 @@ class WsEndpoint:
         self._access_log = access_log
         # The key's plan (WebSocket caps); None without API keys: only [ws]'s ceilings.
         self._limits_of = limits_of or (lambda principal: None)
-        # By the URL's chain/network bytes: one dict lookup per upgrade, no parsing.
-        self._services = {key.path: service for key, service in services.items()}
         self.hubs: dict[Network, Hub] = {
             key: Hub(
                 str(key),
@@ -141,11 +152,10 @@ class WsEndpoint:
             for key, service in services.items()
             if service.settings.family == "solana"
         }
-        self._hubs: dict[bytes, Hub | SolanaHub] = {key.path: hub for key, hub in self.hubs.items()}
-        self._hubs.update((key.path, hub) for key, hub in self.solana_hubs.items())
-        self._networks = {
-            key.path: NetworkInfo(service.chain, service.network, service.settings.testnet)
-            for key, service in services.items()
+        # By the URL's chain/network bytes: one dict lookup per upgrade, no parsing.
+        hubs: dict[Network, Hub | SolanaHub] = {**self.hubs, **self.solana_hubs}
+        self._endpoints = {
+            key.path: WsNetwork(key, service, hubs.get(key)) for key, service in services.items()
         }
         self.sessions: set[Session] = set()
         self._per_key: Counter[str] = Counter()
@@ -225,10 +235,10 @@ class WsEndpoint:
     def _accept(
         self, request: Request, peer: str, tail: bytes, request_id: str
     ) -> tuple[int, bytes, bytes] | Ticket:
-        service = self._services.get(tail)
-        if service is None:
+        endpoint = self._endpoints.get(tail)
+        if endpoint is None:
             return 404, JSON, error_body(404, "unknown chain or network")
-        hub = self._hubs.get(tail)
+        hub = endpoint.hub
         if hub is None:
             message = "WebSocket subscriptions are offered on EVM and Solana networks"
             return 404, JSON, error_body(404, message)
@@ -242,7 +252,7 @@ class WsEndpoint:
         credentials = Credentials(
             query_api_key(request.query) or request.api_key, request.authorization, request.origin
         )
-        principal = gate.authenticate(credentials, peer, self._networks[tail], WS_SCOPE)
+        principal = gate.authenticate(credentials, peer, endpoint.net, WS_SCOPE)
         if isinstance(principal, Rejection):
             return _refused(principal)
         rate_headers = gate.response_headers(principal)
@@ -271,7 +281,7 @@ class WsEndpoint:
             request_id,
             principal,
             hub,
-            service,
+            endpoint.service,
             caps_for(limits, self.settings),
             deflate,
             gaps == b"notify",
@@ -380,17 +390,6 @@ class WsEndpoint:
     # --- metrics ---------------------------------------------------------------------------
 
     def register_metrics(self, registry: Registry) -> None:
-        hubs = self.hubs
-
-        def per_hub(
-            read: Callable[[Hub, dict[str, str]], Iterable[Sample]],
-        ) -> Callable[[], Iterable[Sample]]:
-            def collect() -> Iterable[Sample]:
-                for key, hub in hubs.items():
-                    yield from read(hub, {"chain": key.chain, "network": key.network})
-
-            return collect
-
         registry.family(
             "chaingate_ws_connections_open",
             "gauge",
@@ -409,44 +408,62 @@ class WsEndpoint:
             "Closed WebSocket connections, by reason.",
             lambda: (({"reason": r}, n) for r, n in sorted(self.disconnects.items())),
         )
+        self._register_hub_metrics(registry)
+        self._register_solana_metrics(registry)
+        registry.family(
+            "chaingate_ws_fanout_total",
+            "counter",
+            "Blocks fanned out.",
+            _per_hub(self.hubs, lambda hub, base: [(base, sum(hub.fanout.counts))]),
+        )
+
+    def _register_hub_metrics(self, registry: Registry) -> None:
+        """The EVM hubs' families (subscriptions, pushes, heads, fan-out time), per network."""
+        hubs = self.hubs
         registry.family(
             "chaingate_ws_subscriptions",
             "gauge",
             "Live subscriptions, by kind.",
-            per_hub(
+            _per_hub(
+                hubs,
                 lambda hub, base: (
                     ({**base, "kind": kind}, hub.registry.count(kind)) for kind in KINDS
-                )
+                ),
             ),
         )
         registry.family(
             "chaingate_ws_pushes_total",
             "counter",
             "Subscription messages pushed, by kind.",
-            per_hub(
+            _per_hub(
+                hubs,
                 lambda hub, base: (
                     ({**base, "kind": kind}, n) for kind, n in sorted(hub.pushes.items())
-                )
+                ),
             ),
         )
         registry.family(
             "chaingate_ws_head_arrival_seconds",
             "gauge",
             "Wall-clock time the newest head reached the WebSocket hub (bench: delivery delay).",
-            per_hub(lambda hub, base: [(base, round(hub.head_arrival, 6))]),
+            _per_hub(hubs, lambda hub, base: [(base, round(hub.head_arrival, 6))]),
         )
         registry.family(
             "chaingate_ws_head_number",
             "gauge",
             "Number of the newest head the WebSocket hub pushed.",
-            per_hub(lambda hub, base: [(base, hub.head_number)]),
+            _per_hub(hubs, lambda hub, base: [(base, hub.head_number)]),
         )
         registry.family(
             "chaingate_ws_fanout_seconds_sum",
             "counter",
             "Time spent handing heads and their logs to every subscriber's connection.",
-            per_hub(lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
+            _per_hub(hubs, lambda hub, base: [(base, round(hub.fanout.sum, 6))]),
         )
+
+    def _register_solana_metrics(self, registry: Registry) -> None:
+        """The Solana hubs' families (upstream and client subscriptions, pushes, gaps,
+        failovers, fan-out), per network."""
         solana = self.solana_hubs
 
         def per_solana(
@@ -506,12 +523,18 @@ class WsEndpoint:
             "Wall-clock time the newest Solana notification reached the hub (bench).",
             per_solana(lambda hub: round(hub.arrival, 6)),
         )
-        registry.family(
-            "chaingate_ws_fanout_total",
-            "counter",
-            "Blocks fanned out.",
-            per_hub(lambda hub, base: [(base, sum(hub.fanout.counts))]),
-        )
+
+
+def _per_hub(
+    hubs: dict[Network, Hub], read: Callable[[Hub, dict[str, str]], Iterable[Sample]]
+) -> Callable[[], Iterable[Sample]]:
+    """A family's collector: ``read``'s samples of every EVM hub, labelled by its network."""
+
+    def collect() -> Iterable[Sample]:
+        for key, hub in hubs.items():
+            yield from read(hub, {"chain": key.chain, "network": key.network})
+
+    return collect
 
 
 def _refused(rejection: Rejection) -> tuple[int, bytes, bytes]:

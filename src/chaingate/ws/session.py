@@ -44,7 +44,8 @@ from chaingate.auth.gate import Gate, Principal, Rejection, book
 from chaingate.config import WebSocketSettings
 from chaingate.edge.compression import THREAD_BYTES
 from chaingate.jsondepth import too_deep
-from chaingate.rpc.service import RpcReply, RpcService
+from chaingate.rpc.reply import RpcReply
+from chaingate.rpc.service import RpcService
 from chaingate.ws.caps import KeyBudgets, WsCaps, over_budget
 from chaingate.ws.deflate import InboundDeflate, Negotiated, deflate_message
 from chaingate.ws.hub import Hub, SubscribeError
@@ -71,6 +72,7 @@ from chaingate.ws.solana_hub import SolanaHub
 from chaingate.ws.solana_methods import (
     INVALID_SUBSCRIPTION_ID,
     UNSUBSCRIBES,
+    Key,
     ParamsError,
     subscription_key,
 )
@@ -496,7 +498,7 @@ class Session:
         if member is not None:
             self.joined(member, id_raw)
 
-    def _solana_refusal(self, method: str, params: list[Any]) -> Any:
+    def _solana_refusal(self, method: str, params: list[Any]) -> Key | SubscribeError:
         """The subscription's key (admitted and billed), or a SubscribeError."""
         caps = self.caps
         if len(self.subscriptions) + self._waiting >= caps.subscriptions:

@@ -58,7 +58,7 @@ class ParamsError(ValueError):
     """Params chaingate refuses before asking any upstream (-32602)."""
 
 
-def subscription_key(method: str, params: Any) -> Key:
+def subscription_key(method: str, params: object) -> Key:
     """The key of ``method(params)``; ParamsError when it cannot be one.  What the params mean
     is the upstream's to judge (its error comes back to the client unchanged)."""
     if method not in NOTIFICATIONS:

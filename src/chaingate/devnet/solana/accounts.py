@@ -74,14 +74,14 @@ def _ui(
         raise invalid(str(exc)) from None
 
 
-def get_balance(ledger: Ledger, params: list[Any]) -> Any:
+def get_balance(ledger: Ledger, params: list[Any]) -> object:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     slot = commitment(ledger, config(params, 1))
     account = ledger.account(key, slot)
     return with_context(slot, account.lamports if account else 0)
 
 
-def get_account_info(ledger: Ledger, params: list[Any]) -> Any:
+def get_account_info(ledger: Ledger, params: list[Any]) -> object:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     cfg = config(params, 1)
     cfg.setdefault("encoding", LEGACY_DEFAULT)
@@ -89,7 +89,7 @@ def get_account_info(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, _ui(ledger, slot, [ledger.account(key, slot)], cfg)[0])
 
 
-def get_multiple_accounts(ledger: Ledger, params: list[Any]) -> Any:
+def get_multiple_accounts(ledger: Ledger, params: list[Any]) -> object:
     keys = [pubkey(text) for text in arg(params, 0, list, name="pubkeys")]
     if len(keys) > MAX_MULTIPLE_ACCOUNTS:
         raise invalid(f"Too many inputs provided; max {MAX_MULTIPLE_ACCOUNTS}")
@@ -98,7 +98,7 @@ def get_multiple_accounts(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, _ui(ledger, slot, [ledger.account(k, slot) for k in keys], cfg))
 
 
-def account_filter(spec: Any) -> Callable[[bytes], bool]:
+def account_filter(spec: object) -> Callable[[bytes], bool]:
     if not isinstance(spec, dict) or len(spec) != 1:
         raise invalid("Invalid params: a filter is {dataSize} or {memcmp}")
     if "dataSize" in spec:
@@ -136,7 +136,7 @@ def _keyed(
     return [{"account": ui, "pubkey": str(key)} for (key, _), ui in zip(found, shown, strict=True)]
 
 
-def get_program_accounts(ledger: Ledger, params: list[Any]) -> Any:
+def get_program_accounts(ledger: Ledger, params: list[Any]) -> object:
     program = pubkey(arg(params, 0, str, name="program id"), "program id")
     cfg = config(params, 1)
     cfg.setdefault("encoding", LEGACY_DEFAULT)
@@ -149,7 +149,7 @@ def get_program_accounts(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, value) if cfg.get("withContext") else value
 
 
-def get_token_accounts_by_owner(ledger: Ledger, params: list[Any]) -> Any:
+def get_token_accounts_by_owner(ledger: Ledger, params: list[Any]) -> object:
     owner = pubkey(arg(params, 0, str, name="owner"), "owner")
     which = arg(params, 1, dict, name="mint or programId")
     cfg = config(params, 2)
@@ -187,7 +187,7 @@ def _token(ledger: Ledger, params: list[Any], what: str) -> tuple[int, bytes, Ac
     return slot, bytes(account.data), account
 
 
-def get_token_account_balance(ledger: Ledger, params: list[Any]) -> Any:
+def get_token_account_balance(ledger: Ledger, params: list[Any]) -> object:
     slot, data, _ = _token(ledger, params, "account")
     mint = ledger.account(Pubkey.from_bytes(data[0:32]), slot)
     if mint is None:
@@ -196,20 +196,20 @@ def get_token_account_balance(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, codec.token_amount(amount, bytes(mint.data)[44]))
 
 
-def get_token_supply(ledger: Ledger, params: list[Any]) -> Any:
+def get_token_supply(ledger: Ledger, params: list[Any]) -> object:
     slot, data, _ = _token(ledger, params, "mint")
     supply = int.from_bytes(data[36:44], "little")
     return with_context(slot, codec.token_amount(supply, data[44]))
 
 
-def get_minimum_balance_for_rent_exemption(ledger: Ledger, params: list[Any]) -> Any:
+def get_minimum_balance_for_rent_exemption(ledger: Ledger, params: list[Any]) -> object:
     size = arg(params, 0, int, name="data length")
     if size < 0 or size > 10 * 1024 * 1024:
         raise invalid("Invalid params: data length out of range")
     return ledger.svm.minimum_balance_for_rent_exemption(size)
 
 
-METHODS: dict[str, Callable[[Ledger, list[Any]], Any]] = {
+METHODS: dict[str, Callable[[Ledger, list[Any]], object]] = {
     "getBalance": get_balance,
     "getAccountInfo": get_account_info,
     "getMultipleAccounts": get_multiple_accounts,

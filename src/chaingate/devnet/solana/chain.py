@@ -22,31 +22,31 @@ from chaingate.devnet.solana.params import (
 COMPUTE_BUDGET_PROGRAM = "ComputeBudget111111111111111111111111111111"
 
 
-def get_version(ledger: Ledger, params: list[Any]) -> Any:
+def get_version(ledger: Ledger, params: list[Any]) -> object:
     return {"feature-set": FEATURE_SET, "solana-core": SOLANA_CORE_VERSION}
 
 
-def get_health(ledger: Ledger, params: list[Any]) -> Any:
+def get_health(ledger: Ledger, params: list[Any]) -> object:
     return "ok"
 
 
-def get_genesis_hash(ledger: Ledger, params: list[Any]) -> Any:
+def get_genesis_hash(ledger: Ledger, params: list[Any]) -> object:
     return ledger.genesis_hash
 
 
-def get_identity(ledger: Ledger, params: list[Any]) -> Any:
+def get_identity(ledger: Ledger, params: list[Any]) -> object:
     return {"identity": str(ledger.identity)}
 
 
-def get_slot(ledger: Ledger, params: list[Any]) -> Any:
+def get_slot(ledger: Ledger, params: list[Any]) -> object:
     return commitment(ledger, config(params, 0))
 
 
-def get_block_height(ledger: Ledger, params: list[Any]) -> Any:
+def get_block_height(ledger: Ledger, params: list[Any]) -> object:
     return ledger.blocks[commitment(ledger, config(params, 0))].block_height
 
 
-def get_epoch_info(ledger: Ledger, params: list[Any]) -> Any:
+def get_epoch_info(ledger: Ledger, params: list[Any]) -> object:
     slot = commitment(ledger, config(params, 0))
     schedule = ledger.svm.get_epoch_schedule()
     epoch, index = schedule.get_epoch_and_slot_index(slot)
@@ -60,17 +60,17 @@ def get_epoch_info(ledger: Ledger, params: list[Any]) -> Any:
     }
 
 
-def get_transaction_count(ledger: Ledger, params: list[Any]) -> Any:
+def get_transaction_count(ledger: Ledger, params: list[Any]) -> object:
     commitment(ledger, config(params, 0))
     return ledger.transaction_count
 
 
-def get_slot_leader(ledger: Ledger, params: list[Any]) -> Any:
+def get_slot_leader(ledger: Ledger, params: list[Any]) -> object:
     commitment(ledger, config(params, 0))
     return str(ledger.identity)  # the only validator there is
 
 
-def get_epoch_schedule(ledger: Ledger, params: list[Any]) -> Any:
+def get_epoch_schedule(ledger: Ledger, params: list[Any]) -> object:
     schedule = ledger.svm.get_epoch_schedule()
     return {
         "firstNormalEpoch": schedule.first_normal_epoch,
@@ -81,7 +81,7 @@ def get_epoch_schedule(ledger: Ledger, params: list[Any]) -> Any:
     }
 
 
-def get_latest_blockhash(ledger: Ledger, params: list[Any]) -> Any:
+def get_latest_blockhash(ledger: Ledger, params: list[Any]) -> object:
     slot = commitment(ledger, config(params, 0))
     value = {
         "blockhash": ledger.blocks[slot].blockhash,
@@ -90,7 +90,7 @@ def get_latest_blockhash(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, value)
 
 
-def is_blockhash_valid(ledger: Ledger, params: list[Any]) -> Any:
+def is_blockhash_valid(ledger: Ledger, params: list[Any]) -> object:
     blockhash = arg(params, 0, str, name="blockhash")
     slot = commitment(ledger, config(params, 1))
     return with_context(slot, ledger.blockhash_valid(blockhash))
@@ -118,7 +118,7 @@ def priority_fee(message: VersionedMessage) -> int:
     return (price * limit + 999_999) // 1_000_000
 
 
-def get_fee_for_message(ledger: Ledger, params: list[Any]) -> Any:
+def get_fee_for_message(ledger: Ledger, params: list[Any]) -> object:
     message = decode_message(arg(params, 0, str, name="message"))
     slot = commitment(ledger, config(params, 1))
     if not ledger.blockhash_valid(str(message.recent_blockhash)):
@@ -127,7 +127,7 @@ def get_fee_for_message(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, fee + priority_fee(message))
 
 
-def get_recent_prioritization_fees(ledger: Ledger, params: list[Any]) -> Any:
+def get_recent_prioritization_fees(ledger: Ledger, params: list[Any]) -> object:
     wanted = {str(key) for key in arg(params, 0, list, name="addresses", default=[])}
     if len(wanted) > 128:
         raise invalid("Too many inputs provided; max 128")
@@ -151,7 +151,7 @@ def priority_price(message: VersionedMessage) -> int:
     return 0
 
 
-METHODS: dict[str, Callable[[Ledger, list[Any]], Any]] = {
+METHODS: dict[str, Callable[[Ledger, list[Any]], object]] = {
     "getVersion": get_version,
     "getHealth": get_health,
     "getGenesisHash": get_genesis_hash,

@@ -67,7 +67,7 @@ def decode_bytes(text: str, encoding: str) -> bytes:
     raise EncodingError(f"unsupported encoding: {encoding}")
 
 
-def encode_data(data: bytes, encoding: str) -> Any:
+def encode_data(data: bytes, encoding: str) -> str | list[str]:
     """An account's ``data`` field in ``encoding`` (jsonParsed is the caller's)."""
     if encoding in ("base58", "binary"):
         if len(data) > MAX_BASE58_BYTES:
@@ -92,7 +92,7 @@ def ui_account(
     mint_decimals: dict[Pubkey, int] | None = None,
 ) -> dict[str, Any]:
     raw = bytes(account.data)
-    data: Any
+    data: object
     parsed = None
     if encoding == "jsonParsed":
         parsed = parse_token(account, mint_decimals or {})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 _TRANSACTION = {
     "AccountInUse": "Account in use",
     "AccountNotFound": "Attempt to debit an account but found no record of a prior credit.",
@@ -30,7 +28,7 @@ _INSTRUCTION = {
 }
 
 
-def describe(err: Any) -> str:
+def describe(err: object) -> str:
     if isinstance(err, str):
         return _TRANSACTION.get(err, err)
     if isinstance(err, dict) and "InstructionError" in err:

@@ -44,7 +44,7 @@ FAUCET_LAMPORTS = 10**9 * 10**9  # a billion SOL
 class TransactionRefused(Exception):
     """A transaction that never reaches a block; ``err`` is Solana's TransactionError JSON."""
 
-    def __init__(self, err: Any) -> None:
+    def __init__(self, err: object) -> None:
         super().__init__(err)
         self.err = err
 
@@ -56,7 +56,7 @@ class Executed:
     signature: str
     tx: VersionedTransaction
     slot: int
-    err: Any
+    err: object
     logs: list[str]
     units: int
     fee: int
@@ -85,7 +85,7 @@ def _lamports(account: Account | None) -> int:
     return account.lamports if account is not None else 0
 
 
-def error_json(err: Any) -> Any:
+def error_json(err: Any) -> object:
     """Solana's JSON for a solders TransactionError (solders serialises it inside a result)."""
     result = RpcSimulateTransactionResult(err=err, logs=None, accounts=None, units_consumed=None)
     return msgspec.json.decode(result.to_json())["err"]

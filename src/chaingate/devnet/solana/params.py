@@ -56,7 +56,7 @@ def config(params: list[Any], index: int) -> dict[str, Any]:
     return {key: value for key, value in cfg.items() if value is not None}
 
 
-def pubkey(text: Any, name: str = "pubkey") -> Pubkey:
+def pubkey(text: object, name: str = "pubkey") -> Pubkey:
     if not isinstance(text, str):
         raise invalid(f"Invalid params: {name} must be a base58 string")
     try:
@@ -90,5 +90,5 @@ def commitment(ledger: Ledger, cfg: dict[str, Any], *, least: Commitment = "proc
     return slot
 
 
-def with_context(slot: int, value: Any) -> dict[str, Any]:
+def with_context(slot: int, value: object) -> dict[str, Any]:
     return {"context": {"apiVersion": SOLANA_CORE_VERSION, "slot": slot}, "value": value}

@@ -42,7 +42,7 @@ class Subscription:
     mentions: Pubkey | None = None
     encoding: str = "base64"
     filters: list[Callable[[bytes], bool]] = field(default_factory=list)
-    last: Any = field(default=None)
+    last: object = field(default=None)
 
 
 def _encoding(cfg: dict[str, Any]) -> str:
@@ -80,7 +80,7 @@ class Hub:
             return _encode({"jsonrpc": "2.0", "error": internal.error(), "id": request_id})
         return _encode({"jsonrpc": "2.0", "result": result, "id": request_id})
 
-    def _call(self, method: Any, params: Any, send: Send, owned: set[int]) -> Any:
+    def _call(self, method: object, params: object, send: Send, owned: set[int]) -> object:
         if not isinstance(params, list):
             raise invalid("Invalid params: expected an array")
         if isinstance(method, str) and method.endswith("Unsubscribe"):
@@ -94,7 +94,7 @@ class Hub:
         owned.add(subscription.id)
         return subscription.id
 
-    def _subscription(self, method: Any, params: list[Any], send: Send) -> Subscription:
+    def _subscription(self, method: object, params: list[Any], send: Send) -> Subscription:
         cfg = params[-1] if params and isinstance(params[-1], dict) else {}
         commitment = cfg.get("commitment") or "finalized"
         if commitment not in COMMITMENTS:
@@ -150,7 +150,7 @@ class Hub:
         """The last slot whose notifications at ``commitment`` can go out (a closed slot)."""
         return min(self.ledger.slot(commitment), self.ledger.head - 1)
 
-    def _account(self, sub: Subscription, slot: int) -> Any:
+    def _account(self, sub: Subscription, slot: int) -> object:
         assert sub.key is not None
         account = self.ledger.account(sub.key, slot)
         empty = {
@@ -216,7 +216,7 @@ class Hub:
                 }
                 self._notify(sub, {"context": context, "value": value})
 
-    def _notify(self, sub: Subscription, result: Any) -> None:
+    def _notify(self, sub: Subscription, result: object) -> None:
         params = {"result": result, "subscription": sub.id}
         sub.send(_encode({"jsonrpc": "2.0", "method": sub.method, "params": params}))
 

@@ -17,17 +17,17 @@ from chaingate.rpc.local import RpcFault
 
 MAX_BATCH = 100
 log = logging.getLogger("chaingate.devnet.solana")
-Handler = Callable[[Ledger, list[Any]], Any]
+Handler = Callable[[Ledger, list[Any]], object]
 METHODS: dict[str, Handler] = {**chain.METHODS, **accounts.METHODS, **transactions.METHODS}
 
 _encode = msgspec.json.Encoder().encode
 
 
-def _error(fault: RpcFault, request_id: Any = None) -> dict[str, Any]:
+def _error(fault: RpcFault, request_id: object = None) -> dict[str, Any]:
     return {"error": fault.error(), "id": request_id, "jsonrpc": "2.0"}
 
 
-def answer_one(ledger: Ledger, request: Any) -> dict[str, Any] | None:
+def answer_one(ledger: Ledger, request: object) -> dict[str, Any] | None:
     """One request's reply; None for a notification (no id)."""
     if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
         return _error(RpcFault(Code.INVALID_REQUEST, "Invalid request"))

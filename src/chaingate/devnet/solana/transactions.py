@@ -11,7 +11,7 @@ from solders.transaction import VersionedTransaction
 
 from chaingate.devnet.solana import codec
 from chaingate.devnet.solana.errors import describe
-from chaingate.devnet.solana.ledger import Executed, Ledger, TransactionRefused
+from chaingate.devnet.solana.ledger import Block, Executed, Ledger, TransactionRefused
 from chaingate.devnet.solana.params import (
     Code,
     arg,
@@ -47,7 +47,7 @@ def decode_transaction(text: str, encoding: str) -> VersionedTransaction:
 
 
 def simulation_result(
-    executed: Executed | None, err: Any, accounts: Any = None, replacement: Any = None
+    executed: Executed | None, err: object, accounts: object = None, replacement: object = None
 ) -> dict[str, Any]:
     """simulateTransaction's value, and a failed preflight's error data."""
     return {
@@ -71,7 +71,7 @@ def _signature_failure() -> RpcFault:
     )
 
 
-def _preflight_failure(executed: Executed | None, err: Any) -> RpcFault:
+def _preflight_failure(executed: Executed | None, err: object) -> RpcFault:
     return RpcFault(
         Code.PREFLIGHT_FAILURE,
         f"Transaction simulation failed: {describe(err)}",
@@ -79,7 +79,7 @@ def _preflight_failure(executed: Executed | None, err: Any) -> RpcFault:
     )
 
 
-def send_transaction(ledger: Ledger, params: list[Any]) -> Any:
+def send_transaction(ledger: Ledger, params: list[Any]) -> object:
     cfg = config(params, 1)
     tx = decode_transaction(arg(params, 0, str, name="transaction"), cfg.get("encoding", "base58"))
     signature = str(tx.signatures[0])
@@ -106,7 +106,7 @@ def send_transaction(ledger: Ledger, params: list[Any]) -> Any:
     return signature
 
 
-def simulate_transaction(ledger: Ledger, params: list[Any]) -> Any:
+def simulate_transaction(ledger: Ledger, params: list[Any]) -> object:
     cfg = config(params, 1)
     tx = decode_transaction(arg(params, 0, str, name="transaction"), cfg.get("encoding", "base58"))
     replace = bool(cfg.get("replaceRecentBlockhash", False))
@@ -140,13 +140,15 @@ def simulate_transaction(ledger: Ledger, params: list[Any]) -> Any:
     return with_context(slot, result)
 
 
-def _shown(ledger: Ledger, key: Pubkey, simulated: Account | None, encoding: str) -> Any:
+def _shown(
+    ledger: Ledger, key: Pubkey, simulated: Account | None, encoding: str
+) -> dict[str, Any] | None:
     """An account after a simulation: as it left it, else as it is."""
     account = simulated if simulated is not None else ledger.account(key, ledger.head)
     return None if account is None else codec.ui_account(account, encoding)
 
 
-def request_airdrop(ledger: Ledger, params: list[Any]) -> Any:
+def request_airdrop(ledger: Ledger, params: list[Any]) -> object:
     key = pubkey(arg(params, 0, str, name="pubkey"))
     lamports = arg(params, 1, int, name="lamports")
     if not 0 < lamports <= MAX_AIRDROP_LAMPORTS:
@@ -168,7 +170,7 @@ def _status(ledger: Ledger, executed: Executed) -> dict[str, Any]:
     }
 
 
-def get_signature_statuses(ledger: Ledger, params: list[Any]) -> Any:
+def get_signature_statuses(ledger: Ledger, params: list[Any]) -> object:
     signatures = arg(params, 0, list, name="signatures")
     if len(signatures) > MAX_SIGNATURE_STATUSES:
         raise invalid(f"Too many inputs provided; max {MAX_SIGNATURE_STATUSES}")
@@ -221,7 +223,7 @@ def _with_meta(ledger: Ledger, executed: Executed, cfg: dict[str, Any]) -> dict[
     return shown
 
 
-def get_transaction(ledger: Ledger, params: list[Any]) -> Any:
+def get_transaction(ledger: Ledger, params: list[Any]) -> object:
     signature = arg(params, 0, str, name="signature")
     cfg = config(params, 1)
     if isinstance(params[1:2] and params[1], str):
@@ -234,7 +236,7 @@ def get_transaction(ledger: Ledger, params: list[Any]) -> Any:
     return {"blockTime": ledger.blocks[executed.slot].block_time, "slot": executed.slot, **shown}
 
 
-def _block(ledger: Ledger, slot: int, cfg: dict[str, Any]) -> Any:
+def _block(ledger: Ledger, slot: int, cfg: dict[str, Any]) -> Block:
     if slot > commitment(ledger, cfg, least="confirmed"):
         raise RpcFault(Code.BLOCK_NOT_AVAILABLE, f"Block not available for slot {slot}")
     block = ledger.blocks.get(slot)
@@ -247,7 +249,7 @@ def _block(ledger: Ledger, slot: int, cfg: dict[str, Any]) -> Any:
     return block
 
 
-def get_block(ledger: Ledger, params: list[Any]) -> Any:
+def get_block(ledger: Ledger, params: list[Any]) -> object:
     slot = arg(params, 0, int, name="slot")
     cfg = config(params, 1)
     if isinstance(params[1:2] and params[1], str):
@@ -272,7 +274,7 @@ def get_block(ledger: Ledger, params: list[Any]) -> Any:
     return shown
 
 
-def get_block_time(ledger: Ledger, params: list[Any]) -> Any:
+def get_block_time(ledger: Ledger, params: list[Any]) -> object:
     slot = arg(params, 0, int, name="slot")
     block = ledger.blocks.get(slot)
     if block is None or slot > ledger.slot("confirmed"):
@@ -280,7 +282,7 @@ def get_block_time(ledger: Ledger, params: list[Any]) -> Any:
     return block.block_time
 
 
-def get_blocks(ledger: Ledger, params: list[Any]) -> Any:
+def get_blocks(ledger: Ledger, params: list[Any]) -> object:
     start = arg(params, 0, int, name="start slot")
     end_or_cfg = params[1] if len(params) > 1 else None
     cfg = end_or_cfg if isinstance(end_or_cfg, dict) else config(params, 2)
@@ -291,7 +293,7 @@ def get_blocks(ledger: Ledger, params: list[Any]) -> Any:
     return [slot for slot in ledger.blocks if start <= slot <= min(end, top)]
 
 
-def get_blocks_with_limit(ledger: Ledger, params: list[Any]) -> Any:
+def get_blocks_with_limit(ledger: Ledger, params: list[Any]) -> object:
     start = arg(params, 0, int, name="start slot")
     limit = arg(params, 1, int, name="limit")
     if not 0 <= limit <= MAX_GET_BLOCKS_RANGE:
@@ -300,11 +302,11 @@ def get_blocks_with_limit(ledger: Ledger, params: list[Any]) -> Any:
     return [slot for slot in ledger.blocks if start <= slot <= top][:limit]
 
 
-def get_first_available_block(ledger: Ledger, params: list[Any]) -> Any:
+def get_first_available_block(ledger: Ledger, params: list[Any]) -> object:
     return ledger.first_available()
 
 
-def get_signatures_for_address(ledger: Ledger, params: list[Any]) -> Any:
+def get_signatures_for_address(ledger: Ledger, params: list[Any]) -> object:
     key = pubkey(arg(params, 0, str, name="address"), "address")
     cfg = config(params, 1)
     slot = commitment(ledger, cfg, least="confirmed")
@@ -338,7 +340,7 @@ def get_signatures_for_address(ledger: Ledger, params: list[Any]) -> Any:
     return found
 
 
-METHODS: dict[str, Callable[[Ledger, list[Any]], Any]] = {
+METHODS: dict[str, Callable[[Ledger, list[Any]], object]] = {
     "sendTransaction": send_transaction,
     "simulateTransaction": simulate_transaction,
     "requestAirdrop": request_airdrop,
