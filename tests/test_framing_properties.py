@@ -1231,6 +1231,46 @@ def test_parse_response_twins_agree_and_match_json(impls: tuple[Impl, Impl], bod
         check_response_oracle(parsed, body)
 
 
+# What a string scan must stop at, or read past only as UTF-8; the compiled scans skip eight
+# plain bytes at a time, so each goes at every offset of the words around it.
+STRING_SPECIALS = [
+    b'\\"',
+    b"\\\\",
+    b"\\u00e9",
+    b"\\ud83d\\ude00",
+    b"\\n",
+    b"\\x",
+    b"\\u12g4",
+    b"\\",
+    b"\x00",
+    b"\x01",
+    b"\x1f",
+    b"\x7f",
+    b" ",
+    b"\xc3\xa9",
+    b"\xf0\x9f\x98\x80",
+    b"\x80",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b'"',
+]
+
+
+@pytest.mark.parametrize("special", STRING_SPECIALS)
+def test_string_scans_agree_at_every_offset(impls: tuple[Impl, Impl], special: bytes) -> None:
+    for before in range(18):
+        for after in (0, 1, 7, 8, 9, 17):
+            text = b"0x" + b"a" * before + special + b"f" * after
+            response = b'{"jsonrpc":"2.0","id":1,"result":"' + text + b'"}'
+            results = [impl.jsonrpc.parse_response(response) for impl in impls]
+            assert response_result_key(results[0]) == response_result_key(results[1]), response
+            check_response_oracle(results[0], response)
+            request = b'{"jsonrpc":"2.0","id":1,"method":"m","params":["' + text + b'"]}'
+            parsed = [impl.jsonrpc.parse_request(request, 10) for impl in impls]
+            assert request_result_key(parsed[0]) == request_result_key(parsed[1]), request
+            check_request_oracle(parsed[0], request, 10)
+
+
 ARRAY_VALUES = st.lists(VALUES, max_size=6)
 
 

@@ -30,6 +30,7 @@ streams are all in use, up to ``max_connections``; HTTP/1.1 is a few pipelined c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -188,6 +189,7 @@ class Upstream:
         self.stalled: set[Connection] = set()
         self.closed = False
         self._opening: Future[Connection] | None = None
+        self._growing = False  # a spare connection is being opened (ready(spread=True))
         self.health = Health()
 
     async def send(
@@ -217,22 +219,55 @@ class Upstream:
                 refusals += 1
                 self.health.errors[REFUSED] = self.health.errors.get(REFUSED, 0) + 1
 
-    def ready(self, *, prefer_idle: bool = False) -> UpstreamConnection | None:
+    def ready(
+        self, *, prefer_idle: bool = False, spread: bool = False
+    ) -> UpstreamConnection | None:
         """An open HTTP/1.1 connection with room for one more request right now, as
         ``acquire`` would choose it; None when it would have to wait (open one, an HTTP/2
-        connection's refusals to retry): then ``acquire``'s path is taken."""
+        connection's refusals to retry): then ``acquire``'s path is taken.
+
+        ``spread`` (the fast lane's groups of reads, each already one upstream batch): an
+        idle connection first, else the least loaded with room while another one opens
+        (up to ``max_connections``).  A node answers one connection's pipeline in order, one
+        call after the other, so its other cores serve only other connections' calls."""
         if self.closed:
             return None
         depth = self.settings.pipeline_depth
+        least: UpstreamConnection | None = None
         for conn in self.connections:
             if not isinstance(conn, UpstreamConnection) or conn.closed:
                 return None
             if self.stalled and conn in self.stalled:
                 continue
             in_flight = len(conn.pending)
-            if in_flight == 0 or (not prefer_idle and in_flight < depth):
+            if in_flight == 0 or (not prefer_idle and not spread and in_flight < depth):
                 return conn
-        return None
+            if spread and in_flight < depth and (least is None or in_flight < len(least.pending)):
+                least = conn
+        if least is not None:
+            self._grow()
+        return least
+
+    def _grow(self) -> None:
+        """Open one more connection in the background, when there is room for it."""
+        if not self._growing and self._room():
+            self._growing = True
+            self._nursery.start_soon(self._open_spare)
+
+    def _room(self) -> bool:
+        return (
+            self._opening is None
+            and not self.closed
+            and len(self.connections) - len(self.stalled) < self.settings.max_connections
+        )
+
+    async def _open_spare(self) -> None:
+        try:
+            if self._room():
+                with contextlib.suppress(UpstreamError):  # unreachable: the calls will say so
+                    await self._open()
+        finally:
+            self._growing = False
 
     async def acquire(self, *, prefer_idle: bool = False) -> Connection:
         """A connection for one more request: fill the first with room, else open another.
@@ -481,7 +516,7 @@ class UpstreamPool:
         order = self._ranked
         if order and (self.hedger is None or not retry_safe or len(order) < 2):
             upstream = order[0]
-            conn = upstream.ready(prefer_idle=not retry_safe)
+            conn = upstream.ready(prefer_idle=not retry_safe, spread=retry_safe)
             started = trio.current_time()
             if conn is not None and started < deadline:
                 attempt_deadline = min(deadline, started + upstream.settings.timeout)

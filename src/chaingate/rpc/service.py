@@ -173,7 +173,7 @@ class RpcService:
             upstream_batch=self._upstream_batch,
             refusals=refusals._asdict(),
             python_methods=frozenset(python_methods),
-            sticky=self.sticky,
+            sticky=None if self.sticky is None else self.sticky.routes,
             sticky_methods=STICKY_METHODS,
             logs=None if logs is None else (logs.max_block_range, logs.upstream_block_range),
             watched=_WATCHED,

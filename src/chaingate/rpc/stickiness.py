@@ -49,12 +49,14 @@ class Stickiness:
     def __init__(self, settings: ReadYourWritesSettings) -> None:
         self.window = max(0.0, settings.window)
         self.max_entries = max(1, settings.max_entries)
-        self._routes: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # key -> (upstream, expires); the fast lane holds it too, to ask in C whether any
+        # write is remembered (a sticky method's call is handed over only then).
+        self.routes: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self.routed = 0  # reads sent to a write's upstream (for /metrics)
         self.undecodable = 0  # sends whose sender could not be read (keyed by hash only)
 
     def __len__(self) -> int:
-        return len(self._routes)
+        return len(self.routes)
 
     def note_send(self, params: bytes | None, result: bytes, upstream: str, now: float) -> None:
         """``eth_sendRawTransaction`` with ``params`` went to ``upstream`` and answered
@@ -82,7 +84,7 @@ class Stickiness:
             answered = None
         if isinstance(answered, str):
             keys.append(answered.lower())  # the hash as the node computed it
-        routes = self._routes
+        routes = self.routes
         for key in keys:
             if not key:
                 continue
@@ -94,17 +96,17 @@ class Stickiness:
     def route(self, method: str, params: bytes | None, now: float) -> str | None:
         """The upstream a read should go to first, if a recent write of its sender or
         transaction went somewhere."""
-        if not self._routes or method not in STICKY_METHODS:
+        if not self.routes or method not in STICKY_METHODS:
             return None
         key = _first(params)
         if key is None:
             return None
-        found = self._routes.get(key)
+        found = self.routes.get(key)
         if found is None:
             return None
         upstream, expires = found
         if expires <= now:
-            del self._routes[key]
+            del self.routes[key]
             return None
         self.routed += 1
         return upstream

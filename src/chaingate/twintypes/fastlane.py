@@ -151,7 +151,8 @@ class Presenter(Protocol):
 
 
 class Sticky(Protocol):
-    """Read-your-writes (``chaingate.rpc.stickiness.Stickiness``): writes it remembers."""
+    """The writes read-your-writes remembers (``Stickiness.routes``, a dict: its length is
+    asked without a Python call)."""
 
     def __len__(self) -> int: ...
 
