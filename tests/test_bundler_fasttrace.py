@@ -582,6 +582,17 @@ async def test_lean_build_is_sound_where_only_the_slots_decide(
         final = await verdict(node, op, ep, version, fast=True)
         assert final[0] == ("refused" if refusal else "accepted"), (name, final)
         assert refusal in str(final[1]), (name, final)
+    # The plan (a hint per EntryPoint, factory and paymaster): after an operation that needed
+    # the prestate the next one asks for it at once, and, its codes alone sufficing, the one
+    # after that is lean again.
+    nativetrace.PLANS.clear()
+    counts = []
+    for op in (cases["unassociated"][0], cases["mini"][0], cases["mini"][0]):
+        before = dict(nativetrace.PRESTATE)
+        await nativetrace.fast_trace(node, op, ep, version, None)
+        counts.append({k: nativetrace.PRESTATE[k] - before[k] for k in before})
+    lean_after = {"skipped": 1, "fetched": 0} if shipped else {"skipped": 0, "fetched": 1}
+    assert counts == [{"skipped": 0, "fetched": 1}, {"skipped": 0, "fetched": 1}, lean_after]
 
 
 class Refusing(Node):

@@ -992,8 +992,7 @@ async def fast_trace(
             ("debug_traceCall", [tx, block, {"tracer": "callTracer", **extra}])
         ]
         wanted: list[str] = []
-        if lean:
-            assert given is not None
+        if given is not None and lean:
             wanted = _expected_targets(op, entry_point, plan, given)
             calls += [("eth_getCode", [address, block]) for address in wanted]
         else:
@@ -1007,8 +1006,8 @@ async def fast_trace(
             replay["calls"] = msgspec.convert(answers[-2], _Frame)
             replay["prestate"] = msgspec.convert(answers[-1], _Prestate)
         harmless = op.deploys and _vouched(root, op, entry_point, version, replay) is None
-        if lean:
-            assert given is not None
+        shipped_entry_point = shipped and given is not None and entry_point.lower() in given
+        if given is not None and lean:
             fetched = dict(zip(wanted, answers[1 : 1 + len(wanted)], strict=True))
             built = await _lean_build(
                 client,
@@ -1021,7 +1020,7 @@ async def fast_trace(
                 version,
                 harmless,
                 replay,
-                shipped_entry_point=shipped and entry_point.lower() in given,
+                shipped_entry_point=shipped_entry_point,
             )
             _remember(key, root, lean=isinstance(built, FastTrace))
             if isinstance(built, FastTrace):
@@ -1031,7 +1030,23 @@ async def fast_trace(
             prestate: _Prestate = await _typed_call(client, *prestate_call, _Prestate)
         else:
             prestate = msgspec.convert(answers[1], _Prestate)
-            _remember(key, root, lean=False)
+            # Would the codes alone have done?  (The prestate's codes are the lean build's
+            # and more.)  So one operation needing the prestate does not keep the next
+            # ones of its EntryPoint, factory and paymaster from the lean path.
+            probe = given is not None and isinstance(
+                build_static(
+                    root,
+                    prestate,
+                    op,
+                    entry_point=entry_point,
+                    version=version,
+                    factory_extcode_harmless=harmless,
+                    storage_known=False,
+                    shipped_entry_point=shipped_entry_point,
+                ),
+                FastTrace,
+            )
+            _remember(key, root, lean=probe)
         PRESTATE["fetched"] += 1
         static = build_static(
             root,
