@@ -42,6 +42,11 @@ prestateTracer alone (~1.5 ms instead of ~8 ms on anvil); otherwise the struct l
 Deploying operations too (issue 34): CREATE/CREATE2 are counted from their frames (anvil gives
 every one a frame), and the factory phase's EXTCODE* targets are vouched for by the phase
 replayed alone, run beside the two traces (``replay_call``, ``factory_oracle``).
+
+Most need no prestateTracer either (the lean path, issue 34): its codes are ``eth_getCode`` at
+the same block, asked for in callTracer's batch, and its slots matter to the rules only
+outside the sender's and the EntryPoint's contexts — ``build_static(storage_known=False)``
+says when (``fast_trace``).
 """
 
 from __future__ import annotations
