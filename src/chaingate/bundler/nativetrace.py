@@ -976,7 +976,15 @@ async def fast_trace(
     )
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
     given = _override_codes(override)
-    shipped = simulations_code is None or simulations_code == simulations_for(version)
+    # The lean build needs the EntryPoint to be the shipped EntryPointSimulations (its own
+    # sender check's EXTCODESIZE targets are known: ``_sender_check``), and is never worth
+    # trying for an EIP-7702 sender (a designator is no code static analysis can read).
+    shipped_entry_point = (
+        given is not None
+        and entry_point.lower() in given
+        and (simulations_code is None or simulations_code == simulations_for(version))
+    )
+    possible = given is not None and shipped_entry_point and op.eip7702_auth is None
     key = (
         entry_point.lower(),
         (op.factory or "").lower() if op.deploys else "",
@@ -984,7 +992,7 @@ async def fast_trace(
         op.eip7702_auth is not None,
     )
     plan = PLANS.get(key)
-    lean = given is not None and (plan is None or plan.lean)
+    lean = possible and (plan is None or plan.lean)
     failed = ""
     replay: dict[str, Any] = {}
     try:
@@ -1011,7 +1019,6 @@ async def fast_trace(
             replay["calls"] = msgspec.convert(answers[-2], _Frame)
             replay["prestate"] = msgspec.convert(answers[-1], _Prestate)
         harmless = op.deploys and _vouched(root, op, entry_point, version, replay) is None
-        shipped_entry_point = shipped and given is not None and entry_point.lower() in given
         if given is not None and lean:
             fetched = dict(zip(wanted, answers[1 : 1 + len(wanted)], strict=True))
             built = await _lean_build(
@@ -1038,7 +1045,7 @@ async def fast_trace(
             # Would the codes alone have done?  (The prestate's codes are the lean build's
             # and more.)  So one operation needing the prestate does not keep the next
             # ones of its EntryPoint, factory and paymaster from the lean path.
-            probe = given is not None and isinstance(
+            probe = possible and isinstance(
                 build_static(
                     root,
                     prestate,
