@@ -287,6 +287,10 @@ async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) 
         if SKIPPED["lean"]:  # the lean trace judged, whatever fast_trace returned
             lean = LEAN_TRACES["last"]
             assert_covers(lean, exact_trace, op, version, slots=False)
+            # and no more than it called (another operation's sender, expected from the
+            # last validation's plan, would drop this one when that one deploys)
+            named = {op.sender.lower(), (op.paymaster or op.sender).lower()}
+            assert set(lean.code_hashes) <= set(exact_trace.code_hashes) | named
             assert lean_verdict(lean, op, ep, version) == lean_verdict(exact_trace, op, ep, version)
     if decision == "accept":
         assert exact[0] == "accepted", (exact, fast)
@@ -480,8 +484,21 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             shape: simple_op(rpc, manifest, version, factory, deployed=shape[0], sponsored=shape[1])
             for shape in SHAPES
         }
+        others = {  # a second deploying operation of each shape
+            s: simple_op(rpc, manifest, version, factory, deployed=False, sponsored=s)
+            for s in (True, False)
+        }
     for (deployed, sponsored), op in ops.items():
         decision = await check_sound(node, op, entry_point, version)
+        if not deployed and version != "0.6":
+            # After a validation of another deploying operation (the plan expects its
+            # sender): this one's code hashes still name its own sender alone.
+            other = others[sponsored]
+            nativetrace.PLANS.clear()
+            await nativetrace.fast_trace(node, other, entry_point, version, None)
+            mine = await nativetrace.fast_trace(node, op, entry_point, version, None)
+            assert isinstance(mine, nativetrace.FastTrace), mine
+            assert other.sender.lower() not in mine.trace.code_hashes
         print(
             f"v{version} deployed={deployed} sponsored={sponsored}: {decision}, "
             f"struct log {'skipped' if SKIPPED['last'] else 'fetched'}, "

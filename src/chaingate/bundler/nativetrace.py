@@ -1034,7 +1034,7 @@ async def fast_trace(
                 replay,
                 shipped_entry_point=shipped_entry_point,
             )
-            _remember(key, root, lean=isinstance(built, FastTrace))
+            _remember(key, root, op.sender, lean=isinstance(built, FastTrace))
             if isinstance(built, FastTrace):
                 PRESTATE["skipped"] += 1
                 STRUCT_LOG["skipped"] += 1
@@ -1058,7 +1058,7 @@ async def fast_trace(
                 ),
                 FastTrace,
             )
-            _remember(key, root, lean=probe)
+            _remember(key, root, op.sender, lean=probe)
         PRESTATE["fetched"] += 1
         static = build_static(
             root,
@@ -1155,10 +1155,13 @@ def _expected_targets(
     return [a for a in dict.fromkeys(expected) if a not in given][:MAX_EXPECTED]
 
 
-def _remember(key: tuple[str, str, str, bool], root: _Frame, *, lean: bool) -> None:
+def _remember(key: tuple[str, str, str, bool], root: _Frame, sender: str, *, lean: bool) -> None:
+    """The plan for the next validation of ``key``: what this one called but its own sender
+    (the next one's is another)."""
     if key not in PLANS and len(PLANS) >= MAX_PLANS:
         del PLANS[next(iter(PLANS))]
-    PLANS[key] = _Plan(tuple(_frame_targets(root))[:MAX_EXPECTED], lean)
+    targets = [a for a in _frame_targets(root) if a != sender.lower()]
+    PLANS[key] = _Plan(tuple(targets[:MAX_EXPECTED]), lean)
 
 
 async def _lean_build(
@@ -1193,7 +1196,12 @@ async def _lean_build(
         for address, account in prestate.items():
             if address.lower() not in unknowable:
                 state[address.lower()] = _Account(code=account.code)
-    for address, code in fetched.items():
+    # Only what this validation called (its code hashes are compared again before bundling:
+    # an expected account it did not call — another operation's sender — must not drop it).
+    for address in needed:
+        if address in given:
+            continue
+        code = fetched[address]
         if not isinstance(code, str):
             raise msgspec.ValidationError(f"eth_getCode answered {code!r}")
         state[address] = _Account(code=code)
