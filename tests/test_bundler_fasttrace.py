@@ -18,6 +18,12 @@ trace is checked against the one built from the struct log (same opcodes, calls,
 out-of-gas; a superset of storage), and the verdict against the exact path's, on every
 operation here.
 
+The lean build (issue 34: callTracer and the called accounts' codes, no prestateTracer) is
+built beside them on every operation here: where it builds, the same judgement, storage
+contexts and code hashes covering the exact trace's (and naming nothing it did not call);
+``RuleForeignReadAccount`` (clean code reading a bystander's slots) must be left to the
+prestate.
+
 Sans-IO tests: ``build_trace`` and ``build_static`` on hand-made traces (alignment, fallbacks,
 what needs the struct log), and ``opcodes`` (the linear sweep, dead code and the metadata
 trailer, GAS adjacency, reachability by selector).
