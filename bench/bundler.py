@@ -65,6 +65,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +202,8 @@ class Target:
         self.pid = pid
         self.headers: dict[str, str] = {}
         self.stack = stop
+        # chaingate's upstream requests so far (its /metrics), None where not known (Alto)
+        self.node_requests: Callable[[], int] | None = None
 
     def cpu_seconds(self) -> float | None:
         if self.pid is None:
@@ -281,7 +284,11 @@ def start_chaingate(name: str, node: str, manifest_path: Path, workdir: Path) ->
     except BaseException:
         stack.close()
         raise
-    return Target(name, f"{server.base}/v1/bundler/ethereum/devnet", server.process.pid, stack)
+    target = Target(name, f"{server.base}/v1/bundler/ethereum/devnet", server.process.pid, stack)
+    target.node_requests = lambda: report.total(
+        server.metrics(), "chaingate_upstream_requests_total"
+    )
+    return target
 
 
 def give_record(target: Target, factory: str, entry_point: str) -> None:
@@ -315,6 +322,7 @@ class Measured:
     send: bundlerload.SendResult | None = None
     cpu_s: float | None = None
     node_cpu_s: float | None = None  # the node's (anvil's) CPU during the load
+    node_requests: int | None = None  # the bundler's requests to the node then (chaingate's)
     receipts: bundlerload.Receipts | None = None
     last_receipt_after_s: float | None = None
     latency: bundlerload.Latency | None = None
@@ -386,11 +394,14 @@ def measure(
             [s.op.hash for s in warmed.accepted],
             timeout=RECEIPT_TIMEOUT,
         )
+    requests = None if target.node_requests is None else target.node_requests()
     cpu, node_cpu = target.cpu_seconds(), _node_cpu(node_pid)
     result.send = bundlerload.send_all(
         target.url, target.headers, load, entry_point, opts.concurrency
     )
     after, node_after = target.cpu_seconds(), _node_cpu(node_pid)
+    if target.node_requests is not None and requests is not None:
+        result.node_requests = target.node_requests() - requests
     result.cpu_s = None if cpu is None or after is None else after - cpu
     if node_cpu is not None and node_after is not None:
         result.node_cpu_s = node_after - node_cpu
@@ -469,17 +480,22 @@ def render(res: Results) -> str:
         "## Accepted operations per second (eth_sendUserOperation, full validation)",
         "",
         "| target | EntryPoint | sent | accepted | accepted ops/s | answer p50 ms "
-        "| answer p99 ms | server CPU ms/op | node CPU ms/op | included | failed receipts "
-        "| last receipt after s | refused |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| answer p99 ms | server CPU ms/op | node CPU ms/op | node requests/op | included "
+        "| failed receipts | last receipt after s | refused |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in res.rows:
         if m.send is None:
             lines.append(
-                f"| {m.target} | v{m.version} | 1 | 0 | n/a | n/a | n/a | n/a | n/a | n/a "
+                f"| {m.target} | v{m.version} | 1 | 0 | n/a | n/a | n/a | n/a | n/a | n/a | n/a "
                 f"| n/a | n/a | {_first_error(m)} |"
             )
             continue
+        requests = (
+            "n/a"
+            if m.node_requests is None or not m.send.sent
+            else f"{m.node_requests / len(m.send.sent):.2f}"
+        )
         answers = sorted(s.answered - s.started for s in m.send.sent)
         cpu, node_cpu = (
             "n/a" if spent is None or not m.send.sent else f"{spent / len(m.send.sent) * 1000:.2f}"
@@ -489,7 +505,8 @@ def render(res: Results) -> str:
         lines.append(
             f"| {m.target} | v{m.version} | {len(m.send.sent)} | {m.accepted} "
             f"| {m.send.rate:.1f} | {_ms(bundlerload.percentile(answers, 0.5))} "
-            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {node_cpu} | {m.included} "
+            f"| {_ms(bundlerload.percentile(answers, 0.99))} | {cpu} | {node_cpu} | {requests} "
+            f"| {m.included} "
             f"| {m.failed_receipts} | {after} | {_first_error(m)} |"
         )
     lines += [
@@ -498,7 +515,9 @@ def render(res: Results) -> str:
         "from the first request to the last answer.  Server CPU: the bundler process (Alto's "
         "node, chaingate's process) during the load, per operation sent; node CPU: the node's "
         "(anvil, n/a for an external one) in the same window, its work for the bundler and "
-        "for any other client.  Included: receipts "
+        "for any other client.  Node requests: chaingate's upstream requests in that window "
+        "(its /metrics; a batch counts once; the follower's polls and bundling's included), "
+        "per operation sent; n/a for Alto.  Included: receipts "
         "found by `eth_getUserOperationReceipt` (probe operation included); last receipt after: "
         "from the last answer to the last receipt seen.",
         "",

@@ -18,6 +18,12 @@ trace is checked against the one built from the struct log (same opcodes, calls,
 out-of-gas; a superset of storage), and the verdict against the exact path's, on every
 operation here.
 
+The lean build (issue 34: callTracer and the called accounts' codes, no prestateTracer) is
+built beside them on every operation here: where it builds, the same judgement, storage
+contexts and code hashes covering the exact trace's (and naming nothing it did not call);
+``RuleForeignReadAccount`` (clean code reading a bystander's slots) must be left to the
+prestate.
+
 Sans-IO tests: ``build_trace`` and ``build_static`` on hand-made traces (alignment, fallbacks,
 what needs the struct log), and ``opcodes`` (the linear sweep, dead code and the metadata
 trailer, GAS adjacency, reachability by selector).
@@ -127,7 +133,7 @@ async def verdict(node: Node, op: UserOperation, ep: str, version: Version, fast
         result, outcome = await validate_safe(node, op, ep, version, None, fast_path=fast)
     except BundlerFault as fault:
         return ("refused", (fault.code, fault.message, fault.data))
-    return ("accepted", (result, outcome.code_hashes))
+    return ("accepted", (result, outcome.code_hashes, outcome.storage))
 
 
 async def fast_judgement(
@@ -149,9 +155,21 @@ async def fast_judgement(
     return "accept", fast, result
 
 
-def assert_covers(fast: Trace, exact: Trace, op: UserOperation, version: Version) -> None:
+def assert_covers(
+    fast: Trace,
+    exact: Trace,
+    op: UserOperation,
+    version: Version,
+    *,
+    slots: bool = True,
+    hashes: bool = True,
+) -> None:
     """The fast trace judged phases hold at least the exact trace's storage, the same calls,
-    opcodes, code sizes and out-of-gas; its code hashes cover the exact ones."""
+    opcodes, code sizes and out-of-gas; its code hashes cover the exact ones.  ``slots=False``
+    (the lean build, no prestate): the storage contexts only, and those of a judged phase are
+    the sender's and the EntryPoint's alone (the rules judge no slot there).  ``hashes=False``:
+    against a prestate-built trace, whose hashes are every account the call loaded (its
+    caller too), more than the exact trace keeps."""
     exact_phases = rules._phases(exact, op, version)
     fast_phases = rules._phases(fast, op, version)
     assert set(fast_phases) == set(exact_phases)
@@ -169,10 +187,14 @@ def assert_covers(fast: Trace, exact: Trace, op: UserOperation, version: Version
             if access.op.startswith("EXTCODE"):
                 continue  # the fast path never judges a phase with EXTCODE*
             assert got.code[address].size == access.size, (role, address)
-        for contract, slots in want.storage.items():
-            assert set(slots.r) | set(slots.w) <= set(got.storage[contract].r), (role, contract)
-            assert set(slots.w) <= set(got.storage[contract].w), (role, contract)
-    for address, digest in exact.code_hashes.items():
+        if not slots:
+            assert set(want.storage) <= set(got.storage), role
+            assert set(got.storage) <= {op.sender.lower(), exact.entry_point}, role
+            continue
+        for contract, access in want.storage.items():
+            assert set(access.r) | set(access.w) <= set(got.storage[contract].r), (role, contract)
+            assert set(access.w) <= set(got.storage[contract].w), (role, contract)
+    for address, digest in exact.code_hashes.items() if hashes else ():
         assert fast.code_hashes.get(address) == digest, address
 
 
@@ -181,8 +203,9 @@ Built = nativetrace.FastTrace | nativetrace.Fallback
 
 async def both_builds(
     node: Node, op: UserOperation, ep: str, version: Version
-) -> tuple[Built | str, Built]:
-    """``build_static`` and ``build_trace`` (from the struct log) on the same native traces."""
+) -> tuple[Built | str, Built, Built | str]:
+    """``build_static`` and ``build_trace`` (from the struct log) on the same native traces,
+    and the lean build (``_lean_build``: the frames' codes at the block, no prestate)."""
     tx, override = validation_call(op, ep, version, simulations_for(version))
     extra: dict[str, Any] = {"stateOverrides": override} if override else {}
     block = await node.call("eth_blockNumber")
@@ -200,8 +223,8 @@ async def both_builds(
     # A deploying operation's factory phase replayed alone, as fast_trace does: both builds
     # get the same verdict on its EXTCODE* targets.
     harmless = False
+    replay: dict[str, Any] = {}
     if op.deploys:
-        replay: dict[str, Any] = {}
         await nativetrace._replay_factory(node, op, ep, version, block, replay)
         harmless = nativetrace._vouched(root, op, ep, version, replay) is None
     static = nativetrace.build_static(
@@ -211,14 +234,33 @@ async def both_builds(
         steps, root, prestate, op, entry_point=ep, version=version,
         factory_extcode_harmless=harmless,
     )  # fmt: skip
-    return static, stepped
+    given = nativetrace._override_codes(override)
+    assert given is not None
+    lean = await nativetrace._lean_build(
+        node, root, {}, given, block, op, ep, version, harmless, replay,
+        shipped_entry_point=ep.lower() in given,  # the shipped EntryPointSimulations
+    )  # fmt: skip
+    return static, stepped, lean
 
 
 async def check_static(node: Node, op: UserOperation, ep: str, version: Version) -> bool:
     """Where ``build_static`` builds a trace, the struct log's trace has the same judged
-    opcodes, calls, code sizes and out-of-gas, and at most its storage.  Returns whether the
-    struct log was skipped."""
-    static, stepped = await both_builds(node, op, ep, version)
+    opcodes, calls, code sizes and out-of-gas, and at most its storage; where the lean build
+    does, the same, its storage contexts at least the struct log's (``SKIPPED["lean"]``: its
+    trace, for ``check_sound`` to hold against the exact one).  Returns whether the struct log
+    was skipped."""
+    static, stepped, lean = await both_builds(node, op, ep, version)
+    SKIPPED["lean"] = False
+    if isinstance(lean, nativetrace.FastTrace):
+        # Its conditions are the static build's and more.
+        assert isinstance(static, nativetrace.FastTrace), (static, lean)
+        assert isinstance(stepped, nativetrace.FastTrace), (stepped, lean)
+        assert (lean.data, lean.reverted) == (stepped.data, stepped.reverted)
+        assert_covers(lean.trace, stepped.trace, op, version, slots=False, hashes=False)
+        for role, phase in rules._phases(stepped.trace, op, version).items():
+            assert rules._phases(lean.trace, op, version)[role].code == phase.code, role
+        LEAN_TRACES["last"] = lean.trace
+        SKIPPED["lean"] = True
     if isinstance(static, str):
         return False
     assert isinstance(static, nativetrace.FastTrace), static
@@ -232,6 +274,7 @@ async def check_static(node: Node, op: UserOperation, ep: str, version: Version)
 
 
 SKIPPED: dict[str, bool] = {}  # op name -> struct log skipped, filled by check_sound's callers
+LEAN_TRACES: dict[str, Trace] = {}  # the last lean trace check_static built
 
 
 async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) -> str:
@@ -239,12 +282,28 @@ async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) 
     (and records in ``SKIPPED["last"]`` whether it needed no struct log)."""
     exact = await verdict(node, op, ep, version, fast=False)
     SKIPPED["last"] = await check_static(node, op, ep, version)
+    nativetrace.PLANS.clear()  # no hint from the last operation: the lean build is tried first
+    lean_before = nativetrace.PRESTATE["skipped"]
     decision, fast, _ = await fast_judgement(node, op, ep, version)
+    assert (nativetrace.PRESTATE["skipped"] > lean_before) == (
+        SKIPPED["lean"] and decision != "fallback"
+    ), decision
+    if decision == "accept" or SKIPPED["lean"]:
+        _, _, exact_trace = await trace_validation(node, op, ep, version, None)
+        if SKIPPED["lean"]:  # the lean trace judged, whatever fast_trace returned
+            lean = LEAN_TRACES["last"]
+            assert_covers(lean, exact_trace, op, version, slots=False)
+            # and no more than it called (another operation's sender, expected from the
+            # last validation's plan, would drop this one when that one deploys)
+            named = {op.sender.lower(), (op.paymaster or op.sender).lower()}
+            assert set(lean.code_hashes) <= set(exact_trace.code_hashes) | named
+            assert lean_verdict(lean, op, ep, version) == lean_verdict(exact_trace, op, ep, version)
     if decision == "accept":
         assert exact[0] == "accepted", (exact, fast)
         assert isinstance(fast, nativetrace.FastTrace)
-        _, _, exact_trace = await trace_validation(node, op, ep, version, None)
-        assert_covers(fast.trace, exact_trace, op, version)
+        lean = SKIPPED["lean"]
+        assert_covers(fast.trace, exact_trace, op, version, slots=not lean)
+    nativetrace.PLANS.clear()
     final = await verdict(node, op, ep, version, fast=True)
     assert final[0] == exact[0]
     if exact[0] == "refused":
@@ -254,7 +313,18 @@ async def check_sound(node: Node, op: UserOperation, ep: str, version: Version) 
         # account the call loaded), so "code changed before bundling" is at least as strict.
         assert final[1][0] == exact[1][0]
         assert exact[1][1].items() <= final[1][1].items()
+        assert set(exact[1][2]) <= set(final[1][2])  # the storage STO-041 keeps apart
     return decision
+
+
+def lean_verdict(trace: Trace, op: UserOperation, ep: str, version: Version) -> Any:
+    """The rules on a trace with the ValidationResult its own output decodes to."""
+    try:
+        result = decode_validation(version, bytes.fromhex(trace.output[2:]), trace.reverted)
+        rules.check_trace(trace, result, op, entry_point=ep, version=version)
+    except BundlerFault as fault:
+        return ("refused", fault.code, fault.message)
+    return ("accepted", result)
 
 
 # --- the rule-breakers of test_bundler_rules.py ------------------------------------------------
@@ -297,6 +367,7 @@ RULE_OPS: list[tuple[str, dict[str, Any]]] = [
 async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, version: Version) -> None:
     decisions: dict[str, str] = {}
     skipped: list[str] = []
+    lean: list[str] = []
     for name, spec in RULE_OPS:
         kwargs = dict(spec)
         if "paymaster" in kwargs:
@@ -307,7 +378,10 @@ async def test_rule_breakers_fast_path_is_sound(node: Node, world: World, versio
         decisions[name] = await check_sound(node, op, world.entry_points[version], version)
         if SKIPPED["last"]:
             skipped.append(name)
+        if SKIPPED["lean"]:
+            lean.append(name)
     print(f"v{version} fast-path decisions:", decisions)
+    print(f"v{version} lean (no prestate) for {len(lean)}/{len(RULE_OPS)}: {lean}")
     print(f"v{version} struct log skipped for {len(skipped)}/{len(RULE_OPS)}: {skipped}")
     # RuleAccount and RulePaymaster read their mode at run time, so their validation can
     # reach every banned opcode: static analysis must see that, whatever the mode.
@@ -416,11 +490,25 @@ async def test_real_simple_accounts_fast_path(devnet: Devnet, node: Node, versio
             shape: simple_op(rpc, manifest, version, factory, deployed=shape[0], sponsored=shape[1])
             for shape in SHAPES
         }
+        others = {  # a second deploying operation of each shape
+            s: simple_op(rpc, manifest, version, factory, deployed=False, sponsored=s)
+            for s in (True, False)
+        }
     for (deployed, sponsored), op in ops.items():
         decision = await check_sound(node, op, entry_point, version)
+        if not deployed and version != "0.6":
+            # After a validation of another deploying operation (the plan expects its
+            # sender): this one's code hashes still name its own sender alone.
+            other = others[sponsored]
+            nativetrace.PLANS.clear()
+            await nativetrace.fast_trace(node, other, entry_point, version, None)
+            mine = await nativetrace.fast_trace(node, op, entry_point, version, None)
+            assert isinstance(mine, nativetrace.FastTrace), mine
+            assert other.sender.lower() not in mine.trace.code_hashes
         print(
             f"v{version} deployed={deployed} sponsored={sponsored}: {decision}, "
-            f"struct log {'skipped' if SKIPPED['last'] else 'fetched'}"
+            f"struct log {'skipped' if SKIPPED['last'] else 'fetched'}, "
+            f"prestate {'skipped' if SKIPPED['lean'] else 'fetched'}"
         )
         assert decision == "accept", (deployed, sponsored, decision)
         # SimpleAccount, ERC1967Proxy, VerifyingPaymaster and the EntryPoint's receive reach
@@ -479,6 +567,55 @@ async def test_factory_reading_code_sizes_fast_path_is_sound(
         assert exact[0] == ("refused" if rule else "accepted"), (name, exact)
         assert rule in str(exact[1]), (name, exact)
     assert decisions == {"contract": "accept", "entry-point": "fallback", "no-code": "fallback"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_lean_build_is_sound_where_only_the_slots_decide(
+    node: Node, world: World, version: Version
+) -> None:
+    """The lean build (callTracer and codes, no prestateTracer) against the exact path on
+    accounts static analysis calls clean: ``RuleForeignReadAccount`` reading a bystander's
+    unassociated slot (STO-033: refused) or its own entry there (associated: accepted) —
+    the lean build must not judge either (their slots decide), the final verdicts are the
+    exact path's — ``RuleMiniAccount`` (lean, accepted) and the same with a paymaster that
+    has no code (the EntryPoint's own EXTCODESIZE check of it: AA30 on every path)."""
+    ep = world.entry_points[version]
+    foreign = world.deploy("RuleForeignReadAccount", abi.encode(["address"], [world.store]))
+    mini = world.deploy("RuleMiniAccount", b"")
+    for account in (foreign, mini):
+        world.rpc.call("anvil_setBalance", account, hex(10**18))
+    plain = world.op(version)
+    no_code = "0x" + secrets.token_bytes(20).hex()
+    # v0.6's EntryPoint checks the sender's code itself, and it is not the shipped
+    # EntryPointSimulations: its EXTCODESIZE targets are not known without the prestate.
+    shipped = version != "0.6"
+    cases = {
+        "unassociated": (plain.with_(sender=foreign, signature=b""), False, "STO-033"),
+        "associated": (plain.with_(sender=foreign, signature=b"\1"), False, ""),
+        "mini": (plain.with_(sender=mini), shipped, ""),
+        "paymaster-no-code": (
+            world.op(version, paymaster=no_code).with_(sender=mini),
+            shipped,
+            "AA30",
+        ),
+    }
+    for name, (op, lean, refusal) in cases.items():
+        await check_sound(node, op, ep, version)
+        assert SKIPPED["lean"] == lean, name
+        final = await verdict(node, op, ep, version, fast=True)
+        assert final[0] == ("refused" if refusal else "accepted"), (name, final)
+        assert refusal in str(final[1]), (name, final)
+    # The plan (a hint per EntryPoint, factory and paymaster): after an operation that needed
+    # the prestate the next one asks for it at once, and, its codes alone sufficing, the one
+    # after that is lean again.
+    nativetrace.PLANS.clear()
+    counts = []
+    for op in (cases["unassociated"][0], cases["mini"][0], cases["mini"][0]):
+        before = dict(nativetrace.PRESTATE)
+        await nativetrace.fast_trace(node, op, ep, version, None)
+        counts.append({k: nativetrace.PRESTATE[k] - before[k] for k in before})
+    lean_after = {"skipped": 1, "fetched": 0} if shipped else {"skipped": 0, "fetched": 1}
+    assert counts == [{"skipped": 0, "fetched": 1}, {"skipped": 0, "fetched": 1}, lean_after]
 
 
 class Refusing(Node):
@@ -693,10 +830,16 @@ STATIC_EP_CODE = "0x00"  # the EntryPoint's code at depth 1: only LOG1/SELFDESTR
 
 
 def build_static(
-    calls: list[Any], prestate: dict[str, Any], op: UserOperation | None = None
+    calls: list[Any],
+    prestate: dict[str, Any],
+    op: UserOperation | None = None,
+    *,
+    storage_known: bool = True,
+    gas_used: int = 0,
 ) -> nativetrace.FastTrace | nativetrace.Fallback | str:
     root = msgspec.convert(
-        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x"), nativetrace._Frame
+        frame("CALL", "0x" + "00" * 20, EP, calls, output="0x", gasUsed=hex(gas_used)),
+        nativetrace._Frame,
     )
     accounts_ = msgspec.convert(prestate, dict[str, nativetrace._Account])
     plain = UserOperation(
@@ -709,7 +852,9 @@ def build_static(
         max_fee_per_gas=1,
         max_priority_fee_per_gas=1,
     )
-    return nativetrace.build_static(root, accounts_, op or plain, entry_point=EP, version="0.7")
+    return nativetrace.build_static(
+        root, accounts_, op or plain, entry_point=EP, version="0.7", storage_known=storage_known
+    )
 
 
 def test_static_clean_code_needs_no_struct_log() -> None:
@@ -826,6 +971,59 @@ def test_static_keccak_needs_counting_only_with_enough_gas() -> None:
     costly = frame("CALL", EP, SENDER, input=VALIDATE, gasUsed=hex(nativetrace.KECCAK_GAS))
     built = build_static([costly], prestate)
     assert isinstance(built, str) and "KECCAK" in built
+
+
+def test_lean_build_without_storage_only_where_the_rules_skip_the_slots() -> None:
+    """``storage_known=False`` (codes only, no prestateTracer): a judged phase may touch the
+    sender's and the EntryPoint's storage (STO-010, deposits: no slot is judged there), nothing
+    else; an unjudged phase's storage is only named (STO-041); EXTCODE* anywhere needs the
+    prestate (its targets' code hashes); enough gas to fill the collector's slots too."""
+    impl = "0x" + "55" * 20
+    helper = "0x" + "77" * 20
+    sload = "0x6000545000"  # PUSH1 0 SLOAD POP STOP
+    codes = {EP: {"code": STATIC_EP_CODE}, SENDER: {"code": "0x00"}, impl: {"code": sload}}
+    in_sender = account_call([frame("DELEGATECALL", SENDER, impl)])
+    built = build_static([in_sender], codes, storage_known=False)
+    assert isinstance(built, nativetrace.FastTrace), built
+    assert built.trace.phases[0].storage == {SENDER: nativetrace.SlotAccess()}
+    judge_unstaked(built.trace)
+    # The same code called (its own context): the slots are needed.
+    in_impl = account_call([frame("CALL", SENDER, impl)])
+    lean = build_static([in_impl], codes, storage_known=False)
+    assert isinstance(lean, str) and "prestate" in lean, lean
+    assert isinstance(build_static([in_impl], codes), nativetrace.FastTrace)
+    # An unjudged phase (the EntryPoint calling a helper) reading its storage: named only.
+    codes[helper] = {"code": sload}
+    own = frame("STATICCALL", EP, helper, input="0x957122ab")
+    built = build_static([own, account_call()], codes, storage_known=False)
+    assert isinstance(built, nativetrace.FastTrace), built
+    assert judge_unstaked(built.trace).storage == (helper,)
+    # EXTCODE* in an unjudged phase: harmless to the rules, but its target's code hash.
+    codes[helper] = {"code": "0x6000803b00"}
+    lean = build_static([own, account_call()], codes, storage_known=False)
+    assert isinstance(lean, str) and "EXTCODESIZE" in lean, lean
+    assert isinstance(build_static([own, account_call()], codes), nativetrace.FastTrace)
+    # Gas enough for MAX_SLOTS storage accesses (100 each), net of a refund.
+    enough = nativetrace.STORAGE_ACCESS_GAS * jscollector.MAX_SLOTS * 4 // 5
+    lean = build_static([in_sender], codes, storage_known=False, gas_used=enough)
+    assert isinstance(lean, str) and "slots" in lean, lean
+    assert isinstance(build_static([in_sender], codes, gas_used=enough), nativetrace.FastTrace)
+
+
+def test_lean_plan_reads_overridden_codes_and_frame_targets() -> None:
+    assert nativetrace._override_codes(None) == {}
+    assert nativetrace._override_codes({EP.upper(): {"code": "0x00"}}) == {
+        EP.upper().lower(): "0x00"
+    }
+    assert nativetrace._override_codes({EP: {"code": "0x00", "balance": "0x1"}}) is None
+    root = msgspec.convert(
+        frame("CALL", SENDER, EP, [
+            account_call([frame("STATICCALL", SENDER, ECRECOVER), frame("CALL", SENDER, OTHER)]),
+            frame("CALL", EP, OTHER),
+        ]),
+        nativetrace._Frame,
+    )  # fmt: skip
+    assert nativetrace._frame_targets(root) == [SENDER, OTHER]
 
 
 # --- sans-IO: the opcode sweep ------------------------------------------------------------------

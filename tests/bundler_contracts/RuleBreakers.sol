@@ -343,3 +343,33 @@ contract RuleReadingFactory {
         require(target.code.length != 12345, "odd");
     }
 }
+
+// An account whose validation can run no opcode a rule judges (static analysis sees SLOAD,
+// CALL, STATICCALL: the fast path's lean build, without the prestate, is tried on it) but
+// reads another contract's storage: with an empty signature the store's unassociated slot
+// (``shared``: STO-033, an unstaked account may not), else its own entry of the store's
+// mapping (associated with the sender: allowed).  The lean build must leave both to the
+// prestate's slots.
+contract RuleForeignReadAccount {
+    RuleStore public immutable store;
+
+    constructor(RuleStore value) { store = value; }
+
+    function _validate(bytes calldata signature, uint256 missing) internal returns (uint256) {
+        uint256 seen = signature.length == 0 ? store.readShared() : store.balances(address(this));
+        Prefund.pay(missing);
+        return seen == 12345 ? 1 : 0;
+    }
+
+    function validateUserOp(UserOperation06 calldata op, bytes32, uint256 missing)
+        external returns (uint256) {
+        return _validate(op.signature, missing);
+    }
+
+    function validateUserOp(PackedUserOperation07 calldata op, bytes32, uint256 missing)
+        external returns (uint256) {
+        return _validate(op.signature, missing);
+    }
+
+    fallback() external payable {}
+}

@@ -19,12 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import trio
 
 from chaingate.aa.userop import UserOperation, Version, encoded_size, require_version
 from chaingate.bundler.errors import INVALID_PARAMS, PAYMASTER_BALANCE, BundlerFault
 from chaingate.bundler.estimation import pre_verification_gas
-from chaingate.bundler.simulation import NodeClient
+from chaingate.bundler.simulation import NodeClient, node_batch
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
 from chaingate.evm.eip7702 import delegate_of
@@ -272,22 +271,11 @@ async def _read_state(
     """The reads' results by name: one JSON-RPC batch with a client that has them (one round
     trip and one request for the node to parse, where a call each cost ~0.1 ms of our CPU
     apiece), else concurrent calls.  A read the node refused raises its RpcCallError."""
-    batch = getattr(client, "batch", None)
-    if batch is not None:
-        results = await batch([(method, params) for _, method, params in reads])
-        for result in results:
-            if isinstance(result, RpcCallError):
-                raise result
-        return {name: result for (name, _, _), result in zip(reads, results, strict=True)}
-    found: dict[str, Any] = {}
-
-    async def fetch(name: str, method: str, params: list[Any]) -> None:
-        found[name] = await client.call(method, params)
-
-    async with trio.open_nursery() as nursery:
-        for name, method, params in reads:
-            nursery.start_soon(fetch, name, method, params)
-    return found
+    results = await node_batch(client, [(method, params) for _, method, params in reads])
+    for result in results:
+        if isinstance(result, RpcCallError):
+            raise result
+    return {name: result for (name, _, _), result in zip(reads, results, strict=True)}
 
 
 async def check(

@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 import msgspec
+import trio
 
 from chaingate.aa.userop import (
     OP_TUPLE_TYPE,
@@ -58,6 +59,7 @@ __all__ = [
     "decode_validation",
     "eth_call",
     "finish_validation",
+    "node_batch",
     "parse_validation_data",
     "revert_data_of",
     "revert_fault",
@@ -96,6 +98,31 @@ class NodeClient(Protocol):
     async def call(
         self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
     ) -> Any: ...
+
+
+async def node_batch(
+    client: NodeClient, calls: Sequence[tuple[str, Sequence[Any]]]
+) -> list[Any | RpcCallError]:
+    """Results in call order, a refused call as its RpcCallError: one JSON-RPC batch with a
+    client that has them (one request for the node to parse, one round trip, one upstream
+    for all), else concurrent calls."""
+    batch = getattr(client, "batch", None)
+    if batch is not None:
+        results: list[Any | RpcCallError] = await batch(calls)
+        return results
+    found: list[Any | RpcCallError] = [None] * len(calls)
+
+    async def one(index: int) -> None:
+        method, params = calls[index]
+        try:
+            found[index] = await client.call(method, params)
+        except RpcCallError as error:
+            found[index] = error
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(calls)):
+            nursery.start_soon(one, index)
+    return found
 
 
 class StakeInfo(msgspec.Struct, frozen=True):

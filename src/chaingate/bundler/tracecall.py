@@ -16,13 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-import trio
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import opcodes
 from chaingate.bundler.errors import SIMULATION_REJECTED, BundlerFault
 from chaingate.bundler.jscollector import COLLECTOR_JS
-from chaingate.bundler.simulation import NodeClient, simulations_for, validation_call
+from chaingate.bundler.simulation import NodeClient, node_batch, simulations_for, validation_call
 from chaingate.chain.client import RpcCallError
 
 __all__ = [
@@ -118,18 +117,7 @@ async def code_hashes(
     a client that has them (a bundle's check names ~2 addresses per operation), else
     concurrent calls; the hashes through ``opcodes.CODES`` (the same few codes each time)."""
     wanted = list(dict.fromkeys(a.lower() for a in addresses))
-    batch = getattr(client, "batch", None)
-    if batch is not None:
-        codes = await batch([("eth_getCode", [address, block]) for address in wanted])
-    else:
-        codes = [None] * len(wanted)
-
-        async def one(index: int) -> None:
-            codes[index] = await client.call("eth_getCode", [wanted[index], block])
-
-        async with trio.open_nursery() as nursery:
-            for index in range(len(wanted)):
-                nursery.start_soon(one, index)
+    codes = await node_batch(client, [("eth_getCode", [address, block]) for address in wanted])
     found: dict[str, str] = {}
     for address, code in zip(wanted, codes, strict=True):
         if isinstance(code, RpcCallError):
