@@ -529,7 +529,10 @@ cdef class Route:
     cdef readonly long long logs_blocks
     cdef readonly long long logs_upstream
     cdef public object logs_head
-    cdef public object logs_plan
+    # Set by the RPC service: the highest block known final (-1: none yet), and the family's
+    # reader of the block a result belongs to; a receipt above it skips the service (_land_reply).
+    cdef public long long finalized
+    cdef public object result_block
 
     def __init__(
         self,
@@ -594,7 +597,8 @@ cdef class Route:
         self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head = _no_head
-        self.logs_plan = _no_plan
+        self.finalized = -1
+        self.result_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
         cdef Flight flight = Flight(key, params, spec, tag)
@@ -658,10 +662,20 @@ cdef class Route:
         if (
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
+            and self._may_be_final(spec, result)
         ) or flight.method in self.watched:
             look(flight, result)
         self.land(flight, result, None)
         return 0
+
+    cdef bint _may_be_final(self, Method spec, bytes result) except -1:
+        """May the service find this cacheable result final?  No when it is about a block
+        above the last final one: a receipt of a recent transaction does not go the service's
+        way (``RpcService._maybe_cache``, which decides) only to be refused there."""
+        if spec.cache == STATIC or spec.block_param >= 0 or self.result_block is None:
+            return True
+        number = self.result_block(result)
+        return number is not None and number <= self.finalized
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -753,7 +767,7 @@ cdef class Route:
         if low < 0 or high < 0:
             return False
         return _logs_verdict(
-            low, high, _logs_limit(self.logs_blocks, self.logs_plan(principal)),
+            low, high, _logs_limit(self.logs_blocks, principal.logs_range),
             self.logs_upstream,
         ) == C_LOGS_FORWARD
 
@@ -1655,10 +1669,6 @@ cdef long long _upstream_id(object raw) except -2:
 
 def _no_head():
     return None
-
-
-def _no_plan(principal):
-    return 0
 
 
 cdef inline bint _sticky(Route route, str method):

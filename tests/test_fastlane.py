@@ -10,6 +10,7 @@ scenarios also check what that is, so that two twins wrong in the same way still
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -101,7 +102,6 @@ class Lane:
             watched=frozenset({"eth_blockNumber"}),
         )
         self.route.logs_head = lambda: head
-        self.route.logs_plan = lambda principal: plan_blocks
         self.route.budget = fastlane.AnswerBudget(budget)
         self.route.dispatch = self.recorder.groups.append
         self.log_stream = io.BytesIO()
@@ -111,7 +111,9 @@ class Lane:
         ledger = fastlane.Ledger(
             self.statuses, {"rpc": self.latency.series("rpc")}, self.access_log
         )
-        self.principal = Principal(key_id="k1", account_id="a1", prefix="svc_test_k")
+        self.principal = Principal(
+            key_id="k1", account_id="a1", prefix="svc_test_k", logs_range=plan_blocks
+        )
         if keys:
             limiter = impl.limiter
             self.principal = Principal(
@@ -123,6 +125,7 @@ class Lane:
                 limiter=limiter.KeyLimiter(rps, 0, 0.0),
                 quota=limiter.DayQuota(0, 0),
                 limits_rps=rps,
+                logs_range=plan_blocks,
             )
             registry = SimpleNamespace(recent={KEY: self.principal}, used=set())
             self.gate = KeyGate(registry, impl.limiter, fastlane)  # type: ignore[arg-type]
@@ -528,6 +531,49 @@ def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
         {"code": -32603, "message": "bad"},
         {"code": -32603, "message": "missing"},
     ]
+
+
+def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
+    """A cacheable result about a block (a receipt, a transaction, a block by hash) is shown
+    to the service (``look``, where ``RpcService._maybe_cache`` decides) only when its block is
+    at or below the lane's ``finalized`` bound; one above it, or one the family's
+    ``result_block`` cannot place, would only be refused there.  Results whose finality comes
+    from their block tag are shown as before (the service reads the tag)."""
+    reply = impl_module.pure().jsonrpc.Reply
+
+    def receipt(number: int) -> bytes:
+        return (
+            b'{"logs":[{"blockNumber":"0x999"}],"transactionHash":"0x%s",'
+            b'"blockNumber":"%s","status":"0x1"}' % (b"ab" * 32, hex(number).encode())
+        )
+
+    def scenario(lane: Lane, finalized: int) -> Any:
+        lane.route.result_block = lane.impl.jsonrpc.result_block
+        lane.route.finalized = finalized
+        calls = [
+            _call("eth_getTransactionReceipt", ["0x" + f"{i:02x}" * 32], id=i) for i in range(1, 6)
+        ] + [_call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=6)]
+        lane.serve(calls)
+        (group,) = lane.recorder.groups
+        looked: list[tuple[str, bytes]] = []
+        results = [receipt(9), receipt(10), receipt(11), b'{"status":"0x1"}', b"null", b'"0x5"']
+        lane.route.land_replies(
+            group,
+            100,
+            [reply(b"%d" % (100 + i), result, None) for i, result in enumerate(results)],
+            lambda flight, result: looked.append((flight.method, result)),
+            lambda: b'{"code":-32603,"message":"bad"}',
+            b'{"code":-32603,"message":"missing"}',
+        )
+        return looked
+
+    for finalized, shown in ((10, [0, 1]), (11, [0, 1, 2]), (-1, []), (8, [])):
+        looked, books = _both(functools.partial(scenario, finalized=finalized), keys=False)
+        assert looked == [("eth_getTransactionReceipt", receipt(9 + i)) for i in shown] + [
+            ("eth_getBalance", b'"0x5"')
+        ]
+        ((_, status, _, body),) = books["delivered"]
+        assert status == 200 and len(json.loads(body)) == 6
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

@@ -473,12 +473,16 @@ class Route:
         # eth_getLogs ranges (rpc/logranges.py): (logs.max_block_range,
         # logs.upstream_block_range), or None when ranges are not looked at.  The lane sends
         # a range that fits one call itself and hands the handler those it must refuse or
-        # split; the service sets logs_head (the agreed head, for tags) and logs_plan (a
-        # caller's plan's own limit, 0: none).
+        # split; the service sets logs_head (the agreed head, for tags).  A caller's plan's
+        # own limit (0: none) is its principal's logs_range.
         self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head: Callable[[], int | None] = lambda: None
-        self.logs_plan: Callable[[Any], int] = lambda principal: 0
+        # Set by the service: the highest block known final (-1: none yet), and the family's
+        # reader of the block a result belongs to; a receipt above it skips the service
+        # (_land_reply).
+        self.finalized = -1
+        self.result_block: Callable[[bytes], int | None] | None = None
         # Methods whose every result the service looks at (land_replies): the head a
         # client's eth_blockNumber shows, the upstream a write went to.
         self.watched = watched
@@ -567,9 +571,19 @@ class Route:
             spec.cache != NO_CACHE
             and result != b"null"
             and spec.may_be_cached(flight.tag, flight.params)
+            and self._may_be_final(spec, result)
         ) or (flight.method in self.watched):
             look(flight, result)
         self.land(flight, result, None)
+
+    def _may_be_final(self, spec: Method, result: bytes) -> bool:
+        """May the service find this cacheable result final?  No when it is about a block
+        above the last final one: a receipt of a recent transaction does not go the service's
+        way (``RpcService._maybe_cache``, which decides) only to be refused there."""
+        if spec.cache == STATIC or spec.block_param is not None or self.result_block is None:
+            return True
+        number = self.result_block(result)
+        return number is not None and number <= self.finalized
 
     def wants(self, flights: list[Flight], length: int) -> bool:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -650,7 +664,7 @@ class Route:
         high = _logs_bound(query.toBlock, head)
         if low < 0 or high < 0:
             return False
-        limit = logs_limit(self.logs_blocks, self.logs_plan(principal))
+        limit = logs_limit(self.logs_blocks, principal.logs_range)
         return logs_verdict(low, high, limit, self.logs_upstream) == LOGS_FORWARD
 
     @staticmethod
