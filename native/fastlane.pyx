@@ -15,7 +15,7 @@ from collections import OrderedDict, defaultdict
 import msgspec
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 
@@ -36,6 +36,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "log_filter_ends",
     "logs_limit",
     "logs_verdict",
     "presented_key",
@@ -158,6 +159,141 @@ _LogFilter = msgspec.defstruct(
 
 
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+cdef bytes _ABSENT = b""
+
+
+cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    while i < n and (p[i] == 32 or p[i] == 10 or p[i] == 13 or p[i] == 9):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _plain_string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """After the string opening at ``i``: printable ASCII without escapes; else -1."""
+    cdef unsigned char c
+    i += 1
+    while i < n:
+        c = p[i]
+        if c == 34:
+            return i + 1
+        if c < 32 or c == 92 or c >= 128:
+            return -1
+        i += 1
+    return -1
+
+
+cdef Py_ssize_t _plain_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                 int depth) noexcept:
+    """After the value at ``i``: a plain string, null, or an array of them (topics); -1 for
+    anything else (numbers, objects, escapes...: the decoder reads those)."""
+    cdef unsigned char c
+    if i >= n:
+        return -1
+    c = p[i]
+    if c == 34:
+        return _plain_string_end(p, i, n)
+    if c == 110:  # null
+        if n - i >= 4 and p[i + 1] == 117 and p[i + 2] == 108 and p[i + 3] == 108:
+            return i + 4
+        return -1
+    if c != 91 or depth >= 4:
+        return -1
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 93:
+        return i + 1
+    while True:
+        i = _plain_value_end(p, i, n, depth + 1)
+        if i < 0:
+            return -1
+        i = _ws(p, i, n)
+        if i >= n:
+            return -1
+        if p[i] == 93:
+            return i + 1
+        if p[i] != 44:
+            return -1
+        i = _ws(p, i + 1, n)
+
+
+cdef object _plain_log_filter(bytes params):
+    """(fromBlock, toBlock, blockHash) of ``[{...}]`` whose members are plain strings, nulls
+    and arrays of them, none of the three twice; None: anything else (the decoder reads it)."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(params)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(params)
+    cdef Py_ssize_t i, key, end, value
+    cdef int seen = 0, which
+    cdef bytes first = _ABSENT, last = _ABSENT, block_hash = _ABSENT
+    i = _ws(p, 0, n)
+    if i >= n or p[i] != 91:
+        return None
+    i = _ws(p, i + 1, n)
+    if i >= n or p[i] != 123:
+        return None
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        i += 1
+    else:
+        while True:
+            if i >= n or p[i] != 34:
+                return None
+            key = i + 1
+            end = _plain_string_end(p, i, n)
+            if end < 0:
+                return None
+            i = _ws(p, end, n)
+            if i >= n or p[i] != 58:
+                return None
+            value = _ws(p, i + 1, n)
+            i = _plain_value_end(p, value, n, 0)
+            if i < 0:
+                return None
+            which = 0
+            if end - 1 - key == 9 and memcmp(p + key, b"fromBlock", 9) == 0:
+                which = 1
+            elif end - 1 - key == 7 and memcmp(p + key, b"toBlock", 7) == 0:
+                which = 2
+            elif end - 1 - key == 9 and memcmp(p + key, b"blockHash", 9) == 0:
+                which = 4
+            if which:
+                if seen & which:
+                    return None
+                seen |= which
+                if which == 1:
+                    first = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+                elif which == 2:
+                    last = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+                else:
+                    block_hash = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+            i = _ws(p, i, n)
+            if i >= n:
+                return None
+            if p[i] == 125:
+                i += 1
+                break
+            if p[i] != 44:
+                return None
+            i = _ws(p, i + 1, n)
+    i = _ws(p, i, n)
+    if i >= n or p[i] != 93:
+        return None
+    if _ws(p, i + 1, n) != n:
+        return None
+    return (first, last, block_hash)
+
+
+def log_filter_ends(params):
+    """The raw JSON of an eth_getLogs call's one filter's fromBlock, toBlock and blockHash
+    (empty when absent), or None when the params are not one filter object (see the pure
+    twin, whose answer this must equal): the usual filter in one scan, anything else decoded."""
+    if type(params) is bytes:
+        ends = _plain_log_filter(<bytes>params)
+        if ends is not None:
+            return ends
+    try:
+        (query,) = _log_filter.decode(params)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return bytes(query.fromBlock), bytes(query.toBlock), bytes(query.blockHash)
 
 
 cdef inline bint _wants_head(object raw) except -1:
@@ -751,14 +887,12 @@ cdef class Route:
         cdef long long low, high
         if params is None:
             return False
-        try:
-            (query,) = _log_filter.decode(params)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        ends = log_filter_ends(params)
+        if ends is None:
             return False
-        if len(query.blockHash):
+        first, last, block_hash = <tuple>ends
+        if len(block_hash):
             return False
-        first = query.fromBlock
-        last = query.toBlock
         head = None
         if _wants_head(first) or _wants_head(last):
             head = self.logs_head()

@@ -407,6 +407,69 @@ def test_the_range_rule_twins_agree(
         assert verdict == pure.LOGS_SPLIT
 
 
+# eth_getLogs filters as clients and others write them: the compiled twin scans the usual
+# ones itself and decodes the rest; both twins must read the same ends from any of them.
+_FILTER_KEYS = st.sampled_from(
+    ['"fromBlock"', '"toBlock"', '"blockHash"', '"address"', '"topics"', '"from\\u0042lock"',
+     '"to\\u0042lock"', '"\u00e9"', '"fromblock"', '""']
+)  # fmt: skip
+_FILTER_VALUES = st.one_of(
+    st.sampled_from(
+        ['"0x10"', '"0x"', '"0X10"', '"latest"', '"safe"', '"earliest"', '"pending"', "null",
+         "nul", "nullx", "16", "-1", "1e3", "true", "{}", '{"a":"0x1"}', "[]", "[null]",
+         '["0xab",null,["0x1","0x2"]]', "[[[[[]]]]]", "[[[[[[]]]]]]", '["0x1",]', '"a\\"b"',
+         '"\\u0030x1"', '"\u00e9"', '"\x01"', '"0x' + "f" * 15 + '"', '"0x' + "f" * 16 + '"']
+    ),
+    st.text(alphabet="0x123abcdefl\"[],{}: \\", max_size=12),
+)  # fmt: skip
+_WHITESPACE = st.sampled_from(["", " ", "\n", "\t", "\r\n  "])
+
+
+@st.composite
+def _filter_texts(draw: st.DrawFn) -> bytes:
+    members = draw(st.lists(st.tuples(_FILTER_KEYS, _FILTER_VALUES, _WHITESPACE), max_size=6))
+    ws = draw(_WHITESPACE)
+    body = ",".join(f"{w}{key}{w}:{w}{value}{w}" for key, value, w in members)
+    text = f"{ws}[{ws}{{{body}}}{ws}{draw(st.sampled_from(['', ',{}', ',1', ' ']))}]{ws}"
+    text += draw(st.sampled_from(["", "", " ", "x", "]", "\x00"]))
+    raw = text.encode()
+    cut = draw(st.sampled_from([None, None, None, draw(st.integers(0, len(raw)))]))
+    return raw if cut is None else raw[:cut]
+
+
+@settings(max_examples=2000)
+@given(params=_filter_texts())
+def test_the_log_filter_twins_read_the_same_ends(params: bytes) -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    assert compiled.log_filter_ends(params) == pure.log_filter_ends(params)
+
+
+def test_the_usual_log_filters_are_read_to_their_ends() -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    topics = '["0xddf2",null,"0x0000000000000000000000001111111111111111111111111111111111111111"]'
+    usual = {
+        f'[{{"fromBlock":"0x1f","toBlock":"0x22","address":"0xabcd","topics":{topics}}}]': (
+            b'"0x1f"',
+            b'"0x22"',
+            b"",
+        ),
+        '[ { "address": ["0x1", "0x2"], "toBlock": "latest" } ]': (b"", b'"latest"', b""),
+        '[{"blockHash":"0x' + "ab" * 32 + '"}]': (b"", b"", b'"0x' + b"ab" * 32 + b'"'),
+        '[{"fromBlock":null}]': (b"null", b"", b""),
+        "[{}]": (b"", b"", b""),
+        '[{"fromBlock":"0x1","fromBlock":"0x2"}]': (b'"0x2"', b"", b""),
+        '[{"from\\u0042lock":"0x3"}]': (b'"0x3"', b"", b""),
+    }
+    for text, ends in usual.items():
+        assert (
+            compiled.log_filter_ends(text.encode()) == pure.log_filter_ends(text.encode()) == ends
+        )
+    for text in ("", "[]", "[{}, {}]", '{"fromBlock":"0x1"}', "[{]", '[{"fromBlock":"0x1"}] x'):
+        assert (
+            compiled.log_filter_ends(text.encode()) is pure.log_filter_ends(text.encode()) is None
+        )
+
+
 def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
     """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
     they refuse — an origin, a method, a contract, anywhere in a batch — the handler

@@ -61,6 +61,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "log_filter_ends",
     "logs_limit",
     "logs_verdict",
     "presented_key",
@@ -154,7 +155,23 @@ class _LogFilter(msgspec.Struct):
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
 
 
-def _logs_bound(raw: msgspec.Raw, head: int | None) -> int:
+def log_filter_ends(params: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The raw JSON of an eth_getLogs call's one filter's fromBlock, toBlock and blockHash
+    (empty when absent), or None when the params are not one filter object.  (The compiled
+    twin reads the usual filter in one scan and decodes anything else as here.)"""
+    try:
+        (query,) = _log_filter.decode(params)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return bytes(query.fromBlock), bytes(query.toBlock), bytes(query.blockHash)
+
+
+def _needs_head(end: bytes) -> bool:
+    """Is this end of a range the head (absent, or a head tag)?"""
+    return not end or end in _HEAD_TAGS
+
+
+def _logs_bound(raw: bytes, head: int | None) -> int:
     """The block one end of a range names, as the lane reads it: absent or a head tag (the
     head), ``earliest`` (0) or a hex quantity; -1 for anything else
     (the handler reads it: rpc/logranges.py).  At most 15 digits: a number the compiled
@@ -653,27 +670,19 @@ class Route:
         the lane cannot read)."""
         if params is None:
             return False
-        try:
-            (query,) = _log_filter.decode(params)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        ends = log_filter_ends(params)
+        if ends is None:
             return False
-        if len(query.blockHash):
+        first, last, block_hash = ends
+        if block_hash:
             return False
-        head = self.logs_head() if self._needs_head(query) else None
-        low = _logs_bound(query.fromBlock, head)
-        high = _logs_bound(query.toBlock, head)
+        head = self.logs_head() if _needs_head(first) or _needs_head(last) else None
+        low = _logs_bound(first, head)
+        high = _logs_bound(last, head)
         if low < 0 or high < 0:
             return False
         limit = logs_limit(self.logs_blocks, principal.logs_range)
         return logs_verdict(low, high, limit, self.logs_upstream) == LOGS_FORWARD
-
-    @staticmethod
-    def _needs_head(query: _LogFilter) -> bool:
-        for raw in (query.fromBlock, query.toBlock):
-            text = bytes(raw)
-            if not text or text in _HEAD_TAGS:
-                return True
-        return False
 
     # --- answers the lane builds from this route's table ----------------------------------
 
