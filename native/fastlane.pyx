@@ -111,6 +111,7 @@ cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', 
 
 cdef bint ID_OK[256]
 cdef bint HEX_OK[256]
+cdef bint PLAIN_OK[256]  # inside a plain JSON string: printable ASCII but quote and backslash
 
 # What becomes of an eth_getLogs block range (as the pure twin).
 LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
@@ -170,16 +171,10 @@ cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) n
 
 cdef Py_ssize_t _plain_string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
     """After the string opening at ``i``: printable ASCII without escapes; else -1."""
-    cdef unsigned char c
     i += 1
-    while i < n:
-        c = p[i]
-        if c == 34:
-            return i + 1
-        if c < 32 or c == 92 or c >= 128:
-            return -1
+    while i < n and PLAIN_OK[p[i]]:
         i += 1
-    return -1
+    return i + 1 if i < n and p[i] == 34 else -1
 
 
 cdef Py_ssize_t _plain_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
@@ -285,6 +280,10 @@ def log_filter_ends(params):
     """The raw JSON of an eth_getLogs call's one filter's fromBlock, toBlock and blockHash
     (empty when absent), or None when the params are not one filter object (see the pure
     twin, whose answer this must equal): the usual filter in one scan, anything else decoded."""
+    return _log_filter_ends(params)
+
+
+cdef object _log_filter_ends(object params):
     if type(params) is bytes:
         ends = _plain_log_filter(<bytes>params)
         if ends is not None:
@@ -296,12 +295,12 @@ def log_filter_ends(params):
     return bytes(query.fromBlock), bytes(query.toBlock), bytes(query.blockHash)
 
 
-cdef inline bint _wants_head(object raw) except -1:
+cdef inline bint _wants_head(bytes raw) except -1:
     """Is this end of a range the head (absent, or a head tag)?"""
-    return len(raw) == 0 or bytes(raw) in _HEAD_TAGS
+    return PyBytes_GET_SIZE(raw) == 0 or raw in _HEAD_TAGS
 
 
-cdef long long _logs_bound(object raw, object head) except -2:
+cdef long long _logs_bound(bytes raw, object head) except -2:
     """The block one end of a range names, as the lane reads it; -1: the handler reads it
     (see the pure twin)."""
     cdef bytes text
@@ -309,7 +308,7 @@ cdef long long _logs_bound(object raw, object head) except -2:
     cdef Py_ssize_t n, i
     cdef long long value = 0
     cdef unsigned char c
-    text = bytes(raw)
+    text = raw
     n = PyBytes_GET_SIZE(text)
     if n == 0:
         return -1 if head is None else <long long>head
@@ -333,6 +332,7 @@ cdef void _init_tables():
     for i in range(256):
         ID_OK[i] = (48 <= i <= 57) or (65 <= i <= 90) or (97 <= i <= 122) or i in (46, 95, 58, 45)
         HEX_OK[i] = (48 <= i <= 57) or (65 <= i <= 70) or (97 <= i <= 102)
+        PLAIN_OK[i] = 32 <= i < 128 and i != 34 and i != 92
 
 
 _init_tables()
@@ -885,9 +885,10 @@ cdef class Route:
     cpdef bint logs_fit(self, object params, object principal) except -1:
         """Does this eth_getLogs go upstream as it is (see the pure twin)?"""
         cdef long long low, high
+        cdef bytes first, last, block_hash
         if params is None:
             return False
-        ends = log_filter_ends(params)
+        ends = _log_filter_ends(params)
         if ends is None:
             return False
         first, last, block_hash = <tuple>ends
