@@ -15,7 +15,7 @@ from collections import OrderedDict, defaultdict
 import msgspec
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 
@@ -36,6 +36,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "log_filter_ends",
     "logs_limit",
     "logs_verdict",
     "presented_key",
@@ -110,6 +111,7 @@ cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', 
 
 cdef bint ID_OK[256]
 cdef bint HEX_OK[256]
+cdef bint PLAIN_OK[256]  # inside a plain JSON string: printable ASCII but quote and backslash
 
 # What becomes of an eth_getLogs block range (as the pure twin).
 LOGS_FORWARD, LOGS_REFUSE, LOGS_SPLIT = 0, 1, 2
@@ -158,14 +160,147 @@ _LogFilter = msgspec.defstruct(
 
 
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
+cdef bytes _ABSENT = b""
 
 
-cdef inline bint _wants_head(object raw) except -1:
+cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    while i < n and (p[i] == 32 or p[i] == 10 or p[i] == 13 or p[i] == 9):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _plain_string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """After the string opening at ``i``: printable ASCII without escapes; else -1."""
+    i += 1
+    while i < n and PLAIN_OK[p[i]]:
+        i += 1
+    return i + 1 if i < n and p[i] == 34 else -1
+
+
+cdef Py_ssize_t _plain_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                 int depth) noexcept:
+    """After the value at ``i``: a plain string, null, or an array of them (topics); -1 for
+    anything else (numbers, objects, escapes...: the decoder reads those)."""
+    cdef unsigned char c
+    if i >= n:
+        return -1
+    c = p[i]
+    if c == 34:
+        return _plain_string_end(p, i, n)
+    if c == 110:  # null
+        if n - i >= 4 and p[i + 1] == 117 and p[i + 2] == 108 and p[i + 3] == 108:
+            return i + 4
+        return -1
+    if c != 91 or depth >= 4:
+        return -1
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 93:
+        return i + 1
+    while True:
+        i = _plain_value_end(p, i, n, depth + 1)
+        if i < 0:
+            return -1
+        i = _ws(p, i, n)
+        if i >= n:
+            return -1
+        if p[i] == 93:
+            return i + 1
+        if p[i] != 44:
+            return -1
+        i = _ws(p, i + 1, n)
+
+
+cdef object _plain_log_filter(bytes params):
+    """(fromBlock, toBlock, blockHash) of ``[{...}]`` whose members are plain strings, nulls
+    and arrays of them, none of the three twice; None: anything else (the decoder reads it)."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(params)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(params)
+    cdef Py_ssize_t i, key, end, value
+    cdef int seen = 0, which
+    cdef bytes first = _ABSENT, last = _ABSENT, block_hash = _ABSENT
+    i = _ws(p, 0, n)
+    if i >= n or p[i] != 91:
+        return None
+    i = _ws(p, i + 1, n)
+    if i >= n or p[i] != 123:
+        return None
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        i += 1
+    else:
+        while True:
+            if i >= n or p[i] != 34:
+                return None
+            key = i + 1
+            end = _plain_string_end(p, i, n)
+            if end < 0:
+                return None
+            i = _ws(p, end, n)
+            if i >= n or p[i] != 58:
+                return None
+            value = _ws(p, i + 1, n)
+            i = _plain_value_end(p, value, n, 0)
+            if i < 0:
+                return None
+            which = 0
+            if end - 1 - key == 9 and memcmp(p + key, b"fromBlock", 9) == 0:
+                which = 1
+            elif end - 1 - key == 7 and memcmp(p + key, b"toBlock", 7) == 0:
+                which = 2
+            elif end - 1 - key == 9 and memcmp(p + key, b"blockHash", 9) == 0:
+                which = 4
+            if which:
+                if seen & which:
+                    return None
+                seen |= which
+                if which == 1:
+                    first = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+                elif which == 2:
+                    last = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+                else:
+                    block_hash = PyBytes_FromStringAndSize(<const char*>p + value, i - value)
+            i = _ws(p, i, n)
+            if i >= n:
+                return None
+            if p[i] == 125:
+                i += 1
+                break
+            if p[i] != 44:
+                return None
+            i = _ws(p, i + 1, n)
+    i = _ws(p, i, n)
+    if i >= n or p[i] != 93:
+        return None
+    if _ws(p, i + 1, n) != n:
+        return None
+    return (first, last, block_hash)
+
+
+def log_filter_ends(params):
+    """The raw JSON of an eth_getLogs call's one filter's fromBlock, toBlock and blockHash
+    (empty when absent), or None when the params are not one filter object (see the pure
+    twin, whose answer this must equal): the usual filter in one scan, anything else decoded."""
+    return _log_filter_ends(params)
+
+
+cdef object _log_filter_ends(object params):
+    if type(params) is bytes:
+        ends = _plain_log_filter(<bytes>params)
+        if ends is not None:
+            return ends
+    try:
+        (query,) = _log_filter.decode(params)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return bytes(query.fromBlock), bytes(query.toBlock), bytes(query.blockHash)
+
+
+cdef inline bint _wants_head(bytes raw) except -1:
     """Is this end of a range the head (absent, or a head tag)?"""
-    return len(raw) == 0 or bytes(raw) in _HEAD_TAGS
+    return PyBytes_GET_SIZE(raw) == 0 or raw in _HEAD_TAGS
 
 
-cdef long long _logs_bound(object raw, object head) except -2:
+cdef long long _logs_bound(bytes raw, object head) except -2:
     """The block one end of a range names, as the lane reads it; -1: the handler reads it
     (see the pure twin)."""
     cdef bytes text
@@ -173,7 +308,7 @@ cdef long long _logs_bound(object raw, object head) except -2:
     cdef Py_ssize_t n, i
     cdef long long value = 0
     cdef unsigned char c
-    text = bytes(raw)
+    text = raw
     n = PyBytes_GET_SIZE(text)
     if n == 0:
         return -1 if head is None else <long long>head
@@ -197,6 +332,7 @@ cdef void _init_tables():
     for i in range(256):
         ID_OK[i] = (48 <= i <= 57) or (65 <= i <= 90) or (97 <= i <= 122) or i in (46, 95, 58, 45)
         HEX_OK[i] = (48 <= i <= 57) or (65 <= i <= 70) or (97 <= i <= 102)
+        PLAIN_OK[i] = 32 <= i < 128 and i != 34 and i != 92
 
 
 _init_tables()
@@ -529,7 +665,10 @@ cdef class Route:
     cdef readonly long long logs_blocks
     cdef readonly long long logs_upstream
     cdef public object logs_head
-    cdef public object logs_plan
+    # Set by the RPC service: the highest block known final (-1: none yet), and the family's
+    # reader of the block a result belongs to; a receipt above it skips the service (_land_reply).
+    cdef public long long finalized
+    cdef public object result_block
 
     def __init__(
         self,
@@ -594,7 +733,8 @@ cdef class Route:
         self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head = _no_head
-        self.logs_plan = _no_plan
+        self.finalized = -1
+        self.result_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
         cdef Flight flight = Flight(key, params, spec, tag)
@@ -658,10 +798,20 @@ cdef class Route:
         if (
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
+            and self._may_be_final(spec, result)
         ) or flight.method in self.watched:
             look(flight, result)
         self.land(flight, result, None)
         return 0
+
+    cdef bint _may_be_final(self, Method spec, bytes result) except -1:
+        """May the service find this cacheable result final?  No when it is about a block
+        above the last final one: a receipt of a recent transaction does not go the service's
+        way (``RpcService._maybe_cache``, which decides) only to be refused there."""
+        if spec.cache == STATIC or spec.block_param >= 0 or self.result_block is None:
+            return True
+        number = self.result_block(result)
+        return number is not None and number <= self.finalized
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -735,16 +885,15 @@ cdef class Route:
     cpdef bint logs_fit(self, object params, object principal) except -1:
         """Does this eth_getLogs go upstream as it is (see the pure twin)?"""
         cdef long long low, high
+        cdef bytes first, last, block_hash
         if params is None:
             return False
-        try:
-            (query,) = _log_filter.decode(params)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        ends = _log_filter_ends(params)
+        if ends is None:
             return False
-        if len(query.blockHash):
+        first, last, block_hash = <tuple>ends
+        if len(block_hash):
             return False
-        first = query.fromBlock
-        last = query.toBlock
         head = None
         if _wants_head(first) or _wants_head(last):
             head = self.logs_head()
@@ -753,7 +902,7 @@ cdef class Route:
         if low < 0 or high < 0:
             return False
         return _logs_verdict(
-            low, high, _logs_limit(self.logs_blocks, self.logs_plan(principal)),
+            low, high, _logs_limit(self.logs_blocks, principal.logs_range),
             self.logs_upstream,
         ) == C_LOGS_FORWARD
 
@@ -1655,10 +1804,6 @@ cdef long long _upstream_id(object raw) except -2:
 
 def _no_head():
     return None
-
-
-def _no_plan(principal):
-    return 0
 
 
 cdef inline bint _sticky(Route route, str method):

@@ -10,6 +10,7 @@ scenarios also check what that is, so that two twins wrong in the same way still
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -101,7 +102,6 @@ class Lane:
             watched=frozenset({"eth_blockNumber"}),
         )
         self.route.logs_head = lambda: head
-        self.route.logs_plan = lambda principal: plan_blocks
         self.route.budget = fastlane.AnswerBudget(budget)
         self.route.dispatch = self.recorder.groups.append
         self.log_stream = io.BytesIO()
@@ -111,7 +111,9 @@ class Lane:
         ledger = fastlane.Ledger(
             self.statuses, {"rpc": self.latency.series("rpc")}, self.access_log
         )
-        self.principal = Principal(key_id="k1", account_id="a1", prefix="svc_test_k")
+        self.principal = Principal(
+            key_id="k1", account_id="a1", prefix="svc_test_k", logs_range=plan_blocks
+        )
         if keys:
             limiter = impl.limiter
             self.principal = Principal(
@@ -123,6 +125,7 @@ class Lane:
                 limiter=limiter.KeyLimiter(rps, 0, 0.0),
                 quota=limiter.DayQuota(0, 0),
                 limits_rps=rps,
+                logs_range=plan_blocks,
             )
             registry = SimpleNamespace(recent={KEY: self.principal}, used=set())
             self.gate = KeyGate(registry, impl.limiter, fastlane)  # type: ignore[arg-type]
@@ -404,6 +407,69 @@ def test_the_range_rule_twins_agree(
         assert verdict == pure.LOGS_SPLIT
 
 
+# eth_getLogs filters as clients and others write them: the compiled twin scans the usual
+# ones itself and decodes the rest; both twins must read the same ends from any of them.
+_FILTER_KEYS = st.sampled_from(
+    ['"fromBlock"', '"toBlock"', '"blockHash"', '"address"', '"topics"', '"from\\u0042lock"',
+     '"to\\u0042lock"', '"\u00e9"', '"fromblock"', '""']
+)  # fmt: skip
+_FILTER_VALUES = st.one_of(
+    st.sampled_from(
+        ['"0x10"', '"0x"', '"0X10"', '"latest"', '"safe"', '"earliest"', '"pending"', "null",
+         "nul", "nullx", "16", "-1", "1e3", "true", "{}", '{"a":"0x1"}', "[]", "[null]",
+         '["0xab",null,["0x1","0x2"]]', "[[[[[]]]]]", "[[[[[[]]]]]]", '["0x1",]', '"a\\"b"',
+         '"\\u0030x1"', '"\u00e9"', '"\x01"', '"0x' + "f" * 15 + '"', '"0x' + "f" * 16 + '"']
+    ),
+    st.text(alphabet="0x123abcdefl\"[],{}: \\", max_size=12),
+)  # fmt: skip
+_WHITESPACE = st.sampled_from(["", " ", "\n", "\t", "\r\n  "])
+
+
+@st.composite
+def _filter_texts(draw: st.DrawFn) -> bytes:
+    members = draw(st.lists(st.tuples(_FILTER_KEYS, _FILTER_VALUES, _WHITESPACE), max_size=6))
+    ws = draw(_WHITESPACE)
+    body = ",".join(f"{w}{key}{w}:{w}{value}{w}" for key, value, w in members)
+    text = f"{ws}[{ws}{{{body}}}{ws}{draw(st.sampled_from(['', ',{}', ',1', ' ']))}]{ws}"
+    text += draw(st.sampled_from(["", "", " ", "x", "]", "\x00"]))
+    raw = text.encode()
+    cut = draw(st.sampled_from([None, None, None, draw(st.integers(0, len(raw)))]))
+    return raw if cut is None else raw[:cut]
+
+
+@settings(max_examples=2000)
+@given(params=_filter_texts())
+def test_the_log_filter_twins_read_the_same_ends(params: bytes) -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    assert compiled.log_filter_ends(params) == pure.log_filter_ends(params)
+
+
+def test_the_usual_log_filters_are_read_to_their_ends() -> None:
+    compiled, pure = (impl.fastlane for impl in _twins())
+    topics = '["0xddf2",null,"0x0000000000000000000000001111111111111111111111111111111111111111"]'
+    usual = {
+        f'[{{"fromBlock":"0x1f","toBlock":"0x22","address":"0xabcd","topics":{topics}}}]': (
+            b'"0x1f"',
+            b'"0x22"',
+            b"",
+        ),
+        '[ { "address": ["0x1", "0x2"], "toBlock": "latest" } ]': (b"", b'"latest"', b""),
+        '[{"blockHash":"0x' + "ab" * 32 + '"}]': (b"", b"", b'"0x' + b"ab" * 32 + b'"'),
+        '[{"fromBlock":null}]': (b"null", b"", b""),
+        "[{}]": (b"", b"", b""),
+        '[{"fromBlock":"0x1","fromBlock":"0x2"}]': (b'"0x2"', b"", b""),
+        '[{"from\\u0042lock":"0x3"}]': (b'"0x3"', b"", b""),
+    }
+    for text, ends in usual.items():
+        assert (
+            compiled.log_filter_ends(text.encode()) == pure.log_filter_ends(text.encode()) == ends
+        )
+    for text in ("", "[]", "[{}, {}]", '{"fromBlock":"0x1"}', "[{]", '[{"fromBlock":"0x1"}] x'):
+        assert (
+            compiled.log_filter_ends(text.encode()) is pure.log_filter_ends(text.encode()) is None
+        )
+
+
 def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
     """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
     they refuse — an origin, a method, a contract, anywhere in a batch — the handler
@@ -528,6 +594,49 @@ def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
         {"code": -32603, "message": "bad"},
         {"code": -32603, "message": "missing"},
     ]
+
+
+def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
+    """A cacheable result about a block (a receipt, a transaction, a block by hash) is shown
+    to the service (``look``, where ``RpcService._maybe_cache`` decides) only when its block is
+    at or below the lane's ``finalized`` bound; one above it, or one the family's
+    ``result_block`` cannot place, would only be refused there.  Results whose finality comes
+    from their block tag are shown as before (the service reads the tag)."""
+    reply = impl_module.pure().jsonrpc.Reply
+
+    def receipt(number: int) -> bytes:
+        return (
+            b'{"logs":[{"blockNumber":"0x999"}],"transactionHash":"0x%s",'
+            b'"blockNumber":"%s","status":"0x1"}' % (b"ab" * 32, hex(number).encode())
+        )
+
+    def scenario(lane: Lane, finalized: int) -> Any:
+        lane.route.result_block = lane.impl.jsonrpc.result_block
+        lane.route.finalized = finalized
+        calls = [
+            _call("eth_getTransactionReceipt", ["0x" + f"{i:02x}" * 32], id=i) for i in range(1, 6)
+        ] + [_call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=6)]
+        lane.serve(calls)
+        (group,) = lane.recorder.groups
+        looked: list[tuple[str, bytes]] = []
+        results = [receipt(9), receipt(10), receipt(11), b'{"status":"0x1"}', b"null", b'"0x5"']
+        lane.route.land_replies(
+            group,
+            100,
+            [reply(b"%d" % (100 + i), result, None) for i, result in enumerate(results)],
+            lambda flight, result: looked.append((flight.method, result)),
+            lambda: b'{"code":-32603,"message":"bad"}',
+            b'{"code":-32603,"message":"missing"}',
+        )
+        return looked
+
+    for finalized, shown in ((10, [0, 1]), (11, [0, 1, 2]), (-1, []), (8, [])):
+        looked, books = _both(functools.partial(scenario, finalized=finalized), keys=False)
+        assert looked == [("eth_getTransactionReceipt", receipt(9 + i)) for i in shown] + [
+            ("eth_getBalance", b'"0x5"')
+        ]
+        ((_, status, _, body),) = books["delivered"]
+        assert status == 200 and len(json.loads(body)) == 6
 
 
 def test_refusals_over_a_limit_are_json_rpc_with_their_ids() -> None:

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import trio
 
+from chaingate.auth.store import AuthRows
 from chaingate.config import LogRangeSettings
 from chaingate.devnet.anvil import AnvilProcess, rpc_call
 from chaingate.rpc.logranges import LogRanges, Split
@@ -258,3 +259,27 @@ async def test_a_plan_lowers_the_limit_for_its_keys(stack: AuthStack) -> None:
     async with stack.client(growth) as client:
         answered = (await client.post("/v1/rpc/ethereum/devnet", json=query)).json()
     assert isinstance(answered.get("result"), list), answered
+
+
+async def test_a_plans_limit_below_one_upstream_call_is_kept_and_follows_plan_changes(
+    stack: AuthStack,
+) -> None:
+    """A range that one upstream call would take (2,000 blocks) but the key's plan does not:
+    the lane reads the plan's limit from the key (``Principal.logs_range``), which follows the
+    account's plan when it changes."""
+    key, _ = await stack.key(plan="free", email="logs-plan@t")
+    rows = AuthRows(stack.store)
+    account = await rows.find_account_by_email("logs-plan@t")
+    assert account is not None
+    query = _call({"fromBlock": "0x0", "toBlock": hex(150)})  # 151 blocks
+    for plan_blocks, refused in ((100, True), (200, False), (150, True)):
+        await rows.set_plan(account.id, "free", json.dumps({"logs_max_block_range": plan_blocks}))
+        await stack.handle.gateway.keys.refresh()  # type: ignore[union-attr]
+        async with stack.client(key) as client:
+            answer = (await client.post("/v1/rpc/ethereum/devnet", json=query)).json()
+        if refused:
+            assert answer["error"]["code"] == -32005, answer
+            assert answer["error"]["data"]["limit"] == plan_blocks
+            assert answer["error"]["data"]["setting"] == "logs_max_block_range (plan)"
+        else:
+            assert isinstance(answer.get("result"), list), answer

@@ -253,6 +253,8 @@ async def test_finalized_blocks_and_receipts_are_cached_recent_ones_are_not(
     assert (
         service.pool.head is not None and service.pool.head >= int(receipt["blockNumber"], 16) + 3
     )
+    # The lane's bound of what is final moves with the agreed head (RpcService._head_moved).
+    assert service.route.finalized == service.pool.head - 2
     miss = await fetch("eth_getTransactionReceipt", [tx])
     hit = await fetch("eth_getTransactionReceipt", [tx])
     assert (miss[0], hit[0]) == ("MISS", "HIT") and miss[1] == hit[1] == receipt

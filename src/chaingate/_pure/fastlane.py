@@ -61,6 +61,7 @@ __all__ = [
     "RequestIds",
     "ResponseCache",
     "Route",
+    "log_filter_ends",
     "logs_limit",
     "logs_verdict",
     "presented_key",
@@ -154,7 +155,23 @@ class _LogFilter(msgspec.Struct):
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
 
 
-def _logs_bound(raw: msgspec.Raw, head: int | None) -> int:
+def log_filter_ends(params: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The raw JSON of an eth_getLogs call's one filter's fromBlock, toBlock and blockHash
+    (empty when absent), or None when the params are not one filter object.  (The compiled
+    twin reads the usual filter in one scan and decodes anything else as here.)"""
+    try:
+        (query,) = _log_filter.decode(params)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return bytes(query.fromBlock), bytes(query.toBlock), bytes(query.blockHash)
+
+
+def _needs_head(end: bytes) -> bool:
+    """Is this end of a range the head (absent, or a head tag)?"""
+    return not end or end in _HEAD_TAGS
+
+
+def _logs_bound(raw: bytes, head: int | None) -> int:
     """The block one end of a range names, as the lane reads it: absent or a head tag (the
     head), ``earliest`` (0) or a hex quantity; -1 for anything else
     (the handler reads it: rpc/logranges.py).  At most 15 digits: a number the compiled
@@ -473,12 +490,16 @@ class Route:
         # eth_getLogs ranges (rpc/logranges.py): (logs.max_block_range,
         # logs.upstream_block_range), or None when ranges are not looked at.  The lane sends
         # a range that fits one call itself and hands the handler those it must refuse or
-        # split; the service sets logs_head (the agreed head, for tags) and logs_plan (a
-        # caller's plan's own limit, 0: none).
+        # split; the service sets logs_head (the agreed head, for tags).  A caller's plan's
+        # own limit (0: none) is its principal's logs_range.
         self.logs_method = self.methods.get("eth_getLogs") if logs is not None else None
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head: Callable[[], int | None] = lambda: None
-        self.logs_plan: Callable[[Any], int] = lambda principal: 0
+        # Set by the service: the highest block known final (-1: none yet), and the family's
+        # reader of the block a result belongs to; a receipt above it skips the service
+        # (_land_reply).
+        self.finalized = -1
+        self.result_block: Callable[[bytes], int | None] | None = None
         # Methods whose every result the service looks at (land_replies): the head a
         # client's eth_blockNumber shows, the upstream a write went to.
         self.watched = watched
@@ -567,9 +588,19 @@ class Route:
             spec.cache != NO_CACHE
             and result != b"null"
             and spec.may_be_cached(flight.tag, flight.params)
+            and self._may_be_final(spec, result)
         ) or (flight.method in self.watched):
             look(flight, result)
         self.land(flight, result, None)
+
+    def _may_be_final(self, spec: Method, result: bytes) -> bool:
+        """May the service find this cacheable result final?  No when it is about a block
+        above the last final one: a receipt of a recent transaction does not go the service's
+        way (``RpcService._maybe_cache``, which decides) only to be refused there."""
+        if spec.cache == STATIC or spec.block_param is not None or self.result_block is None:
+            return True
+        number = self.result_block(result)
+        return number is not None and number <= self.finalized
 
     def wants(self, flights: list[Flight], length: int) -> bool:
         """Does anyone still want the answer of this group of flights, whose body of
@@ -639,27 +670,19 @@ class Route:
         the lane cannot read)."""
         if params is None:
             return False
-        try:
-            (query,) = _log_filter.decode(params)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        ends = log_filter_ends(params)
+        if ends is None:
             return False
-        if len(query.blockHash):
+        first, last, block_hash = ends
+        if block_hash:
             return False
-        head = self.logs_head() if self._needs_head(query) else None
-        low = _logs_bound(query.fromBlock, head)
-        high = _logs_bound(query.toBlock, head)
+        head = self.logs_head() if _needs_head(first) or _needs_head(last) else None
+        low = _logs_bound(first, head)
+        high = _logs_bound(last, head)
         if low < 0 or high < 0:
             return False
-        limit = logs_limit(self.logs_blocks, self.logs_plan(principal))
+        limit = logs_limit(self.logs_blocks, principal.logs_range)
         return logs_verdict(low, high, limit, self.logs_upstream) == LOGS_FORWARD
-
-    @staticmethod
-    def _needs_head(query: _LogFilter) -> bool:
-        for raw in (query.fromBlock, query.toBlock):
-            text = bytes(raw)
-            if not text or text in _HEAD_TAGS:
-                return True
-        return False
 
     # --- answers the lane builds from this route's table ----------------------------------
 

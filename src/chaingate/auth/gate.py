@@ -57,6 +57,7 @@ class Principal:
         "key_id",
         "limiter",
         "limits_rps",
+        "logs_range",
         "pending_requests",
         "pending_units",
         "prefix",
@@ -75,6 +76,7 @@ class Principal:
         limiter: Any = None,
         quota: Any = None,
         limits_rps: int = 0,
+        logs_range: int = 0,
     ) -> None:
         self.key_id = key_id
         self.account_id = account_id
@@ -84,6 +86,8 @@ class Principal:
         self.limiter = limiter
         self.quota = quota
         self.limits_rps = limits_rps
+        # The plan's widest eth_getLogs range (0: the network's), where the lane reads it.
+        self.logs_range = logs_range
         self.revoked = False
         # The key's allowlists (chaingate.auth.allowlists.Policy); None: no lists (most keys),
         # which is all the hot path looks at.

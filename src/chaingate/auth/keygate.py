@@ -206,6 +206,7 @@ class KeyRegistry:
         for principal in account.keys:
             principal.limiter.set_rates(limits.requests_per_second, limits.compute_units_per_second)
             principal.limits_rps = limits.requests_per_second
+            principal.logs_range = limits.logs_max_block_range
 
     @staticmethod
     def _apply_allowlists(principal: Principal, source: str | None) -> None:
@@ -240,6 +241,7 @@ class KeyRegistry:
             ),
             quota=account.quota,
             limits_rps=limits.requests_per_second,
+            logs_range=limits.logs_max_block_range,
         )
         principal.revoked = row.revoked_at is not None
         self._apply_allowlists(principal, row.allowlists)

@@ -410,6 +410,9 @@ class UpstreamPool:
         block_time = max(network.block_time, 0.001)
         slack = network.max_head_lag + math.ceil(max(rpc.max_head_lead, 0.0) / block_time)
         self.judge = HeadJudge(block_time, slack)
+        # Told the agreed head each time it moves (only note_head and _judge_round move it):
+        # the RPC service keeps the lane's bound of what is final with it.
+        self.on_head: Callable[[int | None], None] = _ignore_head
         # A source of heads that does not come from probes (the chain follower), set by the
         # gateway once both exist; consulted on every probe round.
         self.witness: Witness | None = None
@@ -865,7 +868,11 @@ class UpstreamPool:
 
     def note_head(self, head: int) -> None:
         """A head seen in a client's answer (eth_blockNumber): believed as far as time allows."""
-        self.judge.note(head, trio.current_time())
+        judge = self.judge
+        before = judge.head
+        judge.note(head, trio.current_time())
+        if judge.head != before:
+            self.on_head(judge.head)
 
     async def _watchdog(self) -> None:
         while True:
@@ -910,7 +917,10 @@ class UpstreamPool:
     def _judge_round(self, results: dict[str, tuple[int | None, str, float]]) -> None:
         now = trio.current_time()
         heads = {name: head for name, (head, _, _) in results.items() if head is not None}
+        before = self.judge.head
         verdict = self.judge.judge(heads, witness_head(self.witness), now)
+        if self.judge.head != before:
+            self.on_head(self.judge.head)
         for upstream in self.upstreams:
             health = upstream.health
             if health.throttle_noted and health.throttled_until <= now:
@@ -932,6 +942,10 @@ class UpstreamPool:
             if health.bring_back():
                 self._log_rotation(upstream, "upstream back in rotation", "probe_ok", logging.INFO)
         self._rerank()
+
+
+def _ignore_head(head: int | None) -> None:
+    """No one told of head moves (a pool without a service)."""
 
 
 def _looks_like_json(body: bytes) -> bool:

@@ -179,7 +179,6 @@ class RpcService:
             watched=_WATCHED,
         )
         self.route.dispatch = self._dispatch
-        self.route.logs_plan = self._logs_range_of
         self.cache = self.route.cache
         # Reply bytes of batches being assembled; the gateway shares one budget among every
         # service (share_answers), and the edge reads it to refuse new work early.
@@ -196,6 +195,14 @@ class RpcService:
         )
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
         self.route.logs_head = self._head
+        # What is final moves with the agreed head; the lane reads the bound, and shows us
+        # only the results (receipts...) that may be final by it (Route._may_be_final).
+        self.route.result_block = self._result_block
+        self.pool.on_head = self._head_moved
+
+    def _head_moved(self, head: int | None) -> None:
+        """The agreed head moved: so does the highest block final (-1: none yet)."""
+        self.route.finalized = -1 if head is None else head - self._finality_depth
 
     def _head(self) -> int | None:
         """The agreed head (the lane resolves an eth_getLogs range's tags with it)."""
@@ -963,10 +970,7 @@ class RpcService:
         if spec.cache == "static":
             self.cache.put(key, result)
             return
-        head = self.pool.head
-        if head is None:
-            return
-        finalized = head - self._finality_depth
+        finalized = self.route.finalized  # -1 before any head: nothing is final
         number = block_number(tag) if spec.block_param is not None else None
         if number is None:
             # A hash (or an EIP-1898 object) or no block param: the result may say which block

@@ -54,6 +54,9 @@ class Principal(Protocol):
     scopes: frozenset[str]
     revoked: bool
     limits_rps: int
+    # The widest eth_getLogs range the key's plan allows (0: the network's limit): as
+    # ``AuthService.logs_range_of`` says, kept with the key's limits by the registry.
+    logs_range: int
     # Consumption not yet reported to the other processes (shared limits).
     pending_requests: int
     pending_units: int
@@ -301,9 +304,13 @@ class Route(Protocol):
     # Set by the RPC service: sends a group of new flights upstream.
     dispatch: Callable[[list[Flight]], None] | None
     # Set by the RPC service when eth_getLogs ranges are looked at: the agreed head (for a
-    # range's tags) and a caller's plan's own range limit (0: none).
+    # range's tags).  A caller's plan's own range limit is its principal's ``logs_range``.
     logs_head: Callable[[], int | None]
-    logs_plan: Callable[[Any], int]
+    # Set by the RPC service: the highest block known final (-1: none yet; the agreed head
+    # less the finality depth), and the family's reader of the block a result belongs to.  A
+    # cacheable result about a later block is not shown to the service (``look``).
+    finalized: int
+    result_block: Callable[[bytes], int | None] | None
 
     @property
     def stats(self) -> Mapping[str, MethodStats]: ...
@@ -444,6 +451,7 @@ class FastlaneModule(Protocol):
     def presented_key(self, request: Presenter, path_key: bytes | None = ...) -> bytes | None: ...
     def split_path_key(self, path: bytes) -> tuple[bytes, bytes | None]: ...
     def logs_limit(self, network_blocks: int, plan_blocks: int) -> int: ...
+    def log_filter_ends(self, params: bytes) -> tuple[bytes, bytes, bytes] | None: ...
     def logs_verdict(self, low: int, high: int, limit_blocks: int, upstream_blocks: int) -> int: ...
     @property
     def LOGS_FORWARD(self) -> int: ...
