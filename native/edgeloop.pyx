@@ -87,6 +87,8 @@ cdef extern from "sys/socket.h" nogil:
     int setsockopt(int fd, int level, int name, const void *value, unsigned int length)
     enum:
         MSG_NOSIGNAL
+        MSG_PEEK
+        MSG_DONTWAIT
         SHUT_WR
 
 cdef extern from "netinet/in.h" nogil:
@@ -329,7 +331,11 @@ cdef class Loop:
 
     cpdef bint idle(self, Conn conn):
         """Between requests, holding none the client already sent (see the pure twin)."""
-        return conn.state == IDLE and not conn.ready and not conn.parser.has_partial
+        cdef char byte
+        if conn.state != IDLE or conn.ready or conn.parser.has_partial:
+            return False
+        # Bytes no poll has seen yet (the loop stalled while they came): a request, not idle.
+        return recv(conn.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0
 
     def begin_shutdown(self):
         self.closing = True

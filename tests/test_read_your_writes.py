@@ -10,6 +10,10 @@ Two real anvils behind the gateway, each behind an HTTP relay (tests/http_relay.
 The client then reads its nonce 100 times at once.  With read-your-writes every answer is the
 new nonce; with it off (the test parameter) the reads go to the fast, stale A — the test
 shows the stale values it catches then, so it is known to detect the fault.
+
+Without the feature, where a read goes is the latency ranking's choice, and 100 reads at once
+on a busy machine can make A look slower than B (the next probe round then ranks B first):
+so the off case asserts what each relay served, never where the ranking will send a read.
 """
 
 from __future__ import annotations
@@ -42,8 +46,21 @@ async def test_nonce_never_goes_backwards(
     nursery: trio.Nursery, start_gateway: Any, anvil_factory: Any, read_your_writes: bool
 ) -> None:
     fast, slow = anvil_factory(), anvil_factory()
-    relay_a = HttpRelay(fast.port, refuse=lambda body: b"eth_sendRawTransaction" in body)
-    relay_b = HttpRelay(slow.port, delay=lambda body: 0.02)
+    served: dict[str, list[bytes]] = {"a": [], "b": []}  # every body each relay got
+
+    def at_a(body: bytes) -> bool:
+        served["a"].append(body)
+        return b"eth_sendRawTransaction" in body
+
+    def at_b(body: bytes) -> float:
+        served["b"].append(body)
+        return 0.02
+
+    def asked(relay: str, method: bytes) -> bool:
+        return any(method in body for body in served[relay])
+
+    relay_a = HttpRelay(fast.port, refuse=at_a)
+    relay_b = HttpRelay(slow.port, delay=at_b)
     await nursery.start(relay_a.serve)
     await nursery.start(relay_b.serve)
     handle = await start_gateway(
@@ -54,11 +71,18 @@ async def test_nonce_never_goes_backwards(
         network={"read_your_writes": {"enabled": read_your_writes, "window": 30.0}},
     )
     pool = handle.gateway.chain.services["ethereum/devnet"].pool
-    with trio.fail_after(10):  # probes have ranked A (fast) first
-        while [u.name for u in pool.ranked()] != ["a", "b"] or not all(
-            u.health.latency for u in pool.upstreams
-        ):
-            await trio.sleep(0.05)
+
+    async def fast_ranked_first() -> None:
+        """Until probes rank A first, clear of B by half B's extra 20 ms (not at the moment
+        the two latency averages cross, when one slow probe of A ranks B first again)."""
+        with trio.fail_after(10):
+            while True:
+                a, b = (u.health.latency for u in pool.upstreams)
+                if [u.name for u in pool.ranked()] == ["a", "b"] and a and b - a > 0.01:
+                    return
+                await trio.sleep(0.05)
+
+    await fast_ranked_first()
 
     sender = DEV_KEY.address
     nonce = _nonce(fast.url, sender)
@@ -92,6 +116,7 @@ async def test_nonce_never_goes_backwards(
         assert _nonce(fast.url, sender) == nonce  # A never saw it: the heads differ
 
         seen: list[int] = []
+        await fast_ranked_first()  # as the reads start: without the feature they go to A
 
         async def read() -> None:
             seen.append(int(await rpc("eth_getTransactionCount", [sender, "latest"]), 16))
@@ -110,10 +135,17 @@ async def test_nonce_never_goes_backwards(
         assert by_hash is not None and by_hash["hash"] == tx_hash
         sticky = handle.gateway.chain.services["ethereum/devnet"].sticky
         assert sticky is not None and sticky.routed >= 102
+        # Every read went to B, none to the fast ranked-first A.
+        for method in (b"eth_getTransactionCount", b"eth_getTransactionReceipt"):
+            assert asked("b", method) and not asked("a", method)
     else:
         # Without the feature the same reads go to the fast upstream and see the old nonce.
         assert stale, "the fault was not reproduced: the test would not detect it"
-        assert receipt is None
+        assert asked("a", b"eth_getTransactionCount")
+        # The receipt is stale too where it was read: null from A, the receipt from B (the
+        # ranking may have turned to B by then; a read is never retried on a null answer).
+        assert (receipt is not None) == asked("b", b"eth_getTransactionReceipt")
+        assert (by_hash is not None) == asked("b", b"eth_getTransactionByHash")
 
 
 def test_window_and_bounded_memory() -> None:

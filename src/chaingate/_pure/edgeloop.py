@@ -250,8 +250,15 @@ class Loop:
     @staticmethod
     def idle(conn: Conn) -> bool:
         """Between requests, and holding none the client already sent (buffered, or still in
-        the kernel): a connection that may be closed without losing a request."""
-        return conn.state == IDLE and not conn.ready and not conn.parser.has_partial
+        the kernel): a connection that may be closed without losing a request.  Called only
+        to close one (a sweep, a shutdown), so the kernel is asked: bytes may have come while
+        the event loop stalled, before any poll saw them."""
+        if conn.state != IDLE or conn.ready or conn.parser.has_partial:
+            return False
+        try:
+            return not conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:  # nothing waiting (EAGAIN), or the connection is broken anyway
+            return True
 
     def begin_shutdown(self) -> None:
         """Close idle connections now; busy ones close after their answer."""
