@@ -49,6 +49,14 @@ class RangeLimitedRelay:
             await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
 
     async def _connection(self, stream: trio.SocketStream, client: httpx.AsyncClient) -> None:
+        try:
+            await self._exchange(stream, client)
+        except trio.BrokenResourceError:
+            # The client gave up on this connection (its request timeout, on a loaded
+            # machine): the connection ends, as with a real node; the server goes on.
+            return
+
+    async def _exchange(self, stream: trio.SocketStream, client: httpx.AsyncClient) -> None:
         conn = h11.Connection(h11.SERVER)
         body = b""
         async with stream:

@@ -40,11 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # distinct-batch-parallel (ten batches of 20 at once on ten connections) 3.3 / 0.20 -> 1.6-1.8
 # / 0.17-0.19 per call (a readiness's batches share upstream batches, Lane.hold).  Lowered
 # after the read groups spread over the upstream's connections (2026-12-07, four runs):
-# distinct 161.8-169.6 / 9.86-10.05, distinct-parallel 20.1-21.0 / 3.01-3.06.
+# distinct 161.8-169.6 / 9.86-10.05, distinct-parallel 20.1-21.0 / 3.01-3.06 (its syscalls
+# stay at 3.3: how many requests one readiness holds depends on the machine's load, and a
+# loaded run measured 3.17).
 BUDGETS = {
     "chainid": (65, 5.6),
     "distinct": (175, 10.2),
-    "distinct-parallel": (24, 3.15),
+    "distinct-parallel": (24, 3.3),
     "distinct-batch": (9, 0.53),
     "distinct-batch-parallel": (2.0, 0.2),
     "chainid-pipelined": (10, 0.7),
