@@ -18,6 +18,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
+from cjson cimport json_ws as _ws
 
 log = logging.getLogger("chaingate.edge")
 
@@ -161,12 +162,6 @@ _LogFilter = msgspec.defstruct(
 
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
 cdef bytes _ABSENT = b""
-
-
-cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
-    while i < n and (p[i] == 32 or p[i] == 10 or p[i] == 13 or p[i] == 9):
-        i += 1
-    return i
 
 
 cdef Py_ssize_t _plain_string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:

@@ -16,6 +16,7 @@ from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
+from cjson cimport json_ws as _ws
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
 from chaingate._pure.jsonrpc import result_block as _result_block_decoded
@@ -160,17 +161,6 @@ cdef inline ParsedRequest _parsed(bint batch, list calls, int error, str message
     parsed.error = error
     parsed.message = message
     return parsed
-
-
-cdef inline Py_ssize_t _ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
-    cdef unsigned char c
-    while i < n:
-        c = p[i]
-        if c == 32 or c == 9 or c == 10 or c == 13:
-            i += 1
-        else:
-            break
-    return i
 
 
 # A JSON string's inside is mostly bytes that need no look (hex digits, names): these find the
@@ -715,7 +705,13 @@ def upstream_request(long long request_id, str method, object params):
     cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name)
     cdef Py_ssize_t raw_len = PyBytes_GET_SIZE(raw)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 22 + id_len + 10 + name_len + 10 + raw_len + 1)
-    cdef char* q = PyBytes_AS_STRING(out)
+    _write_call(PyBytes_AS_STRING(out), request_id, name, raw)
+    return out
+
+
+cdef inline char* _write_call(char* q, long long request_id, bytes name, bytes raw) noexcept:
+    """Write ``{"jsonrpc":"2.0","id":…,"method":…,"params":…}`` at ``q``; the byte after it."""
+    cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name), raw_len = PyBytes_GET_SIZE(raw)
     memcpy(q, b'{"jsonrpc":"2.0","id":', 22)
     q += 22
     q += write_int(q, request_id)
@@ -728,13 +724,13 @@ def upstream_request(long long request_id, str method, object params):
     memcpy(q, PyBytes_AS_STRING(raw), raw_len)
     q += raw_len
     q[0] = 125
-    return out
+    return q + 1
 
 
 def upstream_batch(long long first_id, list calls):
     """Calls (anything with ``method`` and ``params``) as one upstream batch, ids from
     ``first_id`` on (see the pure twin): sized first, then written in one allocation."""
-    cdef Py_ssize_t n = len(calls), i, total = 1, raw_len, name_len
+    cdef Py_ssize_t n = len(calls), i, total = 1
     cdef list names = [None] * n, raws = [None] * n
     cdef bytes name, raw, out
     cdef object params
@@ -755,24 +751,9 @@ def upstream_batch(long long first_id, list calls):
     q[0] = 91
     q += 1
     for i in range(n):
-        name = <bytes>names[i]
-        raw = <bytes>raws[i]
-        name_len = PyBytes_GET_SIZE(name)
-        raw_len = PyBytes_GET_SIZE(raw)
-        memcpy(q, b'{"jsonrpc":"2.0","id":', 22)
-        q += 22
-        q += write_int(q, first_id + i)
-        memcpy(q, b',"method":', 10)
-        q += 10
-        memcpy(q, PyBytes_AS_STRING(name), name_len)
-        q += name_len
-        memcpy(q, b',"params":', 10)
-        q += 10
-        memcpy(q, PyBytes_AS_STRING(raw), raw_len)
-        q += raw_len
-        q[0] = 125
-        q[1] = 44
-        q += 2
+        q = _write_call(q, first_id + i, <bytes>names[i], <bytes>raws[i])
+        q[0] = 44
+        q += 1
     (q - 1)[0] = 93
     return out
 

@@ -1046,15 +1046,8 @@ async def fast_trace(
             # and more.)  So one operation needing the prestate does not keep the next
             # ones of its EntryPoint, factory and paymaster from the lean path.
             probe = possible and isinstance(
-                build_static(
-                    root,
-                    prestate,
-                    op,
-                    entry_point=entry_point,
-                    version=version,
-                    factory_extcode_harmless=harmless,
-                    storage_known=False,
-                    shipped_entry_point=shipped_entry_point,
+                _codes_only_static(
+                    root, prestate, op, entry_point, version, harmless, shipped_entry_point
                 ),
                 FastTrace,
             )
@@ -1207,9 +1200,22 @@ async def _lean_build(
         state[address] = _Account(code=code)
     for address, code in given.items():
         state[address] = _Account(code=code)
+    return _codes_only_static(root, state, op, entry_point, version, harmless, shipped_entry_point)
+
+
+def _codes_only_static(
+    root: _Frame,
+    codes: Mapping[str, _Account],
+    op: UserOperation,
+    entry_point: str,
+    version: Version,
+    harmless: bool,
+    shipped_entry_point: bool,
+) -> FastTrace | Fallback | str:
+    """``build_static`` on codes alone (the lean path's, and its probe of a prestate)."""
     return build_static(
         root,
-        state,
+        codes,
         op,
         entry_point=entry_point,
         version=version,
