@@ -11,8 +11,10 @@ nginx with one worker in front of it too; then drives each scenario's request wi
 wrk against every target and prints (and writes) a markdown report.  With ``--baseline``,
 a second chaingate built from another checkout answers every scenario too, right after this
 one: before/after figures from one run.  The ``distinct-...`` scenarios send requests no two
-alike (real traffic) on a bootstrapped devnet; ``--workers`` runs chaingate as
-``chaingate serve --workers N``.  See bench/README.md.
+alike (real traffic) on a bootstrapped devnet; ``paced`` and each ``paced-distinct-...``
+send one scenario's requests at half of chaingate's peak for them, to chaingate and the node,
+for the p99 chaingate adds; ``--workers`` runs chaingate as ``chaingate serve --workers N``.
+See bench/README.md.
 
 Exit status: 0 all good; 1 some run had errors (flagged in the report); 2 a server failed or
 a target answered wrongly; 3 nginx or wrk is missing; 130 interrupted.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -44,12 +47,21 @@ sys.path.insert(0, str(BENCH_DIR))  # benchkit, also when run from another direc
 import chaingate  # noqa: E402
 from benchkit import distinct, evm, procs, report, scenarios, solana, tools  # noqa: E402
 from benchkit.report import Paced, Report, Row, Traffic  # noqa: E402
-from benchkit.scenarios import BASELINE, CHAINGATE, DIRECT, NGINX, Scenario  # noqa: E402
+from benchkit.scenarios import (  # noqa: E402
+    BASELINE,
+    CHAINGATE,
+    DIRECT,
+    NGINX,
+    PACED_FRACTION,
+    PACED_TOLERANCE,
+    Scenario,
+)
 from benchkit.wrkload import Wrk, WrkFailed, WrkResult  # noqa: E402
 from chaingate.devnet.anvil import AnvilProcess, anvil_binary, rpc_call  # noqa: E402
 from chaingate.devnet.bootstrap import bootstrap_devnet  # noqa: E402
 
 DISTINCT = tuple(f"distinct-{kind}" for kind in scenarios.DISTINCT_NOTES)
+PACED_DISTINCT = tuple(f"paced-{key}" for key in DISTINCT)  # after theirs: peaks measured first
 SCENARIO_ORDER = (
     "block",
     "block-nocoalesce",
@@ -58,6 +70,7 @@ SCENARIO_ORDER = (
     "call",
     "paced",
     *DISTINCT,
+    *PACED_DISTINCT,
     *solana.SCENARIO_KEYS,
 )
 TRANSFERS, SMOKE_TRANSFERS = 2_000, 200  # receipts the distinct scenarios read
@@ -65,10 +78,8 @@ TRANSFERS, SMOKE_TRANSFERS = 2_000, 200  # receipts the distinct scenarios read
 PAYMASTER_SIGNER = "0x" + "11" * 20
 PG_URL = os.environ.get("CHAINGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CHAINGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-PACED_FRACTION = 0.5
 CALIBRATION_TRIALS = 3
 CALIBRATION_TOLERANCE = 0.05  # calibration stops once a trial is this close to the target
-PACED_TOLERANCE = 0.10  # a measured paced run further off than this is measured again
 
 
 @dataclass(frozen=True)
@@ -419,22 +430,28 @@ class Bench:
         self.report.metrics["chaingate (solana/devnet)"] = report.recorded_metrics(server.metrics())
 
     def paced(self, scenario: Scenario) -> None:
-        peak = self.report.find("block", CHAINGATE)
-        if peak is None:  # (a) was not selected: measure chaingate's peak for it now
-            peak = self.run(
-                self.scenario_block(scenario), CHAINGATE, self.urls[CHAINGATE], self.main
-            )
+        """``scenario``'s requests (those of ``scenario.paces``: eth_blockNumber, a distinct
+        load) at PACED_FRACTION of chaingate's peak for them, against each of its targets."""
+        of = scenario.paces
+        if of is None:
+            raise ValueError(f"{scenario.key} is not a paced scenario")
+        answer = self._check(scenario, self.urls, None, self.headers)
+        say(f"[{scenario.key}] every target answers alike: {str(answer)[:80]}")
+        peak = self.report.find(of.key, CHAINGATE)
+        if peak is None:  # its own scenario was not selected: measure chaingate's peak now
+            prefix = scenario.label.split(" ", 1)[0]
+            alone = dataclasses.replace(of, targets=(CHAINGATE,), note=f"peak for {prefix}")
+            peak = self.run(alone, CHAINGATE, self.urls[CHAINGATE], self.main)
         rate = peak.result.rps * PACED_FRACTION
-        scenarios.check(scenario, self.urls, None, self.headers)
-        say(f"[paced] target {rate:.0f} req/s = {PACED_FRACTION:.0%} of {peak.result.rps:.0f}")
+        say(
+            f"[{scenario.key}] target {rate:.0f} req/s = {PACED_FRACTION:.0%} of "
+            f"{peak.result.rps:.0f}"
+        )
         rows: dict[str, Row] = {}
         paces: dict[str, float] = {}
         for target in scenario.targets:
             rows[target], paces[target] = self._paced_run(scenario, target, rate)
-        self.report.paced = Paced(rate, rows, paces)
-
-    def scenario_block(self, paced: Scenario) -> Scenario:
-        return Scenario("block", "(a) eth_blockNumber", paced.body, (CHAINGATE,), "peak for (e)")
+        self.report.paced.append(Paced(scenario, peak, rate, rows, paces))
 
     def _calibrate(self, scenario: Scenario, url: str, rate: float) -> tuple[float, int]:
         """Per-connection mean delay (ms) that yields ``rate``, found on short warm-up runs.
@@ -446,7 +463,9 @@ class Bench:
         ideal = self.wrk.connections / rate * 1000
         pace, errors = ideal, 0
         for _ in range(CALIBRATION_TRIALS):
-            trial = self.wrk.run(url, scenario.body, self.opts.warmup, pace_ms=pace)
+            trial = self.wrk.run(
+                url, scenario.body, self.opts.warmup, pace_ms=pace, requests=scenario.requests
+            )
             errors += trial.errors
             if not trial.rps or abs(trial.rps / rate - 1) <= CALIBRATION_TOLERANCE:
                 break
@@ -465,13 +484,16 @@ class Bench:
         for attempt in range(2):
             before = gateway.metrics() if gateway else ""
             cpu_before = self._cpu(target)
-            result = self.wrk.run(url, scenario.body, self.opts.duration, pace_ms=pace)
+            result = self.wrk.run(
+                url, scenario.body, self.opts.duration, pace_ms=pace, requests=scenario.requests
+            )
             cpu = self._per_request(cpu_before, self._cpu(target), result)
             off = abs(result.rps / rate - 1) if rate else 0.0
             if attempt or off <= PACED_TOLERANCE or not result.rps:
                 break
             say(
-                f"[paced] {target}: {result.rps:.0f} req/s is {off:.0%} off target; measuring again"
+                f"[{scenario.key}] {target}: {result.rps:.0f} req/s is {off:.0%} off target; "
+                "measuring again"
             )
             errors += result.errors
             pace = self._corrected(pace, result.rps, rate)
@@ -678,7 +700,6 @@ def bench(
     expected = {"call": contract.expected, "chainid": hex(anvil.chain_id)}
     actions: dict[str, Callable[[Scenario], None]] = {
         "block-nocoalesce": lambda s: runner.no_coalesce(s, workdir, anvil.url),
-        "paced": runner.paced,
     }
     for key in opts.scenarios:
         if key in solana.SCENARIO_KEYS:
@@ -687,6 +708,8 @@ def bench(
         action = actions.get(key)
         if action is not None:
             action(scenario)
+        elif scenario.paces is not None:
+            runner.paced(scenario)
         else:
             runner.scenario(scenario, expected.get(key))
     rep.metrics["chaingate"] = report.recorded_metrics(main.metrics())
@@ -696,7 +719,7 @@ def bench(
 
 def distinct_chain(opts: Options, url: str) -> distinct.Chain | None:
     """The devnet the distinct-... scenarios read, when one of them is chosen."""
-    if not any(key in DISTINCT for key in opts.scenarios):
+    if not any(key in DISTINCT or key in PACED_DISTINCT for key in opts.scenarios):
         return None
     manifest = bootstrap_devnet(url, paymaster_signer=PAYMASTER_SIGNER, announce=say)
     return distinct.prepare(url, manifest, SMOKE_TRANSFERS if opts.smoke else TRANSFERS, say)

@@ -77,6 +77,9 @@ def test_the_mix_keeps_its_weights_and_batches_hold_twenty_ids() -> None:
 
 class _Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: without TCP_NODELAY the second waits for the client's
+    # delayed ACK (~40 ms), and an unpaced load would look paced.
+    disable_nagle_algorithm = True
     seen: list[bytes]
 
     def do_POST(self) -> None:
@@ -146,3 +149,46 @@ def test_workers_option() -> None:
     for bad in ("0", "2,2", "x"):
         with pytest.raises(SystemExit):
             run.parse_args(["--workers", bad])
+
+
+@pytest.mark.bench
+def test_a_paced_distinct_load_waits_between_its_distinct_requests(
+    tmp_path: Path, recorder: tuple[str, list[bytes]]
+) -> None:
+    """The paced-distinct-... scenarios: the same templates in turn, each id its own, but each
+    connection waits its delay (mean 100 ms) before each: a dozen requests in a second where an
+    unpaced connection sends hundreds."""
+    binary = shutil.which("wrk")
+    if binary is None:
+        if IN_CI:
+            pytest.fail("wrk missing (CI=true: a missing tool is a broken CI image)")
+        pytest.skip("!!! wrk missing; install with `apt-get install -y wrk` !!!")
+    url, seen = recorder
+    chain = _chain(transfers=3)
+    path = tmp_path / "requests.jsonl"
+    path.write_text("\n".join(distinct.templates(chain, "receipt")) + "\n")
+    wrk = Wrk(binary, tmp_path, connections=1)
+    result = wrk.run(url, b"", 1, pace_ms=100.0, requests=path)
+    assert 3 <= result.requests <= 40, f"{result.requests} requests in 1 s at 100 ms apart"
+    calls = [json.loads(body) for body in seen[: result.requests]]
+    first = calls[0]["id"]
+    assert [call["id"] for call in calls] == list(range(first, first + len(calls)))
+    known = [t.tx_hash for t in chain.transfers]
+    turns = [known.index(call["params"][0]) for call in calls]
+    assert turns == [(turns[0] + k) % 3 for k in range(len(calls))]
+
+
+def test_each_distinct_scenario_has_a_paced_twin(tmp_path: Path) -> None:
+    from benchkit import scenarios
+
+    catalogue = scenarios.build_distinct(_chain(), tmp_path)
+    for key in run.DISTINCT:
+        paced, of = catalogue[f"paced-{key}"], catalogue[key]
+        assert paced.paces == of and of.paces is None
+        assert paced.requests == of.requests and paced.body == of.body
+        assert paced.targets == scenarios.PACED_TARGETS
+        prefix = of.label.split(" ", 1)[0]
+        assert paced.label.startswith(f"(e-{prefix[1:]}") and f"of {prefix} peak" in paced.label
+    # A paced scenario runs after its own, whose chaingate row gives the peak.
+    chosen = run.parse_args(["--scenarios", "paced-distinct-mix,distinct-mix"]).scenarios
+    assert chosen == ("distinct-mix", "paced-distinct-mix")

@@ -22,8 +22,9 @@ RUN = ROOT / "bench" / "run.py"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TIMEOUT = 150  # the smoke run takes ~50 s; this only catches a hang
 # Every identical-request scenario and one of real traffic (distinct-batch: all four kinds of
-# distinct request, on the bootstrapped devnet); the other distinct ones would only add minutes.
-SCENARIOS = "block,block-nocoalesce,chainid,batch,call,paced,distinct-batch"
+# distinct request, on the bootstrapped devnet), also paced at half its peak; the other distinct
+# ones would only add minutes.
+SCENARIOS = "block,block-nocoalesce,chainid,batch,call,paced,distinct-batch,paced-distinct-batch"
 
 # (scenario label prefix, target) of every row the smoke report must hold.
 EXPECTED_ROWS = {
@@ -34,7 +35,10 @@ EXPECTED_ROWS = {
     ("(d)", "chaingate"), ("(d)", "nginx"), ("(d)", "direct"),
     ("(e)", "chaingate"), ("(e)", "direct"),
     ("(f6)", "chaingate"), ("(f6)", "nginx"), ("(f6)", "direct"),
+    ("(e-f6)", "chaingate"), ("(e-f6)", "direct"),
 }  # fmt: skip
+# The latency section's subsections: each paced scenario against its own peak.
+PACED_PEAKS = {"(e)": "(a)", "(e-f6)": "(f6)"}
 
 
 def _missing_tools() -> list[str]:
@@ -113,6 +117,24 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert float(row["req/s"]) > 0, f"{key}: zero req/s"
         assert row["errors"] == "0", f"{key}: errors {row['errors']}"
         assert float(row["server CPU µs/req"]) > 0, f"{key}: no CPU figure"
+    _check_paced(text, rows)
+
+
+def _check_paced(text: str, rows: dict[tuple[str, str], dict[str, str]]) -> None:
+    """Each paced scenario has its subsection: a target of half its own peak's chaingate req/s
+    (as printed, rounded), both targets' achieved rates and p99s, and the p99 added."""
+    section = text.split("## Latency target", 1)[1].split("\n## ", 1)[0]
+    parts = {part.split(" ", 1)[0]: part for part in section.split("\n### ")[1:]}
+    assert parts.keys() == PACED_PEAKS.keys(), f"paced subsections: {sorted(parts)}"
+    for prefix, peak in PACED_PEAKS.items():
+        part = parts[prefix]
+        target = float(part.split("Target rate: ", 1)[1].split(" ", 1)[0])
+        assert f"of chaingate's {peak} " in part, part
+        assert abs(target - float(rows[(peak, "chaingate")]["req/s"]) / 2) <= 1, part
+        for who in ("chaingate", "direct"):
+            line = next(ln for ln in part.splitlines() if ln.startswith(f"| {who} |"))
+            assert line.split("|")[6].strip() == rows[(prefix, who)]["p99 ms"], line
+        assert "**p99 added latency: " in part, part
 
 
 SOLANA_ROWS = {

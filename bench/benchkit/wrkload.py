@@ -222,12 +222,11 @@ class Wrk:
         pace_ms: float | None = None,
         requests: Path | None = None,
     ) -> WrkResult:
-        """``requests``: a file of templates (benchkit/distinct.py) instead of ``body``."""
+        """``requests``: a file of templates (benchkit/distinct.py) instead of ``body``;
+        ``pace_ms``: each connection's mean delay between requests (``_PACING``)."""
         script = self.script_dir / f"load-{next(_counter)}.lua"
         if requests is not None:
-            if pace_ms is not None:
-                raise ValueError("a distinct load is not paced")
-            script.write_text(distinct_lua_script(requests, self.headers))
+            script.write_text(distinct_lua_script(requests, self.headers, pace_ms))
         else:
             script.write_text(lua_script(body, pace_ms, self.headers))
         output = run_script(
@@ -276,11 +275,14 @@ end
 """
 
 
-def distinct_lua_script(requests: Path, headers: tuple[tuple[str, str], ...] = ()) -> str:
-    """The script of a load where every request differs: see ``_DISTINCT``."""
+def distinct_lua_script(
+    requests: Path, headers: tuple[tuple[str, str], ...] = (), pace_ms: float | None = None
+) -> str:
+    """The script of a load where every request differs: see ``_DISTINCT``; paced as a fixed
+    body's with ``pace_ms`` (wrk waits delay() before each request(), whatever builds it)."""
     path = str(requests.resolve())
     if not _PLAIN.fullmatch(path):
         raise ValueError(f"cannot embed the path {path!r} in a Lua string")
     # The fixed-body script, its body emptied; request() and a stricter response() follow and
     # replace what it defined.
-    return lua_script(b"", None, headers) + _DISTINCT.format(path=path) + _NULL_RESULT
+    return lua_script(b"", pace_ms, headers) + _DISTINCT.format(path=path) + _NULL_RESULT
