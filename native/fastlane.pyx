@@ -663,7 +663,7 @@ cdef class Route:
     # Set by the RPC service: the highest block known final (-1: none yet), and the family's
     # reader of the block a result belongs to; a receipt above it skips the service (_land_reply).
     cdef public long long finalized
-    cdef public object result_block
+    cdef public object reply_block
 
     def __init__(
         self,
@@ -729,7 +729,7 @@ cdef class Route:
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head = _no_head
         self.finalized = -1
-        self.result_block = None
+        self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
         cdef Flight flight = Flight(key, params, spec, tag)
@@ -793,19 +793,19 @@ cdef class Route:
         if (
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
-            and self._may_be_final(spec, result)
+            and self._may_be_final(spec, reply)
         ) or flight.method in self.watched:
             look(flight, result)
         self.land(flight, result, None)
         return 0
 
-    cdef bint _may_be_final(self, Method spec, bytes result) except -1:
+    cdef bint _may_be_final(self, Method spec, reply) except -1:
         """May the service find this cacheable result final?  No when it is about a block
         above the last final one: a receipt of a recent transaction does not go the service's
         way (``RpcService._maybe_cache``, which decides) only to be refused there."""
-        if spec.cache == STATIC or spec.block_param >= 0 or self.result_block is None:
+        if spec.cache == STATIC or spec.block_param >= 0 or self.reply_block is None:
             return True
-        number = self.result_block(result)
+        number = self.reply_block(reply)
         return number is not None and number <= self.finalized
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:

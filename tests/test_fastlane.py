@@ -33,6 +33,7 @@ from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
 from chaingate.obs.sink import LogSink
 from chaingate.redaction import loggable_path
+from chaingate.rpc import resultblocks
 from chaingate.rpc.methods import MethodTable
 
 PATH = b"/v1/rpc/ethereum/devnet"
@@ -600,9 +601,10 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
     """A cacheable result about a block (a receipt, a transaction, a block by hash) is shown
     to the service (``look``, where ``RpcService._maybe_cache`` decides) only when its block is
     at or below the lane's ``finalized`` bound; one above it, or one the family's
-    ``result_block`` cannot place, would only be refused there.  Results whose finality comes
-    from their block tag are shown as before (the service reads the tag)."""
-    reply = impl_module.pure().jsonrpc.Reply
+    ``result_block`` cannot place, would only be refused there (each twin's replies, parsed from
+    the node's answer: the compiled one reads the block while it scans the response).  Results
+    whose finality comes from their block tag are shown as before (the service reads the
+    tag)."""
 
     def receipt(number: int) -> bytes:
         return (
@@ -611,7 +613,7 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
         )
 
     def scenario(lane: Lane, finalized: int) -> Any:
-        lane.route.result_block = lane.impl.jsonrpc.result_block
+        lane.route.reply_block = resultblocks.reply_evm_block
         lane.route.finalized = finalized
         calls = [
             _call("eth_getTransactionReceipt", ["0x" + f"{i:02x}" * 32], id=i) for i in range(1, 6)
@@ -620,10 +622,16 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
         (group,) = lane.recorder.groups
         looked: list[tuple[str, bytes]] = []
         results = [receipt(9), receipt(10), receipt(11), b'{"status":"0x1"}', b"null", b'"0x5"']
+        answer = b"[%s]" % b",".join(
+            b'{"jsonrpc":"2.0","id":%d,"result":%s}' % (100 + i, result)
+            for i, result in enumerate(results)
+        )
+        parsed = lane.impl.jsonrpc.parse_response(answer)
+        assert parsed is not None
         lane.route.land_replies(
             group,
             100,
-            [reply(b"%d" % (100 + i), result, None) for i, result in enumerate(results)],
+            list(parsed.replies),
             lambda flight, result: looked.append((flight.method, result)),
             lambda: b'{"code":-32603,"message":"bad"}',
             b'{"code":-32603,"message":"missing"}',

@@ -307,10 +307,11 @@ class Route(Protocol):
     # range's tags).  A caller's plan's own range limit is its principal's ``logs_range``.
     logs_head: Callable[[], int | None]
     # Set by the RPC service: the highest block known final (-1: none yet; the agreed head
-    # less the finality depth), and the family's reader of the block a result belongs to.  A
-    # cacheable result about a later block is not shown to the service (``look``).
+    # less the finality depth), and the family's reader of the block an upstream reply's
+    # result belongs to.  A cacheable result about a later block is not shown to the service
+    # (``look``).
     finalized: int
-    result_block: Callable[[bytes], int | None] | None
+    reply_block: Callable[[Reply], int | None] | None
 
     @property
     def stats(self) -> Mapping[str, MethodStats]: ...
