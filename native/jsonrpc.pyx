@@ -17,6 +17,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
+from creply cimport error_reply_of, result_reply_of
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
 from chaingate._pure.jsonrpc import result_block as _result_block_decoded
@@ -784,29 +785,12 @@ def array_item(bytes raw, Py_ssize_t index):
     return None
 
 
-cdef bytes _join3(const char* a, Py_ssize_t an, bytes b, const char* c, Py_ssize_t cn,
-                  bytes d, const char* e, Py_ssize_t en):
-    cdef Py_ssize_t bn = PyBytes_GET_SIZE(b), dn = PyBytes_GET_SIZE(d)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, an + bn + cn + dn + en)
-    cdef char* q = PyBytes_AS_STRING(out)
-    memcpy(q, a, an)
-    q += an
-    memcpy(q, PyBytes_AS_STRING(b), bn)
-    q += bn
-    memcpy(q, c, cn)
-    q += cn
-    memcpy(q, PyBytes_AS_STRING(d), dn)
-    q += dn
-    memcpy(q, e, en)
-    return out
-
-
 def result_reply(bytes id_raw, bytes result):
-    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"result":', 10, result, b"}", 1)
+    return result_reply_of(id_raw, result)
 
 
 def raw_error_reply(bytes id_raw, bytes error):
-    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"error":', 9, error, b"}", 1)
+    return error_reply_of(id_raw, error)
 
 
 def error_reply(bytes id_raw, int code, str message):

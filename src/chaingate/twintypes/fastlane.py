@@ -165,9 +165,15 @@ class LatencySample(Protocol):
 
 
 class AccessLogSink(Protocol):
-    """The access log (``chaingate.obs.logs.AccessLog``)."""
+    """The access log (``chaingate.obs.logs.AccessLog``): the compiled lane writes its lines
+    into ``buffer`` itself, and calls ``flush`` once it holds ``FLUSH_BYTES``."""
 
     enabled: bool
+    FLUSH_BYTES: int
+
+    @property
+    def buffer(self) -> bytearray: ...
+    def flush(self) -> None: ...
 
     def write_request(
         self,
