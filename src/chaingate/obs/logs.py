@@ -173,8 +173,9 @@ class AccessLog:
             return
         data = bytes(self.buffer)
         self.buffer.clear()
-        # One line each, newline-terminated (JSON escapes any newline inside a line).
-        self.sink.write(data, data.count(b"\n"))
+        # One line each, newline-terminated (JSON escapes any newline inside a line): the
+        # sink counts them only if it must drop them.
+        self.sink.write(data, None)
 
     def sync(self, timeout: float = 5.0) -> bool:
         """Flush and wait until the lines reached the stream (tests read it back)."""
