@@ -475,7 +475,26 @@ cdef class RequestIds:
                 else:
                     return supplied
         self._counter += 1
-        return b"%s-%x" % (self._prefix, self._counter)
+        return _counted_id(self._prefix, self._counter)
+
+
+cdef const char* HEX_DIGITS = b"0123456789abcdef"
+
+
+cdef bytes _counted_id(bytes prefix, unsigned long long counter):
+    """``b"%s-%x" % (prefix, counter)``, written in one allocation."""
+    cdef Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix), digits = 1, i
+    cdef unsigned long long rest = counter >> 4
+    while rest:
+        digits += 1
+        rest >>= 4
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, prefix_len + 1 + digits)
+    cdef char* q = _put(PyBytes_AS_STRING(out), PyBytes_AS_STRING(prefix), prefix_len)
+    q[0] = 45  # "-"
+    for i in range(digits, 0, -1):
+        q[i] = HEX_DIGITS[counter & 15]
+        counter >>= 4
+    return out
 
 
 cdef bint valid_block_tag(bytes tag, bint solana):

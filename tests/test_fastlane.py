@@ -887,3 +887,21 @@ def test_a_group_that_cannot_be_sent_fails_its_calls_and_poisons_nothing(which: 
     # The next identical call is sent again, not joined to a flight that never left.
     assert lane.serve(_call("eth_blockNumber", id=2), conn="c2") == "defer"
     assert (len(sent) == 2 and not lane.route.flights) or len(lane.route.flights) == 1
+
+
+def test_request_ids_twins_agree() -> None:
+    """Our own X-Request-Id is ``<prefix>-<hex counter>`` (the compiled twin writes the hex
+    itself): the same ids from both twins, past every digit boundary up to 0x1001, and a sane
+    client id kept as it is."""
+    compiled, pure = (impl.fastlane.RequestIds(b"gw1") for impl in _twins())
+    ids = [(compiled.take(None), pure.take(None)) for _ in range(0x1001)]
+    assert all(a == b for a, b in ids)
+    assert [ids[i][0] for i in (0, 14, 15, 255, 0x1000)] == [
+        b"gw1-1",
+        b"gw1-f",
+        b"gw1-10",
+        b"gw1-100",
+        b"gw1-1001",
+    ]
+    assert compiled.take(b"client.id-1") == pure.take(b"client.id-1") == b"client.id-1"
+    assert compiled.take(b"bad id") == pure.take(b"bad id") == b"gw1-1002"
