@@ -1182,6 +1182,12 @@ cdef class Ledger:
     cdef long long _second
     cdef bytes _second_text
     cdef dict _json
+    # The route noted last ("rpc", nearly always) and its latency series and status counts.
+    cdef object _route
+    cdef object _series
+    cdef tuple _buckets
+    cdef list _counts
+    cdef object _route_statuses  # a defaultdict: indexed as an object
 
     def __init__(self, dict statuses, dict latency, access_log):
         self.statuses = statuses
@@ -1209,15 +1215,21 @@ cdef class Ledger:
                       bytes cache) except? -1.0:
         cdef double now = monotonic()
         cdef double elapsed = now - started
-        series = self.latency[route]
-        buckets = series.buckets
-        counts = series.counts
+        if route is not self._route:
+            self._series = self.latency[route]
+            self._buckets = self._series.buckets
+            self._counts = self._series.counts
+            self._route_statuses = self.statuses[route]
+            self._route = route
+        series = self._series
+        cdef tuple buckets = self._buckets
+        cdef list counts = self._counts
         cdef Py_ssize_t i = 0, n = len(buckets)
         while i < n and <double>buckets[i] < elapsed:
             i += 1
         counts[i] += 1
         series.sum += elapsed
-        self.statuses[route][status] += 1
+        self._route_statuses[status] += 1
         if self.access_log.enabled:
             self._line(status, request_id, peer, method, path, elapsed, size, label, cache)
         return elapsed
