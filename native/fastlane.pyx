@@ -642,6 +642,18 @@ cdef class Flight:
         self.future = None
 
 
+cdef inline Flight _new_flight(tuple key, object params, Method spec, object tag):
+    """``Flight(key, params, spec, tag)`` without a Python-level call."""
+    cdef Flight flight = Flight.__new__(Flight)
+    flight.key = key
+    flight.method = key[0]
+    flight.params = params
+    flight.spec = spec
+    flight.tag = tag
+    flight.waiters = []
+    return flight
+
+
 cdef class Route:
     """One ``/v1/rpc/{chain}/{network}`` endpoint: its table, cache, flights and counters."""
 
@@ -749,7 +761,7 @@ cdef class Route:
         self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        cdef Flight flight = Flight(key, params, spec, tag)
+        cdef Flight flight = _new_flight(key, params, spec, tag)
         if self.coalesce and spec.coalescible:
             self.flights[key] = flight
         return flight
