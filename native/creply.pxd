@@ -28,3 +28,30 @@ cdef inline bytes result_reply_of(bytes id_raw, bytes result):
 
 cdef inline bytes error_reply_of(bytes id_raw, bytes error):
     return _reply(id_raw, b',"error":', 9, error)
+
+
+cdef inline object join_present(list parts):
+    """``[part,part,...]`` of the replies in ``parts`` (bytes, or None for a position with
+    none: left out), each copied once into one allocation; None when there is none."""
+    cdef Py_ssize_t total = 1, count = 0, size
+    cdef object part
+    cdef bytes out
+    cdef char* q
+    for part in parts:
+        if part is not None:
+            total += PyBytes_GET_SIZE(<bytes>part) + 1
+            count += 1
+    if count == 0:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, total)
+    q = PyBytes_AS_STRING(out)
+    q[0] = 91
+    q += 1
+    for part in parts:
+        if part is not None:
+            size = PyBytes_GET_SIZE(<bytes>part)
+            memcpy(q, PyBytes_AS_STRING(<bytes>part), size)
+            q[size] = 44
+            q += size + 1
+    (q - 1)[0] = 93
+    return out

@@ -20,7 +20,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
-from creply cimport error_reply_of, result_reply_of
+from creply cimport error_reply_of, join_present, result_reply_of
 
 log = logging.getLogger("chaingate.edge")
 
@@ -665,7 +665,6 @@ cdef class Route:
     cdef readonly object jsonrpc
     cdef object _parse
     cdef object _error_reply
-    cdef object _join_batch
     cdef object _array_item
     cdef readonly Py_ssize_t max_batch
     cdef readonly Py_ssize_t max_answer
@@ -725,7 +724,6 @@ cdef class Route:
         self.jsonrpc = jsonrpc
         self._parse = jsonrpc.parse_request
         self._error_reply = jsonrpc.error_reply
-        self._join_batch = jsonrpc.join_batch
         self._array_item = jsonrpc.array_item
         self.max_batch = max_batch
         self.max_answer = max_answer
@@ -1783,10 +1781,10 @@ cdef class Lane:
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending, bint timed=True):
-        parts = [reply for reply in pending.replies if reply is not None]
+        # One pass over the replies (a notification's position holds none), one allocation.
+        body = join_present(pending.replies)
         # Flights given up on still hold this Pending until they land: not its replies.
         pending.replies = []
-        body = pending.route._join_batch(parts) if parts else None
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
         cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)
         pending.route.budget.give_back(pending.taken)

@@ -17,7 +17,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
-from creply cimport error_reply_of, result_reply_of
+from creply cimport error_reply_of, join_present, result_reply_of
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
 from chaingate._pure.jsonrpc import result_block as _result_block_decoded
@@ -878,30 +878,14 @@ def upstream_batch(long long first_id, list calls):
 
 def join_batch(list parts):
     """``[part,part,...]`` in one allocation, each part copied once."""
-    cdef Py_ssize_t n = len(parts), total = 1, size, i
-    cdef object part
-    cdef bytes out
-    cdef char* q
-    if n == 0:
+    cdef Py_ssize_t i
+    if not parts:
         return b"[]"
-    for i in range(n):
+    for i in range(len(parts)):
         part = parts[i]
         if type(part) is not bytes:
             raise TypeError(f"sequence item {i}: expected bytes, {type(part).__name__} found")
-        total += PyBytes_GET_SIZE(part) + 1
-    out = PyBytes_FromStringAndSize(NULL, total)
-    q = PyBytes_AS_STRING(out)
-    q[0] = 91
-    q += 1
-    for i in range(n):
-        part = parts[i]
-        size = PyBytes_GET_SIZE(part)
-        memcpy(q, PyBytes_AS_STRING(part), size)
-        q += size
-        q[0] = 44
-        q += 1
-    (q - 1)[0] = 93
-    return out
+    return join_present(parts)
 
 
 def result_block(bytes result):
