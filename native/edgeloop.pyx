@@ -521,7 +521,7 @@ cdef class Loop:
             return
         self.answer(conn, status, headers, body)
 
-    def answer(self, Conn conn, int status, bytes headers, bytes body):
+    cpdef answer(self, Conn conn, int status, bytes headers, bytes body):
         if conn.state != BUSY:
             return
         self._frame(conn, conn.request, status, headers, body)

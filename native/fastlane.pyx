@@ -15,10 +15,12 @@ from collections import OrderedDict, defaultdict
 import msgspec
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
+from creply cimport error_reply_of, join_present, result_reply_of
 
 log = logging.getLogger("chaingate.edge")
 
@@ -473,7 +475,26 @@ cdef class RequestIds:
                 else:
                     return supplied
         self._counter += 1
-        return b"%s-%x" % (self._prefix, self._counter)
+        return _counted_id(self._prefix, self._counter)
+
+
+cdef const char* HEX_DIGITS = b"0123456789abcdef"
+
+
+cdef bytes _counted_id(bytes prefix, unsigned long long counter):
+    """``b"%s-%x" % (prefix, counter)``, written in one allocation."""
+    cdef Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix), digits = 1, i
+    cdef unsigned long long rest = counter >> 4
+    while rest:
+        digits += 1
+        rest >>= 4
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, prefix_len + 1 + digits)
+    cdef char* q = _put(PyBytes_AS_STRING(out), PyBytes_AS_STRING(prefix), prefix_len)
+    q[0] = 45  # "-"
+    for i in range(digits, 0, -1):
+        q[i] = HEX_DIGITS[counter & 15]
+        counter >>= 4
+    return out
 
 
 cdef bint valid_block_tag(bytes tag, bint solana):
@@ -621,6 +642,18 @@ cdef class Flight:
         self.future = None
 
 
+cdef inline Flight _new_flight(tuple key, object params, Method spec, object tag):
+    """``Flight(key, params, spec, tag)`` without a Python-level call."""
+    cdef Flight flight = Flight.__new__(Flight)
+    flight.key = key
+    flight.method = key[0]
+    flight.params = params
+    flight.spec = spec
+    flight.tag = tag
+    flight.waiters = []
+    return flight
+
+
 cdef class Route:
     """One ``/v1/rpc/{chain}/{network}`` endpoint: its table, cache, flights and counters."""
 
@@ -632,9 +665,6 @@ cdef class Route:
     cdef readonly object jsonrpc
     cdef object _parse
     cdef object _error_reply
-    cdef object _raw_error_reply
-    cdef object _result_reply
-    cdef object _join_batch
     cdef object _array_item
     cdef readonly Py_ssize_t max_batch
     cdef readonly Py_ssize_t max_answer
@@ -663,7 +693,7 @@ cdef class Route:
     # Set by the RPC service: the highest block known final (-1: none yet), and the family's
     # reader of the block a result belongs to; a receipt above it skips the service (_land_reply).
     cdef public long long finalized
-    cdef public object result_block
+    cdef public object reply_block
 
     def __init__(
         self,
@@ -694,9 +724,6 @@ cdef class Route:
         self.jsonrpc = jsonrpc
         self._parse = jsonrpc.parse_request
         self._error_reply = jsonrpc.error_reply
-        self._raw_error_reply = jsonrpc.raw_error_reply
-        self._result_reply = jsonrpc.result_reply
-        self._join_batch = jsonrpc.join_batch
         self._array_item = jsonrpc.array_item
         self.max_batch = max_batch
         self.max_answer = max_answer
@@ -729,10 +756,10 @@ cdef class Route:
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head = _no_head
         self.finalized = -1
-        self.result_block = None
+        self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        cdef Flight flight = Flight(key, params, spec, tag)
+        cdef Flight flight = _new_flight(key, params, spec, tag)
         if self.coalesce and spec.coalescible:
             self.flights[key] = flight
         return flight
@@ -793,19 +820,19 @@ cdef class Route:
         if (
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
-            and self._may_be_final(spec, result)
+            and self._may_be_final(spec, reply)
         ) or flight.method in self.watched:
             look(flight, result)
         self.land(flight, result, None)
         return 0
 
-    cdef bint _may_be_final(self, Method spec, bytes result) except -1:
+    cdef bint _may_be_final(self, Method spec, reply) except -1:
         """May the service find this cacheable result final?  No when it is about a block
         above the last final one: a receipt of a recent transaction does not go the service's
         way (``RpcService._maybe_cache``, which decides) only to be refused there."""
-        if spec.cache == STATIC or spec.block_param >= 0 or self.result_block is None:
+        if spec.cache == STATIC or spec.block_param >= 0 or self.reply_block is None:
             return True
-        number = self.result_block(result)
+        number = self.reply_block(reply)
         return number is not None and number <= self.finalized
 
     cpdef bint wants(self, list flights, Py_ssize_t length) except -1:
@@ -1159,16 +1186,26 @@ cdef class Ledger:
     cdef readonly dict statuses
     cdef readonly dict latency
     cdef readonly object access_log
-    cdef object _write_line
+    cdef bytearray _buffer  # the access log's: each line is written into it
+    cdef Py_ssize_t _flush_bytes
+    cdef object _flush
     cdef long long _second
     cdef bytes _second_text
     cdef dict _json
+    # The route noted last ("rpc", nearly always) and its latency series and status counts.
+    cdef object _route
+    cdef object _series
+    cdef tuple _buckets
+    cdef list _counts
+    cdef object _route_statuses  # a defaultdict: indexed as an object
 
     def __init__(self, dict statuses, dict latency, access_log):
         self.statuses = statuses
         self.latency = latency
         self.access_log = access_log
-        self._write_line = access_log.write_line
+        self._buffer = access_log.buffer
+        self._flush_bytes = access_log.FLUSH_BYTES
+        self._flush = access_log.flush
         self._second = -1
         self._second_text = b""
         self._json = {}
@@ -1188,15 +1225,21 @@ cdef class Ledger:
                       bytes cache) except? -1.0:
         cdef double now = monotonic()
         cdef double elapsed = now - started
-        series = self.latency[route]
-        buckets = series.buckets
-        counts = series.counts
+        if route is not self._route:
+            self._series = self.latency[route]
+            self._buckets = self._series.buckets
+            self._counts = self._series.counts
+            self._route_statuses = self.statuses[route]
+            self._route = route
+        series = self._series
+        cdef tuple buckets = self._buckets
+        cdef list counts = self._counts
         cdef Py_ssize_t i = 0, n = len(buckets)
         while i < n and <double>buckets[i] < elapsed:
             i += 1
         counts[i] += 1
         series.sum += elapsed
-        self.statuses[route][status] += 1
+        self._route_statuses[status] += 1
         if self.access_log.enabled:
             self._line(status, request_id, peer, method, path, elapsed, size, label, cache)
         return elapsed
@@ -1229,8 +1272,11 @@ cdef class Ledger:
             n += 7 + PyBytes_GET_SIZE(label_json)
         if cache:
             n += 11 + PyBytes_GET_SIZE(cache)
-        cdef bytes line = PyBytes_FromStringAndSize(NULL, n)
-        cdef char* q = PyBytes_AS_STRING(line)
+        # Written in place at the end of the log's buffer (as ``AccessLog.write`` encodes).
+        cdef bytearray buffer = self._buffer
+        cdef Py_ssize_t at = PyByteArray_GET_SIZE(buffer)
+        PyByteArray_Resize(buffer, at + n)
+        cdef char* q = PyByteArray_AS_STRING(buffer) + at
         q = _put(q, b'{"ts":"', 7)
         q = _put_bytes(q, ts)
         q[0] = 46  # "."
@@ -1261,7 +1307,8 @@ cdef class Ledger:
             q[0] = 34
             q += 1
         q = _put(q, b"}\n", 2)
-        self._write_line(line)
+        if at + n >= self._flush_bytes:
+            self._flush()
 
 
 # Bytes of an access-log line besides its fields: the names, quotes, commas, braces, ".mmm".
@@ -1349,9 +1396,9 @@ cdef class Pending:
                 result = None
                 error = route.refuse(ANSWER_TOO_LARGE, method.write)
             if result is not None:
-                self.replies[index] = route._result_reply(call_id, result)
+                self.replies[index] = result_reply_of(call_id, result)
             else:
-                self.replies[index] = route._raw_error_reply(call_id, error)
+                self.replies[index] = error_reply_of(call_id, error)
         self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
@@ -1427,7 +1474,7 @@ cdef class Pending:
             self.units[index] = None
             call = self.calls[index]
             if call.id is not None:
-                self.replies[index] = route._raw_error_reply(
+                self.replies[index] = error_reply_of(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
             self.book(method, (<tuple>waiting)[1], True)
             self.left -= 1
@@ -1571,7 +1618,7 @@ cdef class Lane:
         call_id = call.id
         if rejection is not None:
             error = refusal_error(rejection.status, rejection.code, rejection.message)
-            body = route._raw_error_reply(call_id or b"null", error)
+            body = error_reply_of(call_id or b"null", error)
             return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
@@ -1582,11 +1629,11 @@ cdef class Lane:
                 if call_id is not None and (
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
                     pending.book(method, cu, True)
-                    body = route._raw_error_reply(call_id, route.refuse(ANSWER_TOO_LARGE, False))
+                    body = error_reply_of(call_id, route.refuse(ANSWER_TOO_LARGE, False))
                     return self._answer(pending, 200, body, MISS, method.name, None)
                 stats.cache_hits += 1
                 pending.book(method, cu, False)
-                body = None if call_id is None else route._result_reply(call_id, hit)
+                body = None if call_id is None else result_reply_of(call_id, hit)
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
         pending.label = method.name
@@ -1669,11 +1716,11 @@ cdef class Lane:
                         fits = pending.admit_reply(
                             PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) + REPLY_OVERHEAD)
                         if fits != FITS:
-                            replies[index] = route._raw_error_reply(call_id, route.refuse(
+                            replies[index] = error_reply_of(call_id, route.refuse(
                                 OVERLOADED if fits == BUSY else ANSWER_TOO_LARGE, False))
                             pending.book(method, units, True)
                             continue
-                        replies[index] = route._result_reply(call_id, hit)
+                        replies[index] = result_reply_of(call_id, hit)
                     pending.hits += 1
                     stats.cache_hits += 1
                     pending.book(method, units, False)
@@ -1685,7 +1732,7 @@ cdef class Lane:
                 call = (<tuple>job)[1]
                 method = <Method>(<tuple>job)[2]
                 if call.id is not None:
-                    replies[index] = route._raw_error_reply(
+                    replies[index] = error_reply_of(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
                 pending.book(method, (<tuple>job)[4], True)
             return self._batch_answer(pending)
@@ -1728,16 +1775,16 @@ cdef class Lane:
         for job in jobs:
             call = (<tuple>job)[1]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = pending.route._raw_error_reply(call.id, error)
+                replies[(<tuple>job)[0]] = error_reply_of(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending, bint timed=True):
-        parts = [reply for reply in pending.replies if reply is not None]
+        # One pass over the replies (a notification's position holds none), one allocation.
+        body = join_present(pending.replies)
         # Flights given up on still hold this Pending until they land: not its replies.
         pending.replies = []
-        body = pending.route._join_batch(parts) if parts else None
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
         cache = HIT if hits == count else (MISS if hits == 0 else PARTIAL)
         pending.route.budget.give_back(pending.taken)
@@ -1756,27 +1803,41 @@ cdef class Lane:
                        object rejection, bint timed=True):
         request = pending.request
         cdef bytes rate = self.admission.headers(pending.principal)
-        cdef bytes headers
+        cdef bytes first, second, cors = _ABSENT
         if rejection is not None:
             if rejection.close:
                 request.keep_alive = False
-            headers = JSON + rejection.headers + rate
+            first = JSON
+            second = rejection.headers
             if body is None:
                 body = self.error_body(rejection.status, rejection.message, rejection.code)
         else:
-            headers = <bytes>_CACHE_HEADERS[cache] + rate if rate else <bytes>_CACHE_HEADERS[cache]
+            first = <bytes>_CACHE_HEADERS[cache]
+            second = _ABSENT
             if body is None:
                 status = 204
                 body = b""
         origin = request.origin
         if origin is not None and (rejection is None or rejection.cors):
-            headers += self.cors(origin)
+            cors = self.cors(origin)
         cdef double elapsed = self.ledger.note(
             "rpc", status, pending.request_id, pending.peer, request.method, pending.path,
             pending.started, PyBytes_GET_SIZE(body), label, cache)
         if timed and rejection is None:
             pending.meter(label, pending.requests, pending.cu, pending.errors, elapsed)
-        return status, X_REQUEST_ID + pending.request_id + b"\r\n" + headers, body
+        return status, _head_lines(pending.request_id, first, second, rate, cors), body
+
+
+cdef bytes _head_lines(bytes request_id, bytes first, bytes second, bytes rate, bytes cors):
+    """An answer's header lines: its X-Request-Id, then the rest in order, in one allocation."""
+    cdef Py_ssize_t id_len = PyBytes_GET_SIZE(request_id)
+    cdef bytes out = PyBytes_FromStringAndSize(
+        NULL, 14 + id_len + 2 + PyBytes_GET_SIZE(first) + PyBytes_GET_SIZE(second)
+        + PyBytes_GET_SIZE(rate) + PyBytes_GET_SIZE(cors))
+    cdef char* q = _put(PyBytes_AS_STRING(out), b"X-Request-Id: ", 14)
+    q = _put(_put(q, PyBytes_AS_STRING(request_id), id_len), b"\r\n", 2)
+    q = _put_bytes(_put_bytes(_put_bytes(_put_bytes(q, first), second), rate), cors)
+    return out
 
 
 cdef long long _upstream_id(object raw) except -2:

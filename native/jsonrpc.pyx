@@ -17,6 +17,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
+from creply cimport error_reply_of, join_present, result_reply_of
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
 from chaingate._pure.jsonrpc import result_block as _result_block_decoded
@@ -117,16 +118,35 @@ cdef class ParsedRequest:
         self.message = message
 
 
+# What a scan found of the block a result names (``result_block``'s answer): a block number
+# (>= 0), none, or not decided by the scan (the pure twin's decoder decides).
+cdef enum:
+    BLOCK_NONE = -1
+    BLOCK_ASK = -2
+
+
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Reply:
     cdef public object id
-    cdef public object result
+    cdef readonly object result
     cdef public object error
+    cdef long long _block  # read while the response was scanned (BLOCK_*, or the number)
 
     def __init__(self, id, result, error):
         self.id = id
         self.result = result
         self.error = error
+        self._block = BLOCK_ASK
+
+    @property
+    def block(self):
+        """``result_block(result)`` (None without a result), mostly read while the response
+        was scanned: a receipt's answer is not scanned twice."""
+        if self._block >= 0:
+            return self._block
+        if self._block == BLOCK_NONE or self.result is None:
+            return None
+        return result_block(self.result)
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
@@ -212,16 +232,33 @@ cdef extern from *:
             i++;
         return i;
     }
+
+    /* Any byte >= 0x80 among the n at p?  Every byte's high bit OR-ed together, 32 bytes a
+       turn (no early exit: a body is almost always ASCII). */
+    static inline int cg_any_high(const unsigned char* p, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        uint64_t seen = 0, w;
+    #if defined(__SSE2__)
+        __m128i a = _mm_setzero_si128(), b = _mm_setzero_si128();
+        for (; i + 32 <= n; i += 32) {
+            a = _mm_or_si128(a, _mm_loadu_si128((const __m128i*)(p + i)));
+            b = _mm_or_si128(b, _mm_loadu_si128((const __m128i*)(p + i + 16)));
+        }
+        if (_mm_movemask_epi8(_mm_or_si128(a, b)))
+            return 1;
+    #endif
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&w, p + i, 8);
+            seen |= w;
+        }
+        for (; i < n; i++)
+            seen |= p[i];
+        return (seen & CG_HIGHS) != 0;
+    }
     """
-    const uint64_t HIGHS "CG_HIGHS"
+    bint _any_high "cg_any_high"(const unsigned char* p, Py_ssize_t n) noexcept
     Py_ssize_t _plain_run "cg_plain_run"(const unsigned char* p, Py_ssize_t i,
                                           Py_ssize_t n) noexcept
-
-
-cdef inline uint64_t _word(const unsigned char* p) noexcept:
-    cdef uint64_t w
-    memcpy(&w, p, 8)
-    return w
 
 
 cdef inline Py_ssize_t _string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
@@ -388,12 +425,113 @@ cdef int _key_index(bytes body, const unsigned char* p, Py_ssize_t ks, Py_ssize_
     return -1
 
 
+cdef inline int _block_member(const unsigned char* p, Py_ssize_t ks, Py_ssize_t ke) noexcept:
+    """1: the key ``number``, 2: ``blockNumber``, 0: another (ks..ke: inside the quotes)."""
+    if ke - ks == 6 and memcmp(p + ks, b"number", 6) == 0:
+        return 1
+    if ke - ks == 11 and memcmp(p + ks, b"blockNumber", 11) == 0:
+        return 2
+    return 0
+
+
+cdef long long _block_value(const unsigned char* p, Py_ssize_t* spans) noexcept:
+    """The block named by an object's ``number`` (spans[0:2]) or else ``blockNumber``
+    (spans[2:4]) values (-1: absent), each a string or null: ``number or blockNumber``, the
+    first when it is a non-empty string; BLOCK_NONE when neither says, BLOCK_ASK when only
+    the decoder can say (not 1 to 15 hex digits after 0x)."""
+    cdef Py_ssize_t vs = spans[0], ve = spans[1], i
+    cdef long long value = 0
+    if vs < 0 or p[vs] != 34 or ve - vs == 2:
+        vs, ve = spans[2], spans[3]
+    if vs < 0 or p[vs] != 34:
+        return BLOCK_NONE  # absent or null
+    vs += 1  # inside the quotes
+    ve -= 1
+    if ve - vs < 2 or p[vs] != 48 or p[vs + 1] != 120:
+        return BLOCK_NONE  # not 0x-prefixed
+    vs += 2
+    if not 1 <= ve - vs <= 15:
+        return BLOCK_ASK
+    for i in range(vs, ve):
+        if not IS_HEX[p[i]]:
+            return BLOCK_ASK
+        value = value * 16 + (p[i] - 48 if p[i] <= 57 else (p[i] | 32) - 87)
+    return value
+
+
+cdef Py_ssize_t _block_object_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int depth,
+                                  long long* block) noexcept:
+    """``_skip`` of the object at ``i`` (p[i] is '{') that also reads the block it names into
+    ``block`` (``_block_value``; BLOCK_ASK when ``number`` or ``blockNumber`` comes twice or
+    is neither a string nor null).  Escapes are the caller's to look for: an escaped name is
+    not matched here."""
+    cdef Py_ssize_t spans[4]
+    cdef Py_ssize_t ke, start, end
+    cdef bint escaped = 0, odd = 0
+    cdef int which
+    if depth >= MAX_DEPTH:
+        return TOO_DEEP
+    spans[0] = spans[1] = spans[2] = spans[3] = -1
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        block[0] = BLOCK_NONE
+        return i + 1
+    while True:
+        if i >= n or p[i] != 34:
+            return SYNTAX
+        ke = _string_end(p, i + 1, n, &escaped)
+        if ke < 0:
+            return SYNTAX
+        which = _block_member(p, i + 1, ke - 1)
+        i = _ws(p, ke, n)
+        if i >= n or p[i] != 58:
+            return SYNTAX
+        start = _ws(p, i + 1, n)
+        end = _skip(p, start, n, depth + 1)
+        if end < 0:
+            return end
+        if which:
+            which = 2 * (which - 1)
+            if spans[which] >= 0 or not (p[start] == 34 or p[start] == 110):
+                odd = 1  # twice, or neither string nor null
+            spans[which] = start
+            spans[which + 1] = end
+        i = _ws(p, end, n)
+        if i >= n:
+            return SYNTAX
+        if p[i] == 125:
+            block[0] = BLOCK_ASK if odd else _block_value(p, spans)
+            return i + 1
+        if p[i] != 44:
+            return SYNTAX
+        i = _ws(p, i + 1, n)
+
+
+cdef Py_ssize_t _result_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int depth,
+                            long long* block) noexcept:
+    """``_skip`` of a response's result, reading the block it names into ``block`` as
+    ``result_block`` would answer (the response is valid UTF-8): an object's is read in the
+    same pass (an escape in it: BLOCK_ASK), an array's is left to ``result_block``
+    (BLOCK_ASK), any other value names none."""
+    cdef Py_ssize_t end
+    if i < n and p[i] == 123:
+        end = _block_object_end(p, i, n, depth, block)
+        if end >= 0 and block[0] != BLOCK_ASK and memchr(p + i, 92, end - i) != NULL:
+            block[0] = BLOCK_ASK
+        return end
+    block[0] = BLOCK_ASK if i < n and p[i] == 91 else BLOCK_NONE
+    return _skip(p, i, n, depth)
+
+
 cdef Py_ssize_t _members(bytes body, const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
-                         int depth, bint response, Py_ssize_t* spans) except -3:
-    """Scan the object at ``i``; record [start, end) of known members (last one wins)."""
+                         int depth, bint response, Py_ssize_t* spans,
+                         long long* block) except -3:
+    """Scan the object at ``i``; record [start, end) of known members (last one wins).  Of a
+    response, ``block``: the block its result names, as ``result_block`` reads it (BLOCK_*)."""
     cdef Py_ssize_t ks, ke, start, end
     cdef bint escaped
     cdef int k
+    cdef long long found
     if depth >= MAX_DEPTH:
         return TOO_DEEP
     i = _ws(p, i + 1, n)
@@ -412,7 +550,11 @@ cdef Py_ssize_t _members(bytes body, const unsigned char* p, Py_ssize_t i, Py_ss
         if i >= n or p[i] != 58:
             return SYNTAX
         start = _ws(p, i + 1, n)
-        end = _skip(p, start, n, depth + 1)
+        if k == K_RESULT:
+            end = _result_end(p, start, n, depth + 1, &found)
+            block[0] = found
+        else:
+            end = _skip(p, start, n, depth + 1)
         if end < 0:
             return end
         if k >= 0:
@@ -477,18 +619,7 @@ cdef inline void _clear(Py_ssize_t* spans) noexcept:
 
 cdef bint _valid_utf8(bytes body) except -1:
     """Same rule as the pure twin: ASCII passes, anything else must decode as UTF-8."""
-    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
-    cdef Py_ssize_t i = 0, n = PyBytes_GET_SIZE(body)
-    cdef uint64_t seen = 0
-    # Every byte's high bit OR-ed together, eight at a time (no early exit: the compiler
-    # vectorises it, and a body is almost always ASCII).
-    while i + 8 <= n:
-        seen |= _word(p + i)
-        i += 8
-    while i < n:
-        seen |= p[i]
-        i += 1
-    if (seen & HIGHS) == 0:
+    if not _any_high(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)):
         return 1
     try:
         body.decode("utf-8")
@@ -507,6 +638,7 @@ def parse_request(bytes body, Py_ssize_t max_batch):
     cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
     cdef Py_ssize_t i, end, count
     cdef Py_ssize_t spans[2 * K_COUNT]
+    cdef long long block
     cdef list calls
     if not _valid_utf8(body):
         return _parsed(0, [], PARSE_ERROR, MSG_BAD_UTF8)
@@ -515,7 +647,7 @@ def parse_request(bytes body, Py_ssize_t max_batch):
         return _parsed(0, [], PARSE_ERROR, MSG_INVALID_JSON)
     if p[i] == 123:
         _clear(spans)
-        end = _members(body, p, i, n, 0, 0, spans)
+        end = _members(body, p, i, n, 0, 0, spans, &block)
         if end < 0:
             return _parsed(0, [], PARSE_ERROR, _scan_failure(end))
         if _ws(p, end, n) != n:
@@ -532,7 +664,7 @@ def parse_request(bytes body, Py_ssize_t max_batch):
         while True:
             if i < n and p[i] == 123:
                 _clear(spans)
-                end = _members(body, p, i, n, 1, 0, spans)
+                end = _members(body, p, i, n, 1, 0, spans, &block)
                 if end < 0:
                     return _parsed(1, [], PARSE_ERROR, _scan_failure(end))
                 count += 1
@@ -567,8 +699,9 @@ def parse_request(bytes body, Py_ssize_t max_batch):
     return _parsed(0, [], INVALID_REQUEST, MSG_NOT_CALL)
 
 
-cdef Reply _reply(bytes body, Py_ssize_t* spans):
+cdef Reply _reply(bytes body, Py_ssize_t* spans, long long block):
     cdef Reply reply = Reply.__new__(Reply)
+    reply._block = block
     reply.id = _sub(body, spans[2 * K_ID], spans[2 * K_ID + 1]) if spans[2 * K_ID] >= 0 else None
     reply.result = _sub(body, spans[2 * K_RESULT], spans[2 * K_RESULT + 1]) if spans[2 * K_RESULT] >= 0 else None
     reply.error = _sub(body, spans[2 * K_ERROR], spans[2 * K_ERROR + 1]) if spans[2 * K_ERROR] >= 0 else None
@@ -581,6 +714,7 @@ def parse_response(bytes body):
     cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
     cdef Py_ssize_t i, end
     cdef Py_ssize_t spans[2 * K_COUNT]
+    cdef long long block = BLOCK_ASK
     cdef list replies
     if not _valid_utf8(body):
         return None
@@ -589,10 +723,10 @@ def parse_response(bytes body):
         return None
     if p[i] == 123:
         _clear(spans)
-        end = _members(body, p, i, n, 0, 1, spans)
+        end = _members(body, p, i, n, 0, 1, spans, &block)
         if end < 0 or _ws(p, end, n) != n:
             return None
-        return ParsedResponse(0, [_reply(body, spans)])
+        return ParsedResponse(0, [_reply(body, spans, block)])
     if p[i] != 91:
         return None
     replies = []
@@ -604,10 +738,11 @@ def parse_response(bytes body):
             return None
         if p[i] == 123:
             _clear(spans)
-            end = _members(body, p, i, n, 1, 1, spans)
+            block = BLOCK_ASK
+            end = _members(body, p, i, n, 1, 1, spans, &block)
             if end < 0:
                 return None
-            replies.append(_reply(body, spans))
+            replies.append(_reply(body, spans, block))
         else:
             end = _skip(p, i, n, 1)
             if end < 0:
@@ -650,29 +785,12 @@ def array_item(bytes raw, Py_ssize_t index):
     return None
 
 
-cdef bytes _join3(const char* a, Py_ssize_t an, bytes b, const char* c, Py_ssize_t cn,
-                  bytes d, const char* e, Py_ssize_t en):
-    cdef Py_ssize_t bn = PyBytes_GET_SIZE(b), dn = PyBytes_GET_SIZE(d)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, an + bn + cn + dn + en)
-    cdef char* q = PyBytes_AS_STRING(out)
-    memcpy(q, a, an)
-    q += an
-    memcpy(q, PyBytes_AS_STRING(b), bn)
-    q += bn
-    memcpy(q, c, cn)
-    q += cn
-    memcpy(q, PyBytes_AS_STRING(d), dn)
-    q += dn
-    memcpy(q, e, en)
-    return out
-
-
 def result_reply(bytes id_raw, bytes result):
-    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"result":', 10, result, b"}", 1)
+    return result_reply_of(id_raw, result)
 
 
 def raw_error_reply(bytes id_raw, bytes error):
-    return _join3(b'{"jsonrpc":"2.0","id":', 22, id_raw, b',"error":', 9, error, b"}", 1)
+    return error_reply_of(id_raw, error)
 
 
 def error_reply(bytes id_raw, int code, str message):
@@ -760,106 +878,29 @@ def upstream_batch(long long first_id, list calls):
 
 def join_batch(list parts):
     """``[part,part,...]`` in one allocation, each part copied once."""
-    cdef Py_ssize_t n = len(parts), total = 1, size, i
-    cdef object part
-    cdef bytes out
-    cdef char* q
-    if n == 0:
+    cdef Py_ssize_t i
+    if not parts:
         return b"[]"
-    for i in range(n):
+    for i in range(len(parts)):
         part = parts[i]
         if type(part) is not bytes:
             raise TypeError(f"sequence item {i}: expected bytes, {type(part).__name__} found")
-        total += PyBytes_GET_SIZE(part) + 1
-    out = PyBytes_FromStringAndSize(NULL, total)
-    q = PyBytes_AS_STRING(out)
-    q[0] = 91
-    q += 1
-    for i in range(n):
-        part = parts[i]
-        size = PyBytes_GET_SIZE(part)
-        memcpy(q, PyBytes_AS_STRING(part), size)
-        q += size
-        q[0] = 44
-        q += 1
-    (q - 1)[0] = 93
-    return out
-
-
-cdef inline int _block_member(const unsigned char* p, Py_ssize_t ks, Py_ssize_t ke) noexcept:
-    """1: the key ``number``, 2: ``blockNumber``, 0: another (ks..ke: inside the quotes)."""
-    if _lit(p + ks, ke - ks, b"number", 6):
-        return 1
-    if _lit(p + ks, ke - ks, b"blockNumber", 11):
-        return 2
-    return 0
+    return join_present(parts)
 
 
 def result_block(bytes result):
     """The block a block/transaction/receipt result belongs to, when it says (see the pure
     twin).  A plain object — no escape anywhere, each of the two members at most once, a
     string or null, 0x and 1 to 15 hex digits — is read here in one scan; anything else is
-    decoded by the pure twin, whose answer it must equal."""
+    decoded by the pure twin, whose answer it must equal.  (An upstream reply's result was
+    read so while its response was scanned: ``Reply.block``.)"""
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(result)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(result)
-    cdef Py_ssize_t i, ke, start, end, vs, ve, k
-    cdef Py_ssize_t spans[4]
-    cdef bint escaped = 0
-    cdef int which
-    cdef long long value = 0
+    cdef Py_ssize_t end
+    cdef long long block = BLOCK_ASK
     if n == 0 or p[0] != 123 or memchr(p, 92, n) != NULL or not _valid_utf8(result):
         return _result_block_decoded(result)
-    spans[0] = spans[1] = spans[2] = spans[3] = -1
-    i = _ws(p, 1, n)
-    if i < n and p[i] == 125:
-        end = i + 1
-    else:
-        while True:
-            if i >= n or p[i] != 34:
-                return _result_block_decoded(result)
-            ke = _string_end(p, i + 1, n, &escaped)
-            if ke < 0:
-                return _result_block_decoded(result)
-            which = _block_member(p, i + 1, ke - 1)
-            i = _ws(p, ke, n)
-            if i >= n or p[i] != 58:
-                return _result_block_decoded(result)
-            start = _ws(p, i + 1, n)
-            end = _skip(p, start, n, 1)
-            if end < 0:
-                return _result_block_decoded(result)
-            if which:
-                k = 2 * (which - 1)
-                if spans[k] >= 0 or not (p[start] == 34 or p[start] == 110):
-                    return _result_block_decoded(result)  # twice, or neither string nor null
-                spans[k] = start
-                spans[k + 1] = end
-            i = _ws(p, end, n)
-            if i >= n:
-                return _result_block_decoded(result)
-            if p[i] == 125:
-                end = i + 1
-                break
-            if p[i] != 44:
-                return _result_block_decoded(result)
-            i = _ws(p, i + 1, n)
-    if _ws(p, end, n) != n:
+    end = _block_object_end(p, 0, n, 0, &block)
+    if end < 0 or _ws(p, end, n) != n or block == BLOCK_ASK:
         return _result_block_decoded(result)
-    # ``number or blockNumber``: the first when it is a non-empty string.
-    vs, ve = spans[0], spans[1]
-    if vs < 0 or p[vs] != 34 or ve - vs == 2:
-        vs, ve = spans[2], spans[3]
-    if vs < 0 or p[vs] != 34:
-        return None  # absent or null
-    vs += 1  # inside the quotes
-    ve -= 1
-    if ve - vs < 2 or p[vs] != 48 or p[vs + 1] != 120:
-        return None  # not 0x-prefixed
-    vs += 2
-    if not 1 <= ve - vs <= 15:
-        return _result_block_decoded(result)
-    for i in range(vs, ve):
-        if not IS_HEX[p[i]]:
-            return _result_block_decoded(result)
-        value = value * 16 + (p[i] - 48 if p[i] <= 57 else (p[i] | 32) - 87)
-    return value
+    return None if block == BLOCK_NONE else block

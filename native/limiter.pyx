@@ -6,6 +6,7 @@ quota, a usage meter and the rate-limit header lines.  Every admitted request pa
 ``KeyLimiter.take`` and ``rate_headers``, so they are kept free of Python-level arithmetic.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport ceil, floor
 from libc.string cimport memcpy
@@ -182,30 +183,67 @@ cdef class KeyLimiter:
         return self._full_in()
 
 
+@cython.no_gc  # numbers only
+cdef class _Usage:
+    """One slot's counts, kept in C (a slot is counted many times a minute)."""
+
+    cdef long long requests
+    cdef long long cu
+    cdef long long errors
+
+
 cdef class UsageMeter:
     cdef dict _counts
+    # The slot counted last: a key's requests come in runs, so most samples are its again
+    # (the same str objects: the principal's and the lane's), found without a tuple or hash.
+    cdef object _key_id
+    cdef object _account_id
+    cdef object _network
+    cdef object _method
+    cdef long long _minute
+    cdef _Usage _last
 
     def __init__(self):
         self._counts = {}
+        self._last = None
 
     def __len__(self):
         return len(self._counts)
 
     def record(self, str key_id, str account_id, str network, str method, long long minute,
                long long requests, long long cu, long long errors):
-        cdef tuple slot = (key_id, account_id, network, method, minute)
-        cdef object counts = self._counts.get(slot)
-        if counts is None:
-            self._counts[slot] = [requests, cu, errors]
-        else:
-            counts[0] += requests
-            counts[1] += cu
-            counts[2] += errors
+        cdef _Usage usage = self._last
+        if not (usage is not None and minute == self._minute and key_id is self._key_id
+                and method is self._method and network is self._network
+                and account_id is self._account_id):
+            slot = (key_id, account_id, network, method, minute)
+            found = self._counts.get(slot)
+            if found is None:
+                usage = _Usage.__new__(_Usage)
+                self._counts[slot] = usage
+            else:
+                usage = <_Usage>found
+            self._last = usage
+            self._key_id = key_id
+            self._account_id = account_id
+            self._network = network
+            self._method = method
+            self._minute = minute
+        usage.requests += requests
+        usage.cu += cu
+        usage.errors += errors
 
     def drain(self):
         cdef dict counts = self._counts
+        cdef _Usage usage
         self._counts = {}
-        return sorted([(*slot, *values) for slot, values in counts.items()])
+        self._last = None
+        rows = []
+        for slot, found in counts.items():
+            usage = <_Usage>found
+            rows.append((*slot, usage.requests, usage.cu, usage.errors))
+        rows.sort()
+        return rows
 
 
 cdef bytes _rate_headers(long long limit, long long remaining, long long reset):

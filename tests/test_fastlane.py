@@ -33,6 +33,7 @@ from chaingate.obs.logs import AccessLog
 from chaingate.obs.metrics import LatencyHistogram
 from chaingate.obs.sink import LogSink
 from chaingate.redaction import loggable_path
+from chaingate.rpc import resultblocks
 from chaingate.rpc.methods import MethodTable
 
 PATH = b"/v1/rpc/ethereum/devnet"
@@ -600,9 +601,10 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
     """A cacheable result about a block (a receipt, a transaction, a block by hash) is shown
     to the service (``look``, where ``RpcService._maybe_cache`` decides) only when its block is
     at or below the lane's ``finalized`` bound; one above it, or one the family's
-    ``result_block`` cannot place, would only be refused there.  Results whose finality comes
-    from their block tag are shown as before (the service reads the tag)."""
-    reply = impl_module.pure().jsonrpc.Reply
+    ``result_block`` cannot place, would only be refused there (each twin's replies, parsed from
+    the node's answer: the compiled one reads the block while it scans the response).  Results
+    whose finality comes from their block tag are shown as before (the service reads the
+    tag)."""
 
     def receipt(number: int) -> bytes:
         return (
@@ -611,7 +613,7 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
         )
 
     def scenario(lane: Lane, finalized: int) -> Any:
-        lane.route.result_block = lane.impl.jsonrpc.result_block
+        lane.route.reply_block = resultblocks.reply_evm_block
         lane.route.finalized = finalized
         calls = [
             _call("eth_getTransactionReceipt", ["0x" + f"{i:02x}" * 32], id=i) for i in range(1, 6)
@@ -620,10 +622,16 @@ def test_only_results_that_may_be_final_are_shown_to_the_service() -> None:
         (group,) = lane.recorder.groups
         looked: list[tuple[str, bytes]] = []
         results = [receipt(9), receipt(10), receipt(11), b'{"status":"0x1"}', b"null", b'"0x5"']
+        answer = b"[%s]" % b",".join(
+            b'{"jsonrpc":"2.0","id":%d,"result":%s}' % (100 + i, result)
+            for i, result in enumerate(results)
+        )
+        parsed = lane.impl.jsonrpc.parse_response(answer)
+        assert parsed is not None
         lane.route.land_replies(
             group,
             100,
-            [reply(b"%d" % (100 + i), result, None) for i, result in enumerate(results)],
+            list(parsed.replies),
             lambda flight, result: looked.append((flight.method, result)),
             lambda: b'{"code":-32603,"message":"bad"}',
             b'{"code":-32603,"message":"missing"}',
@@ -879,3 +887,21 @@ def test_a_group_that_cannot_be_sent_fails_its_calls_and_poisons_nothing(which: 
     # The next identical call is sent again, not joined to a flight that never left.
     assert lane.serve(_call("eth_blockNumber", id=2), conn="c2") == "defer"
     assert (len(sent) == 2 and not lane.route.flights) or len(lane.route.flights) == 1
+
+
+def test_request_ids_twins_agree() -> None:
+    """Our own X-Request-Id is ``<prefix>-<hex counter>`` (the compiled twin writes the hex
+    itself): the same ids from both twins, past every digit boundary up to 0x1001, and a sane
+    client id kept as it is."""
+    compiled, pure = (impl.fastlane.RequestIds(b"gw1") for impl in _twins())
+    ids = [(compiled.take(None), pure.take(None)) for _ in range(0x1001)]
+    assert all(a == b for a, b in ids)
+    assert [ids[i][0] for i in (0, 14, 15, 255, 0x1000)] == [
+        b"gw1-1",
+        b"gw1-f",
+        b"gw1-10",
+        b"gw1-100",
+        b"gw1-1001",
+    ]
+    assert compiled.take(b"client.id-1") == pure.take(b"client.id-1") == b"client.id-1"
+    assert compiled.take(b"bad id") == pure.take(b"bad id") == b"gw1-1002"

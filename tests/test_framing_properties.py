@@ -961,7 +961,7 @@ def request_result_key(p: Any) -> tuple[Any, ...]:
 def response_result_key(p: Any) -> Any:
     if p is None:
         return None
-    return (p.batch, [(r.id, r.result, r.error) for r in p.replies])
+    return (p.batch, [(r.id, r.result, r.error, r.block) for r in p.replies])
 
 
 # ============================================================================================
@@ -1229,6 +1229,81 @@ def test_parse_response_twins_agree_and_match_json(impls: tuple[Impl, Impl], bod
     assert response_result_key(results[0]) == response_result_key(results[1])
     for parsed in results:
         check_response_oracle(parsed, body)
+
+
+# The block a result names (``Reply.block``, ``result_block``): the compiled twin reads it while
+# it scans the response; both must answer as the pure twin's decoder of the result does.
+BLOCK_TEXTS = st.one_of(
+    st.sampled_from(["0x0", "0x2a", "0xFF", "0x", "", "42", "0xzz", "0x1_0", "0x" + "f" * 15,
+                     "0x" + "f" * 16, " 0x1", "0x1 ", "0X1", "0x9\n", "0x\u00e9"]),
+    st.integers(0, 2**64).map(hex),
+)  # fmt: skip
+BLOCK_VALUES = st.one_of(
+    BLOCK_TEXTS, st.none(), st.integers(0, 99), st.booleans(), st.just(Obj()), st.just([])
+)
+BLOCK_KEYS = st.sampled_from(
+    ["number", "blockNumber", "blockNumber", "number", "logs", "hash", "numbers", "blocknumber"]
+)
+
+
+@st.composite
+def block_results(draw: st.DrawFn) -> Any:
+    """A result as a block, a transaction or a receipt names its block: ``number`` and
+    ``blockNumber`` members (some twice, some escaped, of any type), among others, and inside
+    nested logs; sometimes a list of them, or another value."""
+    members = Obj(draw(st.lists(st.tuples(BLOCK_KEYS, BLOCK_VALUES | VALUES), max_size=6)))
+    if draw(st.booleans()):
+        members.append(("logs", [Obj([("blockNumber", draw(BLOCK_TEXTS))])]))
+    return draw(st.sampled_from([members, [members], [members, members]]) | VALUES)
+
+
+def _block_answer(result: bytes) -> int | None:
+    """The pure twin's decoder: what every twin's answer must equal."""
+    return impl_module.pure().jsonrpc.result_block(result)
+
+
+@SETTINGS
+@given(result=json_document(block_results()), batch=st.booleans())
+@example(result=b'{"number":"0x1","x":"\\n"}', batch=False)
+@example(result=b'{"numb\\u0065r":"0x1"}', batch=True)
+@example(result=b'{"blockNumber":"0x2","blockNumber":"0x3"}', batch=False)
+@example(result=b'{"number":7,"blockNumber":"0x3"}', batch=False)
+@example(result=b'{"logs":[{"blockNumber":"0x9"}],"blockNumber":"0x3"}', batch=True)
+@example(result=b'{"blockNumber":"0x' + b"f" * 16 + b'"}', batch=False)
+@example(result=b'[{"number":"0x4"}]', batch=False)
+@example(result=b'"0x5"', batch=False)
+def test_reply_block_twins_agree(impls: tuple[Impl, Impl], result: bytes, batch: bool) -> None:
+    expected = _block_answer(result)
+    reply = b'{"jsonrpc":"2.0","id":1,"result":' + result + b"}"
+    body = b"[" + reply + b"," + reply + b"]" if batch else reply
+    for impl in impls:
+        assert impl.jsonrpc.result_block(result) == expected, (impl.name, result)
+        parsed = impl.jsonrpc.parse_response(body)
+        assert parsed is not None
+        assert [r.block for r in parsed.replies] == [expected] * (2 if batch else 1), (
+            impl.name,
+            body,
+        )
+
+
+BLOCK_SPECIALS = [b"\\n", b"\\u0030", b"\xc3\xa9", b'\\"']
+
+
+@pytest.mark.parametrize("special", BLOCK_SPECIALS)
+def test_a_reply_block_beside_special_bytes(impls: tuple[Impl, Impl], special: bytes) -> None:
+    """An escape or non-ASCII byte anywhere in a result, before or after its block member."""
+    for before in range(18):
+        text = b"a" * before + special
+        for result in (
+            b'{"x":"' + text + b'","blockNumber":"0x1f"}',
+            b'{"blockNumber":"0x1f","x":"' + text + b'"}',
+            b'{"' + text + b'":1,"number":"0x2"}',
+        ):
+            reply = b'{"jsonrpc":"2.0","id":1,"result":' + result + b"}"
+            expected = _block_answer(result)
+            for impl in impls:
+                (got,) = impl.jsonrpc.parse_response(reply).replies
+                assert got.block == expected, (impl.name, result)
 
 
 # What a string scan must stop at, or read past only as UTF-8; the compiled scans skip eight

@@ -162,3 +162,40 @@ def test_day_quota_twins_agree(limit: int, steps: list[tuple[int, int, bool]]) -
             a.add(day, requests)
             b.add(day, requests)
         assert a.used == b.used
+
+
+meter_step = st.one_of(
+    st.tuples(
+        st.just("record"),
+        st.sampled_from(["k1", "k2"]),
+        st.sampled_from(["a1", "a2"]),
+        st.sampled_from(["eth/main", "eth/test", ""]),
+        st.sampled_from(["eth_call", "eth_getBalance", "batch"]),
+        st.integers(100, 102),
+        st.integers(0, 3),
+        st.integers(0, 50),
+        st.integers(0, 2),
+        st.booleans(),  # the same str objects as the last sample's, or equal copies
+    ),
+    st.tuples(st.just("drain")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(meter_step, max_size=40))
+def test_the_usage_meter_twins_agree(steps: list[Any]) -> None:
+    """The compiled meter finds the slot it counted last without a lookup when its strings
+    are the same objects: equal copies, other slots, a new minute and drains between samples
+    must all count exactly as the pure meter does."""
+    pure, compiled = (limiter.UsageMeter() for limiter in _pair())
+    for step in steps:
+        if step[0] == "drain":
+            assert pure.drain() == compiled.drain()
+            continue
+        *names, minute, requests, cu, errors, same = step[1:]
+        if not same:
+            names = ["".join(list(name)) for name in names]  # equal, not identical
+        for meter in (pure, compiled):
+            meter.record(*names, minute, requests, cu, errors)
+        assert len(pure) == len(compiled)
+    assert pure.drain() == compiled.drain()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 
+from chaingate.obs.logs import AccessEntry, AccessLog
 from chaingate.obs.sink import GATHER_SECONDS, LogSink
 
 
@@ -46,3 +47,16 @@ def test_wait_written_and_close_do_not_wait_for_the_gathering_period() -> None:
     sink.close()
     assert stream.getvalue() == b"first\nsecond\n"
     assert not sink.write(b"after close\n") and sink.dropped_lines == 1
+
+
+def test_access_lines_the_sink_drops_are_counted_one_per_line() -> None:
+    """The access log hands its buffer over without counting its lines (the compiled lane
+    writes into it directly); the sink counts them only when it must drop them."""
+    sink = LogSink(io.BytesIO(), max_bytes=10)
+    log = AccessLog(sink=sink)
+    for i in range(3):
+        log.write(AccessEntry("t", "info", "request", f"r{i}", "p", "GET", "/", 200, 1, 2))
+    log.buffer += b'{"msg":"request","note":"a\\nb"}\n'  # as the lane writes: escapes only
+    log.flush()
+    assert sink.dropped_lines == 4 and sink.dropped_bytes > 10
+    sink.close()

@@ -496,10 +496,10 @@ class Route:
         self.logs_blocks, self.logs_upstream = logs or (0, 0)
         self.logs_head: Callable[[], int | None] = lambda: None
         # Set by the service: the highest block known final (-1: none yet), and the family's
-        # reader of the block a result belongs to; a receipt above it skips the service
-        # (_land_reply).
+        # reader of the block a reply's result belongs to; a receipt above it skips the
+        # service (_land_reply).
         self.finalized = -1
-        self.result_block: Callable[[bytes], int | None] | None = None
+        self.reply_block: Callable[[Reply], int | None] | None = None
         # Methods whose every result the service looks at (land_replies): the head a
         # client's eth_blockNumber shows, the upstream a write went to.
         self.watched = watched
@@ -588,18 +588,18 @@ class Route:
             spec.cache != NO_CACHE
             and result != b"null"
             and spec.may_be_cached(flight.tag, flight.params)
-            and self._may_be_final(spec, result)
+            and self._may_be_final(spec, reply)
         ) or (flight.method in self.watched):
             look(flight, result)
         self.land(flight, result, None)
 
-    def _may_be_final(self, spec: Method, result: bytes) -> bool:
+    def _may_be_final(self, spec: Method, reply: Reply) -> bool:
         """May the service find this cacheable result final?  No when it is about a block
         above the last final one: a receipt of a recent transaction does not go the service's
         way (``RpcService._maybe_cache``, which decides) only to be refused there."""
-        if spec.cache == STATIC or spec.block_param is not None or self.result_block is None:
+        if spec.cache == STATIC or spec.block_param is not None or self.reply_block is None:
             return True
-        number = self.result_block(result)
+        number = self.reply_block(reply)
         return number is not None and number <= self.finalized
 
     def wants(self, flights: list[Flight], length: int) -> bool:

@@ -112,12 +112,22 @@ class ParsedRequest:
 class Reply:
     """One reply of an upstream response; each field is raw JSON or None when absent."""
 
-    __slots__ = ("error", "id", "result")
+    __slots__ = ("_result", "error", "id")
 
     def __init__(self, id: bytes | None, result: bytes | None, error: bytes | None) -> None:
         self.id = id
-        self.result = result
+        self._result = result
         self.error = error
+
+    @property
+    def result(self) -> bytes | None:
+        return self._result
+
+    @property
+    def block(self) -> int | None:
+        """``result_block(result)`` (None without a result).  The compiled twin reads it while
+        it scans the response, so that a receipt is not scanned twice."""
+        return None if self._result is None else result_block(self._result)
 
 
 class ParsedResponse:

@@ -46,13 +46,14 @@ class LogSink:
     def held(self) -> int:
         return self._held
 
-    def write(self, data: bytes, lines: int = 1) -> bool:
-        """Queue ``data`` (``lines`` log lines); False when it was dropped for lack of room."""
+    def write(self, data: bytes, lines: int | None = 1) -> bool:
+        """Queue ``data`` (``lines`` log lines; None: one per newline, counted only if they
+        are dropped); False when it was dropped for lack of room."""
         if not data:
             return True
         with self._cond:
             if self._closed or self._held + len(data) > self.max_bytes:
-                self.dropped_lines += lines
+                self.dropped_lines += data.count(b"\n") if lines is None else lines
                 self.dropped_bytes += len(data)
                 return False
             self._chunks.append(data)

@@ -190,14 +190,14 @@ class RpcService:
         self._unknown = self.route.unknown
         # How the family's heads are probed, and the block a cacheable answer without a block
         # param is about, as its result says.
-        probe, parse_head, self._result_block = family_heads(
+        probe, parse_head, self._result_block, reply_block = family_heads(
             settings.family, self._jsonrpc.result_block
         )
         self.pool = UpstreamPool(self.label, settings, rpc, impl, probe, parse_head)
         self.route.logs_head = self._head
         # What is final moves with the agreed head; the lane reads the bound, and shows us
         # only the results (receipts...) that may be final by it (Route._may_be_final).
-        self.route.result_block = self._result_block
+        self.route.reply_block = reply_block
         self.pool.on_head = self._head_moved
 
     def _head_moved(self, head: int | None) -> None:

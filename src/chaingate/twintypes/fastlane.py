@@ -165,9 +165,15 @@ class LatencySample(Protocol):
 
 
 class AccessLogSink(Protocol):
-    """The access log (``chaingate.obs.logs.AccessLog``)."""
+    """The access log (``chaingate.obs.logs.AccessLog``): the compiled lane writes its lines
+    into ``buffer`` itself, and calls ``flush`` once it holds ``FLUSH_BYTES``."""
 
     enabled: bool
+    FLUSH_BYTES: int
+
+    @property
+    def buffer(self) -> bytearray: ...
+    def flush(self) -> None: ...
 
     def write_request(
         self,
@@ -307,10 +313,11 @@ class Route(Protocol):
     # range's tags).  A caller's plan's own range limit is its principal's ``logs_range``.
     logs_head: Callable[[], int | None]
     # Set by the RPC service: the highest block known final (-1: none yet; the agreed head
-    # less the finality depth), and the family's reader of the block a result belongs to.  A
-    # cacheable result about a later block is not shown to the service (``look``).
+    # less the finality depth), and the family's reader of the block an upstream reply's
+    # result belongs to.  A cacheable result about a later block is not shown to the service
+    # (``look``).
     finalized: int
-    result_block: Callable[[bytes], int | None] | None
+    reply_block: Callable[[Reply], int | None] | None
 
     @property
     def stats(self) -> Mapping[str, MethodStats]: ...

@@ -29,11 +29,16 @@ class ParsedRequest(Protocol):
 
 
 class Reply(Protocol):
-    """One reply of an upstream response; each field is raw JSON or None."""
+    """One reply of an upstream response; each field is raw JSON or None.  ``block``: the
+    block its result belongs to, ``result_block(result)`` (None without a result)."""
 
     id: bytes | None
-    result: bytes | None
     error: bytes | None
+
+    @property
+    def result(self) -> bytes | None: ...
+    @property
+    def block(self) -> int | None: ...
 
 
 class ParsedResponse(Protocol):
