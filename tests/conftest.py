@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import pytest
 import trio
+from hypothesis import HealthCheck, settings
 
 from chaingate import config
 from chaingate import twins as impl_module
@@ -43,6 +44,12 @@ from tests.helpers import GatewayHandle
 with contextlib.suppress(ImportError):
     import py_ecc  # noqa: F401
 sys.setrecursionlimit(1000)
+
+# Hypothesis times each example (200 ms) and its data generation: checks of the machine's
+# speed, not of a property, that fail when a busy machine deschedules the test.  The
+# properties are what the tests assert; a hang is bounded by the suite's own timeouts.
+settings.register_profile("chaingate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("chaingate")
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PG_URL = os.environ.get("CHAINGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
