@@ -585,3 +585,63 @@ async def test_learn_factory_refuses_what_it_cannot_prove() -> None:
     ] + eth_encode(["address", "uint256"], [owner, 9])
     with pytest.raises(ValueError, match="uint256"):
         learned.account_address(owner, 2**256)
+
+
+# --- the flat encoder (what the bundler encodes per operation) --------------------------------
+
+_FLAT_TYPES = ["address", "uint256", "uint128", "uint8", "bytes32", "bytes4", "bytes"]
+
+
+def _flat_value(kind: str) -> st.SearchStrategy[Any]:
+    """Values of ``kind``, and some that do not fit it (each encoder must refuse them alike)."""
+    if kind == "address":
+        return addresses
+    if kind.startswith("uint"):
+        bits = int(kind[4:])
+        edges = st.sampled_from([-1, 0, 2**bits - 1, 2**bits, True])
+        return st.integers(min_value=-2, max_value=2**bits + 1) | edges
+    if kind == "bytes":
+        return small_bytes | st.just("not bytes")
+    return st.binary(min_size=int(kind[5:]) - 1, max_size=int(kind[5:]) + 1)
+
+
+@st.composite
+def flat_sequences(draw: st.DrawFn) -> tuple[list[str], list[Any]]:
+    types = draw(st.lists(st.sampled_from(_FLAT_TYPES), max_size=8))
+    return types, [draw(_flat_value(t)) for t in types]
+
+
+def _generic(types: str, values: Any) -> bytes | type[Exception]:
+    try:
+        return abi.parse_type(types).encode(values)
+    except (abi.AbiError, ValueError) as exc:
+        return type(exc)
+
+
+def _fast(types: str, values: Any) -> bytes | type[Exception]:
+    try:
+        return abi.encode(types, values)
+    except (abi.AbiError, ValueError) as exc:
+        return type(exc)
+
+
+@given(flat_sequences(), st.booleans())
+def test_the_flat_encoder_is_the_generic_one(
+    drawn: tuple[list[str], list[Any]], struct: bool
+) -> None:
+    """Same bytes and same refusals as the generic encoder, for a flat sequence and for one
+    struct of one (``simulateValidation``'s argument), and eth_abi's bytes where it encodes."""
+    types, values = drawn
+    text = "(" + ",".join(types) + ")"
+    if struct:
+        text, values = f"({text})", [tuple(values)]
+    expected = _generic(text, values)
+    assert _fast(text, values) == expected
+    assert _fast(text, tuple(values)) == _generic(text, tuple(values))
+    if isinstance(expected, bytes) and types:  # eth_abi has no empty struct
+        reference = eth_encode([text[1:-1]] if struct else types, values)
+        # eth_abi gives the one struct behind its offset, as chaingate's encoder does.
+        assert expected == reference
+    assert _fast(text, values[:-1] if values else [0]) == _generic(
+        text, values[:-1] if values else [0]
+    )
