@@ -645,3 +645,13 @@ def test_the_flat_encoder_is_the_generic_one(
     assert _fast(text, values[:-1] if values else [0]) == _generic(
         text, values[:-1] if values else [0]
     )
+
+
+@given(st.binary(max_size=600))
+def test_keccak256_is_ethereum_s(data: bytes) -> None:
+    """pycryptodome's C functions called straight give eth_utils' Keccak-256 (its own state
+    per thread, reset between hashes)."""
+    from chaingate.evm.keccak import keccak256
+
+    assert keccak256(data) == keccak(data)
+    assert keccak256(data + b"\x01") == keccak(data + b"\x01")  # after a hash, a fresh state
