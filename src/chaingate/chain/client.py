@@ -65,6 +65,9 @@ _decode_batch = msgspec.json.Decoder(list[_Reply]).decode
 class ChainClient:
     """Decoded JSON-RPC over one chain/network's upstream pool (its ``run()`` must be running)."""
 
+    # Parameters may hold msgspec.Raw (JSON text encoded once): the encoder copies it.
+    raw_json = True
+
     def __init__(self, pool: UpstreamPool, *, timeout: float = 30.0, max_batch: int = 100) -> None:
         self.pool = pool
         self.timeout = timeout

@@ -18,7 +18,7 @@ _CAPACITY, _ROUNDS, _PADDING = 64, 24, 0x01  # Keccak-256: what keccak.new(diges
 # operation.  One state per thread, reset for each hash (``keccak_digest`` finishes a copy).
 # Where the library is not loaded through cffi, the public API.
 try:
-    from Crypto.Hash.keccak import _raw_keccak_lib as _lib
+    from Crypto.Hash.keccak import _raw_keccak_lib as _lib  # type: ignore[attr-defined]
     from Crypto.Util import _raw_api
 
     _ffi: Any = _raw_api.ffi if _raw_api.backend == "cffi" else None
