@@ -655,3 +655,11 @@ def test_keccak256_is_ethereum_s(data: bytes) -> None:
 
     assert keccak256(data) == keccak(data)
     assert keccak256(data + b"\x01") == keccak(data + b"\x01")  # after a hash, a fresh state
+
+
+@given(st.binary(min_size=20, max_size=20))
+def test_checksum_address_is_eip55(raw: bytes) -> None:
+    from chaingate.evm.addresses import checksum_address
+
+    assert checksum_address(raw) == to_checksum_address(raw)
+    assert checksum_address("0x" + raw.hex()) == to_checksum_address(raw)
