@@ -41,7 +41,9 @@ def _checksum(raw: bytes) -> str:
     hex_lower = raw.hex()
     digest = keccak256(hex_lower.encode()).hex()
     # A letter whose digest nibble is 8 or more is upper case (a digit's upper() is itself).
-    return "0x" + "".join([c.upper() if d in "89abcdef" else c for c, d in zip(hex_lower, digest)])
+    return "0x" + "".join(
+        [c.upper() if d in "89abcdef" else c for c, d in zip(hex_lower, digest[:40], strict=True)]
+    )
 
 
 def same_address(a: str | bytes, b: str | bytes) -> bool:
