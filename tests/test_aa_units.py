@@ -663,3 +663,42 @@ def test_checksum_address_is_eip55(raw: bytes) -> None:
 
     assert checksum_address(raw) == to_checksum_address(raw)
     assert checksum_address("0x" + raw.hex()) == to_checksum_address(raw)
+
+
+_DECODED_TYPES = [
+    "(uint256,address,bytes,bool)",
+    "((uint256,uint256,uint256,uint256,bytes),(uint256,uint256),(address,(uint256,uint256)))",
+    "(uint48,bytes32,string,uint256[])",
+]
+
+
+@given(st.sampled_from(_DECODED_TYPES), st.binary(max_size=400), st.data())
+def test_the_compiled_decoder_is_the_generic_one(
+    types: str, noise: bytes, data: st.DataObject
+) -> None:
+    """Same values and same refusals as each type's own ``decode``: on garbage, and on a
+    valid encoding with its words cut or changed."""
+
+    def both(blob: bytes) -> tuple[Any, Any]:
+        results = []
+        for decode in (
+            lambda: abi.decode(types, blob),
+            lambda: abi.parse_type(types).decode(blob, 0),
+        ):
+            try:
+                results.append(decode())
+            except (abi.AbiError, ValueError) as exc:
+                results.append(type(exc))
+        return results[0], results[1]
+
+    fast, generic = both(noise)
+    assert fast == generic
+    valid = abi.encode(
+        "(uint256,address,bytes,bool)",
+        [data.draw(st.integers(0, 2**256 - 1)), "0x" + "ab" * 20, noise, True],
+    )
+    if types == _DECODED_TYPES[0]:
+        assert both(valid)[0] == both(valid)[1] != abi.AbiError
+    cut = valid[: data.draw(st.integers(0, len(valid)))]
+    fast, generic = both(cut)
+    assert fast == generic
