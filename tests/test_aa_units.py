@@ -702,3 +702,26 @@ def test_the_compiled_decoder_is_the_generic_one(
     cut = valid[: data.draw(st.integers(0, len(valid)))]
     fast, generic = both(cut)
     assert fast == generic
+
+
+@given(user_ops(), user_ops())
+def test_handle_ops_calldata_is_remade_for_other_inputs(a: UserOperation, b: UserOperation) -> None:
+    """The last calldata is reused only for the same operation objects, beneficiary and
+    version."""
+    beneficiary, other = "0x" + "ab" * 20, "0x" + "cd" * 20
+
+    def reference(ops: list[UserOperation], to: str, version: Version) -> bytes:
+        struct = userop.OP_TUPLE_TYPE[version]
+        return keccak(text=f"handleOps({struct}[],address)")[:4] + eth_encode(
+            [f"{struct}[]", "address"], [[userop.packed(op, version) for op in ops], to]
+        )
+
+    for ops, to, version in (
+        ([a, b], beneficiary, "0.7"),
+        ([a, b], beneficiary, "0.7"),
+        ([a], beneficiary, "0.7"),
+        ([a, b], other, "0.7"),
+        ([a, b], other, "0.6"),
+        ([b, a], other, "0.6"),
+    ):
+        assert userop.handle_ops_calldata(ops, to, version) == reference(ops, to, version)

@@ -366,9 +366,28 @@ def authorizations(ops: Sequence[UserOperation]) -> tuple[Authorization, ...]:
     return tuple(found.values())
 
 
+# The last handleOps calldata made, by its inputs: a bundle's is asked for three times (its
+# simulation, its gas estimate, its transaction) for the same operations (the same objects).
+_last_handle_ops: list[tuple[tuple[UserOperation, ...], str, str, bytes]] = []
+
+
 def handle_ops_calldata(ops: Sequence[UserOperation], beneficiary: str, version: Version) -> bytes:
     """``handleOps(ops, beneficiary)`` calldata for the EntryPoint of ``version``."""
     version = require_version(version)
+    for last_ops, last_beneficiary, last_version, calldata in _last_handle_ops:
+        if (
+            last_beneficiary == beneficiary
+            and last_version == version
+            and len(last_ops) == len(ops)
+            and all(a is b for a, b in zip(last_ops, ops, strict=True))
+        ):
+            return calldata
+    calldata = _handle_ops(ops, beneficiary, version)
+    _last_handle_ops[:] = [(tuple(ops), beneficiary, version, calldata)]
+    return calldata
+
+
+def _handle_ops(ops: Sequence[UserOperation], beneficiary: str, version: Version) -> bytes:
     head = abi.flat_encoder(("uint256", "address"))([64, beneficiary])  # the array's offset
     return (
         abi.selector(f"handleOps({OP_TUPLE_TYPE[version]}[],address)")
