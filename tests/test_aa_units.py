@@ -585,3 +585,143 @@ async def test_learn_factory_refuses_what_it_cannot_prove() -> None:
     ] + eth_encode(["address", "uint256"], [owner, 9])
     with pytest.raises(ValueError, match="uint256"):
         learned.account_address(owner, 2**256)
+
+
+# --- the flat encoder (what the bundler encodes per operation) --------------------------------
+
+_FLAT_TYPES = ["address", "uint256", "uint128", "uint8", "bytes32", "bytes4", "bytes"]
+
+
+def _flat_value(kind: str) -> st.SearchStrategy[Any]:
+    """Values of ``kind``, and some that do not fit it (each encoder must refuse them alike)."""
+    if kind == "address":
+        return addresses
+    if kind.startswith("uint"):
+        bits = int(kind[4:])
+        edges = st.sampled_from([-1, 0, 2**bits - 1, 2**bits, True])
+        return st.integers(min_value=-2, max_value=2**bits + 1) | edges
+    if kind == "bytes":
+        return small_bytes | st.just("not bytes")
+    return st.binary(min_size=int(kind[5:]) - 1, max_size=int(kind[5:]) + 1)
+
+
+@st.composite
+def flat_sequences(draw: st.DrawFn) -> tuple[list[str], list[Any]]:
+    types = draw(st.lists(st.sampled_from(_FLAT_TYPES), max_size=8))
+    return types, [draw(_flat_value(t)) for t in types]
+
+
+def _generic(types: str, values: Any) -> bytes | type[Exception]:
+    try:
+        return abi.parse_type(types).encode(values)
+    except (abi.AbiError, ValueError) as exc:
+        return type(exc)
+
+
+def _fast(types: str, values: Any) -> bytes | type[Exception]:
+    try:
+        return abi.encode(types, values)
+    except (abi.AbiError, ValueError) as exc:
+        return type(exc)
+
+
+@given(flat_sequences(), st.booleans())
+def test_the_flat_encoder_is_the_generic_one(
+    drawn: tuple[list[str], list[Any]], struct: bool
+) -> None:
+    """Same bytes and same refusals as the generic encoder, for a flat sequence and for one
+    struct of one (``simulateValidation``'s argument), and eth_abi's bytes where it encodes."""
+    types, values = drawn
+    text = "(" + ",".join(types) + ")"
+    if struct:
+        text, values = f"({text})", [tuple(values)]
+    expected = _generic(text, values)
+    assert _fast(text, values) == expected
+    assert _fast(text, tuple(values)) == _generic(text, tuple(values))
+    if isinstance(expected, bytes) and types:  # eth_abi has no empty struct
+        reference = eth_encode([text[1:-1]] if struct else types, values)
+        # eth_abi gives the one struct behind its offset, as chaingate's encoder does.
+        assert expected == reference
+    assert _fast(text, values[:-1] if values else [0]) == _generic(
+        text, values[:-1] if values else [0]
+    )
+
+
+@given(st.binary(max_size=600))
+def test_keccak256_is_ethereum_s(data: bytes) -> None:
+    """pycryptodome's C functions called straight give eth_utils' Keccak-256 (its own state
+    per thread, reset between hashes)."""
+    from chaingate.evm.keccak import keccak256
+
+    assert keccak256(data) == keccak(data)
+    assert keccak256(data + b"\x01") == keccak(data + b"\x01")  # after a hash, a fresh state
+
+
+@given(st.binary(min_size=20, max_size=20))
+def test_checksum_address_is_eip55(raw: bytes) -> None:
+    from chaingate.evm.addresses import checksum_address
+
+    assert checksum_address(raw) == to_checksum_address(raw)
+    assert checksum_address("0x" + raw.hex()) == to_checksum_address(raw)
+
+
+_DECODED_TYPES = [
+    "(uint256,address,bytes,bool)",
+    "((uint256,uint256,uint256,uint256,bytes),(uint256,uint256),(address,(uint256,uint256)))",
+    "(uint48,bytes32,string,uint256[])",
+]
+
+
+@given(st.sampled_from(_DECODED_TYPES), st.binary(max_size=400), st.data())
+def test_the_compiled_decoder_is_the_generic_one(
+    types: str, noise: bytes, data: st.DataObject
+) -> None:
+    """Same values and same refusals as each type's own ``decode``: on garbage, and on a
+    valid encoding with its words cut or changed."""
+
+    def both(blob: bytes) -> tuple[Any, Any]:
+        results = []
+        for decode in (
+            lambda: abi.decode(types, blob),
+            lambda: abi.parse_type(types).decode(blob, 0),
+        ):
+            try:
+                results.append(decode())
+            except (abi.AbiError, ValueError) as exc:
+                results.append(type(exc))
+        return results[0], results[1]
+
+    fast, generic = both(noise)
+    assert fast == generic
+    valid = abi.encode(
+        "(uint256,address,bytes,bool)",
+        [data.draw(st.integers(0, 2**256 - 1)), "0x" + "ab" * 20, noise, True],
+    )
+    if types == _DECODED_TYPES[0]:
+        assert both(valid)[0] == both(valid)[1] != abi.AbiError
+    cut = valid[: data.draw(st.integers(0, len(valid)))]
+    fast, generic = both(cut)
+    assert fast == generic
+
+
+@given(user_ops(), user_ops())
+def test_handle_ops_calldata_is_remade_for_other_inputs(a: UserOperation, b: UserOperation) -> None:
+    """The last calldata is reused only for the same operation objects, beneficiary and
+    version."""
+    beneficiary, other = "0x" + "ab" * 20, "0x" + "cd" * 20
+
+    def reference(ops: list[UserOperation], to: str, version: Version) -> bytes:
+        struct = userop.OP_TUPLE_TYPE[version]
+        return keccak(text=f"handleOps({struct}[],address)")[:4] + eth_encode(
+            [f"{struct}[]", "address"], [[userop.packed(op, version) for op in ops], to]
+        )
+
+    for ops, to, version in (
+        ([a, b], beneficiary, "0.7"),
+        ([a, b], beneficiary, "0.7"),
+        ([a], beneficiary, "0.7"),
+        ([a, b], other, "0.7"),
+        ([a, b], other, "0.6"),
+        ([b, a], other, "0.6"),
+    ):
+        assert userop.handle_ops_calldata(ops, to, version) == reference(ops, to, version)

@@ -300,3 +300,18 @@ async def test_a_banned_paymaster_is_refused_and_a_throttled_one_limited(bundler
     assert await bundler.result("debug_bundler_dumpMempool", entry_point) == []
     op, _ = await sponsored_op(bundler, "0.7")
     assert "result" in await send(bundler, op, "0.7")
+
+
+def test_a_receipt_s_block_is_read_from_the_node_s_own_text() -> None:
+    """eth_getUserOperationReceipt passes the node's receipt on as it wrote it and reads only
+    its blockHash: no receipt, one without a block (or not an object) names none."""
+    import msgspec
+
+    from chaingate.bundler.methods import _block_hash
+
+    block = "0x" + "Ab" * 32
+    assert _block_hash(msgspec.Raw(b'{"status":"0x1","blockHash":"%s"}' % block.encode())) == (
+        block.lower()
+    )
+    for text in (b"null", b"{}", b'{"blockHash":null}', b'"0x12"', b"[1]", b'{"blockHash":""}'):
+        assert _block_hash(msgspec.Raw(text)) is None, text

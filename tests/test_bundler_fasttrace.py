@@ -1127,6 +1127,19 @@ def test_code_cache_decodes_hashes_and_stays_bounded() -> None:
         cache.get("6000")
 
 
+def test_code_cache_finds_an_equal_text_and_never_a_lookalike() -> None:
+    """A node's answer is a new string: found by its length and tail, then compared whole."""
+    cache = opcodes.CodeCache(max_chars=10_000)
+    body = "60" * 100
+    code, _ = cache.get("0x" + body)
+    assert cache.get("".join(["0x", body]))[0] is code  # equal text, another object
+    lookalike = "0x61" + body[2:]  # same length, same last 64 characters
+    assert cache.get(lookalike)[0] == bytes.fromhex(lookalike[2:]) != code
+    assert cache.get("0x" + body)[0] == code
+    with pytest.raises(ValueError, match="hex"):
+        cache.get("0xzz" + body[2:])
+
+
 def test_opcode_table_is_the_collectors() -> None:
     assert set(opcodes.EFFECTS) == jscollector._ASSIGNED
 

@@ -548,3 +548,33 @@ def test_sanity_paymaster_deposit_below_prefund_is_32508() -> None:
     with pytest.raises(BundlerFault) as caught:
         sanity.check_state(op, "0.6", sanity.SanityLimits(), paymaster_deposit=prefund - 1, **state)
     assert caught.value.code == PAYMASTER_BALANCE == -32508
+
+
+def test_the_override_goes_on_the_wire_as_it_is() -> None:
+    """``wire_override`` gives a msgspec client the shipped code as JSON text encoded once: the
+    request's bytes are the plain override's; a client that is not msgspec's gets it plain."""
+    import msgspec
+
+    from chaingate.chain.client import ChainClient
+
+    op = UserOperation(
+        sender=random_address(),
+        nonce=0,
+        call_data=b"\x01",
+        call_gas_limit=1,
+        verification_gas_limit=2,
+        pre_verification_gas=3,
+        max_fee_per_gas=4,
+        max_priority_fee_per_gas=5,
+    )
+    for version in ("0.7", "0.8"):
+        ep = userop.CANONICAL_ENTRY_POINTS[version]
+        tx, override = simulation.validation_call(
+            op, ep, version, simulation.simulations_for(version)
+        )
+        assert override is not None
+        wire = simulation.wire_override(ChainClient, override)
+        assert any(isinstance(f["code"], msgspec.Raw) for f in wire.values())
+        plain = msgspec.json.encode([tx, "latest", override])
+        assert msgspec.json.encode([tx, "latest", wire]) == plain
+        assert simulation.wire_override(object(), override) is override

@@ -194,6 +194,20 @@ def encoded_size(op: UserOperation, version: Version) -> int:
     return 32 * words + sum(32 + (len(b) + 31) // 32 * 32 for b in dynamic)
 
 
+# OP_TUPLE_TYPE's fields, for ``abi.flat_encoder``.
+_OP_FIELDS: dict[Version, tuple[str, ...]] = {
+    v: tuple(abi.split_top_level(t[1:-1])) for v, t in OP_TUPLE_TYPE.items()
+}
+
+
+def encode_packed(op: UserOperation, version: Version) -> bytes:
+    """``abi.encode(OP_TUPLE_TYPE[version], packed(op, version))``: the struct as calldata
+    carries it (behind its offset), encoded by the flat encoder (validation, the
+    preVerificationGas and every bundle encode it)."""
+    version = require_version(version)
+    return abi.flat_encoder(_OP_FIELDS[version])(packed(op, version))
+
+
 def packed(op: UserOperation, version: Version) -> tuple[Any, ...]:
     """The struct ``handleOps`` takes, for ``abi.encode(OP_TUPLE_TYPE[version], ...)``."""
     if require_version(version) == "0.6":
@@ -238,7 +252,7 @@ def gas_fees(op: UserOperation) -> bytes:
 
 
 # v0.7's hashed fields, v0.8's after its type hash (initCode, callData, paymasterAndData hashed).
-_PACKED_HASH_TYPES = [
+_PACKED_HASH_TYPES = (
     "address",
     "uint256",
     "bytes32",
@@ -247,7 +261,20 @@ _PACKED_HASH_TYPES = [
     "uint256",
     "bytes32",
     "bytes32",
-]
+)
+_V06_HASH_TYPES = (
+    "address",
+    "uint256",
+    "bytes32",
+    "bytes32",
+    "uint256",
+    "uint256",
+    "uint256",
+    "uint256",
+    "uint256",
+    "bytes32",
+)
+_OUTER_HASH_TYPES = ("bytes32", "address", "uint256")
 
 
 def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None = None) -> bytes:
@@ -255,19 +282,7 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
     (v0.8: typed — its type hash first —, with the EIP-7702 override of initCode's hash)."""
     if version == "0.6":
         return keccak256(
-            abi.encode(
-                [
-                    "address",
-                    "uint256",
-                    "bytes32",
-                    "bytes32",
-                    "uint256",
-                    "uint256",
-                    "uint256",
-                    "uint256",
-                    "uint256",
-                    "bytes32",
-                ],
+            abi.flat_encoder(_V06_HASH_TYPES)(
                 [
                     op.sender,
                     op.nonce,
@@ -279,7 +294,7 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
                     op.max_fee_per_gas,
                     op.max_priority_fee_per_gas,
                     keccak256(op.paymaster_and_data(version)),
-                ],
+                ]
             )
         )
     values = [
@@ -294,9 +309,9 @@ def _op_hash(op: UserOperation, version: Version, init_code_hash: bytes | None =
     ]
     if version == "0.8":
         return keccak256(
-            abi.encode(["bytes32", *_PACKED_HASH_TYPES], [PACKED_USEROP_TYPEHASH, *values])
+            abi.flat_encoder(("bytes32", *_PACKED_HASH_TYPES))([PACKED_USEROP_TYPEHASH, *values])
         )
-    return keccak256(abi.encode(_PACKED_HASH_TYPES, values))
+    return keccak256(abi.flat_encoder(_PACKED_HASH_TYPES)(values))
 
 
 @functools.lru_cache(maxsize=64)  # a few EntryPoints and chains: every v0.8 hash needs it
@@ -338,7 +353,7 @@ def user_op_hash(
         struct = _op_hash(op, version, override)
         return keccak256(b"\x19\x01" + domain_separator(entry_point, chain_id) + struct)
     inner = _op_hash(op, version)
-    return keccak256(abi.encode(["bytes32", "address", "uint256"], [inner, entry_point, chain_id]))
+    return keccak256(abi.flat_encoder(_OUTER_HASH_TYPES)([inner, entry_point, chain_id]))
 
 
 def authorizations(ops: Sequence[UserOperation]) -> tuple[Authorization, ...]:
@@ -351,12 +366,33 @@ def authorizations(ops: Sequence[UserOperation]) -> tuple[Authorization, ...]:
     return tuple(found.values())
 
 
+# The last handleOps calldata made, by its inputs: a bundle's is asked for three times (its
+# simulation, its gas estimate, its transaction) for the same operations (the same objects).
+_last_handle_ops: list[tuple[tuple[UserOperation, ...], str, str, bytes]] = []
+
+
 def handle_ops_calldata(ops: Sequence[UserOperation], beneficiary: str, version: Version) -> bytes:
     """``handleOps(ops, beneficiary)`` calldata for the EntryPoint of ``version``."""
-    return abi.encode_call(
-        f"handleOps({OP_TUPLE_TYPE[require_version(version)]}[],address)",
-        [packed(op, version) for op in ops],
-        beneficiary,
+    version = require_version(version)
+    for last_ops, last_beneficiary, last_version, calldata in _last_handle_ops:
+        if (
+            last_beneficiary == beneficiary
+            and last_version == version
+            and len(last_ops) == len(ops)
+            and all(a is b for a, b in zip(last_ops, ops, strict=True))
+        ):
+            return calldata
+    calldata = _handle_ops(ops, beneficiary, version)
+    _last_handle_ops[:] = [(tuple(ops), beneficiary, version, calldata)]
+    return calldata
+
+
+def _handle_ops(ops: Sequence[UserOperation], beneficiary: str, version: Version) -> bytes:
+    head = abi.flat_encoder(("uint256", "address"))([64, beneficiary])  # the array's offset
+    return (
+        abi.selector(f"handleOps({OP_TUPLE_TYPE[version]}[],address)")
+        + head
+        + abi.encode_dynamic_array([encode_packed(op, version) for op in ops])
     )
 
 

@@ -33,7 +33,24 @@ from chaingate.evm.addresses import checksum_address
 from chaingate.rpc.errors import UpstreamError
 from chaingate.rpc.local import Handler, LocalRpc, RpcFault
 
-_logs = msgspec.json.Decoder(list[dict[str, Any]])
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")  # a set test: clients poll receipts often
+
+
+class _ReceiptHead(msgspec.Struct):
+    blockHash: object = None  # the node's field name
+
+
+_receipt_head = msgspec.json.Decoder(_ReceiptHead | None).decode
+
+
+def _block_hash(receipt: msgspec.Raw) -> str | None:
+    """A transaction receipt's blockHash, lower case; None when the node gave no receipt
+    (or not an object)."""
+    try:
+        head = _receipt_head(receipt)
+    except msgspec.DecodeError:
+        return None
+    return str(head.blockHash).lower() if head is not None and head.blockHash else None
 
 
 def _params(params: object, least: int, most: int, shape: str) -> list[Any]:
@@ -49,7 +66,7 @@ def _hash(params: object) -> str:
         not isinstance(value, str)
         or len(value) != 66
         or value[:2] not in ("0x", "0X")
-        or any(c not in "0123456789abcdefABCDEF" for c in value[2:])
+        or not _HEX_DIGITS.issuperset(value[2:])
     ):
         raise BundlerFault(
             INVALID_PARAMS,
@@ -179,8 +196,10 @@ class BundlerMethods:
         row = await net.store.receipt(net.chain, net.network, _hash(params))
         if row is None:
             return None
-        tx_receipt = await net.client.call("eth_getTransactionReceipt", [row.tx_hash])
-        if not tx_receipt or str(tx_receipt.get("blockHash", "")).lower() != row.block_hash:
+        # The node's receipt goes to the caller as the node wrote it (msgspec.Raw): only its
+        # blockHash is read here.
+        tx_receipt = await net.client.call_raw("eth_getTransactionReceipt", [row.tx_hash])
+        if _block_hash(tx_receipt) != row.block_hash:
             # A reorg took the block away and the follower has not seen it yet: as far as
             # the caller can tell, not included (yet).
             return None
@@ -194,7 +213,7 @@ class BundlerMethods:
             "actualGasUsed": hex(row.actual_gas_used),
             "success": row.success,
             "reason": row.reason or "0x",  # ERC-7769: bytes, empty when the call did not revert
-            "logs": _logs.decode(row.logs),
+            "logs": msgspec.Raw(row.logs),  # a JSON array as the receipt store wrote it
             "receipt": tx_receipt,
         }
 

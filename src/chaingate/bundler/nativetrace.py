@@ -61,7 +61,13 @@ import msgspec
 
 from chaingate.aa.userop import UserOperation, Version, require_version
 from chaingate.bundler import jscollector, opcodes, rules
-from chaingate.bundler.simulation import NodeClient, node_batch, simulations_for, validation_call
+from chaingate.bundler.simulation import (
+    NodeClient,
+    node_batch,
+    simulations_for,
+    validation_call,
+    wire_override,
+)
 from chaingate.bundler.tracecall import Call, CodeAccess, Phase, SlotAccess, Trace
 from chaingate.chain.client import RpcCallError
 from chaingate.evm import abi
@@ -974,7 +980,7 @@ async def fast_trace(
     tx, override = validation_call(
         op, entry_point, version, simulations_code or simulations_for(version)
     )
-    extra: dict[str, Any] = {"stateOverrides": override} if override else {}
+    extra: dict[str, Any] = {"stateOverrides": wire_override(client, override)} if override else {}
     given = _override_codes(override)
     # The lean build needs the EntryPoint to be the shipped EntryPointSimulations (its own
     # sender check's EXTCODESIZE targets are known: ``_sender_check``), and is never worth

@@ -43,6 +43,12 @@ class _Reply(msgspec.Struct):
     error: dict[str, Any] | None = None
 
 
+class _RawReply(msgspec.Struct):
+    id: int | None = None
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    error: dict[str, Any] | None = None
+
+
 T = TypeVar("T")
 
 
@@ -60,10 +66,14 @@ def _typed_decoder(kind: Any) -> msgspec.json.Decoder[_TypedReply[Any]]:
 _encode = msgspec.json.Encoder().encode
 _decode_one = msgspec.json.Decoder(_Reply).decode
 _decode_batch = msgspec.json.Decoder(list[_Reply]).decode
+_decode_raw = msgspec.json.Decoder(_RawReply).decode
 
 
 class ChainClient:
     """Decoded JSON-RPC over one chain/network's upstream pool (its ``run()`` must be running)."""
+
+    # Parameters may hold msgspec.Raw (JSON text encoded once): the encoder copies it.
+    raw_json = True
 
     def __init__(self, pool: UpstreamPool, *, timeout: float = 30.0, max_batch: int = 100) -> None:
         self.pool = pool
@@ -96,6 +106,28 @@ class ChainClient:
                 BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
             ) from None
         return _unwrap(method, reply)
+
+    async def call_raw(
+        self, method: str, params: Sequence[Any], *, retry_safe: bool = True
+    ) -> msgspec.Raw:
+        """One call's result as the node's own JSON text (``null`` when it gave none), for
+        an answer passed on as it is: never built into Python objects to be encoded again
+        (a bundle's receipt, ~24 KB, on every eth_getUserOperationReceipt).  Raises as
+        ``call``."""
+        call_id = self._ids(1)
+        name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
+        try:
+            reply = _decode_raw(body)
+        except msgspec.DecodeError:
+            raise UpstreamError(
+                BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
+            ) from None
+        if reply.error is not None:
+            error = reply.error
+            raise RpcCallError(
+                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
+            )
+        return reply.result
 
     async def call_as(
         self, method: str, params: Sequence[Any], kind: Any, *, retry_safe: bool = True

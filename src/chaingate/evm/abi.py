@@ -10,7 +10,7 @@ brings eth-utils, eth-typing, eth-hash, parsimonious, cytoolz and pydantic for ~
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chaingate.evm.addresses import address_bytes, checksum_address
@@ -267,12 +267,161 @@ def _parse_types(types: str | Sequence[str]) -> _Tuple:
 
 def encode(types: str | Sequence[str], values: Sequence[Any]) -> bytes:
     """ABI-encode ``values`` as the sequence ``types`` (a list, or ``"(t1,t2)"``)."""
-    return _parse_types(types).encode(values)
+    return _encoder(types if isinstance(types, str) else tuple(types))(values)
+
+
+@functools.lru_cache(maxsize=512)
+def _encoder(types: str | tuple[str, ...]) -> Callable[[Sequence[Any]], bytes]:
+    """``types``' encoder: ``flat_encoder``'s for a flat sequence or one struct of one (a
+    function taking a struct: ``simulateValidation``), else the generic one."""
+    parsed = _parse_types(types)
+    names = [_canonical(item) for item in parsed.items]
+    if all(name is not None for name in names):
+        return flat_encoder(tuple(n for n in names if n is not None))
+    only = parsed.items[0] if len(parsed.items) == 1 else None
+    if isinstance(only, _Tuple) and only.dynamic:
+        fields = [_canonical(item) for item in only.items]
+        if all(name is not None for name in fields):
+            inner = flat_encoder(tuple(n for n in fields if n is not None))
+            return functools.partial(_one_struct, inner)
+    return parsed.encode
+
+
+def _one_struct(inner: Callable[[Sequence[Any]], bytes], values: Sequence[Any]) -> bytes:
+    """A sequence of one dynamic struct: its offset (one word), then the struct."""
+    if not isinstance(values, tuple | list):
+        raise AbiError(f"expected a tuple, got {type(values).__name__}")
+    if len(values) != 1:
+        raise AbiError(f"expected 1 values, got {len(values)}")
+    return _word(_WORD) + inner(values[0])
+
+
+def _canonical(kind: _Type) -> str | None:
+    """The type's name for ``flat_encoder`` when it is one it encodes itself, else None."""
+    if isinstance(kind, _Address):
+        return "address"
+    if isinstance(kind, _Int) and not kind.signed:
+        return f"uint{kind.bits}"
+    if isinstance(kind, _FixedBytes):
+        return f"bytes{kind.size}"
+    if isinstance(kind, _Bytes):
+        return "bytes"
+    return None
 
 
 def decode(types: str | Sequence[str], data: bytes) -> tuple[Any, ...]:
     """Decode return data (or any ABI sequence) of ``types``."""
-    return _parse_types(types).decode(data, 0)
+    decoded: tuple[Any, ...] = _decoder(types if isinstance(types, str) else tuple(types))(data, 0)
+    return decoded
+
+
+_Decode = Callable[[bytes, int], Any]
+
+
+@functools.lru_cache(maxsize=512)
+def _decoder(types: str | tuple[str, ...]) -> _Decode:
+    return _compiled(_parse_types(types))
+
+
+def _compiled(kind: _Type) -> _Decode:
+    """``kind.decode`` as closures, a tuple's items' decoders, offsets and sizes resolved once
+    (the bundler decodes a ValidationResult of ~20 fields per operation): same values, same
+    AbiErrors.  Arrays (and any other type) keep their own ``decode``."""
+    if isinstance(kind, _Int) and not kind.signed:
+
+        def uint(data: bytes, offset: int) -> int:
+            if offset < 0 or offset + _WORD > len(data):
+                return kind.decode(data, offset)  # its AbiError
+            return int.from_bytes(data[offset : offset + _WORD], "big")
+
+        return uint
+    if isinstance(kind, _Tuple):
+        items = tuple((_compiled(item), item.dynamic, item.head_size) for item in kind.items)
+
+        def sequence(data: bytes, base: int) -> tuple[Any, ...]:
+            values = []
+            position = base
+            for item, dynamic, size in items:
+                if dynamic:
+                    values.append(item(data, base + _read_length(data, position)))
+                else:
+                    values.append(item(data, position))
+                position += size
+            return tuple(values)
+
+        return sequence
+    return kind.decode
+
+
+# A flat sequence's fields as (kind, bound): what ``flat_encoder``'s closure does per field.
+_ADDRESS, _UINT, _FIXED, _DYNAMIC = range(4)
+
+
+@functools.lru_cache(maxsize=64)
+def flat_encoder(types: tuple[str, ...]) -> Callable[[Sequence[Any]], bytes]:
+    """``encode(types, values)`` as one closure, for a flat sequence of ``address``,
+    ``uint<N>``, ``bytes<N>`` and ``bytes`` (anything else: the generic encoder).  The bundler
+    encodes a few such sequences per operation (its packed struct, its hash's fields), where
+    the generic encoder's per-type dispatch was most of the cost; same bytes, same refusals."""
+    kinds = [parse_type(t) for t in types]
+    plan: list[tuple[int, int]] = []
+    for kind in kinds:
+        if isinstance(kind, _Address):
+            plan.append((_ADDRESS, 0))
+        elif isinstance(kind, _Int) and not kind.signed:
+            plan.append((_UINT, 1 << kind.bits))
+        elif isinstance(kind, _FixedBytes):
+            plan.append((_FIXED, kind.size))
+        elif isinstance(kind, _Bytes):
+            plan.append((_DYNAMIC, 0))
+        else:
+            return _Tuple(kinds).encode
+    count, head_size = len(plan), _WORD * len(plan)
+    zeros = bytes(_WORD)
+
+    def encode_flat(values: Sequence[Any]) -> bytes:
+        if not isinstance(values, tuple | list):
+            raise AbiError(f"expected a tuple, got {type(values).__name__}")
+        if len(values) != count:
+            raise AbiError(f"expected {count} values, got {len(values)}")
+        heads: list[bytes] = []
+        tails: list[bytes] = []
+        offset = head_size
+        for (kind, bound), value in zip(plan, values, strict=True):
+            if kind == _ADDRESS:
+                heads.append(zeros[:12] + address_bytes(value))
+            elif kind == _UINT:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise AbiError(f"expected an int, got {type(value).__name__}")
+                if not 0 <= value < bound:
+                    raise AbiError(f"{value} does not fit uint{bound.bit_length() - 1}")
+                heads.append(value.to_bytes(_WORD, "big"))
+            elif kind == _FIXED:
+                if not isinstance(value, bytes) or len(value) != bound:
+                    raise AbiError(f"expected {bound} bytes")
+                heads.append(value + zeros[bound:])
+            else:
+                if not isinstance(value, bytes | bytearray):
+                    raise AbiError(f"expected bytes, got {type(value).__name__}")
+                size = len(value)
+                padding = -size % _WORD
+                heads.append(offset.to_bytes(_WORD, "big"))
+                tails += (size.to_bytes(_WORD, "big"), bytes(value), zeros[:padding])
+                offset += _WORD + size + padding
+        return b"".join(heads + tails)
+
+    return encode_flat
+
+
+def encode_dynamic_array(encoded: Sequence[bytes]) -> bytes:
+    """A ``T[]`` of dynamic items given each item's own encoding (what ``encode([T], [v])``
+    gives for one): its length, the items' offsets, the items."""
+    heads = [len(encoded).to_bytes(_WORD, "big")]
+    offset = _WORD * len(encoded)
+    for item in encoded:
+        heads.append(offset.to_bytes(_WORD, "big"))
+        offset += len(item)
+    return b"".join(heads) + b"".join(encoded)
 
 
 # A contract's few signatures come back on every call (the bundler encodes several per

@@ -40,8 +40,9 @@ def _checksum_text(address: str) -> str:
 def _checksum(raw: bytes) -> str:
     hex_lower = raw.hex()
     digest = keccak256(hex_lower.encode()).hex()
+    # A letter whose digest nibble is 8 or more is upper case (a digit's upper() is itself).
     return "0x" + "".join(
-        c.upper() if c.isalpha() and int(digest[i], 16) >= 8 else c for i, c in enumerate(hex_lower)
+        [c.upper() if d in "89abcdef" else c for c, d in zip(hex_lower, digest[:40], strict=True)]
     )
 
 
