@@ -54,7 +54,17 @@ def _api_keccak256(data: bytes) -> bytes:
     return keccak.new(digest_bits=256, data=data).digest()
 
 
-_hash = _raw_keccak256 if _ffi is not None else _api_keccak256
+def _raw_agrees() -> bool:
+    """The private functions checked once against the public API on a known input: a
+    pycryptodome whose C functions changed meaning falls back instead of hashing wrong."""
+    probe = bytes(range(200))
+    try:
+        return _raw_keccak256(probe) == _api_keccak256(probe)
+    except Exception:  # any failure of the private path means: not usable
+        return False
+
+
+_hash = _raw_keccak256 if _ffi is not None and _raw_agrees() else _api_keccak256
 
 
 def keccak256(data: bytes) -> bytes:
