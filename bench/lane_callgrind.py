@@ -123,7 +123,9 @@ def _total(text: str) -> int:
     return int(found.group(1).replace(",", "")) if found else 0
 
 
-def measure(tree: Path, kind: str, bodies: Path, url: str, count: int, work: Path) -> dict:
+def measure(
+    tree: Path, kind: str, bodies: Path, url: str, count: int, work: Path
+) -> dict[str, float]:
     """One kind in one checkout: instructions per request (per batch), by part."""
     out = work / f"cg-{kind}-{os.getpid()}"
     out.mkdir()
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest = bootstrap_devnet(anvil.url, paymaster_signer="0x" + "11" * 20, announce=say)
         chain = distinct.prepare(anvil.url, manifest, TRANSFERS, say)
         trees = ([args.compare] if args.compare else []) + [ROOT]
-        report: dict[str, dict[str, dict]] = {}
+        report: dict[str, dict[str, dict[str, float]]] = {}
         for kind in args.kinds.split(","):
             bodies = work / f"{kind}.txt"
             lines = distinct.templates(chain, kind)
