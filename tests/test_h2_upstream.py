@@ -242,9 +242,10 @@ async def test_a_graceful_goaway_mid_burst_loses_and_duplicates_no_write(
     were not processed and go again on a new one.  25 writes at once: 25 transactions."""
     # The node mines only when told, after the burst.  anvil's automine can strand one sender's
     # concurrent transactions: one that arrives while the block before it is being mined is
-    # queued for that nonce, and it and every later nonce stay queued for good — no block,
-    # evm_mine, resend or next nonce moves them (foundry-rs/foundry#10122; here 3 bursts in
-    # ~5,000 straight to anvil, under load).  That is anvil's, not a lost write.
+    # queued as if that block's nonce were still missing, and it and every later one stay
+    # queued for good: no block, evm_mine, resend or next nonce moves them
+    # (foundry-rs/foundry#10122; 3 of ~6,000 bursts of 25 straight to anvil, under load).
+    # That is anvil's, not a lost write.
     node = anvil_factory(extra=["--no-mining"])
     nginx = await start_nginx(node.port, keepalive_requests=10)
     raws = signed_transfers(node, 25)
