@@ -47,7 +47,7 @@ def user_ops(draw: st.DrawFn, version: Version) -> UserOperation:
     return op
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.data())
 def test_parse_of_encode_is_the_operation(data: st.DataObject) -> None:
     version: Version = data.draw(st.sampled_from(["0.6", "0.7"]))

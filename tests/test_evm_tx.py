@@ -46,7 +46,7 @@ uints = st.integers(min_value=0, max_value=2**64)
 addresses = st.binary(min_size=20, max_size=20).map(checksum_address)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     chain_id=st.integers(min_value=1, max_value=2**32),
     nonce=uints,

@@ -742,7 +742,7 @@ def test_the_latency_meter_closes_a_minute_when_the_next_begins() -> None:
             impl.fastlane.LatencyMeter(tuple(float(i) for i in range(32)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     steps=st.lists(
         st.one_of(
@@ -839,7 +839,7 @@ _calls = st.builds(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     requests=st.lists(st.one_of(_calls, st.lists(_calls, min_size=1, max_size=12)), max_size=6),
     max_answer=st.sampled_from([200, 1 << 20]),

@@ -46,7 +46,6 @@ from tests.jsonrpc_contract import (
 # CHAINGATE_FUZZ_EXAMPLES raises the budget for a long local fuzzing run.
 SETTINGS = settings(
     max_examples=int(os.environ.get("CHAINGATE_FUZZ_EXAMPLES", "400")),
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

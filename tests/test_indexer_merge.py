@@ -130,9 +130,7 @@ async def scenario(url: str, first: list[Transfer], second: list[Transfer]) -> N
         assert await image(store, network) == ({}, {}, {}, {}, {})
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(transfers(), transfers(block_range=(7, 9)))
 def test_the_merge_equals_the_python_ledger(
     pg_url: str, first: list[Transfer], second: list[Transfer]

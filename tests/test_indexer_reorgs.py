@@ -226,7 +226,6 @@ async def _clear(store: Store) -> None:
 @pytest.mark.slow
 @settings(
     max_examples=EXAMPLES,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=OPS)

@@ -110,7 +110,7 @@ operation = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(
     rps=st.integers(0, 200),
     units=st.integers(0, 5000),
@@ -146,7 +146,7 @@ def test_twins_agree_on_any_sequence(rps: int, units: int, steps: list[tuple[Any
             assert a.full_in(now) == b.full_in(now)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     limit=st.integers(0, 20),
     steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10), st.booleans()), max_size=40),
@@ -181,7 +181,7 @@ meter_step = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(steps=st.lists(meter_step, max_size=40))
 def test_the_usage_meter_twins_agree(steps: list[Any]) -> None:
     """The compiled meter finds the slot it counted last without a lookup when its strings

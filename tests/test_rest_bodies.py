@@ -257,7 +257,6 @@ def bodies(draw: st.DrawFn) -> bytes:
 
 @settings(
     max_examples=250,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     derandomize=True,
 )

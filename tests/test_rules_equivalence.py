@@ -235,7 +235,6 @@ _VOLATILE = {"date", "x-request-id", "x-cache", "x-ratelimit-remaining", "x-rate
 
 @settings(
     max_examples=150,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(

@@ -366,7 +366,6 @@ def transaction(world: World, op: tuple[Any, ...]) -> dict[str, Any]:
 
 @settings(
     max_examples=EXAMPLES,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=OPERATIONS)

@@ -435,7 +435,7 @@ raw_config = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(kind=st.sampled_from(KINDS), raw=raw_config)
 def test_normalisation_is_a_fixed_point(kind: str, raw: dict[str, Any]) -> None:
     raw = {k: v for k, v in raw.items() if k in KEYS[kind]}

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaingate.chain.events import Block, BlockHeader, Log
@@ -830,7 +830,7 @@ def subscriptions(draw: st.DrawFn, data: BlockData) -> list[Subscription]:
     return found
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(st.data())
 def test_the_index_matches_what_the_naive_reference_does(data: st.DataObject) -> None:
     block = data.draw(blocks())

@@ -751,7 +751,7 @@ def as_secret(raw: bytes) -> str:
     return "whsec_" + base64.b64encode(raw).decode()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     body=st.text(max_size=2000),
     new=secret_bytes,
@@ -784,7 +784,7 @@ def test_property_signatures_verify(
         )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(amount=st.integers(0, 2**256 - 1), decimals=st.integers(0, 40))
 def test_property_value_formatted_is_exact(amount: int, decimals: int) -> None:
     token = Token("TKN", decimals)
