@@ -115,15 +115,21 @@ def recorder() -> Iterator[tuple[str, list[bytes]]]:
         thread.join()
 
 
-@pytest.mark.bench
-def test_wrk_sends_the_templates_in_turn_each_with_its_own_id(
-    tmp_path: Path, recorder: tuple[str, list[bytes]]
-) -> None:
+def _wrk() -> str:
+    """wrk's path; a missing wrk skips the test (fails it under CI)."""
     binary = shutil.which("wrk")
     if binary is None:
         if IN_CI:
             pytest.fail("wrk missing (CI=true: a missing tool is a broken CI image)")
         pytest.skip("!!! wrk missing; install with `apt-get install -y wrk` !!!")
+    return binary
+
+
+@pytest.mark.bench
+def test_wrk_sends_the_templates_in_turn_each_with_its_own_id(
+    tmp_path: Path, recorder: tuple[str, list[bytes]]
+) -> None:
+    binary = _wrk()
     url, seen = recorder
     lines = distinct.templates(_chain(transfers=3), "receipt")
     path = tmp_path / "requests.jsonl"
@@ -158,11 +164,7 @@ def test_a_paced_distinct_load_waits_between_its_distinct_requests(
     """The paced-distinct-... scenarios: the same templates in turn, each id its own, but each
     connection waits its delay (mean 100 ms) before each: a dozen requests in a second where an
     unpaced connection sends hundreds."""
-    binary = shutil.which("wrk")
-    if binary is None:
-        if IN_CI:
-            pytest.fail("wrk missing (CI=true: a missing tool is a broken CI image)")
-        pytest.skip("!!! wrk missing; install with `apt-get install -y wrk` !!!")
+    binary = _wrk()
     url, seen = recorder
     chain = _chain(transfers=3)
     path = tmp_path / "requests.jsonl"

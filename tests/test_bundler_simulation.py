@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from chaingate.aa import accounts, paymaster, userop
@@ -27,7 +28,7 @@ from chaingate.bundler.errors import (
     TIME_RANGE,
     BundlerFault,
 )
-from chaingate.chain.client import RpcCallError
+from chaingate.chain.client import ChainClient, RpcCallError
 from chaingate.config.manifest import Manifest
 from chaingate.devnet.anvil import AnvilProcess
 from chaingate.evm import abi
@@ -553,10 +554,6 @@ def test_sanity_paymaster_deposit_below_prefund_is_32508() -> None:
 def test_the_override_goes_on_the_wire_as_it_is() -> None:
     """``wire_override`` gives a msgspec client the shipped code as JSON text encoded once: the
     request's bytes are the plain override's; a client that is not msgspec's gets it plain."""
-    import msgspec
-
-    from chaingate.chain.client import ChainClient
-
     op = UserOperation(
         sender=random_address(),
         nonce=0,

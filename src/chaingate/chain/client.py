@@ -9,7 +9,7 @@ upstream that cannot be reached raises the pool's ``UpstreamError``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -93,19 +93,35 @@ class ChainClient:
         upstream, response = await self.pool.request(body, retry_safe=retry_safe, deadline=deadline)
         return upstream.name, bytes(response.body)
 
-    async def call(
-        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    async def _one(
+        self,
+        method: str,
+        params: Sequence[Any],
+        retry_safe: bool,
+        decode: Callable[[bytes], _Reply | _RawReply | _TypedReply[Any]],
+        *,
+        invalid_raises: bool = False,
     ) -> Any:
-        """One call's result; raises RpcCallError or UpstreamError."""
+        """One call sent and its reply decoded by ``decode``: the result, or RpcCallError for
+        the node's error, UpstreamError for an answer that is not JSON-RPC (with
+        ``invalid_raises``, a reply of the wrong shape raises msgspec.ValidationError)."""
         call_id = self._ids(1)
         name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
         try:
-            reply = _decode_one(body)
-        except msgspec.DecodeError:
+            reply = decode(body)
+        except msgspec.DecodeError as exc:
+            if invalid_raises and isinstance(exc, msgspec.ValidationError):
+                raise
             raise UpstreamError(
                 BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
             ) from None
         return _unwrap(method, reply)
+
+    async def call(
+        self, method: str, params: Sequence[Any] = (), *, retry_safe: bool = True
+    ) -> Any:
+        """One call's result; raises RpcCallError or UpstreamError."""
+        return await self._one(method, params, retry_safe, _decode_one)
 
     async def call_raw(
         self, method: str, params: Sequence[Any], *, retry_safe: bool = True
@@ -114,20 +130,8 @@ class ChainClient:
         an answer passed on as it is: never built into Python objects to be encoded again
         (a bundle's receipt, ~24 KB, on every eth_getUserOperationReceipt).  Raises as
         ``call``."""
-        call_id = self._ids(1)
-        name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
-        try:
-            reply = _decode_raw(body)
-        except msgspec.DecodeError:
-            raise UpstreamError(
-                BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
-            ) from None
-        if reply.error is not None:
-            error = reply.error
-            raise RpcCallError(
-                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
-            )
-        return reply.result
+        result: msgspec.Raw = await self._one(method, params, retry_safe, _decode_raw)
+        return result
 
     async def call_as(
         self, method: str, params: Sequence[Any], kind: Any, *, retry_safe: bool = True
@@ -135,22 +139,8 @@ class ChainClient:
         """One call's result decoded straight into ``kind`` (a large answer — a struct log —
         never becomes generic Python objects first).  msgspec.ValidationError if it is not
         one; RpcCallError or UpstreamError as ``call``."""
-        call_id = self._ids(1)
-        name, body = await self._post(_encode(_Call(method, params, call_id)), retry_safe)
-        try:
-            reply = _typed_decoder(kind).decode(body)
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError:
-            raise UpstreamError(
-                BAD_RESPONSE, f"{method}: answer is not JSON-RPC", sent=True, upstream=name
-            ) from None
-        if reply.error is not None:
-            error = reply.error
-            raise RpcCallError(
-                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
-            )
-        return reply.result
+        decode = _typed_decoder(kind).decode
+        return await self._one(method, params, retry_safe, decode, invalid_raises=True)
 
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any | RpcCallError]:
         """Results in call order (an item that failed is its RpcCallError, not raised).
@@ -183,7 +173,7 @@ class ChainClient:
         return results
 
 
-def _unwrap(method: str, reply: _Reply) -> Any:
+def _unwrap(method: str, reply: _Reply | _RawReply | _TypedReply[Any]) -> Any:
     if reply.error is not None:
         error = reply.error
         raise RpcCallError(
