@@ -30,24 +30,46 @@ ACCOUNT = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 # A contract whose code is set with anvil_setCode: LOG1 with the first calldata word as topic.
 EMITTER = "0x00000000000000000000000000000000000e1117"
 EMITTER_CODE = "0x60003560006000a100"
+RECEIPT = "eth_getTransactionReceipt"
 
 
 async def node_call(url: str, method: str, params: list[Any] | None = None) -> Any:
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
+    async with node_client() as client:
+        return await call_on(client, url, method, params)
+
+
+def node_client() -> httpx.AsyncClient:
     # Generous: mining thousands of blocks (a setup step) takes tens of seconds on a busy machine.
-    async with httpx.AsyncClient(timeout=120) as client:
-        reply = (await client.post(url, json=body)).json()
+    return httpx.AsyncClient(timeout=120)
+
+
+async def call_on(
+    client: httpx.AsyncClient, url: str, method: str, params: list[Any] | None = None
+) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
+    reply = (await client.post(url, json=body)).json()
     if "error" in reply:
         raise RuntimeError(f"{method}: {reply['error']}")
     return reply["result"]
 
 
 async def emit_logs(url: str, count: int) -> list[str]:
-    """``count`` transactions (one block each, automine), each emitting one log."""
+    """``count`` transactions, each emitting one log, each in a block of its own (automine).
+
+    Each is sent once the one before is mined: anvil answers a send before it mines, and on a
+    busy machine sends back to back share a block (tests/test_cluster_handover.py), while the
+    tests here count one block per transaction.  Nor are they ever in anvil's pool together,
+    where its automine can strand one sender's later nonces (foundry-rs/foundry#10122)."""
     hashes = []
-    for _ in range(count):
-        tx = {"from": ACCOUNT, "to": EMITTER, "data": "0x" + secrets.token_hex(32)}
-        hashes.append(await node_call(url, "eth_sendTransaction", [tx]))
+    async with node_client() as client:
+        for _ in range(count):
+            tx = {"from": ACCOUNT, "to": EMITTER, "data": "0x" + secrets.token_hex(32)}
+            tx_hash = await call_on(client, url, "eth_sendTransaction", [tx])
+            with trio.fail_after(30):  # bounds a hang only: one block, mined at once
+                while not (receipt := await call_on(client, url, RECEIPT, [tx_hash])):
+                    await trio.sleep(0.005)
+            assert receipt["status"] == "0x1", receipt
+            hashes.append(tx_hash)
     return hashes
 
 
