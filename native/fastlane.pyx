@@ -1258,6 +1258,10 @@ cdef class Ledger:
     cdef long long _second
     cdef bytes _second_text
     cdef dict _json
+    # The HTTP method logged last and its JSON (POST, nearly always): not decoded and looked
+    # up again for every line.
+    cdef bytes _method
+    cdef bytes _method_json
     # The route noted last ("rpc", nearly always) and its latency series and status counts.
     cdef object _route
     cdef object _series
@@ -1275,6 +1279,8 @@ cdef class Ledger:
         self._second = -1
         self._second_text = b""
         self._json = {}
+        self._method = None
+        self._method_json = b""
 
     cdef bytes _encoded(self, str text):
         """``text`` as a JSON string; peers, paths and labels repeat, so the short ones are
@@ -1324,7 +1330,10 @@ cdef class Ledger:
         # request_id is the client's (checked: letters, digits, . _ : -) or ours: never escaped.
         cdef bytes ts = self._second_text
         cdef bytes peer_json = self._encoded(peer)
-        cdef bytes method_json = self._encoded(method.decode("latin-1"))
+        if method != self._method:
+            self._method_json = self._encoded(method.decode("latin-1"))
+            self._method = method
+        cdef bytes method_json = self._method_json
         cdef bytes path_json = self._encoded(path)
         cdef bytes label_json = self._encoded(label) if label else b""
         cdef long long duration = <long long>(elapsed * 1000000)

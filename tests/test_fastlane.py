@@ -342,6 +342,22 @@ def _logs(first: Any = None, last: Any = None, **more: Any) -> dict[str, Any]:
     return _call("eth_getLogs", [query])
 
 
+def test_each_access_log_line_names_its_own_http_method() -> None:
+    """The compiled ledger keeps the method it logged last: a line after another method's
+    still names its own."""
+    methods = [b"POST", b"GET", b"GET", b"OPTIONS", b"POST", b"PO\xd6ST"]
+
+    def scenario(lane: Lane) -> None:
+        for method in methods:
+            lane.lane.ledger.note("rpc", 200, b"r1", "127.0.0.1", method, "/x", 0.0, 5, "", b"")
+
+    _, books = _both(scenario)
+    logged = [re.search(rb'"method":("[^"]*")', line) for line in books["log"]]
+    assert [json.loads(found.group(1)) for found in logged if found] == [
+        method.decode("latin-1") for method in methods
+    ]
+
+
 def test_an_eth_getlogs_range_that_fits_one_call_goes_upstream_from_the_lane() -> None:
     """Limit 1,000 (the plan's, under the network's 10,000), 500 blocks per upstream call,
     head 0x1000: what fits one call is sent; what must be refused, split or read by the
