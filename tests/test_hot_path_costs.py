@@ -1,8 +1,9 @@
 """The hot path's budget, counted rather than timed (see tests/hot_path_probe.py, which counts
 in a process of its own): Python-level calls and system calls per request through the compiled
 edge, with API keys on, one request at a time on one connection — and ten pipelined; for
-distinct requests (no two alike: balances, eth_getLogs ranges) also one at a time on each of ten connections, and per call
-of distinct batches (one at a time, and one at a time on each of ten connections).
+distinct requests (no two alike: balances, eth_getLogs ranges) also one at a time on each of
+ten connections, and per call of distinct batches (one at a time, and one at a time on each of
+ten connections).
 
 A budget is raised only on purpose, with the reason in the commit that raises it.
 """
