@@ -147,7 +147,7 @@ cdef class KeyLimiter:
 
     def headers(self, double now, double epoch, long long limit):
         if limit <= 0:
-            return _rate_headers(2147483647, 2147483647, <long long>epoch)
+            return _unlimited_headers(<long long>epoch)
         self._refill(now)
         return _rate_headers(limit, self._remaining(), <long long>ceil(epoch + self._full_in()))
 
@@ -261,6 +261,20 @@ cdef bytes _rate_headers(long long limit, long long remaining, long long reset):
     memcpy(q, b"\r\n", 2)
     q += 2
     return PyBytes_FromStringAndSize(buffer, q - buffer)
+
+
+# An unlimited plan's lines change only with the second they name: written once a second, not
+# on every answer.
+cdef long long _unlimited_second = -1
+cdef bytes _unlimited_lines = b""
+
+
+cdef bytes _unlimited_headers(long long second):
+    global _unlimited_second, _unlimited_lines
+    if second != _unlimited_second:
+        _unlimited_lines = _rate_headers(2147483647, 2147483647, second)
+        _unlimited_second = second
+    return _unlimited_lines
 
 
 def rate_headers(long long limit, long long remaining, long long reset):

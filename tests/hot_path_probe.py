@@ -64,6 +64,19 @@ def _balance(i: int) -> dict[str, Any]:
             "params": ["0x" + f"{i:040x}", "latest"]}  # fmt: skip
 
 
+def _logs(i: int) -> dict[str, Any]:
+    """eth_getLogs of the i-th address's Transfers to the i-th holder over blocks 0-1, as the
+    bench's distinct-logs asks (a range the lane reads; never cached, never joined)."""
+    topics = ["0x" + "dd" * 32, None, "0x" + f"{i:064x}"]
+    span = {"fromBlock": "0x0", "toBlock": "0x1", "address": "0x" + f"{i:040x}"}
+    return {
+        "jsonrpc": "2.0",
+        "id": i,
+        "method": "eth_getLogs",
+        "params": [{**span, "topics": topics}],
+    }
+
+
 DISTINCT_BATCH = 20  # calls per batch of the distinct-batch kind
 
 
@@ -86,6 +99,7 @@ BODIES = {
     "block": b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
     "batch": _batch(),
     "distinct": _distinct(REQUESTS),
+    "distinct-logs": b"\n".join(json.dumps(_logs(i)).encode() for i in range(1, REQUESTS + 1)),
     "distinct-batch": _distinct_batches(REQUESTS),
 }
 # What one request of a kind counts as: a distinct batch's counts are per call.

@@ -342,6 +342,22 @@ def _logs(first: Any = None, last: Any = None, **more: Any) -> dict[str, Any]:
     return _call("eth_getLogs", [query])
 
 
+def test_each_access_log_line_names_its_own_http_method() -> None:
+    """The compiled ledger keeps the method it logged last: a line after another method's
+    still names its own."""
+    methods = [b"POST", b"GET", b"GET", b"OPTIONS", b"POST", b"PO\xd6ST"]
+
+    def scenario(lane: Lane) -> None:
+        for method in methods:
+            lane.lane.ledger.note("rpc", 200, b"r1", "127.0.0.1", method, "/x", 0.0, 5, "", b"")
+
+    _, books = _both(scenario)
+    logged = [re.search(rb'"method":("[^"]*")', line) for line in books["log"]]
+    assert [json.loads(found.group(1)) for found in logged if found] == [
+        method.decode("latin-1") for method in methods
+    ]
+
+
 def test_an_eth_getlogs_range_that_fits_one_call_goes_upstream_from_the_lane() -> None:
     """Limit 1,000 (the plan's, under the network's 10,000), 500 blocks per upstream call,
     head 0x1000: what fits one call is sent; what must be refused, split or read by the
@@ -419,7 +435,15 @@ _FILTER_VALUES = st.one_of(
         ['"0x10"', '"0x"', '"0X10"', '"latest"', '"safe"', '"earliest"', '"pending"', "null",
          "nul", "nullx", "16", "-1", "1e3", "true", "{}", '{"a":"0x1"}', "[]", "[null]",
          '["0xab",null,["0x1","0x2"]]', "[[[[[]]]]]", "[[[[[[]]]]]]", '["0x1",]', '"a\\"b"',
-         '"\\u0030x1"', '"\u00e9"', '"\x01"', '"0x' + "f" * 15 + '"', '"0x' + "f" * 16 + '"']
+         '"\\u0030x1"', '"\u00e9"', '"\x01"', '"0x' + "f" * 15 + '"', '"0x' + "f" * 16 + '"',
+         '"0x1"', '"0x64"', '"0x3e8"', '"finalized"']
+    ),
+    # Long strings, each byte of which the compiled twin's scan must judge as the decoder
+    # would (sixteen at a time): DEL is plain, a byte >= 0x80, a control byte, an escape not.
+    st.builds(
+        lambda at, odd: '"0x' + ("ab" * 24)[:at] + odd + "cd" * 8 + '"',
+        st.integers(0, 48),
+        st.sampled_from(["", "\x7f", "\u00e9", "\x1f", '\\"', "\\\\", '"', "\x00"]),
     ),
     st.text(alphabet="0x123abcdefl\"[],{}: \\", max_size=12),
 )  # fmt: skip
@@ -443,6 +467,46 @@ def _filter_texts(draw: st.DrawFn) -> bytes:
 def test_the_log_filter_twins_read_the_same_ends(params: bytes) -> None:
     compiled, pure = (impl.fastlane for impl in _twins())
     assert compiled.log_filter_ends(params) == pure.log_filter_ends(params)
+
+
+_RANGE_LANES: dict[Any, tuple[Lane, Lane]] = {}
+_ENDS = st.sampled_from(
+    ['"0x1"', '"0x10"', '"0x64"', '"0x3e8"', '"0xfff"', '"latest"', '"finalized"', '"earliest"',
+     "null", '"0X10"', "16"]
+)  # fmt: skip
+_OTHERS = st.sampled_from(
+    ['"address":"0x' + "12" * 20 + '"', '"topics":["0x' + "ab" * 32 + '",null,["0x1"]]',
+     '"address":["0x' + "12" * 20 + '\u0030"]', '"topics":[]']
+)  # fmt: skip
+
+
+@st.composite
+def _range_filters(draw: st.DrawFn) -> bytes:
+    """Filters with ranges the lane reads (and some it does not), a blockHash or not, other
+    members around them, in any order."""
+    members = [f'"{key}":{draw(_ENDS)}' for key in ("fromBlock", "toBlock") if draw(st.booleans())]
+    if draw(st.integers(0, 3)) == 0:
+        members.append('"blockHash":' + draw(st.sampled_from(["null", '"0x' + "ab" * 32 + '"'])))
+    members += draw(st.lists(_OTHERS, max_size=2))
+    members = draw(st.permutations(members))
+    return f"[{{{','.join(members)}}}]".encode()
+
+
+@settings(max_examples=2000)
+@given(
+    params=st.one_of(_filter_texts(), _range_filters()),
+    head=st.sampled_from([None, 0x10, 0x1000]),
+)
+def test_the_range_twins_judge_any_filter_alike(params: bytes, head: int | None) -> None:
+    """``Route.logs_fit``: the compiled twin reads the usual filter where it lies (nothing
+    decoded, nothing allocated) and must still judge every filter as the pure twin does."""
+    if head not in _RANGE_LANES:
+        _RANGE_LANES[head] = tuple(  # type: ignore[assignment]
+            Lane(impl, logs=(1_000, 100), head=head, plan_blocks=500) for impl in _twins()
+        )
+    compiled, pure = _RANGE_LANES[head]
+    fits = pure.route.logs_fit(params, pure.principal)
+    assert compiled.route.logs_fit(params, compiled.principal) is fits
 
 
 def test_the_usual_log_filters_are_read_to_their_ends() -> None:

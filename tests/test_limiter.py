@@ -36,6 +36,16 @@ def test_headers_read_before_a_refusal_show_the_bucket_it_was_refused_on(impl: I
     assert b"X-RateLimit-Remaining: 1\r\n" in limiter.headers(0.15, 0.0, 10)
 
 
+def test_an_unlimited_plans_headers_name_the_second_asked(impl: Impl) -> None:
+    """The compiled twin writes an unlimited plan's lines once a second: each answer still
+    names the second it was asked at, whichever came before."""
+    limiter = impl.limiter.KeyLimiter(0, 0, 0.0)
+    unlimited = b"X-RateLimit-Limit: 2147483647\r\nX-RateLimit-Remaining: 2147483647\r\n"
+    for epoch, second in ((100.2, 100), (100.9, 100), (101.0, 101), (99.5, 99), (101.4, 101)):
+        assert limiter.headers(0.0, epoch, 0) == unlimited + b"X-RateLimit-Reset: %d\r\n" % second
+    assert b"X-RateLimit-Limit: 5\r\n" in impl.limiter.KeyLimiter(5, 0, 0.0).headers(0.0, 101.4, 5)
+
+
 def test_compute_units_bind_independently(impl: Impl) -> None:
     limiter = impl.limiter.KeyLimiter(100, 200, 0.0)
     assert [limiter.take(0.0, 1, 20) for _ in range(10)] == [0.0] * 10
