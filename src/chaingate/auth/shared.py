@@ -56,8 +56,11 @@ class SharedLimits:
         self.failures = 0
 
     def note(self, principal: Principal) -> None:
-        """Called by the gate for each admitted request, and each refused for the day quota
-        (a starved process keeps asking for units): a dict store, nothing more."""
+        """Called by the gate for the first request it admits for a key since the last sync
+        (the sync then takes the key's pending counts, so the next one notes it again: "used
+        recently" to within one interval, at one call per key and interval rather than per
+        request), and for each refused for the day quota (a starved process keeps asking for
+        units): a dict store, nothing more."""
         self._active[principal] = time.monotonic()
 
     async def run(self) -> None:
