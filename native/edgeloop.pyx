@@ -122,6 +122,7 @@ cdef inline double monotonic() noexcept:
 
 DEF RECV_SIZE = 65536
 DEF MAX_EVENTS = 256
+DEF LOOK_AGAIN = 2  # a readiness this large gets one more look (see the pure twin)
 DEF MAX_IOV = 64
 cdef int FAIRNESS_BATCH = 64
 cdef Py_ssize_t FLUSH_BYTES = 256 << 10
@@ -353,20 +354,29 @@ cdef class Loop:
             self._polling = False
 
     cdef bint _poll(self) except -1:
-        cdef epoll_event events[MAX_EVENTS]
-        cdef int n, i, fd
-        cdef unsigned int mask
-        cdef unsigned long long counter
+        cdef int n
         cdef Conn conn
         again = self._again
         self._again = []
         for conn in again:
             if conn.state == IDLE or conn.state == READING:
                 self._resume(conn)
+        n = self._serve_ready()
+        if LOOK_AGAIN <= n < MAX_EVENTS:
+            n = self._serve_ready()
+        return n < 0 or len(self._again) > 0 or n == MAX_EVENTS
+
+    cdef int _serve_ready(self) except -2:
+        """Serve the connections ready now; how many events were seen (-1: interrupted)."""
+        cdef epoll_event events[MAX_EVENTS]
+        cdef int n, i, fd
+        cdef unsigned int mask
+        cdef unsigned long long counter
+        cdef Conn conn
         n = epoll_wait(self._epfd, events, MAX_EVENTS, 0)
         if n < 0:
             if errno == EINTR:
-                return True
+                return -1
             raise OSError(errno, "epoll_wait failed")
         conns = self.conns
         for i in range(n):
@@ -392,7 +402,7 @@ cdef class Loop:
                     self._drain(conn)
                 elif state != CLOSED:
                     conn.ready = True
-        return len(self._again) > 0 or n == MAX_EVENTS
+        return n
 
     cdef void _read(self, Conn conn) except *:
         cdef ssize_t got = recv(conn.fd, self._buffer, RECV_SIZE, 0)

@@ -1094,9 +1094,11 @@ cdef class KeyAdmission(OpenAdmission):
             return RATE
         shared = self.shared
         if shared is not None:
+            # Once per sync, not per request: see the pure twin.
+            if not principal.pending_requests:
+                shared.note(principal)
             principal.pending_requests += requests
             principal.pending_units += tcu
-            shared.note(principal)
         return ADMITTED
 
     cpdef object admit(self, principal, bint reads, bint writes, long long requests,

@@ -33,6 +33,8 @@ class StandInLane:
         self.defer = False
         self.deferred: list[tuple[Any, Any]] = []
         self.notes: list[int] = []
+        self.bodies: list[bytes] = []  # request bodies, in the order the loop served them
+        self.on_serve: Any = None  # called with each body served, before it is answered
 
     def log_path(self, path: bytes) -> str:
         return path.decode("latin-1")
@@ -43,6 +45,9 @@ class StandInLane:
     def serve(self, conn: Any, request: Any, peer: str, group: str) -> Any:
         if request.path != PATH:
             return "handoff"
+        self.bodies.append(request.body)
+        if self.on_serve is not None:
+            self.on_serve(request.body)
         if self.defer:
             self.deferred.append((conn, request))
             return "defer"
@@ -148,6 +153,35 @@ def test_more_answers_than_one_sendmsg_takes_all_arrive(harness: Harness) -> Non
     client.sendall(b"".join(post(b"x" * 10) for _ in range(150)))
     assert len(read_answers(client, 150, harness)) == 150
     assert harness.loop.unsent_bytes == 0
+
+
+def test_a_readiness_of_several_connections_gets_one_more_look(harness: Harness) -> None:
+    """What arrives while a readiness of several connections is served is served in the same
+    poll (one epoll_wait more, where going back to trio costs a turn of its loop); one more
+    look only, and none after a readiness of one connection (one request at a time)."""
+    (a, _), (b, _), (c, _), (d, _) = (harness.connect() for _ in range(4))
+    arrives = {b"a": (c, b"c"), b"c": (d, b"d"), b"e": (b, b"f")}
+
+    def send_next(body: bytes) -> None:
+        if body in arrives:
+            client, sent = arrives[body]
+            client.sendall(post(sent))  # on loopback, ready for the loop when this returns
+
+    harness.lane.on_serve = send_next
+    a.sendall(post(b"a"))
+    b.sendall(post(b"b"))
+    harness.loop.poll()
+    assert sorted(harness.lane.bodies[:2]) == [b"a", b"b"]
+    assert harness.lane.bodies[2:] == [b"c"]  # d arrived during the second look: next poll
+    harness.loop.poll()
+    assert harness.lane.bodies[3:] == [b"d"]
+    a.sendall(post(b"e"))
+    harness.loop.poll()
+    assert harness.lane.bodies[4:] == [b"e"]  # f (sent meanwhile) waits: a readiness of one
+    harness.loop.poll()
+    assert harness.lane.bodies[5:] == [b"f"]
+    for client, count in ((a, 2), (b, 2), (c, 1), (d, 1)):
+        assert len(read_answers(client, count, harness)) == count
 
 
 def test_a_connection_is_idle_from_its_last_answer(harness: Harness) -> None:

@@ -14,12 +14,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
+import coredis
+import coredis.patterns.pipeline
 import httpx
 import pytest
+import trio
 
+from chaingate.auth.shared import SharedLimits
 from chaingate.devnet.anvil import AnvilProcess, free_port
+from chaingate.twins import Impl
 from tests.conftest import IN_CI
+from tests.test_auth import auth_settings, start_auth
 
 REDIS_URL = os.environ.get("CHAINGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
@@ -179,3 +187,50 @@ def test_redis_down_keeps_serving_on_local_limits(cluster_factory) -> None:  # t
     ).text
     assert "chaingate_shared_limits_up 0" in metrics
     assert "shared rate limits unavailable" in cluster.logs.read_text()
+
+
+async def test_a_key_is_noted_once_per_sync_and_every_request_reaches_redis(
+    nursery: trio.Nursery, impl: Impl, anvil: AnvilProcess, store_url: str, tmp_path: Path
+) -> None:
+    """The gate tells the shared limits a key is in use at its first admission after each
+    sync, not at every request (a Python call per request, on every keyed request of a
+    several-worker deployment); each sync is one Redis round trip, the key counters and the
+    day quotas' grants together (a coredis round trip is ~1,000 Python calls, 20 times a
+    second in every worker); the key stays active and no admitted request goes uncounted."""
+    _require_redis()
+    settings = auth_settings(anvil, store_url, tmp_path, auth={"redis_url": REDIS_URL})
+    stack = await start_auth(nursery, impl, settings)
+    key, key_id = await stack.key(plan="enterprise")
+    limits = stack.handle.gateway.keys.shared  # type: ignore[union-attr]
+    assert isinstance(limits, SharedLimits)
+    note, pipeline = (
+        SharedLimits.note.__code__,
+        coredis.patterns.pipeline.Pipeline.__init__.__code__,
+    )
+    notes = pipelines = 0
+
+    def count(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal notes, pipelines
+        if event == "call":
+            notes += frame.f_code is note
+            pipelines += frame.f_code is pipeline
+
+    rounds, per_round = 5, 40
+    async with stack.client(key) as client:
+        syncs = limits.syncs
+        sys.setprofile(count)
+        try:
+            for _ in range(rounds):
+                for _ in range(per_round):
+                    answer = await client.post("/v1/rpc/ethereum/devnet", json=CALL)
+                    assert answer.status_code == 200, answer.text
+                await trio.sleep(0.15)  # a few sync intervals (0.05 s): the counts are taken
+        finally:
+            sys.setprofile(None)
+        synced = limits.syncs - syncs
+    assert rounds <= notes <= synced + 1, (notes, synced)  # per request: 200
+    assert synced >= rounds and pipelines <= synced + 1, (pipelines, synced)  # was 2 a sync
+    assert any(principal.key_id == key_id for principal in limits._active)
+    async with coredis.Redis.from_url(REDIS_URL, decode_responses=False) as redis:
+        total = await redis.hget(b"cg:rl:" + key_id.encode(), b"r")
+    assert total is not None and int(total) == rounds * per_round

@@ -51,6 +51,11 @@ IMPLEMENTATION = "pure"
 
 RECV_SIZE = 65536
 MAX_EVENTS = 256
+# A readiness that held at least LOOK_AGAIN connections (a loaded loop) gets one more look
+# before the loop goes back to trio: what arrived while it was served is served in the same
+# turn for one epoll_wait, where a turn of trio's costs ~50 Python calls and 3 system calls.
+# Below that (one request at a time) nothing changes.
+LOOK_AGAIN = 2
 # Pieces of answer handed to one sendmsg (the compiled twin's iovec array).
 MAX_PARTS = 64
 # Requests of one connection answered in one visit before the others get their turn.
@@ -282,6 +287,13 @@ class Loop:
         for conn in again:
             if conn.state == IDLE or conn.state == READING:
                 self._resume(conn)
+        events = self._serve_ready()
+        if LOOK_AGAIN <= len(events) < MAX_EVENTS:
+            events = self._serve_ready()
+        return bool(self._again) or len(events) == MAX_EVENTS
+
+    def _serve_ready(self) -> list[tuple[int, int]]:
+        """Serve the connections ready now; the events seen."""
         events = self._epoll.poll(0, MAX_EVENTS)
         conns = self.conns
         for fd, mask in events:
@@ -308,7 +320,7 @@ class Loop:
                     self._drain(conn)
                 elif state != CLOSED:
                     conn.ready = True
-        return bool(self._again) or len(events) == MAX_EVENTS
+        return events
 
     def _read(self, conn: Conn) -> None:
         """One read (a full buffer means more may wait: the connection comes back later)."""

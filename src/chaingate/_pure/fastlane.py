@@ -809,9 +809,13 @@ class KeyAdmission:
             return wait, epoch, RATE
         shared = self.shared
         if shared is not None:
+            # Noted once per sync (the first admission since the sync took the counts), not
+            # per request: the sync keeps a key with pending counts, and a key is "recently
+            # used" to within one sync interval (SharedLimits.note).
+            if not principal.pending_requests:
+                shared.note(principal)
             principal.pending_requests += requests
             principal.pending_units += tcu
-            shared.note(principal)
         return 0.0, epoch, ADMITTED
 
     def admit(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from chaingate.twintypes.limiter import DayQuota
@@ -219,6 +219,16 @@ class DayAllowances:
         """Grant more to the accounts used here (``used``: requests since the last round),
         to ``accounts`` and to the released ones; report the units held unused of those used;
         give back unused units of starved accounts not used here lately.  One pipeline."""
+        async with client.pipeline(transaction=False) as pipe:
+            settle = self.queue_top_up(client, pipe, used, accounts)
+        await settle()
+
+    def queue_top_up(
+        self, client: Any, pipe: Any, used: dict[str, int], accounts: Iterable[str] = ()
+    ) -> Callable[[], Awaitable[None]]:
+        """``top_up``'s commands, queued on ``pipe``, a pipeline of ``client`` (the shared
+        limits send theirs in the same round trip); what it returns settles the replies once
+        the pipeline has run (give-backs, rare, take a round trip of their own)."""
         epoch = time.time()
         day = utc_day(epoch)
         now = time.monotonic()
@@ -259,47 +269,50 @@ class DayAllowances:
                 del written[account_id]
         starved_name = b"cg:dq:%d:starved" % day
         reserve = self._script(client, RESERVE)
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.set(LIVE_PREFIX + self.me, b"1", ex=LIVE_TTL)
-            replies = [
-                reserve(
-                    keys=[
-                        _granted_key(day, account_id),
-                        starved_name,
-                        _holders_key(day, account_id),
-                    ],
-                    args=[
-                        self._limit_of(account_id),
-                        want,
-                        self._held[account_id].floor,
-                        charge,
-                        epoch,
-                        KEY_TTL,
-                        account_id,
-                        room,
-                        self.me,
-                        LIVE_PREFIX,
-                        1 if stale else 0,
-                    ],
-                    client=pipe,
-                )
-                for account_id, _, want, charge, room, stale in asks
-            ]
-            for account_id, room in reports:
-                pipe.hset(_holders_key(day, account_id), {self.me: room})
-            starved_reply = pipe.zrangebyscore(starved_name, epoch - STARVED_SECONDS, epoch + 3600)
-        for account_id, count in written.items():
-            if account_id in self._held:
-                self._reported[account_id] = count
-        for (account_id, quota, *_), reply in zip(asks, replies, strict=True):
-            give, total = (int(value) for value in await reply)
-            held = self._held.get(account_id)
-            if held is not None:
-                held.granted_total = total
-                if give:
-                    quota.set_limit(quota.limit + give)
-                    self.granted += give
-        await self._give_back(client, day, now, await starved_reply)
+        pipe.set(LIVE_PREFIX + self.me, b"1", ex=LIVE_TTL)
+        replies = [
+            reserve(
+                keys=[
+                    _granted_key(day, account_id),
+                    starved_name,
+                    _holders_key(day, account_id),
+                ],
+                args=[
+                    self._limit_of(account_id),
+                    want,
+                    self._held[account_id].floor,
+                    charge,
+                    epoch,
+                    KEY_TTL,
+                    account_id,
+                    room,
+                    self.me,
+                    LIVE_PREFIX,
+                    1 if stale else 0,
+                ],
+                client=pipe,
+            )
+            for account_id, _, want, charge, room, stale in asks
+        ]
+        for account_id, room in reports:
+            pipe.hset(_holders_key(day, account_id), {self.me: room})
+        starved_reply = pipe.zrangebyscore(starved_name, epoch - STARVED_SECONDS, epoch + 3600)
+
+        async def settle() -> None:
+            for account_id, count in written.items():
+                if account_id in self._held:
+                    self._reported[account_id] = count
+            for (account_id, quota, *_), reply in zip(asks, replies, strict=True):
+                give, total = (int(value) for value in await reply)
+                held = self._held.get(account_id)
+                if held is not None:
+                    held.granted_total = total
+                    if give:
+                        quota.set_limit(quota.limit + give)
+                        self.granted += give
+            await self._give_back(client, day, now, await starved_reply)
+
+        return settle
 
     async def _give_back(self, client: Any, day: int, now: float, starved: list[bytes]) -> None:
         returns: list[tuple[str, int]] = []

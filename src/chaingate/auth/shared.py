@@ -56,8 +56,11 @@ class SharedLimits:
         self.failures = 0
 
     def note(self, principal: Principal) -> None:
-        """Called by the gate for each admitted request, and each refused for the day quota
-        (a starved process keeps asking for units): a dict store, nothing more."""
+        """Called by the gate for the first request it admits for a key since the last sync
+        (the sync then takes the key's pending counts, so the next one notes it again: "used
+        recently" to within one interval, at one call per key and interval rather than per
+        request), and for each refused for the day quota (a starved process keeps asking for
+        units): a dict store, nothing more."""
         self._active[principal] = time.monotonic()
 
     async def run(self) -> None:
@@ -101,57 +104,53 @@ class SharedLimits:
                 self.up = False
                 await trio.sleep(1.0)  # back off while Redis is away
 
-    async def _top_up(self, client: coredis.Redis[bytes], used: dict[str, int]) -> None:
-        async with self._quota_lock:
-            # A failure releases every account (``_loop``); a cancellation at exit keeps them
-            # held, so that the exit path gives their units back.
-            await self.quotas.top_up(client, used)
-
     async def _sync(self, client: coredis.Redis[bytes]) -> None:
+        """One round trip: the active keys' counters and the day quotas' grants (the quota
+        lock held: a failure releases every account, ``_loop``; a cancellation at exit keeps
+        them held, so that the exit path gives their units back)."""
         now = time.monotonic()
         for principal, last in list(self._active.items()):
             if now - last > ACTIVE_SECONDS and not principal.pending_requests:
                 del self._active[principal]
-        if not self._active:
-            await self._top_up(client, {})  # still gives back units a starved process needs
-            self._mark_up()
-            return
         work: list[tuple[Principal, int, int, Any, Any, Any]] = []
         per_account: dict[str, int] = {}
         now_ms = int(time.time() * 1000)
-        async with client.pipeline(transaction=False) as pipe:
-            for principal in self._active:
-                requests, units = principal.pending_requests, principal.pending_units
-                principal.pending_requests = principal.pending_units = 0
-                name = b"cg:rl:" + principal.key_id.encode()
-                synced = pipe.hget(name, b"t")  # when a process last added to it
-                total_requests = pipe.hincrby(name, b"r", requests)
-                total_units = pipe.hincrby(name, b"c", units)
-                pipe.hset(name, {b"t": now_ms})
-                pipe.expire(name, KEY_TTL)
-                work.append((principal, requests, units, total_requests, total_units, synced))
-                per_account[principal.account_id] = (
-                    per_account.get(principal.account_id, 0) + requests
+        async with self._quota_lock:
+            async with client.pipeline(transaction=False) as pipe:
+                for principal in self._active:
+                    requests, units = principal.pending_requests, principal.pending_units
+                    principal.pending_requests = principal.pending_units = 0
+                    name = b"cg:rl:" + principal.key_id.encode()
+                    synced = pipe.hget(name, b"t")  # when a process last added to it
+                    total_requests = pipe.hincrby(name, b"r", requests)
+                    total_units = pipe.hincrby(name, b"c", units)
+                    pipe.hset(name, {b"t": now_ms})
+                    pipe.expire(name, KEY_TTL)
+                    work.append((principal, requests, units, total_requests, total_units, synced))
+                    per_account[principal.account_id] = (
+                        per_account.get(principal.account_id, 0) + requests
+                    )
+                # No key active: still asked, to give back units a starved process needs.
+                settle = self.quotas.queue_top_up(client, pipe, per_account)
+            for principal, requests, units, total_requests, total_units, synced in work:
+                last_sync = await synced
+                recent = last_sync is not None and now_ms - int(last_sync) < RECENT_MS
+                limits = self._registry.limits_of(principal)
+                others_requests = self._others(
+                    b"r:" + principal.key_id.encode(),
+                    await total_requests,
+                    requests,
+                    self._first_look_cap(recent, limits.requests_per_second if limits else 0),
                 )
-        for principal, requests, units, total_requests, total_units, synced in work:
-            last_sync = await synced
-            recent = last_sync is not None and now_ms - int(last_sync) < RECENT_MS
-            limits = self._registry.limits_of(principal)
-            others_requests = self._others(
-                b"r:" + principal.key_id.encode(),
-                await total_requests,
-                requests,
-                self._first_look_cap(recent, limits.requests_per_second if limits else 0),
-            )
-            others_units = self._others(
-                b"c:" + principal.key_id.encode(),
-                await total_units,
-                units,
-                self._first_look_cap(recent, limits.compute_units_per_second if limits else 0),
-            )
-            if others_requests or others_units:
-                principal.limiter.absorb(now, others_requests, others_units)
-        await self._top_up(client, per_account)
+                others_units = self._others(
+                    b"c:" + principal.key_id.encode(),
+                    await total_units,
+                    units,
+                    self._first_look_cap(recent, limits.compute_units_per_second if limits else 0),
+                )
+                if others_requests or others_units:
+                    principal.limiter.absorb(now, others_requests, others_units)
+            await settle()
         self.syncs += 1
         self._mark_up()
 
