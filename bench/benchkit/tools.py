@@ -92,13 +92,20 @@ def background_busy(seconds: float = 1.0) -> float | None:
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and its direct children (nginx: the master and its worker)."""
+    """``pid`` and its direct children (nginx: the master and its worker; ``chaingate serve
+    --workers N``: the supervisor and its workers).  Every thread's children: trio starts a
+    process from a worker thread, and ``/proc`` lists a child under the thread that forked it."""
     pids = [pid]
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return pids
-    return pids + [int(child) for child in children]
+    for thread in threads:
+        try:
+            pids += [int(child) for child in (thread / "children").read_text().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+    return pids
 
 
 def process_cpu_seconds(pids: list[int]) -> float:
