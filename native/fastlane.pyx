@@ -22,6 +22,8 @@ from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
 from creply cimport error_reply_of, join_present, result_reply_of
 
+from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply
+
 log = logging.getLogger("chaingate.edge")
 
 __all__ = [
@@ -793,6 +795,7 @@ cdef class Route:
         cdef Py_ssize_t count = len(flights)
         cdef long long index
         cdef Flight flight
+        cdef Reply reply
         if count == 1 and len(replies) == 1:
             self._land_reply(<Flight>flights[0], replies[0], look, bad)
         else:
@@ -804,7 +807,7 @@ cdef class Route:
             if not flight.done:
                 self.land(flight, None, missing)
 
-    cdef int _land_reply(self, Flight flight, reply, look, bad) except -1:
+    cdef int _land_reply(self, Flight flight, Reply reply, look, bad) except -1:
         cdef Method spec
         if flight.done:
             return 0
@@ -890,7 +893,7 @@ cdef class Route:
         """(method row, raw block tag, tag valid) of a well-formed call (see the pure twin)."""
         return self.classify_call(call)
 
-    cdef tuple classify_call(self, call):
+    cdef tuple classify_call(self, Call call):
         cdef Method method = self.methods.get(call.method)
         if method is None:
             method = self.passthrough
@@ -1378,7 +1381,7 @@ cdef class Pending:
         self.units[index] = None
         cdef Method method = <Method>(<tuple>waiting)[0]
         cdef long long units = (<tuple>waiting)[1]
-        call = self.calls[index]
+        cdef Call call = self.calls[index]
         cdef Route route = self.route
         cdef Py_ssize_t size
         cdef int fits
@@ -1463,6 +1466,7 @@ cdef class Pending:
     cdef void give_up_reads(self) except *:
         cdef Route route = self.route
         cdef Method method
+        cdef Call call
         cdef Py_ssize_t index
         for index in range(len(self.units)):
             waiting = self.units[index]
@@ -1533,6 +1537,8 @@ cdef class Lane:
         cdef Route route = self.routes.get(path)
         cdef Method method
         cdef Pending pending
+        cdef ParsedRequest parsed
+        cdef Call call
         key = None
         if route is None:
             head, key = _split_path_key(path)
@@ -1597,7 +1603,7 @@ cdef class Lane:
         cdef Route route = pending.route
         cdef Method method
         cdef long long cu = 0, tcu = 0
-        call = pending.calls[0]
+        cdef Call call = pending.calls[0]
         if call.error:
             route.invalid.error += 1
             body = route._error_reply(call.id, call.error, call.message)
@@ -1667,6 +1673,7 @@ cdef class Lane:
         cdef bint reads = False, writes = False
         cdef Py_ssize_t index
         cdef Method method
+        cdef Call call
         for index in range(len(calls)):
             call = calls[index]
             if call.error:
@@ -1770,6 +1777,7 @@ cdef class Lane:
         return self._batch_answer(pending, len(jobs) > 0)
 
     cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
+        cdef Call call
         replies = pending.replies
         error = refusal_error(rejection.status, rejection.code, rejection.message)
         for job in jobs:

@@ -88,14 +88,10 @@ cdef void _init():
 _init()
 
 
+# The fields of these four classes are declared in chaingate/_native/jsonrpc.pxd (the lane
+# reads them as C members).
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Call:
-    cdef public object id
-    cdef public object method
-    cdef public object params
-    cdef public int error
-    cdef public str message
-
     def __init__(self, id, method, params, int error, str message):
         self.id = id
         self.method = method
@@ -106,11 +102,6 @@ cdef class Call:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedRequest:
-    cdef public bint batch
-    cdef public list calls
-    cdef public int error
-    cdef public str message
-
     def __init__(self, bint batch, list calls, int error, str message):
         self.batch = batch
         self.calls = calls
@@ -127,11 +118,6 @@ cdef enum:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Reply:
-    cdef public object id
-    cdef readonly object result
-    cdef public object error
-    cdef long long _block  # read while the response was scanned (BLOCK_*, or the number)
-
     def __init__(self, id, result, error):
         self.id = id
         self.result = result
@@ -151,9 +137,6 @@ cdef class Reply:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedResponse:
-    cdef public bint batch
-    cdef public list replies
-
     def __init__(self, bint batch, list replies):
         self.batch = batch
         self.replies = replies

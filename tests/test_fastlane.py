@@ -548,10 +548,12 @@ def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
     order; an error object is the call's error, a reply with neither a result nor an error
     object gets ``bad()``, a flight no reply names (a duplicate or a foreign id does not
     count) ``missing``; the service is shown the results it must see (``look``): those the
-    cache may keep and the watched methods' — nothing else."""
-    reply = impl_module.pure().jsonrpc.Reply
+    cache may keep and the watched methods' — nothing else.  (Each twin is given its own
+    jsonrpc's replies, as its service gives it: the compiled lane reads their fields as C
+    members.)"""
 
     def scenario(lane: Lane) -> Any:
+        reply = lane.impl.jsonrpc.Reply
         calls = [
             _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=1),  # not cacheable
             _call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=2),  # cacheable
