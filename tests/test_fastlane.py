@@ -471,6 +471,45 @@ def test_the_usual_log_filters_are_read_to_their_ends() -> None:
         )
 
 
+# Params as clients write them, and stranger: the compiled lane reads the usual block tags
+# itself (flat items up to the tag) and asks jsonrpc's array_item for the rest.
+_PARAM_ITEMS = st.one_of(
+    st.sampled_from(
+        ['"latest"', '"0x1f"', '"0x' + "ab" * 20 + '"', "null", "true", "false", "0", "-1.5e3",
+         "{}", '{"blockHash":"0x' + "cd" * 32 + '"}', '{"blockNumber":"0x1","x":null}',
+         '{"to":"0x' + "11" * 20 + '","data":"0x70a08231"}', '{"a":1}', '{"a":{"b":"c"}}',
+         '{"a":["b"]}', '{"a":"\\u0041"}', '"\\u006c atest"', '"\u00e9"', "[]", '["0x1"]',
+         '"\x7f"', '{ "to" : "0x1" , "gas" : null }']
+    ),
+    st.text(alphabet='0x1f"latesnu ', max_size=10).map(json.dumps),
+)  # fmt: skip
+
+
+@st.composite
+def _param_texts(draw: st.DrawFn) -> str:
+    ws = draw(_WHITESPACE)
+    items = draw(st.lists(_PARAM_ITEMS, max_size=5))
+    text = f"{ws}[{ws}" + f"{ws},{ws}".join(items) + f"{ws}]{ws}"
+    return draw(st.sampled_from([text, text, "{}", '{"a":"latest"}', " [ ] "]))
+
+
+@settings(max_examples=1500)
+@given(
+    params=_param_texts(),
+    method=st.sampled_from(
+        ["eth_getBalance", "eth_call", "eth_getStorageAt", "eth_getBlockByNumber", "eth_chainId"]
+    ),
+)
+def test_the_twins_read_the_same_block_tag(params: str, method: str) -> None:
+    body = f'{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}'.encode()
+    answers = []
+    for impl in _twins():
+        (call,) = impl.jsonrpc.parse_request(body, 10).calls
+        row, tag, valid = Lane(impl).route.classify(call)
+        answers.append((row.name if row is not None else None, tag, valid))
+    assert answers[0] == answers[1]
+
+
 def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
     """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
     they refuse — an origin, a method, a contract, anywhere in a batch — the handler
