@@ -16,7 +16,7 @@ import msgspec
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
@@ -109,9 +109,7 @@ cdef dict _CACHE_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (HIT, MISS, PARTIAL)
 }
 cdef bytes X_REQUEST_ID = b"X-Request-Id: "
-cdef frozenset _NAMED_TAGS = frozenset(
-    {b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'}
-)
+# The named tags: these four (``_is_current`` compares them in C) and "earliest".
 cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
 
 cdef bint ID_OK[256]
@@ -125,6 +123,28 @@ cdef enum:
     C_LOGS_REFUSE = 1
     C_LOGS_SPLIT = 2
 cdef frozenset _HEAD_TAGS = _CURRENT_TAGS
+
+
+cdef inline bint _is_current(bytes tag) noexcept:
+    """``tag in _CURRENT_TAGS``, by length and bytes (a batch reads several tags per call)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(tag)
+    cdef const char* p = PyBytes_AS_STRING(tag)
+    if n == 8:
+        return memcmp(p, b'"latest"', 8) == 0
+    if n == 9:
+        return memcmp(p, b'"pending"', 9) == 0
+    if n == 6:
+        return memcmp(p, b'"safe"', 6) == 0
+    if n == 11:
+        return memcmp(p, b'"finalized"', 11) == 0
+    return False
+
+
+cdef inline bint _current(object tag) except -1:
+    """Is this block tag (raw JSON bytes, or None) a head tag (``_CURRENT_TAGS``)?"""
+    if type(tag) is bytes:
+        return _is_current(<bytes>tag)
+    return tag is not None and tag in _CURRENT_TAGS
 
 
 cdef inline long long _logs_limit(long long network_blocks, long long plan_blocks) noexcept:
@@ -209,16 +229,27 @@ cdef Py_ssize_t _plain_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_
         i = _ws(p, i + 1, n)
 
 
+cdef inline Py_ssize_t _unescaped_end(const unsigned char* p, Py_ssize_t i,
+                                      Py_ssize_t n) noexcept:
+    """After the string opening at ``i`` of validated JSON, when it holds no escape: its first
+    quote closes it (found by memchr, not byte by byte); -1 when it holds a backslash."""
+    cdef const unsigned char* quote = <const unsigned char*>memchr(p + i + 1, 34, n - i - 1)
+    if quote == NULL or memchr(p + i + 1, 92, quote - (p + i + 1)) != NULL:
+        return -1
+    return quote - p + 1
+
+
 cdef Py_ssize_t _flat_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
-    """After the value at ``i`` of a call's params: a plain string, null, true, false, or an
-    object of plain strings and nulls (eth_call's transaction, an EIP-1898 tag); -1 for anything
-    else (numbers, arrays, escapes, nesting...: ``array_item`` reads those)."""
+    """After the value at ``i`` of a call's params (validated JSON): a string without escapes,
+    null, true, false, or an object of such strings and nulls (eth_call's transaction, an
+    EIP-1898 tag); -1 for anything else (numbers, arrays, escapes, nesting...: ``array_item``
+    reads those)."""
     cdef unsigned char c
     if i >= n:
         return -1
     c = p[i]
     if c == 34:
-        return _plain_string_end(p, i, n)
+        return _unescaped_end(p, i, n)
     if c == 110:
         return i + 4 if n - i >= 4 and memcmp(p + i, b"null", 4) == 0 else -1
     if c == 116:
@@ -233,7 +264,7 @@ cdef Py_ssize_t _flat_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t
     while True:
         if i >= n or p[i] != 34:
             return -1
-        i = _plain_string_end(p, i, n)
+        i = _unescaped_end(p, i, n)
         if i < 0:
             return -1
         i = _ws(p, i, n)
@@ -241,7 +272,7 @@ cdef Py_ssize_t _flat_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t
             return -1
         i = _ws(p, i + 1, n)
         if i < n and p[i] == 34:
-            i = _plain_string_end(p, i, n)
+            i = _unescaped_end(p, i, n)
         elif n - i >= 4 and memcmp(p + i, b"null", 4) == 0:
             i += 4
         else:
@@ -558,7 +589,8 @@ cdef bint valid_block_tag(bytes tag, bint solana):
             if not (48 <= p[i] <= 57):
                 return False
         return True
-    if tag in _NAMED_TAGS or (n > 0 and p[0] == 123):
+    if _is_current(tag) or (n == 10 and memcmp(p, b'"earliest"', 10) == 0) or (
+            n > 0 and p[0] == 123):
         return True
     if n < 5 or p[0] != 34 or p[1] != 48 or p[2] != 120 or p[n - 1] != 34:
         return False
@@ -648,7 +680,7 @@ cdef class Method:
         return self.cacheable(tag, params)
 
     cdef inline void charge(self, object tag, long long* cu, long long* tcu):
-        if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
+        if self.cu_historical >= 0 and tag is not None and not _current(tag):
             cu[0] = self.cu_historical
             tcu[0] = self.tcu * self.cu_historical // (self.cu if self.cu > 1 else 1)
         else:
@@ -663,7 +695,7 @@ cdef class Method:
         if (self.commitment and params is not None and b'"commitment"' in <bytes>params
                 and b'"finalized"' not in <bytes>params):
             return False
-        return self.block_param < 0 or (tag is not None and tag not in _CURRENT_TAGS)
+        return self.block_param < 0 or (tag is not None and not _current(tag))
 
 
 cdef class Flight:
