@@ -1462,6 +1462,9 @@ cdef class Pending:
     cdef long long errors
     # A batch's usage so far, per method name: [calls, units, errors] (``book``); None: none.
     cdef dict tally
+    # A batch's positions whose reply is a node's bare result, wrapped with the call's id as
+    # the answer is joined (``_join_batch``): one copy of it, not two.  None: no such position.
+    cdef bytearray bare
 
     cdef int admit_reply(self, Py_ssize_t size):
         if self.over or self.used + size > self.route.max_answer:
@@ -1503,10 +1506,15 @@ cdef class Pending:
             elif size + PyBytes_GET_SIZE(call_id) > route.max_single:
                 result = None
                 error = route.refuse(ANSWER_TOO_LARGE, method.write)
-            if result is not None:
-                self.replies[index] = result_reply_of(call_id, result)
-            else:
+            if result is None:
                 self.replies[index] = error_reply_of(call_id, error)
+            elif self.batch:
+                if self.bare is None:
+                    self.bare = bytearray(len(self.calls))
+                PyByteArray_AS_STRING(self.bare)[index] = 1
+                self.replies[index] = result
+            else:
+                self.replies[index] = result_reply_of(call_id, result)
         self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
@@ -1773,13 +1781,14 @@ cdef class Lane:
         cdef Route route = pending.route
         cdef list calls = pending.calls
         cdef list replies = pending.replies
-        cdef list jobs = []
+        cdef Py_ssize_t count = len(calls), admitted = 0, index
+        # Per position: the row of a call still to answer (None: answered) and its block tag.
+        cdef list rows = [None] * count, tags = [None] * count
         cdef long long cu = 0, tcu = 0, units = 0, weight = 0
         cdef bint reads = False, writes = False
-        cdef Py_ssize_t index
         cdef Method method
         cdef Call call
-        for index in range(len(calls)):
+        for index in range(count):
             call = calls[index]
             if call.error:
                 route.invalid.error += 1
@@ -1802,26 +1811,30 @@ cdef class Lane:
                 writes = True
             else:
                 reads = True
-            jobs.append((index, call, method, tag, units))
+            rows[index] = method
+            tags[index] = tag
+            admitted += 1
         cdef OpenAdmission admission = self.admission
-        if jobs:
-            rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
+        if admitted:
+            rejection = admission.admit(pending.principal, reads, writes, admitted, cu, tcu)
             if rejection is not None:
-                return self._refused_batch(pending, rejection, jobs)
+                return self._refused_batch(pending, rejection, rows)
         cdef ResponseCache cache = route.cache
-        cdef list upstream = []
         cdef int fits
         cdef MethodStats stats
-        for job in jobs:
-            index = (<tuple>job)[0]
-            call = (<tuple>job)[1]
-            method = <Method>(<tuple>job)[2]
-            tag = (<tuple>job)[3]
-            units = (<tuple>job)[4]
+        for index in range(count):
+            found = rows[index]
+            if found is None:
+                continue
+            method = <Method>found
+            call = calls[index]
+            tag = tags[index]
             if method.cache != NO_CACHE and method.cacheable(tag, call.params):
                 params = call.params
                 hit = cache.get((call.method, params if params is not None else b""))
                 if hit is not None:
+                    rows[index] = None
+                    method.charge(tag, &units, &weight)
                     stats = method.stats
                     call_id = call.id
                     if call_id is not None:
@@ -1837,36 +1850,42 @@ cdef class Lane:
                     stats.cache_hits += 1
                     pending.book(method, units, False)
                     continue
-            upstream.append(job)
         if pending.over:
-            for job in upstream:
-                index = (<tuple>job)[0]
-                call = (<tuple>job)[1]
-                method = <Method>(<tuple>job)[2]
+            for index in range(count):
+                found = rows[index]
+                if found is None:
+                    continue
+                method = <Method>found
+                call = calls[index]
+                method.charge(tags[index], &units, &weight)
                 if call.id is not None:
                     replies[index] = error_reply_of(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
-                pending.book(method, (<tuple>job)[4], True)
+                pending.book(method, units, True)
             return self._batch_answer(pending)
         cdef list safe = [], unsafe = []
         cdef dict flights = route.flights
         cdef Flight flight
-        for job in upstream:
-            index = (<tuple>job)[0]
-            call = (<tuple>job)[1]
-            method = <Method>(<tuple>job)[2]
+        for index in range(count):
+            found = rows[index]
+            if found is None:
+                continue
+            method = <Method>found
+            call = calls[index]
+            tag = tags[index]
             params = call.params
             key = (call.method, params if params is not None else b"")
             flight = flights.get(key)
             if flight is not None:
                 route.coalesced += 1
             else:
-                flight = route.open_flight(key, params, method, (<tuple>job)[3])
+                flight = route.open_flight(key, params, method, tag)
                 if method.retry:
                     safe.append(flight)
                 else:
                     unsafe.append(flight)
-            pending.wait_for(flight, index, method, (<tuple>job)[4])
+            method.charge(tag, &units, &weight)
+            pending.wait_for(flight, index, method, units)
         # Decided before sending: a group may land at once (see the pure twin).
         cdef bint waiting = pending.left > 0
         if safe and self._holding and route.upstream_batch > 1:
@@ -1879,23 +1898,27 @@ cdef class Lane:
             return DEFER
         # A batch with nothing admitted (every call malformed, unknown or a bad tag) is
         # answered, not timed: none of it is usage.
-        return self._batch_answer(pending, len(jobs) > 0)
+        return self._batch_answer(pending, admitted > 0)
 
-    cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
+    cdef tuple _refused_batch(self, Pending pending, rejection, list rows):
         cdef Call call
+        cdef Py_ssize_t index
         replies = pending.replies
         error = refusal_error(rejection.status, rejection.code, rejection.message)
-        for job in jobs:
-            call = (<tuple>job)[1]
+        for index in range(len(rows)):
+            if rows[index] is None:
+                continue
+            call = pending.calls[index]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = error_reply_of(call.id, error)
+                replies[index] = error_reply_of(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending, bint timed=True):
         # One pass over the replies (a notification's position holds none), one allocation.
-        body = join_present(pending.replies)
+        body = _join_batch(pending.replies, pending.calls, pending.bare)
+        pending.bare = None
         # Flights given up on still hold this Pending until they land: not its replies.
         pending.replies = []
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
@@ -1939,6 +1962,48 @@ cdef class Lane:
         if timed and rejection is None:
             pending.meter(label, pending.requests, pending.cu, pending.errors, elapsed)
         return status, _head_lines(pending.request_id, first, second, rate, cors), body
+
+
+cdef object _join_batch(list replies, list calls, bytearray bare):
+    """``join_present`` of a batch's replies, a bare result (``Pending.bare``) written as
+    ``result_reply_of`` its call's id would write it: the same bytes, in one allocation."""
+    if bare is None:
+        return join_present(replies)
+    cdef const char* flags = PyByteArray_AS_STRING(bare)
+    cdef Py_ssize_t total = 1, count = 0, index, size, id_len
+    cdef object part
+    cdef bytes call_id
+    for index in range(len(replies)):
+        part = replies[index]
+        if part is not None:
+            total += PyBytes_GET_SIZE(<bytes>part) + 1
+            if flags[index]:
+                total += REPLY_OVERHEAD - 1 + PyBytes_GET_SIZE(<bytes>(<Call>calls[index]).id)
+            count += 1
+    if count == 0:
+        return None
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* q = PyBytes_AS_STRING(out)
+    q[0] = 91
+    q += 1
+    for index in range(len(replies)):
+        part = replies[index]
+        if part is None:
+            continue
+        if flags[index]:
+            call_id = (<Call>calls[index]).id
+            q = _put(q, b'{"jsonrpc":"2.0","id":', 22)
+            q = _put_bytes(q, call_id)
+            q = _put(q, b',"result":', 10)
+            q = _put_bytes(q, <bytes>part)
+            q[0] = 125
+            q += 1
+        else:
+            q = _put_bytes(q, <bytes>part)
+        q[0] = 44
+        q += 1
+    (q - 1)[0] = 93
+    return out
 
 
 cdef bytes _head_lines(bytes request_id, bytes first, bytes second, bytes rate, bytes cors):
