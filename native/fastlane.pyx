@@ -14,6 +14,8 @@ from collections import OrderedDict, defaultdict
 
 import msgspec
 
+cimport cython
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -1434,6 +1436,17 @@ cdef inline char* _put_bytes(char* q, bytes data) noexcept:
     return q + n
 
 
+@cython.final
+@cython.no_gc  # a str and numbers: never part of a cycle
+cdef class _Tally:
+    """One method's usage in a batch so far (``Pending.book``)."""
+
+    cdef str name
+    cdef long long calls
+    cdef long long units
+    cdef long long errors
+
+
 cdef class Pending:
     """One request's answer while flights it waits for are in the air."""
 
@@ -1460,8 +1473,9 @@ cdef class Pending:
     cdef long long requests
     cdef long long cu
     cdef long long errors
-    # A batch's usage so far, per method name: [calls, units, errors] (``book``); None: none.
-    cdef dict tally
+    # A batch's usage so far, one _Tally per method name in the order first booked (``book``);
+    # None: none.
+    cdef list tally
     # A batch's positions whose reply is a node's bare result, wrapped with the call's id as
     # the answer is joined (``_join_batch``): one copy of it, not two.  None: no such position.
     cdef bytearray bare
@@ -1530,19 +1544,24 @@ cdef class Pending:
             method.stats.error += 1
         else:
             method.stats.ok += 1
-        cdef list counts
+        cdef _Tally tally
+        cdef str name
         if self.batch:
             if self.tally is None:
-                self.tally = {}
-            found = self.tally.get(method.name)
-            if found is None:
-                self.tally[method.name] = [1, units, 1 if failed else 0]
+                self.tally = []
+            # A batch names a few methods: found by a look down the list, counted in C.
+            name = method.name
+            for tally in self.tally:
+                if tally.name is name or tally.name == name:
+                    break
             else:
-                counts = <list>found
-                counts[0] += 1
-                counts[1] += units
-                if failed:
-                    counts[2] += 1
+                tally = _Tally.__new__(_Tally)
+                tally.name = name
+                self.tally.append(tally)
+            tally.calls += 1
+            tally.units += units
+            if failed:
+                tally.errors += 1
         else:
             self.requests = 1
             self.cu = units
@@ -1550,14 +1569,13 @@ cdef class Pending:
 
     cdef void meter_batch(self) except *:
         """The usage of a batch's calls booked so far: one sample per method."""
-        cdef dict tally = self.tally
-        cdef list counts
-        if tally is None:
+        cdef list tallies = self.tally
+        cdef _Tally tally
+        if tallies is None:
             return
         self.tally = None
-        for name, found in tally.items():
-            counts = <list>found
-            self.meter(name, counts[0], counts[1], counts[2], UNTIMED)
+        for tally in tallies:
+            self.meter(tally.name, tally.calls, tally.units, tally.errors, UNTIMED)
 
     cdef inline void meter(self, str method, long long requests, long long cu,
                            long long errors, double seconds) except *:
