@@ -17,6 +17,7 @@ import msgspec
 cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memchr, memcmp, memcpy, memset
 
@@ -700,10 +701,55 @@ cdef class Method:
         return self.block_param < 0 or (tag is not None and not _current(tag))
 
 
+# The flights table by a key's hash computed once, when the flight is made: a flight is
+# looked up, listed, found again and delisted by the same key, and a (method, params) tuple's
+# hash is not kept by the tuple (CPython's own calls, which the plain ones make after hashing).
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX < 0x030D0000
+    #define cg_dict_get_hashed(d, k, h) _PyDict_GetItem_KnownHash(d, k, h)
+    #define cg_dict_set_hashed(d, k, v, h) _PyDict_SetItem_KnownHash(d, k, v, h)
+    #define cg_dict_del_hashed(d, k, h) _PyDict_DelItem_KnownHash(d, k, h)
+    #else
+    #define cg_dict_get_hashed(d, k, h) PyDict_GetItemWithError(d, k)
+    #define cg_dict_set_hashed(d, k, v, h) PyDict_SetItem(d, k, v)
+    #define cg_dict_del_hashed(d, k, h) PyDict_DelItem(d, k)
+    #endif
+    /* The value under k (borrowed) in *out: 1, or 0 when there is none, -1 on an error. */
+    static int cg_dict_find_hashed(PyObject* d, PyObject* k, Py_hash_t h, PyObject** out) {
+        *out = cg_dict_get_hashed(d, k, h);
+        if (*out != NULL)
+            return 1;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    """
+    int cg_dict_find_hashed(object d, object k, Py_hash_t h, PyObject** out) except -1
+    int cg_dict_set_hashed(object d, object k, object v, Py_hash_t h) except -1
+    int cg_dict_del_hashed(object d, object k, Py_hash_t h) except -1
+
+
+cdef inline Flight _listed(dict flights, tuple key, Py_hash_t key_hash):
+    """``flights.get(key)``, the key's hash given."""
+    cdef PyObject* found
+    if cg_dict_find_hashed(flights, key, key_hash, &found) == 0:
+        return None
+    return <Flight><object>found
+
+
+cdef inline int _delist(dict flights, Flight flight) except -1:
+    """``if flights.get(flight.key) is flight: del flights[flight.key]``."""
+    cdef PyObject* found
+    if (cg_dict_find_hashed(flights, flight.key, flight.key_hash, &found) == 1
+            and found == <PyObject*>flight):
+        cg_dict_del_hashed(flights, flight.key, flight.key_hash)
+    return 0
+
+
 cdef class Flight:
     """One upstream call in flight, and every answer waiting for it."""
 
     cdef readonly tuple key
+    cdef Py_hash_t key_hash
     cdef readonly str method
     cdef readonly object params
     cdef readonly Method spec
@@ -716,6 +762,7 @@ cdef class Flight:
 
     def __init__(self, tuple key, object params, Method spec, object tag):
         self.key = key
+        self.key_hash = hash(key)
         self.method = key[0]
         self.params = params
         self.spec = spec
@@ -727,10 +774,12 @@ cdef class Flight:
         self.future = None
 
 
-cdef inline Flight _new_flight(tuple key, object params, Method spec, object tag):
-    """``Flight(key, params, spec, tag)`` without a Python-level call."""
+cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Method spec,
+                               object tag):
+    """``Flight(key, params, spec, tag)`` without a Python-level call (the key's hash given)."""
     cdef Flight flight = Flight.__new__(Flight)
     flight.key = key
+    flight.key_hash = key_hash
     flight.method = key[0]
     flight.params = params
     flight.spec = spec
@@ -844,9 +893,13 @@ cdef class Route:
         self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        cdef Flight flight = _new_flight(key, params, spec, tag)
+        return self._open(key, hash(key), params, spec, tag)
+
+    cdef Flight _open(self, tuple key, Py_hash_t key_hash, object params, Method spec,
+                      object tag):
+        cdef Flight flight = _new_flight(key, key_hash, params, spec, tag)
         if self.coalesce and spec.coalescible:
-            self.flights[key] = flight
+            cg_dict_set_hashed(self.flights, key, flight, key_hash)
         return flight
 
     cpdef land(self, Flight flight, object result, object error):
@@ -858,8 +911,7 @@ cdef class Route:
         flight.done = True
         flight.result = result
         flight.error = error
-        if self.flights.get(flight.key) is flight:
-            del self.flights[flight.key]
+        _delist(self.flights, flight)
         if flight.future is not None:
             flight.future.set_result((result, error))
         waiters = flight.waiters
@@ -949,8 +1001,7 @@ cdef class Route:
                 if pending.units[index] is not None:
                     return True  # still waited for (a write is never given up)
         for flight in flights:
-            if self.flights.get(flight.key) is flight:
-                del self.flights[flight.key]
+            _delist(self.flights, flight)
         return False
 
     cdef void _send(self, list safe, list unsafe) except *:
@@ -1884,6 +1935,7 @@ cdef class Lane:
         cdef list safe = [], unsafe = []
         cdef dict flights = route.flights
         cdef Flight flight
+        cdef Py_hash_t key_hash
         for index in range(count):
             found = rows[index]
             if found is None:
@@ -1893,11 +1945,12 @@ cdef class Lane:
             tag = tags[index]
             params = call.params
             key = (call.method, params if params is not None else b"")
-            flight = flights.get(key)
+            key_hash = hash(key)
+            flight = _listed(flights, key, key_hash)
             if flight is not None:
                 route.coalesced += 1
             else:
-                flight = route.open_flight(key, params, method, tag)
+                flight = route._open(key, key_hash, params, method, tag)
                 if method.retry:
                     safe.append(flight)
                 else:
