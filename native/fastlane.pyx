@@ -757,7 +757,7 @@ cdef class Flight:
     cdef public bint done
     cdef public object result
     cdef public object error
-    cdef list waiters  # (Pending, index) pairs
+    cdef list waiters  # pending, index, pending, index...: each waiter's answer and position
     cdef public object future
 
     def __init__(self, tuple key, object params, Method spec, object tag):
@@ -914,9 +914,12 @@ cdef class Route:
         _delist(self.flights, flight)
         if flight.future is not None:
             flight.future.set_result((result, error))
-        waiters = flight.waiters
+        cdef list waiters = flight.waiters
+        cdef Py_ssize_t at
         flight.waiters = []
-        for pending, index in waiters:
+        for at in range(0, len(waiters), 2):
+            pending = <Pending>waiters[at]
+            index = waiters[at + 1]
             try:
                 pending.place(index, result, error)
             except Exception:
@@ -989,8 +992,13 @@ cdef class Route:
                     and flight.spec.cacheable(flight.tag, flight.params))
             ):
                 return True
+        cdef Py_ssize_t at
+        cdef list waiters
         for flight in flights:
-            for pending, index in flight.waiters:
+            waiters = flight.waiters
+            for at in range(0, len(waiters), 2):
+                pending = <Pending>waiters[at]
+                index = waiters[at + 1]
                 if pending.units[index] is None:
                     continue
                 if pending.batch and pending.used and pending.used + length > self.max_answer:
@@ -1028,7 +1036,11 @@ cdef class Route:
         return self.classify_call(call)
 
     cdef tuple classify_call(self, Call call):
-        cdef Method method = self.methods.get(call.method)
+        return self._classify(call, self.methods.get(call.method))
+
+    cdef tuple _classify(self, Call call, object row):
+        """``classify_call`` of a call whose row in the method table is known (None: none)."""
+        cdef Method method = row
         if method is None:
             method = self.passthrough
             if method is None:
@@ -1545,7 +1557,8 @@ cdef class Pending:
                        long long units) except *:
         self.units[index] = (method, units)
         self.left += 1
-        flight.waiters.append((self, index))
+        flight.waiters.append(self)
+        flight.waiters.append(index)
 
     cdef void place(self, Py_ssize_t index, object result, object error) except *:
         waiting = self.units[index]
@@ -1738,14 +1751,22 @@ cdef class Lane:
         parsed = route._parse(request.body, route.max_batch)
         calls = parsed.calls
         cdef int parse_error = parsed.error
+        cdef Py_ssize_t index
+        # A batch's rows, as found here: _batch classifies by them (one lookup per call).
+        cdef list rows = None
         if not parse_error:
-            for call in calls:
+            if parsed.batch:
+                rows = [None] * len(calls)
+            for index in range(len(calls)):
+                call = calls[index]
                 if not call.error:
                     if allow is not None and allow.call_refusal(call.method, call.params):
                         return HANDOFF
                     method = route.methods.get(call.method)
                     if method is None:
                         continue
+                    if rows is not None:
+                        rows[index] = method
                     if method.special or _sticky(route, call.method):
                         return HANDOFF
                     if method is route.logs_method and not route.logs_fit(
@@ -1778,7 +1799,7 @@ cdef class Lane:
             body = route._error_reply(b"null", parse_error, parsed.message)
             return self._answer(pending, 200, body, MISS, "invalid", None, False)
         if pending.batch:
-            return self._batch(pending)
+            return self._batch(pending, rows)
         return self._single(pending)
 
     cdef object _single(self, Pending pending):
@@ -1846,13 +1867,14 @@ cdef class Lane:
             self._held.append(route)
         route.held.extend(flights)
 
-    cdef object _batch(self, Pending pending):
+    cdef object _batch(self, Pending pending, list rows):
+        """``rows``: each call's row in the method table, as ``serve`` found it (None: none);
+        from here on, per position, the row of a call still to answer (None: answered)."""
         cdef Route route = pending.route
         cdef list calls = pending.calls
         cdef list replies = pending.replies
         cdef Py_ssize_t count = len(calls), admitted = 0, index
-        # Per position: the row of a call still to answer (None: answered) and its block tag.
-        cdef list rows = [None] * count, tags = [None] * count
+        cdef list tags = [None] * count
         cdef long long cu = 0, tcu = 0, units = 0, weight = 0
         cdef bint reads = False, writes = False
         cdef Method method
@@ -1863,13 +1885,14 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = route.classify_call(call)
+            method_obj, tag, valid = route._classify(call, rows[index])
             if method_obj is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
                 continue
             method = <Method>method_obj
             if not valid:
+                rows[index] = None
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
                 continue
