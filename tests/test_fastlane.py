@@ -504,7 +504,7 @@ def _param_texts(draw: st.DrawFn) -> str:
 def test_the_twins_read_the_same_block_tag(params: str, method: str) -> None:
     """The same tag, validity, price and cacheability from any params, in both twins."""
     body = f'{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}'.encode()
-    answers = []
+    answers: list[tuple[Any, ...]] = []
     for impl in _twins():
         (call,) = impl.jsonrpc.parse_request(body, 10).calls
         row, tag, valid = Lane(impl).route.classify(call)
@@ -598,7 +598,7 @@ def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
     members.)"""
 
     def scenario(lane: Lane) -> Any:
-        reply = lane.impl.jsonrpc.Reply
+        reply: Any = lane.impl.jsonrpc.Reply
         calls = [
             _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=1),  # not cacheable
             _call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=2),  # cacheable
