@@ -44,6 +44,8 @@ setup(
     ext_modules=cythonize(
         extensions,
         language_level=3,
+        # native/chaingate/_native/*.pxd: the cdef classes one module cimports from another.
+        include_path=[str(HERE / "native")],
         compiler_directives={
             "boundscheck": False,
             "wraparound": False,

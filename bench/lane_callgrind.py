@@ -127,8 +127,7 @@ def measure(
     tree: Path, kind: str, bodies: Path, url: str, count: int, work: Path
 ) -> dict[str, float]:
     """One kind in one checkout: instructions per request (per batch), by part."""
-    out = work / f"cg-{kind}-{os.getpid()}"
-    out.mkdir()
+    out = Path(tempfile.mkdtemp(prefix=f"cg-{kind}-", dir=work))  # one per tree (--compare)
     inner = out / "inner.py"
     inner.write_text(INNER)
     env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}:{tree}")

@@ -14,13 +14,18 @@ from collections import OrderedDict, defaultdict
 
 import msgspec
 
+cimport cython
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws
 from creply cimport error_reply_of, join_present, result_reply_of
+
+from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply
 
 log = logging.getLogger("chaingate.edge")
 
@@ -107,9 +112,7 @@ cdef dict _CACHE_HEADERS = {
     cache: JSON + b"X-Cache: " + cache + b"\r\n" for cache in (HIT, MISS, PARTIAL)
 }
 cdef bytes X_REQUEST_ID = b"X-Request-Id: "
-cdef frozenset _NAMED_TAGS = frozenset(
-    {b'"latest"', b'"pending"', b'"safe"', b'"finalized"', b'"earliest"'}
-)
+# The named tags: these four (``_is_current`` compares them in C) and "earliest".
 cdef frozenset _CURRENT_TAGS = frozenset({b'"latest"', b'"pending"', b'"safe"', b'"finalized"'})
 
 cdef bint ID_OK[256]
@@ -121,6 +124,28 @@ cdef enum:
     C_LOGS_FORWARD = 0
     C_LOGS_REFUSE = 1
     C_LOGS_SPLIT = 2
+
+
+cdef inline bint _is_current(bytes tag) noexcept:
+    """``tag in _CURRENT_TAGS``, by length and bytes (a batch reads several tags per call)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(tag)
+    cdef const char* p = PyBytes_AS_STRING(tag)
+    if n == 8:
+        return memcmp(p, b'"latest"', 8) == 0
+    if n == 9:
+        return memcmp(p, b'"pending"', 9) == 0
+    if n == 6:
+        return memcmp(p, b'"safe"', 6) == 0
+    if n == 11:
+        return memcmp(p, b'"finalized"', 11) == 0
+    return False
+
+
+cdef inline bint _current(object tag) except -1:
+    """Is this block tag (raw JSON bytes, or None) a head tag (``_CURRENT_TAGS``)?"""
+    if type(tag) is bytes:
+        return _is_current(<bytes>tag)
+    return tag is not None and tag in _CURRENT_TAGS
 
 
 cdef inline long long _logs_limit(long long network_blocks, long long plan_blocks) noexcept:
@@ -232,6 +257,56 @@ cdef Py_ssize_t _plain_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_
         if i >= n:
             return -1
         if p[i] == 93:
+            return i + 1
+        if p[i] != 44:
+            return -1
+        i = _ws(p, i + 1, n)
+
+
+cdef Py_ssize_t _flat_value_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """After the value at ``i`` of a call's params (validated JSON): a plain string (printable
+    ASCII, no escapes: ``_plain_string_end``), null, true, false, or an object of such strings
+    and nulls (eth_call's transaction, an EIP-1898 tag); -1 for anything else (numbers, arrays,
+    escapes, other bytes, nesting...: ``array_item`` reads those)."""
+    cdef unsigned char c
+    if i >= n:
+        return -1
+    c = p[i]
+    if c == 34:
+        return _plain_string_end(p, i, n)
+    if c == 110:
+        return i + 4 if n - i >= 4 and memcmp(p + i, b"null", 4) == 0 else -1
+    if c == 116:
+        return i + 4 if n - i >= 4 and memcmp(p + i, b"true", 4) == 0 else -1
+    if c == 102:
+        return i + 5 if n - i >= 5 and memcmp(p + i, b"false", 5) == 0 else -1
+    if c != 123:
+        return -1
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        return i + 1
+    while True:
+        if i >= n or p[i] != 34:
+            return -1
+        i = _plain_string_end(p, i, n)
+        if i < 0:
+            return -1
+        i = _ws(p, i, n)
+        if i >= n or p[i] != 58:
+            return -1
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 34:
+            i = _plain_string_end(p, i, n)
+        elif n - i >= 4 and memcmp(p + i, b"null", 4) == 0:
+            i += 4
+        else:
+            return -1
+        if i < 0:
+            return -1
+        i = _ws(p, i, n)
+        if i >= n:
+            return -1
+        if p[i] == 125:
             return i + 1
         if p[i] != 44:
             return -1
@@ -554,7 +629,8 @@ cdef bint valid_block_tag(bytes tag, bint solana):
             if not (48 <= p[i] <= 57):
                 return False
         return True
-    if tag in _NAMED_TAGS or (n > 0 and p[0] == 123):
+    if _is_current(tag) or (n == 10 and memcmp(p, b'"earliest"', 10) == 0) or (
+            n > 0 and p[0] == 123):
         return True
     if n < 5 or p[0] != 34 or p[1] != 48 or p[2] != 120 or p[n - 1] != 34:
         return False
@@ -644,7 +720,7 @@ cdef class Method:
         return self.cacheable(tag, params)
 
     cdef inline void charge(self, object tag, long long* cu, long long* tcu):
-        if self.cu_historical >= 0 and tag is not None and tag not in _CURRENT_TAGS:
+        if self.cu_historical >= 0 and tag is not None and not _current(tag):
             cu[0] = self.cu_historical
             tcu[0] = self.tcu * self.cu_historical // (self.cu if self.cu > 1 else 1)
         else:
@@ -659,13 +735,58 @@ cdef class Method:
         if (self.commitment and params is not None and b'"commitment"' in <bytes>params
                 and b'"finalized"' not in <bytes>params):
             return False
-        return self.block_param < 0 or (tag is not None and tag not in _CURRENT_TAGS)
+        return self.block_param < 0 or (tag is not None and not _current(tag))
+
+
+# The flights table by a key's hash computed once, when the flight is made: a flight is
+# looked up, listed, found again and delisted by the same key, and a (method, params) tuple's
+# hash is not kept by the tuple (CPython's own calls, which the plain ones make after hashing).
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX < 0x030D0000
+    #define cg_dict_get_hashed(d, k, h) _PyDict_GetItem_KnownHash(d, k, h)
+    #define cg_dict_set_hashed(d, k, v, h) _PyDict_SetItem_KnownHash(d, k, v, h)
+    #define cg_dict_del_hashed(d, k, h) _PyDict_DelItem_KnownHash(d, k, h)
+    #else
+    #define cg_dict_get_hashed(d, k, h) PyDict_GetItemWithError(d, k)
+    #define cg_dict_set_hashed(d, k, v, h) PyDict_SetItem(d, k, v)
+    #define cg_dict_del_hashed(d, k, h) PyDict_DelItem(d, k)
+    #endif
+    /* The value under k (borrowed) in *out: 1, or 0 when there is none, -1 on an error. */
+    static int cg_dict_find_hashed(PyObject* d, PyObject* k, Py_hash_t h, PyObject** out) {
+        *out = cg_dict_get_hashed(d, k, h);
+        if (*out != NULL)
+            return 1;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    """
+    int cg_dict_find_hashed(object d, object k, Py_hash_t h, PyObject** out) except -1
+    int cg_dict_set_hashed(object d, object k, object v, Py_hash_t h) except -1
+    int cg_dict_del_hashed(object d, object k, Py_hash_t h) except -1
+
+
+cdef inline Flight _listed(dict flights, tuple key, Py_hash_t key_hash):
+    """``flights.get(key)``, the key's hash given."""
+    cdef PyObject* found
+    if cg_dict_find_hashed(flights, key, key_hash, &found) == 0:
+        return None
+    return <Flight><object>found
+
+
+cdef inline int _delist(dict flights, Flight flight) except -1:
+    """``if flights.get(flight.key) is flight: del flights[flight.key]``."""
+    cdef PyObject* found
+    if (cg_dict_find_hashed(flights, flight.key, flight.key_hash, &found) == 1
+            and found == <PyObject*>flight):
+        cg_dict_del_hashed(flights, flight.key, flight.key_hash)
+    return 0
 
 
 cdef class Flight:
     """One upstream call in flight, and every answer waiting for it."""
 
     cdef readonly tuple key
+    cdef Py_hash_t key_hash
     cdef readonly str method
     cdef readonly object params
     cdef readonly Method spec
@@ -673,11 +794,12 @@ cdef class Flight:
     cdef public bint done
     cdef public object result
     cdef public object error
-    cdef list waiters  # (Pending, index) pairs
+    cdef list waiters  # pending, index, pending, index...: each waiter's answer and position
     cdef public object future
 
     def __init__(self, tuple key, object params, Method spec, object tag):
         self.key = key
+        self.key_hash = hash(key)
         self.method = key[0]
         self.params = params
         self.spec = spec
@@ -689,10 +811,12 @@ cdef class Flight:
         self.future = None
 
 
-cdef inline Flight _new_flight(tuple key, object params, Method spec, object tag):
-    """``Flight(key, params, spec, tag)`` without a Python-level call."""
+cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Method spec,
+                               object tag):
+    """``Flight(key, params, spec, tag)`` without a Python-level call (the key's hash given)."""
     cdef Flight flight = Flight.__new__(Flight)
     flight.key = key
+    flight.key_hash = key_hash
     flight.method = key[0]
     flight.params = params
     flight.spec = spec
@@ -806,9 +930,13 @@ cdef class Route:
         self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        cdef Flight flight = _new_flight(key, params, spec, tag)
+        return self._open(key, hash(key), params, spec, tag)
+
+    cdef Flight _open(self, tuple key, Py_hash_t key_hash, object params, Method spec,
+                      object tag):
+        cdef Flight flight = _new_flight(key, key_hash, params, spec, tag)
         if self.coalesce and spec.coalescible:
-            self.flights[key] = flight
+            cg_dict_set_hashed(self.flights, key, flight, key_hash)
         return flight
 
     cpdef land(self, Flight flight, object result, object error):
@@ -820,13 +948,15 @@ cdef class Route:
         flight.done = True
         flight.result = result
         flight.error = error
-        if self.flights.get(flight.key) is flight:
-            del self.flights[flight.key]
+        _delist(self.flights, flight)
         if flight.future is not None:
             flight.future.set_result((result, error))
-        waiters = flight.waiters
+        cdef list waiters = flight.waiters
+        cdef Py_ssize_t at
         flight.waiters = []
-        for pending, index in waiters:
+        for at in range(0, len(waiters), 2):
+            pending = <Pending>waiters[at]
+            index = waiters[at + 1]
             try:
                 pending.place(index, result, error)
             except Exception:
@@ -840,6 +970,7 @@ cdef class Route:
         cdef Py_ssize_t count = len(flights)
         cdef long long index
         cdef Flight flight
+        cdef Reply reply
         if count == 1 and len(replies) == 1:
             self._land_reply(<Flight>flights[0], replies[0], look, bad)
         else:
@@ -851,7 +982,7 @@ cdef class Route:
             if not flight.done:
                 self.land(flight, None, missing)
 
-    cdef int _land_reply(self, Flight flight, reply, look, bad) except -1:
+    cdef int _land_reply(self, Flight flight, Reply reply, look, bad) except -1:
         cdef Method spec
         if flight.done:
             return 0
@@ -898,8 +1029,13 @@ cdef class Route:
                     and flight.spec.cacheable(flight.tag, flight.params))
             ):
                 return True
+        cdef Py_ssize_t at
+        cdef list waiters
         for flight in flights:
-            for pending, index in flight.waiters:
+            waiters = flight.waiters
+            for at in range(0, len(waiters), 2):
+                pending = <Pending>waiters[at]
+                index = waiters[at + 1]
                 if pending.units[index] is None:
                     continue
                 if pending.batch and pending.used and pending.used + length > self.max_answer:
@@ -910,8 +1046,7 @@ cdef class Route:
                 if pending.units[index] is not None:
                     return True  # still waited for (a write is never given up)
         for flight in flights:
-            if self.flights.get(flight.key) is flight:
-                del self.flights[flight.key]
+            _delist(self.flights, flight)
         return False
 
     cdef void _send(self, list safe, list unsafe) except *:
@@ -937,8 +1072,12 @@ cdef class Route:
         """(method row, raw block tag, tag valid) of a well-formed call (see the pure twin)."""
         return self.classify_call(call)
 
-    cdef tuple classify_call(self, call):
-        cdef Method method = self.methods.get(call.method)
+    cdef tuple classify_call(self, Call call):
+        return self._classify(call, self.methods.get(call.method))
+
+    cdef tuple _classify(self, Call call, object row):
+        """``classify_call`` of a call whose row in the method table is known (None: none)."""
+        cdef Method method = row
         if method is None:
             method = self.passthrough
             if method is None:
@@ -946,10 +1085,34 @@ cdef class Route:
         tag = None
         params = call.params
         if method.block_param >= 0 and params is not None:
-            tag = self._array_item(params, method.block_param)
+            tag = self._block_tag(<bytes>params, method.block_param)
         if tag is not None and not valid_block_tag(tag, self.solana):
             return method, tag, False
         return method, tag, True
+
+    cdef object _block_tag(self, bytes params, Py_ssize_t index):
+        """``array_item(params, index)`` of a call's (validated) params: the usual ones, whose
+        items up to the tag are flat (``_flat_value_end``), in one scan here; anything else by
+        jsonrpc's ``array_item``, whose answer this must equal."""
+        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(params)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(params), k = 0, end
+        cdef Py_ssize_t i = _ws(p, 0, n)
+        if i >= n or p[i] != 91:
+            return None
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 93:
+            return None
+        while True:
+            end = _flat_value_end(p, i, n)
+            if end < 0:
+                return self._array_item(params, index)
+            if k == index:
+                return PyBytes_FromStringAndSize(<const char*>p + i, end - i)
+            k += 1
+            i = _ws(p, end, n)
+            if i >= n or p[i] != 44:
+                return None
+            i = _ws(p, i + 1, n)
 
     cpdef bint logs_fit(self, object params, object principal) except -1:
         """Does this eth_getLogs go upstream as it is (see the pure twin)?  The usual filter is
@@ -1403,6 +1566,17 @@ cdef inline char* _put_bytes(char* q, bytes data) noexcept:
     return q + n
 
 
+@cython.final
+@cython.no_gc  # a str and numbers: never part of a cycle
+cdef class _Tally:
+    """One method's usage in a batch so far (``Pending.book``)."""
+
+    cdef str name
+    cdef long long calls
+    cdef long long units
+    cdef long long errors
+
+
 cdef class Pending:
     """One request's answer while flights it waits for are in the air."""
 
@@ -1429,8 +1603,12 @@ cdef class Pending:
     cdef long long requests
     cdef long long cu
     cdef long long errors
-    # A batch's usage so far, per method name: [calls, units, errors] (``book``); None: none.
-    cdef dict tally
+    # A batch's usage so far, one _Tally per method name in the order first booked (``book``);
+    # None: none.
+    cdef list tally
+    # A batch's positions whose reply is a node's bare result, wrapped with the call's id as
+    # the answer is joined (``_join_batch``): one copy of it, not two.  None: no such position.
+    cdef bytearray bare
 
     cdef int admit_reply(self, Py_ssize_t size):
         if self.over or self.used + size > self.route.max_answer:
@@ -1446,7 +1624,8 @@ cdef class Pending:
                        long long units) except *:
         self.units[index] = (method, units)
         self.left += 1
-        flight.waiters.append((self, index))
+        flight.waiters.append(self)
+        flight.waiters.append(index)
 
     cdef void place(self, Py_ssize_t index, object result, object error) except *:
         waiting = self.units[index]
@@ -1455,7 +1634,7 @@ cdef class Pending:
         self.units[index] = None
         cdef Method method = <Method>(<tuple>waiting)[0]
         cdef long long units = (<tuple>waiting)[1]
-        call = self.calls[index]
+        cdef Call call = self.calls[index]
         cdef Route route = self.route
         cdef Py_ssize_t size
         cdef int fits
@@ -1472,10 +1651,15 @@ cdef class Pending:
             elif size + PyBytes_GET_SIZE(call_id) > route.max_single:
                 result = None
                 error = route.refuse(ANSWER_TOO_LARGE, method.write)
-            if result is not None:
-                self.replies[index] = result_reply_of(call_id, result)
-            else:
+            if result is None:
                 self.replies[index] = error_reply_of(call_id, error)
+            elif self.batch:
+                if self.bare is None:
+                    self.bare = bytearray(len(self.calls))
+                PyByteArray_AS_STRING(self.bare)[index] = 1
+                self.replies[index] = result
+            else:
+                self.replies[index] = result_reply_of(call_id, result)
         self.book(method, units, error is not None)
         self.left -= 1
         if self.over:
@@ -1491,19 +1675,24 @@ cdef class Pending:
             method.stats.error += 1
         else:
             method.stats.ok += 1
-        cdef list counts
+        cdef _Tally tally
+        cdef str name
         if self.batch:
             if self.tally is None:
-                self.tally = {}
-            found = self.tally.get(method.name)
-            if found is None:
-                self.tally[method.name] = [1, units, 1 if failed else 0]
+                self.tally = []
+            # A batch names a few methods: found by a look down the list, counted in C.
+            name = method.name
+            for tally in self.tally:
+                if tally.name is name or tally.name == name:
+                    break
             else:
-                counts = <list>found
-                counts[0] += 1
-                counts[1] += units
-                if failed:
-                    counts[2] += 1
+                tally = _Tally.__new__(_Tally)
+                tally.name = name
+                self.tally.append(tally)
+            tally.calls += 1
+            tally.units += units
+            if failed:
+                tally.errors += 1
         else:
             self.requests = 1
             self.cu = units
@@ -1511,14 +1700,13 @@ cdef class Pending:
 
     cdef void meter_batch(self) except *:
         """The usage of a batch's calls booked so far: one sample per method."""
-        cdef dict tally = self.tally
-        cdef list counts
-        if tally is None:
+        cdef list tallies = self.tally
+        cdef _Tally tally
+        if tallies is None:
             return
         self.tally = None
-        for name, found in tally.items():
-            counts = <list>found
-            self.meter(name, counts[0], counts[1], counts[2], UNTIMED)
+        for tally in tallies:
+            self.meter(tally.name, tally.calls, tally.units, tally.errors, UNTIMED)
 
     cdef inline void meter(self, str method, long long requests, long long cu,
                            long long errors, double seconds) except *:
@@ -1540,6 +1728,7 @@ cdef class Pending:
     cdef void give_up_reads(self) except *:
         cdef Route route = self.route
         cdef Method method
+        cdef Call call
         cdef Py_ssize_t index
         for index in range(len(self.units)):
             waiting = self.units[index]
@@ -1610,6 +1799,8 @@ cdef class Lane:
         cdef Route route = self.routes.get(path)
         cdef Method method
         cdef Pending pending
+        cdef ParsedRequest parsed
+        cdef Call call
         key = None
         if route is None:
             head, key = _split_path_key(path)
@@ -1627,14 +1818,22 @@ cdef class Lane:
         parsed = route._parse(request.body, route.max_batch)
         calls = parsed.calls
         cdef int parse_error = parsed.error
+        cdef Py_ssize_t index
+        # A batch's rows, as found here: _batch classifies by them (one lookup per call).
+        cdef list rows = None
         if not parse_error:
-            for call in calls:
+            if parsed.batch:
+                rows = [None] * len(calls)
+            for index in range(len(calls)):
+                call = calls[index]
                 if not call.error:
                     if allow is not None and allow.call_refusal(call.method, call.params):
                         return HANDOFF
                     method = route.methods.get(call.method)
                     if method is None:
                         continue
+                    if rows is not None:
+                        rows[index] = method
                     if method.special or _sticky(route, call.method):
                         return HANDOFF
                     if method is route.logs_method and not route.logs_fit(
@@ -1667,14 +1866,14 @@ cdef class Lane:
             body = route._error_reply(b"null", parse_error, parsed.message)
             return self._answer(pending, 200, body, MISS, "invalid", None, False)
         if pending.batch:
-            return self._batch(pending)
+            return self._batch(pending, rows)
         return self._single(pending)
 
     cdef object _single(self, Pending pending):
         cdef Route route = pending.route
         cdef Method method
         cdef long long cu = 0, tcu = 0
-        call = pending.calls[0]
+        cdef Call call = pending.calls[0]
         if call.error:
             route.invalid.error += 1
             body = route._error_reply(call.id, call.error, call.message)
@@ -1735,28 +1934,32 @@ cdef class Lane:
             self._held.append(route)
         route.held.extend(flights)
 
-    cdef object _batch(self, Pending pending):
+    cdef object _batch(self, Pending pending, list rows):
+        """``rows``: each call's row in the method table, as ``serve`` found it (None: none);
+        from here on, per position, the row of a call still to answer (None: answered)."""
         cdef Route route = pending.route
         cdef list calls = pending.calls
         cdef list replies = pending.replies
-        cdef list jobs = []
+        cdef Py_ssize_t count = len(calls), admitted = 0, index
+        cdef list tags = [None] * count
         cdef long long cu = 0, tcu = 0, units = 0, weight = 0
         cdef bint reads = False, writes = False
-        cdef Py_ssize_t index
         cdef Method method
-        for index in range(len(calls)):
+        cdef Call call
+        for index in range(count):
             call = calls[index]
             if call.error:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = route.classify_call(call)
+            method_obj, tag, valid = route._classify(call, rows[index])
             if method_obj is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
                 continue
             method = <Method>method_obj
             if not valid:
+                rows[index] = None
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
                 continue
@@ -1767,26 +1970,30 @@ cdef class Lane:
                 writes = True
             else:
                 reads = True
-            jobs.append((index, call, method, tag, units))
+            rows[index] = method
+            tags[index] = tag
+            admitted += 1
         cdef OpenAdmission admission = self.admission
-        if jobs:
-            rejection = admission.admit(pending.principal, reads, writes, len(jobs), cu, tcu)
+        if admitted:
+            rejection = admission.admit(pending.principal, reads, writes, admitted, cu, tcu)
             if rejection is not None:
-                return self._refused_batch(pending, rejection, jobs)
+                return self._refused_batch(pending, rejection, rows)
         cdef ResponseCache cache = route.cache
-        cdef list upstream = []
         cdef int fits
         cdef MethodStats stats
-        for job in jobs:
-            index = (<tuple>job)[0]
-            call = (<tuple>job)[1]
-            method = <Method>(<tuple>job)[2]
-            tag = (<tuple>job)[3]
-            units = (<tuple>job)[4]
+        for index in range(count):
+            found = rows[index]
+            if found is None:
+                continue
+            method = <Method>found
+            call = calls[index]
+            tag = tags[index]
             if method.cache != NO_CACHE and method.cacheable(tag, call.params):
                 params = call.params
                 hit = cache.get((call.method, params if params is not None else b""))
                 if hit is not None:
+                    rows[index] = None
+                    method.charge(tag, &units, &weight)
                     stats = method.stats
                     call_id = call.id
                     if call_id is not None:
@@ -1802,36 +2009,44 @@ cdef class Lane:
                     stats.cache_hits += 1
                     pending.book(method, units, False)
                     continue
-            upstream.append(job)
         if pending.over:
-            for job in upstream:
-                index = (<tuple>job)[0]
-                call = (<tuple>job)[1]
-                method = <Method>(<tuple>job)[2]
+            for index in range(count):
+                found = rows[index]
+                if found is None:
+                    continue
+                method = <Method>found
+                call = calls[index]
+                method.charge(tags[index], &units, &weight)
                 if call.id is not None:
                     replies[index] = error_reply_of(
                         call.id, route.refuse(ANSWER_TOO_LARGE, False))
-                pending.book(method, (<tuple>job)[4], True)
+                pending.book(method, units, True)
             return self._batch_answer(pending)
         cdef list safe = [], unsafe = []
         cdef dict flights = route.flights
         cdef Flight flight
-        for job in upstream:
-            index = (<tuple>job)[0]
-            call = (<tuple>job)[1]
-            method = <Method>(<tuple>job)[2]
+        cdef Py_hash_t key_hash
+        for index in range(count):
+            found = rows[index]
+            if found is None:
+                continue
+            method = <Method>found
+            call = calls[index]
+            tag = tags[index]
             params = call.params
             key = (call.method, params if params is not None else b"")
-            flight = flights.get(key)
+            key_hash = hash(key)
+            flight = _listed(flights, key, key_hash)
             if flight is not None:
                 route.coalesced += 1
             else:
-                flight = route.open_flight(key, params, method, (<tuple>job)[3])
+                flight = route._open(key, key_hash, params, method, tag)
                 if method.retry:
                     safe.append(flight)
                 else:
                     unsafe.append(flight)
-            pending.wait_for(flight, index, method, (<tuple>job)[4])
+            method.charge(tag, &units, &weight)
+            pending.wait_for(flight, index, method, units)
         # Decided before sending: a group may land at once (see the pure twin).
         cdef bint waiting = pending.left > 0
         if safe and self._holding and route.upstream_batch > 1:
@@ -1844,22 +2059,27 @@ cdef class Lane:
             return DEFER
         # A batch with nothing admitted (every call malformed, unknown or a bad tag) is
         # answered, not timed: none of it is usage.
-        return self._batch_answer(pending, len(jobs) > 0)
+        return self._batch_answer(pending, admitted > 0)
 
-    cdef tuple _refused_batch(self, Pending pending, rejection, list jobs):
+    cdef tuple _refused_batch(self, Pending pending, rejection, list rows):
+        cdef Call call
+        cdef Py_ssize_t index
         replies = pending.replies
         error = refusal_error(rejection.status, rejection.code, rejection.message)
-        for job in jobs:
-            call = (<tuple>job)[1]
+        for index in range(len(rows)):
+            if rows[index] is None:
+                continue
+            call = pending.calls[index]
             if call.id is not None:
-                replies[(<tuple>job)[0]] = error_reply_of(call.id, error)
+                replies[index] = error_reply_of(call.id, error)
         answered = [reply for reply in replies if reply is not None]
         body = b"[" + b",".join(answered) + b"]" if answered else None
         return self._answer(pending, rejection.status, body, b"", "batch", rejection)
 
     cdef tuple _batch_answer(self, Pending pending, bint timed=True):
         # One pass over the replies (a notification's position holds none), one allocation.
-        body = join_present(pending.replies)
+        body = _join_batch(pending.replies, pending.calls, pending.bare)
+        pending.bare = None
         # Flights given up on still hold this Pending until they land: not its replies.
         pending.replies = []
         cdef Py_ssize_t hits = pending.hits, count = len(pending.calls)
@@ -1903,6 +2123,48 @@ cdef class Lane:
         if timed and rejection is None:
             pending.meter(label, pending.requests, pending.cu, pending.errors, elapsed)
         return status, _head_lines(pending.request_id, first, second, rate, cors), body
+
+
+cdef object _join_batch(list replies, list calls, bytearray bare):
+    """``join_present`` of a batch's replies, a bare result (``Pending.bare``) written as
+    ``result_reply_of`` its call's id would write it: the same bytes, in one allocation."""
+    if bare is None:
+        return join_present(replies)
+    cdef const char* flags = PyByteArray_AS_STRING(bare)
+    cdef Py_ssize_t total = 1, count = 0, index, size, id_len
+    cdef object part
+    cdef bytes call_id
+    for index in range(len(replies)):
+        part = replies[index]
+        if part is not None:
+            total += PyBytes_GET_SIZE(<bytes>part) + 1
+            if flags[index]:
+                total += REPLY_OVERHEAD - 1 + PyBytes_GET_SIZE(<bytes>(<Call>calls[index]).id)
+            count += 1
+    if count == 0:
+        return None
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* q = PyBytes_AS_STRING(out)
+    q[0] = 91
+    q += 1
+    for index in range(len(replies)):
+        part = replies[index]
+        if part is None:
+            continue
+        if flags[index]:
+            call_id = (<Call>calls[index]).id
+            q = _put(q, b'{"jsonrpc":"2.0","id":', 22)
+            q = _put_bytes(q, call_id)
+            q = _put(q, b',"result":', 10)
+            q = _put_bytes(q, <bytes>part)
+            q[0] = 125
+            q += 1
+        else:
+            q = _put_bytes(q, <bytes>part)
+        q[0] = 44
+        q += 1
+    (q - 1)[0] = 93
+    return out
 
 
 cdef bytes _head_lines(bytes request_id, bytes first, bytes second, bytes rate, bytes cors):

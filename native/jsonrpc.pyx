@@ -11,7 +11,7 @@ import json
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
@@ -88,14 +88,10 @@ cdef void _init():
 _init()
 
 
+# The fields of these four classes are declared in chaingate/_native/jsonrpc.pxd (the lane
+# reads them as C members).
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Call:
-    cdef public object id
-    cdef public object method
-    cdef public object params
-    cdef public int error
-    cdef public str message
-
     def __init__(self, id, method, params, int error, str message):
         self.id = id
         self.method = method
@@ -106,11 +102,6 @@ cdef class Call:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedRequest:
-    cdef public bint batch
-    cdef public list calls
-    cdef public int error
-    cdef public str message
-
     def __init__(self, bint batch, list calls, int error, str message):
         self.batch = batch
         self.calls = calls
@@ -127,11 +118,6 @@ cdef enum:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class Reply:
-    cdef public object id
-    cdef readonly object result
-    cdef public object error
-    cdef long long _block  # read while the response was scanned (BLOCK_*, or the number)
-
     def __init__(self, id, result, error):
         self.id = id
         self.result = result
@@ -151,9 +137,6 @@ cdef class Reply:
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
 cdef class ParsedResponse:
-    cdef public bint batch
-    cdef public list replies
-
     def __init__(self, bint batch, list replies):
         self.batch = batch
         self.replies = replies
@@ -579,6 +562,39 @@ cdef str _string_value(bytes body, const unsigned char* p, Py_ssize_t start, Py_
     return PyUnicode_DecodeUTF8(<const char*>(p + start), end - start, NULL)
 
 
+# Method names as str objects, by their bytes: the same few dozen names come in every batch,
+# and one object per name spares each call a decode and makes every later lookup by it (the
+# method table, the name's JSON, the usage tally) an identity hit.  A slot holds the last
+# name that hashed to it (a client sending names of its own only makes its own calls slower).
+DEF NAME_SLOTS = 256
+DEF NAME_MAX = 64
+cdef list _NAMES = [None] * NAME_SLOTS
+
+
+cdef str _method_name(bytes body, const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """``_string_value`` of a call's method, from the slot its bytes hash to when it is there
+    (a short ASCII name without escapes; anything else is decoded as before)."""
+    cdef Py_ssize_t n = end - start, i
+    cdef unsigned int h = 2166136261u
+    cdef unsigned char c
+    cdef object found
+    if n <= 0 or n > NAME_MAX:
+        return _string_value(body, p, start, end)
+    for i in range(start, end):
+        c = p[i]
+        if c >= 128 or c == 92:
+            return _string_value(body, p, start, end)
+        h = (h ^ c) * 16777619u
+    h = (h ^ (h >> 16)) % NAME_SLOTS
+    found = _NAMES[h]
+    if (found is not None and PyUnicode_GET_LENGTH(<str>found) == n
+            and memcmp(PyUnicode_DATA(<str>found), p + start, n) == 0):
+        return <str>found
+    name = PyUnicode_DecodeUTF8(<const char*>(p + start), n, NULL)
+    _NAMES[h] = name
+    return name
+
+
 cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
     cdef object id_raw = None
     cdef object method = None
@@ -602,7 +618,7 @@ cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
     e = spans[2 * K_METHOD + 1]
     if p[s] != 34:
         return _new_call(reply_id, None, None, INVALID_REQUEST, MSG_BAD_METHOD)
-    method = _string_value(body, p, s + 1, e - 1)
+    method = _method_name(body, p, s + 1, e - 1)
     s = spans[2 * K_PARAMS]
     if s >= 0:
         if p[s] != 91 and p[s] != 123:

@@ -535,6 +535,51 @@ def test_the_usual_log_filters_are_read_to_their_ends() -> None:
         )
 
 
+# Params as clients write them, and stranger: the compiled lane reads the usual block tags
+# itself (flat items up to the tag) and asks jsonrpc's array_item for the rest.
+_PARAM_ITEMS = st.one_of(
+    st.sampled_from(
+        ['"latest"', '"earliest"', '"pending"', '"safe"', '"finalized"', '"Latest"', '"0x1f"',
+         '"0x' + "ab" * 20 + '"', "null", "true", "false", "0", "-1.5e3",
+         "{}", '{"blockHash":"0x' + "cd" * 32 + '"}', '{"blockNumber":"0x1","x":null}',
+         '{"to":"0x' + "11" * 20 + '","data":"0x70a08231"}', '{"a":1}', '{"a":{"b":"c"}}',
+         '{"a":["b"]}', '{"a":"\\u0041"}', '"\\u006c atest"', '"\u00e9"', "[]", '["0x1"]',
+         '"\x7f"', '{ "to" : "0x1" , "gas" : null }']
+    ),
+    st.text(alphabet='0x1f"latesnu\\ ', max_size=10).map(json.dumps),
+)  # fmt: skip
+
+
+@st.composite
+def _param_texts(draw: st.DrawFn) -> str:
+    ws = draw(_WHITESPACE)
+    items = draw(st.lists(_PARAM_ITEMS, max_size=5))
+    text = f"{ws}[{ws}" + f"{ws},{ws}".join(items) + f"{ws}]{ws}"
+    return draw(st.sampled_from([text, text, "{}", '{"a":"latest"}', " [ ] "]))
+
+
+@settings(max_examples=1500)
+@given(
+    params=_param_texts(),
+    method=st.sampled_from(
+        ["eth_getBalance", "eth_call", "eth_getStorageAt", "eth_getBlockByNumber", "eth_chainId"]
+    ),
+)
+def test_the_twins_read_the_same_block_tag(params: str, method: str) -> None:
+    """The same tag, validity, price and cacheability from any params, in both twins."""
+    body = f'{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}'.encode()
+    answers: list[tuple[Any, ...]] = []
+    for impl in _twins():
+        (call,) = impl.jsonrpc.parse_request(body, 10).calls
+        row, tag, valid = Lane(impl).route.classify(call)
+        if row is None:
+            answers.append((None, tag, valid))
+        else:  # the tag's price and whether its answer may be cached: the same rule
+            priced = row.price(tag), row.may_be_cached(tag, call.params)
+            answers.append((row.name, tag, valid, *priced))
+    assert answers[0] == answers[1]
+
+
 def test_a_key_with_allowlists_is_served_by_the_lane_within_them() -> None:
     """The lane asks the key's lists (auth/allowlists.py): what they allow it answers, what
     they refuse — an origin, a method, a contract, anywhere in a batch — the handler
@@ -612,10 +657,12 @@ def test_a_groups_replies_land_on_the_flights_their_ids_name() -> None:
     order; an error object is the call's error, a reply with neither a result nor an error
     object gets ``bad()``, a flight no reply names (a duplicate or a foreign id does not
     count) ``missing``; the service is shown the results it must see (``look``): those the
-    cache may keep and the watched methods' — nothing else."""
-    reply = impl_module.pure().jsonrpc.Reply
+    cache may keep and the watched methods' — nothing else.  (Each twin is given its own
+    jsonrpc's replies, as its service gives it: the compiled lane reads their fields as C
+    members.)"""
 
     def scenario(lane: Lane) -> Any:
+        reply: Any = lane.impl.jsonrpc.Reply
         calls = [
             _call("eth_getBalance", ["0x" + "11" * 20, "latest"], id=1),  # not cacheable
             _call("eth_getBalance", ["0x" + "11" * 20, "0x1"], id=2),  # cacheable

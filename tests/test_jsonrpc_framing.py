@@ -111,6 +111,21 @@ def test_method_with_escapes_is_decoded(impl: Impl) -> None:
     assert single(impl, body)[1] == "eth_call\n\u20ac"
 
 
+def test_method_names_read_again_are_the_same_names(impl: Impl) -> None:
+    """The compiled twin keeps the str of a short ASCII name it read (a slot per name's
+    hash): a name read again, a name that shares a slot, a prefix, a longer or escaped or
+    non-ASCII name each still come back as what the body says."""
+    names = [f"m{i}" for i in range(600)] + ["eth_call", "eth_cal", "eth_calls", "a" * 64]
+    names += ["a" * 65, "\u0065th_call", "eth_\u00e9", "eth_é", ""]
+    calls = [{"jsonrpc": "2.0", "id": i, "method": "@"} for i in range(len(names))]
+    text = json.dumps(calls * 2)
+    for name in names * 2:
+        text = text.replace('"@"', '"' + name + '"', 1)
+    parsed = impl.jsonrpc.parse_request(text.encode(), 10_000)
+    expected = [json.loads('"' + name + '"') for name in names] * 2
+    assert [call.method for call in parsed.calls] == expected
+
+
 @pytest.mark.parametrize("bad_id", [b"true", b"false", b"{}", b'{"a":1}', b"[]", b"[1]"])
 def test_invalid_id_types(impl: Impl, bad_id: bytes) -> None:
     body = b'{"jsonrpc":"2.0","method":"m","id":' + bad_id + b"}"
