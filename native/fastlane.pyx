@@ -22,7 +22,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from libc.string cimport memcmp, memcpy, memset
 
 from cformat cimport int_width, write_int
-from cjson cimport json_ws as _ws
+from cjson cimport json_ws as _ws, printable_run as _printable_run
 from creply cimport error_reply_of, join_present, result_reply_of
 
 from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply
@@ -187,40 +187,6 @@ _LogFilter = msgspec.defstruct(
 
 _log_filter = msgspec.json.Decoder(tuple[_LogFilter])
 cdef bytes _ABSENT = b""
-
-
-# The inside of a plain string (printable ASCII, 0x20 to 0x7f, but no quote and no backslash) is
-# skipped sixteen bytes at a time (SSE2: a signed compare below 0x20 also catches every byte >= 0x80)
-# instead of one table look per byte; an eth_getLogs filter is mostly its address and topics.
-cdef extern from *:
-    """
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    #endif
-    /* The offset of the first byte at or after i that is not plain (n: none). */
-    static inline Py_ssize_t cg_printable_run(const unsigned char* p, Py_ssize_t i,
-                                              Py_ssize_t n) {
-    #if defined(__SSE2__)
-        const __m128i quote = _mm_set1_epi8(0x22), slash = _mm_set1_epi8(0x5c);
-        const __m128i space = _mm_set1_epi8(0x20);
-        while (i + 16 <= n) {
-            __m128i x = _mm_loadu_si128((const __m128i*)(p + i));
-            __m128i hit = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, slash)),
-                _mm_cmplt_epi8(x, space));
-            int mask = _mm_movemask_epi8(hit);
-            if (mask)
-                return i + __builtin_ctz((unsigned)mask);
-            i += 16;
-        }
-    #endif
-        while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != 0x22 && p[i] != 0x5c)
-            i++;
-        return i;
-    }
-    """
-    Py_ssize_t _printable_run "cg_printable_run"(const unsigned char* p, Py_ssize_t i,
-                                                  Py_ssize_t n) noexcept
 
 
 cdef inline Py_ssize_t _plain_string_end(const unsigned char* p, Py_ssize_t i,

@@ -12,11 +12,10 @@ import json
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
-from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 from cformat cimport int_width, write_int
-from cjson cimport json_ws as _ws
+from cjson cimport any_high as _any_high, json_ws as _ws, plain_run as _plain_run
 from creply cimport error_reply_of, join_present, result_reply_of
 
 from chaingate.framing_constants import MAX_JSON_DEPTH as _MAX_DEPTH_PY
@@ -164,84 +163,6 @@ cdef inline ParsedRequest _parsed(bint batch, list calls, int error, str message
     parsed.error = error
     parsed.message = message
     return parsed
-
-
-# A JSON string's inside is mostly bytes that need no look (hex digits, names): these find the
-# next one that does ('"', '\\' or a control byte) sixteen bytes at a time (SSE2, which every
-# x86-64 has), else eight (SWAR, word operations), instead of three tests per byte.
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    #endif
-    #define CG_ONES 0x0101010101010101ULL
-    #define CG_HIGHS 0x8080808080808080ULL
-
-    /* No '"', no '\\' and no byte below 0x20 among these eight (exact: a byte >= 0x80 is
-       plain, and a borrow only ever sets a bit where a byte already matched). */
-    static inline int cg_plain8(uint64_t w) {
-        uint64_t quote = w ^ (CG_ONES * 0x22), slash = w ^ (CG_ONES * 0x5c);
-        uint64_t found = ((w - CG_ONES * 0x20) & ~w) | ((quote - CG_ONES) & ~quote)
-                         | ((slash - CG_ONES) & ~slash);
-        return (found & CG_HIGHS) == 0;
-    }
-
-    /* The offset of the first '"', '\\' or control byte at or after i (n: none). */
-    static inline Py_ssize_t cg_plain_run(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) {
-        uint64_t w;
-    #if defined(__SSE2__)
-        const __m128i quote = _mm_set1_epi8(0x22), slash = _mm_set1_epi8(0x5c);
-        const __m128i ctrl = _mm_set1_epi8(0x1f);
-        while (i + 16 <= n) {
-            __m128i x = _mm_loadu_si128((const __m128i*)(p + i));
-            __m128i hit = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, slash)),
-                _mm_cmpeq_epi8(_mm_min_epu8(x, ctrl), x));
-            int mask = _mm_movemask_epi8(hit);
-            if (mask)
-                return i + __builtin_ctz((unsigned)mask);
-            i += 16;
-        }
-    #endif
-        while (i + 8 <= n) {
-            memcpy(&w, p + i, 8);
-            if (!cg_plain8(w))
-                break;
-            i += 8;
-        }
-        while (i < n && p[i] != 0x22 && p[i] != 0x5c && p[i] >= 0x20)
-            i++;
-        return i;
-    }
-
-    /* Any byte >= 0x80 among the n at p?  Every byte's high bit OR-ed together, 32 bytes a
-       turn (no early exit: a body is almost always ASCII). */
-    static inline int cg_any_high(const unsigned char* p, Py_ssize_t n) {
-        Py_ssize_t i = 0;
-        uint64_t seen = 0, w;
-    #if defined(__SSE2__)
-        __m128i a = _mm_setzero_si128(), b = _mm_setzero_si128();
-        for (; i + 32 <= n; i += 32) {
-            a = _mm_or_si128(a, _mm_loadu_si128((const __m128i*)(p + i)));
-            b = _mm_or_si128(b, _mm_loadu_si128((const __m128i*)(p + i + 16)));
-        }
-        if (_mm_movemask_epi8(_mm_or_si128(a, b)))
-            return 1;
-    #endif
-        for (; i + 8 <= n; i += 8) {
-            memcpy(&w, p + i, 8);
-            seen |= w;
-        }
-        for (; i < n; i++)
-            seen |= p[i];
-        return (seen & CG_HIGHS) != 0;
-    }
-    """
-    bint _any_high "cg_any_high"(const unsigned char* p, Py_ssize_t n) noexcept
-    Py_ssize_t _plain_run "cg_plain_run"(const unsigned char* p, Py_ssize_t i,
-                                          Py_ssize_t n) noexcept
 
 
 cdef inline Py_ssize_t _string_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
