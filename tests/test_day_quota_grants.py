@@ -323,6 +323,42 @@ async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
         await other.stop()
 
 
+async def test_an_ask_in_flight_leaves_the_account_admitting(
+    tmp_path: Path, impl: impl_module.Impl, eater: ReplyEater
+) -> None:
+    """An account changes hands only with Redis's answer: while its first ask is in flight
+    (here: a stalled Redis, up to the sync's timeout) it is admitted on the process's own
+    view as before (was: refused — the account had been taken over before the ask was sent,
+    and requests got "daily request quota exhausted" far from the quota's end).  Once Redis
+    answers again, what was admitted meanwhile is charged: granted = admitted + held."""
+    async with (
+        account_with_quota(tmp_path, 500) as (store, account_id, key),
+        trio.open_nursery() as nursery,
+    ):
+        process = Process(store, impl, eater.url)
+        await process.start(nursery)
+        await trio.sleep(SYNC * 4)  # connected, syncing, the account not yet used
+        eater.eat.set()
+        failures = process.shared.failures
+        assert process.admit(key) == 1
+        await trio.sleep(SYNC * 4)  # a sync has sent the account's first ask: no answer
+        assert process.shared.failures == failures, "the stall outlasted the sync's timeout"
+        assert not process.shared.quotas.holds(account_id)
+        assert process.admit(key, 30) == 30, "refused while its first ask was in flight"
+        while process.shared.failures == failures:
+            await trio.sleep(SYNC)
+        assert process.admit(key, 10) == 10  # released: its own view
+        eater.eat.clear()
+        eater.reset()
+        while not process.shared.up:
+            await trio.sleep(SYNC)
+        process.admit(key)
+        await trio.sleep(SYNC * 6)
+        assert process.shared.quotas.holds(account_id)
+        assert_exact([process], account_id, await granted(account_id))
+        await process.stop()
+
+
 async def test_a_starved_process_keeps_asking_and_gets_the_idle_units(
     tmp_path: Path, impl: impl_module.Impl, monkeypatch: pytest.MonkeyPatch
 ) -> None:

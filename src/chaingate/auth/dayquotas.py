@@ -8,9 +8,10 @@ the request path (the shared-limits sync) before it runs out: ``MIN_ROOM`` at le
 sync intervals' worth of the account's recent use.  Near the end of the quota a grant is at
 most half of what is left, so the last units spread over the processes that ask.
 
-An account is granted only once it is used here: until its first sync it is admitted on this
-process's own view (the store's day total at start-up plus what it served), and what it
-admitted meanwhile is charged at that sync.
+An account is granted only once it is used here: until Redis has answered its first ask it is
+admitted on this process's own view (the store's day total at start-up plus what it served),
+and what it admitted meanwhile is charged.  It changes hands only with that answer: an ask in
+flight (a slow or hung Redis: up to the sync's timeout) leaves it admitting as before.
 
 Units granted and never admitted do not stay lost:
 - a process that exits gracefully gives back every unit it holds;
@@ -110,14 +111,39 @@ def _holders_key(day: int, account_id: str) -> bytes:
 class _Held:
     """An account whose local day quota is what Redis granted this process."""
 
-    __slots__ = ("day", "floor", "granted_total", "last_used", "returned_at")
+    __slots__ = ("day", "granted_total", "last_used", "owed", "returned_at")
 
-    def __init__(self, day: int, floor: int) -> None:
+    def __init__(self, day: int) -> None:
         self.day = day
-        self.floor = floor
         self.granted_total = 0  # all processes' grants, as of the last reply
         self.last_used = 0.0
         self.returned_at = -1e9
+        self.owed = 0  # admitted while its first ask was in flight, beyond what that granted
+
+
+class _Ask:
+    """One account's ask of a sync, as queued: ``used`` is its local count then."""
+
+    __slots__ = ("account_id", "adopt", "charge", "quota", "room", "stale", "used", "want")
+
+    def __init__(
+        self,
+        account_id: str,
+        quota: DayQuota,
+        want: int,
+        charge: int,
+        room: int,
+        stale: bool,
+        adopt: bool,
+    ) -> None:
+        self.account_id = account_id
+        self.quota = quota
+        self.want = want
+        self.charge = charge
+        self.room = room
+        self.stale = stale
+        self.adopt = adopt  # the account is on this process's own view until the answer
+        self.used = quota.used
 
 
 class AccountDays(Protocol):
@@ -167,26 +193,40 @@ class DayAllowances:
     def holds(self, account_id: str) -> bool:
         return account_id in self._held
 
-    def _adopt(self, account_id: str, quota: DayQuota, day: int) -> tuple[int, bool]:
-        """From now on the account's local room is what Redis grants: none yet.  Returns the
-        charge (admissions here that no grant covered) and whether a stale record of this
-        process is to be taken back first."""
+    def _adoption(self, account_id: str, quota: DayQuota, day: int) -> tuple[int, bool]:
+        """What the first ask of an account on its own view carries: the charge (admissions
+        here that no grant covered) and whether a stale record of this process is to be taken
+        back first.  Nothing changes hands until Redis answers (``_take``)."""
+        held = self._held.get(account_id)
+        if held is not None:
+            # A new day: yesterday's grant is spent; until today's first answer the account
+            # is on this process's own view, as at start-up.
+            del self._held[account_id]
+            self._reported.pop(account_id, None)
+            quota.set_limit(self._limit_of(account_id))
         quota.add(day, 0)  # on a new day, the count restarts
-        held = self._held.pop(account_id, None)
-        released = self._released.pop(account_id, None)
-        stale = False
+        released = self._released.get(account_id)
         if released is not None and released.day == day:
-            charge = quota.used - released.bump - released.reported
-            stale = True
-        elif held is None and released is None:
-            charge = quota.used - self._floor_of(account_id, day)
-        else:
-            charge = quota.used  # all of today's count was served on an older grant
-        if quota.used == 0:
-            quota.add(day, 1)  # a phantom request keeps the limit >= 1 (0 means unlimited)
-        quota.set_limit(quota.used)
-        self._held[account_id] = _Held(day, self._floor_of(account_id, day))
-        return max(0, charge), stale
+            return quota.used - released.bump - released.reported, True
+        if released is not None:
+            return quota.used, False  # all of today's count was served on an older grant
+        return quota.used - self._floor_of(account_id, day), False
+
+    def _take(self, ask: _Ask, day: int, give: int) -> _Held:
+        """Redis answered an adoption: from now on the account's local room is what Redis
+        grants.  What was admitted since the ask was queued comes out of this grant; any
+        beyond it is owed at the next ask."""
+        quota = ask.quota
+        self._released.pop(ask.account_id, None)
+        quota.add(day, 0)
+        since = quota.used - ask.used
+        owed = max(0, since - give)
+        phantom = 1 if quota.used == 0 else 0  # keeps the limit >= 1 (0 means unlimited)
+        quota.add(day, phantom)
+        quota.set_limit(ask.used + phantom + give + owed)
+        held = self._held[ask.account_id] = _Held(day)
+        held.owed = owed
+        return held
 
     def release_all(self) -> None:
         """Redis away: every account back on the plan's limit, enforced by this process."""
@@ -232,7 +272,7 @@ class DayAllowances:
         epoch = time.time()
         day = utc_day(epoch)
         now = time.monotonic()
-        asks: list[tuple[str, Any, int, int, int, bool]] = []
+        asks: list[_Ask] = []
         reports: list[tuple[str, int]] = []
         # The local count as each record is written: updated once the pipeline has run (a
         # record whose reply was lost then over-counts a little here: never over the quota).
@@ -248,21 +288,22 @@ class DayAllowances:
                     self._release(account_id)  # now unlimited (or gone)
                     self._released.pop(account_id, None)
                 continue
-            charge, stale = 0, False
-            if held is None or held.day != day:
-                charge, stale = self._adopt(account_id, quota, day)
-                held = self._held[account_id]
             recent = used.get(account_id, 0)
+            target = max(MIN_ROOM, USE_FACTOR * recent)
+            if held is None or held.day != day:
+                charge, stale = self._adoption(account_id, quota, day)
+                asks.append(_Ask(account_id, quota, target, max(0, charge), 0, stale, True))
+                continue  # its record is written with the answer (``_take``)
+            written[account_id] = quota.used
             if recent:
                 held.last_used = now
-            target = max(MIN_ROOM, USE_FACTOR * recent)
             room = quota.room(day)
-            written[account_id] = quota.used
-            if room < target or charge or stale:
-                if not (charge or stale) and now - held.returned_at < 2 * RETURN_AFTER:
+            if room < target or held.owed:
+                if not held.owed and now - held.returned_at < 2 * RETURN_AFTER:
                     reports.append((account_id, room))  # just gave units back: not straight back
                 else:
-                    asks.append((account_id, quota, max(0, target - room), charge, room, stale))
+                    want = max(0, target - room)
+                    asks.append(_Ask(account_id, quota, want, held.owed, room, False, False))
             elif recent:
                 reports.append((account_id, room))
             else:
@@ -273,26 +314,26 @@ class DayAllowances:
         replies = [
             reserve(
                 keys=[
-                    _granted_key(day, account_id),
+                    _granted_key(day, ask.account_id),
                     starved_name,
-                    _holders_key(day, account_id),
+                    _holders_key(day, ask.account_id),
                 ],
                 args=[
-                    self._limit_of(account_id),
-                    want,
-                    self._held[account_id].floor,
-                    charge,
+                    self._limit_of(ask.account_id),
+                    ask.want,
+                    self._floor_of(ask.account_id, day),
+                    ask.charge,
                     epoch,
                     KEY_TTL,
-                    account_id,
-                    room,
+                    ask.account_id,
+                    ask.room,
                     self.me,
                     LIVE_PREFIX,
-                    1 if stale else 0,
+                    1 if ask.stale else 0,
                 ],
                 client=pipe,
             )
-            for account_id, _, want, charge, room, stale in asks
+            for ask in asks
         ]
         for account_id, room in reports:
             pipe.hset(_holders_key(day, account_id), {self.me: room})
@@ -302,14 +343,22 @@ class DayAllowances:
             for account_id, count in written.items():
                 if account_id in self._held:
                     self._reported[account_id] = count
-            for (account_id, quota, *_), reply in zip(asks, replies, strict=True):
+            for ask, reply in zip(asks, replies, strict=True):
                 give, total = (int(value) for value in await reply)
-                held = self._held.get(account_id)
-                if held is not None:
-                    held.granted_total = total
-                    if give:
-                        quota.set_limit(quota.limit + give)
-                        self.granted += give
+                if ask.adopt:
+                    held = self._take(ask, day, give)
+                    if used.get(ask.account_id):
+                        held.last_used = now
+                    self._reported[ask.account_id] = ask.used
+                else:
+                    maybe = self._held.get(ask.account_id)
+                    if maybe is None:
+                        continue
+                    held = maybe
+                    held.owed -= ask.charge
+                    ask.quota.set_limit(ask.quota.limit + give)
+                held.granted_total = total
+                self.granted += give
             await self._give_back(client, day, now, await starved_reply)
 
         return settle
