@@ -329,8 +329,9 @@ async def test_an_ask_in_flight_leaves_the_account_admitting(
     """An account changes hands only with Redis's answer: while its first ask is in flight
     (here: a stalled Redis, up to the sync's timeout) it is admitted on the process's own
     view as before (was: refused — the account had been taken over before the ask was sent,
-    and requests got "daily request quota exhausted" far from the quota's end).  Once Redis
-    answers again, what was admitted meanwhile is charged: granted = admitted + held."""
+    and requests got "daily request quota exhausted" far from the quota's end).  The ask
+    never answered is taken as never made; once Redis answers again, what was admitted
+    meanwhile is charged: granted = admitted + held."""
     async with (
         account_with_quota(tmp_path, 500) as (store, account_id, key),
         trio.open_nursery() as nursery,

@@ -11,7 +11,11 @@ most half of what is left, so the last units spread over the processes that ask.
 An account is granted only once it is used here: until Redis has answered its first ask it is
 admitted on this process's own view (the store's day total at start-up plus what it served),
 and what it admitted meanwhile is charged.  It changes hands only with that answer: an ask in
-flight (a slow or hung Redis: up to the sync's timeout) leaves it admitting as before.
+flight (a slow or hung Redis: up to the sync's timeout) leaves it admitting as before, and an
+ask never answered is taken as never made — the next one charges from the same count, and
+(after a release) takes back this process's record, whichever ask wrote it: a hung Redis
+mostly swallows the script's SCRIPT EXISTS, so the ask was never sent; should it have run,
+its charge is made twice, which errs on the side of the quota.
 
 Units granted and never admitted do not stay lost:
 - a process that exits gracefully gives back every unit it holds;
@@ -226,6 +230,8 @@ class DayAllowances:
         quota.set_limit(ask.used + phantom + give + owed)
         held = self._held[ask.account_id] = _Held(day)
         held.owed = owed
+        # Its record (room 0 plus the grant) was written at the ask's count, the phantom in.
+        self._reported[ask.account_id] = ask.used + phantom
         return held
 
     def release_all(self) -> None:
@@ -349,7 +355,6 @@ class DayAllowances:
                     held = self._take(ask, day, give)
                     if used.get(ask.account_id):
                         held.last_used = now
-                    self._reported[ask.account_id] = ask.used
                 else:
                     maybe = self._held.get(ask.account_id)
                     if maybe is None:
