@@ -188,8 +188,9 @@ def test_inflated_body_replaces_the_wire_headers(impl: Impl) -> None:
         (b"deflate", b"xx", 415),
         (b"gzip, gzip", b"xx", 415),
         (b"gzip", b"not gzip at all", 400),
-        (b"gzip", gzip.compress(b"x" * 1000)[:-12], 400),  # truncated
-        (b"gzip", gzip.compress(b"{}") + b"junk", 400),
+        # mtime=0: a parameter's bytes are its test's id, the same in every test process
+        (b"gzip", gzip.compress(b"x" * 1000, mtime=0)[:-12], 400),  # truncated
+        (b"gzip", gzip.compress(b"{}", mtime=0) + b"junk", 400),
     ],
 )
 def test_bad_request_bodies(coding: bytes, body: bytes, status: int) -> None:
