@@ -245,6 +245,17 @@ class ReplyEater:
         self.listener.close()
 
 
+async def end_stall(eater: ReplyEater, process: Process, key: str) -> None:
+    """Redis answers ``process`` again: once its sync is back, one more request, and a few
+    syncs for what it admitted meanwhile to be charged."""
+    eater.eat.clear()
+    eater.reset()
+    while not process.shared.up:
+        await trio.sleep(SYNC)
+    process.admit(key)
+    await trio.sleep(SYNC * 6)
+
+
 @pytest.fixture
 def eater() -> Iterator[ReplyEater]:
     proxy = ReplyEater()
@@ -312,12 +323,7 @@ async def test_admissions_during_a_stall_are_charged_and_lost_grants_come_back(
             stalled.admit(key)
             await trio.sleep(SYNC)
         assert stalled.admit(key, 7) == 7  # fail-open: served on its own view
-        eater.eat.clear()
-        eater.reset()
-        while not stalled.shared.up:
-            await trio.sleep(SYNC)
-        stalled.admit(key)
-        await trio.sleep(SYNC * 6)
+        await end_stall(eater, stalled, key)
         assert_exact([stalled, other], account_id, await granted(account_id))
         await stalled.stop()
         await other.stop()
@@ -349,12 +355,7 @@ async def test_an_ask_in_flight_leaves_the_account_admitting(
         while process.shared.failures == failures:
             await trio.sleep(SYNC)
         assert process.admit(key, 10) == 10  # released: its own view
-        eater.eat.clear()
-        eater.reset()
-        while not process.shared.up:
-            await trio.sleep(SYNC)
-        process.admit(key)
-        await trio.sleep(SYNC * 6)
+        await end_stall(eater, process, key)
         assert process.shared.quotas.holds(account_id)
         assert_exact([process], account_id, await granted(account_id))
         await process.stop()
