@@ -451,19 +451,26 @@ class Bench:
         paces: dict[str, float] = {}
         for target in scenario.targets:
             rows[target], paces[target] = self._paced_run(scenario, target, rate)
+            if target == CHAINGATE and self.baseline is not None:
+                server, wrk = self.baseline  # right after ours, at the same rate
+                urls = {**self.urls, CHAINGATE: server.rpc_url}
+                self._check(scenario, urls, None, client_headers(self.opts, server))
+                rows[BASELINE], paces[BASELINE] = self._paced_run(
+                    scenario, BASELINE, rate, server, wrk
+                )
         self.report.paced.append(Paced(scenario, peak, rate, rows, paces))
 
-    def _calibrate(self, scenario: Scenario, url: str, rate: float) -> tuple[float, int]:
+    def _calibrate(self, scenario: Scenario, url: str, rate: float, wrk: Wrk) -> tuple[float, int]:
         """Per-connection mean delay (ms) that yields ``rate``, found on short warm-up runs.
 
         A connection's cycle is its delay plus the answer's latency and wrk's own overhead;
         each trial measures that overhead and takes it off the delay.  Returns the delay and
         the errors seen while calibrating.
         """
-        ideal = self.wrk.connections / rate * 1000
+        ideal = wrk.connections / rate * 1000
         pace, errors = ideal, 0
         for _ in range(CALIBRATION_TRIALS):
-            trial = self.wrk.run(
+            trial = wrk.run(
                 url, scenario.body, self.opts.warmup, pace_ms=pace, requests=scenario.requests
             )
             errors += trial.errors
@@ -476,18 +483,28 @@ class Bench:
         overhead = self.wrk.connections / achieved * 1000 - pace
         return max(0.0, self.wrk.connections / rate * 1000 - overhead)
 
-    def _paced_run(self, scenario: Scenario, target: str, rate: float) -> tuple[Row, float]:
-        """Calibrate the delay, then measure; measure again once if the rate was far off."""
-        url = self.urls[target]
-        pace, errors = self._calibrate(scenario, url, rate)
-        gateway = self.main if target == CHAINGATE else None
+    def _paced_run(
+        self,
+        scenario: Scenario,
+        target: str,
+        rate: float,
+        server: procs.ChaingateServer | None = None,
+        wrk: Wrk | None = None,
+    ) -> tuple[Row, float]:
+        """Calibrate the delay, then measure; measure again once if the rate was far off.
+        ``server`` and ``wrk``: another chaingate's (the baseline), not the target's own."""
+        url = server.rpc_url if server is not None else self.urls[target]
+        wrk = wrk or self.wrk
+        pace, errors = self._calibrate(scenario, url, rate, wrk)
+        gateway = server or (self.main if target == CHAINGATE else None)
+        pid = server.process.pid if server is not None else None
         for attempt in range(2):
             before = gateway.metrics() if gateway else ""
-            cpu_before = self._cpu(target)
-            result = self.wrk.run(
+            cpu_before = self._cpu(target, pid)
+            result = wrk.run(
                 url, scenario.body, self.opts.duration, pace_ms=pace, requests=scenario.requests
             )
-            cpu = self._per_request(cpu_before, self._cpu(target), result)
+            cpu = self._per_request(cpu_before, self._cpu(target, pid), result)
             off = abs(result.rps / rate - 1) if rate else 0.0
             if attempt or off <= PACED_TOLERANCE or not result.rps:
                 break

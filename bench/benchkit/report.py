@@ -69,7 +69,7 @@ class Paced:
     scenario: Scenario
     peak: Row
     target_rps: float
-    rows: dict[str, Row]  # by target: chaingate and direct
+    rows: dict[str, Row]  # by target: chaingate (the baseline), nginx and direct
     pace_ms: dict[str, float]
 
 
@@ -307,6 +307,14 @@ def _paced_one(paced: Paced) -> str:
             f"**p99 added latency: {added:+.3f} ms** (p50 added: {added50:+.3f} ms); "
             f"target <= {LATENCY_TARGET_MS:.0f} ms: **{verdict}**.",
         ]
+        others = [
+            f"{name} {other.result.p99_ms - direct.result.p99_ms:+.3f} ms "
+            f"(p50 {other.result.p50_ms - direct.result.p50_ms:+.3f} ms)"
+            for name in (BASELINE, NGINX)
+            if (other := paced.rows.get(name)) is not None
+        ]
+        if others:
+            lines += ["", "p99 added at the same rate by " + ", ".join(others) + "."]
     return "\n".join(lines)
 
 
