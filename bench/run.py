@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -98,6 +99,7 @@ class Options:
     workers: tuple[int, ...] = (1,)  # the main chaingate's, then one more chaingate each
     pg_url: str = PG_URL
     redis_url: str = REDIS_URL
+    rounds: int = 1  # each non-paced scenario's targets measured this many times: the median
 
     @property
     def shared(self) -> bool:
@@ -164,6 +166,16 @@ def parse_args(argv: list[str] | None) -> Options:
         "chaingate of the run has its store in a fresh PostgreSQL schema (--pg-url) and, keys "
         "on, its limits in Redis (--redis-url); default 1",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure each scenario's targets N times, chaingate and the other builds "
+        "(--baseline, --workers) in alternating order (ours first, then theirs first...), and "
+        "report each target's median run by req/s: for before/after ratios on a noisy machine; "
+        "default 1",
+    )
     parser.add_argument("--pg-url", default=PG_URL, help="PostgreSQL for --workers above 1")
     parser.add_argument("--redis-url", default=REDIS_URL, help="Redis for --workers above 1")
     args = parser.parse_args(argv)
@@ -186,8 +198,8 @@ def parse_args(argv: list[str] | None) -> Options:
     unknown = [name for name in chosen if name not in SCENARIO_ORDER]
     if unknown or not chosen:
         parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIO_ORDER)}")
-    if args.duration < 1 or args.connections < 1:
-        parser.error("--duration and --connections must be at least 1")
+    if args.duration < 1 or args.connections < 1 or args.rounds < 1:
+        parser.error("--duration, --connections and --rounds must be at least 1")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Options(
         duration=1 if args.smoke else args.duration,
@@ -204,6 +216,7 @@ def parse_args(argv: list[str] | None) -> Options:
         workers=workers,
         pg_url=args.pg_url,
         redis_url=args.redis_url,
+        rounds=1 if args.smoke else args.rounds,
     )
 
 
@@ -335,20 +348,37 @@ class Bench:
     def scenario(self, scenario: Scenario, expected: object = None) -> None:
         answer = self._check(scenario, self.urls, expected, self.headers)
         say(f"[{scenario.key}] every target answers alike: {str(answer)[:80]}")
-        for target in scenario.targets:
-            gateway = self.main if target == CHAINGATE else None
-            self.run(scenario, target, self.urls[target], gateway)
-            if target != CHAINGATE:
-                continue
-            for name, other in self.others.items():  # --workers: right after ours
-                urls = {**self.urls, CHAINGATE: other.rpc_url}
-                self._check(scenario, urls, expected, self.headers)
-                self.run(scenario, name, other.rpc_url, other)
-            if self.baseline is not None:
-                server, wrk = self.baseline  # right after ours, under the same conditions
-                urls = {**self.urls, CHAINGATE: server.rpc_url}
-                self._check(scenario, urls, expected, client_headers(self.opts, server))
-                self.run(scenario, BASELINE, server.rpc_url, server, wrk)
+        for other in self.others.values():
+            urls = {**self.urls, CHAINGATE: other.rpc_url}
+            self._check(scenario, urls, expected, self.headers)
+        if self.baseline is not None:
+            urls = {**self.urls, CHAINGATE: self.baseline[0].rpc_url}
+            self._check(scenario, urls, expected, client_headers(self.opts, self.baseline[0]))
+        first = len(self.report.rows)
+        for turn in range(self.opts.rounds):
+            for target in scenario.targets:
+                if target == CHAINGATE:
+                    self._builds(scenario, ours_first=turn % 2 == 0)
+                else:
+                    self.run(scenario, target, self.urls[target], None)
+        if self.opts.rounds > 1:
+            self.report.rows[first:] = _medians(self.report.rows[first:])
+
+    def _builds(self, scenario: Scenario, *, ours_first: bool) -> None:
+        """chaingate and the other builds (--workers, --baseline), one right after the other
+        under the same conditions; ``ours_first`` False: theirs first (--rounds alternates)."""
+        runs: list[Callable[[], Row]] = [
+            lambda: self.run(scenario, CHAINGATE, self.urls[CHAINGATE], self.main)
+        ]
+        for name, other in self.others.items():
+            runs.append(functools.partial(self.run, scenario, name, other.rpc_url, other))
+        if self.baseline is not None:
+            server, wrk = self.baseline
+            runs.append(
+                functools.partial(self.run, scenario, BASELINE, server.rpc_url, server, wrk)
+            )
+        for run in runs if ours_first else runs[1:] + runs[:1]:
+            run()
 
     def no_coalesce(self, scenario: Scenario, workdir: Path, upstream: str) -> None:
         server = procs.ChaingateServer(
@@ -523,6 +553,18 @@ class Bench:
         return row, pace
 
 
+def _medians(rows: list[Row]) -> list[Row]:
+    """Per target, in the order first measured, its median run by req/s (of an even count,
+    the lower of the middle two)."""
+    by_target: dict[str, list[Row]] = {}
+    for row in rows:
+        by_target.setdefault(row.target, []).append(row)
+    return [
+        sorted(runs, key=lambda row: row.result.rps)[(len(runs) - 1) // 2]
+        for runs in by_target.values()
+    ]
+
+
 class SolanaBench(Bench):
     """The Solana scenarios: one chaingate, nginx and the node (no --baseline, no --workers
     variants: those build EVM-only configs); answers checked modulo the moving head."""
@@ -663,6 +705,12 @@ def bench(
         headers=tuple(client_headers(opts, main).items()),
     )
     rep = Report(header(opts, wrk, impl, versions, busy))
+    if opts.rounds > 1:
+        rep.header["rounds"] = (
+            f"{opts.rounds}: each scenario's targets measured {opts.rounds} times, chaingate "
+            "and the other builds in alternating order; each row is its target's median run "
+            "by req/s"
+        )
     if lists is not None:
         rep.header["allowlists"] += f": {lists.describe()}"
     say(f"load: {rep.header['load']}")
