@@ -24,7 +24,7 @@ sys.path.insert(0, str(BENCH))
 
 import run  # noqa: E402
 from benchkit import distinct  # noqa: E402
-from benchkit.wrkload import Wrk  # noqa: E402
+from benchkit.wrkload import Wrk, WrkResult  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -155,6 +155,33 @@ def test_workers_option() -> None:
     for bad in ("0", "2,2", "x"):
         with pytest.raises(SystemExit):
             run.parse_args(["--workers", bad])
+
+
+def test_rounds_option_keeps_each_targets_median_run(tmp_path: Path) -> None:
+    from benchkit import scenarios
+
+    assert run.parse_args(["--rounds", "3"]).rounds == 3
+    assert run.parse_args(["--rounds", "3", "--smoke"]).rounds == 1
+    for bad in ("0", "x"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--rounds", bad])
+    scenario = scenarios.build_distinct(_chain(), tmp_path)["distinct-balance"]
+    rows = [
+        run.Row(scenario, target, WrkResult(requests, 1.0, 0, 0, 0, 0, 0, 0, 0, 0))
+        for target, requests in [
+            ("chaingate", 30), ("baseline", 10), ("nginx", 5),
+            ("baseline", 20), ("chaingate", 10), ("nginx", 7),
+            ("chaingate", 20), ("baseline", 30), ("nginx", 6),
+            ("chaingate", 40),
+        ]
+    ]  # fmt: skip
+    medians = run._medians(rows)
+    # One row per target, in the order first measured; of four runs, the lower middle one.
+    assert [(row.target, row.result.requests) for row in medians] == [
+        ("chaingate", 20),
+        ("baseline", 20),
+        ("nginx", 6),
+    ]
 
 
 @pytest.mark.bench
