@@ -17,6 +17,7 @@ import msgspec
 cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memcmp, memcpy, memset
@@ -657,6 +658,7 @@ cdef class Method:
     cdef readonly MethodStats stats
     cdef readonly bint special
     cdef readonly bint commitment  # a Solana row cached once final (see the pure twin)
+    cdef bint sticky  # its name (its key in the route's table) is one of the sticky methods
 
     def __init__(self, spec, MethodStats stats, bint special, bint solana=False):
         self.spec = spec
@@ -760,7 +762,11 @@ cdef class Flight:
     cdef public bint done
     cdef public object result
     cdef public object error
-    cdef list waiters  # pending, index, pending, index...: each waiter's answer and position
+    # Each waiter's answer and position: the first in fields (most flights have one), the
+    # others in ``waiters`` (pending, index, pending, index...; None: none).
+    cdef Pending first
+    cdef Py_ssize_t first_index
+    cdef list waiters
     cdef public object future
 
     def __init__(self, tuple key, object params, Method spec, object tag):
@@ -773,7 +779,6 @@ cdef class Flight:
         self.done = False
         self.result = None
         self.error = None
-        self.waiters = []
         self.future = None
 
 
@@ -787,7 +792,6 @@ cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Met
     flight.params = params
     flight.spec = spec
     flight.tag = tag
-    flight.waiters = []
     return flight
 
 
@@ -875,6 +879,9 @@ cdef class Route:
             name: Method(spec, self.stats[spec.name], name in python_methods, self.solana)
             for name, spec in methods.items()
         }
+        cdef Method row
+        for name, row in self.methods.items():
+            row.sticky = name in sticky_methods
         self.passthrough = (
             Method(passthrough, self.stats[passthrough.name], False)
             if passthrough is not None
@@ -907,8 +914,6 @@ cdef class Route:
 
     cpdef land(self, Flight flight, object result, object error):
         """A flight's outcome: every answer waiting for it gets its reply."""
-        cdef Pending pending
-        cdef Py_ssize_t index
         if flight.done:
             return
         flight.done = True
@@ -917,17 +922,16 @@ cdef class Route:
         _delist(self.flights, flight)
         if flight.future is not None:
             flight.future.set_result((result, error))
+        cdef Pending first = flight.first
         cdef list waiters = flight.waiters
         cdef Py_ssize_t at
-        flight.waiters = []
-        for at in range(0, len(waiters), 2):
-            pending = <Pending>waiters[at]
-            index = waiters[at + 1]
-            try:
-                pending.place(index, result, error)
-            except Exception:
-                log.exception("unhandled error in the fast lane")
-                pending.fail()
+        flight.first = None
+        flight.waiters = None
+        if first is not None:
+            _place(first, flight.first_index, result, error)
+        if waiters is not None:
+            for at in range(0, len(waiters), 2):
+                _place(<Pending>waiters[at], waiters[at + 1], result, error)
 
     cpdef land_replies(self, list flights, long long first_id, replies, look, bad,
                        bytes missing):
@@ -986,8 +990,6 @@ cdef class Route:
         here, before the body is read.  Wanted by nobody, the flights leave the table (no
         call joins them any more) and the body is dropped unread."""
         cdef Flight flight
-        cdef Pending pending
-        cdef Py_ssize_t index
         for flight in flights:
             if not flight.done and (
                 flight.future is not None
@@ -998,22 +1000,31 @@ cdef class Route:
         cdef Py_ssize_t at
         cdef list waiters
         for flight in flights:
+            if flight.first is not None and self._still_wanted(
+                    flight.first, flight.first_index, length):
+                return True
             waiters = flight.waiters
+            if waiters is None:
+                continue
             for at in range(0, len(waiters), 2):
-                pending = <Pending>waiters[at]
-                index = waiters[at + 1]
-                if pending.units[index] is None:
-                    continue
-                if pending.batch and pending.used and pending.used + length > self.max_answer:
-                    pending.over = True
-                    pending.give_up_reads()
-                    if pending.left == 0:
-                        pending.lane.finish(pending)
-                if pending.units[index] is not None:
-                    return True  # still waited for (a write is never given up)
+                if self._still_wanted(<Pending>waiters[at], waiters[at + 1], length):
+                    return True
         for flight in flights:
             _delist(self.flights, flight)
         return False
+
+    cdef bint _still_wanted(self, Pending pending, Py_ssize_t index,
+                            Py_ssize_t length) except -1:
+        """Does this waiter still wait for its call, once an answer of ``length`` bytes over
+        its batch's bound made it give up its reads (``wants``)?"""
+        if pending.methods[index] is None:
+            return False
+        if pending.batch and pending.used and pending.used + length > self.max_answer:
+            pending.over = True
+            pending.give_up_reads()
+            if pending.left == 0:
+                pending.lane.finish(pending)
+        return pending.methods[index] is not None  # a write is never given up
 
     cdef void _send(self, list safe, list unsafe) except *:
         cdef Py_ssize_t size = self.upstream_batch, start
@@ -1135,6 +1146,16 @@ cdef class Route:
         return self._error_reply(
             call.id, INVALID_PARAMS, BAD_SLOT_MESSAGE if self.solana else BAD_TAG_MESSAGE
         )
+
+
+cdef inline void _place(Pending pending, Py_ssize_t index, object result,
+                        object error) except *:
+    """``pending.place``; a bug of ours costs that request a 500, never the other waiters."""
+    try:
+        pending.place(index, result, error)
+    except Exception:
+        log.exception("unhandled error in the fast lane")
+        pending.fail()
 
 
 cdef class OpenAdmission:
@@ -1543,6 +1564,21 @@ cdef class _Tally:
     cdef long long errors
 
 
+cdef _Tally _tally_of(list tallies, str name):
+    """The tally of this method name in ``tallies``, added when there is none."""
+    cdef _Tally tally
+    for tally in tallies:
+        if tally.name is name:
+            return tally
+    for tally in tallies:
+        if tally.name == name:
+            return tally
+    tally = _Tally.__new__(_Tally)
+    tally.name = name
+    tallies.append(tally)
+    return tally
+
+
 cdef class Pending:
     """One request's answer while flights it waits for are in the air."""
 
@@ -1557,7 +1593,11 @@ cdef class Pending:
     cdef list calls
     cdef bint batch
     cdef list replies
-    cdef list units  # per position: (Method, units) while waiting, else None
+    # Per position: the Method of a call still waiting (else None), and its billed units
+    # (``units[index]``, read while it waits): a C array, ``one`` for a single call.
+    cdef list methods
+    cdef long long* units
+    cdef long long one
     cdef Py_ssize_t left
     cdef Py_ssize_t hits
     cdef Py_ssize_t used
@@ -1586,20 +1626,43 @@ cdef class Pending:
         self.taken += size
         return FITS
 
+    def __dealloc__(self):
+        if self.units != &self.one:
+            PyMem_Free(self.units)
+
+    cdef int size_units(self, Py_ssize_t count) except -1:
+        """Room for ``count`` positions' methods and units."""
+        self.methods = [None] * count
+        if count <= 1:
+            self.units = &self.one
+        else:
+            self.units = <long long*>PyMem_Malloc(count * sizeof(long long))
+            if self.units == NULL:
+                raise MemoryError()
+        return 0
+
     cdef void wait_for(self, Flight flight, Py_ssize_t index, Method method,
                        long long units) except *:
-        self.units[index] = (method, units)
+        self.methods[index] = method
+        self.units[index] = units
         self.left += 1
-        flight.waiters.append(self)
-        flight.waiters.append(index)
+        if flight.first is None:
+            flight.first = self
+            flight.first_index = index
+            return
+        if flight.waiters is None:
+            flight.waiters = [self, index]
+        else:
+            flight.waiters.append(self)
+            flight.waiters.append(index)
 
     cdef void place(self, Py_ssize_t index, object result, object error) except *:
-        waiting = self.units[index]
+        waiting = self.methods[index]
         if waiting is None:
             return
-        self.units[index] = None
-        cdef Method method = <Method>(<tuple>waiting)[0]
-        cdef long long units = (<tuple>waiting)[1]
+        self.methods[index] = None
+        cdef Method method = <Method>waiting
+        cdef long long units = self.units[index]
         cdef Call call = self.calls[index]
         cdef Route route = self.route
         cdef Py_ssize_t size
@@ -1642,19 +1705,12 @@ cdef class Pending:
         else:
             method.stats.ok += 1
         cdef _Tally tally
-        cdef str name
         if self.batch:
             if self.tally is None:
                 self.tally = []
-            # A batch names a few methods: found by a look down the list, counted in C.
-            name = method.name
-            for tally in self.tally:
-                if tally.name is name or tally.name == name:
-                    break
-            else:
-                tally = _Tally.__new__(_Tally)
-                tally.name = name
-                self.tally.append(tally)
+            # A batch names a few methods: found by a look down the list, counted in C (by
+            # the very name object first: a row's name is one object).
+            tally = _tally_of(self.tally, method.name)
             tally.calls += 1
             tally.units += units
             if failed:
@@ -1682,7 +1738,7 @@ cdef class Pending:
 
     cdef void fail(self) except *:
         self.meter_batch()  # what was answered before is usage all the same
-        self.units = [None] * len(self.units)
+        self.methods = [None] * len(self.methods)
         self.left = 0
         self.route.budget.give_back(self.taken)
         self.taken = 0
@@ -1696,19 +1752,19 @@ cdef class Pending:
         cdef Method method
         cdef Call call
         cdef Py_ssize_t index
-        for index in range(len(self.units)):
-            waiting = self.units[index]
+        for index in range(len(self.methods)):
+            waiting = self.methods[index]
             if waiting is None:
                 continue
-            method = <Method>(<tuple>waiting)[0]
+            method = <Method>waiting
             if not method.retry:
                 continue
-            self.units[index] = None
+            self.methods[index] = None
             call = self.calls[index]
             if call.id is not None:
                 self.replies[index] = error_reply_of(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
-            self.book(method, (<tuple>waiting)[1], True)
+            self.book(method, self.units[index], True)
             self.left -= 1
 
 
@@ -1800,7 +1856,7 @@ cdef class Lane:
                         continue
                     if rows is not None:
                         rows[index] = method
-                    if method.special or _sticky(route, call.method):
+                    if method.special or _sticky(route, method):
                         return HANDOFF
                     if method is route.logs_method and not route.logs_fit(
                         call.params, principal
@@ -1819,7 +1875,7 @@ cdef class Lane:
         pending.calls = calls
         pending.batch = parsed.batch
         pending.replies = [None] * len(calls)
-        pending.units = [None] * len(calls)
+        pending.size_units(len(calls))
         pending.label = "batch" if pending.batch else ""
         shown = self._log_paths.get(path)
         if shown is None:
@@ -2167,6 +2223,8 @@ def _no_head():
     return None
 
 
-cdef inline bint _sticky(Route route, str method):
+cdef inline bint _sticky(Route route, Method row):
+    """Does a call of this row (found in the table by the call's method) go to the handler
+    while the route remembers a write (``method in route.sticky_methods``, read as a flag)?"""
     sticky = route.sticky
-    return sticky is not None and method in route.sticky_methods and len(sticky) > 0
+    return sticky is not None and row.sticky and len(sticky) > 0
