@@ -658,7 +658,10 @@ cdef class Method:
     cdef readonly MethodStats stats
     cdef readonly bint special
     cdef readonly bint commitment  # a Solana row cached once final (see the pure twin)
-    cdef bint sticky  # its name (its key in the route's table) is one of the sticky methods
+    # Its name (its key in the route's table) is one of the route's sticky methods, of its
+    # watched ones.
+    cdef bint sticky
+    cdef bint watched
 
     def __init__(self, spec, MethodStats stats, bint special, bint solana=False):
         self.spec = spec
@@ -768,6 +771,9 @@ cdef class Flight:
     cdef Py_ssize_t first_index
     cdef list waiters
     cdef public object future
+    # Is its method one of its route's watched ones?  Known when the route opens it; -1: not
+    # known (a flight made by its constructor: looked up as it lands).
+    cdef signed char watched
 
     def __init__(self, tuple key, object params, Method spec, object tag):
         self.key = key
@@ -780,6 +786,7 @@ cdef class Flight:
         self.result = None
         self.error = None
         self.future = None
+        self.watched = -1
 
 
 cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Method spec,
@@ -882,6 +889,7 @@ cdef class Route:
         cdef Method row
         for name, row in self.methods.items():
             row.sticky = name in sticky_methods
+            row.watched = name in watched
         self.passthrough = (
             Method(passthrough, self.stats[passthrough.name], False)
             if passthrough is not None
@@ -903,11 +911,16 @@ cdef class Route:
         self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        return self._open(key, hash(key), params, spec, tag)
+        cdef Flight flight = self._open(key, hash(key), params, spec, tag)
+        flight.watched = key[0] in self.watched
+        return flight
 
     cdef Flight _open(self, tuple key, Py_hash_t key_hash, object params, Method spec,
                       object tag):
+        """A new flight of a call whose row is ``spec``, found in the table by the call's
+        method (``key[0]``), else the passthrough."""
         cdef Flight flight = _new_flight(key, key_hash, params, spec, tag)
+        flight.watched = spec.watched if spec is not self.passthrough else key[0] in self.watched
         if self.coalesce and spec.coalescible:
             cg_dict_set_hashed(self.flights, key, flight, key_hash)
         return flight
@@ -969,7 +982,7 @@ cdef class Route:
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
             and self._may_be_final(spec, reply)
-        ) or flight.method in self.watched:
+        ) or (flight.watched if flight.watched >= 0 else flight.method in self.watched):
             look(flight, result)
         self.land(flight, result, None)
         return 0
@@ -1054,18 +1067,27 @@ cdef class Route:
 
     cdef tuple _classify(self, Call call, object row):
         """``classify_call`` of a call whose row in the method table is known (None: none)."""
-        cdef Method method = row
+        cdef Method method = self._row(row)
         if method is None:
-            method = self.passthrough
-            if method is None:
-                return None, None, True
-        tag = None
+            return None, None, True
+        tag = self._tag(method, call)
+        return method, tag, self._tag_valid(tag)
+
+    # The three steps of ``_classify``, which a batch takes one by one (no tuple per call).
+    cdef inline Method _row(self, object row):
+        """The row serving a call whose row in the table is ``row`` (None: none): it, else
+        the passthrough (None: neither)."""
+        return <Method>row if row is not None else self.passthrough
+
+    cdef inline object _tag(self, Method method, Call call):
+        """The raw block tag of a call of this row (None: none)."""
         params = call.params
         if method.block_param >= 0 and params is not None:
-            tag = self._block_tag(<bytes>params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, self.solana):
-            return method, tag, False
-        return method, tag, True
+            return self._block_tag(<bytes>params, method.block_param)
+        return None
+
+    cdef inline bint _tag_valid(self, object tag) except -1:
+        return tag is None or valid_block_tag(tag, self.solana)
 
     cdef object _block_tag(self, bytes params, Py_ssize_t index):
         """``array_item(params, index)`` of a call's (validated) params: the usual ones, whose
@@ -1935,26 +1957,31 @@ cdef class Lane:
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
         pending.label = method.name
-        cdef Flight flight = route.flights.get(key)
+        cdef Py_hash_t key_hash = hash(key)
+        cdef Flight flight = _listed(route.flights, key, key_hash)
         if flight is not None:
             route.coalesced += 1
             pending.wait_for(flight, 0, method, cu)
             return DEFER
-        flight = route.open_flight(key, params, method, tag)
+        flight = route._open(key, key_hash, params, method, tag)
         pending.wait_for(flight, 0, method, cu)
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            self._hold(route, [flight])
+            self._held_by(route).append(flight)
         else:
             route._send([flight], [])
         return DEFER
 
     cdef void _hold(self, Route route, list flights) except *:
         """Keep new retry-safe flights until ``release``."""
+        self._held_by(route).extend(flights)
+
+    cdef inline list _held_by(self, Route route):
+        """The flights ``route`` holds until ``release`` (noted as holding some)."""
         if not route.held:
             self._held.append(route)
-        route.held.extend(flights)
+        return route.held
 
     cdef object _batch(self, Pending pending, list rows):
         """``rows``: each call's row in the method table, as ``serve`` found it (None: none);
@@ -1974,13 +2001,13 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = route._classify(call, rows[index])
-            if method_obj is None:
+            method = route._row(rows[index])
+            if method is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
                 continue
-            method = <Method>method_obj
-            if not valid:
+            tag = route._tag(method, call)
+            if not route._tag_valid(tag):
                 rows[index] = None
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
