@@ -387,6 +387,30 @@ cdef inline bint _head_tag(const unsigned char* p, Py_ssize_t n) noexcept:
     return n == 11 and memcmp(p, b'"finalized"', 11) == 0
 
 
+# The named tags as one object each: a call's tag is nearly always one of them, and is then
+# this object rather than a copy of its bytes.
+cdef bytes _LATEST = b'"latest"'
+cdef bytes _PENDING = b'"pending"'
+cdef bytes _SAFE = b'"safe"'
+cdef bytes _FINALIZED = b'"finalized"'
+cdef bytes _EARLIEST = b'"earliest"'
+
+
+cdef bytes _tag_bytes(const unsigned char* p, Py_ssize_t n):
+    """The raw JSON tag of ``n`` bytes at ``p``, as bytes (a named tag: its one object)."""
+    if n == 8 and memcmp(p, b'"latest"', 8) == 0:
+        return _LATEST
+    if n == 9 and memcmp(p, b'"pending"', 9) == 0:
+        return _PENDING
+    if n == 6 and memcmp(p, b'"safe"', 6) == 0:
+        return _SAFE
+    if n == 11 and memcmp(p, b'"finalized"', 11) == 0:
+        return _FINALIZED
+    if n == 10 and memcmp(p, b'"earliest"', 10) == 0:
+        return _EARLIEST
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
 cdef inline bint _wants_head(const unsigned char* p, Py_ssize_t n) noexcept:
     """Is this end of a range the head (absent, or a head tag)?"""
     return n == 0 or _head_tag(p, n)
@@ -982,10 +1006,16 @@ cdef class Route:
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
             and self._may_be_final(spec, reply)
-        ) or (flight.watched if flight.watched >= 0 else flight.method in self.watched):
+        ) or self._watched(flight):
             look(flight, result)
         self.land(flight, result, None)
         return 0
+
+    cdef inline bint _watched(self, Flight flight) except -1:
+        """Is this flight's method one of the watched ones (``Flight.watched``)?"""
+        if flight.watched >= 0:
+            return flight.watched
+        return flight.method in self.watched
 
     cdef bint _may_be_final(self, Method spec, reply) except -1:
         """May the service find this cacheable result final?  No when it is about a block
@@ -1106,7 +1136,7 @@ cdef class Route:
             if end < 0:
                 return self._array_item(params, index)
             if k == index:
-                return PyBytes_FromStringAndSize(<const char*>p + i, end - i)
+                return _tag_bytes(p + i, end - i)
             k += 1
             i = _ws(p, end, n)
             if i >= n or p[i] != 44:

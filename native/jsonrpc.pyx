@@ -516,6 +516,28 @@ cdef str _method_name(bytes body, const unsigned char* p, Py_ssize_t start, Py_s
     return name
 
 
+# Call ids of two or three digits as one object each: a batch numbers its calls 1, 2, 3... (a
+# single byte is one of CPython's own objects already).
+cdef list _IDS = [None] * 1000
+
+
+cdef bytes _id_bytes(bytes body, const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """``body[start:end]`` of a call's (validated) id; a number from 10 to 999 is its one
+    object."""
+    cdef Py_ssize_t i
+    cdef int value = 0
+    if not 2 <= end - start <= 3 or p[start] == 48:
+        return _sub(body, start, end)
+    for i in range(start, end):
+        if not _digit(p[i]):
+            return _sub(body, start, end)
+        value = value * 10 + (p[i] - 48)
+    found = _IDS[value]
+    if found is None:
+        found = _IDS[value] = _sub(body, start, end)
+    return <bytes>found
+
+
 cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
     cdef object id_raw = None
     cdef object method = None
@@ -528,7 +550,7 @@ cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
         c = p[s]
         if c == 116 or c == 102 or c == 123 or c == 91:
             return _new_call(b"null", None, None, INVALID_REQUEST, MSG_BAD_ID)
-        id_raw = _sub(body, s, spans[2 * K_ID + 1])
+        id_raw = _id_bytes(body, p, s, spans[2 * K_ID + 1])
     reply_id = b"null" if id_raw is None else id_raw
     s = spans[2 * K_JSONRPC]
     if s < 0 or not _lit(p + s, spans[2 * K_JSONRPC + 1] - s, b'"2.0"', 5):
