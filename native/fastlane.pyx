@@ -542,10 +542,15 @@ cdef class ResponseCache:
         return len(self._entries)
 
     cpdef object get(self, tuple key):
-        value = self._entries.get(key)
-        if value is None:
+        return self.lookup(key, hash(key))
+
+    cdef object lookup(self, tuple key, Py_hash_t key_hash):
+        """``get``, the key's hash given (an OrderedDict keeps its items as a dict does)."""
+        cdef PyObject* found
+        if cg_dict_find_hashed(self._entries, key, key_hash, &found) == 0:
             self.misses += 1
             return None
+        value = <object>found
         self._move(key)
         self.hits += 1
         return value
@@ -824,6 +829,12 @@ cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Met
     flight.spec = spec
     flight.tag = tag
     return flight
+
+
+cdef inline tuple _call_key(Call call):
+    """A call's key in the cache and the flights table: (method, raw params; b"": none)."""
+    params = call.params
+    return (call.method, params if params is not None else b"")
 
 
 cdef class Route:
@@ -1972,9 +1983,10 @@ cdef class Lane:
             return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
-        key = (call.method, params if params is not None else b"")
+        cdef tuple key = _call_key(call)
+        cdef Py_hash_t key_hash = hash(key)
         if method.cache != NO_CACHE and method.cacheable(tag, params):
-            hit = route.cache.get(key)
+            hit = route.cache.lookup(key, key_hash)
             if hit is not None:
                 if call_id is not None and (
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
@@ -1987,7 +1999,6 @@ cdef class Lane:
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
         pending.label = method.name
-        cdef Py_hash_t key_hash = hash(key)
         cdef Flight flight = _listed(route.flights, key, key_hash)
         if flight is not None:
             route.coalesced += 1
@@ -2060,6 +2071,8 @@ cdef class Lane:
         cdef ResponseCache cache = route.cache
         cdef int fits
         cdef MethodStats stats
+        cdef tuple key
+        cdef list keys = None  # per position, the key of a call looked for in the cache
         for index in range(count):
             found = rows[index]
             if found is None:
@@ -2068,9 +2081,13 @@ cdef class Lane:
             call = calls[index]
             tag = tags[index]
             if method.cache != NO_CACHE and method.cacheable(tag, call.params):
-                params = call.params
-                hit = cache.get((call.method, params if params is not None else b""))
-                if hit is not None:
+                key = _call_key(call)
+                hit = cache.lookup(key, hash(key))
+                if hit is None:
+                    if keys is None:
+                        keys = [None] * count
+                    keys[index] = key
+                else:
                     rows[index] = None
                     method.charge(tag, &units, &weight)
                     stats = method.stats
@@ -2113,7 +2130,8 @@ cdef class Lane:
             call = calls[index]
             tag = tags[index]
             params = call.params
-            key = (call.method, params if params is not None else b"")
+            key = <tuple>keys[index] if keys is not None and keys[index] is not None else (
+                _call_key(call))
             key_hash = hash(key)
             flight = _listed(flights, key, key_hash)
             if flight is not None:

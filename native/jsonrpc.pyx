@@ -765,12 +765,25 @@ cdef dict _METHOD_JSON = {}
 cdef Py_ssize_t _METHOD_JSON_MAX = 4096
 
 
+# And the last few by the very name object (a slot by its address; the slot holds the name, so
+# the address is not reused while it is there): a call's method is one of the parser's name
+# objects (``_method_name``), found here without hashing.
+DEF JSON_SLOTS = 64
+cdef list _JSON_NAMES = [None] * JSON_SLOTS
+cdef list _JSON_ENCODED = [None] * JSON_SLOTS
+
+
 cdef bytes _method_json(str method):
+    cdef Py_ssize_t slot = (<Py_ssize_t><void*>method >> 4) & (JSON_SLOTS - 1)
+    if _JSON_NAMES[slot] is method:
+        return <bytes>_JSON_ENCODED[slot]
     cdef object encoded = _METHOD_JSON.get(method)
     if encoded is None:
         encoded = json.dumps(method).encode()
         if len(_METHOD_JSON) < _METHOD_JSON_MAX:
             _METHOD_JSON[method] = encoded
+    _JSON_NAMES[slot] = method
+    _JSON_ENCODED[slot] = encoded
     return <bytes>encoded
 
 
