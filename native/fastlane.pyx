@@ -26,7 +26,7 @@ from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws, printable_run as _printable_run
 from creply cimport error_reply_of, join_present, result_reply_of
 
-from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply
+from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply, upstream_id
 
 log = logging.getLogger("chaingate.edge")
 
@@ -993,7 +993,7 @@ cdef class Route:
             self._land_reply(<Flight>flights[0], replies[0], look, bad)
         else:
             for reply in replies:
-                index = _upstream_id(reply.id) - first_id
+                index = upstream_id(reply) - first_id
                 if 0 <= index < count:
                     self._land_reply(<Flight>flights[index], reply, look, bad)
         for flight in flights:
@@ -2274,24 +2274,6 @@ cdef bytes _head_lines(bytes request_id, bytes first, bytes second, bytes rate, 
     q = _put(_put(q, PyBytes_AS_STRING(request_id), id_len), b"\r\n", 2)
     q = _put_bytes(_put_bytes(_put_bytes(_put_bytes(q, first), second), rate), cors)
     return out
-
-
-cdef long long _upstream_id(object raw) except -2:
-    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
-    cdef const unsigned char* p
-    cdef Py_ssize_t n, i
-    cdef long long value = 0
-    if raw is None:
-        return -1
-    n = PyBytes_GET_SIZE(raw)
-    if n == 0 or n > 18:
-        return -1
-    p = <const unsigned char*>PyBytes_AS_STRING(raw)
-    for i in range(n):
-        if not 48 <= p[i] <= 57:
-            return -1
-        value = value * 10 + (p[i] - 48)
-    return value
 
 
 def _no_head():

@@ -124,6 +124,20 @@ cdef class Reply:
         self._block = BLOCK_ASK
 
     @property
+    def id(self):
+        """The raw JSON of the reply's id (None: none)."""
+        if self._lazy:
+            self._id = _decimal_bytes(self._number)
+            self._lazy = False
+        return self._id
+
+    @id.setter
+    def id(self, value):
+        self._id = value
+        self._lazy = False
+        self._number = _decimal_id(value)
+
+    @property
     def block(self):
         """``result_block(result)`` (None without a result), mostly read while the response
         was scanned: a receipt's answer is not scanned twice."""
@@ -658,10 +672,49 @@ def parse_request(bytes body, Py_ssize_t max_batch):
     return _parsed(0, [], INVALID_REQUEST, MSG_NOT_CALL)
 
 
-cdef Reply _reply(bytes body, Py_ssize_t* spans, long long block):
+cdef long long _decimal_span(const unsigned char* p, Py_ssize_t start, Py_ssize_t end) noexcept:
+    """The number that 1 to 18 decimal digits at ``start`` spell, else -1."""
+    cdef Py_ssize_t i
+    cdef long long value = 0
+    if not 1 <= end - start <= 18:
+        return -1
+    for i in range(start, end):
+        if not _digit(p[i]):
+            return -1
+        value = value * 10 + (p[i] - 48)
+    return value
+
+
+cdef long long _decimal_id(object raw) noexcept:
+    """``Reply._number`` of an id's raw JSON (bytes; anything else: -1)."""
+    if type(raw) is not bytes:
+        return -1
+    return _decimal_span(<const unsigned char*>PyBytes_AS_STRING(raw), 0,
+                         PyBytes_GET_SIZE(<bytes>raw))
+
+
+cdef bytes _decimal_bytes(long long value):
+    """The digits of ``value`` (>= 0) as bytes."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, int_width(value))
+    write_int(PyBytes_AS_STRING(out), value)
+    return out
+
+
+cdef void _set_id(Reply reply, bytes body, const unsigned char* p, Py_ssize_t start,
+                  Py_ssize_t end):
+    """A scanned reply's id (``start`` < 0: none): a number of ours kept as a number, its
+    bytes made only if someone asks (``Reply.id``)."""
+    reply._number = -1 if start < 0 else _decimal_span(p, start, end)
+    if reply._number >= 0:
+        reply._lazy = True
+    elif start >= 0:
+        reply._id = _sub(body, start, end)
+
+
+cdef Reply _reply(bytes body, const unsigned char* p, Py_ssize_t* spans, long long block):
     cdef Reply reply = Reply.__new__(Reply)
     reply._block = block
-    reply.id = _sub(body, spans[2 * K_ID], spans[2 * K_ID + 1]) if spans[2 * K_ID] >= 0 else None
+    _set_id(reply, body, p, spans[2 * K_ID], spans[2 * K_ID + 1])
     reply.result = _sub(body, spans[2 * K_RESULT], spans[2 * K_RESULT + 1]) if spans[2 * K_RESULT] >= 0 else None
     reply.error = _sub(body, spans[2 * K_ERROR], spans[2 * K_ERROR + 1]) if spans[2 * K_ERROR] >= 0 else None
     return reply
@@ -685,7 +738,7 @@ def parse_response(bytes body):
         end = _members(body, p, i, n, 0, 1, spans, &block)
         if end < 0 or _ws(p, end, n) != n:
             return None
-        return ParsedResponse(0, [_reply(body, spans, block)])
+        return ParsedResponse(0, [_reply(body, p, spans, block)])
     if p[i] != 91:
         return None
     replies = []
@@ -701,7 +754,7 @@ def parse_response(bytes body):
             end = _members(body, p, i, n, 1, 1, spans, &block)
             if end < 0:
                 return None
-            replies.append(_reply(body, spans, block))
+            replies.append(_reply(body, p, spans, block))
         else:
             end = _skip(p, i, n, 1)
             if end < 0:
