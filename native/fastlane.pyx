@@ -782,6 +782,7 @@ cdef inline int _delist(dict flights, Flight flight) except -1:
     return 0
 
 
+@cython.freelist(64)  # one per call of a batch: their memory taken and given back in turn
 cdef class Flight:
     """One upstream call in flight, and every answer waiting for it."""
 
@@ -1618,6 +1619,7 @@ cdef inline char* _put_bytes(char* q, bytes data) noexcept:
 
 @cython.final
 @cython.no_gc  # a str and numbers: never part of a cycle
+@cython.freelist(16)
 cdef class _Tally:
     """One method's usage in a batch so far (``Pending.book``)."""
 
@@ -1642,6 +1644,7 @@ cdef _Tally _tally_of(list tallies, str name):
     return tally
 
 
+@cython.freelist(16)
 cdef class Pending:
     """One request's answer while flights it waits for are in the air."""
 

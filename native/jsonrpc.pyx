@@ -90,6 +90,7 @@ _init()
 # The fields of these four classes are declared in chaingate/_native/jsonrpc.pxd (the lane
 # reads them as C members).
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(64)  # one per call (per request, per response): memory reused in turn
 cdef class Call:
     def __init__(self, id, method, params, int error, str message):
         self.id = id
@@ -100,6 +101,7 @@ cdef class Call:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(8)  # one per call (per request, per response): memory reused in turn
 cdef class ParsedRequest:
     def __init__(self, bint batch, list calls, int error, str message):
         self.batch = batch
@@ -116,6 +118,7 @@ cdef enum:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(64)  # one per call (per request, per response): memory reused in turn
 cdef class Reply:
     def __init__(self, id, result, error):
         self.id = id
@@ -149,6 +152,7 @@ cdef class Reply:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(8)  # one per call (per request, per response): memory reused in turn
 cdef class ParsedResponse:
     def __init__(self, bint batch, list replies):
         self.batch = batch
