@@ -1478,6 +1478,12 @@ cdef class Ledger:
     # up again for every line.
     cdef bytes _method
     cdef bytes _method_json
+    # Likewise the path and the label logged last and their JSON, by the very objects (the
+    # lane keeps one path object per endpoint, and a label is a method row's name).
+    cdef str _path
+    cdef bytes _path_json
+    cdef str _label
+    cdef bytes _label_json
     # The route noted last ("rpc", nearly always) and its latency series and status counts.
     cdef object _route
     cdef object _series
@@ -1550,8 +1556,16 @@ cdef class Ledger:
             self._method_json = self._encoded(method.decode("latin-1"))
             self._method = method
         cdef bytes method_json = self._method_json
-        cdef bytes path_json = self._encoded(path)
-        cdef bytes label_json = self._encoded(label) if label else b""
+        if path is not self._path:
+            self._path_json = self._encoded(path)
+            self._path = path
+        cdef bytes path_json = self._path_json
+        cdef bytes label_json = b""
+        if label:
+            if label is not self._label:
+                self._label_json = self._encoded(label)
+                self._label = label
+            label_json = self._label_json
         cdef long long duration = <long long>(elapsed * 1000000)
         cdef Py_ssize_t n = (
             LINE_FIXED + PyBytes_GET_SIZE(ts) + PyBytes_GET_SIZE(request_id)
