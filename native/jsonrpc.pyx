@@ -270,7 +270,7 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
             i = _ws(p, i, n)
             if i >= n or p[i] != 58:
                 return SYNTAX
-            i = _skip(p, _ws(p, i + 1, n), n, depth + 1)
+            i = _member_end(p, _ws(p, i + 1, n), n, depth + 1)
             if i < 0:
                 return i
             i = _ws(p, i, n)
@@ -288,7 +288,7 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
         if i < n and p[i] == 93:
             return i + 1
         while True:
-            i = _skip(p, i, n, depth + 1)
+            i = _member_end(p, i, n, depth + 1)
             if i < 0:
                 return i
             i = _ws(p, i, n)
@@ -306,6 +306,15 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
     if c == 110:
         return i + 4 if i + 4 <= n and memcmp(p + i, b"null", 4) == 0 else SYNTAX
     return _number_end(p, i, n)
+
+
+cdef inline Py_ssize_t _member_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                   int depth) noexcept:
+    """``_skip`` of a member or an element, a string (most are) scanned without the call."""
+    cdef bint escaped = 0
+    if i < n and p[i] == 34:
+        return _string_end(p, i + 1, n, &escaped)
+    return _skip(p, i, n, depth)
 
 
 cdef inline bint _lit(const unsigned char* p, Py_ssize_t n, const char* lit, Py_ssize_t litn) noexcept:
@@ -409,7 +418,7 @@ cdef Py_ssize_t _block_object_end(const unsigned char* p, Py_ssize_t i, Py_ssize
         if i >= n or p[i] != 58:
             return SYNTAX
         start = _ws(p, i + 1, n)
-        end = _skip(p, start, n, depth + 1)
+        end = _member_end(p, start, n, depth + 1)
         if end < 0:
             return end
         if which:
@@ -476,7 +485,7 @@ cdef Py_ssize_t _members(bytes body, const unsigned char* p, Py_ssize_t i, Py_ss
             end = _result_end(p, start, n, depth + 1, &found)
             block[0] = found
         else:
-            end = _skip(p, start, n, depth + 1)
+            end = _member_end(p, start, n, depth + 1)
         if end < 0:
             return end
         if k >= 0:
