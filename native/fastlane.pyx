@@ -17,6 +17,7 @@ import msgspec
 cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memcmp, memcpy, memset
@@ -25,7 +26,7 @@ from cformat cimport int_width, write_int
 from cjson cimport json_ws as _ws, printable_run as _printable_run
 from creply cimport error_reply_of, join_present, result_reply_of
 
-from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply
+from chaingate._native.jsonrpc cimport Call, ParsedRequest, Reply, upstream_id
 
 log = logging.getLogger("chaingate.edge")
 
@@ -386,6 +387,30 @@ cdef inline bint _head_tag(const unsigned char* p, Py_ssize_t n) noexcept:
     return n == 11 and memcmp(p, b'"finalized"', 11) == 0
 
 
+# The named tags as one object each: a call's tag is nearly always one of them, and is then
+# this object rather than a copy of its bytes.
+cdef bytes _LATEST = b'"latest"'
+cdef bytes _PENDING = b'"pending"'
+cdef bytes _SAFE = b'"safe"'
+cdef bytes _FINALIZED = b'"finalized"'
+cdef bytes _EARLIEST = b'"earliest"'
+
+
+cdef bytes _tag_bytes(const unsigned char* p, Py_ssize_t n):
+    """The raw JSON tag of ``n`` bytes at ``p``, as bytes (a named tag: its one object)."""
+    if n == 8 and memcmp(p, b'"latest"', 8) == 0:
+        return _LATEST
+    if n == 9 and memcmp(p, b'"pending"', 9) == 0:
+        return _PENDING
+    if n == 6 and memcmp(p, b'"safe"', 6) == 0:
+        return _SAFE
+    if n == 11 and memcmp(p, b'"finalized"', 11) == 0:
+        return _FINALIZED
+    if n == 10 and memcmp(p, b'"earliest"', 10) == 0:
+        return _EARLIEST
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
 cdef inline bint _wants_head(const unsigned char* p, Py_ssize_t n) noexcept:
     """Is this end of a range the head (absent, or a head tag)?"""
     return n == 0 or _head_tag(p, n)
@@ -517,10 +542,15 @@ cdef class ResponseCache:
         return len(self._entries)
 
     cpdef object get(self, tuple key):
-        value = self._entries.get(key)
-        if value is None:
+        return self.lookup(key, hash(key))
+
+    cdef object lookup(self, tuple key, Py_hash_t key_hash):
+        """``get``, the key's hash given (an OrderedDict keeps its items as a dict does)."""
+        cdef PyObject* found
+        if cg_dict_find_hashed(self._entries, key, key_hash, &found) == 0:
             self.misses += 1
             return None
+        value = <object>found
         self._move(key)
         self.hits += 1
         return value
@@ -657,6 +687,10 @@ cdef class Method:
     cdef readonly MethodStats stats
     cdef readonly bint special
     cdef readonly bint commitment  # a Solana row cached once final (see the pure twin)
+    # Its name (its key in the route's table) is one of the route's sticky methods, of its
+    # watched ones.
+    cdef bint sticky
+    cdef bint watched
 
     def __init__(self, spec, MethodStats stats, bint special, bint solana=False):
         self.spec = spec
@@ -748,6 +782,7 @@ cdef inline int _delist(dict flights, Flight flight) except -1:
     return 0
 
 
+@cython.freelist(64)  # one per call of a batch: their memory taken and given back in turn
 cdef class Flight:
     """One upstream call in flight, and every answer waiting for it."""
 
@@ -760,8 +795,15 @@ cdef class Flight:
     cdef public bint done
     cdef public object result
     cdef public object error
-    cdef list waiters  # pending, index, pending, index...: each waiter's answer and position
+    # Each waiter's answer and position: the first in fields (most flights have one), the
+    # others in ``waiters`` (pending, index, pending, index...; None: none).
+    cdef Pending first
+    cdef Py_ssize_t first_index
+    cdef list waiters
     cdef public object future
+    # Is its method one of its route's watched ones?  Known when the route opens it; -1: not
+    # known (a flight made by its constructor: looked up as it lands).
+    cdef signed char watched
 
     def __init__(self, tuple key, object params, Method spec, object tag):
         self.key = key
@@ -773,8 +815,8 @@ cdef class Flight:
         self.done = False
         self.result = None
         self.error = None
-        self.waiters = []
         self.future = None
+        self.watched = -1
 
 
 cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Method spec,
@@ -787,8 +829,13 @@ cdef inline Flight _new_flight(tuple key, Py_hash_t key_hash, object params, Met
     flight.params = params
     flight.spec = spec
     flight.tag = tag
-    flight.waiters = []
     return flight
+
+
+cdef inline tuple _call_key(Call call):
+    """A call's key in the cache and the flights table: (method, raw params; b"": none)."""
+    params = call.params
+    return (call.method, params if params is not None else b"")
 
 
 cdef class Route:
@@ -875,6 +922,10 @@ cdef class Route:
             name: Method(spec, self.stats[spec.name], name in python_methods, self.solana)
             for name, spec in methods.items()
         }
+        cdef Method row
+        for name, row in self.methods.items():
+            row.sticky = name in sticky_methods
+            row.watched = name in watched
         self.passthrough = (
             Method(passthrough, self.stats[passthrough.name], False)
             if passthrough is not None
@@ -896,19 +947,22 @@ cdef class Route:
         self.reply_block = None
 
     cpdef Flight open_flight(self, tuple key, object params, Method spec, object tag):
-        return self._open(key, hash(key), params, spec, tag)
+        cdef Flight flight = self._open(key, hash(key), params, spec, tag)
+        flight.watched = key[0] in self.watched
+        return flight
 
     cdef Flight _open(self, tuple key, Py_hash_t key_hash, object params, Method spec,
                       object tag):
+        """A new flight of a call whose row is ``spec``, found in the table by the call's
+        method (``key[0]``), else the passthrough."""
         cdef Flight flight = _new_flight(key, key_hash, params, spec, tag)
+        flight.watched = spec.watched if spec is not self.passthrough else key[0] in self.watched
         if self.coalesce and spec.coalescible:
             cg_dict_set_hashed(self.flights, key, flight, key_hash)
         return flight
 
     cpdef land(self, Flight flight, object result, object error):
         """A flight's outcome: every answer waiting for it gets its reply."""
-        cdef Pending pending
-        cdef Py_ssize_t index
         if flight.done:
             return
         flight.done = True
@@ -917,17 +971,16 @@ cdef class Route:
         _delist(self.flights, flight)
         if flight.future is not None:
             flight.future.set_result((result, error))
+        cdef Pending first = flight.first
         cdef list waiters = flight.waiters
         cdef Py_ssize_t at
-        flight.waiters = []
-        for at in range(0, len(waiters), 2):
-            pending = <Pending>waiters[at]
-            index = waiters[at + 1]
-            try:
-                pending.place(index, result, error)
-            except Exception:
-                log.exception("unhandled error in the fast lane")
-                pending.fail()
+        flight.first = None
+        flight.waiters = None
+        if first is not None:
+            _place(first, flight.first_index, result, error)
+        if waiters is not None:
+            for at in range(0, len(waiters), 2):
+                _place(<Pending>waiters[at], waiters[at + 1], result, error)
 
     cpdef land_replies(self, list flights, long long first_id, replies, look, bad,
                        bytes missing):
@@ -941,7 +994,7 @@ cdef class Route:
             self._land_reply(<Flight>flights[0], replies[0], look, bad)
         else:
             for reply in replies:
-                index = _upstream_id(reply.id) - first_id
+                index = upstream_id(reply) - first_id
                 if 0 <= index < count:
                     self._land_reply(<Flight>flights[index], reply, look, bad)
         for flight in flights:
@@ -965,10 +1018,16 @@ cdef class Route:
             spec.cache != NO_CACHE and result != b"null"
             and spec.cacheable(flight.tag, flight.params)
             and self._may_be_final(spec, reply)
-        ) or flight.method in self.watched:
+        ) or self._watched(flight):
             look(flight, result)
         self.land(flight, result, None)
         return 0
+
+    cdef inline bint _watched(self, Flight flight) except -1:
+        """Is this flight's method one of the watched ones (``Flight.watched``)?"""
+        if flight.watched >= 0:
+            return flight.watched
+        return flight.method in self.watched
 
     cdef bint _may_be_final(self, Method spec, reply) except -1:
         """May the service find this cacheable result final?  No when it is about a block
@@ -986,8 +1045,6 @@ cdef class Route:
         here, before the body is read.  Wanted by nobody, the flights leave the table (no
         call joins them any more) and the body is dropped unread."""
         cdef Flight flight
-        cdef Pending pending
-        cdef Py_ssize_t index
         for flight in flights:
             if not flight.done and (
                 flight.future is not None
@@ -998,22 +1055,31 @@ cdef class Route:
         cdef Py_ssize_t at
         cdef list waiters
         for flight in flights:
+            if flight.first is not None and self._still_wanted(
+                    flight.first, flight.first_index, length):
+                return True
             waiters = flight.waiters
+            if waiters is None:
+                continue
             for at in range(0, len(waiters), 2):
-                pending = <Pending>waiters[at]
-                index = waiters[at + 1]
-                if pending.units[index] is None:
-                    continue
-                if pending.batch and pending.used and pending.used + length > self.max_answer:
-                    pending.over = True
-                    pending.give_up_reads()
-                    if pending.left == 0:
-                        pending.lane.finish(pending)
-                if pending.units[index] is not None:
-                    return True  # still waited for (a write is never given up)
+                if self._still_wanted(<Pending>waiters[at], waiters[at + 1], length):
+                    return True
         for flight in flights:
             _delist(self.flights, flight)
         return False
+
+    cdef bint _still_wanted(self, Pending pending, Py_ssize_t index,
+                            Py_ssize_t length) except -1:
+        """Does this waiter still wait for its call, once an answer of ``length`` bytes over
+        its batch's bound made it give up its reads (``wants``)?"""
+        if pending.methods[index] is None:
+            return False
+        if pending.batch and pending.used and pending.used + length > self.max_answer:
+            pending.over = True
+            pending.give_up_reads()
+            if pending.left == 0:
+                pending.lane.finish(pending)
+        return pending.methods[index] is not None  # a write is never given up
 
     cdef void _send(self, list safe, list unsafe) except *:
         cdef Py_ssize_t size = self.upstream_batch, start
@@ -1043,18 +1109,27 @@ cdef class Route:
 
     cdef tuple _classify(self, Call call, object row):
         """``classify_call`` of a call whose row in the method table is known (None: none)."""
-        cdef Method method = row
+        cdef Method method = self._row(row)
         if method is None:
-            method = self.passthrough
-            if method is None:
-                return None, None, True
-        tag = None
+            return None, None, True
+        tag = self._tag(method, call)
+        return method, tag, self._tag_valid(tag)
+
+    # The three steps of ``_classify``, which a batch takes one by one (no tuple per call).
+    cdef inline Method _row(self, object row):
+        """The row serving a call whose row in the table is ``row`` (None: none): it, else
+        the passthrough (None: neither)."""
+        return <Method>row if row is not None else self.passthrough
+
+    cdef inline object _tag(self, Method method, Call call):
+        """The raw block tag of a call of this row (None: none)."""
         params = call.params
         if method.block_param >= 0 and params is not None:
-            tag = self._block_tag(<bytes>params, method.block_param)
-        if tag is not None and not valid_block_tag(tag, self.solana):
-            return method, tag, False
-        return method, tag, True
+            return self._block_tag(<bytes>params, method.block_param)
+        return None
+
+    cdef inline bint _tag_valid(self, object tag) except -1:
+        return tag is None or valid_block_tag(tag, self.solana)
 
     cdef object _block_tag(self, bytes params, Py_ssize_t index):
         """``array_item(params, index)`` of a call's (validated) params: the usual ones, whose
@@ -1073,7 +1148,7 @@ cdef class Route:
             if end < 0:
                 return self._array_item(params, index)
             if k == index:
-                return PyBytes_FromStringAndSize(<const char*>p + i, end - i)
+                return _tag_bytes(p + i, end - i)
             k += 1
             i = _ws(p, end, n)
             if i >= n or p[i] != 44:
@@ -1135,6 +1210,16 @@ cdef class Route:
         return self._error_reply(
             call.id, INVALID_PARAMS, BAD_SLOT_MESSAGE if self.solana else BAD_TAG_MESSAGE
         )
+
+
+cdef inline void _place(Pending pending, Py_ssize_t index, object result,
+                        object error) except *:
+    """``pending.place``; a bug of ours costs that request a 500, never the other waiters."""
+    try:
+        pending.place(index, result, error)
+    except Exception:
+        log.exception("unhandled error in the fast lane")
+        pending.fail()
 
 
 cdef class OpenAdmission:
@@ -1393,6 +1478,12 @@ cdef class Ledger:
     # up again for every line.
     cdef bytes _method
     cdef bytes _method_json
+    # Likewise the path and the label logged last and their JSON, by the very objects (the
+    # lane keeps one path object per endpoint, and a label is a method row's name).
+    cdef str _path
+    cdef bytes _path_json
+    cdef str _label
+    cdef bytes _label_json
     # The route noted last ("rpc", nearly always) and its latency series and status counts.
     cdef object _route
     cdef object _series
@@ -1465,8 +1556,16 @@ cdef class Ledger:
             self._method_json = self._encoded(method.decode("latin-1"))
             self._method = method
         cdef bytes method_json = self._method_json
-        cdef bytes path_json = self._encoded(path)
-        cdef bytes label_json = self._encoded(label) if label else b""
+        if path is not self._path:
+            self._path_json = self._encoded(path)
+            self._path = path
+        cdef bytes path_json = self._path_json
+        cdef bytes label_json = b""
+        if label:
+            if label is not self._label:
+                self._label_json = self._encoded(label)
+                self._label = label
+            label_json = self._label_json
         cdef long long duration = <long long>(elapsed * 1000000)
         cdef Py_ssize_t n = (
             LINE_FIXED + PyBytes_GET_SIZE(ts) + PyBytes_GET_SIZE(request_id)
@@ -1534,6 +1633,7 @@ cdef inline char* _put_bytes(char* q, bytes data) noexcept:
 
 @cython.final
 @cython.no_gc  # a str and numbers: never part of a cycle
+@cython.freelist(16)
 cdef class _Tally:
     """One method's usage in a batch so far (``Pending.book``)."""
 
@@ -1543,6 +1643,22 @@ cdef class _Tally:
     cdef long long errors
 
 
+cdef _Tally _tally_of(list tallies, str name):
+    """The tally of this method name in ``tallies``, added when there is none."""
+    cdef _Tally tally
+    for tally in tallies:
+        if tally.name is name:
+            return tally
+    for tally in tallies:
+        if tally.name == name:
+            return tally
+    tally = _Tally.__new__(_Tally)
+    tally.name = name
+    tallies.append(tally)
+    return tally
+
+
+@cython.freelist(16)
 cdef class Pending:
     """One request's answer while flights it waits for are in the air."""
 
@@ -1557,7 +1673,11 @@ cdef class Pending:
     cdef list calls
     cdef bint batch
     cdef list replies
-    cdef list units  # per position: (Method, units) while waiting, else None
+    # Per position: the Method of a call still waiting (else None), and its billed units
+    # (``units[index]``, read while it waits): a C array, ``one`` for a single call.
+    cdef list methods
+    cdef long long* units
+    cdef long long one
     cdef Py_ssize_t left
     cdef Py_ssize_t hits
     cdef Py_ssize_t used
@@ -1586,20 +1706,43 @@ cdef class Pending:
         self.taken += size
         return FITS
 
+    def __dealloc__(self):
+        if self.units != &self.one:
+            PyMem_Free(self.units)
+
+    cdef int size_units(self, Py_ssize_t count) except -1:
+        """Room for ``count`` positions' methods and units."""
+        self.methods = [None] * count
+        if count <= 1:
+            self.units = &self.one
+        else:
+            self.units = <long long*>PyMem_Malloc(count * sizeof(long long))
+            if self.units == NULL:
+                raise MemoryError()
+        return 0
+
     cdef void wait_for(self, Flight flight, Py_ssize_t index, Method method,
                        long long units) except *:
-        self.units[index] = (method, units)
+        self.methods[index] = method
+        self.units[index] = units
         self.left += 1
-        flight.waiters.append(self)
-        flight.waiters.append(index)
+        if flight.first is None:
+            flight.first = self
+            flight.first_index = index
+            return
+        if flight.waiters is None:
+            flight.waiters = [self, index]
+        else:
+            flight.waiters.append(self)
+            flight.waiters.append(index)
 
     cdef void place(self, Py_ssize_t index, object result, object error) except *:
-        waiting = self.units[index]
+        waiting = self.methods[index]
         if waiting is None:
             return
-        self.units[index] = None
-        cdef Method method = <Method>(<tuple>waiting)[0]
-        cdef long long units = (<tuple>waiting)[1]
+        self.methods[index] = None
+        cdef Method method = <Method>waiting
+        cdef long long units = self.units[index]
         cdef Call call = self.calls[index]
         cdef Route route = self.route
         cdef Py_ssize_t size
@@ -1642,19 +1785,12 @@ cdef class Pending:
         else:
             method.stats.ok += 1
         cdef _Tally tally
-        cdef str name
         if self.batch:
             if self.tally is None:
                 self.tally = []
-            # A batch names a few methods: found by a look down the list, counted in C.
-            name = method.name
-            for tally in self.tally:
-                if tally.name is name or tally.name == name:
-                    break
-            else:
-                tally = _Tally.__new__(_Tally)
-                tally.name = name
-                self.tally.append(tally)
+            # A batch names a few methods: found by a look down the list, counted in C (by
+            # the very name object first: a row's name is one object).
+            tally = _tally_of(self.tally, method.name)
             tally.calls += 1
             tally.units += units
             if failed:
@@ -1682,7 +1818,7 @@ cdef class Pending:
 
     cdef void fail(self) except *:
         self.meter_batch()  # what was answered before is usage all the same
-        self.units = [None] * len(self.units)
+        self.methods = [None] * len(self.methods)
         self.left = 0
         self.route.budget.give_back(self.taken)
         self.taken = 0
@@ -1696,19 +1832,19 @@ cdef class Pending:
         cdef Method method
         cdef Call call
         cdef Py_ssize_t index
-        for index in range(len(self.units)):
-            waiting = self.units[index]
+        for index in range(len(self.methods)):
+            waiting = self.methods[index]
             if waiting is None:
                 continue
-            method = <Method>(<tuple>waiting)[0]
+            method = <Method>waiting
             if not method.retry:
                 continue
-            self.units[index] = None
+            self.methods[index] = None
             call = self.calls[index]
             if call.id is not None:
                 self.replies[index] = error_reply_of(
                     call.id, route.refuse(ANSWER_TOO_LARGE, False))
-            self.book(method, (<tuple>waiting)[1], True)
+            self.book(method, self.units[index], True)
             self.left -= 1
 
 
@@ -1800,7 +1936,7 @@ cdef class Lane:
                         continue
                     if rows is not None:
                         rows[index] = method
-                    if method.special or _sticky(route, call.method):
+                    if method.special or _sticky(route, method):
                         return HANDOFF
                     if method is route.logs_method and not route.logs_fit(
                         call.params, principal
@@ -1819,7 +1955,7 @@ cdef class Lane:
         pending.calls = calls
         pending.batch = parsed.batch
         pending.replies = [None] * len(calls)
-        pending.units = [None] * len(calls)
+        pending.size_units(len(calls))
         pending.label = "batch" if pending.batch else ""
         shown = self._log_paths.get(path)
         if shown is None:
@@ -1864,9 +2000,10 @@ cdef class Lane:
             return self._answer(pending, rejection.status, body, b"", method.name, rejection)
         cdef MethodStats stats = method.stats
         params = call.params
-        key = (call.method, params if params is not None else b"")
+        cdef tuple key = _call_key(call)
+        cdef Py_hash_t key_hash = hash(key)
         if method.cache != NO_CACHE and method.cacheable(tag, params):
-            hit = route.cache.get(key)
+            hit = route.cache.lookup(key, key_hash)
             if hit is not None:
                 if call_id is not None and (
                         PyBytes_GET_SIZE(hit) + PyBytes_GET_SIZE(call_id) > route.max_single):
@@ -1879,26 +2016,30 @@ cdef class Lane:
                 pending.hits = 1
                 return self._answer(pending, 200, body, HIT, method.name, None)
         pending.label = method.name
-        cdef Flight flight = route.flights.get(key)
+        cdef Flight flight = _listed(route.flights, key, key_hash)
         if flight is not None:
             route.coalesced += 1
             pending.wait_for(flight, 0, method, cu)
             return DEFER
-        flight = route.open_flight(key, params, method, tag)
+        flight = route._open(key, key_hash, params, method, tag)
         pending.wait_for(flight, 0, method, cu)
         if not method.retry:
             route._send([], [flight])
         elif self._holding and route.upstream_batch > 1:
-            self._hold(route, [flight])
+            self._held_by(route).append(flight)
         else:
             route._send([flight], [])
         return DEFER
 
     cdef void _hold(self, Route route, list flights) except *:
         """Keep new retry-safe flights until ``release``."""
+        self._held_by(route).extend(flights)
+
+    cdef inline list _held_by(self, Route route):
+        """The flights ``route`` holds until ``release`` (noted as holding some)."""
         if not route.held:
             self._held.append(route)
-        route.held.extend(flights)
+        return route.held
 
     cdef object _batch(self, Pending pending, list rows):
         """``rows``: each call's row in the method table, as ``serve`` found it (None: none);
@@ -1918,13 +2059,13 @@ cdef class Lane:
                 route.invalid.error += 1
                 replies[index] = route._error_reply(call.id, call.error, call.message)
                 continue
-            method_obj, tag, valid = route._classify(call, rows[index])
-            if method_obj is None:
+            method = route._row(rows[index])
+            if method is None:
                 route.unknown.error += 1
                 replies[index] = route.not_found(call)
                 continue
-            method = <Method>method_obj
-            if not valid:
+            tag = route._tag(method, call)
+            if not route._tag_valid(tag):
                 rows[index] = None
                 route.invalid.error += 1
                 replies[index] = route.bad_tag(call)
@@ -1947,6 +2088,8 @@ cdef class Lane:
         cdef ResponseCache cache = route.cache
         cdef int fits
         cdef MethodStats stats
+        cdef tuple key
+        cdef list keys = None  # per position, the key of a call looked for in the cache
         for index in range(count):
             found = rows[index]
             if found is None:
@@ -1955,9 +2098,13 @@ cdef class Lane:
             call = calls[index]
             tag = tags[index]
             if method.cache != NO_CACHE and method.cacheable(tag, call.params):
-                params = call.params
-                hit = cache.get((call.method, params if params is not None else b""))
-                if hit is not None:
+                key = _call_key(call)
+                hit = cache.lookup(key, hash(key))
+                if hit is None:
+                    if keys is None:
+                        keys = [None] * count
+                    keys[index] = key
+                else:
                     rows[index] = None
                     method.charge(tag, &units, &weight)
                     stats = method.stats
@@ -2000,7 +2147,8 @@ cdef class Lane:
             call = calls[index]
             tag = tags[index]
             params = call.params
-            key = (call.method, params if params is not None else b"")
+            key = <tuple>keys[index] if keys is not None and keys[index] is not None else (
+                _call_key(call))
             key_hash = hash(key)
             flight = _listed(flights, key, key_hash)
             if flight is not None:
@@ -2145,28 +2293,12 @@ cdef bytes _head_lines(bytes request_id, bytes first, bytes second, bytes rate, 
     return out
 
 
-cdef long long _upstream_id(object raw) except -2:
-    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
-    cdef const unsigned char* p
-    cdef Py_ssize_t n, i
-    cdef long long value = 0
-    if raw is None:
-        return -1
-    n = PyBytes_GET_SIZE(raw)
-    if n == 0 or n > 18:
-        return -1
-    p = <const unsigned char*>PyBytes_AS_STRING(raw)
-    for i in range(n):
-        if not 48 <= p[i] <= 57:
-            return -1
-        value = value * 10 + (p[i] - 48)
-    return value
-
-
 def _no_head():
     return None
 
 
-cdef inline bint _sticky(Route route, str method):
+cdef inline bint _sticky(Route route, Method row):
+    """Does a call of this row (found in the table by the call's method) go to the handler
+    while the route remembers a write (``method in route.sticky_methods``, read as a flag)?"""
     sticky = route.sticky
-    return sticky is not None and method in route.sticky_methods and len(sticky) > 0
+    return sticky is not None and row.sticky and len(sticky) > 0

@@ -90,6 +90,7 @@ _init()
 # The fields of these four classes are declared in chaingate/_native/jsonrpc.pxd (the lane
 # reads them as C members).
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(64)  # one per call (per request, per response): memory reused in turn
 cdef class Call:
     def __init__(self, id, method, params, int error, str message):
         self.id = id
@@ -100,6 +101,7 @@ cdef class Call:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(8)  # one per call (per request, per response): memory reused in turn
 cdef class ParsedRequest:
     def __init__(self, bint batch, list calls, int error, str message):
         self.batch = batch
@@ -116,12 +118,27 @@ cdef enum:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(64)  # one per call (per request, per response): memory reused in turn
 cdef class Reply:
     def __init__(self, id, result, error):
         self.id = id
         self.result = result
         self.error = error
         self._block = BLOCK_ASK
+
+    @property
+    def id(self):
+        """The raw JSON of the reply's id (None: none)."""
+        if self._lazy:
+            self._id = _decimal_bytes(self._number)
+            self._lazy = False
+        return self._id
+
+    @id.setter
+    def id(self, value):
+        self._id = value
+        self._lazy = False
+        self._number = _decimal_id(value)
 
     @property
     def block(self):
@@ -135,6 +152,7 @@ cdef class Reply:
 
 
 @cython.no_gc  # bytes, str, numbers (and lists of them): never part of a cycle
+@cython.freelist(8)  # one per call (per request, per response): memory reused in turn
 cdef class ParsedResponse:
     def __init__(self, bint batch, list replies):
         self.batch = batch
@@ -252,7 +270,7 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
             i = _ws(p, i, n)
             if i >= n or p[i] != 58:
                 return SYNTAX
-            i = _skip(p, _ws(p, i + 1, n), n, depth + 1)
+            i = _member_end(p, _ws(p, i + 1, n), n, depth + 1)
             if i < 0:
                 return i
             i = _ws(p, i, n)
@@ -270,7 +288,7 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
         if i < n and p[i] == 93:
             return i + 1
         while True:
-            i = _skip(p, i, n, depth + 1)
+            i = _member_end(p, i, n, depth + 1)
             if i < 0:
                 return i
             i = _ws(p, i, n)
@@ -288,6 +306,15 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, int de
     if c == 110:
         return i + 4 if i + 4 <= n and memcmp(p + i, b"null", 4) == 0 else SYNTAX
     return _number_end(p, i, n)
+
+
+cdef inline Py_ssize_t _member_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                   int depth) noexcept:
+    """``_skip`` of a member or an element, a string (most are) scanned without the call."""
+    cdef bint escaped = 0
+    if i < n and p[i] == 34:
+        return _string_end(p, i + 1, n, &escaped)
+    return _skip(p, i, n, depth)
 
 
 cdef inline bint _lit(const unsigned char* p, Py_ssize_t n, const char* lit, Py_ssize_t litn) noexcept:
@@ -391,7 +418,7 @@ cdef Py_ssize_t _block_object_end(const unsigned char* p, Py_ssize_t i, Py_ssize
         if i >= n or p[i] != 58:
             return SYNTAX
         start = _ws(p, i + 1, n)
-        end = _skip(p, start, n, depth + 1)
+        end = _member_end(p, start, n, depth + 1)
         if end < 0:
             return end
         if which:
@@ -458,7 +485,7 @@ cdef Py_ssize_t _members(bytes body, const unsigned char* p, Py_ssize_t i, Py_ss
             end = _result_end(p, start, n, depth + 1, &found)
             block[0] = found
         else:
-            end = _skip(p, start, n, depth + 1)
+            end = _member_end(p, start, n, depth + 1)
         if end < 0:
             return end
         if k >= 0:
@@ -516,6 +543,28 @@ cdef str _method_name(bytes body, const unsigned char* p, Py_ssize_t start, Py_s
     return name
 
 
+# Call ids of two or three digits as one object each: a batch numbers its calls 1, 2, 3... (a
+# single byte is one of CPython's own objects already).
+cdef list _IDS = [None] * 1000
+
+
+cdef bytes _id_bytes(bytes body, const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """``body[start:end]`` of a call's (validated) id; a number from 10 to 999 is its one
+    object."""
+    cdef Py_ssize_t i
+    cdef int value = 0
+    if not 2 <= end - start <= 3 or p[start] == 48:
+        return _sub(body, start, end)
+    for i in range(start, end):
+        if not _digit(p[i]):
+            return _sub(body, start, end)
+        value = value * 10 + (p[i] - 48)
+    found = _IDS[value]
+    if found is None:
+        found = _IDS[value] = _sub(body, start, end)
+    return <bytes>found
+
+
 cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
     cdef object id_raw = None
     cdef object method = None
@@ -528,7 +577,7 @@ cdef Call _call(bytes body, const unsigned char* p, Py_ssize_t* spans):
         c = p[s]
         if c == 116 or c == 102 or c == 123 or c == 91:
             return _new_call(b"null", None, None, INVALID_REQUEST, MSG_BAD_ID)
-        id_raw = _sub(body, s, spans[2 * K_ID + 1])
+        id_raw = _id_bytes(body, p, s, spans[2 * K_ID + 1])
     reply_id = b"null" if id_raw is None else id_raw
     s = spans[2 * K_JSONRPC]
     if s < 0 or not _lit(p + s, spans[2 * K_JSONRPC + 1] - s, b'"2.0"', 5):
@@ -636,10 +685,49 @@ def parse_request(bytes body, Py_ssize_t max_batch):
     return _parsed(0, [], INVALID_REQUEST, MSG_NOT_CALL)
 
 
-cdef Reply _reply(bytes body, Py_ssize_t* spans, long long block):
+cdef long long _decimal_span(const unsigned char* p, Py_ssize_t start, Py_ssize_t end) noexcept:
+    """The number that 1 to 18 decimal digits at ``start`` spell, else -1."""
+    cdef Py_ssize_t i
+    cdef long long value = 0
+    if not 1 <= end - start <= 18:
+        return -1
+    for i in range(start, end):
+        if not _digit(p[i]):
+            return -1
+        value = value * 10 + (p[i] - 48)
+    return value
+
+
+cdef long long _decimal_id(object raw) noexcept:
+    """``Reply._number`` of an id's raw JSON (bytes; anything else: -1)."""
+    if type(raw) is not bytes:
+        return -1
+    return _decimal_span(<const unsigned char*>PyBytes_AS_STRING(raw), 0,
+                         PyBytes_GET_SIZE(<bytes>raw))
+
+
+cdef bytes _decimal_bytes(long long value):
+    """The digits of ``value`` (>= 0) as bytes."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, int_width(value))
+    write_int(PyBytes_AS_STRING(out), value)
+    return out
+
+
+cdef void _set_id(Reply reply, bytes body, const unsigned char* p, Py_ssize_t start,
+                  Py_ssize_t end):
+    """A scanned reply's id (``start`` < 0: none): a number of ours kept as a number, its
+    bytes made only if someone asks (``Reply.id``)."""
+    reply._number = -1 if start < 0 else _decimal_span(p, start, end)
+    if reply._number >= 0:
+        reply._lazy = True
+    elif start >= 0:
+        reply._id = _sub(body, start, end)
+
+
+cdef Reply _reply(bytes body, const unsigned char* p, Py_ssize_t* spans, long long block):
     cdef Reply reply = Reply.__new__(Reply)
     reply._block = block
-    reply.id = _sub(body, spans[2 * K_ID], spans[2 * K_ID + 1]) if spans[2 * K_ID] >= 0 else None
+    _set_id(reply, body, p, spans[2 * K_ID], spans[2 * K_ID + 1])
     reply.result = _sub(body, spans[2 * K_RESULT], spans[2 * K_RESULT + 1]) if spans[2 * K_RESULT] >= 0 else None
     reply.error = _sub(body, spans[2 * K_ERROR], spans[2 * K_ERROR + 1]) if spans[2 * K_ERROR] >= 0 else None
     return reply
@@ -663,7 +751,7 @@ def parse_response(bytes body):
         end = _members(body, p, i, n, 0, 1, spans, &block)
         if end < 0 or _ws(p, end, n) != n:
             return None
-        return ParsedResponse(0, [_reply(body, spans, block)])
+        return ParsedResponse(0, [_reply(body, p, spans, block)])
     if p[i] != 91:
         return None
     replies = []
@@ -679,7 +767,7 @@ def parse_response(bytes body):
             end = _members(body, p, i, n, 1, 1, spans, &block)
             if end < 0:
                 return None
-            replies.append(_reply(body, spans, block))
+            replies.append(_reply(body, p, spans, block))
         else:
             end = _skip(p, i, n, 1)
             if end < 0:
@@ -743,12 +831,25 @@ cdef dict _METHOD_JSON = {}
 cdef Py_ssize_t _METHOD_JSON_MAX = 4096
 
 
+# And the last few by the very name object (a slot by its address; the slot holds the name, so
+# the address is not reused while it is there): a call's method is one of the parser's name
+# objects (``_method_name``), found here without hashing.
+DEF JSON_SLOTS = 64
+cdef list _JSON_NAMES = [None] * JSON_SLOTS
+cdef list _JSON_ENCODED = [None] * JSON_SLOTS
+
+
 cdef bytes _method_json(str method):
+    cdef Py_ssize_t slot = (<Py_ssize_t><void*>method >> 4) & (JSON_SLOTS - 1)
+    if _JSON_NAMES[slot] is method:
+        return <bytes>_JSON_ENCODED[slot]
     cdef object encoded = _METHOD_JSON.get(method)
     if encoded is None:
         encoded = json.dumps(method).encode()
         if len(_METHOD_JSON) < _METHOD_JSON_MAX:
             _METHOD_JSON[method] = encoded
+    _JSON_NAMES[slot] = method
+    _JSON_ENCODED[slot] = encoded
     return <bytes>encoded
 
 

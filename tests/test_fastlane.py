@@ -277,6 +277,83 @@ def test_identical_calls_share_one_flight_and_land_together() -> None:
     ]
 
 
+def test_every_call_waiting_for_one_flight_gets_its_answer_in_turn() -> None:
+    """A flight waited for by calls of several requests (its first waiter, then the others:
+    twice in one batch, a single call, a second batch) answers each of them, in the order
+    they came, each with its own id; a batch over its bound stops waiting for reads while its
+    flight is asked whether anyone still wants it (``Route.wants``)."""
+    balance = ["0x" + "11" * 20, "latest"]
+
+    def scenario(lane: Lane) -> Any:
+        first = lane.serve(
+            [
+                _call("eth_getBalance", balance, id=10),
+                _call("eth_chainId", id=11),
+                _call("eth_getBalance", balance, id=12),
+            ],
+            conn="a",
+        )
+        second = lane.serve(_call("eth_getBalance", balance, id=13), conn="b")
+        third = lane.serve([_call("eth_getBalance", balance, id=14)], conn="c")
+        groups = [[f.method for f in group] for group in lane.recorder.groups]
+        flight = lane.recorder.groups[0][0]
+        wanted = lane.route.wants([flight], 10)
+        lane.land_all(_result)
+        return first, second, third, groups, wanted
+
+    (first, second, third, groups, wanted), books = _both(scenario)
+    assert (first, second, third) == ("defer", "defer", "defer")
+    assert groups == [["eth_getBalance", "eth_chainId"]]
+    assert wanted is True
+    assert books["coalesced"] == 3
+    answers = [(conn, json.loads(body)) for conn, _, _, body in books["delivered"]]
+    assert [conn for conn, _ in answers] == ["b", "c", "a"]  # the batch of "a" waits for both
+    result = "r:eth_getBalance"
+    assert answers[0][1] == {"jsonrpc": "2.0", "id": 13, "result": result}
+    assert [r["id"] for r in answers[1][1]] == [14]
+    assert [(r["id"], r["result"]) for r in answers[2][1]] == [
+        (10, result),
+        (11, "r:eth_chainId"),
+        (12, result),
+    ]
+
+
+def test_a_watched_methods_results_are_shown_however_its_flight_was_opened() -> None:
+    """``look`` sees every watched method's result: a flight the lane opened, one the service
+    opened (``open_flight``), one made by its constructor; a method the table does not know
+    (the passthrough row) by its name."""
+
+    def scenario(lane: Lane) -> Any:
+        impl = lane.impl
+        route = lane.route
+        lane.serve([_call("eth_blockNumber", id=1), _call("eth_gasPrice", id=2)])
+        (group,) = lane.recorder.groups
+        row = route.methods["eth_blockNumber"]
+        group = [
+            *group,
+            route.open_flight(("eth_blockNumber", b"[1]"), b"[1]", row, None),
+            impl.fastlane.Flight(("eth_blockNumber", b"[2]"), b"[2]", row, None),
+        ]
+        looked: list[tuple[str, bytes]] = []
+        replies = [impl.jsonrpc.Reply(b"%d" % (100 + i), b'"0x%d"' % i, None) for i in range(4)]
+        route.land_replies(
+            group,
+            100,
+            replies,
+            lambda flight, result: looked.append((flight.method, result)),
+            lambda: b"{}",
+            b"{}",
+        )
+        return looked
+
+    looked, _ = _both(scenario, keys=False)
+    assert looked == [
+        ("eth_blockNumber", b'"0x0"'),
+        ("eth_blockNumber", b'"0x2"'),
+        ("eth_blockNumber", b'"0x3"'),
+    ]
+
+
 def test_a_batch_mixes_cache_flights_errors_and_keeps_its_order() -> None:
     batch = [
         _call("eth_chainId", id=1),

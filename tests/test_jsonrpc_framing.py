@@ -68,6 +68,9 @@ def test_a_plain_call(impl: Impl) -> None:
     "raw_id",
     [
         b"1",
+        b"10",
+        b"999",
+        b"1000",
         b"1.0",
         b"-5e3",
         b"0",
@@ -415,6 +418,34 @@ def test_parse_response_single(impl: Impl) -> None:
     assert [reply_fields(r) for r in parsed.replies] == [
         (b'"x"', None, b'{"code":-32000,"message":"boom"}')
     ]
+
+
+@pytest.mark.parametrize(
+    "raw_id",
+    [
+        b"0",
+        b"7",
+        b"12345",
+        b"123456789012345678",
+        b"1234567890123456789",
+        b"-1",
+        b"1e3",
+        b"1.5",
+        b'"12"',
+        b"null",
+        b"{}",
+    ],
+)
+def test_a_replys_id_is_its_raw_json(impl: Impl, raw_id: bytes) -> None:
+    """Whatever its spelling (the compiled twin keeps an id of ours as its number, made into
+    bytes when read), alone or in a batch, and as set afterwards."""
+    single = b'{"jsonrpc":"2.0","id":' + raw_id + b',"result":"0x1"}'
+    for body in (single, b"[" + single + b"," + single + b"]"):
+        parsed = impl.jsonrpc.parse_response(body)
+        assert parsed is not None and {r.id for r in parsed.replies} == {raw_id}
+    reply = parsed.replies[0]
+    reply.id = b"42"
+    assert (reply.id, impl.jsonrpc.Reply(raw_id, None, None).id) == (b"42", raw_id)
 
 
 def test_parse_response_escaped_keys_and_duplicates(impl: Impl) -> None:

@@ -20,7 +20,11 @@ cdef class ParsedRequest:
 
 
 cdef class Reply:
-    cdef public object id
+    # The id (its raw JSON, ``id``): ``_id``, or while ``_lazy`` the digits of ``_number``,
+    # made when asked for (the lane reads the number: ``upstream_id``).
+    cdef object _id
+    cdef bint _lazy
+    cdef long long _number  # the id as ours are spelled (decimal digits, at most 18), else -1
     cdef readonly object result
     cdef public object error
     cdef long long _block  # read while the response was scanned (BLOCK_*, or the number)
@@ -29,3 +33,8 @@ cdef class Reply:
 cdef class ParsedResponse:
     cdef public bint batch
     cdef public list replies
+
+
+cdef inline long long upstream_id(Reply reply) noexcept:
+    """The id of an upstream reply as ours are spelled (decimal digits), else -1."""
+    return reply._number
