@@ -569,24 +569,25 @@ class RpcService:
         unless it is one call); ``_land`` lands each with its own outcome."""
         jsonrpc = self._jsonrpc
         request_id = self._next_id
-        self._next_id += len(flights)
-        if len(flights) == 1:
-            flight = flights[0]
-            body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
+        count = len(flights)
+        self._next_id += count
+        first = flights[0]
+        if count == 1:
+            body = jsonrpc.upstream_request(request_id, first.method, first.params)
         else:
             body = jsonrpc.upstream_batch(request_id, flights)
         # A group of reads: when its answer comes and no batch waiting for it can still take
         # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
         # are always read.
-        retry_safe = flights[0].spec.retry
+        retry_safe = first.spec.retry
         wanted = None
-        if retry_safe and len(flights) > 1:
+        if retry_safe and count > 1:
             wanted = functools.partial(self.route.wants, flights)
         try:
             self.pool.submit(
                 body,
                 retry_safe=retry_safe,
-                deadline=trio.current_time() + self._timeout,
+                timeout=self._timeout,
                 done=functools.partial(self._land, flights, request_id),
                 wanted=wanted,
             )
