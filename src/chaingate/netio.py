@@ -28,26 +28,6 @@ async def recv_some(sock: socket.socket, size: int = RECV_SIZE) -> bytes:
             await wait_readable(sock)
 
 
-async def recv_next(sock: socket.socket, eager: bool) -> bytes:
-    """Bytes from ``sock``; b"" at end of stream.
-
-    In request/response traffic the next message has usually not arrived when we ask, and a
-    read that fails raises BlockingIOError — costly in Python.  So wait for readability first,
-    unless ``eager`` (the previous read filled the buffer, so more is probably queued).
-    """
-    if eager:
-        try:
-            return sock.recv(RECV_SIZE)
-        except BlockingIOError:
-            pass
-    while True:
-        await wait_readable(sock)
-        try:
-            return sock.recv(RECV_SIZE)
-        except BlockingIOError:
-            continue
-
-
 async def send_all(sock: socket.socket, data: bytes | bytearray | memoryview) -> None:
     """Write all of ``data``; parks only when the kernel's send buffer is full."""
     try:

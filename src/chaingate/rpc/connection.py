@@ -23,6 +23,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 import trio
+from trio.lowlevel import wait_readable
 
 from chaingate import netio
 from chaingate.rpc.errors import ABANDONED, BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
@@ -47,10 +48,11 @@ class Transport(Protocol):
 class PlainTransport:
     """A raw non-blocking socket: writes go straight to the kernel when it has room."""
 
-    __slots__ = ("_eager", "_sock", "protocol", "try_send")
+    __slots__ = ("_eager", "_fd", "_sock", "protocol", "try_send")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._fd = sock.fileno()  # what trio waits on (a socket, it would ask each time)
         self._eager = False
         self.protocol = HTTP1
         # netio's, bound to the socket: one Python frame per write, not two.
@@ -60,12 +62,32 @@ class PlainTransport:
         await netio.send_all(self._sock, data)
 
     async def receive(self) -> bytes:
-        data = await netio.recv_next(self._sock, self._eager)
+        """Bytes from the socket; b"" at end of stream.
+
+        In request/response traffic the next answer has usually not arrived when we ask, and
+        a read that fails raises BlockingIOError — costly in Python.  So wait for readability
+        first, unless the previous read filled the buffer (more is probably queued).  (Here,
+        not in netio: every coroutine between the reader and trio's wait is resumed again on
+        each wake-up.)"""
+        sock = self._sock
+        data: bytes | None = None
+        if self._eager:
+            try:
+                data = sock.recv(netio.RECV_SIZE)
+            except BlockingIOError:
+                pass
+        while data is None:
+            await wait_readable(self._fd)
+            try:
+                data = sock.recv(netio.RECV_SIZE)
+            except BlockingIOError:
+                pass
         self._eager = len(data) == netio.RECV_SIZE
-        netio.quick_ack(self._sock)
+        netio.quick_ack(sock)
         return data
 
     def close(self) -> None:
+        self._fd = -1  # never waited on again: the number may be another socket's by then
         netio.close_socket(self._sock)
 
 
@@ -169,7 +191,10 @@ class Wire:
         if not self._writer_busy:
             self._wake_writer.set()
 
-    async def run(self) -> None:
+    async def run(self, closed: Callable[[Any], None] | None = None) -> None:
+        """Both loops, until the connection breaks or is aborted; then ``closed(self)``.
+        (Run as a task of its own, not awaited by another coroutine: each wake-up of the
+        reader resumes every coroutine of the chain it is awaited in.)"""
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -177,8 +202,12 @@ class Wire:
                     await self._read_loop()
                     nursery.cancel_scope.cancel()
         finally:
-            self.abort(CONNECTION_LOST, "connection closed")
-            self._transport.close()
+            try:
+                self.abort(CONNECTION_LOST, "connection closed")
+                self._transport.close()
+            finally:
+                if closed is not None:
+                    closed(self)
 
     async def _write_loop(self) -> None:
         try:

@@ -332,7 +332,7 @@ class Upstream:
                 ) from None
             conn = self._connection(transport)
             self.connections.append(conn)
-            self._nursery.start_soon(self._run_connection, conn)
+            self._nursery.start_soon(conn.run, self._forget)
         except BaseException as exc:
             opening.set_exception(
                 exc
@@ -370,13 +370,11 @@ class Upstream:
         parser = http1.ResponseParser(max_body=self.settings.max_response_bytes)
         return UpstreamConnection(self.name, transport, parser, http1.HttpError, self._frame)
 
-    async def _run_connection(self, conn: Connection) -> None:
-        try:
-            await conn.run()
-        finally:
-            if conn in self.connections:
-                self.connections.remove(conn)
-            self.stalled.discard(conn)
+    def _forget(self, conn: Connection) -> None:
+        """``conn`` closed (``run`` ended)."""
+        if conn in self.connections:
+            self.connections.remove(conn)
+        self.stalled.discard(conn)
 
     def expire(self, now: float) -> None:
         """Fail requests past their deadline (each connection kind its way); close idle
