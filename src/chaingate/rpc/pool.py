@@ -540,13 +540,10 @@ class UpstreamPool:
                 )
                 # At once, not by the connection's writer task: the lane sends one group per
                 # readiness (Lane.hold), so there is nothing to gather, only a task to wake.
-                conn.send(
-                    attempt,
-                    body,
-                    min(deadline, started + upstream.settings.timeout),
-                    wanted,
-                    now=True,
-                )
+                attempt_deadline = started + upstream.settings.timeout
+                if deadline < attempt_deadline:  # min() without a call
+                    attempt_deadline = deadline
+                conn.send(attempt, body, attempt_deadline, wanted, now=True)
                 return
         self._continue(body, retry_safe, deadline, done, None, None, wanted)
 
