@@ -538,11 +538,11 @@ class UpstreamPool:
                 attempt = _FirstAttempt(
                     self, upstream, started, body, retry_safe, deadline, done, wanted
                 )
-                # At once, not by the connection's writer task: the lane sends one group per
-                # readiness (Lane.hold), so there is nothing to gather, only a task to wake.
                 attempt_deadline = started + upstream.settings.timeout
                 if deadline < attempt_deadline:  # min() without a call
                     attempt_deadline = deadline
+                # At once, not by the connection's writer task: the lane sends one group per
+                # readiness (Lane.hold), so there is nothing to gather, only a task to wake.
                 conn.send(attempt, body, attempt_deadline, wanted, now=True)
                 return
         self._continue(body, retry_safe, deadline, done, None, None, wanted)
