@@ -13,7 +13,7 @@ import os
 import socket
 
 import trio
-from trio._core._run import SystemClock
+from trio._core._run import SystemClock  # trio's default clock (exported by no public name)
 from trio.lowlevel import current_clock, notify_closing, wait_readable, wait_writable
 
 RECV_SIZE = 65536
