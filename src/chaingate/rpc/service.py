@@ -626,7 +626,7 @@ class RpcService:
             return
         upstream, response, parsed = outcome
         response.body = b""  # parsed: a big answer's bytes are not kept while it lands
-        if len(flights) > 1 and not parsed.batch:
+        if not parsed.batch and len(flights) > 1:  # batch first: a group answered, no len()
             # The node refused the batch as a whole (for example: too large); the pool saw
             # to it that this is an error object.
             for flight in flights:
