@@ -13,7 +13,8 @@ import os
 import socket
 
 import trio
-from trio.lowlevel import notify_closing, wait_readable, wait_writable
+from trio._core._run import SystemClock  # trio's default clock (exported by no public name)
+from trio.lowlevel import current_clock, notify_closing, wait_readable, wait_writable
 
 RECV_SIZE = 65536
 
@@ -25,26 +26,6 @@ async def recv_some(sock: socket.socket, size: int = RECV_SIZE) -> bytes:
             return sock.recv(size)
         except BlockingIOError:
             await wait_readable(sock)
-
-
-async def recv_next(sock: socket.socket, eager: bool) -> bytes:
-    """Bytes from ``sock``; b"" at end of stream.
-
-    In request/response traffic the next message has usually not arrived when we ask, and a
-    read that fails raises BlockingIOError — costly in Python.  So wait for readability first,
-    unless ``eager`` (the previous read filled the buffer, so more is probably queued).
-    """
-    if eager:
-        try:
-            return sock.recv(RECV_SIZE)
-        except BlockingIOError:
-            pass
-    while True:
-        await wait_readable(sock)
-        try:
-            return sock.recv(RECV_SIZE)
-        except BlockingIOError:
-            continue
 
 
 async def send_all(sock: socket.socket, data: bytes | bytearray | memoryview) -> None:
@@ -79,6 +60,18 @@ def quick_ack(sock: socket.socket | trio.socket.SocketType) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
     except OSError:
         pass  # not TCP (a test's socket pair), or the connection is gone
+
+
+def clock_offset() -> float | None:
+    """The current run's clock as an offset from ``time.perf_counter()`` when it is trio's own
+    ``SystemClock`` (whose time is ``offset + perf_counter()``); None for any other clock
+    (tests' ``MockClock``), whose time only ``trio.current_time()`` tells.
+
+    ``trio.current_time()`` costs two Python frames (trio's generated wrapper, then the
+    clock's method); the hot path reads the clock a few times per upstream exchange, so it
+    reads ``offset + perf_counter()`` itself where it can: the same float, no frame."""
+    clock = current_clock()
+    return clock.offset if type(clock) is SystemClock else None
 
 
 def try_send(sock: socket.socket, data: bytes) -> int:

@@ -15,12 +15,15 @@ elsewhere, even a write); every other one fails with ``sent=True``.
 from __future__ import annotations
 
 import collections
+import functools
 import socket
 import ssl
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, Protocol
 
 import trio
+from trio.lowlevel import wait_readable
 
 from chaingate import netio
 from chaingate.rpc.errors import ABANDONED, BAD_RESPONSE, CONNECTION_LOST, TIMEOUT, UpstreamError
@@ -45,26 +48,46 @@ class Transport(Protocol):
 class PlainTransport:
     """A raw non-blocking socket: writes go straight to the kernel when it has room."""
 
-    __slots__ = ("_eager", "_sock", "protocol")
+    __slots__ = ("_eager", "_fd", "_sock", "protocol", "try_send")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._fd = sock.fileno()  # what trio waits on (a socket, it would ask each time)
         self._eager = False
         self.protocol = HTTP1
-
-    def try_send(self, data: bytes) -> int:
-        return netio.try_send(self._sock, data)
+        # netio's, bound to the socket: one Python frame per write, not two.
+        self.try_send: Callable[[bytes], int] = functools.partial(netio.try_send, sock)
 
     async def send_all(self, data: bytes) -> None:
         await netio.send_all(self._sock, data)
 
     async def receive(self) -> bytes:
-        data = await netio.recv_next(self._sock, self._eager)
+        """Bytes from the socket; b"" at end of stream.
+
+        In request/response traffic the next answer has usually not arrived when we ask, and
+        a read that fails raises BlockingIOError — costly in Python.  So wait for readability
+        first, unless the previous read filled the buffer (more is probably queued).  (Here,
+        not in netio: every coroutine between the reader and trio's wait is resumed again on
+        each wake-up.)"""
+        sock = self._sock
+        data: bytes | None = None
+        if self._eager:
+            try:
+                data = sock.recv(netio.RECV_SIZE)
+            except BlockingIOError:
+                pass
+        while data is None:
+            await wait_readable(self._fd)
+            try:
+                data = sock.recv(netio.RECV_SIZE)
+            except BlockingIOError:
+                pass
         self._eager = len(data) == netio.RECV_SIZE
-        netio.quick_ack(self._sock)
+        netio.quick_ack(sock)
         return data
 
     def close(self) -> None:
+        self._fd = -1  # never waited on again: the number may be another socket's by then
         netio.close_socket(self._sock)
 
 
@@ -115,12 +138,20 @@ async def open_transport(host: str, port: int, tls_context: ssl.SSLContext | Non
 Wanted = Callable[[int], bool]
 
 
+class Settle(Protocol):
+    """Where a request's outcome goes, exactly once: a ``Future``, or an object of the
+    caller's that acts on it right where the answer is read (the pool's first attempt of a
+    fast-lane group: no future, no callback list, no task)."""
+
+    def set_result(self, value: Any) -> None: ...
+
+    def set_exception(self, error: BaseException) -> None: ...
+
+
 class Pending:
     __slots__ = ("deadline", "discarded", "future", "start", "wanted")
 
-    def __init__(
-        self, future: Future[Any], start: int, deadline: float, wanted: Wanted | None
-    ) -> None:
+    def __init__(self, future: Settle, start: int, deadline: float, wanted: Wanted | None) -> None:
         self.future = future
         self.start = start
         self.deadline = deadline
@@ -160,7 +191,10 @@ class Wire:
         if not self._writer_busy:
             self._wake_writer.set()
 
-    async def run(self) -> None:
+    async def run(self, closed: Callable[[Any], None] | None = None) -> None:
+        """Both loops, until the connection breaks or is aborted; then ``closed(self)``.
+        (Run as a task of its own, not awaited by another coroutine: each wake-up of the
+        reader resumes every coroutine of the chain it is awaited in.)"""
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -168,8 +202,12 @@ class Wire:
                     await self._read_loop()
                     nursery.cancel_scope.cancel()
         finally:
-            self.abort(CONNECTION_LOST, "connection closed")
-            self._transport.close()
+            try:
+                self.abort(CONNECTION_LOST, "connection closed")
+                self._transport.close()
+            finally:
+                if closed is not None:
+                    closed(self)
 
     async def _write_loop(self) -> None:
         try:
@@ -206,43 +244,54 @@ class UpstreamConnection(Wire):
         self._http_error = http_error
         self._frame = frame
 
-    def submit(
-        self, body: bytes, deadline: float, wanted: Wanted | None = None, *, now: bool = False
-    ) -> Future[Any]:
+    def submit(self, body: bytes, deadline: float, wanted: Wanted | None = None) -> Future[Any]:
         """Queue one JSON-RPC body; the future yields the parsed response or raises
-        UpstreamError (``ABANDONED`` when ``wanted`` said no and the body was dropped).
-        ``now``: written at once even behind requests in flight, when nothing waits to be
-        written (a caller that already gathered its calls: the fast lane's groups)."""
+        UpstreamError (``ABANDONED`` when ``wanted`` said no and the body was dropped)."""
         future: Future[Any] = Future()
+        self.send(future, body, deadline, wanted)
+        return future
+
+    def send(
+        self,
+        into: Settle,
+        body: bytes,
+        deadline: float,
+        wanted: Wanted | None = None,
+        *,
+        now: bool = False,
+    ) -> None:
+        """``submit``, the outcome set on ``into``.  ``now``: written at once even behind
+        requests in flight, when nothing waits to be written (a caller that already gathered
+        its calls: the fast lane's groups)."""
         if self.closed:
-            future.set_exception(
+            into.set_exception(
                 UpstreamError(CONNECTION_LOST, "connection closed", sent=False, upstream=self.name)
             )
-            return future
+            return
         data = self._frame(body)
+        size = len(data)
         busy = bool(self.pending)
-        self.pending.append(Pending(future, self._queued, deadline, wanted))
-        self._queued += len(data)
+        self.pending.append(Pending(into, self._queued, deadline, wanted))
+        self._queued += size
         if self._out or self._writer_busy:
             self._out += data
-            return future
+            return
         if busy and not now:
             # Requests are already in flight, so this one would wait for their answers anyway:
             # leave it to the writer task, which sends everything queued by then in one
             # system call.  An idle connection sends at once (no added latency at low load).
             self._out += data
             self._wake_writer.set()
-            return future
+            return
         try:
             taken = self._transport.try_send(data)
         except OSError as exc:
             self.abort(CONNECTION_LOST, f"send failed: {exc.__class__.__name__}")
-            return future
+            return
         self._sent += taken
-        if taken < len(data):
+        if taken < size:
             self._out += memoryview(data)[taken:]
             self._wake_writer.set()
-        return future
 
     def abort(self, kind: str, message: str) -> None:
         """Fail every queued request and close; safe to call more than once."""
@@ -280,6 +329,7 @@ class UpstreamConnection(Wire):
     async def _read_loop(self) -> None:
         parser = self._parser
         http_error = self._http_error
+        clock = netio.clock_offset()
         try:
             while True:
                 data = await self._transport.receive()
@@ -288,24 +338,29 @@ class UpstreamConnection(Wire):
                 else:
                     parser.feed_eof()
                 while True:
-                    # Any: Response | HttpError | None, told apart by isinstance on the twin's
-                    # class (a Protocol mypy cannot narrow by).
+                    # Any: Response | HttpError | None, told apart by the twin's class (a
+                    # Protocol mypy cannot narrow by; neither class has subclasses).
                     event: Any = parser.next_event()
                     if event is None:
                         break
-                    if isinstance(event, http_error):
+                    if event.__class__ is http_error:
                         message = getattr(event, "message", "")
                         self.abort(BAD_RESPONSE, f"invalid HTTP from upstream: {message}")
                         return
-                    if not self.pending:
+                    pending = self.pending
+                    if not pending:
                         self.abort(BAD_RESPONSE, "upstream sent a response nobody asked for")
                         return
-                    head = self.pending.popleft()
+                    head = pending.popleft()
                     if head.discarded:
                         head.future.set_exception(self._abandoned())
                     else:
                         head.future.set_result(event)
-                    self.last_active = trio.current_time()
+                    if not self.pending:
+                        # Idle from now (``expire`` reads it only while nothing is pending).
+                        self.last_active = (
+                            clock + perf_counter() if clock is not None else trio.current_time()
+                        )
                     if not event.keep_alive:
                         self.abort(CONNECTION_LOST, "upstream closed the connection")
                         return

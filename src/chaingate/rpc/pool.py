@@ -37,11 +37,13 @@ import math
 import re
 import ssl
 from collections.abc import Callable
-from typing import Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import trio
 
+from chaingate import netio
 from chaingate.config import NetworkSettings, RpcSettings, UpstreamSettings
 from chaingate.rpc.connection import (
     H2,
@@ -235,12 +237,16 @@ class Upstream:
         depth = self.settings.pipeline_depth
         least: UpstreamConnection | None = None
         for conn in self.connections:
-            if not isinstance(conn, UpstreamConnection) or conn.closed:
+            if conn.multiplexed or conn.closed:  # HTTP/2 (told without a call: hot path)
                 return None
+            if TYPE_CHECKING:  # what ``multiplexed`` says, for mypy
+                assert isinstance(conn, UpstreamConnection)
             if self.stalled and conn in self.stalled:
                 continue
+            if not conn.pending:
+                return conn
             in_flight = len(conn.pending)
-            if in_flight == 0 or (not prefer_idle and not spread and in_flight < depth):
+            if not prefer_idle and not spread and in_flight < depth:
                 return conn
             if spread and in_flight < depth and (least is None or in_flight < len(least.pending)):
                 least = conn
@@ -326,7 +332,7 @@ class Upstream:
                 ) from None
             conn = self._connection(transport)
             self.connections.append(conn)
-            self._nursery.start_soon(self._run_connection, conn)
+            self._nursery.start_soon(conn.run, self._forget)
         except BaseException as exc:
             opening.set_exception(
                 exc
@@ -364,13 +370,11 @@ class Upstream:
         parser = http1.ResponseParser(max_body=self.settings.max_response_bytes)
         return UpstreamConnection(self.name, transport, parser, http1.HttpError, self._frame)
 
-    async def _run_connection(self, conn: Connection) -> None:
-        try:
-            await conn.run()
-        finally:
-            if conn in self.connections:
-                self.connections.remove(conn)
-            self.stalled.discard(conn)
+    def _forget(self, conn: Connection) -> None:
+        """``conn`` closed (``run`` ended)."""
+        if conn in self.connections:
+            self.connections.remove(conn)
+        self.stalled.discard(conn)
 
     def expire(self, now: float) -> None:
         """Fail requests past their deadline (each connection kind its way); close idle
@@ -417,6 +421,9 @@ class UpstreamPool:
         # gateway once both exist; consulted on every probe round.
         self.witness: Witness | None = None
         self._nursery: trio.Nursery | None = None
+        # The run's clock as an offset from perf_counter (netio.clock_offset), known once
+        # running; None: ask trio.current_time() (another clock, or not running yet).
+        self._clock: float | None = None
         self._by_name: dict[str, Upstream] = {}
         # Hedged reads (hedging.py): on per network, off by default.
         self.hedger = Hedger(network.hedging) if network.hedging.enabled else None
@@ -429,6 +436,7 @@ class UpstreamPool:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._clock = netio.clock_offset()
             self.upstreams = [Upstream(u, self._impl, nursery) for u in self._network.upstreams]
             self._ranked = list(self.upstreams)
             self._by_name = {upstream.name: upstream for upstream in self.upstreams}
@@ -439,6 +447,7 @@ class UpstreamPool:
                 await trio.sleep_forever()
             finally:
                 self._nursery = None  # nothing more can be started in it
+                self._clock = None
                 for upstream in self.upstreams:
                     upstream.close()
 
@@ -502,73 +511,41 @@ class UpstreamPool:
         body: bytes,
         *,
         retry_safe: bool,
-        deadline: float,
+        timeout: float,
         done: Callable[[Any], None],
         wanted: Wanted | None = None,
     ) -> None:
-        """``request_parsed`` for a caller that would rather be called back than wait:
-        ``done`` gets ``(upstream, response, parsed)`` or the ``UpstreamError``, exactly once.
+        """``request_parsed`` for a caller that would rather be called back than wait, within
+        ``timeout`` seconds from now: ``done`` gets ``(upstream, response, parsed)`` or the
+        ``UpstreamError``, exactly once.
 
         When the first upstream has an HTTP/1.1 connection with room, the request goes on it
-        at once and its answer is judged where it is read (the connection's reader): no task.
-        Anything that must wait — a connection to open, another upstream to try after a
-        failure, a hedge — continues in a task, by ``request_parsed``'s own rules.
+        at once and its answer is judged where it is read (the connection's reader, which
+        settles a ``_FirstAttempt``): no task.  Anything that must wait — a connection to
+        open, another upstream to try after a failure, a hedge — continues in a task, by
+        ``request_parsed``'s own rules.
 
         ``wanted`` (a batch's group): asked when the answer's body starts; when nobody wants
         it any more the body is dropped unread and ``done`` gets an ``ABANDONED`` error."""
+        clock = self._clock
+        started = clock + perf_counter() if clock is not None else trio.current_time()
+        deadline = started + timeout
         order = self._ranked
         if order and (self.hedger is None or not retry_safe or len(order) < 2):
             upstream = order[0]
             conn = upstream.ready(prefer_idle=not retry_safe, spread=retry_safe)
-            started = trio.current_time()
             if conn is not None and started < deadline:
-                attempt_deadline = min(deadline, started + upstream.settings.timeout)
-                judge = functools.partial(
-                    self._first_attempt, upstream, started, body, retry_safe, deadline, done, wanted
+                attempt = _FirstAttempt(
+                    self, upstream, started, body, retry_safe, deadline, done, wanted
                 )
+                attempt_deadline = started + upstream.settings.timeout
+                if deadline < attempt_deadline:  # min() without a call
+                    attempt_deadline = deadline
                 # At once, not by the connection's writer task: the lane sends one group per
                 # readiness (Lane.hold), so there is nothing to gather, only a task to wake.
-                conn.submit(body, attempt_deadline, wanted, now=True).add_done_callback(judge)
+                conn.send(attempt, body, attempt_deadline, wanted, now=True)
                 return
         self._continue(body, retry_safe, deadline, done, None, None, wanted)
-
-    def _first_attempt(
-        self,
-        upstream: Upstream,
-        started: float,
-        body: bytes,
-        retry_safe: bool,
-        deadline: float,
-        done: Callable[[Any], None],
-        wanted: Wanted | None,
-        answered: Future[Any],
-    ) -> None:
-        try:
-            response = answered.result()
-        except UpstreamError as exc:
-            if exc.kind == ABANDONED:
-                done(exc)
-                return
-            self._failed(upstream, exc)
-            failure = exc
-        except Exception:
-            # A bug of ours, not the node's: the call may have left, and ``done`` is owed.
-            log.exception("upstream attempt failed unexpectedly")
-            done(UpstreamError(BAD_RESPONSE, "internal error", sent=True, upstream=upstream.name))
-            return
-        else:
-            try:
-                parsed = self._judge(upstream, response, body, True, started)
-            except UpstreamError as exc:
-                failure = exc
-            else:
-                done((upstream, response, parsed))
-                return
-        if failure.sent and not retry_safe:
-            done(failure)
-            return
-        rest = [other for other in self._ranked if other is not upstream]
-        self._continue(body, retry_safe, deadline, done, failure, rest, wanted)
 
     def _continue(
         self,
@@ -830,7 +807,8 @@ class UpstreamPool:
             )
             self._failed(upstream, bad)
             raise bad
-        latency = trio.current_time() - started
+        clock = self._clock
+        latency = (clock + perf_counter() if clock is not None else trio.current_time()) - started
         upstream.health.record_success(latency)
         if self.hedger is not None:
             self.hedger.observe(upstream.name, latency)
@@ -942,6 +920,81 @@ class UpstreamPool:
             if health.bring_back():
                 self._log_rotation(upstream, "upstream back in rotation", "probe_ok", logging.INFO)
         self._rerank()
+
+
+class _FirstAttempt:
+    """The first attempt of a ``submit`` on a connection with room: the connection's reader
+    settles it with the answer (``Settle``), judged right there, and ``done`` told; a failure
+    that allows another try continues in a task (``UpstreamPool._continue``).  Nothing it
+    does may raise into the reader: a bug of ours is logged, and ``done`` still told."""
+
+    __slots__ = ("body", "deadline", "done", "pool", "retry_safe", "started", "upstream", "wanted")
+
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        upstream: Upstream,
+        started: float,
+        body: bytes,
+        retry_safe: bool,
+        deadline: float,
+        done: Callable[[Any], None],
+        wanted: Wanted | None,
+    ) -> None:
+        self.pool = pool
+        self.upstream = upstream
+        self.started = started
+        self.body = body
+        self.retry_safe = retry_safe
+        self.deadline = deadline
+        self.done = done
+        self.wanted = wanted
+
+    def set_result(self, response: Response) -> None:
+        """The node answered: an answer is done; anything else, another try perhaps."""
+        try:
+            try:
+                parsed = self.pool._judge(self.upstream, response, self.body, True, self.started)
+            except UpstreamError as exc:
+                self._failed(exc)
+                return
+            except Exception as exc:
+                self._bug(exc)
+                return
+            self.done((self.upstream, response, parsed))
+        except Exception:
+            log.exception("an upstream answer could not be delivered")
+
+    def set_exception(self, error: BaseException) -> None:
+        """No answer (the connection failed it): counted against the node unless abandoned."""
+        try:
+            if not isinstance(error, UpstreamError):
+                self._bug(error)
+            elif error.kind == ABANDONED:
+                self.done(error)
+            else:
+                self.pool._failed(self.upstream, error)
+                self._failed(error)
+        except Exception:
+            log.exception("an upstream answer could not be delivered")
+
+    def _failed(self, failure: UpstreamError) -> None:
+        """Told to ``done``, or tried on the other upstreams when the call allows it."""
+        if failure.sent and not self.retry_safe:
+            self.done(failure)
+            return
+        pool = self.pool
+        rest = [other for other in pool._ranked if other is not self.upstream]
+        pool._continue(
+            self.body, self.retry_safe, self.deadline, self.done, failure, rest, self.wanted
+        )
+
+    def _bug(self, error: BaseException) -> None:
+        """A bug of ours, not the node's: the call may have left, and ``done`` is owed."""
+        log.error("upstream attempt failed unexpectedly", exc_info=error)
+        self.done(
+            UpstreamError(BAD_RESPONSE, "internal error", sent=True, upstream=self.upstream.name)
+        )
 
 
 def _ignore_head(head: int | None) -> None:

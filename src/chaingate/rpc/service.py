@@ -96,6 +96,10 @@ _MISSING = error_object(INTERNAL_ERROR, "upstream returned no reply for this cal
 _WATCHED = frozenset({"eth_blockNumber", "eth_sendRawTransaction"})
 
 
+# Route.land_replies's ``look`` (a result the service must see) and ``bad`` (the error of a
+# reply with neither a result nor an error object), for answers of one upstream and status.
+_Landers = tuple[Callable[[Flight, bytes], None], Callable[[], bytes]]
+
 # A call of a batch on its way upstream: (position, call, its method's row in the route's
 # table, raw block tag, billed units).
 _Job = tuple[int, Any, Method, bytes | None, int]
@@ -132,6 +136,9 @@ class RpcService:
         self._finality_depth = settings.finality_depth
         self._upstream_batch = min(u.max_batch for u in settings.upstreams)
         self._next_id = 1
+        # What the lane is given to land a group answered by (upstream, HTTP status): the
+        # ``look`` and ``bad`` of Route.land_replies, made once rather than per group.
+        self._landers: dict[tuple[str, int], _Landers] = {}
         # The answer bound: a single call's payload plus its id may take this many bytes.
         self._max_answer = rpc.max_answer_bytes
         self._max_single = rpc.max_answer_bytes - REPLY_OVERHEAD
@@ -569,24 +576,25 @@ class RpcService:
         unless it is one call); ``_land`` lands each with its own outcome."""
         jsonrpc = self._jsonrpc
         request_id = self._next_id
-        self._next_id += len(flights)
-        if len(flights) == 1:
-            flight = flights[0]
-            body = jsonrpc.upstream_request(request_id, flight.method, flight.params)
+        count = len(flights)
+        self._next_id += count
+        first = flights[0]
+        if count == 1:
+            body = jsonrpc.upstream_request(request_id, first.method, first.params)
         else:
             body = jsonrpc.upstream_batch(request_id, flights)
         # A group of reads: when its answer comes and no batch waiting for it can still take
         # it (each over its answer bound), its body is dropped unread (Route.wants).  Writes
         # are always read.
-        retry_safe = flights[0].spec.retry
+        retry_safe = first.spec.retry
         wanted = None
-        if retry_safe and len(flights) > 1:
+        if retry_safe and count > 1:
             wanted = functools.partial(self.route.wants, flights)
         try:
             self.pool.submit(
                 body,
                 retry_safe=retry_safe,
-                deadline=trio.current_time() + self._timeout,
+                timeout=self._timeout,
                 done=functools.partial(self._land, flights, request_id),
                 wanted=wanted,
             )
@@ -618,7 +626,7 @@ class RpcService:
             return
         upstream, response, parsed = outcome
         response.body = b""  # parsed: a big answer's bytes are not kept while it lands
-        if len(flights) > 1 and not parsed.batch:
+        if not parsed.batch and len(flights) > 1:  # batch first: a group answered, no len()
             # The node refused the batch as a whole (for example: too large); the pool saw
             # to it that this is an error object.
             for flight in flights:
@@ -626,13 +634,17 @@ class RpcService:
             return
         # The pool checked the framing (a group of one: one reply, with a result or an error
         # object); the lane lands each reply, and shows us the results we must see.
-        route.land_replies(
-            flights,
-            first_id,
-            parsed.replies,
-            functools.partial(self._look, upstream.name),
-            functools.partial(_bad_response, upstream.name, response.status),
-            _MISSING,
+        answered = (upstream.name, response.status)
+        try:
+            look, bad = self._landers[answered]
+        except KeyError:
+            look, bad = self._landers[answered] = self._landers_of(*answered)
+        route.land_replies(flights, first_id, parsed.replies, look, bad, _MISSING)
+
+    def _landers_of(self, upstream: str, status: int) -> _Landers:
+        """``land_replies``'s ``look`` and ``bad`` for answers of ``upstream`` with ``status``."""
+        return functools.partial(self._look, upstream), functools.partial(
+            _bad_response, upstream, status
         )
 
     def _look(self, upstream: str, flight: Flight, result: bytes) -> None:
