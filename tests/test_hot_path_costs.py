@@ -23,6 +23,8 @@ from chaingate.devnet.anvil import AnvilProcess
 from tests.conftest import IN_CI
 
 ROOT = Path(__file__).resolve().parents[1]
+# Counted by itself: another test process's load moves the counts (tests/conftest.py).
+pytestmark = pytest.mark.alone
 
 # (Python calls, system calls) per request.  Measured when set (2026-11-26): chainid 56 / 5.1,
 # chainid-pipelined 7 / 0.56, block 177 / 10.1, batch 264 / 10.0.  The edge before the native
